@@ -1,0 +1,312 @@
+/*
+ * ratel.h - the one public header of libratel, the ratel rate limiter.
+ *
+ * Layers, from the bottom:
+ *
+ *   rules      "10/1h", "100/1s:gcra,burst=200": parse, format, explain.
+ *   policies   an ordered list of rules applied to one key all-or-nothing.
+ *   state      all rules' states of one key in one versioned binary blob
+ *              (docs/state-format.md). The pure core updates it in place.
+ *   stores     where blobs live: the embedded memory store here, Redis later.
+ *
+ * The core (rules, policies, state) is pure: the caller reads its clock once
+ * per request and passes `now_us`; nothing here reads a clock, allocates on
+ * the decision path or does I/O. Being denied is a decision, not an error:
+ * functions return 0 or a negative RATEL_E* code.
+ */
+#ifndef RATEL_H
+#define RATEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RATEL_API __attribute__((visibility("default")))
+#else
+#define RATEL_API
+#endif
+
+#define RATEL_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- errors */
+
+/*
+ * X(NAME, value, message). One list generates the enum, ratel_strerror()
+ * and ratel_err_name().
+ */
+#define RATEL_ERRNO_MAP(X)                                                     \
+    X(EINVAL, -1, "invalid argument")                                          \
+    X(ERULE, -2, "malformed rule")                                             \
+    X(ECOST, -3, "cost is larger than a rule can ever admit")                  \
+    X(ENOMEM, -4, "out of memory")                                             \
+    X(ECORRUPT, -5, "state is truncated, corrupt or not ratel state")          \
+    X(EVERSION, -6, "state was written by an unsupported format version")      \
+    X(ENOBUFS, -7, "state buffer too small")                                   \
+    X(ERANGE, -8, "value out of range")                                        \
+    X(ETOOMANY, -9, "too many rules in one policy")
+
+typedef enum ratel_errno_e {
+    RATEL_OK = 0,
+#define RATEL_ERRNO_ENUM_(name, value, message) RATEL_##name = (value),
+    RATEL_ERRNO_MAP(RATEL_ERRNO_ENUM_)
+#undef RATEL_ERRNO_ENUM_
+} ratel_errno_t;
+
+/* Human text for a RATEL_E* code ("unknown error" for anything else). */
+RATEL_API const char *ratel_strerror(int err);
+/* The code's name without prefix, e.g. "ERULE"; "UNKNOWN" otherwise. */
+RATEL_API const char *ratel_err_name(int err);
+
+/* ------------------------------------------------------------ constants */
+
+/* Largest LIMIT and burst a rule accepts. */
+#define RATEL_LIMIT_MAX 1000000000u
+/* Shortest and longest PERIOD, in milliseconds (1 ms .. 30 days). */
+#define RATEL_PERIOD_MIN_MS 1u
+#define RATEL_PERIOD_MAX_MS 2592000000u
+/* Rules in one policy. */
+#define RATEL_MAX_RULES 8
+/*
+ * Most (time, count) runs one sliding rule stores. The sliding window is
+ * exact while the window holds no more distinct instants than this; past it
+ * runs are coarsened (docs/algorithms.md gives the bound).
+ */
+#define RATEL_SLIDING_CAP 256
+/* `now_us` must lie in [0, RATEL_TIME_MAX_US): 2^53 us, the year 2255. */
+#define RATEL_TIME_MAX_US ((int64_t)1 << 53)
+
+/* ---------------------------------------------------------------- rules */
+
+typedef enum ratel_algo_e {
+    RATEL_ALGO_SLIDING = 0, /* exact sliding window log (default) */
+    RATEL_ALGO_FIXED = 1,   /* counter per epoch-aligned window */
+    RATEL_ALGO_APPROX = 2,  /* two-window weighted counter */
+    RATEL_ALGO_GCRA = 3     /* token bucket as GCRA, with reservations */
+} ratel_algo_t;
+
+typedef struct ratel_rule_s {
+    ratel_algo_t algo;
+    uint32_t limit;     /* permits per period, 1..RATEL_LIMIT_MAX */
+    uint32_t period_ms; /* RATEL_PERIOD_MIN_MS..RATEL_PERIOD_MAX_MS */
+    uint32_t burst;     /* gcra bucket depth in permits (= limit unless set);
+                           0 for the other algorithms */
+} ratel_rule_t;
+
+/*
+ * Parses `text` (`len` bytes, no NUL needed) as LIMIT/PERIOD[:ALGO][,burst=N].
+ * On error returns RATEL_ERULE and, when errbuf is not NULL, writes a message
+ * that quotes the rule and says what is accepted.
+ */
+RATEL_API int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
+                               char *errbuf, size_t errlen);
+
+/*
+ * Writes the canonical text of `rule` ("10/1h", "100/1s:gcra,burst=200") to
+ * buf (NUL-terminated, truncated to buflen). Returns the full length, as
+ * snprintf does. ratel_rule_parse() of the result gives back `rule`.
+ */
+RATEL_API int ratel_rule_format(const ratel_rule_t *rule, char *buf,
+                                size_t buflen);
+
+/*
+ * Writes an English sentence describing `rule`, e.g. "at most 10 requests in
+ * any 1-hour window". Returns the full length, as snprintf does.
+ */
+RATEL_API int ratel_rule_explain(const ratel_rule_t *rule, char *buf,
+                                 size_t buflen);
+
+/* Name of an algorithm: "sliding", "fixed", "approx", "gcra". */
+RATEL_API const char *ratel_algo_name(ratel_algo_t algo);
+
+/* ------------------------------------------------------------- policies */
+
+/* An ordered list of rules applied to one key atomically. Plain data. */
+typedef struct ratel_policy_s {
+    uint32_t nrules;
+    ratel_rule_t rules[RATEL_MAX_RULES];
+} ratel_policy_t;
+
+/*
+ * Fills `policy` from `n` already-parsed rules after checking them (range,
+ * duplicates, count). Errors: RATEL_EINVAL, RATEL_ERULE, RATEL_ETOOMANY, with
+ * a message in errbuf.
+ */
+RATEL_API int ratel_policy_init(ratel_policy_t *policy,
+                                const ratel_rule_t *rules, size_t n,
+                                char *errbuf, size_t errlen);
+
+/* Parses `n` NUL-terminated rule texts into `policy`; errors as above. */
+RATEL_API int ratel_policy_parse(ratel_policy_t *policy,
+                                 const char *const *texts, size_t n,
+                                 char *errbuf, size_t errlen);
+
+/*
+ * Upper bound, in bytes, of the state blob of any key under `policy`. A
+ * buffer this large never makes the state functions return RATEL_ENOBUFS.
+ */
+RATEL_API size_t ratel_policy_state_max(const ratel_policy_t *policy);
+
+/* ------------------------------------------------------------ decisions */
+
+/* Request flags. */
+#define RATEL_PEEK 1u /* decide, charge nothing, leave the state as it is */
+
+typedef struct ratel_request_s {
+    uint64_t cost;       /* permits, >= 1 */
+    int64_t max_wait_ms; /* > 0: gcra reservations (all rules must be gcra) */
+    unsigned flags;      /* RATEL_PEEK */
+} ratel_request_t;
+
+#define RATEL_REQUEST_INIT {1, 0, 0}
+
+typedef struct ratel_decision_s {
+    int allowed;            /* 1 admitted (after wait_ms), 0 denied */
+    int rule;               /* index of the binding rule in the policy */
+    int64_t limit;          /* that rule's limit */
+    int64_t remaining;      /* permits still available now, min over rules */
+    int64_t retry_after_ms; /* 0 when allowed; else retrying then succeeds
+                               if nothing else happens in between */
+    int64_t reset_after_ms; /* until the key is back to full (state empty) */
+    int64_t wait_ms;        /* reservations: sleep this long, then proceed */
+} ratel_decision_t;
+
+/*
+ * Decides one request for one key at `now_us` (microseconds since the Unix
+ * epoch, read once by the caller) and, unless denied or RATEL_PEEK, charges
+ * every rule of `policy` (all-or-nothing).
+ *
+ * `state` holds the key's blob, `*state_len` bytes (0: a key never seen or
+ * reset). It is updated in place; `state_cap` is the buffer's size. On
+ * return `*state_len` is the new length (0 means the key carries no state
+ * and may be deleted). If the update needs more than `state_cap` bytes,
+ * nothing is changed, `*state_len` is set to the size needed and
+ * RATEL_ENOBUFS is returned: grow the buffer and call again.
+ *
+ * A blob written under different rules is converted first (rules kept,
+ * converted or started afresh: docs/state-format.md). Errors: RATEL_EINVAL
+ * (cost 0, time out of range, bad max_wait), RATEL_ECOST, RATEL_ECORRUPT,
+ * RATEL_EVERSION, RATEL_ENOBUFS. On error `decision` is unspecified.
+ */
+RATEL_API int ratel_policy_acquire(const ratel_policy_t *policy,
+                                   uint8_t *state, size_t *state_len,
+                                   size_t state_cap, int64_t now_us,
+                                   const ratel_request_t *request,
+                                   ratel_decision_t *decision);
+
+/*
+ * Gives `cost` permits back to every rule (e.g. the SMS provider failed),
+ * never more than the rule has counted. `decision` reports the key after the
+ * refund as a peek would. State handling and errors as ratel_policy_acquire.
+ */
+RATEL_API int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
+                                  size_t *state_len, size_t state_cap,
+                                  int64_t now_us, uint64_t cost,
+                                  ratel_decision_t *decision);
+
+/* ---------------------------------------------------------------- state */
+
+/* What one rule of a stored key looks like at some instant. */
+typedef struct ratel_rule_status_s {
+    ratel_rule_t rule;
+    int64_t used;           /* permits counted against the rule now */
+    int64_t remaining;      /* permits available now */
+    int64_t reset_after_ms; /* until this rule's state is empty */
+    int64_t window_start_ms; /* fixed, approx: current window; else 0 */
+    int64_t tat_us;          /* gcra: theoretical arrival time; else 0 */
+    uint32_t runs;           /* sliding: (time, count) runs stored */
+    uint32_t granularity_ms; /* sliding: new events rounded up to this */
+} ratel_rule_status_t;
+
+/*
+ * Checks that `state` is a well-formed blob. 0, RATEL_ECORRUPT or
+ * RATEL_EVERSION.
+ */
+RATEL_API int ratel_state_validate(const uint8_t *state, size_t len);
+
+/*
+ * Describes each rule stored in `state` as seen at `now_us`. Writes at most
+ * `max` entries to `out` and the number of rules to `*n`. An empty state
+ * (len 0) has no rules.
+ */
+RATEL_API int ratel_state_inspect(const uint8_t *state, size_t len,
+                                  int64_t now_us, ratel_rule_status_t *out,
+                                  size_t max, size_t *n);
+
+/* --------------------------------------------------------------- stores */
+
+typedef struct ratel_store_s ratel_store_t;
+
+typedef struct ratel_memory_options_s {
+    size_t max_bytes; /* bound on all memory the store holds; 0: 64 MiB */
+    unsigned shards;  /* lock shards, rounded up to a power of two; 0: 64 */
+} ratel_memory_options_t;
+
+typedef struct ratel_store_stats_s {
+    uint64_t keys;        /* keys held now */
+    uint64_t bytes;       /* memory held now, bookkeeping included */
+    uint64_t max_bytes;   /* the configured bound */
+    uint64_t hits;        /* requests that found their key */
+    uint64_t misses;      /* requests that created their key */
+    uint64_t expirations; /* idle keys removed at their reset time */
+    uint64_t evictions;   /* live keys dropped (least recently used) to stay
+                             within max_bytes */
+} ratel_store_stats_t;
+
+/*
+ * Creates the embedded in-process store: thread-safe, sharded, bounded by
+ * `options->max_bytes` (NULL: defaults). Frees with ratel_store_free().
+ * Returns 0, RATEL_EINVAL or RATEL_ENOMEM.
+ */
+RATEL_API int ratel_store_memory_new(ratel_store_t **out,
+                                     const ratel_memory_options_t *options);
+
+/*
+ * ratel_policy_acquire() on the state the store holds for `key` (any bytes,
+ * `keylen` long). A key holds the state of one policy: give each policy its
+ * own keys (e.g. prefix the key with the policy's name).
+ */
+RATEL_API int ratel_store_acquire(ratel_store_t *store, const char *key,
+                                  size_t keylen, const ratel_policy_t *policy,
+                                  int64_t now_us,
+                                  const ratel_request_t *request,
+                                  ratel_decision_t *decision);
+
+/* ratel_policy_refund() on the state held for `key`. */
+RATEL_API int ratel_store_refund(ratel_store_t *store, const char *key,
+                                 size_t keylen, const ratel_policy_t *policy,
+                                 int64_t now_us, uint64_t cost,
+                                 ratel_decision_t *decision);
+
+/* Forgets `key`: its next request starts from full. */
+RATEL_API int ratel_store_reset(ratel_store_t *store, const char *key,
+                                size_t keylen);
+
+/* ratel_state_inspect() on the state held for `key` (n = 0 if none). */
+RATEL_API int ratel_store_inspect(ratel_store_t *store, const char *key,
+                                  size_t keylen, int64_t now_us,
+                                  ratel_rule_status_t *out, size_t max,
+                                  size_t *n);
+
+RATEL_API void ratel_store_stats(ratel_store_t *store,
+                                 ratel_store_stats_t *out);
+
+/* Frees the store and everything it holds. NULL is a no-op. */
+RATEL_API void ratel_store_free(ratel_store_t *store);
+
+/* --------------------------------------------------------------- clocks */
+
+/*
+ * Wall-clock microseconds since the Unix epoch (CLOCK_REALTIME). For
+ * programs; the core never calls it.
+ */
+RATEL_API int64_t ratel_clock_now_us(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATEL_H */

@@ -1,0 +1,129 @@
+/*
+ * gcra.c - token bucket as GCRA (generic cell rate algorithm).
+ *
+ * Rate LIMIT per PERIOD: one permit every T = PERIOD / LIMIT. The record
+ * keeps one instant, the theoretical arrival time TAT: when the bucket will
+ * be full again. A request of cost c at `now` conforms when
+ *
+ *     max(TAT, now) + c*T - now <= tau,     tau = burst * T,
+ *
+ * and then TAT becomes max(TAT, now) + c*T.
+ *
+ * T is rarely a whole number of microseconds (1e9 per ms is 1e-6 us), so the
+ * arithmetic runs in "scaled" units of 1/LIMIT microsecond, where T is
+ * exactly PERIOD_us: scaled(t) = t_us * LIMIT. The record stores TAT as
+ * whole microseconds plus a remainder in [0, LIMIT). Everything is exact
+ * integer arithmetic in 128 bits: no drift, no float rounding, identical
+ * results everywhere.
+ *
+ * Reservations: an over-limit request whose conforming instant lies within
+ * the caller's max wait is admitted at that instant (TAT advances from it),
+ * so later requests queue behind it in arrival order and the rate holds.
+ */
+#include "internal.h"
+
+typedef __int128 i128;
+
+typedef struct gcra_view_s {
+    i128 tat;    /* scaled */
+    i128 now;    /* scaled */
+    i128 t;      /* emission interval, scaled: period in us */
+    i128 tau;    /* bucket depth, scaled */
+    int64_t limit;
+} gcra_view_t;
+
+static void gcra_view(const ratel__record_t *r, int64_t now_us, gcra_view_t *g)
+{
+    g->limit = r->rule.limit;
+    g->tat = (i128)ratel__ld64(r->p + RATEL__GCRA_TAT) * g->limit +
+             ratel__ld32(r->p + RATEL__GCRA_REM);
+    g->now = (i128)now_us * g->limit;
+    g->t = (i128)r->rule.period_ms * 1000;
+    g->tau = g->t * r->rule.burst;
+}
+
+/* Scaled duration to whole microseconds, rounded up. */
+static int64_t to_us_ceil(i128 d, int64_t limit)
+{
+    if (d <= 0)
+        return 0;
+    return (int64_t)(d / limit + (d % limit != 0));
+}
+
+static void store_tat(uint8_t *p, i128 tat, int64_t limit)
+{
+    ratel__st64(p + RATEL__GCRA_TAT, (int64_t)(tat / limit));
+    ratel__st32(p + RATEL__GCRA_REM, (uint32_t)(tat % limit));
+}
+
+static void gcra_status_of(const gcra_view_t *g, ratel__status_t *st)
+{
+    i128 base = g->tat > g->now ? g->tat : g->now;
+    i128 room = g->now + g->tau - base;
+    i128 owed = base - g->now;
+
+    st->remaining = room > 0 ? (int64_t)(room / g->t) : 0;
+    st->used = (int64_t)(owed / g->t + (owed % g->t != 0));
+    st->reset_us = to_us_ceil(g->tat - g->now, g->limit);
+}
+
+void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
+                        ratel__status_t *st)
+{
+    gcra_view_t g;
+    gcra_view(r, now_us, &g);
+    gcra_status_of(&g, st);
+}
+
+void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
+                        uint64_t cost, ratel__verdict_t *v)
+{
+    gcra_view_t g;
+    i128 base, allow_at;
+
+    gcra_view(r, now_us, &g);
+    gcra_status_of(&g, &v->before);
+    base = g.tat > g.now ? g.tat : g.now;
+    allow_at = base + (i128)cost * g.t - g.tau;
+    v->grow = 0;
+    v->allowed = allow_at <= g.now;
+    v->retry_us = v->allowed ? 0 : to_us_ceil(allow_at - g.now, g.limit);
+    v->allow_at_us = now_us + v->retry_us;
+}
+
+void ratel__gcra_commit(ratel__record_t *r, int64_t at_us, uint64_t cost)
+{
+    gcra_view_t g;
+    i128 base;
+
+    gcra_view(r, at_us, &g);
+    base = g.tat > g.now ? g.tat : g.now;
+    store_tat(r->p, base + (i128)cost * g.t, g.limit);
+}
+
+void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
+{
+    gcra_view_t g;
+    i128 tat;
+
+    gcra_view(r, now_us, &g);
+    tat = g.tat - (i128)cost * g.t;
+    store_tat(r->p, tat > g.now ? tat : g.now, g.limit);
+}
+
+void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
+                         const ratel_rule_t *rule, int64_t now_us)
+{
+    gcra_view_t g;
+    i128 owed, used;
+
+    /* Permits owed under the old rule, capped at the new burst. */
+    gcra_view(from, now_us, &g);
+    owed = g.tat - g.now;
+    used = owed > 0 ? owed / g.t + (owed % g.t != 0) : 0;
+    if (used > rule->burst)
+        used = rule->burst;
+    ratel__record_write_empty(to, rule);
+    if (used > 0)
+        store_tat(to, (i128)now_us * rule->limit + used * g.t, rule->limit);
+}

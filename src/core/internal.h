@@ -1,0 +1,214 @@
+/*
+ * internal.h - what the files of the pure core share and nothing else sees.
+ *
+ * The state blob (docs/state-format.md) is the working representation: the
+ * algorithms read and update their records in place, so a decision costs no
+ * decode/encode pass and no allocation. Every multi-byte field is
+ * little-endian and unaligned; the ld/st helpers below are the only way the
+ * core touches them.
+ */
+#ifndef RATEL_CORE_INTERNAL_H
+#define RATEL_CORE_INTERNAL_H
+
+#include "ratel.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ blob layout */
+
+#define RATEL__MAGIC0 0x52 /* 'R' */
+#define RATEL__MAGIC1 0x54 /* 'T' */
+#define RATEL__VERSION 1
+#define RATEL__HEADER_SIZE 4
+
+/* Every record starts with algo(1) flags(1) limit(4) period_ms(4). */
+#define RATEL__RULE_SIZE 10
+#define RATEL__GCRA_RULE_SIZE 14 /* ... burst(4) */
+
+#define RATEL__SLIDING_BASE 10  /* i64 base_ms */
+#define RATEL__SLIDING_NRUNS 18 /* u16 number of runs */
+#define RATEL__SLIDING_RUNS 20  /* runs: u32 offset_ms, u32 count */
+#define RATEL__RUN_SIZE 8
+#define RATEL__FIXED_START 10 /* i64 window start, ms */
+#define RATEL__FIXED_COUNT 18 /* u32 */
+#define RATEL__FIXED_SIZE 22
+#define RATEL__APPROX_START 10 /* i64 current window start, ms */
+#define RATEL__APPROX_CUR 18   /* u32 */
+#define RATEL__APPROX_PREV 22  /* u32 */
+#define RATEL__APPROX_SIZE 26
+#define RATEL__GCRA_TAT 14 /* i64 TAT, whole microseconds */
+#define RATEL__GCRA_REM 22 /* u32 TAT remainder, in 1/limit microseconds */
+#define RATEL__GCRA_SIZE 26
+
+#define RATEL__SLIDING_MAX_SIZE                                                \
+    (RATEL__SLIDING_RUNS + RATEL__RUN_SIZE * RATEL_SLIDING_CAP)
+#define RATEL__STATE_MAX                                                       \
+    (RATEL__HEADER_SIZE + RATEL_MAX_RULES * RATEL__SLIDING_MAX_SIZE)
+
+/*
+ * Stored instants may lie a little past RATEL_TIME_MAX_US: sliding runs are
+ * rounded up to their granularity, a gcra TAT runs ahead of now by at most
+ * the bucket depth (RATEL__DEPTH_MAX_MS) plus a reservation.
+ */
+#define RATEL__STORED_MS_MAX ((int64_t)1 << 44)
+#define RATEL__STORED_US_MAX ((int64_t)1 << 54)
+/* Longest gcra bucket depth (burst x period / limit) and reservation. */
+#define RATEL__DEPTH_MAX_MS ((int64_t)3650 * 86400000)
+#define RATEL__MAX_WAIT_MS ((int64_t)RATEL_PERIOD_MAX_MS)
+
+/* Fixed-point scale of the approx algorithm's window weight. */
+#define RATEL__APPROX_SCALE 65536
+/* Times in ms must stay below this (RATEL_TIME_MAX_US in ms). */
+#define RATEL__TIME_MAX_MS (RATEL_TIME_MAX_US / 1000)
+
+static inline uint16_t ratel__ld16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t ratel__ld32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static inline int64_t ratel__ld64(const uint8_t *p)
+{
+    return (int64_t)((uint64_t)ratel__ld32(p) |
+                     ((uint64_t)ratel__ld32(p + 4) << 32));
+}
+
+static inline void ratel__st16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void ratel__st32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void ratel__st64(uint8_t *p, int64_t v)
+{
+    ratel__st32(p, (uint32_t)(uint64_t)v);
+    ratel__st32(p + 4, (uint32_t)((uint64_t)v >> 32));
+}
+
+/* Ceiling division for non-negative numerators and positive divisors. */
+static inline int64_t ratel__ceil_div(int64_t a, int64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* ----------------------------------------------------------- rule helpers */
+
+/* Two rules are the same rule: same algorithm, limit, period and burst. */
+static inline int ratel__rule_equal(const ratel_rule_t *a,
+                                    const ratel_rule_t *b)
+{
+    return a->algo == b->algo && a->limit == b->limit &&
+           a->period_ms == b->period_ms && a->burst == b->burst;
+}
+
+/* Most permits one request may cost under `rule` (limit, or gcra burst). */
+static inline uint64_t ratel__rule_capacity(const ratel_rule_t *rule)
+{
+    return rule->algo == RATEL_ALGO_GCRA ? rule->burst : rule->limit;
+}
+
+/* Checks ranges of a rule; 0 or RATEL_ERULE with a message in errbuf. */
+int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen);
+
+/* --------------------------------------------------------------- records */
+
+/* One rule's record inside a blob, located by ratel__state_parse. */
+typedef struct ratel__record_s {
+    uint8_t *p;       /* first byte of the record */
+    size_t size;      /* bytes */
+    ratel_rule_t rule;
+} ratel__record_t;
+
+/*
+ * Validates `len` bytes at `state` (len > 0) and fills `rec` with its
+ * records (at most RATEL_MAX_RULES), `*n` with their number.
+ * Returns 0, RATEL_ECORRUPT or RATEL_EVERSION.
+ */
+int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,
+                       uint32_t *n);
+
+/* Size of an empty record for `rule`, and writing one at p. */
+size_t ratel__record_empty_size(const ratel_rule_t *rule);
+void ratel__record_write_empty(uint8_t *p, const ratel_rule_t *rule);
+
+/* Writes the blob header for `nrules` rules at p. */
+void ratel__header_write(uint8_t *p, uint32_t nrules);
+
+/* What a rule looks like at an instant. Times are microseconds. */
+typedef struct ratel__status_s {
+    int64_t used;      /* permits counted now */
+    int64_t remaining; /* permits available now, >= 0 */
+    int64_t reset_us;  /* until the record carries no state, >= 0 */
+} ratel__status_t;
+
+/*
+ * A rule's answer to one request, before anything is written. The
+ * algorithm-specific fields carry the plan the commit then follows, so
+ * deciding and committing cannot disagree.
+ */
+typedef struct ratel__verdict_s {
+    int allowed;            /* admitted at now */
+    int64_t retry_us;       /* denied: until it would be admitted */
+    int64_t allow_at_us;    /* gcra: earliest conforming instant (ceil) */
+    size_t grow;            /* bytes the commit adds to the record */
+    ratel__status_t before; /* status at now, nothing charged */
+    /* sliding plan */
+    uint32_t drop;      /* expired runs at the head */
+    uint32_t shift;     /* granularity exponent for the new event */
+    int64_t total;      /* permits counted in the window (unexpired) */
+    /* fixed / approx plan */
+    int64_t window_ms;  /* current window start */
+    int64_t cur, prev;  /* counts after moving to that window */
+} ratel__verdict_t;
+
+/* Per algorithm: status, decide, commit, refund; dispatch in policy.c. */
+void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
+                           ratel__status_t *st);
+void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
+                           uint64_t cost, ratel__verdict_t *v);
+size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
+                             uint64_t cost, const ratel__verdict_t *v);
+size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us,
+                             uint64_t cost);
+
+void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
+                         ratel__status_t *st);
+void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
+                         uint64_t cost, ratel__verdict_t *v);
+void ratel__fixed_commit(ratel__record_t *r, uint64_t cost,
+                         const ratel__verdict_t *v);
+void ratel__fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+
+void ratel__approx_status(const ratel__record_t *r, int64_t now_us,
+                          ratel__status_t *st);
+void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
+                          uint64_t cost, ratel__verdict_t *v);
+void ratel__approx_commit(ratel__record_t *r, uint64_t cost,
+                          const ratel__verdict_t *v);
+void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+
+void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
+                        ratel__status_t *st);
+void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
+                        uint64_t cost, ratel__verdict_t *v);
+void ratel__gcra_commit(ratel__record_t *r, int64_t at_us, uint64_t cost);
+void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+/* Converts a gcra record to `rule` (same period) keeping the permits owed. */
+void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
+                         const ratel_rule_t *rule, int64_t now_us);
+
+#endif /* RATEL_CORE_INTERNAL_H */

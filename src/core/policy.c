@@ -1,0 +1,502 @@
+/*
+ * policy.c - rules applied to one key together: all-or-nothing.
+ *
+ * A request is first decided by every rule without writing anything
+ * (ratel__verdict_t); only if all admit it is each rule charged. A rejected
+ * request therefore charges no rule. The decision reports the binding rule:
+ * the one that denies longest, or, when admitted, the one with the fewest
+ * permits left. Because each rule on its own admits a request from some
+ * instant onwards (its "allowed" is monotone in time when nothing else
+ * happens), the request fits all rules exactly at the latest of their retry
+ * instants: retry_after is exact for the policy too.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
+                      size_t n, char *errbuf, size_t errlen)
+{
+    if (!policy || (n > 0 && !rules)) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "policy: no rules given");
+        return RATEL_EINVAL;
+    }
+    if (n == 0) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "policy: needs at least one rule");
+        return RATEL_EINVAL;
+    }
+    if (n > RATEL_MAX_RULES) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen,
+                     "policy: %zu rules given, at most %d are allowed", n,
+                     RATEL_MAX_RULES);
+        return RATEL_ETOOMANY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int err = ratel__rule_check(&rules[i], errbuf, errlen);
+        if (err)
+            return err;
+        for (size_t j = 0; j < i; j++) {
+            if (ratel__rule_equal(&rules[i], &rules[j])) {
+                char text[64];
+                ratel_rule_format(&rules[i], text, sizeof text);
+                if (errbuf && errlen)
+                    snprintf(errbuf, errlen,
+                             "policy: rule %zu (\"%s\") repeats rule %zu", i + 1,
+                             text, j + 1);
+                return RATEL_EINVAL;
+            }
+        }
+    }
+    memset(policy, 0, sizeof *policy);
+    policy->nrules = (uint32_t)n;
+    memcpy(policy->rules, rules, n * sizeof *rules);
+    return 0;
+}
+
+int ratel_policy_parse(ratel_policy_t *policy, const char *const *texts,
+                       size_t n, char *errbuf, size_t errlen)
+{
+    ratel_rule_t rules[RATEL_MAX_RULES];
+
+    if (n > RATEL_MAX_RULES || !texts)
+        return ratel_policy_init(policy, NULL, n, errbuf, errlen);
+    for (size_t i = 0; i < n; i++) {
+        int err = texts[i] ? ratel_rule_parse(texts[i], strlen(texts[i]),
+                                              &rules[i], errbuf, errlen)
+                           : ratel_rule_parse("", 0, &rules[i], errbuf, errlen);
+        if (err)
+            return err;
+    }
+    return ratel_policy_init(policy, rules, n, errbuf, errlen);
+}
+
+static size_t record_max_size(const ratel_rule_t *rule)
+{
+    return rule->algo == RATEL_ALGO_SLIDING ? RATEL__SLIDING_MAX_SIZE
+                                            : ratel__record_empty_size(rule);
+}
+
+size_t ratel_policy_state_max(const ratel_policy_t *policy)
+{
+    size_t size = RATEL__HEADER_SIZE;
+    for (uint32_t i = 0; policy && i < policy->nrules; i++)
+        size += record_max_size(&policy->rules[i]);
+    return size;
+}
+
+/* ------------------------------------------------------------ conversion */
+
+static int rules_match(const ratel_policy_t *policy,
+                       const ratel__record_t *rec, uint32_t n)
+{
+    if (n != policy->nrules)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!ratel__rule_equal(&rec[i].rule, &policy->rules[i]))
+            return 0;
+    return 1;
+}
+
+/*
+ * Writes into `out` the blob for `policy` built from the old records (none
+ * for a fresh key), following the documented rule: an identical rule keeps
+ * its state; a rule with the same algorithm and period but another limit or
+ * burst keeps its counts (gcra: the permits owed, capped at the new burst);
+ * any other rule starts empty. Returns the blob's length.
+ */
+static size_t convert(const ratel_policy_t *policy, const ratel__record_t *old,
+                      uint32_t nold, int64_t now_us, uint8_t *out)
+{
+    size_t off = RATEL__HEADER_SIZE;
+    unsigned used = 0; /* bit j: old record j already taken */
+
+    ratel__header_write(out, policy->nrules);
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        const ratel_rule_t *rule = &policy->rules[i];
+        int from = -1;
+        for (uint32_t j = 0; j < nold && from < 0; j++)
+            if (!(used & (1u << j)) && ratel__rule_equal(&old[j].rule, rule))
+                from = (int)j;
+        for (uint32_t j = 0; j < nold && from < 0; j++)
+            if (!(used & (1u << j)) && old[j].rule.algo == rule->algo &&
+                old[j].rule.period_ms == rule->period_ms)
+                from = (int)j;
+        if (from < 0) {
+            ratel__record_write_empty(out + off, rule);
+            off += ratel__record_empty_size(rule);
+            continue;
+        }
+        used |= 1u << from;
+        if (rule->algo == RATEL_ALGO_GCRA) {
+            ratel__gcra_convert(&old[from], out + off, rule, now_us);
+        } else {
+            /* Counts are facts about past requests: they stay true. */
+            memcpy(out + off, old[from].p, old[from].size);
+            ratel__st32(out + off + 2, rule->limit);
+        }
+        off += ratel__record_empty_size(rule) +
+               (rule->algo == RATEL_ALGO_SLIDING
+                    ? old[from].size - RATEL__SLIDING_RUNS
+                    : 0);
+    }
+    return off;
+}
+
+/* Size of the record at p, which holds `rule`. */
+static size_t record_size(const uint8_t *p, const ratel_rule_t *rule)
+{
+    if (rule->algo == RATEL_ALGO_SLIDING)
+        return RATEL__SLIDING_RUNS +
+               (size_t)ratel__ld16(p + RATEL__SLIDING_NRUNS) * RATEL__RUN_SIZE;
+    return ratel__record_empty_size(rule);
+}
+
+/* Locates the records of a blob this file wrote itself (already valid). */
+static void locate(uint8_t *blob, const ratel_policy_t *policy,
+                   ratel__record_t *rec)
+{
+    uint8_t *p = blob + RATEL__HEADER_SIZE;
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        rec[i].p = p;
+        rec[i].rule = policy->rules[i];
+        rec[i].size = record_size(p, &policy->rules[i]);
+        p += rec[i].size;
+    }
+}
+
+/* ------------------------------------------------------------- deciding */
+
+/* Every rule's verdict on one request, and what the policy makes of them. */
+typedef struct plan_s {
+    ratel__verdict_t v[RATEL_MAX_RULES];
+    int allowed;     /* the policy admits the request */
+    int64_t at_us;   /* the instant it is admitted at (now, or later) */
+    int64_t wait_us; /* at_us - now */
+    size_t grow;     /* bytes the commit may add to the blob */
+} plan_t;
+
+static void decide_rule(const ratel__record_t *r, int64_t now_us,
+                        uint64_t cost, ratel__verdict_t *v)
+{
+    switch (r->rule.algo) {
+    case RATEL_ALGO_SLIDING:
+        ratel__sliding_decide(r, now_us, cost, v);
+        break;
+    case RATEL_ALGO_FIXED:
+        ratel__fixed_decide(r, now_us, cost, v);
+        break;
+    case RATEL_ALGO_APPROX:
+        ratel__approx_decide(r, now_us, cost, v);
+        break;
+    case RATEL_ALGO_GCRA:
+        ratel__gcra_decide(r, now_us, cost, v);
+        break;
+    }
+}
+
+static void status_rule(const ratel__record_t *r, int64_t now_us,
+                        ratel__status_t *st)
+{
+    switch (r->rule.algo) {
+    case RATEL_ALGO_SLIDING:
+        ratel__sliding_status(r, now_us, st);
+        break;
+    case RATEL_ALGO_FIXED:
+        ratel__fixed_status(r, now_us, st);
+        break;
+    case RATEL_ALGO_APPROX:
+        ratel__approx_status(r, now_us, st);
+        break;
+    case RATEL_ALGO_GCRA:
+        ratel__gcra_status(r, now_us, st);
+        break;
+    }
+}
+
+static void decide_all(const ratel__record_t *rec, uint32_t n, int64_t now_us,
+                       const ratel_request_t *req, plan_t *plan)
+{
+    int all = 1;
+    int64_t at = now_us;
+
+    plan->grow = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        decide_rule(&rec[i], now_us, req->cost, &plan->v[i]);
+        all &= plan->v[i].allowed;
+        plan->grow += plan->v[i].grow;
+        if (rec[i].rule.algo == RATEL_ALGO_GCRA && plan->v[i].allow_at_us > at)
+            at = plan->v[i].allow_at_us;
+    }
+    plan->allowed = all;
+    plan->at_us = now_us;
+    plan->wait_us = 0;
+    /* Reservations: every rule is gcra here (checked up front). */
+    if (!all && req->max_wait_ms > 0 && at - now_us <= req->max_wait_ms * 1000) {
+        plan->allowed = 1;
+        plan->at_us = at;
+        plan->wait_us = at - now_us;
+    }
+}
+
+/* Fills the public decision from the plan and each rule's status. */
+static void report(const ratel_policy_t *policy, const ratel__status_t *st,
+                   const plan_t *plan, ratel_decision_t *d)
+{
+    int rule = 0;
+    int64_t retry = 0, remaining = INT64_MAX, reset = 0;
+
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        if (!plan->allowed && plan->v[i].retry_us > retry) {
+            retry = plan->v[i].retry_us;
+            rule = (int)i;
+        }
+        if (st[i].remaining < remaining) {
+            remaining = st[i].remaining;
+            if (plan->allowed)
+                rule = (int)i;
+        }
+        if (st[i].reset_us > reset)
+            reset = st[i].reset_us;
+    }
+    d->allowed = plan->allowed;
+    d->rule = rule;
+    d->limit = policy->rules[rule].limit;
+    d->remaining = remaining;
+    d->retry_after_ms = plan->allowed ? 0 : ratel__ceil_div(retry, 1000);
+    d->reset_after_ms = ratel__ceil_div(reset, 1000);
+    d->wait_ms = ratel__ceil_div(plan->wait_us, 1000);
+}
+
+/*
+ * Charges every rule in place in `buf` (*len bytes, room for *len +
+ * plan->grow). Records that change size move the ones after them.
+ */
+static void commit_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
+                       size_t *len, int64_t now_us, uint64_t cost,
+                       const plan_t *plan)
+{
+    size_t end = *len;
+    ptrdiff_t moved = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        const ratel__verdict_t *v = &plan->v[i];
+        ratel__record_t *r = &rec[i];
+        size_t old = r->size, now_size;
+        uint8_t *tail;
+        size_t tail_len;
+
+        r->p += moved;
+        tail = r->p + old;
+        tail_len = (size_t)(buf + end - tail);
+        if (v->grow)
+            memmove(tail + v->grow, tail, tail_len);
+        switch (r->rule.algo) {
+        case RATEL_ALGO_SLIDING:
+            now_size = ratel__sliding_commit(r, now_us, cost, v);
+            break;
+        case RATEL_ALGO_FIXED:
+            ratel__fixed_commit(r, cost, v);
+            now_size = old;
+            break;
+        case RATEL_ALGO_APPROX:
+            ratel__approx_commit(r, cost, v);
+            now_size = old;
+            break;
+        default:
+            ratel__gcra_commit(r, plan->at_us, cost);
+            now_size = old;
+            break;
+        }
+        if (now_size != old + v->grow)
+            memmove(r->p + now_size, tail + v->grow, tail_len);
+        end = end - old + now_size;
+        moved += (ptrdiff_t)now_size - (ptrdiff_t)old;
+    }
+    *len = end;
+}
+
+/* Checks what every entry point checks. */
+static int check_call(const ratel_policy_t *policy, const uint8_t *state,
+                      const size_t *state_len, int64_t now_us, uint64_t cost)
+{
+    if (!policy || policy->nrules < 1 || policy->nrules > RATEL_MAX_RULES ||
+        !state_len || (!state && *state_len > 0) || cost < 1 || now_us < 0 ||
+        now_us >= RATEL_TIME_MAX_US)
+        return RATEL_EINVAL;
+    return 0;
+}
+
+/*
+ * The rest of an acquire once the records of `buf` match the policy: decide,
+ * and unless denied or peeking, charge. `fresh` holds the blob to start from
+ * when it is not `buf` itself (a new or converted key): it is copied into
+ * `buf` only if something is charged.
+ */
+static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
+                          const uint8_t *fresh, size_t fresh_len, uint8_t *buf,
+                          size_t *len, size_t cap, int64_t now_us,
+                          const ratel_request_t *req, ratel_decision_t *d)
+{
+    plan_t plan;
+    ratel__status_t st[RATEL_MAX_RULES];
+    uint32_t n = policy->nrules;
+    size_t cur_len = fresh ? fresh_len : *len;
+
+    decide_all(rec, n, now_us, req, &plan);
+    if (!plan.allowed || (req->flags & RATEL_PEEK)) {
+        for (uint32_t i = 0; i < n; i++)
+            st[i] = plan.v[i].before;
+        report(policy, st, &plan, d);
+        return 0;
+    }
+    if (cur_len + plan.grow > cap) {
+        *len = cur_len + plan.grow;
+        return RATEL_ENOBUFS;
+    }
+    if (fresh) {
+        memcpy(buf, fresh, fresh_len);
+        locate(buf, policy, rec);
+    }
+    commit_all(rec, n, buf, &cur_len, now_us, req->cost, &plan);
+    *len = cur_len;
+    for (uint32_t i = 0; i < n; i++)
+        status_rule(&rec[i], now_us, &st[i]);
+    report(policy, st, &plan, d);
+    return 0;
+}
+
+/* The slow path: a new key, or one written under other rules. */
+static __attribute__((noinline)) int
+acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
+                  uint32_t nold, uint8_t *state, size_t *state_len,
+                  size_t state_cap, int64_t now_us, const ratel_request_t *req,
+                  ratel_decision_t *d)
+{
+    uint8_t scratch[RATEL__STATE_MAX];
+    ratel__record_t rec[RATEL_MAX_RULES];
+    size_t len = convert(policy, old, nold, now_us, scratch);
+
+    locate(scratch, policy, rec);
+    return finish_acquire(policy, rec, scratch, len, state, state_len,
+                          state_cap, now_us, req, d);
+}
+
+int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
+                         size_t *state_len, size_t state_cap, int64_t now_us,
+                         const ratel_request_t *req, ratel_decision_t *d)
+{
+    ratel__record_t rec[RATEL_MAX_RULES];
+    uint32_t n = 0;
+    int err;
+
+    if (!req || !d || (err = check_call(policy, state, state_len, now_us,
+                                        req->cost)) != 0)
+        return RATEL_EINVAL;
+    if (req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
+        return RATEL_EINVAL;
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        if (req->cost > ratel__rule_capacity(&policy->rules[i]))
+            return RATEL_ECOST;
+        if (req->max_wait_ms > 0 && policy->rules[i].algo != RATEL_ALGO_GCRA)
+            return RATEL_EINVAL;
+    }
+    if (*state_len > 0) {
+        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
+            return err;
+        if (rules_match(policy, rec, n))
+            return finish_acquire(policy, rec, NULL, 0, state, state_len,
+                                  state_cap, now_us, req, d);
+    }
+    return acquire_converted(policy, rec, n, state, state_len, state_cap,
+                             now_us, req, d);
+}
+
+/* ------------------------------------------------------------- refunding */
+
+/* Refunds every rule of `buf` in place; returns the blob's new length. */
+static size_t refund_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
+                         size_t len, int64_t now_us, uint64_t cost)
+{
+    size_t end = len;
+    ptrdiff_t moved = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        ratel__record_t *r = &rec[i];
+        size_t old = r->size, now_size = old;
+        uint8_t *tail;
+
+        r->p += moved;
+        tail = r->p + old;
+        switch (r->rule.algo) {
+        case RATEL_ALGO_SLIDING:
+            now_size = ratel__sliding_refund(r, now_us, cost);
+            break;
+        case RATEL_ALGO_FIXED:
+            ratel__fixed_refund(r, now_us, cost);
+            break;
+        case RATEL_ALGO_APPROX:
+            ratel__approx_refund(r, now_us, cost);
+            break;
+        case RATEL_ALGO_GCRA:
+            ratel__gcra_refund(r, now_us, cost);
+            break;
+        }
+        if (now_size != old)
+            memmove(r->p + now_size, tail, (size_t)(buf + end - tail));
+        end = end - old + now_size;
+        moved += (ptrdiff_t)now_size - (ptrdiff_t)old;
+    }
+    return end;
+}
+
+int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
+                        size_t *state_len, size_t state_cap, int64_t now_us,
+                        uint64_t cost, ratel_decision_t *d)
+{
+    uint8_t scratch[RATEL__STATE_MAX];
+    ratel__record_t rec[RATEL_MAX_RULES];
+    ratel__status_t st[RATEL_MAX_RULES] = {{0, 0, 0}};
+    ratel_request_t peek = {1, 0, RATEL_PEEK};
+    const uint8_t *fresh = NULL;
+    plan_t plan;
+    uint32_t n = 0, empty = 1;
+    size_t len;
+    int err;
+
+    if (!d || (err = check_call(policy, state, state_len, now_us, cost)) != 0)
+        return RATEL_EINVAL;
+    /* Giving back more than any limit is giving back everything. */
+    if (cost > RATEL_LIMIT_MAX)
+        cost = RATEL_LIMIT_MAX;
+    if (*state_len > 0) {
+        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
+            return err;
+    }
+    if (*state_len > 0 && rules_match(policy, rec, n)) {
+        len = refund_all(rec, n, state, *state_len, now_us, cost);
+    } else {
+        /* A new or converted key: refund in scratch, copy if not empty. */
+        len = convert(policy, rec, n, now_us, scratch);
+        locate(scratch, policy, rec);
+        len = refund_all(rec, policy->nrules, scratch, len, now_us, cost);
+        fresh = scratch;
+    }
+    decide_all(rec, policy->nrules, now_us, &peek, &plan);
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        st[i] = plan.v[i].before;
+        empty &= st[i].reset_us == 0;
+    }
+    if (fresh && !empty) {
+        if (len > state_cap) {
+            *state_len = len;
+            return RATEL_ENOBUFS;
+        }
+        memcpy(state, fresh, len);
+    }
+    report(policy, st, &plan, d);
+    *state_len = empty ? 0 : len;
+    return 0;
+}
