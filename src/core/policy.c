@@ -17,22 +17,17 @@
 int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
                       size_t n, char *errbuf, size_t errlen)
 {
-    if (!policy || (n > 0 && !rules)) {
-        if (errbuf && errlen)
-            snprintf(errbuf, errlen, "policy: no rules given");
-        return RATEL_EINVAL;
-    }
-    if (n == 0) {
-        if (errbuf && errlen)
-            snprintf(errbuf, errlen, "policy: needs at least one rule");
-        return RATEL_EINVAL;
-    }
     if (n > RATEL_MAX_RULES) {
         if (errbuf && errlen)
             snprintf(errbuf, errlen,
                      "policy: %zu rules given, at most %d are allowed", n,
                      RATEL_MAX_RULES);
         return RATEL_ETOOMANY;
+    }
+    if (!policy || n == 0 || !rules) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "policy: needs at least one rule");
+        return RATEL_EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
         int err = ratel__rule_check(&rules[i], errbuf, errlen);
