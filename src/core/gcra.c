@@ -42,28 +42,44 @@ static void gcra_view(const ratel__record_t *r, int64_t now_us, gcra_view_t *g)
     g->tau = g->t * r->rule.burst;
 }
 
+/*
+ * a / b for a >= 0, b > 0. Durations relative to now nearly always fit in
+ * 64 bits, where a division costs a fraction of a 128-bit one.
+ */
+static inline i128 div_pos(i128 a, i128 b)
+{
+    if (a <= INT64_MAX && b <= INT64_MAX)
+        return (int64_t)a / (int64_t)b;
+    return a / b;
+}
+
+static inline i128 div_pos_ceil(i128 a, i128 b)
+{
+    i128 q = div_pos(a, b);
+    return q + (q * b != a);
+}
+
 /* Scaled duration to whole microseconds, rounded up. */
 static int64_t to_us_ceil(i128 d, int64_t limit)
 {
-    if (d <= 0)
-        return 0;
-    return (int64_t)(d / limit + (d % limit != 0));
+    return d <= 0 ? 0 : (int64_t)div_pos_ceil(d, limit);
 }
 
-static void store_tat(uint8_t *p, i128 tat, int64_t limit)
+/* Stores TAT >= now as now + whole us, and the remainder (now is whole). */
+static void store_tat(uint8_t *p, const gcra_view_t *g, int64_t now_us)
 {
-    ratel__st64(p + RATEL__GCRA_TAT, (int64_t)(tat / limit));
-    ratel__st32(p + RATEL__GCRA_REM, (uint32_t)(tat % limit));
+    i128 ahead = g->tat - g->now, q = div_pos(ahead, g->limit);
+    ratel__st64(p + RATEL__GCRA_TAT, now_us + (int64_t)q);
+    ratel__st32(p + RATEL__GCRA_REM, (uint32_t)(ahead - q * g->limit));
 }
 
 static void gcra_status_of(const gcra_view_t *g, ratel__status_t *st)
 {
     i128 base = g->tat > g->now ? g->tat : g->now;
     i128 room = g->now + g->tau - base;
-    i128 owed = base - g->now;
 
-    st->remaining = room > 0 ? (int64_t)(room / g->t) : 0;
-    st->used = (int64_t)(owed / g->t + (owed % g->t != 0));
+    st->remaining = room > 0 ? (int64_t)div_pos(room, g->t) : 0;
+    st->used = (int64_t)div_pos_ceil(base - g->now, g->t);
     st->reset_us = to_us_ceil(g->tat - g->now, g->limit);
 }
 
@@ -82,7 +98,6 @@ void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
     i128 base, allow_at;
 
     gcra_view(r, now_us, &g);
-    gcra_status_of(&g, &v->before);
     base = g.tat > g.now ? g.tat : g.now;
     allow_at = base + (i128)cost * g.t - g.tau;
     v->grow = 0;
@@ -91,14 +106,17 @@ void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
     v->allow_at_us = now_us + v->retry_us;
 }
 
-void ratel__gcra_commit(ratel__record_t *r, int64_t at_us, uint64_t cost)
+void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                        uint64_t cost, ratel__status_t *after)
 {
     gcra_view_t g;
-    i128 base;
+    i128 at;
 
-    gcra_view(r, at_us, &g);
-    base = g.tat > g.now ? g.tat : g.now;
-    store_tat(r->p, base + (i128)cost * g.t, g.limit);
+    gcra_view(r, now_us, &g);
+    at = (i128)at_us * g.limit;
+    g.tat = (g.tat > at ? g.tat : at) + (i128)cost * g.t;
+    store_tat(r->p, &g, now_us);
+    gcra_status_of(&g, after);
 }
 
 void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
@@ -108,7 +126,8 @@ void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 
     gcra_view(r, now_us, &g);
     tat = g.tat - (i128)cost * g.t;
-    store_tat(r->p, tat > g.now ? tat : g.now, g.limit);
+    g.tat = tat > g.now ? tat : g.now;
+    store_tat(r->p, &g, now_us);
 }
 
 void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
@@ -120,10 +139,14 @@ void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
     /* Permits owed under the old rule, capped at the new burst. */
     gcra_view(from, now_us, &g);
     owed = g.tat - g.now;
-    used = owed > 0 ? owed / g.t + (owed % g.t != 0) : 0;
+    used = owed > 0 ? div_pos_ceil(owed, g.t) : 0;
     if (used > rule->burst)
         used = rule->burst;
     ratel__record_write_empty(to, rule);
-    if (used > 0)
-        store_tat(to, (i128)now_us * rule->limit + used * g.t, rule->limit);
+    if (used > 0) {
+        g.limit = rule->limit;
+        g.now = (i128)now_us * rule->limit;
+        g.tat = g.now + used * g.t;
+        store_tat(to, &g, now_us);
+    }
 }

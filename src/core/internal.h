@@ -131,6 +131,7 @@ typedef struct ratel__record_s {
     uint8_t *p;       /* first byte of the record */
     size_t size;      /* bytes */
     ratel_rule_t rule;
+    int64_t sum;      /* sliding: permits in all runs, expired or not */
 } ratel__record_t;
 
 /*
@@ -140,6 +141,9 @@ typedef struct ratel__record_s {
  */
 int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,
                        uint32_t *n);
+
+/* Sum of the counts of a sliding record's runs. */
+int64_t ratel__sliding_sum(const uint8_t *p);
 
 /* Size of an empty record for `rule`, and writing one at p. */
 size_t ratel__record_empty_size(const ratel_rule_t *rule);
@@ -165,7 +169,6 @@ typedef struct ratel__verdict_s {
     int64_t retry_us;       /* denied: until it would be admitted */
     int64_t allow_at_us;    /* gcra: earliest conforming instant (ceil) */
     size_t grow;            /* bytes the commit adds to the record */
-    ratel__status_t before; /* status at now, nothing charged */
     /* sliding plan */
     uint32_t drop;      /* expired runs at the head */
     uint32_t shift;     /* granularity exponent for the new event */
@@ -173,15 +176,20 @@ typedef struct ratel__verdict_s {
     /* fixed / approx plan */
     int64_t window_ms;  /* current window start */
     int64_t cur, prev;  /* counts after moving to that window */
+    int64_t weight;     /* approx: weight of prev, in 1/65536 */
 } ratel__verdict_t;
 
-/* Per algorithm: status, decide, commit, refund; dispatch in policy.c. */
+/*
+ * Per algorithm: status, decide, commit, refund; dispatch in policy.c. A
+ * commit follows its verdict's plan and reports the status after it.
+ */
 void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
                            ratel__status_t *st);
 void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
                            uint64_t cost, ratel__verdict_t *v);
 size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
-                             uint64_t cost, const ratel__verdict_t *v);
+                             uint64_t cost, const ratel__verdict_t *v,
+                             ratel__status_t *after);
 size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us,
                              uint64_t cost);
 
@@ -189,23 +197,24 @@ void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
                          ratel__status_t *st);
 void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
                          uint64_t cost, ratel__verdict_t *v);
-void ratel__fixed_commit(ratel__record_t *r, uint64_t cost,
-                         const ratel__verdict_t *v);
+void ratel__fixed_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                         const ratel__verdict_t *v, ratel__status_t *after);
 void ratel__fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
 
 void ratel__approx_status(const ratel__record_t *r, int64_t now_us,
                           ratel__status_t *st);
 void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
                           uint64_t cost, ratel__verdict_t *v);
-void ratel__approx_commit(ratel__record_t *r, uint64_t cost,
-                          const ratel__verdict_t *v);
+void ratel__approx_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                          const ratel__verdict_t *v, ratel__status_t *after);
 void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
 
 void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
                         ratel__status_t *st);
 void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
                         uint64_t cost, ratel__verdict_t *v);
-void ratel__gcra_commit(ratel__record_t *r, int64_t at_us, uint64_t cost);
+void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                        uint64_t cost, ratel__status_t *after);
 void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
 /* Converts a gcra record to `rule` (same period) keeping the permits owed. */
 void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,

@@ -158,6 +158,9 @@ static void locate(uint8_t *blob, const ratel_policy_t *policy,
         rec[i].p = p;
         rec[i].rule = policy->rules[i];
         rec[i].size = record_size(p, &policy->rules[i]);
+        rec[i].sum = policy->rules[i].algo == RATEL_ALGO_SLIDING
+                         ? ratel__sliding_sum(p)
+                         : 0;
         p += rec[i].size;
     }
 }
@@ -271,7 +274,7 @@ static void report(const ratel_policy_t *policy, const ratel__status_t *st,
  */
 static void commit_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
                        size_t *len, int64_t now_us, uint64_t cost,
-                       const plan_t *plan)
+                       const plan_t *plan, ratel__status_t *after)
 {
     size_t end = *len;
     ptrdiff_t moved = 0;
@@ -290,18 +293,18 @@ static void commit_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
             memmove(tail + v->grow, tail, tail_len);
         switch (r->rule.algo) {
         case RATEL_ALGO_SLIDING:
-            now_size = ratel__sliding_commit(r, now_us, cost, v);
+            now_size = ratel__sliding_commit(r, now_us, cost, v, &after[i]);
             break;
         case RATEL_ALGO_FIXED:
-            ratel__fixed_commit(r, cost, v);
+            ratel__fixed_commit(r, now_us, cost, v, &after[i]);
             now_size = old;
             break;
         case RATEL_ALGO_APPROX:
-            ratel__approx_commit(r, cost, v);
+            ratel__approx_commit(r, now_us, cost, v, &after[i]);
             now_size = old;
             break;
         default:
-            ratel__gcra_commit(r, plan->at_us, cost);
+            ratel__gcra_commit(r, now_us, plan->at_us, cost, &after[i]);
             now_size = old;
             break;
         }
@@ -342,8 +345,9 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
 
     decide_all(rec, n, now_us, req, &plan);
     if (!plan.allowed || (req->flags & RATEL_PEEK)) {
+        /* Nothing charged: report the key as it is. */
         for (uint32_t i = 0; i < n; i++)
-            st[i] = plan.v[i].before;
+            status_rule(&rec[i], now_us, &st[i]);
         report(policy, st, &plan, d);
         return 0;
     }
@@ -355,10 +359,8 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
         memcpy(buf, fresh, fresh_len);
         locate(buf, policy, rec);
     }
-    commit_all(rec, n, buf, &cur_len, now_us, req->cost, &plan);
+    commit_all(rec, n, buf, &cur_len, now_us, req->cost, &plan, st);
     *len = cur_len;
-    for (uint32_t i = 0; i < n; i++)
-        status_rule(&rec[i], now_us, &st[i]);
     report(policy, st, &plan, d);
     return 0;
 }
@@ -481,7 +483,7 @@ int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
     }
     decide_all(rec, policy->nrules, now_us, &peek, &plan);
     for (uint32_t i = 0; i < policy->nrules; i++) {
-        st[i] = plan.v[i].before;
+        status_rule(&rec[i], now_us, &st[i]);
         empty &= st[i].reset_us == 0;
     }
     if (fresh && !empty) {

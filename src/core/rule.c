@@ -119,8 +119,10 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
         if (rule->burst < 1 || rule->burst > RATEL_LIMIT_MAX)
             return rule_error(errbuf, errlen, text, len,
                               "burst must be from 1 to %u", RATEL_LIMIT_MAX);
-        if ((uint64_t)rule->burst * rule->period_ms / rule->limit >
-            (uint64_t)RATEL__DEPTH_MAX_MS)
+        /* burst * period / limit > depth, without a division: this check
+           runs on every decision. */
+        if ((unsigned __int128)rule->burst * rule->period_ms >
+            (unsigned __int128)RATEL__DEPTH_MAX_MS * rule->limit)
             return rule_error(errbuf, errlen, text, len,
                               "burst x period / limit must be at most 10 "
                               "years (the bucket would never drain)");
@@ -134,6 +136,8 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
 int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen)
 {
     char text[64];
+    if (!errbuf || errlen == 0) /* validation only: no message to format */
+        return check_rule(rule, "", 0, NULL, 0);
     int n = ratel_rule_format(rule, text, sizeof text);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : 63;
     return check_rule(rule, text, len, errbuf, errlen);

@@ -45,24 +45,32 @@ static inline int64_t round_up(int64_t t, uint32_t shift)
     return (t + g - 1) & ~(g - 1);
 }
 
-/*
- * One pass over the runs at now: how many at the head have expired, and the
- * permits the others count.
- */
-static void scan(const uint8_t *p, int64_t now_ms, uint32_t period_ms,
-                 uint32_t *drop, int64_t *total)
+int64_t ratel__sliding_sum(const uint8_t *p)
 {
+    uint32_t n = ratel__ld16(p + RATEL__SLIDING_NRUNS);
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += run_count(p, i);
+    return sum;
+}
+
+/*
+ * How many runs at the head have expired at now, and the permits the others
+ * count: the record's sum less the expired runs, so only those are read.
+ */
+static void scan(const ratel__record_t *r, int64_t now_ms, uint32_t *drop,
+                 int64_t *total)
+{
+    const uint8_t *p = r->p;
     uint32_t n = ratel__ld16(p + RATEL__SLIDING_NRUNS), i = 0;
     int64_t base = ratel__ld64(p + RATEL__SLIDING_BASE);
-    int64_t cutoff = now_ms - period_ms; /* expired: time <= cutoff */
-    int64_t sum = 0;
+    int64_t cutoff = now_ms - r->rule.period_ms; /* expired: time <= cutoff */
+    int64_t gone = 0;
 
     while (i < n && base + run_off(p, i) <= cutoff)
-        i++;
+        gone += run_count(p, i++);
     *drop = i;
-    for (; i < n; i++)
-        sum += run_count(p, i);
-    *total = sum;
+    *total = r->sum - gone;
 }
 
 static int64_t reset_us(const uint8_t *p, uint32_t period_ms, int64_t now_us)
@@ -84,7 +92,7 @@ void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
     uint32_t drop;
     int64_t total;
 
-    scan(r->p, now_us / 1000, r->rule.period_ms, &drop, &total);
+    scan(r, now_us / 1000, &drop, &total);
     st->used = total;
     st->remaining = total < r->rule.limit ? r->rule.limit - total : 0;
     st->reset_us = reset_us(r->p, r->rule.period_ms, now_us);
@@ -122,10 +130,7 @@ void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
     int64_t now_ms = now_us / 1000, limit = r->rule.limit;
     uint32_t period = r->rule.period_ms;
 
-    scan(p, now_ms, period, &v->drop, &v->total);
-    v->before.used = v->total;
-    v->before.remaining = v->total < limit ? limit - v->total : 0;
-    v->before.reset_us = reset_us(p, period, now_us);
+    scan(r, now_ms, &v->drop, &v->total);
     v->grow = 0;
     v->retry_us = 0;
     if (v->total + (int64_t)cost <= limit) {
@@ -203,7 +208,8 @@ static uint32_t coarsen(uint8_t *p, uint32_t *n, uint32_t shift)
 }
 
 size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
-                             uint64_t cost, const ratel__verdict_t *v)
+                             uint64_t cost, const ratel__verdict_t *v,
+                             ratel__status_t *after)
 {
     uint8_t *p = r->p;
     int64_t now_ms = now_us / 1000, base, t;
@@ -238,7 +244,11 @@ size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
     }
     p[1] = (uint8_t)shift;
     ratel__st16(p + RATEL__SLIDING_NRUNS, (uint16_t)n);
+    r->sum = v->total + (int64_t)cost;
     r->size = RATEL__SLIDING_RUNS + (size_t)n * RATEL__RUN_SIZE;
+    after->used = r->sum;
+    after->remaining = r->sum < r->rule.limit ? r->rule.limit - r->sum : 0;
+    after->reset_us = reset_us(p, r->rule.period_ms, now_us);
     return r->size;
 }
 
@@ -248,15 +258,18 @@ size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
     uint32_t drop, n;
     int64_t total;
 
-    scan(p, now_us / 1000, r->rule.period_ms, &drop, &total);
+    scan(r, now_us / 1000, &drop, &total);
     n = drop_head(p, drop);
     /* Give back the newest permits first: they would have expired last. */
+    r->sum = total;
     while (cost > 0 && n > 0) {
         uint32_t c = run_count(p, n - 1);
         if (c <= cost) {
             cost -= c;
+            r->sum -= c;
             n--;
         } else {
+            r->sum -= (int64_t)cost;
             run_set(p, n - 1, run_off(p, n - 1), c - (uint32_t)cost);
             cost = 0;
         }

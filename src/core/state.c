@@ -83,14 +83,25 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
         size = RATEL__SLIDING_RUNS + (size_t)nruns * RATEL__RUN_SIZE;
         if (nruns > RATEL_SLIDING_CAP || avail < size || !time_ms_ok(base))
             return RATEL_ECORRUPT;
-        for (uint32_t i = 0; i < nruns; i++) {
-            const uint8_t *run = p + RATEL__SLIDING_RUNS + i * RATEL__RUN_SIZE;
-            uint32_t off = ratel__ld32(run), count = ratel__ld32(run + 4);
-            if (count == 0 ||
-                (i > 0 && off <= ratel__ld32(run - RATEL__RUN_SIZE)))
+        if (nruns > 0) {
+            /* Branch-free: this runs on every decision. Offsets strictly
+               increase and no count is zero. */
+            const uint8_t *run = p + RATEL__SLIDING_RUNS;
+            uint32_t prev = ratel__ld32(run), bad = ratel__ld32(run + 4) == 0;
+            total = ratel__ld32(run + 4);
+            for (uint32_t i = 1; i < nruns; i++) {
+                uint32_t off, count;
+                run += RATEL__RUN_SIZE;
+                off = ratel__ld32(run);
+                count = ratel__ld32(run + 4);
+                bad |= (off <= prev) | (count == 0);
+                total += count;
+                prev = off;
+            }
+            if (bad)
                 return RATEL_ECORRUPT;
-            total += count;
         }
+        rec->sum = (int64_t)total;
         if (total > RATEL_LIMIT_MAX ||
             (nruns > 0 &&
              !time_ms_ok(base + ratel__ld32(p + size - RATEL__RUN_SIZE))))

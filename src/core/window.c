@@ -56,10 +56,6 @@ void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
 {
     int64_t ws, count = fixed_count(r, now_us / 1000, &ws);
 
-    v->before.used = count;
-    v->before.remaining = count < r->rule.limit ? r->rule.limit - count : 0;
-    v->before.reset_us =
-        count > 0 ? until_us(ws + r->rule.period_ms, now_us) : 0;
     v->window_ms = ws;
     v->cur = count;
     v->grow = 0;
@@ -68,11 +64,15 @@ void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
     v->retry_us = v->allowed ? 0 : until_us(ws + r->rule.period_ms, now_us);
 }
 
-void ratel__fixed_commit(ratel__record_t *r, uint64_t cost,
-                         const ratel__verdict_t *v)
+void ratel__fixed_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                         const ratel__verdict_t *v, ratel__status_t *after)
 {
+    int64_t count = v->cur + (int64_t)cost;
     ratel__st64(r->p + RATEL__FIXED_START, v->window_ms);
-    ratel__st32(r->p + RATEL__FIXED_COUNT, (uint32_t)(v->cur + (int64_t)cost));
+    ratel__st32(r->p + RATEL__FIXED_COUNT, (uint32_t)count);
+    after->used = count;
+    after->remaining = count < r->rule.limit ? r->rule.limit - count : 0;
+    after->reset_us = until_us(v->window_ms + r->rule.period_ms, now_us);
 }
 
 void ratel__fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
@@ -170,16 +170,13 @@ void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
                           uint64_t cost, ratel__verdict_t *v)
 {
     approx_view_t a;
-    int64_t used, limit = r->rule.limit, period = r->rule.period_ms;
+    int64_t limit = r->rule.limit, period = r->rule.period_ms;
 
     approx_view(r, now_us / 1000, &a);
-    used = approx_used(&a);
-    v->before.used = used;
-    v->before.remaining = used < limit ? limit - used : 0;
-    v->before.reset_us = approx_reset_us(&a, period, now_us);
     v->window_ms = a.ws;
     v->cur = a.cur;
     v->prev = a.prev;
+    v->weight = a.w;
     v->grow = 0;
     v->retry_us = 0;
     v->allowed = a.prev * a.w + (a.cur + (int64_t)cost) * SCALE <= limit * SCALE;
@@ -196,12 +193,18 @@ void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
     }
 }
 
-void ratel__approx_commit(ratel__record_t *r, uint64_t cost,
-                          const ratel__verdict_t *v)
+void ratel__approx_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                          const ratel__verdict_t *v, ratel__status_t *after)
 {
+    approx_view_t a = {v->window_ms, 0, v->cur + (int64_t)cost, v->prev,
+                       v->weight};
     ratel__st64(r->p + RATEL__APPROX_START, v->window_ms);
-    ratel__st32(r->p + RATEL__APPROX_CUR, (uint32_t)(v->cur + (int64_t)cost));
+    ratel__st32(r->p + RATEL__APPROX_CUR, (uint32_t)a.cur);
     ratel__st32(r->p + RATEL__APPROX_PREV, (uint32_t)v->prev);
+    after->used = approx_used(&a);
+    after->remaining =
+        after->used < r->rule.limit ? r->rule.limit - after->used : 0;
+    after->reset_us = approx_reset_us(&a, r->rule.period_ms, now_us);
 }
 
 void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
