@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# make bench: every ratel benchmark and its peer, in ONE run on this machine,
+# so ratios are taken between figures measured side by side. Prints the raw
+# "ratel|peer<TAB>name<TAB>value..." lines, then a markdown summary ready for
+# docs/BENCHMARKS.md. Never fails on a figure: benchmarks measure, tests judge.
+#
+#   BUILD=build bench/run.sh            everything
+#   PEERS=0 bench/run.sh                skip the peers (no node/npm/redis)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${BUILD:-build}
+peers_dir=${PEERS_DIR:-$top/../shared/peers}
+out=$(mktemp)
+trap 'rm -f "$out"; [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null; rm -rf "${redis_dir:-/nonexistent}"' EXIT
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+"$build/bench_core" | tee -a "$out"
+"$build/bench_store" | tee -a "$out"
+
+if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
+    # rate-limiter-flexible's bench also drives a Redis limiter: give it a
+    # private redis-server on a free loopback port, stopped on exit.
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis_dir=$(mktemp -d)
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$redis_dir" --daemonize no >"$redis_dir/log" 2>&1 &
+    redis_pid=$!
+    for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    "$peers_dir/run-peers.sh" rlf "$port" | tee -a "$out"
+else
+    echo "# peers skipped (PEERS=0 or $peers_dir/run-peers.sh missing)"
+fi
+
+echo
+echo "## summary (medians; ratios within this run)"
+awk -F'\t' '
+    $1 == "ratel" { v[$2] = $3 }
+    $1 == "peer"  { p[$2] = $3 }
+    END {
+        rlf = p["rate-limiter-flexible memory consume"] + 0
+        printf "| figure | value |\n|---|---|\n"
+        for (k in v) printf "| %s | %s |\n", k, v[k] | "sort"
+        close("sort")
+        if (rlf > 0) {
+            printf "\n| embedded store, 1 thread, 1,000 hot keys | decisions/s | vs rate-limiter-flexible memory (%d/s) |\n|---|---|---|\n", rlf
+            n = split("sliding fixed approx gcra", algos, " ")
+            for (i = 1; i <= n; i++) {
+                k = "store_hot1k_" algos[i] "_1t"
+                if (k in v) printf "| %s | %d | %.1fx |\n", algos[i], v[k], v[k] / rlf
+            }
+        }
+    }' "$out"
