@@ -1,0 +1,292 @@
+/*
+ * main.c - the `ratel` command: dispatch to subcommands, global help and
+ * version, and `ratel explain`.
+ *
+ * Every command parses its options with getopt_long(); whatever it rejects
+ * is named in the message and ends the program with status 2, so scripts
+ * can tell a typo from a failure.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char rule_help[] =
+    "Rules are LIMIT/PERIOD[:ALGO][,burst=N]: LIMIT from 1 to 1000000000,\n"
+    "PERIOD a number and a unit (ms, s, m, h, d; a bare unit means 1 of it)\n"
+    "from 1ms to 30d, ALGO one of sliding (the default), fixed, approx or\n"
+    "gcra, burst for gcra only. Examples: 10/1m, 1/60s, 1000/1d:fixed,\n"
+    "100/1s:gcra,burst=200.\n";
+
+static void main_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ratel [--help] [--version] COMMAND [ARGS]\n"
+            "\n"
+            "Try rate-limit rules and replay traffic traces through them.\n"
+            "\n"
+            "Commands:\n"
+            "  explain RULE...          print each rule's canonical form and "
+            "what it means\n"
+            "  replay --rule RULE...    run a trace of `t_ms key [cost]` lines "
+            "through a\n"
+            "                           policy with simulated time; optional "
+            "SVG chart\n"
+            "  help [COMMAND]           print this help, or a command's\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help               print this help and exit\n"
+            "  -V, --version            print the version and exit\n"
+            "\n"
+            "%s"
+            "\n"
+            "Examples:\n"
+            "  ratel explain 1/60s 10/1h 100/1s:gcra,burst=200\n"
+            "  printf '0 a\\n0 a\\n1 a\\n999 a\\n1000 a\\n' | ratel replay "
+            "--rule 2/1s\n"
+            "  ratel replay --rule 20/1m --summary --svg chart.svg "
+            "access.trace\n"
+            "\n"
+            "Exit status: 0 success, 1 I/O or internal failure, 2 bad usage "
+            "or input.\n"
+            "`ratel COMMAND --help` describes a command; docs/cli.md has "
+            "more.\n",
+            rule_help);
+}
+
+static void explain_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ratel explain [--help] RULE...\n"
+            "\n"
+            "Parses each RULE and prints one line per rule: its canonical "
+            "form, a colon\n"
+            "and an English sentence saying what it admits. A malformed rule "
+            "prints\n"
+            "why to standard error; the other rules are still explained and "
+            "the exit\n"
+            "status is 2.\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help    print this help and exit\n"
+            "\n"
+            "%s"
+            "\n"
+            "Example:\n"
+            "  $ ratel explain 10/60m\n"
+            "  10/1h: at most 10 requests in any 1-hour window\n",
+            rule_help);
+}
+
+void cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs(cmd ? "ratel " : "ratel", stderr);
+    if (cmd)
+        fputs(cmd, stderr);
+    fputs(": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_bad_option(const char *cmd, int opt, char *const argv[],
+                   const struct option *longopts)
+{
+    /*
+     * With opterr = 0 getopt_long() leaves the reporting to us. optopt is
+     * the short option it choked on, the long option's value when a long
+     * one was misused, or 0 for an unknown long option; the word it was
+     * reading is argv[optind - 1] unless it stopped inside a cluster of
+     * short options ("-sx").
+     */
+    const char *word = optind > 1 ? argv[optind - 1] : "";
+    const struct option *found = NULL;
+    size_t len = 0;
+    int matches = 0;
+
+    if (strncmp(word, "--", 2) == 0) {
+        len = strcspn(word + 2, "=");
+        for (const struct option *o = longopts; o->name; o++) {
+            if (strncmp(o->name, word + 2, len) != 0)
+                continue;
+            if (strlen(o->name) == len) { /* exact beats a prefix */
+                found = o;
+                matches = 1;
+                break;
+            }
+            found = o;
+            matches++;
+        }
+    }
+    if (found && (optopt == 0 || optopt == found->val)) {
+        /* A long option, as the user typed it (without "=value"). */
+        if (matches > 1)
+            cli_error(cmd, "ambiguous option '%.*s'", (int)len + 2, word);
+        else if (opt == ':')
+            cli_error(cmd, "option '--%s' needs an argument", found->name);
+        else
+            cli_error(cmd, "option '--%s' takes no argument", found->name);
+    } else if (len > 0 && optopt == 0) {
+        cli_error(cmd, "unknown option '%.*s'", (int)len + 2, word);
+    } else if (opt == ':') {
+        cli_error(cmd, "option '-%c' needs an argument", optopt);
+    } else if (optopt) {
+        cli_error(cmd, "unknown option '-%c'", optopt);
+    } else {
+        cli_error(cmd, "unknown option '%s'", word);
+    }
+    fprintf(stderr, "Run 'ratel%s%s --help' for the options.\n",
+            cmd ? " " : "", cmd ? cmd : "");
+    return CLI_EXIT_USAGE;
+}
+
+void *cli_check_alloc(void *p)
+{
+    if (!p) {
+        cli_error(NULL, "out of memory");
+        exit(CLI_EXIT_FAIL);
+    }
+    return p;
+}
+
+/*
+ * Explains each rule on the command line. A malformed rule gets the
+ * core's message, which quotes the rule and says what is accepted.
+ */
+static int cli_explain(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    int opt, status = CLI_EXIT_OK, nopts = 1;
+
+    /*
+     * A rule such as "-1/1s" looks like an option; it is bad, but as a
+     * rule, and deserves the rule's message. So options end at the first
+     * word that is not one, "--", or a '-' followed by a digit.
+     */
+    while (nopts < argc && argv[nopts][0] == '-' && argv[nopts][1] != '\0' &&
+           strcmp(argv[nopts], "--") != 0 &&
+           !(argv[nopts][1] >= '0' && argv[nopts][1] <= '9'))
+        nopts++;
+    optind = 0;
+    opterr = 0;
+    while ((opt = getopt_long(nopts, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            explain_usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_bad_option("explain", opt, argv, longopts);
+        }
+    }
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc) {
+        cli_error("explain", "no rule given; try: ratel explain 10/1m");
+        return CLI_EXIT_USAGE;
+    }
+    for (int i = optind; i < argc; i++) {
+        ratel_rule_t rule;
+        char err[512], canon[64], sentence[512];
+
+        if (ratel_rule_parse(argv[i], strlen(argv[i]), &rule, err,
+                             sizeof err) < 0) {
+            cli_error("explain", "%s", err);
+            status = CLI_EXIT_USAGE;
+            continue;
+        }
+        ratel_rule_format(&rule, canon, sizeof canon);
+        ratel_rule_explain(&rule, sentence, sizeof sentence);
+        printf("%s: %s\n", canon, sentence);
+    }
+    return status;
+}
+
+/* `ratel help [COMMAND]`: the same text as --help. */
+static int cli_help(int argc, char **argv)
+{
+    if (argc < 2) {
+        main_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (argc > 2) {
+        cli_error("help", "expected at most one command, got '%s' too",
+                  argv[2]);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "explain") == 0)
+        explain_usage(stdout);
+    else if (strcmp(argv[1], "replay") == 0)
+        cli_replay_usage(stdout);
+    else if (strcmp(argv[1], "help") == 0)
+        main_usage(stdout);
+    else {
+        cli_error("help", "unknown command '%s' (commands: explain, replay, "
+                          "help)",
+                  argv[1]);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+/*
+ * Closes stdout and reports a write error (a full disk, a closed pipe
+ * when SIGPIPE is ignored): a command whose output was lost must not
+ * claim success.
+ */
+static int finish(int status)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error(NULL, "writing standard output: %s", strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    int opt;
+    const char *cmd;
+
+    opterr = 0;
+    /* '+': stop at the command, its options are its own. */
+    while ((opt = getopt_long(argc, argv, "+:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            main_usage(stdout);
+            return finish(CLI_EXIT_OK);
+        case 'V':
+            printf("ratel %s\n", RATEL_VERSION);
+            return finish(CLI_EXIT_OK);
+        default:
+            return cli_bad_option(NULL, opt, argv, longopts);
+        }
+    }
+    if (optind >= argc) {
+        main_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    cmd = argv[optind];
+    argc -= optind;
+    argv += optind;
+    if (strcmp(cmd, "explain") == 0)
+        return finish(cli_explain(argc, argv));
+    if (strcmp(cmd, "replay") == 0)
+        return finish(cli_replay(argc, argv));
+    if (strcmp(cmd, "help") == 0)
+        return finish(cli_help(argc, argv));
+    cli_error(NULL, "unknown command '%s' (commands: explain, replay, help)",
+              cmd);
+    fprintf(stderr, "Run 'ratel --help' for usage.\n");
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,158 @@
+/*
+ * trace.c - reading a traffic trace, one request per line:
+ *
+ *   t_ms key [cost]
+ *
+ * Fields are separated by spaces or tabs; t_ms is a non-negative integer
+ * (milliseconds, any origin), key any run of non-blank bytes, cost a whole
+ * number >= 1 (default 1). Blank lines and lines whose first non-blank
+ * character is '#' are skipped; a CR before the newline is ignored.
+ *
+ * Lines are read into a fixed buffer, so a trace of any length is read in
+ * constant memory; a line longer than TRACE_LINE_MAX bytes is an error
+ * rather than a reason to grow.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Largest t_ms: now_us = t_ms * 1000 must stay below RATEL_TIME_MAX_US. */
+#define TRACE_T_MAX_MS ((RATEL_TIME_MAX_US - 1) / 1000)
+
+static int is_blank(char c) { return c == ' ' || c == '\t'; }
+
+/*
+ * Splits the NUL-terminated `line` into at most `max` blank-separated
+ * fields (NUL-terminating each in place). Returns how many there were,
+ * which may exceed `max`; only the first `max` are stored.
+ */
+static size_t split_fields(char *line, char **field, size_t *flen,
+                           size_t max)
+{
+    size_t n = 0;
+    char *p = line;
+
+    for (;;) {
+        while (is_blank(*p))
+            p++;
+        if (*p == '\0')
+            return n;
+        if (n < max)
+            field[n] = p;
+        while (*p != '\0' && !is_blank(*p))
+            p++;
+        if (n < max)
+            flen[n] = (size_t)(p - field[n]);
+        n++;
+        if (*p != '\0')
+            *p++ = '\0';
+    }
+}
+
+/*
+ * Parses all of `text` as a decimal number no larger than `max`. Returns
+ * 0 on success, -1 when it is not all digits, -2 when it is too large.
+ */
+static int parse_decimal(const char *text, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (*text == '\0')
+        return -1;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        if (v > (max - (uint64_t)(*p - '0')) / 10)
+            return -2;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * Writes "NAME:LINE: " and a message into err; the message quotes the
+ * offending field, cut to 40 bytes so a binary file cannot flood stderr.
+ */
+static int trace_fail(const trace_t *tr, char *err, size_t errlen,
+                      const char *what, const char *field)
+{
+    char quoted[48];
+    size_t q = 0;
+
+    for (const char *p = field ? field : ""; *p && q < 40; p++)
+        quoted[q++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+    quoted[q] = '\0';
+    if (field)
+        snprintf(err, errlen, "%s:%llu: %s \"%s%s\"; expected 't_ms key "
+                              "[cost]'",
+                 tr->name, tr->line, what, quoted, field[q] ? "..." : "");
+    else
+        snprintf(err, errlen, "%s:%llu: %s; expected 't_ms key [cost]'",
+                 tr->name, tr->line, what);
+    return -1;
+}
+
+int trace_next(trace_t *tr, trace_item_t *item, char *err, size_t errlen)
+{
+    for (;;) {
+        char *field[4];
+        size_t flen[4], n, len;
+        uint64_t t, cost = 1;
+        int rc;
+
+        if (!fgets(tr->buf, sizeof tr->buf, tr->fp)) {
+            if (ferror(tr->fp)) {
+                snprintf(err, errlen, "%s: read error: %s", tr->name,
+                         strerror(errno));
+                return -2;
+            }
+            return 0;
+        }
+        tr->line++;
+        len = strlen(tr->buf);
+        if (len > 0 && tr->buf[len - 1] == '\n')
+            tr->buf[--len] = '\0';
+        else if (!feof(tr->fp)) {
+            snprintf(err, errlen, "%s:%llu: line is longer than %d bytes; "
+                                  "expected 't_ms key [cost]'",
+                     tr->name, tr->line, TRACE_LINE_MAX);
+            return -1;
+        }
+        if (len > 0 && tr->buf[len - 1] == '\r')
+            tr->buf[--len] = '\0';
+
+        n = split_fields(tr->buf, field, flen, 4);
+        if (n == 0 || field[0][0] == '#')
+            continue;
+        rc = parse_decimal(field[0], TRACE_T_MAX_MS, &t);
+        if (rc == -1)
+            return trace_fail(tr, err, errlen,
+                              "t_ms must be a non-negative integer "
+                              "(milliseconds), not",
+                              field[0]);
+        if (rc == -2)
+            return trace_fail(tr, err, errlen,
+                              "t_ms is out of range (at most "
+                              "9007199254740), got",
+                              field[0]);
+        if (n < 2)
+            return trace_fail(tr, err, errlen, "no key after t_ms", NULL);
+        if (n > 3)
+            return trace_fail(tr, err, errlen, "unexpected fourth field",
+                              field[3]);
+        if (n == 3) {
+            rc = parse_decimal(field[2], UINT64_MAX, &cost);
+            if (rc < 0 || cost == 0)
+                return trace_fail(tr, err, errlen,
+                                  "cost must be a whole number >= 1, not",
+                                  field[2]);
+        }
+        item->t_ms = (int64_t)t;
+        item->key = field[1];
+        item->keylen = flen[1];
+        item->cost = cost;
+        return 1;
+    }
+}

@@ -1,0 +1,415 @@
+#!/usr/bin/env bash
+# test_cli.sh - the `ratel` command, end to end: help and exit statuses,
+# explain, replay (per-request output, costs, malformed traces, stdin and
+# FILE, --summary, --svg) and the fixed-window boundary burst.
+#
+#   BUILD=build bash tests/cli/test_cli.sh [NAME...]
+#
+# Each check prints `ok NAME` or `FAIL NAME: why`; the last line is
+# `N passed, N failed` and the status is 1 if anything failed. Give check
+# names to run only those. RATEL_CLI_WRAP, if set, prefixes every ratel
+# run (e.g. "valgrind -q --error-exitcode=99 --leak-check=full
+# --errors-for-leak-kinds=all"). Needs xmllint (Debian: libxml2-utils).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$root/$build ;; esac
+ratel_bin=$build/ratel
+read -r -a wrap <<<"${RATEL_CLI_WRAP:-}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+only=("$@")
+
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+# ratel ARGS... (stdin passed through): sets $out, $err and $rc.
+ratel() {
+    out=$("${wrap[@]}" "$ratel_bin" "$@" 2>"$tmp/stderr")
+    rc=$?
+    err=$(cat "$tmp/stderr")
+}
+
+# Runs check function NAME unless names were given and it is not one.
+check() {
+    local name=$1
+    if [ ${#only[@]} -gt 0 ]; then
+        local n found=0
+        for n in "${only[@]}"; do [ "$n" = "$name" ] && found=1; done
+        [ $found = 1 ] || return 0
+    fi
+    "$name"
+}
+
+# expect NAME STATUS [SUBSTRING_OF_STDOUT [SUBSTRING_OF_STDERR]]
+expect() {
+    local name=$1 want=$2 o=${3:-} e=${4:-}
+    if [ "$rc" != "$want" ]; then
+        fail "$name" "exit $rc, want $want (stderr: ${err:0:200})"
+    elif [ -n "$o" ] && [[ $out != *"$o"* ]]; then
+        fail "$name" "stdout lacks '$o': ${out:0:200}"
+    elif [ -n "$e" ] && [[ $err != *"$e"* ]]; then
+        fail "$name" "stderr lacks '$e': ${err:0:200}"
+    else
+        ok "$name"
+    fi
+}
+
+# same NAME GOT WANT: exact comparison of two texts.
+same() {
+    if [ "$2" = "$3" ]; then
+        ok "$1"
+    else
+        fail "$1" "got [$(printf '%s' "$2" | head -c 300 | tr '\t\n' '|;')] want [$(printf '%s' "$3" | tr '\t\n' '|;')]"
+    fi
+}
+
+tab=$'\t'
+
+# ------------------------------------------------------------------ help
+
+help_main() {
+    ratel --help
+    expect help_main 0 "usage: ratel" ""
+    ratel -h
+    expect help_main_short 0 "Commands:"
+    ratel --version
+    same version "$out" "ratel 0.1.0"
+    ratel
+    expect no_command 2 "" "usage: ratel"
+    ratel help
+    expect help_command 0 "usage: ratel"
+    ratel help replay
+    expect help_command_replay 0 "usage: ratel replay"
+    ratel help nope
+    expect help_command_unknown 2 "" "'nope'"
+}
+
+help_commands() {
+    local cmd
+    for cmd in explain replay; do
+        ratel "$cmd" --help
+        if [ $rc = 0 ] && [[ $out == *"usage: ratel $cmd"* ]] &&
+            [[ $out == *"Options:"* ]] && [[ $out == *"xample"* ]]; then
+            ok "help_$cmd"
+        else
+            fail "help_$cmd" "exit $rc or missing usage/options/example"
+        fi
+        ratel "$cmd" -h
+        expect "help_${cmd}_short" 0 "usage: ratel $cmd"
+    done
+}
+
+unknown_things() {
+    ratel frobnicate
+    expect unknown_command 2 "" "unknown command 'frobnicate'"
+    ratel --frob
+    expect unknown_global_option 2 "" "unknown option '--frob'"
+    ratel replay --rule 1/1s --frob
+    expect unknown_replay_option 2 "" "unknown option '--frob'"
+    ratel replay -x
+    expect unknown_short_option 2 "" "unknown option '-x'"
+    ratel explain --nope 1/1s
+    expect unknown_explain_option 2 "" "unknown option '--nope'"
+    ratel replay --rule
+    expect missing_argument 2 "" "option '--rule' needs an argument"
+    ratel replay --summary=yes --rule 1/1s
+    expect unwanted_argument 2 "" "'--summary' takes no argument"
+    ratel replay --rule 1/1s a.trace b.trace
+    expect extra_operand 2 "" "'b.trace'"
+    ratel replay </dev/null
+    expect no_rule 2 "" "no rule given"
+    ratel explain
+    expect explain_no_rule 2 "" "no rule given"
+    ratel replay --rule 1/1s --memory lots </dev/null
+    expect bad_memory 2 "" '"lots"'
+    "${wrap[@]}" "$ratel_bin" --help >/dev/full 2>/dev/null
+    rc=$?
+    [ $rc = 1 ] && ok write_error || fail write_error "exit $rc, want 1"
+}
+
+# --------------------------------------------------------------- explain
+
+explain_good() {
+    ratel explain 10/60m
+    same explain_canonical "$out" "10/1h: at most 10 requests in any 1-hour window"
+    ratel explain 1/60s 100/1s:gcra,burst=200 1000/1d:fixed
+    local n
+    n=$(printf '%s\n' "$out" | wc -l)
+    if [ $rc = 0 ] && [ "$n" = 3 ] && [[ $out == "1/1m: "* ]] &&
+        [[ $out == *"100/1s:gcra,burst=200: "* ]] &&
+        [[ $out == *"1000/1d:fixed: "*"2000"* ]]; then
+        ok explain_several
+    else
+        fail explain_several "exit $rc: $out"
+    fi
+}
+
+explain_malformed() {
+    local r i=0
+    for r in 0/1s 10/0s 10/1x -1/1s 99999999999999999999/1s 10/1s:nope \
+        10/1s,burst=0 '' 10/1sx 10 /1s 10/ 10/1s:gcra,burst=x; do
+        i=$((i + 1))
+        ratel explain "$r"
+        if [ $rc = 2 ] && [[ $err == *"\"$r\""* ]] && [ -z "$out" ]; then
+            ok "explain_bad_$i"
+        else
+            fail "explain_bad_$i" "rule '$r': exit $rc, stderr: $err"
+        fi
+    done
+    ratel explain -- -1/1s
+    expect explain_bad_after_dashdash 2 "" '"-1/1s"'
+    ratel explain 10/1s 0/1s 20/1m
+    if [ $rc = 2 ] && [[ $out == "10/1s: "*"20/1m: "* ]] &&
+        [[ $err == *'"0/1s"'* ]]; then
+        ok explain_mixed
+    else
+        fail explain_mixed "exit $rc, out: $out, err: $err"
+    fi
+}
+
+# ---------------------------------------------------------------- replay
+
+acceptance() {
+    ratel replay --rule 2/1s < <(printf '0 a\n0 a\n1 a\n999 a\n1000 a\n')
+    same acceptance "$rc:$out" "0:0${tab}a${tab}1${tab}1${tab}0
+0${tab}a${tab}1${tab}0${tab}0
+1${tab}a${tab}0${tab}0${tab}999
+999${tab}a${tab}0${tab}0${tab}1
+1000${tab}a${tab}1${tab}1${tab}0"
+}
+
+independent_keys() {
+    ratel replay --rule 1/1s < <(printf '0 a\n0 b\n0 a\n0 c\n')
+    same independent_keys "$(printf '%s\n' "$out" | cut -f2,3 | tr '\t\n' ':,')" \
+        "a:1,b:1,a:0,c:1,"
+}
+
+costs() {
+    ratel replay --rule 5/1s < <(printf '0 a 3\n0 a 3\n0 a 2\n500 b 5\n1000 a 4\n')
+    same cost_column "$rc:$out" "0:0${tab}a${tab}1${tab}2${tab}0
+0${tab}a${tab}0${tab}2${tab}1000
+0${tab}a${tab}1${tab}0${tab}0
+500${tab}b${tab}1${tab}0${tab}0
+1000${tab}a${tab}1${tab}1${tab}0"
+    ratel replay --rule 5/1s --rule 50/1h < <(printf '0 a 1\n1 a 6\n')
+    expect cost_too_large 2 "" "<stdin>:2: cost 6 is more than rule 5/1s"
+}
+
+multi_rule_policy() {
+    # 2/1s and 3/1h: the hour rule binds from the fourth request on, and a
+    # request denied by one rule charges neither.
+    ratel replay --rule 2/1s --rule 3/1h \
+        < <(printf '0 a\n0 a\n0 a\n1000 a\n2000 a\n')
+    same multi_rule "$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "11010"
+}
+
+malformed_trace() {
+    local i=0 line want
+    while IFS='|' read -r line want; do
+        i=$((i + 1))
+        ratel replay --rule 2/1s < <(printf '0 a\n%b\n5 a\n' "$line")
+        if [ $rc = 2 ] && [[ $err == *"<stdin>:2: "*"$want"* ]] &&
+            [[ $err == *"t_ms key [cost]"* ]]; then
+            ok "malformed_$i"
+        else
+            fail "malformed_$i" "line '$line': exit $rc, stderr: $err"
+        fi
+    done <<'EOF'
+x a|t_ms must be a non-negative integer
+-5 a|"-5"
+1.5 a|"1.5"
+7|no key
+7 a 0|cost must be a whole number >= 1, not "0"
+7 a x|"x"
+7 a -1|"-1"
+7 a 1 extra|fourth field "extra"
+99999999999999999 a|out of range
+EOF
+    awk 'BEGIN { print "0 a"; s = ""; for (i = 0; i < 5000; i++) s = s "9"
+                 print s, "a" }' >"$tmp/long.trace"
+    ratel replay --rule 2/1s "$tmp/long.trace"
+    expect malformed_long_line 2 "" "long.trace:2: line is longer than"
+    printf '# comment\n0 a\nbogus line here\n' >"$tmp/bad.trace"
+    ratel replay --rule 2/1s "$tmp/bad.trace"
+    expect malformed_names_file 2 "" "bad.trace:3: "
+    ratel replay --rule 2/1s "$tmp/does-not-exist.trace"
+    expect missing_file 1 "" "does-not-exist.trace"
+}
+
+input_forms() {
+    printf '# a comment\n\n0 a\n   \n  # indented comment\n0\ta\r\n1 a 1\n1000 a' \
+        >"$tmp/forms.trace"
+    local want="0${tab}a${tab}1${tab}1${tab}0
+0${tab}a${tab}1${tab}0${tab}0
+1${tab}a${tab}0${tab}0${tab}999
+1000${tab}a${tab}1${tab}1${tab}0"
+    ratel replay --rule 2/1s "$tmp/forms.trace"
+    same input_file "$rc:$out" "0:$want"
+    ratel replay --rule 2/1s <"$tmp/forms.trace"
+    same input_stdin "$rc:$out" "0:$want"
+    ratel replay --rule 2/1s - <"$tmp/forms.trace"
+    same input_dash "$rc:$out" "0:$want"
+    ratel replay --rule 2/1s </dev/null
+    same input_empty "$rc:$out" "0:"
+}
+
+summary() {
+    # Worked by hand, 3/1s: a asks 1+2 at 0 (3 charged), 1 at 20 (denied),
+    # 2 at 1000 (the instant-0 permits have left the window): 4 requests,
+    # 3 allowed, 1 denied, 5 permits. b: 3 at 10, 1 at 30 (denied). c: 1.
+    printf '0 a\n0 a 2\n10 b 3\n20 a\n30 b\n1000 a 2\n1000 c\n' >"$tmp/sum.trace"
+    ratel replay --rule 3/1s --summary "$tmp/sum.trace"
+    same summary "$rc:$out" "0:# key${tab}requests${tab}allowed${tab}denied${tab}permits
+a${tab}4${tab}3${tab}1${tab}5
+b${tab}2${tab}1${tab}1${tab}3
+c${tab}1${tab}1${tab}0${tab}1
+total (3 keys)${tab}7${tab}5${tab}2${tab}9"
+}
+
+# The same trace under fixed and sliding: four requests straddling the
+# boundary at t=1000. Fixed admits 2 before it and 2 after it, 2 x LIMIT
+# within one trailing second; sliding admits LIMIT.
+boundary_burst() {
+    local trace='900 k\n950 k\n1000 k\n1050 k\n' fixed sliding
+    ratel replay --rule 2/1s:fixed < <(printf "$trace")
+    fixed=$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')
+    ratel replay --rule 2/1s < <(printf "$trace")
+    sliding=$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')
+    same boundary_fixed_2x "$fixed" "1111"
+    same boundary_sliding_1x "$sliding" "1100"
+
+    # A longer burst, 5/1m, every 100 ms from 58 s to 62 s: the most
+    # admitted within any trailing 60 s, counted from the output.
+    awk 'BEGIN { for (t = 58000; t <= 62000; t += 100) print t, "k" }' \
+        >"$tmp/burst.trace"
+    local most algo
+    for algo in fixed sliding; do
+        ratel replay --rule "5/1m:$algo" "$tmp/burst.trace"
+        most=$(printf '%s\n' "$out" | awk -F'\t' '$3 == 1 {
+                t[n++] = $1
+                c = 0
+                for (i = 0; i < n; i++) if (t[i] > $1 - 60000) c++
+                if (c > m) m = c
+            } END { print m + 0 }')
+        if [ $algo = fixed ]; then
+            same boundary_window_fixed "$most" 10
+        else
+            same boundary_window_sliding "$most" 5
+        fi
+    done
+}
+
+svg_chart() {
+    awk 'BEGIN { for (t = 58000; t <= 62000; t += 100) print t, "k"
+                 for (t = 0; t < 120000; t += 7000) print t, "u" t % 3 }' |
+        sort -n -k1,1 >"$tmp/chart.trace"
+    ratel replay --rule 5/1m --rule 100/1h --summary --svg "$tmp/chart.svg" \
+        "$tmp/chart.trace"
+    if [ $rc = 0 ] && [ -s "$tmp/chart.svg" ] && [[ $out == *"total ("* ]]; then
+        ok svg_written
+    else
+        fail svg_written "exit $rc: $err"
+    fi
+    if xmllint --noout "$tmp/chart.svg" 2>"$tmp/xmllint.err"; then
+        ok svg_well_formed
+    else
+        fail svg_well_formed "$(head -3 "$tmp/xmllint.err")"
+    fi
+    local algo missing=""
+    for algo in sliding fixed approx gcra; do
+        grep -q "font-size=\"15\">$algo</tspan>" "$tmp/chart.svg" ||
+            missing="$missing $algo"
+    done
+    [ -z "$missing" ] && ok svg_four_panels || fail svg_four_panels "no panel for$missing"
+    if grep -Eq '<script|@import|@font-face|xlink:href|href=|url\(http' "$tmp/chart.svg"; then
+        fail svg_self_contained "external reference or script"
+    else
+        ok svg_self_contained
+    fi
+    grep -q '5/1m + 100/1h' "$tmp/chart.svg" && ok svg_title_rules ||
+        fail svg_title_rules "rules not in the title"
+    # Fixed's panel reports the boundary burst: peak 10 per key, limit 5.
+    grep -q 'peak 10 per key, limit 5' "$tmp/chart.svg" && ok svg_fixed_peak ||
+        fail svg_fixed_peak "fixed panel does not show peak 10"
+
+    # Per-request output still goes to stdout with --svg; stdin works.
+    ratel replay --rule 2/1s --svg "$tmp/acc.svg" < <(printf '0 a\n0 a\n1 a\n')
+    same svg_with_stdout "$rc:$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "0:110"
+    xmllint --noout "$tmp/acc.svg" 2>/dev/null && ok svg_stdin ||
+        fail svg_stdin "not well-formed"
+
+    # Unix-time traces get clock labels; empty traces still make a chart.
+    printf '1700000000000 a\n1700000030000 a\n1700000090000 b\n' |
+        { ratel replay --rule 1/1m --svg "$tmp/unix.svg"; }
+    grep -q '22:14' "$tmp/unix.svg" && xmllint --noout "$tmp/unix.svg" 2>/dev/null &&
+        ok svg_unix_time || fail svg_unix_time "no UTC clock labels"
+    ratel replay --rule 1/1m --svg "$tmp/empty.svg" </dev/null
+    [ $rc = 0 ] && xmllint --noout "$tmp/empty.svg" 2>/dev/null &&
+        ok svg_empty_trace || fail svg_empty_trace "exit $rc"
+
+    # A gcra burst larger than the limit: the sliding variant can never
+    # admit cost 15 and counts it as rejected instead of failing.
+    ratel replay --rule 10/1s:gcra,burst=20 --svg "$tmp/gcra.svg" \
+        < <(printf '0 a 15\n')
+    same svg_variant_cost "$rc:$(cut -f3 <<<"$out")" "0:1"
+
+    ratel replay --rule 1/1s --svg "$tmp/no/such/dir/x.svg" </dev/null
+    expect svg_unwritable 1 "" "x.svg"
+}
+
+policy_errors() {
+    ratel replay --rule 0/1s </dev/null
+    expect replay_bad_rule 2 "" '"0/1s"'
+    ratel replay --rule 2/1s --rule 2/1s </dev/null
+    expect replay_duplicate_rule 2 "" '"2/1s"'
+    local args=() i
+    for i in 1 2 3 4 5 6 7 8 9; do args+=(--rule "$i/1s"); done
+    ratel replay "${args[@]}" </dev/null
+    expect replay_too_many_rules 2 "" "too many rules"
+}
+
+memory_option() {
+    ratel replay --rule 2/1s --memory 1M < <(printf '0 a\n0 a\n0 a\n')
+    same memory_1m "$rc:$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "0:110"
+}
+
+# Many keys and lines stream through in one pass: the output has one line
+# per input line, in order.
+many_lines() {
+    awk 'BEGIN { for (i = 0; i < 20000; i++) print i, "k" i % 500 }' >"$tmp/many.trace"
+    ratel replay --rule 10/1s "$tmp/many.trace"
+    local n last
+    n=$(printf '%s\n' "$out" | wc -l)
+    last=$(printf '%s\n' "$out" | tail -1 | cut -f1,2)
+    same many_lines "$rc:$n:$last" "0:20000:19999${tab}k499"
+}
+
+sample_trace() {
+    local gen="$root/examples/traces/make-sample.sh"
+    "$gen" "$tmp/sample.trace"
+    if cmp -s "$tmp/sample.trace" "$root/examples/traces/sample.trace"; then
+        ok sample_reproducible
+    else
+        fail sample_reproducible "make-sample.sh output differs from sample.trace"
+    fi
+}
+
+if [ ! -x "$ratel_bin" ]; then
+    echo "FAIL setup: $ratel_bin not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+command -v xmllint >/dev/null || echo "note: xmllint missing (apt-get install libxml2-utils)"
+
+for t in help_main help_commands unknown_things explain_good explain_malformed \
+    acceptance independent_keys costs multi_rule_policy malformed_trace \
+    input_forms summary boundary_burst svg_chart policy_errors memory_option \
+    many_lines sample_trace; do
+    check "$t"
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
