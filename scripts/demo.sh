@@ -8,9 +8,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-build}
+case $build in /*) ;; *) build=$PWD/$build ;; esac
 ratel=$build/ratel
-trace=$root/examples/traces/sample.trace
 out=$build/demo
+cd "$root" # the trace's name, as the charts show it, stays short
+trace=examples/traces/sample.trace
 
 if [ ! -x "$ratel" ]; then
     echo "demo: $ratel is not built; run 'make' first" >&2
@@ -49,7 +51,7 @@ top_denied() {
 }
 
 lines=$(grep -cv '^#' "$trace")
-echo "ratel demo: $lines requests over ten minutes from examples/traces/sample.trace"
+echo "ratel demo: $lines requests over ten minutes from $trace"
 echo "(t_ms key: 24 users, a script bursting across minute boundaries, SMS pumping)"
 
 section "Policy 1, a verification-code endpoint: ratel explain 1/60s 10/1h"
