@@ -43,14 +43,14 @@ typedef struct window_entry_s {
 struct window_s {
     window_entry_t *entries;
     size_t head, len, cap;
-    uint64_t sum;   /* permits over all entries */
+    uint64_t sum;    /* permits over all entries */
     int64_t last_ms; /* latest instant seen: the clock never goes back */
 };
 
 static const int64_t width_chain[] = {
-    1,        2,        10,       20,        100,       200,
-    1000,     2000,     10000,    20000,     60000,     120000,
-    600000,   1200000,  3600000,  7200000,   21600000,  43200000,
+    1,        2,         10,        20,         100,       200,
+    1000,     2000,      10000,     20000,      60000,     120000,
+    600000,   1200000,   3600000,   7200000,    21600000,  43200000,
     86400000, 172800000, 864000000, 1728000000, 8640000000};
 
 static int64_t next_width(int64_t width)
@@ -81,8 +81,8 @@ static void window_grow(struct window_s *w)
  * included. Out-of-order times are taken as the latest seen, as the core
  * clamps a clock that goes backwards.
  */
-static uint64_t window_admit(struct window_s *w, int64_t t_ms,
-                             uint64_t permits, uint32_t window_ms)
+static uint64_t window_admit(struct window_s *w, int64_t t_ms, uint64_t permits,
+                             uint32_t window_ms)
 {
     window_entry_t *tail;
 
@@ -166,8 +166,8 @@ int chart_init(chart_t *chart, const ratel_policy_t *policy,
     chart->width_ms = 1;
     for (int a = 0; a < CHART_NALGOS; a++) {
         char err[512];
-        int rc = make_variant(&chart->variants[a], policy, (ratel_algo_t)a,
-                              err, sizeof err);
+        int rc = make_variant(&chart->variants[a], policy, (ratel_algo_t)a, err,
+                              sizeof err);
         if (rc < 0) {
             cli_error("replay", "--svg: the rules as %s: %s",
                       ratel_algo_name((ratel_algo_t)a), err);
@@ -211,8 +211,9 @@ static void coarsen(chart_t *chart)
         chart_bucket_t *b = chart->buckets[a];
         for (size_t i = 0; i < chart->nbuckets; i++) {
             chart_bucket_t from = b[i];
-            size_t j = (size_t)(((chart->base + (int64_t)i) *
-                                 chart->width_ms / width) - base);
+            size_t j = (size_t)(((chart->base + (int64_t)i) * chart->width_ms /
+                                 width) -
+                                base);
             /* j <= i: the target was visited (and cleared) already. */
             if (j != i) {
                 memset(&b[i], 0, sizeof b[i]);
@@ -263,16 +264,16 @@ int chart_add(chart_t *chart, key_record_t *rec, const trace_item_t *item)
         chart->end_ms = item->t_ms;
     bucket = bucket_of(chart, item->t_ms);
     if (!rec->windows)
-        rec->windows = cli_check_alloc(
-            calloc(CHART_NALGOS, sizeof(struct window_s)));
+        rec->windows =
+            cli_check_alloc(calloc(CHART_NALGOS, sizeof(struct window_s)));
     chart->requests++;
     request.cost = item->cost;
     for (int a = 0; a < CHART_NALGOS; a++) {
         ratel_decision_t d;
         chart_bucket_t *b = &chart->buckets[a][bucket];
-        int rc = ratel_store_acquire(chart->stores[a], item->key,
-                                     item->keylen, &chart->variants[a],
-                                     item->t_ms * 1000, &request, &d);
+        int rc = ratel_store_acquire(chart->stores[a], item->key, item->keylen,
+                                     &chart->variants[a], item->t_ms * 1000,
+                                     &request, &d);
         if (rc == RATEL_ECOST) {
             /* More than this variant can ever admit (a gcra burst above
                the limit): a rejection, not a reason to stop the chart. */

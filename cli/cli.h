@@ -54,7 +54,7 @@ void cli_replay_usage(FILE *out);
 
 typedef struct trace_s {
     FILE *fp;
-    const char *name;       /* for messages: the path, or "<stdin>" */
+    const char *name;        /* for messages: the path, or "<stdin>" */
     unsigned long long line; /* number of the line read last, from 1 */
     char buf[TRACE_LINE_MAX + 2];
 } trace_t;

@@ -141,8 +141,8 @@ int cli_bad_option(const char *cmd, int opt, char *const argv[],
     } else {
         cli_error(cmd, "unknown option '%s'", word);
     }
-    fprintf(stderr, "Run 'ratel%s%s --help' for the options.\n",
-            cmd ? " " : "", cmd ? cmd : "");
+    fprintf(stderr, "Run 'ratel%s%s --help' for the options.\n", cmd ? " " : "",
+            cmd ? cmd : "");
     return CLI_EXIT_USAGE;
 }
 
@@ -195,8 +195,8 @@ static int cli_explain(int argc, char **argv)
         ratel_rule_t rule;
         char err[512], canon[64], sentence[512];
 
-        if (ratel_rule_parse(argv[i], strlen(argv[i]), &rule, err,
-                             sizeof err) < 0) {
+        if (ratel_rule_parse(argv[i], strlen(argv[i]), &rule, err, sizeof err) <
+            0) {
             cli_error("explain", "%s", err);
             status = CLI_EXIT_USAGE;
             continue;
@@ -227,8 +227,9 @@ static int cli_help(int argc, char **argv)
     else if (strcmp(argv[1], "help") == 0)
         main_usage(stdout);
     else {
-        cli_error("help", "unknown command '%s' (commands: explain, replay, "
-                          "help)",
+        cli_error("help",
+                  "unknown command '%s' (commands: explain, replay, "
+                  "help)",
                   argv[1]);
         return CLI_EXIT_USAGE;
     }

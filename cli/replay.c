@@ -20,78 +20,77 @@
 
 void cli_replay_usage(FILE *out)
 {
-    fputs(
-        "usage: ratel replay --rule RULE [--rule RULE ...] [--summary]\n"
-        "                    [--svg FILE] [--memory BYTES] [FILE]\n"
-        "\n"
-        "Runs a traffic trace through ONE policy made of all --rule options "
-        "(a request\n"
-        "is admitted only if every rule admits it, and then charges them "
-        "all) on the\n"
-        "embedded memory store, with simulated time: the clock is the "
-        "trace's.\n"
-        "Keys are independent.\n"
-        "\n"
-        "Input: FILE, or standard input when FILE is absent or '-'. One "
-        "request per\n"
-        "line, fields separated by blanks:\n"
-        "  t_ms key [cost]\n"
-        "t_ms is a non-negative integer in milliseconds (any origin: 0 or "
-        "Unix time),\n"
-        "key any word, cost a whole number >= 1 (default 1). Blank lines "
-        "and lines\n"
-        "starting with '#' are skipped. A malformed line stops the replay "
-        "with a\n"
-        "message naming the file and line (exit 2), as does a cost the "
-        "policy can\n"
-        "never admit.\n"
-        "\n"
-        "Output: one tab-separated line per request:\n"
-        "  t_ms  key  allowed (1 or 0)  remaining  retry_after_ms\n"
-        "remaining is what the key may still spend now (the least over the "
-        "rules),\n"
-        "retry_after_ms 0 when allowed, else how long until the same "
-        "request would be\n"
-        "admitted.\n"
-        "\n"
-        "With --summary, per-key totals replace the per-request lines: a "
-        "header line,\n"
-        "then one line per key in the order keys first appear, then an "
-        "overall line:\n"
-        "  # key  requests  allowed  denied  permits\n"
-        "  a      5         3        2       3\n"
-        "  total (1 key)  5  3  2  3\n"
-        "permits is what the allowed requests charged (the sum of their "
-        "costs).\n"
-        "\n"
-        "Options:\n"
-        "  -r, --rule RULE      add RULE to the policy (required; up to 8)\n"
-        "  -s, --summary        print per-key totals instead of one line "
-        "per request\n"
-        "      --svg FILE       also draw FILE, an SVG chart of what each "
-        "algorithm\n"
-        "                       (sliding, fixed, approx, gcra) would have "
-        "done with\n"
-        "                       these limits and periods\n"
-        "  -m, --memory BYTES   bound on each memory store, with an "
-        "optional suffix\n"
-        "                       k, M or G (powers of 1024); default 256M. "
-        "--svg uses\n"
-        "                       four more stores.\n"
-        "  -h, --help           print this help and exit\n"
-        "\n"
-        "Examples:\n"
-        "  $ printf '0 a\\n0 a\\n1 a\\n999 a\\n1000 a\\n' | ratel replay "
-        "--rule 2/1s\n"
-        "  0       a       1       1       0\n"
-        "  0       a       1       0       0\n"
-        "  1       a       0       0       999\n"
-        "  999     a       0       0       1\n"
-        "  1000    a       1       1       0\n"
-        "  $ ratel replay --rule 1/60s --rule 10/1h --summary --svg "
-        "sms.svg \\\n"
-        "        examples/traces/sample.trace\n",
-        out);
+    fputs("usage: ratel replay --rule RULE [--rule RULE ...] [--summary]\n"
+          "                    [--svg FILE] [--memory BYTES] [FILE]\n"
+          "\n"
+          "Runs a traffic trace through ONE policy made of all --rule options "
+          "(a request\n"
+          "is admitted only if every rule admits it, and then charges them "
+          "all) on the\n"
+          "embedded memory store, with simulated time: the clock is the "
+          "trace's.\n"
+          "Keys are independent.\n"
+          "\n"
+          "Input: FILE, or standard input when FILE is absent or '-'. One "
+          "request per\n"
+          "line, fields separated by blanks:\n"
+          "  t_ms key [cost]\n"
+          "t_ms is a non-negative integer in milliseconds (any origin: 0 or "
+          "Unix time),\n"
+          "key any word, cost a whole number >= 1 (default 1). Blank lines "
+          "and lines\n"
+          "starting with '#' are skipped. A malformed line stops the replay "
+          "with a\n"
+          "message naming the file and line (exit 2), as does a cost the "
+          "policy can\n"
+          "never admit.\n"
+          "\n"
+          "Output: one tab-separated line per request:\n"
+          "  t_ms  key  allowed (1 or 0)  remaining  retry_after_ms\n"
+          "remaining is what the key may still spend now (the least over the "
+          "rules),\n"
+          "retry_after_ms 0 when allowed, else how long until the same "
+          "request would be\n"
+          "admitted.\n"
+          "\n"
+          "With --summary, per-key totals replace the per-request lines: a "
+          "header line,\n"
+          "then one line per key in the order keys first appear, then an "
+          "overall line:\n"
+          "  # key  requests  allowed  denied  permits\n"
+          "  a      5         3        2       3\n"
+          "  total (1 key)  5  3  2  3\n"
+          "permits is what the allowed requests charged (the sum of their "
+          "costs).\n"
+          "\n"
+          "Options:\n"
+          "  -r, --rule RULE      add RULE to the policy (required; up to 8)\n"
+          "  -s, --summary        print per-key totals instead of one line "
+          "per request\n"
+          "      --svg FILE       also draw FILE, an SVG chart of what each "
+          "algorithm\n"
+          "                       (sliding, fixed, approx, gcra) would have "
+          "done with\n"
+          "                       these limits and periods\n"
+          "  -m, --memory BYTES   bound on each memory store, with an "
+          "optional suffix\n"
+          "                       k, M or G (powers of 1024); default 256M. "
+          "--svg uses\n"
+          "                       four more stores.\n"
+          "  -h, --help           print this help and exit\n"
+          "\n"
+          "Examples:\n"
+          "  $ printf '0 a\\n0 a\\n1 a\\n999 a\\n1000 a\\n' | ratel replay "
+          "--rule 2/1s\n"
+          "  0       a       1       1       0\n"
+          "  0       a       1       0       0\n"
+          "  1       a       0       0       999\n"
+          "  999     a       0       0       1\n"
+          "  1000    a       1       1       0\n"
+          "  $ ratel replay --rule 1/60s --rule 10/1h --summary --svg "
+          "sms.svg \\\n"
+          "        examples/traces/sample.trace\n",
+          out);
 }
 
 /*
@@ -134,8 +133,7 @@ typedef struct replay_options_s {
 } replay_options_t;
 
 /* Parses the options; returns 0, or an exit status after saying why. */
-static int parse_options(int argc, char **argv, replay_options_t *o,
-                         int *help)
+static int parse_options(int argc, char **argv, replay_options_t *o, int *help)
 {
     static const struct option longopts[] = {
         {"rule", required_argument, NULL, 'r'},
@@ -151,13 +149,13 @@ static int parse_options(int argc, char **argv, replay_options_t *o,
     *help = 0;
     optind = 0;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":r:sm:h", longopts, NULL)) !=
-           -1) {
+    while ((opt = getopt_long(argc, argv, ":r:sm:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'r':
             if (o->nrules == RATEL_MAX_RULES) {
-                cli_error("replay", "too many rules: at most %d --rule "
-                                    "options make one policy",
+                cli_error("replay",
+                          "too many rules: at most %d --rule "
+                          "options make one policy",
                           RATEL_MAX_RULES);
                 return CLI_EXIT_USAGE;
             }
@@ -171,9 +169,10 @@ static int parse_options(int argc, char **argv, replay_options_t *o,
             break;
         case 'm':
             if (parse_bytes(optarg, &o->memory) < 0) {
-                cli_error("replay", "--memory \"%s\": expected a number of "
-                                    "bytes >= 1 with an optional k, M or G "
-                                    "suffix, e.g. 64M",
+                cli_error("replay",
+                          "--memory \"%s\": expected a number of "
+                          "bytes >= 1 with an optional k, M or G "
+                          "suffix, e.g. 64M",
                           optarg);
                 return CLI_EXIT_USAGE;
             }
@@ -188,8 +187,9 @@ static int parse_options(int argc, char **argv, replay_options_t *o,
     if (optind < argc)
         o->input = argv[optind++];
     if (optind < argc) {
-        cli_error("replay", "unexpected argument '%s': give at most one "
-                            "trace FILE",
+        cli_error("replay",
+                  "unexpected argument '%s': give at most one "
+                  "trace FILE",
                   argv[optind]);
         return CLI_EXIT_USAGE;
     }
@@ -216,8 +216,8 @@ static void print_summary(const key_table_t *keys)
         denied += k->denied;
         permits += k->permits;
     }
-    printf("total (%zu key%s)\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
-           "\t%" PRIu64 "\n",
+    printf("total (%zu key%s)\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
+           "\n",
            keys->nrecords, keys->nrecords == 1 ? "" : "s", requests, allowed,
            denied, permits);
 }
@@ -235,8 +235,9 @@ static void cost_error(const trace_t *tr, const ratel_policy_t *policy,
         if (cost > cap) {
             char text[64];
             ratel_rule_format(r, text, sizeof text);
-            cli_error("replay", "%s:%llu: cost %" PRIu64 " is more than rule "
-                                "%s can ever admit (%" PRIu64 ")",
+            cli_error("replay",
+                      "%s:%llu: cost %" PRIu64 " is more than rule "
+                      "%s can ever admit (%" PRIu64 ")",
                       tr->name, tr->line, cost, text, cap);
             return;
         }
@@ -253,8 +254,7 @@ static int write_svg(const chart_t *chart, FILE *fp, const char *path,
 
     failed |= fclose(fp) != 0;
     if (failed) {
-        cli_error("replay", "--svg: writing '%s': %s", path,
-                  strerror(errno));
+        cli_error("replay", "--svg: writing '%s': %s", path, strerror(errno));
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
@@ -297,9 +297,8 @@ static int run(const replay_options_t *o, const ratel_policy_t *policy,
             }
         }
         if (!o->summary)
-            printf("%" PRId64 "\t%s\t%d\t%" PRId64 "\t%" PRId64 "\n",
-                   item.t_ms, item.key, d.allowed ? 1 : 0, d.remaining,
-                   d.retry_after_ms);
+            printf("%" PRId64 "\t%s\t%d\t%" PRId64 "\t%" PRId64 "\n", item.t_ms,
+                   item.key, d.allowed ? 1 : 0, d.remaining, d.retry_after_ms);
         if (chart && (rc = chart_add(chart, rec, &item)) != 0)
             return rc;
     }
@@ -320,10 +319,10 @@ static void warn_evictions(ratel_store_t *store, const char *what)
 
     ratel_store_stats(store, &st);
     if (st.evictions)
-        cli_error("replay", "warning: the %s store evicted %" PRIu64
-                            " live keys "
-                            "to stay within --memory %" PRIu64 " bytes; "
-                            "raise it for exact results",
+        cli_error("replay",
+                  "warning: the %s store evicted %" PRIu64 " live keys "
+                  "to stay within --memory %" PRIu64 " bytes; "
+                  "raise it for exact results",
                   what, st.evictions, st.max_bytes);
 }
 
@@ -346,8 +345,7 @@ int cli_replay(int argc, char **argv)
         cli_replay_usage(stdout);
         return CLI_EXIT_OK;
     }
-    if (ratel_policy_parse(&policy, o.rules, o.nrules, err, sizeof err) <
-        0) {
+    if (ratel_policy_parse(&policy, o.rules, o.nrules, err, sizeof err) < 0) {
         cli_error("replay", "%s", err);
         return CLI_EXIT_USAGE;
     }
@@ -396,8 +394,8 @@ int cli_replay(int argc, char **argv)
         if (have_chart) {
             chart.keys = keys.nrecords;
             for (int a = 0; a < CHART_NALGOS; a++)
-                warn_evictions(chart.stores[a], ratel_algo_name(
-                                                    (ratel_algo_t)a));
+                warn_evictions(chart.stores[a],
+                               ratel_algo_name((ratel_algo_t)a));
             status = write_svg(&chart, svg, o.svg_path,
                                o.input ? o.input : "standard input");
             svg = NULL;

@@ -29,11 +29,11 @@
 #define LEFT 78.0
 #define RIGHT 24.0
 #define PLOT_W (SVG_WIDTH - LEFT - RIGHT)
-#define TOP 112.0     /* first panel */
-#define HEAD_H 24.0   /* panel header line */
-#define BARS_H 96.0   /* bar strip */
-#define GAP_H 10.0    /* between the strips */
-#define LINE_H 64.0   /* peak line strip */
+#define TOP 112.0   /* first panel */
+#define HEAD_H 24.0 /* panel header line */
+#define BARS_H 96.0 /* bar strip */
+#define GAP_H 10.0  /* between the strips */
+#define LINE_H 64.0 /* peak line strip */
 #define PANEL_GAP 26.0
 #define PANEL_H (HEAD_H + BARS_H + GAP_H + LINE_H + PANEL_GAP)
 #define FOOT_H 110.0    /* time axis and notes below the panels */
@@ -49,18 +49,18 @@
 
 /* Displayed bucket widths a reader can name, in ms. */
 static const int64_t display_widths[] = {
-    1,        2,        5,        10,       20,        50,       100,
-    200,      500,      1000,     2000,     5000,      10000,    15000,
-    20000,    30000,    60000,    120000,   300000,    600000,   900000,
-    1800000,  3600000,  7200000,  10800000, 21600000,  43200000, 86400000,
+    1,         2,         5,         10,         20,        50,       100,
+    200,       500,       1000,      2000,       5000,      10000,    15000,
+    20000,     30000,     60000,     120000,     300000,    600000,   900000,
+    1800000,   3600000,   7200000,   10800000,   21600000,  43200000, 86400000,
     172800000, 604800000, 864000000, 1728000000, 8640000000};
 
 /* Tick steps of the time axis, in ms. */
 static const int64_t tick_steps[] = {
-    1,       2,       5,        10,       20,       50,       100,
-    200,     500,     1000,     2000,     5000,     10000,    15000,
-    30000,   60000,   120000,   300000,   600000,   900000,   1800000,
-    3600000, 7200000, 10800000, 21600000, 43200000, 86400000, 172800000,
+    1,         2,          5,         10,       20,       50,       100,
+    200,       500,        1000,      2000,     5000,     10000,    15000,
+    30000,     60000,      120000,    300000,   600000,   900000,   1800000,
+    3600000,   7200000,    10800000,  21600000, 43200000, 86400000, 172800000,
     604800000, 1209600000, 2592000000};
 
 /* Traces whose first t_ms is past this (about 115 days) use Unix time. */
@@ -68,13 +68,13 @@ static const int64_t tick_steps[] = {
 
 typedef struct view_s {
     const chart_t *chart;
-    int64_t width_ms;  /* displayed bucket */
-    int64_t start_ms;  /* left end of the axis: a multiple of width_ms */
-    size_t n;          /* displayed buckets */
+    int64_t width_ms; /* displayed bucket */
+    int64_t start_ms; /* left end of the axis: a multiple of width_ms */
+    size_t n;         /* displayed buckets */
     chart_bucket_t *buckets[CHART_NALGOS];
-    uint64_t bar_max;  /* top of the bar scale */
-    double line_max;   /* top of the line scale */
-    int unix_time;     /* label ticks as UTC clock times */
+    uint64_t bar_max; /* top of the bar scale */
+    double line_max;  /* top of the line scale */
+    int unix_time;    /* label ticks as UTC clock times */
 } view_t;
 
 /* Writes `s` with XML's special characters escaped; other bytes outside
@@ -83,10 +83,18 @@ static void put_escaped(FILE *out, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '&': fputs("&amp;", out); break;
-        case '<': fputs("&lt;", out); break;
-        case '>': fputs("&gt;", out); break;
-        case '"': fputs("&quot;", out); break;
+        case '&':
+            fputs("&amp;", out);
+            break;
+        case '<':
+            fputs("&lt;", out);
+            break;
+        case '>':
+            fputs("&gt;", out);
+            break;
+        case '"':
+            fputs("&quot;", out);
+            break;
         default:
             fputc((*s >= 0x20 && *s < 0x7f) ? *s : '?', out);
         }
@@ -99,8 +107,11 @@ static void format_duration(int64_t ms, char *buf, size_t len)
     static const struct {
         int64_t ms;
         const char *unit;
-    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "min"},
-                 {1000, "s"},     {1, "ms"}};
+    } units[] = {{86400000, "d"},
+                 {3600000, "h"},
+                 {60000, "min"},
+                 {1000, "s"},
+                 {1, "ms"}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (ms >= units[i].ms || units[i].ms == 1) {
             snprintf(buf, len, "%.4g %s", (double)ms / (double)units[i].ms,
@@ -130,8 +141,8 @@ static void format_rules(const ratel_policy_t *p, char *buf, size_t len)
     for (uint32_t i = 0; i < p->nrules && used < len; i++) {
         char rule[64];
         ratel_rule_format(&p->rules[i], rule, sizeof rule);
-        used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                 i ? " + " : "", rule);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? " + " : "",
+                                 rule);
     }
 }
 
@@ -171,8 +182,8 @@ static uint64_t nice_ceil(uint64_t v)
 static int make_view(view_t *v, const chart_t *c)
 {
     int64_t first = c->base * c->width_ms; /* start of internal bucket 0 */
-    int64_t end = (c->base + (int64_t)(c->nbuckets ? c->nbuckets : 1)) *
-                  c->width_ms;
+    int64_t end =
+        (c->base + (int64_t)(c->nbuckets ? c->nbuckets : 1)) * c->width_ms;
     int64_t d = 0;
 
     memset(v, 0, sizeof *v);
@@ -255,8 +266,8 @@ static int64_t tick_step(const view_t *v)
  * "3 min"). Unix-time traces: the UTC clock ("14:05", "14:05:30",
  * "14:05:30.250").
  */
-static void tick_label(const view_t *v, int64_t t_ms, int64_t step,
-                       char *buf, size_t len)
+static void tick_label(const view_t *v, int64_t t_ms, int64_t step, char *buf,
+                       size_t len)
 {
     if (v->unix_time) {
         time_t secs = (time_t)(t_ms / 1000);
@@ -350,18 +361,24 @@ static void put_header(FILE *out, const view_t *v, const char *source)
         fprintf(out, "<g transform=\"translate(%.1f,68)\">\n", LEFT);
         for (int i = 0; i < 5; i++) {
             if (i < 2)
-                fprintf(out, "<rect x=\"%.1f\" y=\"0\" width=\"12\" "
-                             "height=\"12\" fill=\"%s\"/>",
+                fprintf(out,
+                        "<rect x=\"%.1f\" y=\"0\" width=\"12\" "
+                        "height=\"12\" fill=\"%s\"/>",
                         x, i ? RED : GREEN);
             else
-                fprintf(out, "<path d=\"M%.1f 6 h22\" stroke=\"%s\" "
-                             "stroke-width=\"%s\"%s/>",
-                        x, i == 2 ? BLUE : i == 3 ? INK : ORANGE,
-                        i == 2 ? "2" : i == 3 ? "1" : "3",
+                fprintf(out,
+                        "<path d=\"M%.1f 6 h22\" stroke=\"%s\" "
+                        "stroke-width=\"%s\"%s/>",
+                        x,
+                        i == 2   ? BLUE
+                        : i == 3 ? INK
+                                 : ORANGE,
+                        i == 2   ? "2"
+                        : i == 3 ? "1"
+                                 : "3",
                         i == 3 ? " stroke-dasharray=\"5 3\"" : "");
             x += i < 2 ? 17 : 27;
-            fprintf(out, "<text x=\"%.1f\" y=\"10.5\">%s</text>\n", x,
-                    text[i]);
+            fprintf(out, "<text x=\"%.1f\" y=\"10.5\">%s</text>\n", x, text[i]);
             x += 7.0 * (double)strlen(text[i]) + 16;
         }
         fprintf(out, "</g>\n");
@@ -408,8 +425,8 @@ static void put_time_axis(FILE *out, const view_t *v, double y)
     int64_t step = tick_step(v);
     int64_t end = v->start_ms + (int64_t)v->n * v->width_ms;
 
-    fprintf(out, "<path stroke=\"" INK "\" d=\"M%.1f %.1f H%.1f\"/>\n", LEFT,
-            y, LEFT + PLOT_W);
+    fprintf(out, "<path stroke=\"" INK "\" d=\"M%.1f %.1f H%.1f\"/>\n", LEFT, y,
+            LEFT + PLOT_W);
     for (int64_t t = first_tick(v, step); t <= end; t += step) {
         char label[48];
         double x = x_of_time(v, t);
@@ -515,11 +532,13 @@ static void put_line(FILE *out, const view_t *v, int a, double y0)
     const chart_t *c = v->chart;
     double y_limit = line_y(v, y0, c->limit);
 
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                 "fill=\"#f7f7f7\"/>\n",
+    fprintf(out,
+            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+            "fill=\"#f7f7f7\"/>\n",
             LEFT, y0, PLOT_W, LINE_H);
-    fprintf(out, "<clipPath id=\"over-%d\"><rect x=\"%.1f\" y=\"%.1f\" "
-                 "width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
+    fprintf(out,
+            "<clipPath id=\"over-%d\"><rect x=\"%.1f\" y=\"%.1f\" "
+            "width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
             a, LEFT, y0 - 4, PLOT_W, y_limit - 1.5 - (y0 - 4));
     fprintf(out,
             "<path stroke=\"" INK "\" stroke-dasharray=\"5 3\" "
@@ -551,9 +570,9 @@ static void put_panel(FILE *out, const view_t *v, int a, double top)
     uint64_t total = c->admitted[a] + c->rejected[a];
 
     format_rules(&c->variants[a], rules, sizeof rules);
-    fprintf(out, "<g>\n<text x=\"%.1f\" y=\"%.1f\"><tspan font-weight=\"bold\" "
-                 "font-size=\"15\">%s</tspan><tspan fill=\"" MUTED
-                 "\" dx=\"10\">",
+    fprintf(out,
+            "<g>\n<text x=\"%.1f\" y=\"%.1f\"><tspan font-weight=\"bold\" "
+            "font-size=\"15\">%s</tspan><tspan fill=\"" MUTED "\" dx=\"10\">",
             LEFT, top + 14, ratel_algo_name((ratel_algo_t)a));
     put_escaped(out, rules);
     fprintf(out, "%s</tspan></text>\n",

@@ -20,15 +20,17 @@
 /* Largest t_ms: now_us = t_ms * 1000 must stay below RATEL_TIME_MAX_US. */
 #define TRACE_T_MAX_MS ((RATEL_TIME_MAX_US - 1) / 1000)
 
-static int is_blank(char c) { return c == ' ' || c == '\t'; }
+static int is_blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
 
 /*
  * Splits the NUL-terminated `line` into at most `max` blank-separated
  * fields (NUL-terminating each in place). Returns how many there were,
  * which may exceed `max`; only the first `max` are stored.
  */
-static size_t split_fields(char *line, char **field, size_t *flen,
-                           size_t max)
+static size_t split_fields(char *line, char **field, size_t *flen, size_t max)
 {
     size_t n = 0;
     char *p = line;
@@ -85,8 +87,9 @@ static int trace_fail(const trace_t *tr, char *err, size_t errlen,
         quoted[q++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
     quoted[q] = '\0';
     if (field)
-        snprintf(err, errlen, "%s:%llu: %s \"%s%s\"; expected 't_ms key "
-                              "[cost]'",
+        snprintf(err, errlen,
+                 "%s:%llu: %s \"%s%s\"; expected 't_ms key "
+                 "[cost]'",
                  tr->name, tr->line, what, quoted, field[q] ? "..." : "");
     else
         snprintf(err, errlen, "%s:%llu: %s; expected 't_ms key [cost]'",
@@ -115,8 +118,9 @@ int trace_next(trace_t *tr, trace_item_t *item, char *err, size_t errlen)
         if (len > 0 && tr->buf[len - 1] == '\n')
             tr->buf[--len] = '\0';
         else if (!feof(tr->fp)) {
-            snprintf(err, errlen, "%s:%llu: line is longer than %d bytes; "
-                                  "expected 't_ms key [cost]'",
+            snprintf(err, errlen,
+                     "%s:%llu: line is longer than %d bytes; "
+                     "expected 't_ms key [cost]'",
                      tr->name, tr->line, TRACE_LINE_MAX);
             return -1;
         }

@@ -161,7 +161,10 @@ typedef struct ratel_request_s {
     unsigned flags;      /* RATEL_PEEK */
 } ratel_request_t;
 
-#define RATEL_REQUEST_INIT {1, 0, 0}
+#define RATEL_REQUEST_INIT                                                     \
+    {                                                                          \
+        1, 0, 0                                                                \
+    }
 
 typedef struct ratel_decision_s {
     int allowed;            /* 1 admitted (after wait_ms), 0 denied */
@@ -191,9 +194,9 @@ typedef struct ratel_decision_s {
  * (cost 0, time out of range, bad max_wait), RATEL_ECOST, RATEL_ECORRUPT,
  * RATEL_EVERSION, RATEL_ENOBUFS. On error `decision` is unspecified.
  */
-RATEL_API int ratel_policy_acquire(const ratel_policy_t *policy,
-                                   uint8_t *state, size_t *state_len,
-                                   size_t state_cap, int64_t now_us,
+RATEL_API int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
+                                   size_t *state_len, size_t state_cap,
+                                   int64_t now_us,
                                    const ratel_request_t *request,
                                    ratel_decision_t *decision);
 
@@ -212,9 +215,9 @@ RATEL_API int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
 /* What one rule of a stored key looks like at some instant. */
 typedef struct ratel_rule_status_s {
     ratel_rule_t rule;
-    int64_t used;           /* permits counted against the rule now */
-    int64_t remaining;      /* permits available now */
-    int64_t reset_after_ms; /* until this rule's state is empty */
+    int64_t used;            /* permits counted against the rule now */
+    int64_t remaining;       /* permits available now */
+    int64_t reset_after_ms;  /* until this rule's state is empty */
     int64_t window_start_ms; /* fixed, approx: current window; else 0 */
     int64_t tat_us;          /* gcra: theoretical arrival time; else 0 */
     uint32_t runs;           /* sliding: (time, count) runs stored */

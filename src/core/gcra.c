@@ -25,10 +25,10 @@
 typedef __int128 i128;
 
 typedef struct gcra_view_s {
-    i128 tat;    /* scaled */
-    i128 now;    /* scaled */
-    i128 t;      /* emission interval, scaled: period in us */
-    i128 tau;    /* bucket depth, scaled */
+    i128 tat; /* scaled */
+    i128 now; /* scaled */
+    i128 t;   /* emission interval, scaled: period in us */
+    i128 tau; /* bucket depth, scaled */
     int64_t limit;
 } gcra_view_t;
 
@@ -91,8 +91,8 @@ void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
     gcra_status_of(&g, st);
 }
 
-void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
-                        uint64_t cost, ratel__verdict_t *v)
+void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
+                        ratel__verdict_t *v)
 {
     gcra_view_t g;
     i128 base, allow_at;

@@ -128,10 +128,10 @@ int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen);
 
 /* One rule's record inside a blob, located by ratel__state_parse. */
 typedef struct ratel__record_s {
-    uint8_t *p;       /* first byte of the record */
-    size_t size;      /* bytes */
+    uint8_t *p;  /* first byte of the record */
+    size_t size; /* bytes */
     ratel_rule_t rule;
-    int64_t sum;      /* sliding: permits in all runs, expired or not */
+    int64_t sum; /* sliding: permits in all runs, expired or not */
 } ratel__record_t;
 
 /*
@@ -165,18 +165,18 @@ typedef struct ratel__status_s {
  * deciding and committing cannot disagree.
  */
 typedef struct ratel__verdict_s {
-    int allowed;            /* admitted at now */
-    int64_t retry_us;       /* denied: until it would be admitted */
-    int64_t allow_at_us;    /* gcra: earliest conforming instant (ceil) */
-    size_t grow;            /* bytes the commit adds to the record */
+    int allowed;         /* admitted at now */
+    int64_t retry_us;    /* denied: until it would be admitted */
+    int64_t allow_at_us; /* gcra: earliest conforming instant (ceil) */
+    size_t grow;         /* bytes the commit adds to the record */
     /* sliding plan */
-    uint32_t drop;      /* expired runs at the head */
-    uint32_t shift;     /* granularity exponent for the new event */
-    int64_t total;      /* permits counted in the window (unexpired) */
+    uint32_t drop;  /* expired runs at the head */
+    uint32_t shift; /* granularity exponent for the new event */
+    int64_t total;  /* permits counted in the window (unexpired) */
     /* fixed / approx plan */
-    int64_t window_ms;  /* current window start */
-    int64_t cur, prev;  /* counts after moving to that window */
-    int64_t weight;     /* approx: weight of prev, in 1/65536 */
+    int64_t window_ms; /* current window start */
+    int64_t cur, prev; /* counts after moving to that window */
+    int64_t weight;    /* approx: weight of prev, in 1/65536 */
 } ratel__verdict_t;
 
 /*
@@ -187,11 +187,9 @@ void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
                            ratel__status_t *st);
 void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
                            uint64_t cost, ratel__verdict_t *v);
-size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
-                             uint64_t cost, const ratel__verdict_t *v,
-                             ratel__status_t *after);
-size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us,
-                             uint64_t cost);
+size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                             const ratel__verdict_t *v, ratel__status_t *after);
+size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
 
 void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
                          ratel__status_t *st);
@@ -211,8 +209,8 @@ void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
 
 void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
                         ratel__status_t *st);
-void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us,
-                        uint64_t cost, ratel__verdict_t *v);
+void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
+                        ratel__verdict_t *v);
 void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
                         uint64_t cost, ratel__status_t *after);
 void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);

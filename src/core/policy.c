@@ -39,8 +39,8 @@ int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
                 ratel_rule_format(&rules[i], text, sizeof text);
                 if (errbuf && errlen)
                     snprintf(errbuf, errlen,
-                             "policy: rule %zu (\"%s\") repeats rule %zu", i + 1,
-                             text, j + 1);
+                             "policy: rule %zu (\"%s\") repeats rule %zu",
+                             i + 1, text, j + 1);
                 return RATEL_EINVAL;
             }
         }
@@ -84,8 +84,8 @@ size_t ratel_policy_state_max(const ratel_policy_t *policy)
 
 /* ------------------------------------------------------------ conversion */
 
-static int rules_match(const ratel_policy_t *policy,
-                       const ratel__record_t *rec, uint32_t n)
+static int rules_match(const ratel_policy_t *policy, const ratel__record_t *rec,
+                       uint32_t n)
 {
     if (n != policy->nrules)
         return 0;
@@ -176,8 +176,8 @@ typedef struct plan_s {
     size_t grow;     /* bytes the commit may add to the blob */
 } plan_t;
 
-static void decide_rule(const ratel__record_t *r, int64_t now_us,
-                        uint64_t cost, ratel__verdict_t *v)
+static void decide_rule(const ratel__record_t *r, int64_t now_us, uint64_t cost,
+                        ratel__verdict_t *v)
 {
     switch (r->rule.algo) {
     case RATEL_ALGO_SLIDING:
@@ -232,7 +232,8 @@ static void decide_all(const ratel__record_t *rec, uint32_t n, int64_t now_us,
     plan->at_us = now_us;
     plan->wait_us = 0;
     /* Reservations: every rule is gcra here (checked up front). */
-    if (!all && req->max_wait_ms > 0 && at - now_us <= req->max_wait_ms * 1000) {
+    if (!all && req->max_wait_ms > 0 &&
+        at - now_us <= req->max_wait_ms * 1000) {
         plan->allowed = 1;
         plan->at_us = at;
         plan->wait_us = at - now_us;
@@ -389,8 +390,8 @@ int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
     uint32_t n = 0;
     int err;
 
-    if (!req || !d || (err = check_call(policy, state, state_len, now_us,
-                                        req->cost)) != 0)
+    if (!req || !d ||
+        (err = check_call(policy, state, state_len, now_us, req->cost)) != 0)
         return RATEL_EINVAL;
     if (req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
         return RATEL_EINVAL;

@@ -24,9 +24,8 @@ static const struct {
     const char *word; /* singular, for explain */
 } units[] = {
     /* Longest first where one unit is a prefix of another ("ms", "m"). */
-    {"ms", 1, "millisecond"},    {"s", 1000, "second"},
-    {"m", 60000, "minute"},      {"h", 3600000, "hour"},
-    {"d", 86400000, "day"},
+    {"ms", 1, "millisecond"}, {"s", 1000, "second"},  {"m", 60000, "minute"},
+    {"h", 3600000, "hour"},   {"d", 86400000, "day"},
 };
 #define NUNITS (sizeof units / sizeof units[0])
 
@@ -44,8 +43,8 @@ const char *ratel_algo_name(ratel_algo_t algo)
  * with non-printable bytes escaped and cut at 64 bytes, so hostile input
  * cannot flood a log line.
  */
-static int rule_error(char *errbuf, size_t errlen, const char *text,
-                      size_t len, const char *fmt, ...)
+static int rule_error(char *errbuf, size_t errlen, const char *text, size_t len,
+                      const char *fmt, ...)
 {
     char quoted[64 * 4 + 8];
     size_t q = 0;
@@ -170,8 +169,8 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                           "expected '/' after the limit");
     pos++;
 
-    digits = read_number(text, len, &pos, RATEL_PERIOD_MAX_MS, &count,
-                         &overflow);
+    digits =
+        read_number(text, len, &pos, RATEL_PERIOD_MAX_MS, &count, &overflow);
     if (digits == 0)
         count = 1; /* a bare unit means one of it */
     if (overflow)
@@ -201,8 +200,7 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
         int found = 0;
         while (pos < len && text[pos] != ',')
             pos++;
-        for (size_t a = 0; a < sizeof algo_names / sizeof algo_names[0];
-             a++) {
+        for (size_t a = 0; a < sizeof algo_names / sizeof algo_names[0]; a++) {
             if (strlen(algo_names[a]) == pos - start &&
                 memcmp(text + start, algo_names[a], pos - start) == 0) {
                 rule.algo = (ratel_algo_t)a;
@@ -229,8 +227,8 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
             return rule_error(errbuf, errlen, text, len,
                               "burst is given twice");
         pos += sizeof opt - 1;
-        digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &burst,
-                             &overflow);
+        digits =
+            read_number(text, len, &pos, RATEL_LIMIT_MAX, &burst, &overflow);
         if (digits == 0 || overflow || burst == 0)
             return rule_error(errbuf, errlen, text, len,
                               "burst must be a whole number from 1 to %u",
@@ -238,10 +236,9 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
         have_burst = 1;
     }
     if (pos < len)
-        return rule_error(errbuf, errlen, text, len,
-                          "unexpected \"%.*s\" at byte %zu",
-                          (int)(len - pos > 16 ? 16 : len - pos), text + pos,
-                          pos + 1);
+        return rule_error(
+            errbuf, errlen, text, len, "unexpected \"%.*s\" at byte %zu",
+            (int)(len - pos > 16 ? 16 : len - pos), text + pos, pos + 1);
     if (have_burst && rule.algo != RATEL_ALGO_GCRA)
         return rule_error(errbuf, errlen, text, len,
                           "burst applies to gcra rules only (add :gcra)");
@@ -304,15 +301,17 @@ static void duration_words(double us, char *buf, size_t buflen)
     static const struct {
         double us;
         const char *one, *many;
-    } scale[] = {{86400e6, "day", "days"},       {3600e6, "hour", "hours"},
-                 {60e6, "minute", "minutes"},    {1e6, "second", "seconds"},
+    } scale[] = {{86400e6, "day", "days"},
+                 {3600e6, "hour", "hours"},
+                 {60e6, "minute", "minutes"},
+                 {1e6, "second", "seconds"},
                  {1e3, "millisecond", "milliseconds"},
                  {1, "microsecond", "microseconds"}};
     for (size_t i = 0; i < sizeof scale / sizeof scale[0]; i++) {
         if (us >= scale[i].us || i == sizeof scale / sizeof scale[0] - 1) {
             double v = us / scale[i].us;
-            snprintf(buf, buflen, "%.3g %s", v, v == 1 ? scale[i].one
-                                                       : scale[i].many);
+            snprintf(buf, buflen, "%.3g %s", v,
+                     v == 1 ? scale[i].one : scale[i].many);
             return;
         }
     }
@@ -341,8 +340,8 @@ int ratel_rule_explain(const ratel_rule_t *rule, char *buf, size_t buflen)
                         rule->limit, req, period);
     case RATEL_ALGO_GCRA:
         period_noun(rule->period_ms, period, sizeof period);
-        duration_words((double)rule->period_ms * 1000.0 / rule->limit,
-                       interval, sizeof interval);
+        duration_words((double)rule->period_ms * 1000.0 / rule->limit, interval,
+                       sizeof interval);
         return snprintf(buf, buflen,
                         "%u %s per %s at a steady rate (one every %s), "
                         "bursts of up to %u",

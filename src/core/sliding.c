@@ -31,8 +31,7 @@ static inline uint32_t run_count(const uint8_t *p, uint32_t i)
     return ratel__ld32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE + 4);
 }
 
-static inline void run_set(uint8_t *p, uint32_t i, uint32_t off,
-                           uint32_t count)
+static inline void run_set(uint8_t *p, uint32_t i, uint32_t off, uint32_t count)
 {
     ratel__st32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE, off);
     ratel__st32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE + 4, count);
@@ -207,9 +206,8 @@ static uint32_t coarsen(uint8_t *p, uint32_t *n, uint32_t shift)
     return shift;
 }
 
-size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us,
-                             uint64_t cost, const ratel__verdict_t *v,
-                             ratel__status_t *after)
+size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
+                             const ratel__verdict_t *v, ratel__status_t *after)
 {
     uint8_t *p = r->p;
     int64_t now_ms = now_us / 1000, base, t;

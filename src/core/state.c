@@ -43,7 +43,10 @@ void ratel__record_write_empty(uint8_t *p, const ratel_rule_t *rule)
         ratel__st32(p + 10, rule->burst);
 }
 
-static int time_ms_ok(int64_t t) { return t >= 0 && t < RATEL__STORED_MS_MAX; }
+static int time_ms_ok(int64_t t)
+{
+    return t >= 0 && t < RATEL__STORED_MS_MAX;
+}
 
 /*
  * Validates one record starting at p with `avail` bytes left in the blob;

@@ -179,11 +179,12 @@ void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
     v->weight = a.w;
     v->grow = 0;
     v->retry_us = 0;
-    v->allowed = a.prev * a.w + (a.cur + (int64_t)cost) * SCALE <= limit * SCALE;
+    v->allowed =
+        a.prev * a.w + (a.cur + (int64_t)cost) * SCALE <= limit * SCALE;
     if (!v->allowed) {
         /* This window, else the next (prev = cur), else the one after. */
-        int64_t e = approx_first_fit(a.prev, a.cur + (int64_t)cost, limit,
-                                     period);
+        int64_t e =
+            approx_first_fit(a.prev, a.cur + (int64_t)cost, limit, period);
         int64_t at = a.ws + e;
         if (e >= period) {
             e = approx_first_fit(a.cur, (int64_t)cost, limit, period);

@@ -56,8 +56,8 @@ static inline int test_peek(test_key_t *k, int64_t t_ms, uint64_t cost,
                             ratel_decision_t *d)
 {
     ratel_decision_t local;
-    int err = test_acquire_us(k, t_ms * 1000, cost, 0, RATEL_PEEK,
-                              d ? d : &local);
+    int err =
+        test_acquire_us(k, t_ms * 1000, cost, 0, RATEL_PEEK, d ? d : &local);
     return err ? -1 : (d ? d : &local)->allowed;
 }
 

@@ -150,8 +150,8 @@ TEST(gcra_extreme_rates)
     CHECK_EQ(test_take(&k, 1001, 1000000000, NULL), 1);
 
     /* 3 per second: T = 333333.33 us is not a whole number, yet under
-       continuous demand (requests every ms until denied) exactly B + floor(3t/1000)
-       permits are admitted by t ms: no drift after 300 s. */
+       continuous demand (requests every ms until denied) exactly B +
+       floor(3t/1000) permits are admitted by t ms: no drift after 300 s. */
     REQUIRE(test_key_init(&k, third) == 0);
     {
         int64_t admitted = 0, wrong = 0;
@@ -194,9 +194,10 @@ TEST(gcra_reservations_fifo_and_never_faster_than_rate)
 
 TEST(algorithms_clock_going_backwards_is_clamped)
 {
-    static const char *const algos[][2] = {
-        {"2/1s", NULL}, {"2/1s:fixed", NULL}, {"2/1s:approx", NULL},
-        {"2/1s:gcra", NULL}};
+    static const char *const algos[][2] = {{"2/1s", NULL},
+                                           {"2/1s:fixed", NULL},
+                                           {"2/1s:approx", NULL},
+                                           {"2/1s:gcra", NULL}};
     for (int a = 0; a < 4; a++) {
         test_key_t k;
         ratel_decision_t d;
@@ -221,12 +222,10 @@ TEST(algorithms_argument_errors)
     CHECK_EQ(test_acquire_us(&k, 0, 6, 0, 0, &d), RATEL_ECOST);
     CHECK_EQ(test_acquire_us(&k, 0, 0, 0, 0, &d), RATEL_EINVAL);
     CHECK_EQ(test_acquire_us(&k, -1, 1, 0, 0, &d), RATEL_EINVAL);
-    CHECK_EQ(test_acquire_us(&k, RATEL_TIME_MAX_US, 1, 0, 0, &d),
-             RATEL_EINVAL);
+    CHECK_EQ(test_acquire_us(&k, RATEL_TIME_MAX_US, 1, 0, 0, &d), RATEL_EINVAL);
     CHECK_EQ(test_acquire_us(&k, 0, 1, 100, 0, &d), RATEL_EINVAL);
     CHECK_EQ(test_acquire_us(&k, 0, 1, -5, 0, &d), RATEL_EINVAL);
-    CHECK_EQ(ratel_policy_acquire(NULL, k.buf, &k.len, sizeof k.buf, 0, &q,
-                                  &d),
+    CHECK_EQ(ratel_policy_acquire(NULL, k.buf, &k.len, sizeof k.buf, 0, &q, &d),
              RATEL_EINVAL);
     CHECK_EQ(ratel_policy_acquire(&k.policy, k.buf, &k.len, sizeof k.buf, 0,
                                   NULL, &d),

@@ -146,8 +146,8 @@ TEST(property_sliding_never_exceeds_limit_past_cap)
                 {
                     ratel_rule_status_t st;
                     size_t one;
-                    REQUIRE(ratel_state_inspect(k.buf, k.len, t * 1000, &st,
-                                                1, &one) == 0);
+                    REQUIRE(ratel_state_inspect(k.buf, k.len, t * 1000, &st, 1,
+                                                &one) == 0);
                     coarse |= st.granularity_ms > 1;
                 }
             } else {
@@ -198,8 +198,8 @@ TEST(property_gcra_equals_leaky_bucket)
             int64_t cost = ratel_test_between(1, burst < 4 ? burst : 4);
             __int128 now, x;
             int want;
-            t_us += ratel_test_between(0, (int64_t)period * 1000 / limit * 2 +
-                                              1);
+            t_us +=
+                ratel_test_between(0, (int64_t)period * 1000 / limit * 2 + 1);
             now = (__int128)t_us * limit;
             x = b.x - (now - b.last);
             if (x < 0)
@@ -323,7 +323,8 @@ RATEL_SUITE(properties) = {
      test_property_sliding_equals_brute_force_under_cap},
     {"property_sliding_never_exceeds_limit_past_cap",
      test_property_sliding_never_exceeds_limit_past_cap},
-    {"property_gcra_equals_leaky_bucket", test_property_gcra_equals_leaky_bucket},
+    {"property_gcra_equals_leaky_bucket",
+     test_property_gcra_equals_leaky_bucket},
     {"property_policy_is_all_or_nothing_and_retry_exact",
      test_property_policy_is_all_or_nothing_and_retry_exact},
     {"property_refund_undoes_acquire", test_property_refund_undoes_acquire},

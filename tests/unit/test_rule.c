@@ -25,8 +25,7 @@ TEST(rule_parse_valid)
         {"100/1s:gcra,burst=200", RATEL_ALGO_GCRA, 100, 1000, 200,
          "100/1s:gcra,burst=200"},
         {"3/s:gcra", RATEL_ALGO_GCRA, 3, 1000, 3, "3/1s:gcra"},
-        {"1000/1d:fixed", RATEL_ALGO_FIXED, 1000, 86400000, 0,
-         "1000/1d:fixed"},
+        {"1000/1d:fixed", RATEL_ALGO_FIXED, 1000, 86400000, 0, "1000/1d:fixed"},
         {"5/90s:approx", RATEL_ALGO_APPROX, 5, 90000, 0, "5/90s:approx"},
         {"7/1500ms", RATEL_ALGO_SLIDING, 7, 1500, 0, "7/1500ms"},
         {"1/1ms", RATEL_ALGO_SLIDING, 1, 1, 0, "1/1ms"},
@@ -58,12 +57,34 @@ TEST(rule_parse_valid)
 TEST(rule_parse_malformed_names_rule_and_grammar)
 {
     static const char *const bad[] = {
-        "0/1s", "10/0s", "10/1x", "-1/1s", "99999999999999999999/1s",
-        "10/1s:nope", "10/1s,burst=0", "", "10/1sx", "10/1s ", " 10/1s",
-        "10", "10/", "/1s", "10/1s:", "10/1s,burst=5", "10/1s:gcra,burst=",
-        "10/1s:gcra,burst=5,burst=6", "10/1s:gcra,rate=5", "10/31d",
-        "1000000001/1s", "10/1s:gcra,burst=1000000001", "1/30d:gcra,burst=200",
-        "10/1.5s", "10/1S", "10/1s:GCRA", "1e3/1s", "10/99999999999999999ms",
+        "0/1s",
+        "10/0s",
+        "10/1x",
+        "-1/1s",
+        "99999999999999999999/1s",
+        "10/1s:nope",
+        "10/1s,burst=0",
+        "",
+        "10/1sx",
+        "10/1s ",
+        " 10/1s",
+        "10",
+        "10/",
+        "/1s",
+        "10/1s:",
+        "10/1s,burst=5",
+        "10/1s:gcra,burst=",
+        "10/1s:gcra,burst=5,burst=6",
+        "10/1s:gcra,rate=5",
+        "10/31d",
+        "1000000001/1s",
+        "10/1s:gcra,burst=1000000001",
+        "1/30d:gcra,burst=200",
+        "10/1.5s",
+        "10/1S",
+        "10/1s:GCRA",
+        "1e3/1s",
+        "10/99999999999999999ms",
         "10/1s:gcra,burst=99999999999999999999",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -105,9 +126,8 @@ TEST(rule_format_round_trips_random_rules)
         char text[64], err[256];
         static const uint32_t unit[] = {1, 1000, 60000, 3600000, 86400000};
         r.algo = (ratel_algo_t)ratel_test_between(0, 3);
-        r.limit = (uint32_t)ratel_test_between(1, ratel_test_rand() % 2
-                                                      ? 100
-                                                      : RATEL_LIMIT_MAX);
+        r.limit = (uint32_t)ratel_test_between(
+            1, ratel_test_rand() % 2 ? 100 : RATEL_LIMIT_MAX);
         r.period_ms = (uint32_t)ratel_test_between(1, 30) *
                       unit[ratel_test_between(0, 4)];
         if (r.period_ms > RATEL_PERIOD_MAX_MS)
@@ -116,8 +136,8 @@ TEST(rule_format_round_trips_random_rules)
                       ? (uint32_t)ratel_test_between(1, r.limit)
                       : 0;
         ratel_rule_format(&r, text, sizeof text);
-        REQUIRE(ratel_rule_parse(text, strlen(text), &back, err,
-                                 sizeof err) == 0);
+        REQUIRE(ratel_rule_parse(text, strlen(text), &back, err, sizeof err) ==
+                0);
         CHECK(memcmp(&r, &back, sizeof r) == 0);
     }
 }
@@ -159,8 +179,7 @@ TEST(rule_policy_checks)
 
     CHECK_EQ(ratel_policy_parse(&p, dup, 3, err, sizeof err), RATEL_EINVAL);
     CHECK(strstr(err, "rule 3") && strstr(err, "repeats rule 1"));
-    CHECK_EQ(ratel_policy_parse(&p, nine, 9, err, sizeof err),
-             RATEL_ETOOMANY);
+    CHECK_EQ(ratel_policy_parse(&p, nine, 9, err, sizeof err), RATEL_ETOOMANY);
     CHECK_EQ(ratel_policy_parse(&p, nine, 8, err, sizeof err), 0);
     CHECK_EQ(p.nrules, 8);
     CHECK_EQ(ratel_policy_parse(&p, bad, 2, err, sizeof err), RATEL_ERULE);

@@ -31,11 +31,12 @@ TEST(state_documented_layout)
        t = 0x0102030405 ms. */
     static const char *const rules[] = {"2/1s", NULL};
     static const uint8_t want[] = {
-        'R', 'T', 1, 1,                                 /* header */
-        0, 0, 2, 0, 0, 0, 0xe8, 0x03, 0, 0,             /* sliding 2/1000ms */
-        0x05, 0x04, 0x03, 0x02, 0x01, 0, 0, 0,          /* base_ms */
-        1, 0,                                           /* one run */
-        0, 0, 0, 0, 1, 0, 0, 0,                         /* +0 ms, count 1 */
+        'R',  'T',  1,    1, /* header */
+        0,    0,    2,    0,    0,    0, 0xe8, 0x03,
+        0,    0,                                  /* sliding 2/1000ms */
+        0x05, 0x04, 0x03, 0x02, 0x01, 0, 0,    0, /* base_ms */
+        1,    0,                                  /* one run */
+        0,    0,    0,    0,    1,    0, 0,    0, /* +0 ms, count 1 */
     };
     test_key_t k;
     REQUIRE(test_key_init(&k, rules) == 0);
@@ -126,9 +127,9 @@ TEST(state_foreign_blobs_are_rejected)
         {"R", 1, RATEL_ECORRUPT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        CHECK_EQ(ratel_state_validate((const uint8_t *)cases[i].bytes,
-                                      cases[i].len),
-                 cases[i].err);
+        CHECK_EQ(
+            ratel_state_validate((const uint8_t *)cases[i].bytes, cases[i].len),
+            cases[i].err);
     /* Trailing junk after a valid blob. */
     {
         test_key_t k;
