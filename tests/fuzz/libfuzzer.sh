@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `make fuzz`: coverage-guided runs of every tests/fuzz/fuzz_NAME.c with
+# clang's libFuzzer, AddressSanitizer and UBSan, FUZZ_SECONDS each
+# (default 60), one target after the other.
+#
+# Each target is compiled with src/core/*.c and src/store/*.c into
+# build-fuzz/ (FUZZ_BUILD). The seeds in tests/fuzz/corpus/NAME/ are read;
+# inputs libFuzzer finds are written to build-fuzz/corpus/NAME/ (kept between
+# runs, never into the repository); crashes go to build-fuzz/crashes/NAME-*.
+# Prints each target's figures (runs, runs/s, coverage, corpus) and
+# "ok"/"FAIL", then "N passed, N failed".
+#
+#   FUZZ_SECONDS=300 make fuzz
+#   FUZZ_TARGETS="state" tests/fuzz/libfuzzer.sh    # only fuzz_state
+#   build-fuzz/fuzz_state build-fuzz/crashes/state-crash-...   # replay
+set -u
+cd "$(dirname "$0")/../.."
+seconds=${FUZZ_SECONDS:-60}
+out=${FUZZ_BUILD:-build-fuzz}
+clang=${CLANG:-clang}
+passed=0 failed=0
+
+cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
+        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+        -Iinclude -Isrc -D_GNU_SOURCE -pthread
+        -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+        -Wpointer-arith -Wvla)
+lib=(src/core/*.c)
+for f in src/store/*.c; do [ -e "$f" ] && lib+=("$f"); done
+
+mkdir -p "$out/crashes"
+targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
+for name in $targets; do
+    bin="$out/fuzz_$name" log="$out/fuzz_$name.log"
+    echo "== fuzz_$name: building"
+    if ! "$clang" "${cflags[@]}" -o "$bin" "tests/fuzz/fuzz_$name.c" "${lib[@]}"; then
+        echo "FAIL fuzz_$name: does not build with $clang -fsanitize=fuzzer"
+        failed=$((failed + 1))
+        continue
+    fi
+    mkdir -p "$out/corpus/$name"
+    args=(-max_total_time="$seconds" -print_final_stats=1 -timeout=25
+          -use_value_profile=1 -artifact_prefix="$out/crashes/$name-")
+    [ -f "tests/fuzz/$name.dict" ] && args+=(-dict="tests/fuzz/$name.dict")
+    seeds=()
+    [ -d "tests/fuzz/corpus/$name" ] && seeds+=("tests/fuzz/corpus/$name")
+    echo "== fuzz_$name: fuzzing for ${seconds}s (log: $log)"
+    "./$bin" "${args[@]}" "$out/corpus/$name" "${seeds[@]}" >"$log" 2>&1
+    rc=$?
+    stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
+    last=$(grep -E '^#[0-9]+' "$log" | grep 'cov:' | tail -1)
+    cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+    ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+    corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$last")
+    echo "fuzz_$name: $(stat number_of_executed_units) runs in ${seconds}s," \
+         "$(stat average_exec_per_sec)/s, cov ${cov:-?}, ft ${ft:-?}," \
+         "corpus ${corp:-?}, $(stat new_units_added) new, peak" \
+         "$(stat peak_rss_mb) MB"
+    if [ "$rc" -eq 0 ]; then
+        echo "ok fuzz_$name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL fuzz_$name (exit $rc):"
+        grep -E 'invariant broken|ERROR: |SUMMARY: |runtime error|Test unit written' "$log" |
+            head -10 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
