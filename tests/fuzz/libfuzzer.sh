@@ -4,7 +4,8 @@
 # (default 60), one target after the other.
 #
 # Each target is compiled with src/core/*.c and src/store/*.c into
-# build-fuzz/ (FUZZ_BUILD). The seeds in tests/fuzz/corpus/NAME/ are read;
+# build-fuzz/ (FUZZ_BUILD). The seeds in tests/fuzz/corpus/NAME/ are read
+# (each is first run alone: a failing one is named and left out);
 # inputs libFuzzer finds are written to build-fuzz/corpus/NAME/ (kept between
 # runs, never into the repository); crashes go to build-fuzz/crashes/NAME-*.
 # Prints each target's figures (runs, runs/s, coverage, corpus) and
@@ -42,23 +43,38 @@ for name in $targets; do
     args=(-max_total_time="$seconds" -print_final_stats=1 -timeout=25
           -use_value_profile=1 -artifact_prefix="$out/crashes/$name-")
     [ -f "tests/fuzz/$name.dict" ] && args+=(-dict="tests/fuzz/$name.dict")
-    seeds=()
-    [ -d "tests/fuzz/corpus/$name" ] && seeds+=("tests/fuzz/corpus/$name")
+    # Seeds that fail on their own (reproducers of open bugs) are named
+    # and left out, so they do not stop the search for new ones.
+    seeds="$out/seeds/$name" bad=0
+    rm -rf "$seeds" && mkdir -p "$seeds"
+    for f in tests/fuzz/corpus/"$name"/*; do
+        [ -f "$f" ] || continue
+        if "./$bin" "$f" >"$out/seed.log" 2>&1; then
+            cp "$f" "$seeds/"
+        else
+            echo "FAIL fuzz_$name seed $f:" \
+                "$(grep -m1 -E 'invariant broken|ERROR: |runtime error' "$out/seed.log")"
+            bad=$((bad + 1))
+        fi
+    done
     echo "== fuzz_$name: fuzzing for ${seconds}s (log: $log)"
-    "./$bin" "${args[@]}" "$out/corpus/$name" "${seeds[@]}" >"$log" 2>&1
+    "./$bin" "${args[@]}" "$out/corpus/$name" "$seeds" >"$log" 2>&1
     rc=$?
     stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
     last=$(grep -E '^#[0-9]+' "$log" | grep 'cov:' | tail -1)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
     corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$last")
-    echo "fuzz_$name: $(stat number_of_executed_units) runs in ${seconds}s," \
+    echo "fuzz_$name: $(stat number_of_executed_units) runs," \
          "$(stat average_exec_per_sec)/s, cov ${cov:-?}, ft ${ft:-?}," \
          "corpus ${corp:-?}, $(stat new_units_added) new, peak" \
          "$(stat peak_rss_mb) MB"
-    if [ "$rc" -eq 0 ]; then
+    if [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ]; then
         echo "ok fuzz_$name"
         passed=$((passed + 1))
+    elif [ "$rc" -eq 0 ]; then
+        echo "FAIL fuzz_$name: $bad seed(s) failed, nothing new found"
+        failed=$((failed + 1))
     else
         echo "FAIL fuzz_$name (exit $rc):"
         grep -E 'invariant broken|ERROR: |SUMMARY: |runtime error|Test unit written' "$log" |
