@@ -78,8 +78,11 @@ static void gcra_status_of(const gcra_view_t *g, ratel__status_t *st)
     i128 base = g->tat > g->now ? g->tat : g->now;
     i128 room = g->now + g->tau - base;
 
+    i128 owed = div_pos_ceil(base - g->now, g->t);
+
     st->remaining = room > 0 ? (int64_t)div_pos(room, g->t) : 0;
-    st->used = (int64_t)div_pos_ceil(base - g->now, g->t);
+    /* After a clock step back TAT may lie far ahead: owed can pass 2^63. */
+    st->used = owed > INT64_MAX ? INT64_MAX : (int64_t)owed;
     st->reset_us = to_us_ceil(g->tat - g->now, g->limit);
 }
 

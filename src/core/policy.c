@@ -332,11 +332,12 @@ static int check_call(const ratel_policy_t *policy, const uint8_t *state,
  * The rest of an acquire once the records of `buf` match the policy: decide,
  * and unless denied or peeking, charge. `fresh` holds the blob to start from
  * when it is not `buf` itself (a new or converted key): it is copied into
- * `buf` only if something is charged.
+ * `buf` if something is charged, or if `convert_on_deny` and denied.
  */
 static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
-                          const uint8_t *fresh, size_t fresh_len, uint8_t *buf,
-                          size_t *len, size_t cap, int64_t now_us,
+                          const uint8_t *fresh, size_t fresh_len,
+                          int convert_on_deny, uint8_t *buf, size_t *len,
+                          size_t cap, int64_t now_us,
                           const ratel_request_t *req, ratel_decision_t *d)
 {
     plan_t plan;
@@ -350,6 +351,19 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
         for (uint32_t i = 0; i < n; i++)
             status_rule(&rec[i], now_us, &st[i]);
         report(policy, st, &plan, d);
+        /*
+         * A denied key written under other rules keeps its converted state,
+         * so a retry at retry_after_ms decides on the same state (gcra's
+         * conversion depends on now). New keys stay unstored.
+         */
+        if (fresh && convert_on_deny && !(req->flags & RATEL_PEEK)) {
+            if (fresh_len > cap) {
+                *len = fresh_len;
+                return RATEL_ENOBUFS;
+            }
+            memcpy(buf, fresh, fresh_len);
+            *len = fresh_len;
+        }
         return 0;
     }
     if (cur_len + plan.grow > cap) {
@@ -378,8 +392,8 @@ acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
     size_t len = convert(policy, old, nold, now_us, scratch);
 
     locate(scratch, policy, rec);
-    return finish_acquire(policy, rec, scratch, len, state, state_len,
-                          state_cap, now_us, req, d);
+    return finish_acquire(policy, rec, scratch, len, nold > 0, state,
+                          state_len, state_cap, now_us, req, d);
 }
 
 int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
@@ -405,7 +419,7 @@ int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
         if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
             return err;
         if (rules_match(policy, rec, n))
-            return finish_acquire(policy, rec, NULL, 0, state, state_len,
+            return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
                                   state_cap, now_us, req, d);
     }
     return acquire_converted(policy, rec, n, state, state_len, state_cap,

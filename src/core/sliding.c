@@ -174,7 +174,8 @@ static uint32_t drop_head(uint8_t *p, uint32_t drop)
 /*
  * Rounds every run up to the smallest granularity above `shift` that leaves
  * at most CAP/2 runs, merging equal times, and rebases offsets on the first
- * run. Returns the new shift; *n is updated.
+ * run. Returns the new shift (at most 30: 2^30 ms leaves at most 5 runs in a
+ * 30-day window); *n is updated.
  */
 static uint32_t coarsen(uint8_t *p, uint32_t *n, uint32_t shift)
 {
@@ -182,7 +183,7 @@ static uint32_t coarsen(uint8_t *p, uint32_t *n, uint32_t shift)
     int64_t first = base + run_off(p, 0);
     uint32_t out = 0;
 
-    for (shift = shift + 1; shift < 31; shift++) {
+    for (shift = shift + 1; shift < 30; shift++) {
         uint32_t distinct = 1;
         int64_t prev = round_up(base + run_off(p, 0), shift);
         for (uint32_t i = 1; i < *n; i++) {

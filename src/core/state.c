@@ -70,8 +70,12 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
     }
     if (ratel__rule_check(rule, NULL, 0) != 0)
         return RATEL_ECORRUPT;
-    /* Only sliding records use the flags byte (granularity exponent). */
-    if (rule->algo != RATEL_ALGO_SLIDING ? p[1] != 0 : p[1] > 31)
+    /* Only sliding records use the flags byte (granularity exponent, at
+       most 30 so a window of runs spans less than 2^32 ms). */
+    if (rule->algo != RATEL_ALGO_SLIDING ? p[1] != 0 : p[1] > 30)
+        return RATEL_ECORRUPT;
+    /* Fixed-size fields are read only once they are known to be there. */
+    if (avail < ratel__record_empty_size(rule))
         return RATEL_ECORRUPT;
 
     switch (rule->algo) {

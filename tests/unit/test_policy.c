@@ -134,6 +134,9 @@ TEST(policy_gcra_conversion_keeps_debt_capped_at_new_burst)
        next permit comes after one new interval of 500 ms. */
     CHECK_EQ(test_take(&n, 0, 1, &d), 0);
     CHECK_EQ(d.retry_after_ms, 500);
+    /* The denial stored the converted state, so the retry holds. */
+    CHECK_EQ(test_take(&n, 499, 1, &d), 0);
+    CHECK_EQ(test_take(&n, 500, 1, &d), 1);
 }
 
 TEST(policy_enobufs_contract)
