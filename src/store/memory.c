@@ -1,0 +1,867 @@
+/*
+ * memory.c - the embedded store: key states in this process's memory.
+ *
+ * Keys are spread over N shards (a power of two) by a seeded 64-bit hash.
+ * Each shard is one mutex around its own chained hash table, an LRU list and
+ * its counters, so threads working on different keys rarely meet. A key's
+ * entry is ONE allocation holding the bookkeeping, the key bytes and the
+ * key's state blob; the blob is opaque here and is only ever changed by
+ * ratel_policy_acquire() / ratel_policy_refund() working on it in place.
+ *
+ * Expiry: after every call that changes a key's state the entry's expiry is
+ * set to the key's reset time (now + decision.reset_after_ms). An entry
+ * found at or past its expiry is treated as absent: its state is dropped
+ * and the request is decided as for a new key (reusing the allocation when
+ * the new state fits).
+ *
+ * Memory: every byte the store holds is counted - each allocation as
+ * malloc_usable_size() plus the allocator's per-chunk header - and the bound
+ * `max_bytes` is split evenly over the shards. Before a shard allocates it
+ * evicts from its LRU tail (expired entries count as expirations, live ones
+ * as evictions) until the allocation fits, so the sum never passes the
+ * bound, whatever keys arrive. docs/memory-store.md has the whole story.
+ */
+#include "store/store.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define MEMORY_DEFAULT_MAX_BYTES ((size_t)64 << 20)
+#define MEMORY_MIN_SHARD_BYTES ((size_t)64 << 10)
+#define MEMORY_DEFAULT_SHARDS 64u
+#define MEMORY_MAX_SHARDS 65536u
+/* Longest key the memory store keeps, in bytes (RATEL_ERANGE past it). */
+#define MEMORY_KEY_MAX 4096u
+#define MEMORY_INITIAL_BUCKETS 16u
+/* A new key's first decision runs in a stack buffer this large. */
+#define MEMORY_STACK_STATE 20480u
+/* Bytes glibc keeps in front of every chunk, beyond malloc_usable_size(). */
+#define MEMORY_CHUNK_HEADER sizeof(size_t)
+/* Growing a blob leaves this much slack (at most), so that a sliding rule
+ * adding one run per request does not reallocate on every request. */
+#define MEMORY_GROW_SLACK 512u
+
+/* Largest state blob an entry holds (the core's largest is ~16.5 KiB). */
+#define MEMORY_STATE_MAX UINT16_MAX
+
+/*
+ * One key. `newer`/`older` link the shard's LRU list (head = most recently
+ * used). The state blob starts right after the key bytes and may be
+ * unaligned: the core reads it byte by byte. 42 bytes of bookkeeping: with
+ * a short key and a one-rule blob an entry fits a 64- or 80-byte chunk.
+ */
+typedef struct entry_s {
+    struct entry_s *next;  /* hash chain */
+    struct entry_s *newer; /* LRU neighbour toward the head; NULL at head */
+    struct entry_s *older; /* LRU neighbour toward the tail; NULL at tail */
+    int64_t expire_at_us;  /* state is empty from this instant on */
+    uint32_t stamp;        /* shard's `moves` when last put at the head */
+    uint16_t state_len;    /* bytes of blob */
+    uint16_t state_cap;    /* bytes available for the blob */
+    uint16_t keylen;
+    uint8_t data[]; /* keylen key bytes, then state_cap state bytes */
+} entry_t;
+
+#define ENTRY_HEADER offsetof(entry_t, data)
+
+/*
+ * One lock shard, aligned to two cache lines so that two threads working on
+ * neighbouring shards never share a line (the adjacent-line prefetcher pulls
+ * lines in pairs). What every decision writes - the lock, `hits`, the LRU
+ * head and move counter - shares the first line with the table mask, so a
+ * shard that changes hands between threads costs one line transfer; the
+ * second line holds what a hit only reads (the table) or what changes on
+ * inserts and evictions alone.
+ */
+typedef struct __attribute__((aligned(128))) shard_s {
+    pthread_mutex_t lock;
+    uint64_t hits;
+    entry_t *head;  /* most recently used */
+    uint32_t moves; /* entries put at the head so far (wraps) */
+    uint32_t mask;  /* buckets - 1 */
+    /* second line */
+    entry_t **buckets __attribute__((aligned(64)));
+    size_t count;  /* entries */
+    size_t bytes;  /* entries + bucket array, as charged */
+    size_t budget; /* this shard's share of max_bytes */
+    entry_t *tail; /* least recently used */
+    uint64_t misses, expirations, evictions;
+} shard_t;
+
+typedef struct memory_store_s {
+    ratel_store_t base; /* first: the generic store points here */
+    shard_t *shards;
+    uint32_t shard_mask;
+    uint64_t seed[3];   /* hash secrets, random per store */
+    size_t max_bytes;   /* the configured bound */
+    size_t fixed_bytes; /* this struct and the shard array, as charged */
+} memory_store_t;
+
+/*
+ * What to run on a key's blob: an acquire (request != NULL) or a refund of
+ * `cost`. Both leave the answer in `decision`.
+ */
+typedef struct memory_call_s {
+    const ratel_policy_t *policy;
+    const ratel_request_t *request;
+    uint64_t cost;
+    int64_t now_us;
+    ratel_decision_t *decision;
+} memory_call_t;
+
+/* ------------------------------------------------------------- hashing */
+
+static inline uint64_t load64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint32_t load32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/*
+ * The 0..8 bytes at p as one word, reading no byte outside them: two
+ * overlapping 4-byte loads, or for 1..3 bytes the first, middle and last
+ * byte (which together are all of them). Different contents of the same
+ * length give different words; the length itself is hashed separately.
+ */
+static inline uint64_t load_upto8(const uint8_t *p, size_t len)
+{
+    if (len >= 4)
+        return (uint64_t)load32(p) | (uint64_t)load32(p + len - 4) << 32;
+    if (len > 0)
+        return (uint64_t)p[0] << 16 | (uint64_t)p[len >> 1] << 8 | p[len - 1];
+    return 0;
+}
+
+/* Full 64x64->128 multiply, halves folded together: the mixing step. */
+static inline uint64_t fold_multiply(uint64_t a, uint64_t b)
+{
+    __uint128_t m = (__uint128_t)a * b;
+    return (uint64_t)m ^ (uint64_t)(m >> 64);
+}
+
+/*
+ * Hashes `len` key bytes under the store's secrets. Each 16-byte block is
+ * folded into the running value with one wide multiply; both operands carry
+ * a secret, so an attacker who does not know the seed cannot aim keys at one
+ * bucket (or zero an operand to make keys collide). The last 1..16 bytes
+ * are read as two possibly overlapping words, so short keys - the common
+ * case - cost two multiplies and no loop. The low bits pick the bucket,
+ * bits 48.. the shard.
+ */
+static inline uint64_t key_hash(const uint64_t seed[3], const void *key,
+                                size_t len)
+{
+    const uint8_t *p = key;
+    uint64_t h = seed[0] ^ ((uint64_t)len * 0x9fb21c651e98df25ull);
+    uint64_t a, b;
+
+    if (len > 16) {
+        size_t left = len;
+        do {
+            h = fold_multiply(load64(p) ^ seed[1], load64(p + 8) ^ h);
+            p += 16;
+            left -= 16;
+        } while (left > 16);
+        a = load64(p + left - 16);
+        b = load64(p + left - 8);
+    } else if (len > 8) {
+        a = load64(p);
+        b = load64(p + len - 8);
+    } else {
+        a = load_upto8(p, len);
+        b = 0;
+    }
+    h = fold_multiply(a ^ seed[1], b ^ h ^ seed[2]);
+    return fold_multiply(h ^ seed[0], h ^ seed[2] ^ 0xc3a5c85c97cb3127ull);
+}
+
+/* Whether the `len` bytes at a and b are equal; short keys inline. */
+static inline int key_equal(const uint8_t *a, const uint8_t *b, size_t len)
+{
+    if (len > 16)
+        return memcmp(a, b, len) == 0;
+    if (len > 8)
+        return ((load64(a) ^ load64(b)) |
+                (load64(a + len - 8) ^ load64(b + len - 8))) == 0;
+    return load_upto8(a, len) == load_upto8(b, len);
+}
+
+static inline shard_t *shard_of(memory_store_t *m, uint64_t h)
+{
+    return &m->shards[(h >> 48) & m->shard_mask];
+}
+
+/* ---------------------------------------------------- memory accounting */
+
+/* Bytes the allocator holds for `p`: usable size plus its chunk header. */
+static size_t alloc_charge(void *p)
+{
+    return malloc_usable_size(p) + MEMORY_CHUNK_HEADER;
+}
+
+/*
+ * An upper bound of alloc_charge() for a malloc(n) not yet made: glibc
+ * rounds a chunk (n plus its header) up to 16 bytes, and serves large
+ * requests with whole pages. Used to make room BEFORE allocating; the true
+ * charge is taken from the allocation itself.
+ */
+static size_t charge_estimate(size_t n)
+{
+    size_t est = (n + MEMORY_CHUNK_HEADER + 15) & ~(size_t)15;
+    if (est < 32)
+        est = 32;
+    if (n >= 65536)
+        est = (n + 2 * MEMORY_CHUNK_HEADER + 4095) & ~(size_t)4095;
+    return est;
+}
+
+/* ------------------------------------------------------------ LRU list */
+
+static void lru_unlink(shard_t *s, entry_t *e)
+{
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        s->head = e->older;
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        s->tail = e->newer;
+}
+
+static void lru_push_head(shard_t *s, entry_t *e)
+{
+    e->stamp = ++s->moves;
+    e->newer = NULL;
+    e->older = s->head;
+    if (s->head)
+        s->head->newer = e;
+    else
+        s->tail = e;
+    s->head = e;
+}
+
+/*
+ * Marks `e` used. An entry is moved to the head only if it may have left
+ * the newer half of the list: fewer than count/2 moves since its own mean
+ * at most that many entries are ahead of it. This keeps eviction order LRU
+ * for every entry in the older half (the only ones eviction reaches first)
+ * while a hot key, used again and again, is not relinked - and its
+ * neighbours written - on every request. (The stamp is 32 bits: an entry
+ * left untouched for exactly a multiple of 2^32 moves may miss one move.)
+ */
+static inline void lru_touch(shard_t *s, entry_t *e)
+{
+    if ((uint32_t)(s->moves - e->stamp) >= s->count / 2 && s->head != e) {
+        lru_unlink(s, e);
+        lru_push_head(s, e);
+    }
+}
+
+/* Marks `e` most recently used, unconditionally. */
+static void lru_move_to_head(shard_t *s, entry_t *e)
+{
+    if (s->head != e) {
+        lru_unlink(s, e);
+        lru_push_head(s, e);
+    }
+}
+
+/* ------------------------------------------------------- table and entries */
+
+/*
+ * The link (bucket slot or a predecessor's `next`) that points at the entry
+ * holding `key`, or NULL when the shard has no such key.
+ */
+static entry_t **find_link(shard_t *s, uint64_t h, const char *key,
+                           size_t keylen)
+{
+    entry_t **link = &s->buckets[h & s->mask];
+
+    for (entry_t *e; (e = *link) != NULL; link = &e->next)
+        if (e->keylen == keylen &&
+            key_equal(e->data, (const uint8_t *)key, keylen))
+            return link;
+    return NULL;
+}
+
+/* The link pointing at `e`, which must be in the shard. */
+static entry_t **link_of(memory_store_t *m, shard_t *s, const entry_t *e)
+{
+    uint64_t h = key_hash(m->seed, e->data, e->keylen);
+    entry_t **link = &s->buckets[h & s->mask];
+
+    while (*link != e)
+        link = &(*link)->next;
+    return link;
+}
+
+/* Unlinks `e` from the table and the LRU list and frees it. */
+static void entry_remove(memory_store_t *m, shard_t *s, entry_t *e,
+                         entry_t **link)
+{
+    if (!link)
+        link = link_of(m, s, e);
+    *link = e->next;
+    lru_unlink(s, e);
+    s->bytes -= alloc_charge(e);
+    s->count--;
+    free(e);
+}
+
+/*
+ * Evicts least-recently-used entries until `need` more bytes fit in the
+ * shard's budget. Expired entries at the tail are counted as expirations,
+ * live ones as evictions. Stops at `protect` (the entry the caller is
+ * working on, always the most recently used one). Returns 1 when the bytes
+ * fit, 0 when even an emptied shard cannot hold them.
+ */
+static int make_room(memory_store_t *m, shard_t *s, size_t need, int64_t now_us,
+                     const entry_t *protect)
+{
+    while (s->bytes + need > s->budget) {
+        entry_t *victim = s->tail;
+        if (!victim || victim == protect)
+            return 0;
+        if (victim->expire_at_us <= now_us)
+            s->expirations++;
+        else
+            s->evictions++;
+        entry_remove(m, s, victim, NULL);
+    }
+    return 1;
+}
+
+/*
+ * Doubles the bucket array once the table holds as many entries as buckets.
+ * When the bigger array does not fit in the budget the table first runs up
+ * to two entries per bucket and only then evicts to make room: a slightly
+ * longer chain is cheaper than dropping live keys. Failing to grow is not an
+ * error; chains just get longer.
+ */
+static void table_maybe_grow(memory_store_t *m, shard_t *s, int64_t now_us)
+{
+    size_t nb = s->mask + 1;
+    size_t size, est;
+    entry_t **fresh, **old = s->buckets;
+
+    if (s->count < nb || nb > UINT32_MAX / 2)
+        return;
+    size = 2 * nb * sizeof *fresh;
+    est = charge_estimate(size);
+    if (s->bytes + est > s->budget &&
+        (s->count < 2 * nb || !make_room(m, s, est, now_us, NULL)))
+        return;
+    fresh = calloc(2 * nb, sizeof *fresh);
+    if (!fresh)
+        return;
+    s->bytes += alloc_charge(fresh);
+    s->mask = (uint32_t)(2 * nb - 1);
+    for (size_t i = 0; i < nb; i++) {
+        entry_t *e = old[i];
+        while (e) {
+            entry_t *next = e->next;
+            uint64_t h = key_hash(m->seed, e->data, e->keylen);
+            e->next = fresh[h & s->mask];
+            fresh[h & s->mask] = e;
+            e = next;
+        }
+    }
+    s->buckets = fresh;
+    s->bytes -= alloc_charge(old);
+    free(old);
+    /* The estimate is an upper bound for glibc; other allocators may differ. */
+    make_room(m, s, 0, now_us, NULL);
+}
+
+/*
+ * Adds `key` with its first state (`len` bytes at `state`, expiring at
+ * `expire_at_us`) as the most recently used entry. Makes room first.
+ * Returns 0, or RATEL_ENOMEM with the shard as it was apart from evictions.
+ */
+static int entry_insert(memory_store_t *m, shard_t *s, uint64_t h,
+                        const char *key, size_t keylen, const uint8_t *state,
+                        size_t len, int64_t expire_at_us, int64_t now_us)
+{
+    size_t size = ENTRY_HEADER + keylen + len;
+    size_t usable;
+    entry_t *e;
+
+    if (len > MEMORY_STATE_MAX)
+        return RATEL_ENOMEM;
+    if (s->count + 1 > s->mask + 1)
+        table_maybe_grow(m, s, now_us);
+    if (!make_room(m, s, charge_estimate(size), now_us, NULL))
+        return RATEL_ENOMEM;
+    e = malloc(size);
+    if (!e)
+        return RATEL_ENOMEM;
+    s->bytes += alloc_charge(e);
+    if (s->bytes > s->budget && !make_room(m, s, 0, now_us, NULL)) {
+        s->bytes -= alloc_charge(e);
+        free(e);
+        return RATEL_ENOMEM;
+    }
+    usable = malloc_usable_size(e) - ENTRY_HEADER - keylen;
+    e->expire_at_us = expire_at_us;
+    e->state_len = (uint16_t)len;
+    e->state_cap =
+        (uint16_t)(usable < MEMORY_STATE_MAX ? usable : MEMORY_STATE_MAX);
+    e->keylen = (uint16_t)keylen;
+    memcpy(e->data, key, keylen);
+    memcpy(e->data + keylen, state, len);
+    e->next = s->buckets[h & s->mask];
+    s->buckets[h & s->mask] = e;
+    lru_push_head(s, e);
+    s->count++;
+    return 0;
+}
+
+/*
+ * Makes `*pe` able to hold a blob of `need` bytes, keeping its contents.
+ * The entry becomes the most recently used one; others may be evicted to
+ * pay for the growth. Returns 0 (with *pe updated) or RATEL_ENOMEM (entry
+ * unchanged).
+ */
+static int entry_grow(memory_store_t *m, shard_t *s, entry_t **pe, size_t need,
+                      int64_t now_us)
+{
+    entry_t *e = *pe, *grown, **link;
+    size_t slack = need / 4 < MEMORY_GROW_SLACK ? need / 4 : MEMORY_GROW_SLACK;
+    size_t old_charge = alloc_charge(e), size, usable;
+
+    if (need > MEMORY_STATE_MAX)
+        return RATEL_ENOMEM;
+    if (need + slack > MEMORY_STATE_MAX)
+        slack = MEMORY_STATE_MAX - need;
+    size = ENTRY_HEADER + e->keylen + need + slack;
+    lru_move_to_head(s, e);
+    if (!make_room(m, s, charge_estimate(size), now_us, e))
+        return RATEL_ENOMEM;
+    link = link_of(m, s, e);
+    grown = realloc(e, size);
+    if (!grown)
+        return RATEL_ENOMEM;
+    if (grown != e) {
+        *link = grown;
+        if (grown->newer)
+            grown->newer->older = grown;
+        else
+            s->head = grown;
+        if (grown->older)
+            grown->older->newer = grown;
+        else
+            s->tail = grown;
+    }
+    s->bytes = s->bytes - old_charge + alloc_charge(grown);
+    usable = malloc_usable_size(grown) - ENTRY_HEADER - grown->keylen;
+    grown->state_cap =
+        (uint16_t)(usable < MEMORY_STATE_MAX ? usable : MEMORY_STATE_MAX);
+    *pe = grown;
+    if (s->bytes > s->budget && !make_room(m, s, 0, now_us, grown)) {
+        /* Only an allocator rounding far beyond glibc's gets here. */
+        entry_remove(m, s, grown, NULL);
+        return RATEL_ENOMEM;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ decisions */
+
+static inline int call_core(const memory_call_t *c, uint8_t *state, size_t *len,
+                            size_t cap)
+{
+    if (c->request)
+        return ratel_policy_acquire(c->policy, state, len, cap, c->now_us,
+                                    c->request, c->decision);
+    return ratel_policy_refund(c->policy, state, len, cap, c->now_us, c->cost,
+                               c->decision);
+}
+
+/*
+ * Whether the call just made changed the key's state: a refund, or an
+ * acquire that was admitted and not a peek. Only those move the expiry: a
+ * peek or a denial leaves both the state and its reset time as they were
+ * (recomputing it from a millisecond-rounded reset_after_ms would only push
+ * the expiry later).
+ */
+static inline int call_charged(const memory_call_t *c)
+{
+    return !c->request ||
+           (c->decision->allowed && !(c->request->flags & RATEL_PEEK));
+}
+
+/*
+ * The instant the key just decided by `c` is back to full (state empty):
+ * reset_after_ms is rounded up by the core, so this is never early.
+ */
+static inline int64_t expiry_of(const memory_call_t *c)
+{
+    int64_t ms = c->decision->reset_after_ms;
+
+    /* now_us < 2^53 (the core checked it), so this cannot overflow. */
+    if (ms <= 0)
+        return c->now_us;
+    if (ms > RATEL_TIME_MAX_US / 1000)
+        ms = RATEL_TIME_MAX_US / 1000;
+    return c->now_us + ms * 1000;
+}
+
+/*
+ * Runs `c` on a live entry in place, growing it when the core asks for more
+ * room. Deletes the entry if its state became empty.
+ */
+static int decide_live(memory_store_t *m, shard_t *s, entry_t **link,
+                       const memory_call_t *c)
+{
+    entry_t *e = *link;
+    size_t len = e->state_len;
+    int rc;
+
+    s->hits++;
+    rc = call_core(c, e->data + e->keylen, &len, e->state_cap);
+    if (rc == RATEL_ENOBUFS) {
+        rc = entry_grow(m, s, &e, len, c->now_us);
+        if (rc != 0)
+            return rc;
+        link = NULL;
+        len = e->state_len;
+        rc = call_core(c, e->data + e->keylen, &len, e->state_cap);
+    }
+    if (rc != 0)
+        return rc;
+    if (len == 0) {
+        entry_remove(m, s, e, link);
+        return 0;
+    }
+    e->state_len = (uint16_t)len;
+    if (call_charged(c))
+        e->expire_at_us = expiry_of(c);
+    lru_touch(s, e);
+    return 0;
+}
+
+/*
+ * Decides `c` for a key the shard does not hold, in a stack buffer, and
+ * stores the result only if it is not empty: a denied request or a peek for
+ * an unknown key costs no memory. Kept out of line so that the hot path
+ * does not carry the 20 KiB frame.
+ */
+static __attribute__((noinline)) int decide_new(memory_store_t *m, shard_t *s,
+                                                uint64_t h, const char *key,
+                                                size_t keylen,
+                                                const memory_call_t *c)
+{
+    uint8_t stack[MEMORY_STACK_STATE];
+    uint8_t *buf = stack;
+    size_t len = 0;
+    int rc;
+
+    rc = call_core(c, buf, &len, sizeof stack);
+    if (rc == RATEL_ENOBUFS) {
+        /* Only if a policy's state could outgrow the stack buffer. */
+        buf = malloc(len);
+        if (!buf)
+            return RATEL_ENOMEM;
+        rc = call_core(c, buf, &len, len);
+    }
+    if (rc == 0 && len > 0) {
+        rc = entry_insert(m, s, h, key, keylen, buf, len, expiry_of(c),
+                          c->now_us);
+        if (rc == 0)
+            s->misses++;
+    }
+    if (buf != stack)
+        free(buf);
+    return rc;
+}
+
+/*
+ * Decides `c` for the key whose expired entry `*link` points at: the key is
+ * treated as new, but when the new state fits the old allocation it is
+ * reused in place (no free + malloc for a key that keeps coming back).
+ */
+static int decide_expired(memory_store_t *m, shard_t *s, entry_t **link,
+                          uint64_t h, const char *key, size_t keylen,
+                          const memory_call_t *c)
+{
+    entry_t *e = *link;
+    size_t len = 0;
+    int rc;
+
+    s->expirations++;
+    rc = call_core(c, e->data + e->keylen, &len, e->state_cap);
+    if (rc == 0 && len > 0) {
+        e->state_len = (uint16_t)len;
+        e->expire_at_us = expiry_of(c);
+        lru_touch(s, e);
+        s->misses++;
+        return 0;
+    }
+    entry_remove(m, s, e, link);
+    if (rc == RATEL_ENOBUFS)
+        return decide_new(m, s, h, key, keylen, c);
+    return rc;
+}
+
+/* acquire and refund: find the key's shard and entry, then decide. */
+static int memory_decide(memory_store_t *m, const char *key, size_t keylen,
+                         const memory_call_t *c)
+{
+    uint64_t h;
+    shard_t *s;
+    entry_t **link;
+    int rc;
+
+    if (keylen > MEMORY_KEY_MAX)
+        return RATEL_ERANGE;
+    h = key_hash(m->seed, key, keylen);
+    s = shard_of(m, h);
+    pthread_mutex_lock(&s->lock);
+    link = find_link(s, h, key, keylen);
+    if (!link)
+        rc = decide_new(m, s, h, key, keylen, c);
+    else if ((*link)->expire_at_us > c->now_us)
+        rc = decide_live(m, s, link, c);
+    else
+        rc = decide_expired(m, s, link, h, key, keylen, c);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int memory_acquire(ratel_store_t *store, const char *key, size_t keylen,
+                          const ratel_policy_t *policy, int64_t now_us,
+                          const ratel_request_t *request,
+                          ratel_decision_t *decision)
+{
+    memory_call_t c = {policy, request, 0, now_us, decision};
+    return memory_decide((memory_store_t *)store, key, keylen, &c);
+}
+
+static int memory_refund(ratel_store_t *store, const char *key, size_t keylen,
+                         const ratel_policy_t *policy, int64_t now_us,
+                         uint64_t cost, ratel_decision_t *decision)
+{
+    memory_call_t c = {policy, NULL, cost, now_us, decision};
+    return memory_decide((memory_store_t *)store, key, keylen, &c);
+}
+
+/* Forgets `key`. Not an error if the key is unknown. */
+static int memory_reset(ratel_store_t *store, const char *key, size_t keylen)
+{
+    memory_store_t *m = (memory_store_t *)store;
+    uint64_t h;
+    shard_t *s;
+    entry_t **link;
+
+    if (keylen > MEMORY_KEY_MAX)
+        return 0; /* such a key is never stored */
+    h = key_hash(m->seed, key, keylen);
+    s = shard_of(m, h);
+    pthread_mutex_lock(&s->lock);
+    link = find_link(s, h, key, keylen);
+    if (link)
+        entry_remove(m, s, *link, link);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/*
+ * Copies the key's blob out under the lock, then describes it unlocked. An
+ * expired entry is removed and reads as no state. Inspecting does not count
+ * as use: the entry keeps its LRU position.
+ */
+static int memory_inspect(ratel_store_t *store, const char *key, size_t keylen,
+                          int64_t now_us, ratel_rule_status_t *out, size_t max,
+                          size_t *n)
+{
+    memory_store_t *m = (memory_store_t *)store;
+    uint8_t stack[MEMORY_STACK_STATE];
+    uint8_t *buf = stack;
+    size_t len = 0;
+    uint64_t h;
+    shard_t *s;
+    entry_t **link;
+    int rc = 0;
+
+    if (keylen > MEMORY_KEY_MAX)
+        return 0;
+    h = key_hash(m->seed, key, keylen);
+    s = shard_of(m, h);
+    pthread_mutex_lock(&s->lock);
+    link = find_link(s, h, key, keylen);
+    if (link && (*link)->expire_at_us <= now_us) {
+        s->expirations++;
+        entry_remove(m, s, *link, link);
+    } else if (link) {
+        entry_t *e = *link;
+        len = e->state_len;
+        if (len > sizeof stack && !(buf = malloc(len)))
+            rc = RATEL_ENOMEM;
+        else
+            memcpy(buf, e->data + e->keylen, len);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc == 0 && len > 0)
+        rc = ratel_state_inspect(buf, len, now_us, out, max, n);
+    if (buf && buf != stack)
+        free(buf);
+    return rc;
+}
+
+/* Sums the shards' counters, taking each shard's lock in turn. */
+static void memory_stats(ratel_store_t *store, ratel_store_stats_t *out)
+{
+    memory_store_t *m = (memory_store_t *)store;
+
+    memset(out, 0, sizeof *out);
+    out->max_bytes = m->max_bytes;
+    out->bytes = m->fixed_bytes;
+    for (uint32_t i = 0; i <= m->shard_mask; i++) {
+        shard_t *s = &m->shards[i];
+        pthread_mutex_lock(&s->lock);
+        out->keys += s->count;
+        out->bytes += s->bytes;
+        out->hits += s->hits;
+        out->misses += s->misses;
+        out->expirations += s->expirations;
+        out->evictions += s->evictions;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Frees the first `nshards` shards' contents, then the store itself. */
+static void memory_destroy(memory_store_t *m, uint32_t nshards)
+{
+    for (uint32_t i = 0; i < nshards; i++) {
+        shard_t *s = &m->shards[i];
+        for (entry_t *e = s->head, *older; e; e = older) {
+            older = e->older;
+            free(e);
+        }
+        free(s->buckets);
+        pthread_mutex_destroy(&s->lock);
+    }
+    free(m->shards);
+    free(m);
+}
+
+static void memory_free(ratel_store_t *store)
+{
+    memory_store_t *m = (memory_store_t *)store;
+    memory_destroy(m, m->shard_mask + 1);
+}
+
+static const ratel_store_ops_t memory_ops = {
+    "memory",       memory_acquire, memory_refund, memory_reset,
+    memory_inspect, memory_stats,   memory_free,
+};
+
+/*
+ * Fills the hash secrets from the kernel's random pool, falling back to the
+ * clock and an address when it is not available: either way they differ
+ * from store to store and from run to run.
+ */
+static void seed_init(memory_store_t *m)
+{
+    struct timespec ts;
+
+    if (getrandom(m->seed, sizeof m->seed, GRND_NONBLOCK) ==
+        (ssize_t)sizeof m->seed)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    m->seed[0] = fold_multiply((uint64_t)ts.tv_nsec ^ 0x2545f4914f6cdd1dull,
+                               (uint64_t)ts.tv_sec ^ (uintptr_t)m);
+    m->seed[1] =
+        fold_multiply(m->seed[0] ^ 0x8bb84b93962eacc9ull, (uintptr_t)&ts | 1);
+    m->seed[2] =
+        fold_multiply(m->seed[1] ^ 0x4b33a62ed433d4a3ull, m->seed[0] | 1);
+}
+
+/* Shards to use: the request rounded up to a power of two, then halved until
+ * each shard gets at least MEMORY_MIN_SHARD_BYTES. */
+static uint32_t shard_count(unsigned want, size_t max_bytes)
+{
+    uint32_t n = 1;
+
+    if (want == 0)
+        want = MEMORY_DEFAULT_SHARDS;
+    if (want > MEMORY_MAX_SHARDS)
+        want = MEMORY_MAX_SHARDS;
+    while (n < want)
+        n <<= 1;
+    while (n > 1 && max_bytes / n < MEMORY_MIN_SHARD_BYTES)
+        n >>= 1;
+    return n;
+}
+
+int ratel_store_memory_new(ratel_store_t **out,
+                           const ratel_memory_options_t *options)
+{
+    size_t max_bytes = MEMORY_DEFAULT_MAX_BYTES;
+    unsigned want = 0;
+    pthread_mutexattr_t attr;
+    memory_store_t *m;
+    uint32_t n;
+
+    if (!out)
+        return RATEL_EINVAL;
+    *out = NULL;
+    if (options) {
+        if (options->max_bytes)
+            max_bytes = options->max_bytes;
+        want = options->shards;
+    }
+    if (max_bytes < MEMORY_MIN_SHARD_BYTES)
+        return RATEL_EINVAL;
+    n = shard_count(want, max_bytes);
+
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return RATEL_ENOMEM;
+    m->shards = aligned_alloc(_Alignof(shard_t), n * sizeof(shard_t));
+    if (!m->shards) {
+        free(m);
+        return RATEL_ENOMEM;
+    }
+    memset(m->shards, 0, n * sizeof(shard_t));
+    m->base.ops = &memory_ops;
+    m->shard_mask = n - 1;
+    m->max_bytes = max_bytes;
+    m->fixed_bytes = alloc_charge(m) + alloc_charge(m->shards);
+    seed_init(m);
+
+    /* Adaptive mutexes spin briefly before sleeping: the locked sections
+     * here are a few dozen nanoseconds. */
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    for (uint32_t i = 0; i < n; i++) {
+        shard_t *s = &m->shards[i];
+        s->buckets = calloc(MEMORY_INITIAL_BUCKETS, sizeof *s->buckets);
+        if (!s->buckets) {
+            pthread_mutexattr_destroy(&attr);
+            memory_destroy(m, i);
+            return RATEL_ENOMEM;
+        }
+        pthread_mutex_init(&s->lock, &attr);
+        s->mask = MEMORY_INITIAL_BUCKETS - 1;
+        s->bytes = alloc_charge(s->buckets);
+        s->budget = (max_bytes - m->fixed_bytes) / n;
+    }
+    pthread_mutexattr_destroy(&attr);
+    *out = &m->base;
+    return 0;
+}

@@ -1,0 +1,86 @@
+/*
+ * store.c - the public ratel_store_* functions: argument checks, then a call
+ * through the backend's table of operations (store.h).
+ *
+ * Checking here, once, keeps every backend free of NULL tests and makes the
+ * answer to a bad argument the same whichever backend is behind the store:
+ * RATEL_EINVAL, never a crash. Keys are any bytes; the empty key (keylen 0)
+ * is a valid key like any other, but `key` itself must not be NULL. As in
+ * the core, `request` and `decision` must not be NULL either, a policy has
+ * 1..RATEL_MAX_RULES rules and `now_us` lies in [0, RATEL_TIME_MAX_US).
+ * Checking those here, before a backend looks the key up, means a bad
+ * request never changes what the store holds (a time far in the future
+ * would otherwise find every key expired).
+ */
+#include "store/store.h"
+
+#include <string.h>
+
+static int bad_time(int64_t now_us)
+{
+    return now_us < 0 || now_us >= RATEL_TIME_MAX_US;
+}
+
+static int bad_policy(const ratel_policy_t *policy)
+{
+    return !policy || policy->nrules < 1 || policy->nrules > RATEL_MAX_RULES;
+}
+
+int ratel_store_acquire(ratel_store_t *store, const char *key, size_t keylen,
+                        const ratel_policy_t *policy, int64_t now_us,
+                        const ratel_request_t *request,
+                        ratel_decision_t *decision)
+{
+    if (!store || !key || bad_policy(policy) || !request || !decision ||
+        bad_time(now_us))
+        return RATEL_EINVAL;
+    return store->ops->acquire(store, key, keylen, policy, now_us, request,
+                               decision);
+}
+
+int ratel_store_refund(ratel_store_t *store, const char *key, size_t keylen,
+                       const ratel_policy_t *policy, int64_t now_us,
+                       uint64_t cost, ratel_decision_t *decision)
+{
+    if (!store || !key || bad_policy(policy) || !decision || bad_time(now_us))
+        return RATEL_EINVAL;
+    return store->ops->refund(store, key, keylen, policy, now_us, cost,
+                              decision);
+}
+
+int ratel_store_reset(ratel_store_t *store, const char *key, size_t keylen)
+{
+    if (!store || !key)
+        return RATEL_EINVAL;
+    return store->ops->reset(store, key, keylen);
+}
+
+int ratel_store_inspect(ratel_store_t *store, const char *key, size_t keylen,
+                        int64_t now_us, ratel_rule_status_t *out, size_t max,
+                        size_t *n)
+{
+    if (n)
+        *n = 0;
+    if (!store || !key || !n || (!out && max > 0) || bad_time(now_us))
+        return RATEL_EINVAL;
+    return store->ops->inspect(store, key, keylen, now_us, out, max, n);
+}
+
+/*
+ * Fills `out` with the store's counters; a NULL store reads as all zeros so
+ * a metrics endpoint can call this before the store exists.
+ */
+void ratel_store_stats(ratel_store_t *store, ratel_store_stats_t *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (store)
+        store->ops->stats(store, out);
+}
+
+void ratel_store_free(ratel_store_t *store)
+{
+    if (store)
+        store->ops->free(store);
+}

@@ -1,0 +1,60 @@
+/*
+ * store.h - the generic store: what every backend (memory, Redis) provides.
+ *
+ * A store keeps one state blob per key and runs the pure core on it. The
+ * public ratel_store_* functions in ratel.h check their arguments once, in
+ * store.c, and then call the backend through a small table of operations, so
+ * a backend may assume every pointer it receives is valid:
+ *
+ *   store, key, policy, decision, request   never NULL
+ *   policy->nrules                          1..RATEL_MAX_RULES
+ *   now_us                                  in [0, RATEL_TIME_MAX_US)
+ *   out (inspect)                           NULL only when max is 0
+ *   n (inspect), out (stats)                never NULL
+ *
+ * A backend embeds `ratel_store_t` as the first member of its own struct and
+ * points `ops` at a static table; ratel_store_free() hands the whole object
+ * back to the backend's `free`.
+ */
+#ifndef RATEL_STORE_H
+#define RATEL_STORE_H
+
+#include "ratel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ratel_store_ops_s {
+    /* Backend name for messages and metrics, e.g. "memory". */
+    const char *name;
+    /* As ratel_store_acquire(); arguments already checked. */
+    int (*acquire)(ratel_store_t *store, const char *key, size_t keylen,
+                   const ratel_policy_t *policy, int64_t now_us,
+                   const ratel_request_t *request, ratel_decision_t *decision);
+    /* As ratel_store_refund(); arguments already checked. */
+    int (*refund)(ratel_store_t *store, const char *key, size_t keylen,
+                  const ratel_policy_t *policy, int64_t now_us, uint64_t cost,
+                  ratel_decision_t *decision);
+    /* As ratel_store_reset(). */
+    int (*reset)(ratel_store_t *store, const char *key, size_t keylen);
+    /* As ratel_store_inspect(). */
+    int (*inspect)(ratel_store_t *store, const char *key, size_t keylen,
+                   int64_t now_us, ratel_rule_status_t *out, size_t max,
+                   size_t *n);
+    /* Fills every field of `out`. */
+    void (*stats)(ratel_store_t *store, ratel_store_stats_t *out);
+    /* Frees the store and everything it holds; `store` is not NULL. */
+    void (*free)(ratel_store_t *store);
+} ratel_store_ops_t;
+
+/* The head of every backend's store object. */
+struct ratel_store_s {
+    const ratel_store_ops_t *ops;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATEL_STORE_H */
