@@ -8,8 +8,9 @@
  * key's state blob; the blob is opaque here and is only ever changed by
  * ratel_policy_acquire() / ratel_policy_refund() working on it in place.
  *
- * Expiry: after every call that changes a key's state the entry's expiry is
- * set to the key's reset time (now + decision.reset_after_ms). An entry
+ * Expiry: after a call that rewrites a key's state the entry's expiry is
+ * set to the key's reset time (now + decision.reset_after_ms, rounded up
+ * to the ms); other calls can only move it later. An entry
  * found at or past its expiry is treated as absent: its state is dropped
  * and the request is decided as for a new key (reusing the allocation when
  * the new state fits).
@@ -492,13 +493,14 @@ static inline int call_core(const memory_call_t *c, uint8_t *state, size_t *len,
 }
 
 /*
- * Whether the call just made changed the key's state: a refund, or an
- * acquire that was admitted and not a peek. Only those move the expiry: a
- * peek or a denial leaves both the state and its reset time as they were
- * (recomputing it from a millisecond-rounded reset_after_ms would only push
- * the expiry later).
+ * Whether the call just made rewrote the blob in the policy's own format:
+ * a refund, or an acquire admitted and not a peek. Then the decision's
+ * reset time is the blob's. After a peek or a denial the blob may still be
+ * the one written under other rules (a config edit), whose reset the
+ * decision does not describe - or it may have been converted (a denied key
+ * keeps its converted state).
  */
-static inline int call_charged(const memory_call_t *c)
+static inline int call_rewrote(const memory_call_t *c)
 {
     return !c->request ||
            (c->decision->allowed && !(c->request->flags & RATEL_PEEK));
@@ -506,7 +508,8 @@ static inline int call_charged(const memory_call_t *c)
 
 /*
  * The instant the key just decided by `c` is back to full (state empty):
- * reset_after_ms is rounded up by the core, so this is never early.
+ * reset_after_ms is rounded up by the core, so this is never early and at
+ * most 1 ms late.
  */
 static inline int64_t expiry_of(const memory_call_t *c)
 {
@@ -548,8 +551,19 @@ static int decide_live(memory_store_t *m, shard_t *s, entry_t **link,
         return 0;
     }
     e->state_len = (uint16_t)len;
-    if (call_charged(c))
+    /*
+     * A rewritten blob expires at its reset time. Otherwise the expiry only
+     * moves later: the blob is either unchanged (its old expiry holds) or
+     * converted (the decision's reset is its reset); the later of the two is
+     * never early for either, and dropping a key early would admit too much.
+     */
+    if (call_rewrote(c)) {
         e->expire_at_us = expiry_of(c);
+    } else {
+        int64_t at = expiry_of(c);
+        if (at > e->expire_at_us)
+            e->expire_at_us = at;
+    }
     lru_touch(s, e);
     return 0;
 }

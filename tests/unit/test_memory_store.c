@@ -124,10 +124,58 @@ static void inspect_both(ratel_store_t *s, const char *key, model_t *m,
 }
 
 /*
- * Random traffic on three keys under each algorithm and a two-rule policy:
- * every acquire, peek, refund, reset and inspect through the store matches
- * the core on a private buffer, including across the store's expiry of
- * idle keys.
+ * Random traffic on three keys through a fresh store and through the core
+ * on private buffers, compared step by step: acquires, peeks, refunds,
+ * resets and inspects, with time jumping over reset times now and then.
+ * Each step uses one of the `npolicies` policies at random, so a key may
+ * be converted from one policy's rules to another's.
+ */
+static void random_traffic(const ratel_policy_t *policies, int npolicies)
+{
+    static const char *const keys[] = {"a", "b", "user:42"};
+    static model_t models[3];
+    long steps =
+        ratel_test_iterations(4000) < 1000 ? 1000 : ratel_test_iterations(4000);
+    ratel_store_t *s = new_store(0, 0);
+    int64_t now = T0_US;
+
+    REQUIRE(s);
+    for (int k = 0; k < 3; k++)
+        models[k].len = 0;
+    for (long i = 0; i < steps; i++) {
+        const ratel_policy_t *p =
+            &policies[ratel_test_between(0, npolicies - 1)];
+        int k = (int)ratel_test_between(0, 2);
+        int op = (int)ratel_test_between(0, 99);
+        ratel_request_t req = RATEL_REQUEST_INIT;
+        int64_t jump = ratel_test_between(0, 99);
+        now += jump < 45   ? ratel_test_between(0, 3000)
+               : jump < 95 ? ratel_test_between(0, 300000)
+                           : ratel_test_between(0, 90000000);
+        req.cost = (uint64_t)ratel_test_between(1, 2);
+        if (op < 60) {
+            acquire_both(s, keys[k], &models[k], p, now, &req);
+        } else if (op < 75) {
+            req.flags = RATEL_PEEK;
+            acquire_both(s, keys[k], &models[k], p, now, &req);
+        } else if (op < 85) {
+            refund_both(s, keys[k], &models[k], p, now, req.cost);
+        } else if (op < 90) {
+            CHECK_EQ(ratel_store_reset(s, keys[k], strlen(keys[k])), 0);
+            models[k].len = 0;
+        } else {
+            inspect_both(s, keys[k], &models[k], now);
+        }
+    }
+    /* The traffic must have crossed reset times for this to mean much. */
+    CHECK(stats_of(s).expirations > 0);
+    CHECK(stats_of(s).hits > 0);
+    ratel_store_free(s);
+}
+
+/*
+ * Every algorithm and two two-rule policies: the store decides exactly as
+ * the core does, including across its expiry of idle keys.
  */
 TEST(memory_store_matches_core)
 {
@@ -136,46 +184,34 @@ TEST(memory_store_matches_core)
         {"4/1s:approx", NULL},  {"5/1s:gcra,burst=3", NULL},
         {"2/1s", "10/1m:gcra"}, {"20/500ms", "50/3s:fixed"},
     };
-    static const char *const keys[] = {"a", "b", "user:42"};
-    static model_t models[3];
-    long steps =
-        ratel_test_iterations(4000) < 1000 ? 1000 : ratel_test_iterations(4000);
 
-    for (size_t pi = 0; pi < sizeof policies / sizeof policies[0]; pi++) {
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
         ratel_policy_t p;
-        ratel_store_t *s = new_store(0, 0);
-        int64_t now = T0_US;
-        parse_policy(&p, policies[pi][0], policies[pi][1]);
-        REQUIRE(s);
-        for (int k = 0; k < 3; k++)
-            models[k].len = 0;
-        for (long i = 0; i < steps; i++) {
-            int k = (int)ratel_test_between(0, 2);
-            int op = (int)ratel_test_between(0, 99);
-            ratel_request_t req = RATEL_REQUEST_INIT;
-            int64_t jump = ratel_test_between(0, 99);
-            now += jump < 45   ? ratel_test_between(0, 3000)
-                   : jump < 95 ? ratel_test_between(0, 300000)
-                               : ratel_test_between(0, 90000000);
-            req.cost = (uint64_t)ratel_test_between(1, 2);
-            if (op < 60) {
-                acquire_both(s, keys[k], &models[k], &p, now, &req);
-            } else if (op < 75) {
-                req.flags = RATEL_PEEK;
-                acquire_both(s, keys[k], &models[k], &p, now, &req);
-            } else if (op < 85) {
-                refund_both(s, keys[k], &models[k], &p, now, req.cost);
-            } else if (op < 90) {
-                CHECK_EQ(ratel_store_reset(s, keys[k], strlen(keys[k])), 0);
-                models[k].len = 0;
-            } else {
-                inspect_both(s, keys[k], &models[k], now);
-            }
-        }
-        /* The traffic must have crossed reset times for this to mean much. */
-        CHECK(stats_of(s).expirations > 0);
-        CHECK(stats_of(s).hits > 0);
-        ratel_store_free(s);
+        parse_policy(&p, policies[i][0], policies[i][1]);
+        random_traffic(&p, 1);
+    }
+}
+
+/*
+ * Keys switching between two policies (a config edit): the core converts
+ * the state, possibly on a denied request, and the store's expiry follows
+ * the converted state, so decisions still match the core's.
+ */
+TEST(memory_store_policy_change_matches_core)
+{
+    static const char *const pairs[][2] = {
+        {"5/1s:gcra", "3/1s:gcra,burst=6"},
+        {"5/1s", "8/1s"},
+        {"4/2s:fixed", "6/2s:fixed"},
+        {"4/1s:approx", "2/1s:approx"},
+        {"10/1s:gcra", "10/1s"},
+    };
+
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        ratel_policy_t p[2];
+        parse_policy(&p[0], pairs[i][0], NULL);
+        parse_policy(&p[1], pairs[i][1], NULL);
+        random_traffic(p, 2);
     }
 }
 
@@ -235,27 +271,34 @@ TEST(memory_store_expiry_at_reset_time)
     CHECK_EQ(st.keys, 10);
     CHECK_EQ(st.misses, 10);
 
-    /* 1 us before k0's reset time it is still full; at it, it is free. */
-    CHECK_EQ(ratel_store_acquire(s, "k0", 2, &p, T0_US + 999999, &peek, &d), 0);
-    CHECK_EQ(d.allowed, 0);
-    CHECK_EQ(d.retry_after_ms, 1);
-    CHECK_EQ(stats_of(s).expirations, 0);
+    /* At k0's reset time it is free again: expired, decided as new. */
     CHECK_EQ(ratel_store_acquire(s, "k0", 2, &p, T0_US + 1000000, &acq, &d), 0);
     CHECK_EQ(d.allowed, 1);
     st = stats_of(s);
     CHECK_EQ(st.expirations, 1);
     CHECK_EQ(st.keys, 10);
-    CHECK_EQ(st.hits, 1);
+    CHECK_EQ(st.hits, 0);
     CHECK_EQ(st.misses, 11);
 
-    /* Peeking at the others at their reset time drops them. */
-    for (int i = 1; i < 10; i++) {
+    /* 1 us before k1's reset time it is still full. */
+    CHECK_EQ(ratel_store_acquire(s, "k1", 2, &p, T0_US + 1000999, &peek, &d),
+             0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(d.retry_after_ms, 1);
+    CHECK_EQ(stats_of(s).hits, 1);
+
+    /* Peeking at the others at their reset time drops them. k1's expiry
+     * was just taken again from a rounded-up 1 ms: it goes 1 ms later. */
+    for (int i = 2; i < 10; i++) {
         int len = snprintf(key, sizeof key, "k%d", i);
         CHECK_EQ(ratel_store_acquire(s, key, (size_t)len, &p,
                                      T0_US + 1000000 + i * 1000, &peek, &d),
                  0);
         CHECK_EQ(d.remaining, 1);
     }
+    CHECK_EQ(ratel_store_acquire(s, "k1", 2, &p, T0_US + 1002000, &peek, &d),
+             0);
+    CHECK_EQ(d.remaining, 1);
     st = stats_of(s);
     CHECK_EQ(st.keys, 1);
     CHECK_EQ(st.expirations, 10);
@@ -768,6 +811,8 @@ TEST(memory_store_reset_and_refund)
 
 RATEL_SUITE(memory_store) = {
     {"memory_store_matches_core", test_memory_store_matches_core},
+    {"memory_store_policy_change_matches_core",
+     test_memory_store_policy_change_matches_core},
     {"memory_store_unknown_keys_cost_nothing",
      test_memory_store_unknown_keys_cost_nothing},
     {"memory_store_expiry_at_reset_time",
