@@ -2,24 +2,26 @@
  * memory.c - the embedded store: key states in this process's memory.
  *
  * Keys are spread over N shards (a power of two) by a seeded 64-bit hash.
- * Each shard is one mutex around its own chained hash table, an LRU list and
- * its counters, so threads working on different keys rarely meet. A key's
+ * Each shard is one mutex around its own chained hash table, an eviction
+ * list (least recently used first, approximated by CLOCK: a hit sets a flag,
+ * eviction gives flagged entries a second chance) and its counters, so
+ * threads working on different keys rarely meet. A key's
  * entry is ONE allocation holding the bookkeeping, the key bytes and the
  * key's state blob; the blob is opaque here and is only ever changed by
  * ratel_policy_acquire() / ratel_policy_refund() working on it in place.
  *
  * Expiry: after a call that rewrites a key's state the entry's expiry is
  * set to the key's reset time (now + decision.reset_after_ms, rounded up
- * to the ms); other calls can only move it later. An entry
- * found at or past its expiry is treated as absent: its state is dropped
- * and the request is decided as for a new key (reusing the allocation when
- * the new state fits).
+ * to the ms); other calls can only move it later. An entry found at or
+ * past its expiry is treated as absent: its state is dropped and the
+ * request is decided as for a new key (reusing the allocation when the new
+ * state fits).
  *
  * Memory: every byte the store holds is counted - each allocation as
  * malloc_usable_size() plus the allocator's per-chunk header - and the bound
  * `max_bytes` is split evenly over the shards. Before a shard allocates it
- * evicts from its LRU tail (expired entries count as expirations, live ones
- * as evictions) until the allocation fits, so the sum never passes the
+ * evicts from its list's tail (expired entries count as expirations, live
+ * ones as evictions) until the allocation fits, so the sum never passes the
  * bound, whatever keys arrive. docs/memory-store.md has the whole story.
  */
 #include "store/store.h"
@@ -51,20 +53,21 @@
 #define MEMORY_STATE_MAX UINT16_MAX
 
 /*
- * One key. `newer`/`older` link the shard's LRU list (head = most recently
- * used). The state blob starts right after the key bytes and may be
- * unaligned: the core reads it byte by byte. 42 bytes of bookkeeping: with
- * a short key and a one-rule blob an entry fits a 64- or 80-byte chunk.
+ * One key. `newer`/`older` link the shard's eviction list (head = most
+ * recently inserted or given a second chance). The state blob starts right
+ * after the key bytes and may be unaligned: the core reads it byte by byte. 39
+ * bytes of bookkeeping: with a short key and a one-rule blob an entry fits an
+ * 80-byte chunk.
  */
 typedef struct entry_s {
     struct entry_s *next;  /* hash chain */
-    struct entry_s *newer; /* LRU neighbour toward the head; NULL at head */
-    struct entry_s *older; /* LRU neighbour toward the tail; NULL at tail */
+    struct entry_s *newer; /* list neighbour toward the head; NULL at head */
+    struct entry_s *older; /* list neighbour toward the tail; NULL at tail */
     int64_t expire_at_us;  /* state is empty from this instant on */
-    uint32_t stamp;        /* shard's `moves` when last put at the head */
     uint16_t state_len;    /* bytes of blob */
     uint16_t state_cap;    /* bytes available for the blob */
     uint16_t keylen;
+    uint8_t used;   /* used since it was inserted or last passed over */
     uint8_t data[]; /* keylen key bytes, then state_cap state bytes */
 } entry_t;
 
@@ -73,24 +76,22 @@ typedef struct entry_s {
 /*
  * One lock shard, aligned to two cache lines so that two threads working on
  * neighbouring shards never share a line (the adjacent-line prefetcher pulls
- * lines in pairs). What every decision writes - the lock, `hits`, the LRU
- * head and move counter - shares the first line with the table mask, so a
- * shard that changes hands between threads costs one line transfer; the
- * second line holds what a hit only reads (the table) or what changes on
- * inserts and evictions alone.
+ * lines in pairs). What every decision writes - the lock and `hits` -
+ * shares the first line with what every lookup reads (table and mask), so
+ * a shard that changes hands between threads costs one line transfer; the
+ * second line changes on inserts and evictions alone.
  */
 typedef struct __attribute__((aligned(128))) shard_s {
     pthread_mutex_t lock;
     uint64_t hits;
-    entry_t *head;  /* most recently used */
-    uint32_t moves; /* entries put at the head so far (wraps) */
-    uint32_t mask;  /* buckets - 1 */
+    entry_t **buckets;
+    uint32_t mask; /* buckets - 1 */
     /* second line */
-    entry_t **buckets __attribute__((aligned(64)));
-    size_t count;  /* entries */
+    entry_t *head __attribute__((aligned(64))); /* newest */
+    entry_t *tail;                              /* oldest: evicted first */
+    size_t count;                               /* entries */
     size_t bytes;  /* entries + bucket array, as charged */
     size_t budget; /* this shard's share of max_bytes */
-    entry_t *tail; /* least recently used */
     uint64_t misses, expirations, evictions;
 } shard_t;
 
@@ -229,7 +230,7 @@ static size_t charge_estimate(size_t n)
     return est;
 }
 
-/* ------------------------------------------------------------ LRU list */
+/* ------------------------------------------------------- eviction list */
 
 static void lru_unlink(shard_t *s, entry_t *e)
 {
@@ -245,7 +246,6 @@ static void lru_unlink(shard_t *s, entry_t *e)
 
 static void lru_push_head(shard_t *s, entry_t *e)
 {
-    e->stamp = ++s->moves;
     e->newer = NULL;
     e->older = s->head;
     if (s->head)
@@ -256,23 +256,17 @@ static void lru_push_head(shard_t *s, entry_t *e)
 }
 
 /*
- * Marks `e` used. An entry is moved to the head only if it may have left
- * the newer half of the list: fewer than count/2 moves since its own mean
- * at most that many entries are ahead of it. This keeps eviction order LRU
- * for every entry in the older half (the only ones eviction reaches first)
- * while a hot key, used again and again, is not relinked - and its
- * neighbours written - on every request. (The stamp is 32 bits: an entry
- * left untouched for exactly a multiple of 2^32 moves may miss one move.)
+ * Marks `e` used: a flag in the entry, which the core is writing anyway. A
+ * hit never relinks the list - relinking writes two neighbouring entries
+ * and the list ends, which under threads are often another core's cache
+ * lines. Eviction reads the flags instead (make_room: second chance).
  */
-static inline void lru_touch(shard_t *s, entry_t *e)
+static inline void lru_touch(entry_t *e)
 {
-    if ((uint32_t)(s->moves - e->stamp) >= s->count / 2 && s->head != e) {
-        lru_unlink(s, e);
-        lru_push_head(s, e);
-    }
+    e->used = 1;
 }
 
-/* Marks `e` most recently used, unconditionally. */
+/* Puts `e` at the head of the list. */
 static void lru_move_to_head(shard_t *s, entry_t *e)
 {
     if (s->head != e) {
@@ -310,7 +304,7 @@ static entry_t **link_of(memory_store_t *m, shard_t *s, const entry_t *e)
     return link;
 }
 
-/* Unlinks `e` from the table and the LRU list and frees it. */
+/* Unlinks `e` from the table and the eviction list and frees it. */
 static void entry_remove(memory_store_t *m, shard_t *s, entry_t *e,
                          entry_t **link)
 {
@@ -324,19 +318,29 @@ static void entry_remove(memory_store_t *m, shard_t *s, entry_t *e,
 }
 
 /*
- * Evicts least-recently-used entries until `need` more bytes fit in the
- * shard's budget. Expired entries at the tail are counted as expirations,
- * live ones as evictions. Stops at `protect` (the entry the caller is
- * working on, always the most recently used one). Returns 1 when the bytes
- * fit, 0 when even an emptied shard cannot hold them.
+ * Evicts from the tail of the list until `need` more bytes fit in the
+ * shard's budget: least recently used first, approximated by CLOCK. An
+ * expired entry at the tail goes at once (an expiration: its state is
+ * empty, nothing is lost). A live one used since it was inserted or last
+ * passed over is moved to the head with its flag cleared (its second
+ * chance); one not used since goes (an eviction). So a key is evicted only
+ * after a whole turn of the list without a single use. `protect` (the
+ * entry the caller is growing) is passed over, never evicted. Returns 1
+ * when the bytes fit, 0 when even a shard holding nothing else cannot.
  */
 static int make_room(memory_store_t *m, shard_t *s, size_t need, int64_t now_us,
-                     const entry_t *protect)
+                     entry_t *protect)
 {
     while (s->bytes + need > s->budget) {
         entry_t *victim = s->tail;
-        if (!victim || victim == protect)
+        if (!victim || (victim == protect && s->count == 1))
             return 0;
+        if (victim == protect ||
+            (victim->used && victim->expire_at_us > now_us)) {
+            victim->used = 0;
+            lru_move_to_head(s, victim);
+            continue;
+        }
         if (victim->expire_at_us <= now_us)
             s->expirations++;
         else
@@ -418,6 +422,7 @@ static int entry_insert(memory_store_t *m, shard_t *s, uint64_t h,
     }
     usable = malloc_usable_size(e) - ENTRY_HEADER - keylen;
     e->expire_at_us = expire_at_us;
+    e->used = 0;
     e->state_len = (uint16_t)len;
     e->state_cap =
         (uint16_t)(usable < MEMORY_STATE_MAX ? usable : MEMORY_STATE_MAX);
@@ -433,9 +438,8 @@ static int entry_insert(memory_store_t *m, shard_t *s, uint64_t h,
 
 /*
  * Makes `*pe` able to hold a blob of `need` bytes, keeping its contents.
- * The entry becomes the most recently used one; others may be evicted to
- * pay for the growth. Returns 0 (with *pe updated) or RATEL_ENOMEM (entry
- * unchanged).
+ * Others may be evicted to pay for the growth, never the entry itself. Returns
+ * 0 (with *pe updated) or RATEL_ENOMEM (entry unchanged).
  */
 static int entry_grow(memory_store_t *m, shard_t *s, entry_t **pe, size_t need,
                       int64_t now_us)
@@ -449,7 +453,7 @@ static int entry_grow(memory_store_t *m, shard_t *s, entry_t **pe, size_t need,
     if (need + slack > MEMORY_STATE_MAX)
         slack = MEMORY_STATE_MAX - need;
     size = ENTRY_HEADER + e->keylen + need + slack;
-    lru_move_to_head(s, e);
+    lru_touch(e);
     if (!make_room(m, s, charge_estimate(size), now_us, e))
         return RATEL_ENOMEM;
     link = link_of(m, s, e);
@@ -564,7 +568,7 @@ static int decide_live(memory_store_t *m, shard_t *s, entry_t **link,
         if (at > e->expire_at_us)
             e->expire_at_us = at;
     }
-    lru_touch(s, e);
+    lru_touch(e);
     return 0;
 }
 
@@ -621,7 +625,7 @@ static int decide_expired(memory_store_t *m, shard_t *s, entry_t **link,
     if (rc == 0 && len > 0) {
         e->state_len = (uint16_t)len;
         e->expire_at_us = expiry_of(c);
-        lru_touch(s, e);
+        lru_touch(e);
         s->misses++;
         return 0;
     }
@@ -696,7 +700,7 @@ static int memory_reset(ratel_store_t *store, const char *key, size_t keylen)
 /*
  * Copies the key's blob out under the lock, then describes it unlocked. An
  * expired entry is removed and reads as no state. Inspecting does not count
- * as use: the entry keeps its LRU position.
+ * as use: the entry is not marked used.
  */
 static int memory_inspect(ratel_store_t *store, const char *key, size_t keylen,
                           int64_t now_us, ratel_rule_status_t *out, size_t max,
