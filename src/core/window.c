@@ -18,10 +18,18 @@
 
 #define SCALE RATEL__APPROX_SCALE
 
-/* The current window's start at now_ms, clamped to the stored window. */
+/*
+ * The current window's start at now_ms, clamped to the stored window. The
+ * usual answers (the stored window or the next) cost no division.
+ */
 static int64_t window_of(int64_t now_ms, uint32_t period, int64_t stored)
 {
-    int64_t ws = now_ms - now_ms % period;
+    int64_t ws;
+    if (now_ms < stored + period)
+        return stored; /* in the stored window, or before it: clamped */
+    if (now_ms < stored + 2 * (int64_t)period)
+        return stored + period;
+    ws = now_ms - now_ms % period;
     return stored > ws ? stored : ws;
 }
 

@@ -36,7 +36,7 @@
 
 #define MEMORY_DEFAULT_MAX_BYTES ((size_t)64 << 20)
 #define MEMORY_MIN_SHARD_BYTES ((size_t)64 << 10)
-#define MEMORY_DEFAULT_SHARDS 64u
+#define MEMORY_DEFAULT_SHARDS 1024u
 #define MEMORY_MAX_SHARDS 65536u
 /* Longest key the memory store keeps, in bytes (RATEL_ERANGE past it). */
 #define MEMORY_KEY_MAX 4096u
