@@ -19,6 +19,18 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 "$build/bench_core" | tee -a "$out"
+
+# The machine's own ceiling for two threads: the same single-threaded core
+# loop run alone, then as two processes at once (nothing shared). On a VM
+# whose two vCPUs share a physical core, no program scales past this.
+alone=$("$build/bench_core" 1000000 2>/dev/null | awk -F'\t' '$2 == "core-ns-per-decision-fixed" {print $3}')
+"$build/bench_core" 1000000 2>/dev/null >"$out.a" & pa=$!
+"$build/bench_core" 1000000 2>/dev/null >"$out.b"
+wait "$pa"
+pair=$(cat "$out.a" "$out.b" | awk -F'\t' '$2 == "core-ns-per-decision-fixed" {s += $3; n++} END {print s / n}')
+rm -f "$out.a" "$out.b"
+awk -v a="$alone" -v p="$pair" 'BEGIN { printf "ratel\tmachine_two_process_ceiling\t%.2f\tx\n", 2 * a / p }' | tee -a "$out"
+
 "$build/bench_store" | tee -a "$out"
 
 if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
@@ -45,6 +57,8 @@ awk -F'\t' '
         printf "| figure | value |\n|---|---|\n"
         for (k in v) printf "| %s | %s |\n", k, v[k] | "sort"
         close("sort")
+        if ("machine_two_process_ceiling" in v)
+            printf "\ntwo threads can reach at most %sx one thread on this machine (two independent processes)\n", v["machine_two_process_ceiling"]
         if (rlf > 0) {
             printf "\n| embedded store, 1 thread, 1,000 hot keys | decisions/s | vs rate-limiter-flexible memory (%d/s) |\n|---|---|---|\n", rlf
             n = split("sliding fixed approx gcra", algos, " ")
