@@ -270,8 +270,10 @@ RATEL_API int ratel_store_memory_new(ratel_store_t **out,
 
 /*
  * ratel_policy_acquire() on the state the store holds for `key` (any bytes,
- * `keylen` long). A key holds the state of one policy: give each policy its
- * own keys (e.g. prefix the key with the policy's name).
+ * `keylen` long; the empty key is a key; the memory store refuses keys over
+ * 4,096 bytes with RATEL_ERANGE). A key holds the state of one policy: give
+ * each policy its own keys (e.g. prefix the key with the policy's name).
+ * Denied and peeked requests for unknown keys store nothing.
  */
 RATEL_API int ratel_store_acquire(ratel_store_t *store, const char *key,
                                   size_t keylen, const ratel_policy_t *policy,
