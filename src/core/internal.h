@@ -169,10 +169,9 @@ typedef struct ratel__verdict_s {
     int64_t retry_us;    /* denied: until it would be admitted */
     int64_t allow_at_us; /* gcra: earliest conforming instant (ceil) */
     size_t grow;         /* bytes the commit adds to the record */
-    /* sliding plan */
-    uint32_t drop;  /* expired runs at the head */
-    uint32_t shift; /* granularity exponent for the new event */
-    int64_t total;  /* permits counted in the window (unexpired) */
+    /* sliding plan (the event's run and granularity follow from these) */
+    uint32_t drop; /* expired runs at the head */
+    int64_t total; /* permits counted in the window (unexpired) */
     /* fixed / approx plan */
     int64_t window_ms; /* current window start */
     int64_t cur, prev; /* counts after moving to that window */

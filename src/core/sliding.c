@@ -133,10 +133,10 @@ void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
     v->grow = 0;
     v->retry_us = 0;
     if (v->total + (int64_t)cost <= limit) {
+        uint32_t shift; /* the commit plans the same again */
         v->allowed = 1;
-        v->grow = plan_event(p, now_ms, v->drop, &v->shift) == 1
-                      ? RATEL__RUN_SIZE
-                      : 0;
+        v->grow =
+            plan_event(p, now_ms, v->drop, &shift) == 1 ? RATEL__RUN_SIZE : 0;
         return;
     }
     /*
