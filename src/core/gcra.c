@@ -28,8 +28,8 @@ typedef struct gcra_view_s {
     i128 tat; /* scaled */
     i128 now; /* scaled */
     i128 t;   /* emission interval, scaled: period in us */
-    i128 tau; /* bucket depth, scaled */
-    int64_t limit;
+    i128 tau; /* bucket depth, scaled: burst x t */
+    int64_t limit, burst;
 } gcra_view_t;
 
 static void gcra_view(const ratel__record_t *r, int64_t now_us, gcra_view_t *g)
@@ -39,7 +39,8 @@ static void gcra_view(const ratel__record_t *r, int64_t now_us, gcra_view_t *g)
              ratel__ld32(r->p + RATEL__GCRA_REM);
     g->now = (i128)now_us * g->limit;
     g->t = (i128)r->rule.period_ms * 1000;
-    g->tau = g->t * r->rule.burst;
+    g->burst = r->rule.burst;
+    g->tau = g->t * g->burst;
 }
 
 /*
@@ -65,24 +66,37 @@ static int64_t to_us_ceil(i128 d, int64_t limit)
     return d <= 0 ? 0 : (int64_t)div_pos_ceil(d, limit);
 }
 
-/* Stores TAT >= now as now + whole us, and the remainder (now is whole). */
-static void store_tat(uint8_t *p, const gcra_view_t *g, int64_t now_us)
+/*
+ * Stores TAT >= now as now + whole us, and the remainder (now is whole).
+ * Returns TAT - now in microseconds rounded up: the reset time.
+ */
+static int64_t store_tat(uint8_t *p, const gcra_view_t *g, int64_t now_us)
 {
     i128 ahead = g->tat - g->now, q = div_pos(ahead, g->limit);
+    uint32_t rem = (uint32_t)(ahead - q * g->limit);
     ratel__st64(p + RATEL__GCRA_TAT, now_us + (int64_t)q);
-    ratel__st32(p + RATEL__GCRA_REM, (uint32_t)(ahead - q * g->limit));
+    ratel__st32(p + RATEL__GCRA_REM, rem);
+    return (int64_t)q + (rem != 0);
+}
+
+/*
+ * With x = max(TAT, now) - now >= 0, the permits in use are ceil(x / T) and
+ * those left floor((tau - x) / T) = burst - ceil(x / T), tau being exactly
+ * burst x T: one division for both.
+ */
+static void gcra_counts(const gcra_view_t *g, ratel__status_t *st)
+{
+    i128 x = g->tat > g->now ? g->tat - g->now : 0;
+    i128 owed = x > 0 ? div_pos_ceil(x, g->t) : 0;
+
+    st->remaining = owed < g->burst ? (int64_t)(g->burst - owed) : 0;
+    /* After a clock step back TAT may lie far ahead: owed can pass 2^63. */
+    st->used = owed > INT64_MAX ? INT64_MAX : (int64_t)owed;
 }
 
 static void gcra_status_of(const gcra_view_t *g, ratel__status_t *st)
 {
-    i128 base = g->tat > g->now ? g->tat : g->now;
-    i128 room = g->now + g->tau - base;
-
-    i128 owed = div_pos_ceil(base - g->now, g->t);
-
-    st->remaining = room > 0 ? (int64_t)div_pos(room, g->t) : 0;
-    /* After a clock step back TAT may lie far ahead: owed can pass 2^63. */
-    st->used = owed > INT64_MAX ? INT64_MAX : (int64_t)owed;
+    gcra_counts(g, st);
     st->reset_us = to_us_ceil(g->tat - g->now, g->limit);
 }
 
@@ -118,8 +132,8 @@ void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
     gcra_view(r, now_us, &g);
     at = (i128)at_us * g.limit;
     g.tat = (g.tat > at ? g.tat : at) + (i128)cost * g.t;
-    store_tat(r->p, &g, now_us);
-    gcra_status_of(&g, after);
+    after->reset_us = store_tat(r->p, &g, now_us);
+    gcra_counts(&g, after);
 }
 
 void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)

@@ -28,7 +28,8 @@
 
 #define RATEL__SLIDING_BASE 10  /* i64 base_ms */
 #define RATEL__SLIDING_NRUNS 18 /* u16 number of runs */
-#define RATEL__SLIDING_RUNS 20  /* runs: u32 offset_ms, u32 count */
+#define RATEL__SLIDING_TOTAL 20 /* u32 sum of the runs' counts */
+#define RATEL__SLIDING_RUNS 24  /* runs: u32 offset_ms, u32 count */
 #define RATEL__RUN_SIZE 8
 #define RATEL__FIXED_START 10 /* i64 window start, ms */
 #define RATEL__FIXED_COUNT 18 /* u32 */
@@ -142,8 +143,17 @@ typedef struct ratel__record_s {
 int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,
                        uint32_t *n);
 
-/* Sum of the counts of a sliding record's runs. */
-int64_t ratel__sliding_sum(const uint8_t *p);
+/*
+ * The common case of a decision: whether the blob holds exactly the
+ * policy's rules, in order, each record valid. Then `rec` is filled and 1
+ * returned, having checked only the record fields (the policy's rules are
+ * valid already). `owned` (a blob the core wrote itself and nobody else
+ * touched, see owned.h) also skips the per-run checks of sliding records,
+ * which are the only ones whose cost grows with the blob. 0 means "not
+ * matched": the caller parses the blob in full.
+ */
+int ratel__state_match(const ratel_policy_t *policy, const uint8_t *state,
+                       size_t len, ratel__record_t *rec, int owned);
 
 /* Size of an empty record for `rule`, and writing one at p. */
 size_t ratel__record_empty_size(const ratel_rule_t *rule);

@@ -11,6 +11,7 @@
  * instants: retry_after is exact for the policy too.
  */
 #include "internal.h"
+#include "owned.h"
 
 #include <stdio.h>
 
@@ -159,7 +160,7 @@ static void locate(uint8_t *blob, const ratel_policy_t *policy,
         rec[i].rule = policy->rules[i];
         rec[i].size = record_size(p, &policy->rules[i]);
         rec[i].sum = policy->rules[i].algo == RATEL_ALGO_SLIDING
-                         ? ratel__sliding_sum(p)
+                         ? ratel__ld32(p + RATEL__SLIDING_TOTAL)
                          : 0;
         p += rec[i].size;
     }
@@ -396,9 +397,9 @@ acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
                           state_len, state_cap, now_us, req, d);
 }
 
-int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
-                         size_t *state_len, size_t state_cap, int64_t now_us,
-                         const ratel_request_t *req, ratel_decision_t *d)
+static int acquire(const ratel_policy_t *policy, uint8_t *state,
+                   size_t *state_len, size_t state_cap, int64_t now_us,
+                   const ratel_request_t *req, ratel_decision_t *d, int owned)
 {
     ratel__record_t rec[RATEL_MAX_RULES];
     uint32_t n = 0;
@@ -416,14 +417,30 @@ int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
             return RATEL_EINVAL;
     }
     if (*state_len > 0) {
-        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
-            return err;
-        if (rules_match(policy, rec, n))
+        if (ratel__state_match(policy, state, *state_len, rec, owned))
             return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
                                   state_cap, now_us, req, d);
+        /* Another policy's blob (or a corrupt one): parse it in full. */
+        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
+            return err;
     }
     return acquire_converted(policy, rec, n, state, state_len, state_cap,
                              now_us, req, d);
+}
+
+int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
+                         size_t *state_len, size_t state_cap, int64_t now_us,
+                         const ratel_request_t *req, ratel_decision_t *d)
+{
+    return acquire(policy, state, state_len, state_cap, now_us, req, d, 0);
+}
+
+int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
+                                size_t *state_len, size_t state_cap,
+                                int64_t now_us, const ratel_request_t *req,
+                                ratel_decision_t *d)
+{
+    return acquire(policy, state, state_len, state_cap, now_us, req, d, 1);
 }
 
 /* ------------------------------------------------------------- refunding */

@@ -3,7 +3,8 @@
  * PERIOD, never more.
  *
  * The record keeps the admitted events as (time, count) runs, oldest first,
- * times in milliseconds as offsets from a base. An event at time t counts at
+ * times in milliseconds as offsets from a base, and the sum of their counts,
+ * so a decision reads only the runs that expire (amortised O(1)). An event at time t counts at
  * instant `now` while t > now - PERIOD. Requests in the same millisecond
  * share a run, so a window holding few distinct instants is exact and tiny.
  *
@@ -42,15 +43,6 @@ static inline int64_t round_up(int64_t t, uint32_t shift)
 {
     int64_t g = (int64_t)1 << shift;
     return (t + g - 1) & ~(g - 1);
-}
-
-int64_t ratel__sliding_sum(const uint8_t *p)
-{
-    uint32_t n = ratel__ld16(p + RATEL__SLIDING_NRUNS);
-    int64_t sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += run_count(p, i);
-    return sum;
 }
 
 /*
@@ -244,6 +236,7 @@ size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
     p[1] = (uint8_t)shift;
     ratel__st16(p + RATEL__SLIDING_NRUNS, (uint16_t)n);
     r->sum = v->total + (int64_t)cost;
+    ratel__st32(p + RATEL__SLIDING_TOTAL, (uint32_t)r->sum);
     r->size = RATEL__SLIDING_RUNS + (size_t)n * RATEL__RUN_SIZE;
     after->used = r->sum;
     after->remaining = r->sum < r->rule.limit ? r->rule.limit - r->sum : 0;
@@ -276,6 +269,7 @@ size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
     if (n == 0)
         p[1] = 0;
     ratel__st16(p + RATEL__SLIDING_NRUNS, (uint16_t)n);
+    ratel__st32(p + RATEL__SLIDING_TOTAL, (uint32_t)r->sum);
     r->size = RATEL__SLIDING_RUNS + (size_t)n * RATEL__RUN_SIZE;
     return r->size;
 }

@@ -49,70 +49,52 @@ static int time_ms_ok(int64_t t)
 }
 
 /*
- * Validates one record starting at p with `avail` bytes left in the blob;
- * fills `rec`. Returns 0 or RATEL_ECORRUPT.
+ * Validates the fields after the rule of a record for `rule` at p, with
+ * `avail` bytes left in the blob, and fills rec's p, size and sum. With
+ * `owned` the runs of a sliding record are trusted. Returns 0 or
+ * RATEL_ECORRUPT.
  */
-static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
+static int check_fields(uint8_t *p, size_t avail, const ratel_rule_t *rule,
+                        ratel__record_t *rec, int owned)
 {
-    ratel_rule_t *rule = &rec->rule;
     size_t size;
-
-    if (avail < RATEL__RULE_SIZE || p[0] > RATEL_ALGO_GCRA)
-        return RATEL_ECORRUPT;
-    rule->algo = (ratel_algo_t)p[0];
-    rule->limit = ratel__ld32(p + 2);
-    rule->period_ms = ratel__ld32(p + 6);
-    rule->burst = 0;
-    if (rule->algo == RATEL_ALGO_GCRA) {
-        if (avail < RATEL__GCRA_RULE_SIZE)
-            return RATEL_ECORRUPT;
-        rule->burst = ratel__ld32(p + 10);
-    }
-    if (ratel__rule_check(rule, NULL, 0) != 0)
-        return RATEL_ECORRUPT;
-    /* Only sliding records use the flags byte (granularity exponent, at
-       most 30 so a window of runs spans less than 2^32 ms). */
-    if (rule->algo != RATEL_ALGO_SLIDING ? p[1] != 0 : p[1] > 30)
-        return RATEL_ECORRUPT;
-    /* Fixed-size fields are read only once they are known to be there. */
-    if (avail < ratel__record_empty_size(rule))
-        return RATEL_ECORRUPT;
 
     switch (rule->algo) {
     case RATEL_ALGO_SLIDING: {
         uint32_t nruns;
         int64_t base;
-        uint64_t total = 0;
+        uint64_t total;
         if (avail < RATEL__SLIDING_RUNS)
             return RATEL_ECORRUPT;
         base = ratel__ld64(p + RATEL__SLIDING_BASE);
         nruns = ratel__ld16(p + RATEL__SLIDING_NRUNS);
+        total = ratel__ld32(p + RATEL__SLIDING_TOTAL);
         size = RATEL__SLIDING_RUNS + (size_t)nruns * RATEL__RUN_SIZE;
-        if (nruns > RATEL_SLIDING_CAP || avail < size || !time_ms_ok(base))
+        if (nruns > RATEL_SLIDING_CAP || avail < size || !time_ms_ok(base) ||
+            total > RATEL_LIMIT_MAX || (nruns == 0) != (total == 0))
             return RATEL_ECORRUPT;
-        if (nruns > 0) {
-            /* Branch-free: this runs on every decision. Offsets strictly
-               increase and no count is zero. */
+        if (nruns > 0 && !owned) {
+            /* Branch-free: offsets strictly increase, no count is zero,
+               the counts sum to the total. */
             const uint8_t *run = p + RATEL__SLIDING_RUNS;
             uint32_t prev = ratel__ld32(run), bad = ratel__ld32(run + 4) == 0;
-            total = ratel__ld32(run + 4);
+            uint64_t sum = ratel__ld32(run + 4);
             for (uint32_t i = 1; i < nruns; i++) {
                 uint32_t off, count;
                 run += RATEL__RUN_SIZE;
                 off = ratel__ld32(run);
                 count = ratel__ld32(run + 4);
                 bad |= (off <= prev) | (count == 0);
-                total += count;
+                sum += count;
                 prev = off;
             }
-            if (bad)
+            if (bad || sum != total)
                 return RATEL_ECORRUPT;
         }
-        rec->sum = (int64_t)total;
-        if (total > RATEL_LIMIT_MAX ||
-            (nruns > 0 &&
-             !time_ms_ok(base + ratel__ld32(p + size - RATEL__RUN_SIZE))))
+        if (nruns > 0 &&
+            !time_ms_ok(base + ratel__ld32(p + size - RATEL__RUN_SIZE)))
             return RATEL_ECORRUPT;
+        rec->sum = (int64_t)total;
         break;
     }
     case RATEL_ALGO_FIXED: {
@@ -146,6 +128,64 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
     rec->p = p;
     rec->size = size;
     return 0;
+}
+
+/* Only sliding records use the flags byte (granularity exponent, at most 30
+   so a window of runs spans less than 2^32 ms). */
+static int flags_ok(const uint8_t *p)
+{
+    return p[0] == RATEL_ALGO_SLIDING ? p[1] <= 30 : p[1] == 0;
+}
+
+/*
+ * Validates one record starting at p with `avail` bytes left in the blob;
+ * fills `rec`. Returns 0 or RATEL_ECORRUPT.
+ */
+static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
+{
+    ratel_rule_t *rule = &rec->rule;
+
+    if (avail < RATEL__RULE_SIZE || p[0] > RATEL_ALGO_GCRA)
+        return RATEL_ECORRUPT;
+    rule->algo = (ratel_algo_t)p[0];
+    rule->limit = ratel__ld32(p + 2);
+    rule->period_ms = ratel__ld32(p + 6);
+    rule->burst = 0;
+    if (rule->algo == RATEL_ALGO_GCRA) {
+        if (avail < RATEL__GCRA_RULE_SIZE)
+            return RATEL_ECORRUPT;
+        rule->burst = ratel__ld32(p + 10);
+    }
+    if (ratel__rule_check(rule, NULL, 0) != 0 || !flags_ok(p))
+        return RATEL_ECORRUPT;
+    return check_fields(p, avail, rule, rec, 0);
+}
+
+int ratel__state_match(const ratel_policy_t *policy, const uint8_t *state,
+                       size_t len, ratel__record_t *rec, int owned)
+{
+    size_t off = RATEL__HEADER_SIZE;
+
+    if (len < RATEL__HEADER_SIZE || state[0] != RATEL__MAGIC0 ||
+        state[1] != RATEL__MAGIC1 || state[2] != RATEL__VERSION ||
+        state[3] != policy->nrules)
+        return 0;
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        const ratel_rule_t *rule = &policy->rules[i];
+        uint8_t *p = (uint8_t *)(uintptr_t)(state + off);
+        size_t head = rule->algo == RATEL_ALGO_GCRA ? RATEL__GCRA_RULE_SIZE
+                                                    : RATEL__RULE_SIZE;
+        if (len - off < head || p[0] != rule->algo || !flags_ok(p) ||
+            ratel__ld32(p + 2) != rule->limit ||
+            ratel__ld32(p + 6) != rule->period_ms ||
+            (rule->algo == RATEL_ALGO_GCRA &&
+             ratel__ld32(p + 10) != rule->burst) ||
+            check_fields(p, len - off, rule, &rec[i], owned) != 0)
+            return 0;
+        rec[i].rule = *rule;
+        off += rec[i].size;
+    }
+    return off == len;
 }
 
 int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,

@@ -24,6 +24,7 @@
  * ones as evictions) until the allocation fits, so the sum never passes the
  * bound, whatever keys arrive. docs/memory-store.md has the whole story.
  */
+#include "core/owned.h"
 #include "store/store.h"
 
 #include <malloc.h>
@@ -528,8 +529,9 @@ static int entry_grow(memory_store_t *m, shard_t *s, entry_t **pe, size_t need,
 static inline int call_core(const memory_call_t *c, uint8_t *state, size_t *len,
                             size_t cap)
 {
+    /* Blobs here are written by the core alone: the owned entry applies. */
     if (c->request)
-        return ratel_policy_acquire(c->policy, state, len, cap, c->now_us,
+        return ratel__policy_acquire_owned(c->policy, state, len, cap, c->now_us,
                                     c->request, c->decision);
     return ratel_policy_refund(c->policy, state, len, cap, c->now_us, c->cost,
                                c->decision);

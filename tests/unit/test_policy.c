@@ -150,11 +150,11 @@ TEST(policy_enobufs_contract)
     char err[256];
 
     REQUIRE(ratel_policy_parse(&p, rules, 2, err, sizeof err) == 0);
-    CHECK_EQ(ratel_policy_state_max(&p), 4 + 20 + 8 * 256 + 26);
+    CHECK_EQ(ratel_policy_state_max(&p), 4 + 24 + 8 * 256 + 26);
     /* A new key needs header + records + one run. */
     CHECK_EQ(ratel_policy_acquire(&p, buf, &len, 8, 0, &q, &d), RATEL_ENOBUFS);
     need = len;
-    CHECK_EQ(need, 4 + 28 + 26);
+    CHECK_EQ(need, 4 + 32 + 26);
     len = 0;
     CHECK_EQ(ratel_policy_acquire(&p, buf, &len, need, 0, &q, &d), 0);
     CHECK_EQ(len, need);

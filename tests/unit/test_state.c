@@ -36,6 +36,7 @@ TEST(state_documented_layout)
         0,    0,                                  /* sliding 2/1000ms */
         0x05, 0x04, 0x03, 0x02, 0x01, 0, 0,    0, /* base_ms */
         1,    0,                                  /* one run */
+        1,    0,    0,    0,                      /* total 1 */
         0,    0,    0,    0,    1,    0, 0,    0, /* +0 ms, count 1 */
     };
     test_key_t k;

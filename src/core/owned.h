@@ -1,0 +1,23 @@
+/*
+ * owned.h - the core's entry for libratel's own stores.
+ *
+ * A store that keeps blobs in its own memory, written by nothing but the
+ * core, does not need every decision to re-validate what the core wrote the
+ * decision before. This entry skips the checks whose cost grows with the
+ * blob (a sliding record's runs: sorted, non-zero, summing to its total);
+ * every O(1) check stays. Anything that reads blobs from outside the
+ * process - the Redis module, the Redis store, a file - must call
+ * ratel_policy_acquire, which validates everything.
+ */
+#ifndef RATEL_CORE_OWNED_H
+#define RATEL_CORE_OWNED_H
+
+#include "ratel.h"
+
+/* ratel_policy_acquire on a blob this process's core wrote (or none). */
+int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
+                                size_t *state_len, size_t state_cap,
+                                int64_t now_us, const ratel_request_t *req,
+                                ratel_decision_t *d);
+
+#endif /* RATEL_CORE_OWNED_H */
