@@ -18,7 +18,7 @@
  *   build/bench_store            everything
  *   build/bench_store hot        only the lines whose name contains "hot"
  *
- * The hot set is measured twice: with the default 1024 shards, and with 64
+ * The hot set is measured twice: with the default 4096 shards, and with 64
  * shards ("hot1k_64shards"), which shows what two threads lose when they
  * often meet on a shard lock (docs/memory-store.md, "Threads").
  */
@@ -89,7 +89,7 @@ static void policy_for(ratel_policy_t *p, const char *algo)
     parse_or_die(p, rule);
 }
 
-/* Shards of the stores made next: 0 for the store's default (64). */
+/* Shards of the stores made next: 0 for the store's default (4096). */
 static unsigned bench_shards;
 
 static ratel_store_t *store_or_die(size_t max_bytes)

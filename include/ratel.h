@@ -245,8 +245,8 @@ typedef struct ratel_store_s ratel_store_t;
 
 typedef struct ratel_memory_options_s {
     size_t max_bytes; /* bound on all memory the store holds; 0: 64 MiB */
-    unsigned shards;  /* lock shards, rounded up to a power of two; 0: 1024
-                         (fewer if max_bytes gives a shard under 64 KiB) */
+    unsigned shards;  /* lock shards, rounded up to a power of two; 0: 4096
+                         (fewer if max_bytes gives a shard under 16 KiB) */
 } ratel_memory_options_t;
 
 typedef struct ratel_store_stats_s {

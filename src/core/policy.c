@@ -381,6 +381,52 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
     return 0;
 }
 
+/*
+ * finish_acquire for the most common call: one rule, a blob already in its
+ * format, no reservation. The same steps without the plan's arrays and the
+ * loops over rules; test_policy checks both paths decide alike.
+ */
+static int finish_one(const ratel_policy_t *policy, ratel__record_t *rec,
+                      size_t *len, size_t cap, int64_t now_us,
+                      const ratel_request_t *req, ratel_decision_t *d)
+{
+    ratel__verdict_t v;
+    ratel__status_t st;
+
+    decide_rule(rec, now_us, req->cost, &v);
+    d->allowed = v.allowed;
+    if (!v.allowed || (req->flags & RATEL_PEEK)) {
+        status_rule(rec, now_us, &st);
+    } else {
+        if (*len + v.grow > cap) {
+            *len += v.grow;
+            return RATEL_ENOBUFS;
+        }
+        switch (rec->rule.algo) {
+        case RATEL_ALGO_SLIDING:
+            *len = RATEL__HEADER_SIZE +
+                   ratel__sliding_commit(rec, now_us, req->cost, &v, &st);
+            break;
+        case RATEL_ALGO_FIXED:
+            ratel__fixed_commit(rec, now_us, req->cost, &v, &st);
+            break;
+        case RATEL_ALGO_APPROX:
+            ratel__approx_commit(rec, now_us, req->cost, &v, &st);
+            break;
+        default:
+            ratel__gcra_commit(rec, now_us, now_us, req->cost, &st);
+            break;
+        }
+    }
+    d->rule = 0;
+    d->limit = policy->rules[0].limit;
+    d->remaining = st.remaining;
+    d->retry_after_ms = v.allowed ? 0 : ratel__ceil_div(v.retry_us, 1000);
+    d->reset_after_ms = ratel__ceil_div(st.reset_us, 1000);
+    d->wait_ms = 0;
+    return 0;
+}
+
 /* The slow path: a new key, or one written under other rules. */
 static __attribute__((noinline)) int
 acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
@@ -416,14 +462,34 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
         if (req->max_wait_ms > 0 && policy->rules[i].algo != RATEL_ALGO_GCRA)
             return RATEL_EINVAL;
     }
-    if (*state_len > 0) {
-        if (ratel__state_match(policy, state, *state_len, rec, owned))
-            return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
-                                  state_cap, now_us, req, d);
-        /* Another policy's blob (or a corrupt one): parse it in full. */
-        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
-            return err;
+    if (*state_len > 0 &&
+        ratel__state_match(policy, state, *state_len, rec, owned)) {
+        if (policy->nrules == 1 && req->max_wait_ms == 0)
+            return finish_one(policy, rec, state_len, state_cap, now_us,
+                              req, d);
+        return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
+                              state_cap, now_us, req, d);
     }
+    /*
+     * A new key under one rule is always admitted (cost <= capacity): its
+     * empty record is written in place and charged, with no scratch copy.
+     */
+    if (*state_len == 0 && policy->nrules == 1 && req->max_wait_ms == 0 &&
+        !(req->flags & RATEL_PEEK) &&
+        state_cap >= RATEL__HEADER_SIZE +
+                         ratel__record_empty_size(&policy->rules[0])) {
+        ratel__header_write(state, 1);
+        ratel__record_write_empty(state + RATEL__HEADER_SIZE, &policy->rules[0]);
+        *state_len = RATEL__HEADER_SIZE +
+                     ratel__record_empty_size(&policy->rules[0]);
+        locate(state, policy, rec);
+        /* On ENOBUFS *state_len is the size needed, as everywhere. */
+        return finish_one(policy, rec, state_len, state_cap, now_us, req, d);
+    }
+    /* A new key, another policy's blob, or a corrupt one. */
+    if (*state_len > 0 &&
+        (err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
+        return err;
     return acquire_converted(policy, rec, n, state, state_len, state_cap,
                              now_us, req, d);
 }

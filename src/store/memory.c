@@ -37,8 +37,11 @@
 #include <time.h>
 
 #define MEMORY_DEFAULT_MAX_BYTES ((size_t)64 << 20)
-#define MEMORY_MIN_SHARD_BYTES ((size_t)64 << 10)
-#define MEMORY_DEFAULT_SHARDS 1024u
+/* The smallest store, and the smallest share of it one shard may get: room
+   for six sliding keys at their 256-run cap (~2.5 KiB each). */
+#define MEMORY_MIN_BYTES ((size_t)64 << 10)
+#define MEMORY_MIN_SHARD_BYTES ((size_t)16 << 10)
+#define MEMORY_DEFAULT_SHARDS 4096u
 #define MEMORY_MAX_SHARDS 65536u
 /* Longest key the memory store keeps, in bytes (RATEL_ERANGE past it). */
 #define MEMORY_KEY_MAX 4096u
@@ -882,7 +885,7 @@ int ratel_store_memory_new(ratel_store_t **out,
             max_bytes = options->max_bytes;
         want = options->shards;
     }
-    if (max_bytes < MEMORY_MIN_SHARD_BYTES)
+    if (max_bytes < MEMORY_MIN_BYTES)
         return RATEL_EINVAL;
     n = shard_count(want, max_bytes);
 

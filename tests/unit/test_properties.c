@@ -260,25 +260,34 @@ TEST(property_policy_is_all_or_nothing_and_retry_exact)
             REQUIRE(test_key_init(&one[i], single[i]) == 0);
         for (int s = 0; s < 100; s++) {
             int all = 1;
-            int64_t retry = 0, remaining = INT64_MAX;
+            int64_t retry = 0, remaining = INT64_MAX, reset = 0;
             t = next_time(t, 200);
+            /* One-rule keys take the core's one-rule path, several rules
+               the general one: they must agree field by field. */
             for (int i = 0; i < n; i++) {
                 REQUIRE(test_peek(&one[i], t, 1, &ds) >= 0);
                 all &= ds.allowed;
                 if (ds.retry_after_ms > retry)
                     retry = ds.retry_after_ms;
+                if (ds.reset_after_ms > reset)
+                    reset = ds.reset_after_ms;
             }
             REQUIRE(test_take(&k, t, 1, &d) >= 0);
             CHECK_EQ(d.allowed, all);
             CHECK_EQ(d.retry_after_ms, retry);
             if (all) {
+                reset = 0;
                 for (int i = 0; i < n; i++) {
                     REQUIRE(test_take(&one[i], t, 1, &ds) == 1);
                     if (ds.remaining < remaining)
                         remaining = ds.remaining;
+                    if (ds.reset_after_ms > reset)
+                        reset = ds.reset_after_ms;
                 }
                 CHECK_EQ(d.remaining, remaining);
+                CHECK_EQ(d.reset_after_ms, reset);
             } else {
+                CHECK_EQ(d.reset_after_ms, reset);
                 /* Exact: one ms early is still denied, then it fits. */
                 CHECK_EQ(test_peek(&k, t + d.retry_after_ms - 1, 1, NULL), 0);
                 CHECK_EQ(test_peek(&k, t + d.retry_after_ms, 1, NULL), 1);
