@@ -59,6 +59,9 @@ static int check_fields(uint8_t *p, size_t avail, const ratel_rule_t *rule,
 {
     size_t size;
 
+    /* Fixed-size fields are read only once they are known to be there. */
+    if (avail < ratel__record_empty_size(rule))
+        return RATEL_ECORRUPT;
     switch (rule->algo) {
     case RATEL_ALGO_SLIDING: {
         uint32_t nruns;
