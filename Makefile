@@ -1,6 +1,7 @@
 # ratel — one GNU Makefile.
 #
-#   make            libratel.a, libratel.so and the ratel CLI in build/
+#   make            libratel.a, libratel.so, the ratel CLI and the Redis
+#                   module ratel.so in build/
 #   make test       the whole suite (unit, property, CLI, fuzz smoke)
 #   make asan       the suite built with AddressSanitizer + UBSan
 #   make valgrind   the unit suite under valgrind (errors and leaks fatal)
@@ -8,7 +9,7 @@
 #   make fuzz       longer libFuzzer runs of every parser (FUZZ_SECONDS=60)
 #   make clean
 #
-# CC, CFLAGS, BUILD and SANITIZE are overridable.
+# CC, CFLAGS, BUILD, SANITIZE and REDISMODULE_H are overridable.
 
 CC       ?= cc
 BUILD    ?= build
@@ -27,19 +28,23 @@ AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 LDLIBS   += -pthread
 
+CORE_SRC  := $(sort $(wildcard src/core/*.c))
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
+MOD_SRC   := $(sort $(wildcard module/*.c))
 CLI_SRC   := $(sort $(wildcard cli/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
+MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
-HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h)
+HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h)
 
-.PHONY: all test asan valgrind bench fuzz clean format
-all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel
+.PHONY: all test asan valgrind bench fuzz clean format module
+all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -53,6 +58,33 @@ $(BUILD)/libratel.so: $(LIB_OBJ)
 
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The Redis module: the core's objects and module/ in one shared object that
+# exports RedisModule_OnLoad only (-fvisibility=hidden; redis-server links
+# -rdynamic, so a stray symbol could bind to the server's). redismodule.h
+# is Debian's, fetched at build time (scripts/redismodule-h.sh), or yours:
+# make REDISMODULE_H=/path/to/redismodule.h
+REDISMODULE_H ?= $(BUILD)/redismodule/redismodule.h
+module: $(BUILD)/ratel.so
+
+$(BUILD)/redismodule/redismodule.h:
+	scripts/redismodule-h.sh $@
+
+$(BUILD)/module/%.o: module/%.c $(HEADERS) $(REDISMODULE_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(ALL_CFLAGS) -c $< -o $@
+
+# The core again, its public symbols hidden too.
+$(BUILD)/modcore/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DRATEL_HIDDEN $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/ratel.so: $(MOD_OBJ)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS)
+
+# The conformance driver: core, module and Lua script on the same traces.
+$(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ -lhiredis $(LDLIBS)
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)

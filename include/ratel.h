@@ -24,7 +24,11 @@
 extern "C" {
 #endif
 
-#if defined(__GNUC__)
+/* RATEL_HIDDEN: the core linked into another shared object (the Redis
+   module) that must export nothing of it. */
+#if defined(RATEL_HIDDEN)
+#define RATEL_API
+#elif defined(__GNUC__)
 #define RATEL_API __attribute__((visibility("default")))
 #else
 #define RATEL_API
@@ -76,6 +80,11 @@ RATEL_API const char *ratel_err_name(int err);
  * runs are coarsened (docs/algorithms.md gives the bound).
  */
 #define RATEL_SLIDING_CAP 256
+/*
+ * No valid state blob is longer than this (16,580 bytes: eight sliding rules
+ * at their run cap). A buffer this size never gets RATEL_ENOBUFS.
+ */
+#define RATEL_STATE_MAX (4 + RATEL_MAX_RULES * (24 + 8 * RATEL_SLIDING_CAP))
 /* `now_us` must lie in [0, RATEL_TIME_MAX_US): 2^53 us, the year 2255. */
 #define RATEL_TIME_MAX_US ((int64_t)1 << 53)
 

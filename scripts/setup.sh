@@ -6,7 +6,8 @@
 #   clang, libclang-rt-14-dev       `make fuzz` (libFuzzer) and sanitizers
 #   valgrind                        `make valgrind`
 #   libxml2-utils                   xmllint, for the CLI tests' SVG checks
-#   redis-server, redis-tools       benchmarks start a redis-server for the peer
+#   redis-server, redis-tools       the module's tests and benchmarks (real servers)
+#   libhiredis-dev                  the Redis store and the conformance driver
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
 #   curl
@@ -23,7 +24,7 @@ packages=(
     clang libclang-rt-14-dev
     valgrind
     libxml2-utils
-    redis-server redis-tools
+    redis-server redis-tools libhiredis-dev
     nodejs npm
     librsvg2-bin
     curl
@@ -42,8 +43,18 @@ for p in "${packages[@]}"; do
     fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-    echo "setup: all ${#packages[@]} packages already installed, nothing to do"
+# The module's build takes redismodule.h from Debian's redis SOURCE package
+# (scripts/redismodule-h.sh), so the Debian archive's deb-src entries must
+# be configured: they are added once, beside the binary ones, in their own
+# file. Stanzas of other archives (NodeSource, ...) are left alone.
+deb_src=/etc/apt/sources.list.d/ratel-deb-src.sources
+need_src=0
+if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    need_src=1
+fi
+
+if [ ${#missing[@]} -eq 0 ] && [ "$need_src" -eq 0 ]; then
+    echo "setup: all ${#packages[@]} packages and deb-src already there, nothing to do"
     exit 0
 fi
 
@@ -52,14 +63,32 @@ if [ "$(id -u)" -eq 0 ]; then
 elif command -v sudo >/dev/null; then
     as_root=(sudo)
 else
-    echo "setup: missing ${missing[*]}; run this as root (no sudo here)" >&2
+    echo "setup: missing ${missing[*]} ${need_src:+(and deb-src entries)}; run this as root (no sudo here)" >&2
     exit 1
 fi
 
-echo "setup: missing ${missing[*]}"
+if [ "$need_src" -eq 1 ]; then
+    # deb822 stanzas (Debian 12's debian.sources) and one-line entries alike.
+    {
+        for f in /etc/apt/sources.list.d/*.sources; do
+            [ -e "$f" ] && awk 'BEGIN { RS = ""; ORS = "\n\n" }
+                /URIs:[^\n]*debian\.(org|net)/ { sub(/Types: deb/, "Types: deb-src"); print }' "$f"
+        done
+        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+            [ -e "$f" ] && awk '$1 == "deb" && /debian\.(org|net)/ {
+                sub(/^deb /, ""); print "Types: deb-src\nURIs: " $1 "\nSuites: " $2
+                printf "Components:"; for (i = 3; i <= NF; i++) printf " %s", $i
+                print "\n" }' "$f" | grep -v '^URIs: \[' || true
+        done
+    } | "${as_root[@]}" tee "$deb_src" >/dev/null
+    echo "setup: added the Debian archive's deb-src entries ($deb_src)"
+fi
+
 echo "setup: apt-get update"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-echo "setup: apt-get install ${missing[*]}"
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "setup: installed ${missing[*]}"
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: apt-get install ${missing[*]}"
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+    echo "setup: installed ${missing[*]}"
+fi

@@ -46,6 +46,8 @@
     (RATEL__SLIDING_RUNS + RATEL__RUN_SIZE * RATEL_SLIDING_CAP)
 #define RATEL__STATE_MAX                                                       \
     (RATEL__HEADER_SIZE + RATEL_MAX_RULES * RATEL__SLIDING_MAX_SIZE)
+_Static_assert(RATEL__STATE_MAX == RATEL_STATE_MAX,
+               "ratel.h's RATEL_STATE_MAX must match the blob layout");
 
 /*
  * Stored instants may lie a little past RATEL_TIME_MAX_US: sliding runs are

@@ -1,0 +1,334 @@
+/*
+ * ratel.c - the Redis module: thin glue from RATEL.* commands to the core.
+ *
+ * Every decision is made by the same core libratel runs (src/core, linked
+ * in); this file only reads the key, calls the core and writes back. The
+ * contract is docs/commands.md:
+ *
+ * - Time is the server's wall clock, read once per command (or AT).
+ * - A key is one Redis string holding the state blob (docs/state-format.md),
+ *   shared with the lua/ scripts. It is written only when its bytes change,
+ *   with its absolute expiry at the instant its state is empty again.
+ * - What is written is replicated as its effect - SET key blob PXAT t, or
+ *   DEL key - never as the command, so replicas and AOF replay hold exactly
+ *   the primary's bytes whatever their own clocks say.
+ * - Nothing is written when a command fails.
+ */
+#include "redismodule.h"
+
+#include "args.h"
+#include "ratel.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define MODULE_NAME "ratel"
+#define MODULE_VERSION 1
+
+static int64_t wall_clock_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The command's instant: AT, or the server's clock, read once. */
+static int64_t now_of(const ratel_cmd_args_t *a)
+{
+    return a->has_at ? a->at_ms * 1000 : wall_clock_us();
+}
+
+/* Parses argv[2..] for `cmd`, replying with the error when it fails. */
+static int parse_or_reply(RedisModuleCtx *ctx, ratel_cmd_t cmd,
+                          RedisModuleString **argv, int argc,
+                          ratel_cmd_args_t *a)
+{
+    const char *args[2 * RATEL_MAX_RULES + 16];
+    size_t lens[2 * RATEL_MAX_RULES + 16];
+    char err[600], reply[620];
+    int n = argc - 2;
+
+    /* More arguments than any valid call has: let the parser see enough
+       of them to name the problem. */
+    if (n > (int)(sizeof args / sizeof args[0]))
+        n = (int)(sizeof args / sizeof args[0]);
+    for (int i = 0; i < n; i++)
+        args[i] = RedisModule_StringPtrLen(argv[i + 2], &lens[i]);
+    if (argc - 2 > n) {
+        RedisModule_ReplyWithError(ctx, "ERR ratel: at most 8 rules");
+        return REDISMODULE_ERR;
+    }
+    if (ratel__cmd_parse(cmd, n, args, lens, a, err, sizeof err) != 0) {
+        snprintf(reply, sizeof reply, "ERR %s", err);
+        RedisModule_ReplyWithError(ctx, reply);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
+/* Replies with the error for a failed core call. */
+static int reply_core_error(RedisModuleCtx *ctx, int rc)
+{
+    switch (rc) {
+    case RATEL_ECORRUPT:
+        return RedisModule_ReplyWithError(
+            ctx, "ERR ratel: key holds a value that is not ratel state");
+    case RATEL_EVERSION:
+        return RedisModule_ReplyWithError(
+            ctx, "ERR ratel: key holds ratel state of an unknown version");
+    default: {
+        char msg[200];
+        snprintf(msg, sizeof msg, "ERR ratel: %s (%s)", ratel_strerror(rc),
+                 ratel_err_name(rc));
+        return RedisModule_ReplyWithError(ctx, msg);
+    }
+    }
+}
+
+static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d)
+{
+    RedisModule_ReplyWithArray(ctx, 7);
+    RedisModule_ReplyWithLongLong(ctx, d->allowed);
+    RedisModule_ReplyWithLongLong(ctx, d->limit);
+    RedisModule_ReplyWithLongLong(ctx, d->remaining);
+    RedisModule_ReplyWithLongLong(ctx, d->retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d->reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d->rule);
+    RedisModule_ReplyWithLongLong(ctx, d->wait_ms);
+    return REDISMODULE_OK;
+}
+
+/*
+ * Opens `name` in `mode` into *key (NULL for a missing key opened to read)
+ * and copies its bytes to buf (*len of them). A key of another type, or a
+ * string longer than any blob, gets its error reply and REDISMODULE_ERR.
+ */
+static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
+                      RedisModuleKey **key, uint8_t *buf, size_t *len)
+{
+    int type;
+    const char *p;
+
+    *key = RedisModule_OpenKey(ctx, name, mode);
+    type = RedisModule_KeyType(*key);
+    *len = 0;
+    if (type == REDISMODULE_KEYTYPE_EMPTY)
+        return REDISMODULE_OK;
+    if (type != REDISMODULE_KEYTYPE_STRING) {
+        RedisModule_CloseKey(*key);
+        RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return REDISMODULE_ERR;
+    }
+    p = RedisModule_StringDMA(*key, len, REDISMODULE_READ);
+    if (*len > RATEL_STATE_MAX) {
+        RedisModule_CloseKey(*key);
+        reply_core_error(ctx, RATEL_ECORRUPT);
+        return REDISMODULE_ERR;
+    }
+    memcpy(buf, p, *len);
+    return REDISMODULE_OK;
+}
+
+/*
+ * Stores `len` bytes of state in `key` expiring at `expire_ms` (or deletes
+ * the key when len is 0), and replicates the effect.
+ */
+static void write_state(RedisModuleCtx *ctx, RedisModuleKey *key,
+                        RedisModuleString *name, const uint8_t *buf, size_t len,
+                        int64_t expire_ms)
+{
+    size_t have;
+    char *p;
+
+    if (len == 0) {
+        RedisModule_DeleteKey(key);
+        RedisModule_Replicate(ctx, "DEL", "s", name);
+    } else {
+        RedisModule_StringTruncate(key, len);
+        p = RedisModule_StringDMA(key, &have, REDISMODULE_WRITE);
+        memcpy(p, buf, len);
+        RedisModule_SetAbsExpire(key, expire_ms);
+        RedisModule_Replicate(ctx, "SET", "sbcl", name, (const char *)buf, len,
+                              "PXAT", (long long)expire_ms);
+    }
+    RedisModule_SignalModifiedKey(ctx, name);
+}
+
+/* The instant the state is empty again: never early. */
+static int64_t expiry_ms(int64_t now_us, const ratel_decision_t *d)
+{
+    return (now_us + 999) / 1000 + d->reset_after_ms;
+}
+
+/* RATEL.ACQUIRE key [COST n] [PEEK] [MAXWAIT ms] [AT ms] rule [rule ...] */
+static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                           int argc)
+{
+    static uint8_t old[RATEL_STATE_MAX], buf[RATEL_STATE_MAX];
+    ratel_cmd_args_t a;
+    ratel_decision_t d;
+    RedisModuleKey *key;
+    size_t old_len, len;
+    int64_t now;
+    int rc;
+
+    if (argc < 3)
+        return RedisModule_WrongArity(ctx);
+    if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, &a) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
+                   old, &old_len) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    now = now_of(&a);
+    memcpy(buf, old, old_len);
+    len = old_len;
+    rc = ratel_policy_acquire(&a.policy, buf, &len, sizeof buf, now,
+                              &a.request, &d);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        return reply_core_error(ctx, rc);
+    }
+    /* Written when the bytes changed: admitted, or converted on denial. */
+    if (len != old_len || memcmp(buf, old, len) != 0)
+        write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+    RedisModule_CloseKey(key);
+    return reply_decision(ctx, &d);
+}
+
+/* RATEL.REFUND key [COST n] [AT ms] rule [rule ...] */
+static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                          int argc)
+{
+    static uint8_t old[RATEL_STATE_MAX], buf[RATEL_STATE_MAX];
+    ratel_cmd_args_t a;
+    ratel_decision_t d;
+    RedisModuleKey *key;
+    size_t old_len, len;
+    int64_t now;
+    int rc;
+
+    if (argc < 3)
+        return RedisModule_WrongArity(ctx);
+    if (parse_or_reply(ctx, RATEL_CMD_REFUND, argv, argc, &a) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
+                   old, &old_len) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    now = now_of(&a);
+    memcpy(buf, old, old_len);
+    len = old_len;
+    rc = ratel_policy_refund(&a.policy, buf, &len, sizeof buf, now,
+                             a.request.cost, &d);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        return reply_core_error(ctx, rc);
+    }
+    if (len != old_len || memcmp(buf, old, len) != 0)
+        write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+    RedisModule_CloseKey(key);
+    return reply_decision(ctx, &d);
+}
+
+/* RATEL.RESET key */
+static int reset_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                         int argc)
+{
+    RedisModuleKey *key;
+    int existed;
+
+    if (argc != 2)
+        return RedisModule_WrongArity(ctx);
+    key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    existed = RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY;
+    if (existed)
+        write_state(ctx, key, argv[1], NULL, 0, 0);
+    RedisModule_CloseKey(key);
+    return RedisModule_ReplyWithLongLong(ctx, existed);
+}
+
+static void reply_field(RedisModuleCtx *ctx, const char *name, long long v)
+{
+    RedisModule_ReplyWithSimpleString(ctx, name);
+    RedisModule_ReplyWithLongLong(ctx, v);
+}
+
+/* RATEL.INFO key [AT ms] */
+static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                        int argc)
+{
+    static uint8_t buf[RATEL_STATE_MAX];
+    ratel_rule_status_t st[RATEL_MAX_RULES];
+    ratel_cmd_args_t a;
+    RedisModuleKey *key;
+    size_t len, n = 0;
+    int rc;
+
+    if (argc < 2)
+        return RedisModule_WrongArity(ctx);
+    if (parse_or_reply(ctx, RATEL_CMD_INFO, argv, argc, &a) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (open_state(ctx, argv[1], REDISMODULE_READ, &key, buf, &len) !=
+        REDISMODULE_OK)
+        return REDISMODULE_OK;
+    RedisModule_CloseKey(key); /* NULL-safe */
+    rc = ratel_state_inspect(buf, len, now_of(&a), st, RATEL_MAX_RULES, &n);
+    if (rc != 0)
+        return reply_core_error(ctx, rc);
+    RedisModule_ReplyWithArray(ctx, (long)n);
+    for (size_t i = 0; i < n; i++) {
+        char text[64];
+        int sliding = st[i].rule.algo == RATEL_ALGO_SLIDING;
+        ratel_rule_format(&st[i].rule, text, sizeof text);
+        RedisModule_ReplyWithArray(ctx, sliding ? 14 : 12);
+        RedisModule_ReplyWithSimpleString(ctx, "rule");
+        RedisModule_ReplyWithSimpleString(ctx, text);
+        RedisModule_ReplyWithSimpleString(ctx, "algo");
+        RedisModule_ReplyWithSimpleString(ctx, ratel_algo_name(st[i].rule.algo));
+        reply_field(ctx, "used", st[i].used);
+        reply_field(ctx, "remaining", st[i].remaining);
+        reply_field(ctx, "reset_after_ms", st[i].reset_after_ms);
+        if (sliding) {
+            reply_field(ctx, "runs", st[i].runs);
+            reply_field(ctx, "granularity_ms", st[i].granularity_ms);
+        } else if (st[i].rule.algo == RATEL_ALGO_GCRA) {
+            reply_field(ctx, "tat_us", st[i].tat_us);
+        } else {
+            reply_field(ctx, "window_start_ms", st[i].window_start_ms);
+        }
+    }
+    return REDISMODULE_OK;
+}
+
+static int create(RedisModuleCtx *ctx, const char *name,
+                  RedisModuleCmdFunc fn, const char *flags)
+{
+    /* One key, the first argument: cluster routing and ACLs see it. */
+    return RedisModule_CreateCommand(ctx, name, fn, flags, 1, 1, 1);
+}
+
+/* The module's only exported symbol. */
+__attribute__((visibility("default"))) int
+RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    (void)argv;
+    if (RedisModule_Init(ctx, MODULE_NAME, MODULE_VERSION,
+                         REDISMODULE_APIVER_1) == REDISMODULE_ERR)
+        return REDISMODULE_ERR;
+    if (argc != 0) {
+        RedisModule_Log(ctx, "warning",
+                        "ratel takes no module arguments (got %d)", argc);
+        return REDISMODULE_ERR;
+    }
+    /* Keys are signalled modified only when their bytes change (a PEEK or
+       a denial must not break other clients' WATCH). */
+    RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+    if (create(ctx, "ratel.acquire", acquire_command, "write deny-oom fast") ||
+        create(ctx, "ratel.refund", refund_command, "write deny-oom fast") ||
+        create(ctx, "ratel.reset", reset_command, "write fast") ||
+        create(ctx, "ratel.info", info_command, "readonly fast"))
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

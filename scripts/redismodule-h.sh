@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Writes Redis's module API header, redismodule.h, to OUT (the module's build
+# runs this; the header is never committed).
+#
+#   scripts/redismodule-h.sh OUT
+#
+# The header comes from Debian's `redis` SOURCE package of the same version
+# as the installed redis-server (so the module is compiled against the API of
+# the server it is loaded into), falling back to the newest source package
+# of that upstream version. Needs the Debian archive's deb-src entries, which
+# scripts/setup.sh configures. Elsewhere, point the build at your own copy:
+# `make module REDISMODULE_H=/path/to/redismodule.h`.
+set -euo pipefail
+out=${1:?usage: redismodule-h.sh OUT}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+
+version=$(dpkg-query -W -f='${Version}' redis-server 2>/dev/null || true)
+if [ -z "$version" ]; then
+    echo "redismodule-h: redis-server is not installed (run scripts/setup.sh)," \
+         "or pass REDISMODULE_H=/path/to/redismodule.h" >&2
+    exit 1
+fi
+upstream=${version#*:}
+upstream=${upstream%%-*}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+if ! apt-get source --download-only -q "redis=$version" >log 2>&1 &&
+   ! apt-get source --download-only -q redis >>log 2>&1; then
+    cat log >&2
+    echo "redismodule-h: cannot download Debian's redis source package;" \
+         "are deb-src entries configured (scripts/setup.sh)? Or pass" \
+         "REDISMODULE_H=/path/to/redismodule.h" >&2
+    exit 1
+fi
+orig=$(ls redis_*.orig.tar.* 2>/dev/null | head -1)
+if [ -z "$orig" ]; then
+    echo "redismodule-h: no upstream tarball in the source package" >&2
+    exit 1
+fi
+tar -xf "$orig" --wildcards '*/src/redismodule.h'
+header=$(ls */src/redismodule.h | head -1)
+got=${orig#redis_}; got=${got%.orig.tar.*}
+if [ "$got" != "$upstream" ]; then
+    echo "redismodule-h: warning: server is $upstream, header is from $got" >&2
+fi
+mkdir -p "$(dirname "$out")"
+cp "$header" "$out.tmp" && mv "$out.tmp" "$out"
+echo "redismodule-h: $out from Debian's redis $got source package"

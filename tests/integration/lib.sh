@@ -1,0 +1,131 @@
+# lib.sh - what every integration test shares: real redis-server processes
+# on free loopback ports, always stopped, and the ok/FAIL tally.
+#
+# Source it from a test script:
+#
+#   . "$(dirname "$0")/lib.sh"
+#   port=$(redis_start)                      # standalone, module loaded
+#   port=$(redis_start --appendonly yes)     # extra redis-server arguments
+#   rcli "$port" RATEL.ACQUIRE k 1/1s        # redis-cli -p PORT --no-raw ...
+#   same NAME "$got" "$want"; ok NAME; fail NAME WHY
+#   finish                                   # prints "N passed, N failed"
+#
+# Every server started here runs in its own directory under $tmp and is
+# killed by the EXIT trap, whatever happens to the test. RATEL_MODULE (default
+# $BUILD/ratel.so) is loaded unless RATEL_NO_MODULE=1; RATEL_REDIS_WRAP, if
+# set, prefixes redis-server (e.g. valgrind).
+set -u
+lib_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$lib_here/../.." && pwd)
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$root/$build ;; esac
+module=${RATEL_MODULE:-$build/ratel.so}
+read -r -a redis_wrap <<<"${RATEL_REDIS_WRAP:-}"
+tmp=$(mktemp -d)
+mkdir -p "$tmp/pids"
+passed=0 failed=0
+
+# Servers are recorded as files in $tmp/pids (redis_start runs in a command
+# substitution, a subshell: a variable would not reach the trap).
+cleanup() {
+    local pid pids
+    pids=$(cat "$tmp"/pids/* 2>/dev/null)
+    for pid in $pids; do
+        kill "$pid" 2>/dev/null
+    done
+    for pid in $pids; do
+        # Wait briefly, then insist: nothing outlives the test.
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+# same NAME GOT WANT
+same() {
+    if [ "$2" == "$3" ]; then ok "$1"; else fail "$1" "got [${2:0:300}], want [${3:0:300}]"; fi
+}
+
+# contains NAME TEXT SUBSTRING
+contains() {
+    if [[ $2 == *"$3"* ]]; then ok "$1"; else fail "$1" "[${2:0:300}] lacks [$3]"; fi
+}
+
+finish() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}
+
+# A loopback TCP port nobody listens on (and, for cluster nodes, whose bus
+# port +10000 is free too).
+free_port() {
+    local p
+    for _ in $(seq 200); do
+        p=$((20000 + RANDOM % 20000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+           ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    echo "free_port: no free port" >&2
+    return 1
+}
+
+rcli() {
+    local port=$1; shift
+    redis-cli -p "$port" "$@"
+}
+
+# redis_start [redis-server ARGS...]: starts a server on a free port in its
+# own directory ($tmp/redis-PORT), waits until it answers, prints the port.
+redis_start() {
+    local port dir
+    port=$(free_port) || return 1
+    redis_start_on "$port" "$@" || return 1
+    echo "$port"
+}
+
+# redis_start_on PORT [ARGS...]: the same on a given port (a restart).
+redis_start_on() {
+    local port=$1; shift
+    local dir=$tmp/redis-$port
+    local load=()
+    mkdir -p "$dir"
+    if [ "${RATEL_NO_MODULE:-0}" != 1 ]; then
+        load=(--loadmodule "$module")
+    fi
+    (cd "$dir" && exec "${redis_wrap[@]}" redis-server --port "$port" \
+        --bind 127.0.0.1 --daemonize no --save '' --appendonly no \
+        --dir "$dir" --logfile "$dir/log" "${load[@]}" "$@") \
+        >"$dir/stdout" 2>&1 </dev/null &
+    local pid=$!
+    echo "$pid" >"$tmp/pids/$port"
+    echo "$pid" >"$dir/pid"
+    for _ in $(seq 100); do
+        if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+            return 0
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "redis_start: redis-server on $port exited; its log:" >&2
+            tail -20 "$dir/log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "redis_start: redis-server on $port did not answer" >&2
+    return 1
+}
+
+# redis_stop PORT: a clean SHUTDOWN (so RDB/AOF persistence runs), then waits.
+redis_stop() {
+    local port=$1 dir=$tmp/redis-$1 pid
+    pid=$(cat "$dir/pid")
+    redis-cli -p "$port" SHUTDOWN >/dev/null 2>&1
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+}
