@@ -1,0 +1,1192 @@
+/*
+ * conform.c - the conformance driver: the core, the Lua script and the Redis
+ * module must answer every request alike (docs/commands.md).
+ *
+ *   build/conform -p PORT [-h HOST] [-n TRACES] [-s SEED] [-t TRACE]
+ *                 [--backends core,lua,module] [--lua lua/ratel.lua] [-v]
+ *
+ * It generates random traces, one key each: explicit AT times that mostly
+ * move forward (sometimes back), policies of 1-3 rules of all algorithms
+ * (small limits and periods so requests are denied, sliding rules past the
+ * run cap, gcra with bursts and limits up to 1e9 per 30 days so the
+ * script's big-integer path runs), costs, PEEK, MAXWAIT on all-gcra
+ * policies, REFUND, RESET, INFO, rule changes on a live key (conversion),
+ * malformed rules and options, and corrupted blobs. Every operation runs
+ * through each backend:
+ *
+ *   core    ratel_policy_acquire/refund/ratel_state_inspect in this process
+ *           on a blob of its own, with the reply, the write and the expiry
+ *           docs/commands.md prescribes: the reference;
+ *   lua     EVALSHA of lua/ratel.lua on key "lua:..." of the server;
+ *   module  RATEL.* on key "mod:..." (when the server has the module).
+ *
+ * After each operation the replies (types included), the stored bytes (GET)
+ * and the expiries (PEXPIRETIME) must be equal. A fourth key, "mix:...",
+ * takes each operation from a randomly chosen backend - the core working on
+ * the bytes it GETs and SETting its result back - so every backend keeps
+ * reading what another one wrote.
+ *
+ * Traces are anchored a year past the server's clock, so no key expires
+ * while a trace runs and expiry needs no simulation. The first mismatch of
+ * a trace prints the trace up to it (seed and number to rerun it with -s
+ * and -t); the last line is "N passed, N failed" counting traces, and the
+ * exit status is non-zero when any failed.
+ */
+#include "ratel.h"
+
+#include <hiredis/hiredis.h>
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ARGS 40
+#define DEPTH_MAX_MS ((uint64_t)3650 * 86400000)
+
+/* ------------------------------------------------------------ utilities */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    /* xorshift64*: small, fast and good enough for test traces. */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+/* Uniform in [lo, hi]. */
+static int64_t between(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+/* True with probability pct percent. */
+static int chance(int pct)
+{
+    return (int)(rnd() % 100) < pct;
+}
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "conform: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(2);
+}
+
+/* A growing string: replies in canonical text, trace logs. */
+typedef struct buf_s {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static void buf_add(buf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        b->p = realloc(b->p, cap);
+        if (!b->p)
+            die("out of memory");
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_printf(buf_t *b, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Bytes as text a person can read and paste: printable as is, else \xNN. */
+static void buf_bytes(buf_t *b, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\' && p[i] != '"')
+            buf_add(b, (const char *)&p[i], 1);
+        else
+            buf_printf(b, "\\x%02x", p[i]);
+    }
+}
+
+static void buf_reset(buf_t *b)
+{
+    b->len = 0;
+    if (b->p)
+        b->p[0] = '\0';
+}
+
+/* A reply in canonical text: types and values, nothing else. */
+static void reply_text(buf_t *b, const redisReply *r)
+{
+    switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+        buf_printf(b, "%lld", r->integer);
+        break;
+    case REDIS_REPLY_STATUS:
+        buf_printf(b, "+%s", r->str);
+        break;
+    case REDIS_REPLY_ERROR:
+        buf_printf(b, "-%s", r->str);
+        break;
+    case REDIS_REPLY_STRING:
+        buf_add(b, "\"", 1);
+        buf_bytes(b, (const uint8_t *)r->str, r->len);
+        buf_add(b, "\"", 1);
+        break;
+    case REDIS_REPLY_NIL:
+        buf_add(b, "nil", 3);
+        break;
+    case REDIS_REPLY_ARRAY:
+        buf_add(b, "[", 1);
+        for (size_t i = 0; i < r->elements; i++) {
+            if (i)
+                buf_add(b, " ", 1);
+            reply_text(b, r->element[i]);
+        }
+        buf_add(b, "]", 1);
+        break;
+    default:
+        buf_printf(b, "?type%d", r->type);
+    }
+}
+
+/* -------------------------------------------------------------- redis */
+
+static redisContext *redis;
+static char lua_sha[41];
+static const char *lua_path = "lua/ratel.lua";
+
+static redisReply *command(int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = redisCommandArgv(redis, argc, argv, lens);
+    if (!r)
+        die("redis: %s", redis->errstr);
+    return r;
+}
+
+static redisReply *command1(const char *a, const char *b)
+{
+    const char *argv[2] = {a, b};
+    size_t lens[2] = {strlen(a), b ? strlen(b) : 0};
+    return command(b ? 2 : 1, argv, lens);
+}
+
+static void load_script(void)
+{
+    FILE *f = fopen(lua_path, "rb");
+    buf_t src = {0};
+    char chunk[4096];
+    size_t n;
+    redisReply *r;
+    const char *argv[3] = {"SCRIPT", "LOAD", NULL};
+    size_t lens[3] = {6, 4, 0};
+
+    if (!f)
+        die("cannot open %s (run from the repository root or give --lua)",
+            lua_path);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        buf_add(&src, chunk, n);
+    fclose(f);
+    argv[2] = src.p;
+    lens[2] = src.len;
+    r = command(3, argv, lens);
+    if (r->type != REDIS_REPLY_STRING || r->len != 40)
+        die("SCRIPT LOAD failed: %s", r->str ? r->str : "?");
+    memcpy(lua_sha, r->str, 40);
+    freeReplyObject(r);
+    free(src.p);
+}
+
+/* The server's clock in ms (TIME), to anchor traces in its future. */
+static int64_t server_ms(void)
+{
+    redisReply *r = command1("TIME", NULL);
+    int64_t ms;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        die("TIME failed");
+    ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
+         strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* ------------------------------------------------------------ the ops */
+
+enum { OP_ACQUIRE, OP_REFUND, OP_INFO, OP_RESET };
+static const char *const op_names[] = {"ACQUIRE", "REFUND", "INFO", "RESET"};
+
+/*
+ * One operation: the words after the key, as the script and the module
+ * take them, and what the core needs of them. `error` is set when the
+ * generator made the arguments wrong on purpose and knows the reply.
+ */
+typedef struct op_s {
+    int kind;
+    int argc;
+    char argv[MAX_ARGS][96];
+    size_t lens[MAX_ARGS];
+    int64_t at_ms;
+    uint64_t cost;
+    int peek;
+    int64_t max_wait_ms;
+    int first_rule, nrules; /* rules are argv[first_rule ..] */
+    char error[300];
+} op_t;
+
+static void op_word(op_t *op, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(op->argv[op->argc], sizeof op->argv[0], fmt, ap);
+    va_end(ap);
+    op->lens[op->argc] = (size_t)n;
+    op->argc++;
+}
+
+/* A rule as generated, with the text the call carries. */
+typedef struct gen_rule_s {
+    ratel_rule_t rule;
+    char text[80];
+} gen_rule_t;
+
+typedef struct gen_policy_s {
+    int n;
+    gen_rule_t rules[RATEL_MAX_RULES];
+} gen_policy_t;
+
+static const uint32_t periods[] = {
+    1,       2,        3,        5,         10,        50,         100,
+    250,     1000,     1000,     1500,      2000,      10000,      60000,
+    60000,   90000,    3600000,  86400000,  604800000, 2592000000u};
+
+static uint32_t gen_limit(void)
+{
+    int p = (int)between(0, 99);
+    if (p < 35)
+        return (uint32_t)between(1, 5);
+    if (p < 60)
+        return (uint32_t)between(6, 50);
+    if (p < 70)
+        return (uint32_t)between(51, 256);
+    if (p < 85)
+        return (uint32_t)between(257, 1500);
+    if (p < 95)
+        return (uint32_t)between(1000, 1000000);
+    return chance(50) ? 1000000000u : (uint32_t)between(1, 1000000000);
+}
+
+/* The period written in one of the ways the grammar accepts. */
+static void period_text(uint32_t ms, char *out, size_t size)
+{
+    static const struct {
+        const char *name;
+        uint32_t ms;
+    } units[] = {{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}};
+    for (size_t u = 0; u < 4; u++) {
+        if (ms % units[u].ms == 0 && chance(70)) {
+            uint32_t n = ms / units[u].ms;
+            if (n == 1 && chance(40))
+                snprintf(out, size, "%s", units[u].name);
+            else
+                snprintf(out, size, "%u%s", n, units[u].name);
+            return;
+        }
+    }
+    snprintf(out, size, "%ums", ms);
+}
+
+static void gen_rule(gen_rule_t *g, int algo, uint32_t limit, uint32_t period,
+                     int want_burst)
+{
+    static const char *const names[] = {"sliding", "fixed", "approx", "gcra"};
+    char ptext[32], atext[16] = "", btext[24] = "";
+    ratel_rule_t *r = &g->rule;
+
+    r->algo = (ratel_algo_t)algo;
+    r->limit = limit;
+    r->period_ms = period;
+    r->burst = algo == RATEL_ALGO_GCRA ? limit : 0;
+    if (algo == RATEL_ALGO_GCRA && want_burst) {
+        uint64_t b = (uint64_t)between(1, 3 * (int64_t)limit);
+        if (b > 1000000000)
+            b = 1000000000;
+        /* burst x period / limit within ten years, or no explicit burst */
+        if (b * period <= DEPTH_MAX_MS * limit)
+            r->burst = (uint32_t)b;
+    }
+    period_text(period, ptext, sizeof ptext);
+    if (algo != RATEL_ALGO_SLIDING || chance(10))
+        snprintf(atext, sizeof atext, ":%s", names[algo]);
+    if (algo == RATEL_ALGO_GCRA && (r->burst != limit || chance(10)))
+        snprintf(btext, sizeof btext, ",burst=%u", r->burst);
+    snprintf(g->text, sizeof g->text, "%u/%s%s%s", limit, ptext, atext, btext);
+}
+
+static void gen_policy(gen_policy_t *p, int all_gcra)
+{
+    p->n = (int)between(1, 3);
+    for (int i = 0; i < p->n; i++) {
+        int algo = all_gcra ? RATEL_ALGO_GCRA : (int)between(0, 3);
+        uint32_t limit = gen_limit();
+        uint32_t period = chance(85) ? periods[between(0, 19)]
+                                     : (uint32_t)between(1, 1000000);
+        gen_rule(&p->rules[i], algo, limit, period, chance(40));
+        for (int j = 0; j < i; j++)
+            if (memcmp(&p->rules[j].rule, &p->rules[i].rule,
+                       sizeof(ratel_rule_t)) == 0 &&
+                !chance(3)) {
+                i--; /* a duplicate, most of the time not on purpose */
+                break;
+            }
+    }
+}
+
+/* The policy after a config edit: limits or bursts changed (state kept or
+   converted), rules reordered, added or dropped. */
+static void edit_policy(gen_policy_t *p, int all_gcra)
+{
+    gen_policy_t q = *p;
+    for (int i = 0; i < q.n; i++) {
+        ratel_rule_t r = q.rules[i].rule;
+        if (chance(50))
+            gen_rule(&q.rules[i], r.algo, chance(50) ? gen_limit()
+                                                     : r.limit + 1,
+                     r.period_ms, chance(50));
+    }
+    if (q.n > 1 && chance(40)) {
+        gen_rule_t t = q.rules[0];
+        q.rules[0] = q.rules[q.n - 1];
+        q.rules[q.n - 1] = t;
+    }
+    if (q.n < 3 && chance(30)) {
+        gen_policy_t extra;
+        gen_policy(&extra, all_gcra);
+        q.rules[q.n++] = extra.rules[0];
+    } else if (q.n > 1 && chance(20)) {
+        q.n--;
+    }
+    *p = q;
+}
+
+static const char *const bad_rules[] = {
+    "10/1x",          "0/1s",          "10/0s",
+    "10/31d",         "1/1s,burst=3",  "5/1s:gcra,burst=0",
+    "10/1s:foo",      "10/1s:gcra,burst=2,burst=3",
+    "10/1s:gcra,bust=3",               "1/1s:gcra,burst=1000000000",
+    "10/1sx",         "",              "1\x01/\"s\\",
+    "1000000001/1s",  "10/2592000001ms", "10",
+    "10/",            "10/1s:",        "5/1s,burst=2"};
+
+/* ------------------------------------------------------------ backends */
+
+/* The reference: the core on a blob of its own. pxat -2 means no key. */
+typedef struct core_key_s {
+    uint8_t blob[RATEL_STATE_MAX];
+    size_t len;
+    long long pxat;
+} core_key_t;
+
+/* What a backend answered, and what its key holds afterwards. */
+typedef struct outcome_s {
+    buf_t reply;
+    uint8_t bytes[RATEL_STATE_MAX + 64];
+    size_t len;
+    int exists;
+    long long pxat;
+} outcome_t;
+
+static void core_error(buf_t *reply, int rc)
+{
+    if (rc == RATEL_ECORRUPT)
+        buf_printf(reply, "-ERR ratel: key holds a value that is not ratel "
+                          "state");
+    else if (rc == RATEL_EVERSION)
+        buf_printf(reply, "-ERR ratel: key holds ratel state of an unknown "
+                          "version");
+    else
+        buf_printf(reply, "-ERR ratel: %s (%s)", ratel_strerror(rc),
+                   ratel_err_name(rc));
+}
+
+/* The arguments' errors, as docs/commands.md words them. 0 if none. */
+static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
+{
+    const char *texts[MAX_ARGS];
+    char msg[400];
+
+    if (op->error[0]) {
+        buf_printf(reply, "-%s", op->error);
+        return 1;
+    }
+    if (op->nrules == 0) {
+        buf_printf(reply, "-ERR ratel: at least one rule is needed");
+        return 1;
+    }
+    if (op->nrules > RATEL_MAX_RULES) {
+        buf_printf(reply, "-ERR ratel: at most 8 rules");
+        return 1;
+    }
+    for (int i = 0; i < op->nrules; i++)
+        texts[i] = op->argv[op->first_rule + i];
+    if (ratel_policy_parse(policy, texts, (size_t)op->nrules, msg,
+                           sizeof msg) != 0) {
+        buf_printf(reply, "-ERR ratel: %s", msg);
+        return 1;
+    }
+    if (op->kind != OP_ACQUIRE)
+        return 0;
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        const ratel_rule_t *r = &policy->rules[i];
+        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        if (op->cost > cap) {
+            char text[64];
+            ratel_rule_format(r, text, sizeof text);
+            buf_printf(reply,
+                       "-ERR ratel: COST %llu is more than rule %u (\"%s\") "
+                       "can ever admit (%llu)",
+                       (unsigned long long)op->cost, i + 1, text,
+                       (unsigned long long)cap);
+            return 1;
+        }
+        if (op->max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA) {
+            buf_printf(reply,
+                       "-ERR ratel: MAXWAIT needs every rule to be gcra");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void decision_text(buf_t *reply, const ratel_decision_t *d)
+{
+    buf_printf(reply, "[%d %lld %lld %lld %lld %d %lld]", d->allowed,
+               (long long)d->limit, (long long)d->remaining,
+               (long long)d->retry_after_ms, (long long)d->reset_after_ms,
+               d->rule, (long long)d->wait_ms);
+}
+
+static void info_text(buf_t *reply, const core_key_t *k, int64_t now_us)
+{
+    ratel_rule_status_t st[RATEL_MAX_RULES];
+    size_t n;
+    int rc = ratel_state_inspect(k->blob, k->len, now_us, st, RATEL_MAX_RULES,
+                                 &n);
+    if (rc != 0) {
+        core_error(reply, rc);
+        return;
+    }
+    buf_add(reply, "[", 1);
+    for (size_t i = 0; i < n; i++) {
+        char text[64];
+        ratel_rule_format(&st[i].rule, text, sizeof text);
+        buf_printf(reply,
+                   "%s[+rule +%s +algo +%s +used %lld +remaining %lld "
+                   "+reset_after_ms %lld",
+                   i ? " " : "", text, ratel_algo_name(st[i].rule.algo),
+                   (long long)st[i].used, (long long)st[i].remaining,
+                   (long long)st[i].reset_after_ms);
+        if (st[i].rule.algo == RATEL_ALGO_SLIDING)
+            buf_printf(reply, " +runs %u +granularity_ms %u]", st[i].runs,
+                       st[i].granularity_ms);
+        else if (st[i].rule.algo == RATEL_ALGO_GCRA)
+            buf_printf(reply, " +tat_us %lld]", (long long)st[i].tat_us);
+        else
+            buf_printf(reply, " +window_start_ms %lld]",
+                       (long long)st[i].window_start_ms);
+    }
+    buf_add(reply, "]", 1);
+}
+
+/*
+ * Runs `op` on the core's key as the module would: the reply, and the key
+ * written only when its bytes change, expiring at ceil(now_ms) + reset.
+ */
+static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
+{
+    static uint8_t buf[RATEL_STATE_MAX];
+    ratel_policy_t policy;
+    ratel_decision_t d;
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    int64_t now_us = op->at_ms * 1000;
+    size_t len;
+    int rc;
+
+    if (op->kind == OP_RESET) {
+        buf_printf(reply, "%d", k->len > 0);
+        k->len = 0;
+        k->pxat = -2;
+        return;
+    }
+    if (op->kind == OP_INFO) {
+        if (op->error[0])
+            buf_printf(reply, "-%s", op->error);
+        else
+            info_text(reply, k, now_us);
+        return;
+    }
+    if (args_error(op, &policy, reply))
+        return;
+    memcpy(buf, k->blob, k->len);
+    len = k->len;
+    if (op->kind == OP_ACQUIRE) {
+        req.cost = op->cost;
+        req.max_wait_ms = op->max_wait_ms;
+        req.flags = op->peek ? RATEL_PEEK : 0;
+        rc = ratel_policy_acquire(&policy, buf, &len, sizeof buf, now_us, &req,
+                                  &d);
+    } else {
+        rc = ratel_policy_refund(&policy, buf, &len, sizeof buf, now_us,
+                                 op->cost, &d);
+    }
+    if (rc != 0) {
+        core_error(reply, rc);
+        return;
+    }
+    decision_text(reply, &d);
+    if (len != k->len || memcmp(buf, k->blob, len) != 0) {
+        memcpy(k->blob, buf, len);
+        k->len = len;
+        k->pxat = len ? (now_us + 999) / 1000 + d.reset_after_ms : -2;
+    }
+}
+
+/* Fills `out` from the replies of GET and PEXPIRETIME of a key. */
+static void take_back(redisReply *get, redisReply *ttl, outcome_t *out)
+{
+    out->exists = get->type == REDIS_REPLY_STRING;
+    out->len = 0;
+    if (get->type == REDIS_REPLY_STRING) {
+        out->len = get->len < sizeof out->bytes ? get->len : sizeof out->bytes;
+        memcpy(out->bytes, get->str, out->len);
+    } else if (get->type != REDIS_REPLY_NIL) {
+        out->exists = -1; /* another type: never expected */
+    }
+    out->pxat = ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -99;
+    freeReplyObject(get);
+    freeReplyObject(ttl);
+}
+
+static redisReply *next_reply(void)
+{
+    void *r = NULL;
+    if (redisGetReply(redis, &r) != REDIS_OK || !r)
+        die("redis: %s", redis->errstr);
+    return r;
+}
+
+/*
+ * Sends a command (argc > 0) and then GET and PEXPIRETIME of `key`, in one
+ * round trip; the command's reply goes to `reply` as text, the key's state
+ * to `out`. Returns the command's reply unless `reply` is given.
+ */
+static redisReply *with_read_back(int argc, const char **argv,
+                                  const size_t *lens, const char *key,
+                                  buf_t *reply, outcome_t *out)
+{
+    const char *get[2] = {"GET", key}, *ttl[2] = {"PEXPIRETIME", key};
+    size_t klens[2] = {3, strlen(key)}, tlens[2] = {11, strlen(key)};
+    redisReply *r = NULL, *g, *t;
+
+    if (argc > 0)
+        redisAppendCommandArgv(redis, argc, argv, lens);
+    redisAppendCommandArgv(redis, 2, get, klens);
+    redisAppendCommandArgv(redis, 2, ttl, tlens);
+    if (argc > 0)
+        r = next_reply();
+    g = next_reply();
+    t = next_reply();
+    take_back(g, t, out);
+    if (r && reply) {
+        reply_text(reply, r);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+static void read_back(const char *key, outcome_t *out)
+{
+    with_read_back(0, NULL, NULL, key, NULL, out);
+}
+
+/* Sets `key` to the bytes (len 0: deletes it) expiring at pxat. */
+static void write_raw(const char *key, const uint8_t *p, size_t len,
+                      long long pxat)
+{
+    char at[32];
+    const char *argv[5] = {"SET", key, (const char *)p, "PXAT", at};
+    size_t lens[5] = {3, strlen(key), len, 4, 0};
+    redisReply *r;
+
+    if (len == 0) {
+        r = command1("DEL", key);
+    } else {
+        lens[4] = (size_t)snprintf(at, sizeof at, "%lld", pxat);
+        r = command(5, argv, lens);
+    }
+    freeReplyObject(r);
+}
+
+/* The op through the script (EVALSHA sha 1 key OP args), and the key's
+   state after it. */
+static void lua_run(const op_t *op, const char *key, buf_t *reply,
+                    outcome_t *out)
+{
+    const char *argv[MAX_ARGS + 5];
+    size_t lens[MAX_ARGS + 5];
+    redisReply *r;
+    int argc = 0;
+
+    argv[argc] = "EVALSHA", lens[argc++] = 7;
+    argv[argc] = lua_sha, lens[argc++] = 40;
+    argv[argc] = "1", lens[argc++] = 1;
+    argv[argc] = key, lens[argc++] = strlen(key);
+    argv[argc] = op_names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
+    for (int i = 0; i < op->argc; i++)
+        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
+    r = with_read_back(argc, argv, lens, key, NULL, out);
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        load_script();
+        r = with_read_back(argc, argv, lens, key, NULL, out);
+    }
+    reply_text(reply, r);
+    freeReplyObject(r);
+}
+
+/* The op through the module (RATEL.OP key args), and the key after it. */
+static void module_run(const op_t *op, const char *key, buf_t *reply,
+                       outcome_t *out)
+{
+    static const char *const names[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
+                                        "RATEL.INFO", "RATEL.RESET"};
+    const char *argv[MAX_ARGS + 2];
+    size_t lens[MAX_ARGS + 2];
+    int argc = 0;
+
+    argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
+    argv[argc] = key, lens[argc++] = strlen(key);
+    for (int i = 0; i < op->argc; i++)
+        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
+    with_read_back(argc, argv, lens, key, reply, out);
+}
+
+/* The core on the bytes a server key holds, its result written back. */
+static void core_on_key_run(const op_t *op, const char *key, buf_t *reply)
+{
+    static core_key_t k;
+    static outcome_t cur;
+    size_t old_len;
+    long long old_pxat;
+
+    read_back(key, &cur);
+    memcpy(k.blob, cur.bytes, cur.len);
+    k.len = old_len = cur.len;
+    k.pxat = old_pxat = cur.pxat;
+    core_run(op, &k, reply);
+    if (op->kind == OP_RESET) {
+        if (cur.exists)
+            write_raw(key, NULL, 0, 0);
+        return;
+    }
+    if (k.len != old_len || k.pxat != old_pxat ||
+        memcmp(k.blob, cur.bytes, k.len) != 0)
+        write_raw(key, k.blob, k.len, k.pxat);
+}
+
+/* ------------------------------------------------------------- traces */
+
+enum { B_CORE, B_LUA, B_MODULE, B_MIX, NBACKENDS };
+static const char *const backend_names[] = {"core", "lua", "module", "mixed"};
+static int use_lua = 1, use_module = 0, verbose = 0;
+static const char *key_prefix[] = {"", "lua:", "mod:", "mix:"};
+
+typedef struct trace_s {
+    uint64_t seed;
+    long number;
+    char key[NBACKENDS][96];
+    core_key_t core;
+    gen_policy_t policies[3];
+    int npolicies, current, all_gcra;
+    int64_t t_ms, anchor_ms, min_period, max_period;
+    int small_steps;
+    buf_t log;
+    outcome_t out[NBACKENDS];
+} trace_t;
+
+static void op_text(buf_t *b, const op_t *op)
+{
+    buf_printf(b, "%s", op_names[op->kind]);
+    for (int i = 0; i < op->argc; i++) {
+        buf_add(b, " \"", 2);
+        buf_bytes(b, (const uint8_t *)op->argv[i], op->lens[i]);
+        buf_add(b, "\"", 1);
+    }
+}
+
+static void next_time(trace_t *tr)
+{
+    int p = (int)between(0, 99);
+    int64_t step;
+    if (tr->small_steps && p < 80)
+        step = between(0, 3);
+    else if (p < 40)
+        step = between(0, 3);
+    else if (p < 70)
+        step = between(0, tr->min_period);
+    else if (p < 90)
+        step = between(0, tr->max_period);
+    else if (p < 94)
+        step = between(0, 3 * tr->max_period);
+    else
+        step = -between(0, tr->max_period);
+    tr->t_ms += step;
+    if (tr->t_ms < tr->anchor_ms)
+        tr->t_ms = tr->anchor_ms;
+}
+
+static uint64_t capacity_of(const gen_policy_t *p)
+{
+    uint64_t cap = UINT64_MAX;
+    for (int i = 0; i < p->n; i++) {
+        const ratel_rule_t *r = &p->rules[i].rule;
+        uint64_t c = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        if (c < cap)
+            cap = c;
+    }
+    return cap;
+}
+
+static void add_rules(op_t *op, const gen_policy_t *p)
+{
+    op->first_rule = op->argc;
+    for (int i = 0; i < p->n; i++)
+        op_word(op, "%s", p->rules[i].text);
+    op->nrules = p->n;
+    if (chance(1)) {
+        /* A malformed rule, never first when it does not start with a
+           digit (it would be read as an option). */
+        const char *bad = bad_rules[between(0, sizeof bad_rules /
+                                                   sizeof bad_rules[0] - 1)];
+        op_word(op, "%s", bad);
+        op->nrules++;
+        if (p->n >= 1 && chance(50)) {
+            char tmp[96];
+            memcpy(tmp, op->argv[op->first_rule], sizeof tmp);
+            memcpy(op->argv[op->first_rule], op->argv[op->argc - 1],
+                   sizeof tmp);
+            memcpy(op->argv[op->argc - 1], tmp, sizeof tmp);
+            size_t l = op->lens[op->first_rule];
+            op->lens[op->first_rule] = op->lens[op->argc - 1];
+            op->lens[op->argc - 1] = l;
+            if (op->lens[op->first_rule] > 0 &&
+                (op->argv[op->first_rule][0] < '0' ||
+                 op->argv[op->first_rule][0] > '9'))
+                snprintf(op->error, sizeof op->error,
+                         "ERR ratel: unknown or repeated option \"%s\"; "
+                         "options are %s",
+                         op->argv[op->first_rule],
+                         op->kind == OP_ACQUIRE
+                             ? "COST n, PEEK, MAXWAIT ms, AT unix_ms, then "
+                               "the rules"
+                             : "COST n, AT unix_ms, then the rules");
+        }
+    }
+}
+
+/* The next operation of the trace. */
+static void gen_op(trace_t *tr, op_t *op)
+{
+    const gen_policy_t *p;
+    int k = (int)between(0, 99);
+
+    memset(op, 0, sizeof *op);
+    op->cost = 1;
+    if (chance(4) && tr->npolicies > 1)
+        tr->current = (int)between(0, tr->npolicies - 1);
+    p = &tr->policies[tr->current];
+    next_time(tr);
+    op->at_ms = tr->t_ms;
+    op->kind = k < 78 ? OP_ACQUIRE : k < 88 ? OP_REFUND : k < 97 ? OP_INFO
+                                                                 : OP_RESET;
+    if (op->kind == OP_RESET)
+        return;
+    if (op->kind == OP_INFO) {
+        op_word(op, chance(50) ? "AT" : "at");
+        op_word(op, "%lld", (long long)op->at_ms);
+        return;
+    }
+    if (op->kind == OP_ACQUIRE) {
+        uint64_t cap = capacity_of(p);
+        int c = (int)between(0, 99);
+        if (c < 70)
+            op->cost = 1;
+        else if (c < 90)
+            op->cost = (uint64_t)between(1, cap < 10 ? (int64_t)cap : 10);
+        else if (c < 98)
+            op->cost = (uint64_t)between(1, (int64_t)cap);
+        else
+            op->cost = cap + 1;
+        if (op->cost != 1 || chance(10)) {
+            op_word(op, "COST");
+            op_word(op, "%llu", (unsigned long long)op->cost);
+            if (op->cost > 1000000000)
+                snprintf(op->error, sizeof op->error,
+                         "ERR ratel: COST must be an integer from 1 to "
+                         "1000000000");
+        }
+        if (chance(10)) {
+            op->peek = 1;
+            op_word(op, chance(50) ? "PEEK" : "peek");
+        }
+        if ((tr->all_gcra && chance(40)) || chance(1)) {
+            int w = (int)between(0, 9);
+            op->max_wait_ms = w < 2   ? 0
+                              : w < 7 ? between(1, tr->min_period * 3)
+                                      : between(1, 2592000000);
+            if (op->max_wait_ms > 2592000000)
+                op->max_wait_ms = 2592000000;
+            op_word(op, "MAXWAIT");
+            op_word(op, "%lld", (long long)op->max_wait_ms);
+        }
+    } else if (chance(40)) {
+        op->cost = chance(10) ? 1000000000u : (uint64_t)between(1, 20);
+        op_word(op, "COST");
+        op_word(op, "%llu", (unsigned long long)op->cost);
+    }
+    op_word(op, "AT");
+    op_word(op, "%lld", (long long)op->at_ms);
+    add_rules(op, p);
+}
+
+/*
+ * Replies are equal as text - except integers of 2^53 and more, which a
+ * Lua script can only send as the nearest double: INFO's "used" of a gcra
+ * rule whose TAT lies very far ahead (docs/lua.md). Those match within the
+ * spacing of doubles there.
+ */
+static int same_reply(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+            char *ea, *eb;
+            unsigned long long x = strtoull(a, &ea, 10);
+            unsigned long long y = strtoull(b, &eb, 10);
+            if (x != y) {
+                unsigned long long big = x > y ? x : y, d = x > y ? x - y
+                                                                : y - x;
+                if (big < (1ull << 53) || d > big >> 51)
+                    return 0;
+            }
+            a = ea;
+            b = eb;
+            continue;
+        }
+        if (*a++ != *b++)
+            return 0;
+    }
+    return *a == *b;
+}
+
+/* Compares every backend's outcome with the core's; 0 if all agree. */
+static int compare(trace_t *tr, buf_t *why)
+{
+    const outcome_t *ref = &tr->out[B_CORE];
+    int ok = 1;
+    for (int b = B_LUA; b < NBACKENDS; b++) {
+        const outcome_t *o = &tr->out[b];
+        if ((b == B_LUA && !use_lua) || (b == B_MODULE && !use_module))
+            continue;
+        if (!same_reply(o->reply.p, ref->reply.p)) {
+            buf_printf(why, "  reply differs: %s: %s\n                 core: ",
+                       backend_names[b], o->reply.p);
+            buf_add(why, ref->reply.p, ref->reply.len);
+            buf_add(why, "\n", 1);
+            ok = 0;
+        }
+        if (o->len != ref->len || memcmp(o->bytes, ref->bytes, o->len) != 0 ||
+            o->exists != (ref->len > 0)) {
+            buf_printf(why, "  bytes differ: %s: \"", backend_names[b]);
+            buf_bytes(why, o->bytes, o->len);
+            buf_printf(why, "\"%s\n                core: \"",
+                       o->exists ? "" : " (no key)");
+            buf_bytes(why, ref->bytes, ref->len);
+            buf_add(why, "\"\n", 2);
+            ok = 0;
+        }
+        if (o->pxat != ref->pxat) {
+            buf_printf(why, "  PEXPIRETIME differs: %s: %lld, core: %lld\n",
+                       backend_names[b], o->pxat, ref->pxat);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* Runs one op everywhere and compares. Returns 0 on a mismatch. */
+static int run_op(trace_t *tr, const op_t *op)
+{
+    buf_t why = {0};
+    int ok;
+
+    for (int b = 0; b < NBACKENDS; b++)
+        buf_reset(&tr->out[b].reply);
+    core_run(op, &tr->core, &tr->out[B_CORE].reply);
+    memcpy(tr->out[B_CORE].bytes, tr->core.blob, tr->core.len);
+    tr->out[B_CORE].len = tr->core.len;
+    tr->out[B_CORE].exists = tr->core.len > 0;
+    tr->out[B_CORE].pxat = tr->core.pxat;
+    if (use_lua)
+        lua_run(op, tr->key[B_LUA], &tr->out[B_LUA].reply, &tr->out[B_LUA]);
+    if (use_module)
+        module_run(op, tr->key[B_MODULE], &tr->out[B_MODULE].reply,
+                   &tr->out[B_MODULE]);
+    {
+        /* The mixed key: whichever backend, on whatever the last wrote. */
+        int choices[3], n = 0;
+        choices[n++] = B_CORE;
+        if (use_lua)
+            choices[n++] = B_LUA;
+        if (use_module)
+            choices[n++] = B_MODULE;
+        switch (choices[between(0, n - 1)]) {
+        case B_LUA:
+            lua_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply,
+                    &tr->out[B_MIX]);
+            break;
+        case B_MODULE:
+            module_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply,
+                       &tr->out[B_MIX]);
+            break;
+        default:
+            core_on_key_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply);
+            read_back(tr->key[B_MIX], &tr->out[B_MIX]);
+        }
+    }
+    {
+        size_t start = tr->log.len;
+        op_text(&tr->log, op);
+        buf_printf(&tr->log, "\n    -> %s\n", tr->out[B_CORE].reply.p);
+        if (verbose)
+            printf("trace %ld: %s", tr->number, tr->log.p + start);
+    }
+    ok = compare(tr, &why);
+    if (!ok) {
+        printf("MISMATCH in trace %ld (rerun: -s %llu -t %ld), its operations "
+               "on key \"%s\" so far:\n%s%s",
+               tr->number, (unsigned long long)tr->seed, tr->number,
+               tr->key[B_CORE], tr->log.p, why.p);
+    }
+    free(why.p);
+    return ok;
+}
+
+/* Puts the same bytes under every backend's key (and the core's). */
+static void set_everywhere(trace_t *tr, const uint8_t *p, size_t len,
+                           long long pxat)
+{
+    memcpy(tr->core.blob, p, len);
+    tr->core.len = len;
+    tr->core.pxat = len ? pxat : -2;
+    for (int b = B_LUA; b < NBACKENDS; b++)
+        if (!((b == B_LUA && !use_lua) || (b == B_MODULE && !use_module)))
+            write_raw(tr->key[b], p, len, pxat);
+    buf_add(&tr->log, "SETRAW \"", 8);
+    buf_bytes(&tr->log, p, len);
+    buf_printf(&tr->log, "\" PXAT %lld\n", pxat);
+}
+
+/*
+ * A corrupted (or merely altered) blob: one bit flipped, cut short or one
+ * byte longer. Every backend must reject it alike, or accept it alike;
+ * after a rejection the original bytes come back.
+ */
+static int run_mutation(trace_t *tr)
+{
+    static uint8_t saved[RATEL_STATE_MAX], bad[RATEL_STATE_MAX + 1];
+    size_t len = tr->core.len, bad_len = len;
+    long long pxat = tr->core.pxat;
+    op_t op;
+    int m = (int)between(0, 9), ok;
+
+    memcpy(saved, tr->core.blob, len);
+    memcpy(bad, saved, len);
+    if (m < 7) {
+        bad[between(0, (int64_t)len - 1)] ^= (uint8_t)(1u << between(0, 7));
+    } else if (m < 9) {
+        bad_len = (size_t)between(0, (int64_t)len - 1);
+        if (bad_len == 0)
+            bad_len = 1;
+    } else {
+        bad[len] = (uint8_t)between(0, 255);
+        bad_len = len + 1;
+    }
+    set_everywhere(tr, bad, bad_len, pxat);
+    gen_op(tr, &op);
+    ok = run_op(tr, &op);
+    if (tr->out[B_CORE].reply.p[0] == '-')
+        set_everywhere(tr, saved, len, pxat);
+    return ok;
+}
+
+static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
+{
+    static trace_t tr;
+    int nops, ok = 1;
+
+    rng_state = (seed * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)number + 1) *
+                                                     0xbf58476d1ce4e5b9ull;
+    if (rng_state == 0)
+        rng_state = 1;
+    for (int i = 0; i < 4; i++)
+        rnd();
+    for (int b = 0; b < NBACKENDS; b++)
+        buf_reset(&tr.out[b].reply);
+    buf_reset(&tr.log);
+    tr.seed = seed;
+    tr.number = number;
+    for (int b = 0; b < NBACKENDS; b++) {
+        snprintf(tr.key[b], sizeof tr.key[b], "%sconform:%llu:%ld",
+                 key_prefix[b], (unsigned long long)seed, number);
+        if (b > 0) {
+            redisReply *r = command1("DEL", tr.key[b]);
+            freeReplyObject(r);
+        }
+    }
+    tr.core.len = 0;
+    tr.core.pxat = -2;
+    tr.all_gcra = chance(25);
+    tr.npolicies = (int)between(1, 3);
+    gen_policy(&tr.policies[0], tr.all_gcra);
+    for (int i = 1; i < tr.npolicies; i++) {
+        tr.policies[i] = tr.policies[i - 1];
+        if (chance(70))
+            edit_policy(&tr.policies[i], tr.all_gcra);
+        else
+            gen_policy(&tr.policies[i], tr.all_gcra);
+    }
+    tr.current = 0;
+    tr.min_period = INT64_MAX;
+    tr.max_period = 1;
+    for (int i = 0; i < tr.npolicies; i++)
+        for (int j = 0; j < tr.policies[i].n; j++) {
+            int64_t per = tr.policies[i].rules[j].rule.period_ms;
+            if (per < tr.min_period)
+                tr.min_period = per;
+            if (per > tr.max_period)
+                tr.max_period = per;
+        }
+    /* Dense traces fill sliding windows past their run cap. */
+    tr.small_steps = chance(30);
+    nops = tr.small_steps && chance(50) ? (int)between(300, 700)
+                                        : (int)between(20, 120);
+    tr.anchor_ms = anchor_ms + between(0, 86400000);
+    tr.t_ms = tr.anchor_ms;
+    for (int i = 0; i < nops && ok; i++) {
+        if (tr.core.len > 0 && chance(2)) {
+            ok = run_mutation(&tr);
+        } else {
+            op_t op;
+            gen_op(&tr, &op);
+            ok = run_op(&tr, &op);
+        }
+    }
+    for (int b = 1; b < NBACKENDS; b++) {
+        redisReply *r = command1("DEL", tr.key[b]);
+        freeReplyObject(r);
+    }
+    return ok;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: conform -p PORT [-h HOST] [-n TRACES] [-s SEED] "
+            "[-t TRACE]\n"
+            "               [--backends core,lua,module] [--lua PATH] [-v]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *host = "127.0.0.1";
+    int port = 0;
+    long ntraces = 100, only = -1, passed = 0, failed = 0;
+    uint64_t seed = 1;
+    int64_t anchor;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-v")) {
+            verbose = 1;
+            continue;
+        }
+        if (!v)
+            usage();
+        i++;
+        if (!strcmp(a, "-p"))
+            port = atoi(v);
+        else if (!strcmp(a, "-h"))
+            host = v;
+        else if (!strcmp(a, "-n"))
+            ntraces = atol(v);
+        else if (!strcmp(a, "-s"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "-t"))
+            only = atol(v);
+        else if (!strcmp(a, "--lua"))
+            lua_path = v;
+        else if (!strcmp(a, "--backends")) {
+            use_lua = strstr(v, "lua") != NULL;
+            use_module = strstr(v, "module") != NULL;
+        } else
+            usage();
+    }
+    if (port <= 0)
+        usage();
+    redis = redisConnect(host, port);
+    if (!redis || redis->err)
+        die("cannot connect to %s:%d: %s", host, port,
+            redis ? redis->errstr : "?");
+    if (use_lua)
+        load_script();
+    /*
+     * Traces start in 2100 (plus up to a day), far ahead of the server's
+     * clock: no key expires while a trace runs, and a trace rerun with the
+     * same seed sees the same instants.
+     */
+    anchor = 4102444800000LL;
+    if (server_ms() >= anchor)
+        die("the server's clock is past 2100");
+    for (long t = only >= 0 ? only : 0; t < (only >= 0 ? only + 1 : ntraces);
+         t++) {
+        if (run_trace(seed, t, anchor))
+            passed++;
+        else
+            failed++;
+    }
+    redisFree(redis);
+    printf("%ld passed, %ld failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
