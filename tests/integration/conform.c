@@ -369,8 +369,9 @@ static void edit_policy(gen_policy_t *p, int all_gcra)
     for (int i = 0; i < q.n; i++) {
         ratel_rule_t r = q.rules[i].rule;
         if (chance(50))
-            gen_rule(&q.rules[i], r.algo, chance(50) ? gen_limit()
-                                                     : r.limit + 1,
+            gen_rule(&q.rules[i], r.algo,
+                     chance(50) || r.limit == 1000000000 ? gen_limit()
+                                                         : r.limit + 1,
                      r.period_ms, chance(50));
     }
     if (q.n > 1 && chance(40)) {
@@ -729,7 +730,7 @@ typedef struct trace_s {
     gen_policy_t policies[3];
     int npolicies, current, all_gcra;
     int64_t t_ms, anchor_ms, min_period, max_period;
-    int small_steps;
+    int small_steps, dense;
     buf_t log;
     outcome_t out[NBACKENDS];
 } trace_t;
@@ -748,7 +749,9 @@ static void next_time(trace_t *tr)
 {
     int p = (int)between(0, 99);
     int64_t step;
-    if (tr->small_steps && p < 80)
+    if (tr->dense)
+        step = rnd() % 500 == 0 ? between(0, tr->max_period) : between(1, 3);
+    else if (tr->small_steps && p < 80)
         step = between(0, 3);
     else if (p < 40)
         step = between(0, 3);
@@ -829,6 +832,9 @@ static void gen_op(trace_t *tr, op_t *op)
     op->at_ms = tr->t_ms;
     op->kind = k < 78 ? OP_ACQUIRE : k < 88 ? OP_REFUND : k < 97 ? OP_INFO
                                                                  : OP_RESET;
+    /* Dense traces keep their key: a reset would empty the window. */
+    if (tr->dense && op->kind == OP_RESET)
+        op->kind = OP_ACQUIRE;
     if (op->kind == OP_RESET)
         return;
     if (op->kind == OP_INFO) {
@@ -839,7 +845,7 @@ static void gen_op(trace_t *tr, op_t *op)
     if (op->kind == OP_ACQUIRE) {
         uint64_t cap = capacity_of(p);
         int c = (int)between(0, 99);
-        if (c < 70)
+        if (c < 70 || (tr->dense && c < 97))
             op->cost = 1;
         else if (c < 90)
             op->cost = (uint64_t)between(1, cap < 10 ? (int64_t)cap : 10);
@@ -870,7 +876,8 @@ static void gen_op(trace_t *tr, op_t *op)
             op_word(op, "%lld", (long long)op->max_wait_ms);
         }
     } else if (chance(40)) {
-        op->cost = chance(10) ? 1000000000u : (uint64_t)between(1, 20);
+        op->cost = chance(10) && !tr->dense ? 1000000000u
+                                            : (uint64_t)between(1, 20);
         op_word(op, "COST");
         op_word(op, "%llu", (unsigned long long)op->cost);
     }
@@ -1085,6 +1092,23 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         else
             gen_policy(&tr.policies[i], tr.all_gcra);
     }
+    tr.dense = chance(12);
+    if (tr.dense) {
+        /* Sliding rules above the run cap, one request per 1-3 ms: the
+           window holds more distinct instants than 256 and coarsens. */
+        static const uint32_t dense_periods[] = {1000, 2000, 10000, 60000,
+                                                 3600000};
+        gen_policy_t *p = &tr.policies[0];
+        uint32_t period = dense_periods[between(0, 4)];
+        p->n = chance(60) ? 1 : 2;
+        gen_rule(&p->rules[0], RATEL_ALGO_SLIDING,
+                 (uint32_t)between(257, 3000), period, 0);
+        if (p->n == 2)
+            gen_rule(&p->rules[1], (int)between(0, 3),
+                     (uint32_t)between(3000, 100000), period * 10, 0);
+        tr.npolicies = 1;
+        tr.all_gcra = 0;
+    }
     tr.current = 0;
     tr.min_period = INT64_MAX;
     tr.max_period = 1;
@@ -1098,8 +1122,9 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         }
     /* Dense traces fill sliding windows past their run cap. */
     tr.small_steps = chance(30);
-    nops = tr.small_steps && chance(50) ? (int)between(300, 700)
-                                        : (int)between(20, 120);
+    nops = tr.dense                     ? (int)between(500, 1000)
+           : tr.small_steps && chance(50) ? (int)between(300, 700)
+                                          : (int)between(20, 120);
     tr.anchor_ms = anchor_ms + between(0, 86400000);
     tr.t_ms = tr.anchor_ms;
     for (int i = 0; i < nops && ok; i++) {
