@@ -31,6 +31,10 @@ for t in "$here"/cli/*.sh; do
     [ -e "$t" ] && tally "cli $(basename "$t")" env BUILD="$build" bash "$t"
 done
 tally fuzz-smoke env BUILD="$build" bash "$here/fuzz/smoke.sh"
+# Real redis-servers on loopback ports (started and stopped by each script).
+for t in "$here"/integration/test_*.sh; do
+    [ -e "$t" ] && tally "integration $(basename "$t")" env BUILD="$build" bash "$t"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

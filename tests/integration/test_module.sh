@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# test_module.sh - ratel.so in real redis-servers: every command and error
+# path, TTLs, a replica (and its promotion), RDB and AOF restarts, a 3-master
+# cluster, and client processes racing on one key.
+#
+#   BUILD=build bash tests/integration/test_module.sh
+#
+# Time is injected with AT (instants near the present, so that keys are not
+# already expired by the server's clock); nothing sleeps to move a limiter.
+# Ends with "N passed, N failed".
+. "$(dirname "$0")/lib.sh"
+
+now_ms() { date +%s%3N; }
+
+# acq PORT ARGS...: RATEL.ACQUIRE's reply on one line.
+acq() {
+    local port=$1; shift
+    rcli "$port" RATEL.ACQUIRE "$@" | tr '\n' ' ' | sed 's/ $//'
+}
+
+# ------------------------------------------------------------- commands
+port=$(redis_start) || { echo "0 passed, 1 failed"; exit 1; }
+T=$(($(now_ms) + 1000))
+
+same acquire_first "$(acq "$port" sms:1 AT "$T" 1/60s 10/1d)" "1 1 0 0 86400000 0 0"
+same acquire_denied "$(acq "$port" sms:1 AT $((T + 1)) 1/60s 10/1d)" "0 1 0 59999 86399999 0 0"
+same acquire_retry_exact "$(acq "$port" sms:1 AT $((T + 60000)) 1/60s 10/1d)" "1 1 0 0 86400000 0 0"
+same key_ttl_is_reset_time "$(rcli "$port" PEXPIRETIME sms:1)" "$((T + 60000 + 86400000))"
+same peek_writes_nothing_bytes "$(rcli "$port" GET sms:1 | md5sum)" \
+    "$(acq "$port" sms:1 PEEK AT $((T + 60001)) 1/60s 10/1d >/dev/null; rcli "$port" GET sms:1 | md5sum)"
+info=$(rcli "$port" RATEL.INFO sms:1 AT $((T + 60000)) | tr '\n' ' ')
+same info_readable "$info" "rule 1/1m algo sliding used 1 remaining 0 reset_after_ms 60000 runs 1 granularity_ms 1 rule 10/1d algo sliding used 2 remaining 8 reset_after_ms 86400000 runs 2 granularity_ms 1 "
+same info_missing_key "$(rcli "$port" RATEL.INFO nothing)" ""
+same cost_charges_n "$(acq "$port" c COST 3 AT "$T" 5/1s)" "1 5 2 0 1000 0 0"
+same cost_denied_charges_nothing "$(acq "$port" c COST 3 AT "$T" 5/1s)" "0 5 2 1000 1000 0 0"
+same refund_gives_back "$(rcli "$port" RATEL.REFUND c COST 2 AT "$T" 5/1s | tr '\n' ' ')" "1 5 4 0 1000 0 0 "
+same refund_to_empty_deletes "$(rcli "$port" RATEL.REFUND c COST 9 AT "$T" 5/1s >/dev/null; rcli "$port" EXISTS c)" "0"
+same reset_existing "$(rcli "$port" RATEL.RESET sms:1)" "1"
+same reset_missing "$(rcli "$port" RATEL.RESET sms:1)" "0"
+same gcra_reservation "$(acq "$port" g MAXWAIT 5000 AT "$T" 1/1s:gcra) | $(acq "$port" g MAXWAIT 5000 AT "$T" 1/1s:gcra)" \
+    "1 1 0 0 1000 0 0 | 1 1 0 0 2000 0 1000"
+same gcra_reservation_too_long "$(acq "$port" g MAXWAIT 1000 AT "$T" 1/1s:gcra)" "0 1 0 2000 2000 0 0"
+# A peek reports the key as it is: nothing charged, 5 left.
+same options_any_order_any_case "$(acq "$port" o at "$T" cost 2 peek 5/1s)" "1 5 5 0 0 0 0"
+same peek_on_new_key_stores_nothing "$(rcli "$port" EXISTS o)" "0"
+
+# Rules changed on a live key: unchanged rules keep their state.
+acq "$port" conv AT "$T" 3/1m 100/1h >/dev/null
+same rules_changed_keep_state "$(acq "$port" conv AT "$T" 3/1m 50/1h)" "1 3 1 0 3600000 0 0"
+
+# ---------------------------------------------------------------- errors
+err() { rcli "$port" "$@" 2>&1 | head -1; }
+contains err_cost_zero "$(err RATEL.ACQUIRE e COST 0 1/1s)" "ERR ratel: COST must be an integer from 1 to 1000000000"
+contains err_cost_text "$(err RATEL.ACQUIRE e COST x 1/1s)" "COST must be an integer"
+contains err_cost_huge "$(err RATEL.ACQUIRE e COST 99999999999999999999 1/1s)" "COST must be an integer"
+contains err_cost_over_rule "$(err RATEL.ACQUIRE e COST 11 10/1s)" 'COST 11 is more than rule 1 ("10/1s") can ever admit (10)'
+contains err_cost_missing "$(err RATEL.ACQUIRE e COST)" "COST must be an integer"
+contains err_unknown_option "$(err RATEL.ACQUIRE e FOO 1/1s)" 'unknown or repeated option "FOO"'
+contains err_repeated_option "$(err RATEL.ACQUIRE e PEEK PEEK 1/1s)" 'unknown or repeated option "PEEK"'
+contains err_bad_rule "$(err RATEL.ACQUIRE e 10/1x)" 'ERR ratel: rule "10/1x"'
+contains err_zero_limit "$(err RATEL.ACQUIRE e 0/1s)" 'ERR ratel: rule "0/1s"'
+contains err_no_rule "$(err RATEL.ACQUIRE e PEEK)" "at least one rule is needed"
+contains err_nine_rules "$(err RATEL.ACQUIRE e 1/1s 2/1s 3/1s 4/1s 5/1s 6/1s 7/1s 8/1s 9/1s)" "at most 8 rules"
+contains err_rule_twice "$(err RATEL.ACQUIRE e 1/1s 1/1s)" "repeats rule 1"
+contains err_maxwait_sliding "$(err RATEL.ACQUIRE e MAXWAIT 10 1/1s)" "MAXWAIT needs every rule to be gcra"
+contains err_maxwait_range "$(err RATEL.ACQUIRE e MAXWAIT 2592000001 1/1s:gcra)" "MAXWAIT must be an integer"
+contains err_at_range "$(err RATEL.ACQUIRE e AT 9007199254741 1/1s)" "AT must be an integer"
+contains err_refund_peek "$(err RATEL.REFUND e PEEK 1/1s)" 'unknown or repeated option "PEEK"'
+contains err_info_extra "$(err RATEL.INFO e 1/1s)" 'options are AT unix_ms'
+contains err_arity "$(err RATEL.ACQUIRE e)" "wrong number of arguments"
+contains err_arity_reset "$(err RATEL.RESET a b)" "wrong number of arguments"
+rcli "$port" LPUSH list x >/dev/null
+contains err_wrongtype "$(err RATEL.ACQUIRE list 1/1s)" "WRONGTYPE"
+contains err_wrongtype_info "$(err RATEL.INFO list)" "WRONGTYPE"
+rcli "$port" SET str hello >/dev/null
+contains err_not_state "$(err RATEL.ACQUIRE str 1/1s)" "ERR ratel: key holds a value that is not ratel state"
+same err_not_state_untouched "$(rcli "$port" GET str)" "hello"
+rcli "$port" SET ver "$(printf 'RT\x09\x01')" >/dev/null
+contains err_version "$(err RATEL.ACQUIRE ver 1/1s)" "unknown version"
+same errors_wrote_nothing "$(rcli "$port" EXISTS e)" "0"
+same server_alive "$(rcli "$port" PING)" "PONG"
+
+# ------------------------------------------ replica, promotion, persistence
+primary=$(redis_start --appendonly yes --appendfsync always) || exit 1
+replica=$(redis_start --replicaof 127.0.0.1 "$primary") || exit 1
+for _ in $(seq 100); do
+    [ "$(rcli "$replica" INFO replication | tr -d '\r' | grep -c 'master_link_status:up')" = 1 ] && break
+    sleep 0.1
+done
+T=$(($(now_ms) + 1000))
+i=0
+for rule in "5/1m" "5/1m:fixed" "5/1m:approx" "5/1m:gcra" "3/1m 7/1h"; do
+    for t in 0 10 20 30 40 50 60; do
+        # shellcheck disable=SC2086
+        acq "$primary" "rep:$i" AT $((T + t)) $rule >/dev/null
+    done
+    rcli "$primary" RATEL.REFUND "rep:$i" AT $((T + 70)) $rule >/dev/null
+    i=$((i + 1))
+done
+rcli "$primary" WAIT 1 2000 >/dev/null
+state_of() { # PORT: every rep:* key's bytes and expiry, sorted
+    local k
+    for k in $(rcli "$1" --scan --pattern 'rep:*' | sort); do
+        echo "$k $(rcli "$1" GET "$k" | od -An -tx1 | tr -d ' \n') $(rcli "$1" PEXPIRETIME "$k")"
+    done
+}
+want=$(state_of "$primary")
+same replica_same_bytes_and_ttl "$(state_of "$replica")" "$want"
+same replica_info_equal "$(rcli "$replica" RATEL.INFO rep:4 AT $((T + 80)) | md5sum)" \
+    "$(rcli "$primary" RATEL.INFO rep:4 AT $((T + 80)) | md5sum)"
+# Promote the replica: the limit continues, no fresh burst (rep:0 holds 4 of
+# 5 after the refund: one more fits, then nothing).
+rcli "$replica" REPLICAOF NO ONE >/dev/null
+same promoted_replica_continues "$(acq "$replica" rep:0 AT $((T + 80)) 5/1m | cut -d' ' -f1) $(acq "$replica" rep:0 AT $((T + 80)) 5/1m | cut -d' ' -f1)" "1 0"
+# Restart from the AOF.
+redis_stop "$primary"
+redis_start_on "$primary" --appendonly yes || exit 1
+same aof_restart_same_state "$(state_of "$primary")" "$want"
+same aof_restart_continues "$(acq "$primary" rep:0 AT $((T + 80)) 5/1m | cut -d' ' -f1) $(acq "$primary" rep:0 AT $((T + 80)) 5/1m | cut -d' ' -f1)" "1 0"
+# Restart from an RDB snapshot.
+rdb=$(redis_start) || exit 1
+for t in 0 1 2; do acq "$rdb" snap AT $((T + t)) 3/1m >/dev/null; done
+before=$(rcli "$rdb" GET snap | od -An -tx1)
+rcli "$rdb" SAVE >/dev/null
+redis_stop "$rdb"
+redis_start_on "$rdb" || exit 1
+same rdb_restart_same_bytes "$(rcli "$rdb" GET snap | od -An -tx1)" "$before"
+same rdb_restart_still_denies "$(acq "$rdb" snap AT $((T + 3)) 3/1m | cut -d' ' -f1)" "0"
+
+# ----------------------------------------------------------- concurrency
+# Four client processes race 100 requests each on one key at one instant:
+# exactly LIMIT are admitted, whatever the interleaving.
+T=$(($(now_ms) + 1000))
+for c in 1 2 3 4; do
+    (for _ in $(seq 100); do echo "RATEL.ACQUIRE race AT $T 37/1m"; done |
+        rcli "$port" >"$tmp/race.$c") &
+done
+wait
+admitted=$(cat "$tmp"/race.* | awk 'NR % 7 == 1' | grep -c '^1$')
+same racing_clients_admit_exactly_limit "$admitted" "37"
+
+# --------------------------------------------------------------- cluster
+ports=()
+for n in 1 2 3; do
+    p=$(redis_start --cluster-enabled yes --cluster-config-file nodes.conf) || exit 1
+    ports+=("$p")
+done
+if yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" \
+    "127.0.0.1:${ports[2]}" --cluster-replicas 0 >"$tmp/cluster.log" 2>&1; then
+    for _ in $(seq 100); do
+        [ "$(rcli "${ports[0]}" CLUSTER INFO | tr -d '\r' | grep -c 'cluster_state:ok')" = 1 ] && break
+        sleep 0.1
+    done
+    T=$(($(now_ms) + 1000))
+    ok_all=1 nodes=""
+    for k in $(seq 0 299); do
+        r=$(redis-cli -c -p "${ports[0]}" RATEL.ACQUIRE "user:$k" AT "$T" 1/1m | head -1)
+        r2=$(redis-cli -c -p "${ports[1]}" RATEL.ACQUIRE "user:$k" AT "$T" 1/1m | head -1)
+        [ "$r" = 1 ] && [ "$r2" = 0 ] || ok_all=0
+    done
+    same cluster_every_slot_range "$ok_all" "1"
+    for p in "${ports[@]}"; do
+        nodes="$nodes $(rcli "$p" DBSIZE)"
+    done
+    # 300 keys spread over the three masters: each holds some.
+    same cluster_keys_on_every_master "$(echo "$nodes" | awk '{print ($1 > 0 && $2 > 0 && $3 > 0)}')" "1"
+    contains cluster_crossslot_single_key "$(redis-cli -p "${ports[0]}" COMMAND GETKEYS RATEL.ACQUIRE k1 1/1s)" "k1"
+else
+    fail cluster_create "$(tail -5 "$tmp/cluster.log")"
+fi
+
+finish
