@@ -99,6 +99,10 @@ $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The module's argument parser is pure C: fuzzed like the core.
+$(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
 FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a

@@ -43,28 +43,41 @@ const char *ratel_algo_name(ratel_algo_t algo)
  * with non-printable bytes escaped and cut at 64 bytes, so hostile input
  * cannot flood a log line.
  */
+/*
+ * Writes up to `max` bytes of text into out (at least 4 * max + 4 bytes),
+ * escaping quotes, backslashes and every byte that is not printable ASCII,
+ * "..." marking a cut: messages quote user input safely (an error reply
+ * holding a CR or LF would break a protocol such as Redis's).
+ */
+static void quote_into(char *out, size_t size, const char *text, size_t len,
+                       size_t max)
+{
+    size_t q = 0;
+
+    for (size_t i = 0; i < len && i < max; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '"' || c == '\\')
+            q += (size_t)snprintf(out + q, size - q, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            q += (size_t)snprintf(out + q, size - q, "\\x%02x", c);
+        else
+            out[q++] = (char)c;
+    }
+    if (len > max)
+        q += (size_t)snprintf(out + q, size - q, "...");
+    out[q] = '\0';
+}
+
 static int rule_error(char *errbuf, size_t errlen, const char *text, size_t len,
                       const char *fmt, ...)
 {
     char quoted[64 * 4 + 8];
-    size_t q = 0;
-    char reason[160];
+    char reason[200];
     va_list ap;
 
     if (!errbuf || errlen == 0)
         return RATEL_ERULE;
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if (c == '"' || c == '\\')
-            q += (size_t)snprintf(quoted + q, sizeof quoted - q, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            q += (size_t)snprintf(quoted + q, sizeof quoted - q, "\\x%02x", c);
-        else
-            quoted[q++] = (char)c;
-    }
-    if (len > 64)
-        q += (size_t)snprintf(quoted + q, sizeof quoted - q, "...");
-    quoted[q] = '\0';
+    quote_into(quoted, sizeof quoted, text, len, 64);
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
@@ -207,12 +220,14 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                 found = 1;
             }
         }
-        if (!found)
+        if (!found) {
+            char name[32 * 4 + 8];
+            quote_into(name, sizeof name, text + start, pos - start, 32);
             return rule_error(errbuf, errlen, text, len,
-                              "unknown algorithm \"%.*s\" (use sliding, "
+                              "unknown algorithm \"%s\" (use sliding, "
                               "fixed, approx or gcra)",
-                              (int)(pos - start > 32 ? 32 : pos - start),
-                              text + start);
+                              name);
+        }
     }
     while (pos < len && text[pos] == ',') {
         static const char opt[] = "burst=";
@@ -235,10 +250,12 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                               RATEL_LIMIT_MAX);
         have_burst = 1;
     }
-    if (pos < len)
-        return rule_error(
-            errbuf, errlen, text, len, "unexpected \"%.*s\" at byte %zu",
-            (int)(len - pos > 16 ? 16 : len - pos), text + pos, pos + 1);
+    if (pos < len) {
+        char rest[16 * 4 + 8];
+        quote_into(rest, sizeof rest, text + pos, len - pos, 16);
+        return rule_error(errbuf, errlen, text, len,
+                          "unexpected \"%s\" at byte %zu", rest, pos + 1);
+    }
     if (have_burst && rule.algo != RATEL_ALGO_GCRA)
         return rule_error(errbuf, errlen, text, len,
                           "burst applies to gcra rules only (add :gcra)");

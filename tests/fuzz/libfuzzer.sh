@@ -27,7 +27,7 @@ cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
 lib=(src/core/*.c)
-for f in src/store/*.c; do [ -e "$f" ] && lib+=("$f"); done
+for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}

@@ -113,6 +113,18 @@ TEST(rule_parse_hostile_bytes_are_escaped)
     CHECK(strchr(err, '\n') == NULL);
     CHECK(strstr(err, "\\x0a\\x01") != NULL);
     CHECK(strlen(err) < 400);
+    /* The parts a message quotes on their own are escaped too: an unknown
+       algorithm, trailing junk (the module's fuzz target found these). */
+    {
+        static const char *const bad[] = {"10/1s:\r\ngcra", "10/1s\x07\n"};
+        for (size_t i = 0; i < 2; i++) {
+            CHECK_EQ(ratel_rule_parse(bad[i], strlen(bad[i]), &r, err,
+                                      sizeof err),
+                     RATEL_ERULE);
+            for (const char *p = err; *p; p++)
+                CHECK((unsigned char)*p >= 0x20);
+        }
+    }
     /* No NUL terminator needed, and no crash with a NULL errbuf. */
     CHECK_EQ(ratel_rule_parse("10/1s", 4, &r, NULL, 0), RATEL_ERULE);
     CHECK_EQ(ratel_rule_parse("10/1s", 5, &r, NULL, 0), 0);
