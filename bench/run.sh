@@ -68,3 +68,11 @@ awk -F'\t' '
             }
         }
     }' "$out"
+
+# Redis (issue 3): the module and the Lua script against INCR and the seeds'
+# scripts on one private redis-server of their own (bench/redis.sh starts
+# and stops it). REDIS=0 skips it.
+if [ "${REDIS:-1}" != 0 ]; then
+    echo
+    BUILD="$build" PEERS="${PEERS:-1}" PEERS_DIR="$peers_dir" "$here/redis.sh"
+fi

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# bench/redis.sh - ratel inside Redis: the module (build/ratel.so) and the
+# Lua script (lua/ratel.lua) against INCR and the seeds' Lua limiters, in ONE
+# run against ONE private redis-server, so that ratios are taken between
+# figures measured side by side.
+#
+#   BUILD=build bench/redis.sh
+#   REDIS_REQUESTS=400000 REDIS_ROUNDS=3 PEERS=1 bench/redis.sh
+#
+# Measures:
+#   - throughput: redis-benchmark -c 50 -P 16 -n N -q, every case once per
+#     round, rounds interleaved, the median of the rounds reported. The seeds
+#     (../shared/peers/run-peers.sh redis PORT) hit ONE fixed key, so ratel's
+#     cases that are compared with them do too ("_1key"); the same cases on
+#     a hot set of 1,000 keys (key:__rand_int__, -r 1000) follow ("_hot1k").
+#     Every rule is far from denying. Server-side cost per call comes from
+#     INFO commandstats (usec_per_call), reset before each case.
+#   - memory: MEMORY USAGE of a key after one request (key name "k:1"), and
+#     per event for a sliding key holding 100 and 1,000 events at distinct
+#     milliseconds, next to a sorted set of as many UUID members (the seed
+#     multi-rule script's log).
+#   - worst single call on a sliding key whose window holds 100,000 events:
+#     the largest SLOWLOG duration over 1,000 calls (slowlog-log-slower-than
+#     0), admitted and denied.
+#
+# Output: "ratel|peer<TAB>name<TAB>value<TAB>unit" lines, then a markdown
+# summary with the ratios to the targets of issue 3. Never fails on a
+# figure; it fails (exit 1) only when it cannot measure (no server, a
+# command that errors, a check that the work was done that does not hold).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$top/$build ;; esac
+module=${RATEL_MODULE:-$build/ratel.so}
+script=${RATEL_LUA:-$top/lua/ratel.lua}
+peers_dir=${PEERS_DIR:-$top/../shared/peers}
+n=${REDIS_REQUESTS:-400000}
+rounds=${REDIS_ROUNDS:-3}
+
+for tool in redis-server redis-cli redis-benchmark python3; do
+    command -v "$tool" >/dev/null || { echo "bench/redis.sh: $tool is missing (scripts/setup.sh)" >&2; exit 1; }
+done
+[ -f "$module" ] || { echo "bench/redis.sh: $module is missing (make module)" >&2; exit 1; }
+
+dir=$(mktemp -d)
+pid=
+stop() {
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null
+    fi
+    rm -rf "$dir"
+}
+trap stop EXIT
+trap 'exit 1' INT TERM
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir" --logfile "$dir/log" --loadmodule "$module" \
+    --daemonize no >/dev/null 2>&1 </dev/null &
+pid=$!
+for _ in $(seq 100); do
+    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+done
+if [ "$(redis-cli -p "$port" PING 2>/dev/null)" != PONG ]; then
+    echo "bench/redis.sh: redis-server did not start; its log:" >&2
+    tail -20 "$dir/log" >&2
+    exit 1
+fi
+
+cli() { redis-cli -p "$port" "$@"; }
+now_ms() { date +%s%3N; }
+die() { echo "bench/redis.sh: $*" >&2; exit 1; }
+emit() { printf '%s\t%s\t%s\t%s\n' "$@"; }
+
+# The median of the numbers on stdin.
+median() {
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) print 0
+        else if (NR % 2) print v[(NR + 1) / 2]
+        else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# The value of field $2 in INFO section $1 of line "cmdstat_$3:...".
+usec_per_call() {
+    cli INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' -v c="cmdstat_$1" '$1 == c {
+            for (i = 2; i < NF; i++) if ($i == "usec_per_call") print $(i + 1) }'
+}
+
+# "used" of each rule of a ratel key, space-separated (RATEL.INFO).
+used_of() {
+    cli RATEL.INFO "$1" | awk 'p { printf "%s ", $1; p = 0 } $1 == "used" { p = 1 }' | sed 's/ $//'
+}
+
+sha=$(cli SCRIPT LOAD "$(cat "$script")") || die "SCRIPT LOAD $script failed"
+[ ${#sha} = 40 ] || die "SCRIPT LOAD $script: $sha"
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
+echo "# $(redis-server --version | cut -d' ' -f1-3), module $module, script $script ($(git -C "$top" status --short -- lua/ratel.lua module | grep -q . && echo 'working tree differs from HEAD' || echo 'as committed'))"
+echo "# redis-benchmark -c 50 -P 16 -n $n -q, $rounds rounds, median; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ------------------------------------------------------------ throughput
+# A case: name, key, then the command with KEY standing for the key.
+gcra_rule=1000000000/1m:gcra
+sliding_rule=1000000000/1m
+fixed_rule=1000000000/1m:fixed
+two_rules=(100000000/1m 1000000000/1h)
+cases=(
+    "incr INCR KEY"
+    "module_fixed RATEL.ACQUIRE KEY $fixed_rule"
+    "module_gcra RATEL.ACQUIRE KEY $gcra_rule"
+    "module_sliding RATEL.ACQUIRE KEY $sliding_rule"
+    "module_sliding2 RATEL.ACQUIRE KEY ${two_rules[*]}"
+    "lua_gcra EVALSHA $sha 1 KEY ACQUIRE $gcra_rule"
+    "lua_sliding EVALSHA $sha 1 KEY ACQUIRE $sliding_rule"
+)
+hot_cases=(incr module_gcra module_sliding module_sliding2)
+results=$dir/results
+: >"$results"
+
+# run_case NAME KEYSET: one redis-benchmark run; records ops/s and the
+# server's usec_per_call.
+run_case() {
+    local name=$1 set=$2 line key stat ops want got
+    local -a cmd extra=()
+    for line in "${cases[@]}"; do
+        [ "${line%% *}" = "$name" ] && break
+    done
+    if [ "$set" = 1key ]; then
+        key="b:$name"
+    else
+        key="b:$name:__rand_int__"
+        extra=(-r 1000)
+    fi
+    read -r -a cmd <<<"${line#* }"
+    cmd=("${cmd[@]/#KEY/$key}")
+    case $name in
+    incr) stat=incr ;;
+    lua_*) stat=evalsha ;;
+    *) stat=ratel.acquire ;;
+    esac
+    # The command must work (redis-benchmark counts errors as requests).
+    got=$(cli "${cmd[@]/__rand_int__/check}" 2>&1 | head -1)
+    case $got in [0-9]*) ;; *) die "$name: ${cmd[*]}: $got" ;; esac
+    [ "$set" = 1key ] && cli DEL "$key" >/dev/null
+    cli CONFIG RESETSTAT >/dev/null
+    ops=$(redis-benchmark -p "$port" -c 50 -P 16 -n "$n" -q "${extra[@]}" "${cmd[@]}" 2>/dev/null |
+          tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+    [ -n "$ops" ] || die "$name: redis-benchmark printed no figure"
+    echo "${name}_$set ${ops:-0} $(usec_per_call "$stat")" >>"$results"
+    # The work was done: a sliding key counts every request of the run.
+    if [ "$set" = 1key ] && [[ $name == *sliding* ]]; then
+        got=$(used_of "$key")
+        want=$n
+        [[ $name == *sliding2 ]] && want="$n $n"
+        [ "$got" = "$want" ] || die "$name: the key counts [$got] requests, not [$want]"
+    fi
+    cli DEL "$key" >/dev/null
+}
+
+for r in $(seq "$rounds"); do
+    echo "# round $r/$rounds: $(date +%T), load $(cut -d' ' -f1 /proc/loadavg)"
+    for line in "${cases[@]}"; do
+        run_case "${line%% *}" 1key
+    done
+    for name in "${hot_cases[@]}"; do
+        run_case "$name" hot1k
+    done
+    cli FLUSHALL >/dev/null
+    if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
+        PEER_REQUESTS=$n "$peers_dir/run-peers.sh" redis "$port" |
+            awk -F'\t' '$1 == "peer" { gsub(/ /, "_", $2); print "peer:" $2, $3 }' >>"$results"
+    fi
+done
+[ "${PEERS:-1}" != 0 ] && [ ! -x "$peers_dir/run-peers.sh" ] &&
+    echo "# peers skipped: $peers_dir/run-peers.sh missing"
+
+for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
+    echo "# $name ops/s per round: $(awk -v k="$name" '$1 == k { printf "%s ", $2 }' "$results")"
+    ops=$(awk -v k="$name" '$1 == k { print $2 }' "$results" | median)
+    case $name in
+    peer:*) emit peer "${name#peer:}" "$ops" ops/s ;;
+    *)
+        if [ "$name" = incr_1key ] || [ "$name" = incr_hot1k ]; then
+            emit peer "redis_$name" "$ops" ops/s
+            emit peer "redis_${name}_usec_per_call" "$(awk -v k="$name" '$1 == k { print $3 }' "$results" | median)" us
+        else
+            emit ratel "redis_$name" "$ops" ops/s
+            emit ratel "redis_${name}_usec_per_call" "$(awk -v k="$name" '$1 == k { print $3 }' "$results" | median)" us
+        fi
+        ;;
+    esac
+done | tee "$dir/figures"
+
+# ---------------------------------------------------------------- memory
+# resp: RESP commands on stdin are written to the server in one stream.
+resp() { cli --pipe >/dev/null || die "redis-cli --pipe failed"; }
+
+# to_resp: one command per input line, words separated by spaces, as RESP.
+to_resp() {
+    awk '{
+        printf "*%d\r\n", NF
+        for (i = 1; i <= NF; i++) printf "$%d\r\n%s\r\n", length($i), $i
+    }'
+}
+
+# acquires KEY RULE COUNT FIRST_AT: COUNT admitted requests at distinct
+# milliseconds FIRST_AT, FIRST_AT+1, ...
+acquires() {
+    awk -v k="$1" -v r="$2" -v n="$3" -v t="$4" 'BEGIN {
+        for (i = 0; i < n; i++) printf "RATEL.ACQUIRE %s AT %.0f %s\n", k, t + i, r
+    }' | to_resp | resp
+}
+
+usage() { cli MEMORY USAGE "$1" SAMPLES 0; }
+memory() {
+    for algo in gcra sliding fixed approx; do
+        cli DEL k:1 >/dev/null
+        cli RATEL.ACQUIRE k:1 "100/1m:$algo" >/dev/null
+        emit ratel "redis_bytes_per_key_module_$algo" "$(usage k:1)" bytes
+        cli DEL k:1 >/dev/null
+        cli EVALSHA "$sha" 1 k:1 ACQUIRE "100/1m:$algo" >/dev/null
+        emit ratel "redis_bytes_per_key_lua_$algo" "$(usage k:1)" bytes
+    done
+    cli DEL k:1 >/dev/null
+    cli RATEL.ACQUIRE k:1 1/1m 10/1h >/dev/null
+    emit ratel "redis_bytes_per_key_module_1/1m_10/1h" "$(usage k:1)" bytes
+    cli DEL k:1 >/dev/null
+    cli INCR k:1 >/dev/null
+    emit peer redis_bytes_per_key_INCR "$(usage k:1)" bytes
+    cli DEL k:1 >/dev/null
+
+    for events in 100 1000; do
+        # Instants just behind the present: the keys live for the hour.
+        t0=$(($(now_ms) - events - 1000))
+        acquires k:1 1000000/1h "$events" "$t0"
+        got=$(used_of k:1)
+        [ "$got" = "$events" ] || die "sliding memory: the key counts [$got] events, not $events"
+        bytes=$(usage k:1)
+        echo "# sliding $events events: $(cli STRLEN k:1) blob bytes, $(cli RATEL.INFO k:1 | awk 'p { printf "%s=%s ", f, $1; p = 0 } $1 == "runs" || $1 == "granularity_ms" { f = $1; p = 1 }')"
+        emit ratel "redis_sliding_bytes_${events}_events" "$bytes" bytes
+        emit ratel "redis_sliding_bytes_per_event_${events}" "$(awk -v b="$bytes" -v e="$events" 'BEGIN { printf "%.2f", b / e }')" bytes
+        cli DEL k:1 >/dev/null
+        # The seed multi-rule script's log: one sorted-set member per
+        # request, a UUID, scored by its millisecond.
+        for i in $(seq 0 $((events - 1))); do
+            echo "ZADD z:1 $((t0 + i)) $(cat /proc/sys/kernel/random/uuid)"
+        done | to_resp | resp
+        [ "$(cli ZCARD z:1)" = "$events" ] || die "zset of $events members not built"
+        bytes=$(usage z:1)
+        emit peer "zset_uuid_bytes_${events}_events" "$bytes" bytes
+        emit peer "zset_uuid_bytes_per_event_${events}" "$(awk -v b="$bytes" -v e="$events" 'BEGIN { printf "%.2f", b / e }')" bytes
+        cli DEL z:1 >/dev/null
+    done
+}
+memory | tee -a "$dir/figures"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+
+# --------------------------------------------- worst call, 100,000 events
+# slowlog_stats: how many, the largest and the median duration (us) of the RATEL.ACQUIRE
+# entries in the slow log (the duration is the field just before the
+# command's name).
+slowlog_stats() {
+    cli SLOWLOG GET 2000 | awk 'prev != "" && $1 == "RATEL.ACQUIRE" { print prev } { prev = $1 }' |
+        sort -n | awk '{ v[NR] = $1 } END { printf "%d %d %d\n", NR, v[NR], v[int((NR + 1) / 2)] }'
+}
+worst_call() {
+    events=100000
+    t0=$(($(now_ms) - events - 60000))
+    acquires lat:ok 1000000/1h "$events" "$t0"
+    acquires lat:deny 100000/1h "$events" "$t0"
+    [ "$(used_of lat:ok)" = "$events" ] && [ "$(used_of lat:deny)" = "$events" ] ||
+        die "latency keys do not hold $events events"
+    echo "# sliding keys with $events events: $(cli STRLEN lat:ok) blob bytes, $(cli RATEL.INFO lat:ok | awk 'p { printf "%s=%s ", f, $1; p = 0 } $1 == "runs" || $1 == "granularity_ms" { f = $1; p = 1 }')"
+    cli CONFIG SET slowlog-max-len 2000 >/dev/null
+    cli CONFIG SET slowlog-log-slower-than 0 >/dev/null
+    for what in ok deny; do
+        rule=1000000/1h
+        [ $what = deny ] && rule=100000/1h
+        cli SLOWLOG RESET >/dev/null
+        cli CONFIG RESETSTAT >/dev/null
+        acquires "lat:$what" "$rule" 1000 $((t0 + events))
+        read -r calls worst med <<<"$(slowlog_stats)"
+        [ "$calls" = 1000 ] || die "slowlog holds $calls RATEL.ACQUIRE entries, not 1000"
+        echo "# $what: 1000 calls, server median ${med} us, usec_per_call $(usec_per_call ratel.acquire)"
+        emit ratel "redis_sliding_100k_events_worst_call_$what" "$worst" us
+    done
+    [ "$(used_of lat:ok)" = $((events + 1000)) ] || die "lat:ok did not admit the 1000 calls"
+    [ "$(used_of lat:deny)" = "$events" ] || die "lat:deny admitted a call over its limit"
+    cli CONFIG SET slowlog-log-slower-than 10000 >/dev/null
+}
+worst_call | tee -a "$dir/figures"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+
+# --------------------------------------------------------------- summary
+echo
+echo "## summary: Redis (medians; ratios within this run)"
+awk -F'\t' '
+    { v[$2] = $3 }
+    function ratio(a, b) { return (a in v) && (b in v) && v[b] > 0 ? sprintf("%.2f", v[a] / v[b]) : "n/a" }
+    function row(what, got, target, met) {
+        printf "| %s | %s | %s | %s |\n", what, got, target, got == "n/a" ? "n/a" : (met ? "yes" : "**no**")
+    }
+    END {
+        printf "| target (issue 3) | this run | wanted | met? |\n|---|---|---|---|\n"
+        r = ratio("redis_module_gcra_1key", "redis_incr_1key")
+        row("RATEL.ACQUIRE gcra / INCR (one key)", r, ">= 0.8", r + 0 >= 0.8)
+        r = ratio("redis_module_gcra_1key", "seed-fixed-window-lua")
+        row("RATEL.ACQUIRE gcra / seed fixed-window Lua", r, ">= 4", r + 0 >= 4)
+        r = ratio("redis_module_sliding2_1key", "redis_incr_1key")
+        row("two sliding rules / INCR (one key)", r, ">= 0.6", r + 0 >= 0.6)
+        r = ratio("redis_module_sliding2_1key", "seed-multi-rule-zset-lua")
+        row("two sliding rules / seed multi-rule zset Lua", r, ">= 8", r + 0 >= 8)
+        b = v["redis_bytes_per_key_module_gcra"]
+        row("gcra key, MEMORY USAGE bytes (redis-cell ~117)", b, "<= 80", b + 0 <= 80)
+        b = v["redis_sliding_bytes_per_event_1000"]
+        row("sliding bytes/event at 1,000 events (zset " v["zset_uuid_bytes_per_event_1000"] ")", b, "<= 8", b + 0 <= 8)
+        w = v["redis_sliding_100k_events_worst_call_ok"]; d = v["redis_sliding_100k_events_worst_call_deny"]
+        row("worst call, sliding key with 100,000 events (us; admitted / denied)", w " / " d, "< 1000", w + 0 < 1000 && d + 0 < 1000)
+        r = ratio("redis_lua_gcra_1key", "seed-fixed-window-lua")
+        row("ratel Lua gcra / seed fixed-window Lua", r, ">= 1.0", r + 0 >= 1)
+        r = ratio("redis_lua_sliding_1key", "seed-fixed-window-lua")
+        row("ratel Lua sliding / seed fixed-window Lua", r, ">= 1.0", r + 0 >= 1)
+
+        printf "\n| ops/s (median) | one key | 1,000 hot keys | server us/call (one key) |\n|---|---|---|---|\n"
+        n = split("incr module_fixed module_gcra module_sliding module_sliding2 lua_gcra lua_sliding", c, " ")
+        for (i = 1; i <= n; i++) {
+            k = "redis_" c[i]
+            h = (k "_hot1k") in v ? v[k "_hot1k"] : "-"
+            printf "| %s | %s | %s | %s |\n", c[i], v[k "_1key"], h, v[k "_1key_usec_per_call"]
+        }
+        n = split("redis-INCR seed-fixed-window-lua seed-multi-rule-zset-lua seed-redisson-token-lua", c, " ")
+        for (i = 1; i <= n; i++)
+            if (c[i] in v) printf "| peer %s | %s | - | - |\n", c[i], v[c[i]]
+    }' "$dir/figures"
