@@ -26,8 +26,9 @@ raises: a Lua error would be a bug, and is reported as one with nothing
 written.
 ]]
 
-local floor, byte, sub, fmt, upper = math.floor, string.byte, string.sub,
-    string.format, string.upper
+local floor, ceil, byte, sub, fmt, upper = math.floor, math.ceil,
+    string.byte, string.sub, string.format, string.upper
+local match, find = string.match, string.find
 local spack, sunpack, rep, unpack_ = struct.pack, struct.unpack, string.rep,
     unpack
 
@@ -47,6 +48,499 @@ local ALGO_NAMES = { [0] = 'sliding', 'fixed', 'approx', 'gcra' }
 -- INFO's "used" is an int64 in the core; a Lua number is sent as a C
 -- long long, so the largest double below 2^63 stands for INT64_MAX.
 local USED_MAX = 2 ^ 63 - 1024
+-- gcra in plain doubles: see "gcra" below.
+local FAST_MAX = 2 ^ 51
+local FAST_NOW = 2 ^ 53 - 2 ^ 51
+
+--[[
+--------------------------------------------------------------- fast path
+
+Redis runs this whole chunk on every call, and every `local function`
+below it is a closure created anew each time. So the common call is
+decided here first, inline, with no closure at all: ACQUIRE (and RESET)
+on a key that is new or holds exactly the call's rules, in the value
+ranges where plain doubles are exact. Anything else - another operation,
+an error of any kind, a key written under other rules (conversion), a
+corrupt or foreign blob, a sliding rule that must coarsen or rebase,
+gcra values past 2^51 - leaves this block with `break` before anything is
+written, and the transcription of the core below decides the call from
+scratch. The fast path computes what that code computes, step for step
+(the comments name the functions it inlines); the conformance driver
+runs both on the same traces.
+]]
+repeat
+    local op = ARGV[1]
+    if op ~= 'ACQUIRE' then
+        if not op then
+            break
+        end
+        op = upper(op)
+        if op == 'RESET' and #KEYS == 1 and #ARGV == 1 then
+            return redis.call('DEL', KEYS[1])
+        end
+        if op ~= 'ACQUIRE' then
+            break
+        end
+    end
+    local argc = #ARGV
+    if #KEYS ~= 1 or argc < 2 or argc > 2 * MAX_RULES + 17 then
+        break
+    end
+
+    -- parse_args(): options until the first word starting with a digit.
+    local cost, peek, max_wait, at, has_cost, has_wait = 1, false, 0, nil,
+        false, false
+    local i, bad = 2, false
+    while i <= argc do
+        local a = ARGV[i]
+        local c = byte(a, 1)
+        if c and c >= 48 and c <= 57 then
+            break
+        end
+        local o = c and upper(a)
+        if o == 'PEEK' and not peek then
+            peek = true
+        else
+            local v = ARGV[i + 1]
+            if not c or not v or #v == 0 or #v > 18 or find(v, '[^0-9]') then
+                bad = true
+                break
+            end
+            v = tonumber(v)
+            if o == 'AT' and not at and v <= AT_MAX then
+                at = v
+            elseif o == 'COST' and not has_cost and v >= 1 and v <= LIMIT_MAX then
+                cost, has_cost = v, true
+            elseif o == 'MAXWAIT' and not has_wait and v <= MAX_WAIT_MS then
+                max_wait, has_wait = v, true
+            else
+                bad = true
+                break
+            end
+            i = i + 1
+        end
+        i = i + 1
+    end
+    local n = argc - i + 1
+    if bad or n < 1 or n > MAX_RULES then
+        break
+    end
+
+    local key = KEYS[1]
+    local old = redis.pcall('GET', key)
+    local len = 0
+    if old then
+        if type(old) ~= 'string' then
+            break -- WRONGTYPE
+        end
+        -- parse_blob(): "RT", version 1, as many records as rules.
+        len = #old
+        local r1, r2, r3, r4 = byte(old, 1, 4)
+        if len < 4 or len > STATE_MAX or r1 ~= 0x52 or r2 ~= 0x54 or
+            r3 ~= 1 or r4 ~= n then
+            break
+        end
+    end
+    local now_us
+    if at then
+        now_us = at * 1000
+    else
+        local t = redis.call('TIME')
+        now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    local now_ms = floor(now_us / 1000)
+
+    -- Each rule: parse_rule(), its record (parse_record(), which must hold
+    -- the same rule), and its verdict (the *_decide() functions). All
+    -- quotients below have numerators under 2^52, where floor(a / b) and
+    -- ceil(a / b) of doubles are exact.
+    local recs, pos = {}, 5
+    for j = 1, n do
+        local text = ARGV[i + j - 1]
+        local ls, cs, unit, rest = match(text, '^(%d+)/(%d*)(%l+)(.*)$')
+        if not ls then
+            bad = true
+            break
+        end
+        local limit, count = tonumber(ls), cs == '' and 1 or tonumber(cs)
+        local unit_ms = unit == 's' and 1000 or unit == 'm' and 60000 or
+            unit == 'ms' and 1 or unit == 'h' and 3600000 or
+            unit == 'd' and 86400000 or 0
+        local period = count * unit_ms
+        if limit < 1 or limit > LIMIT_MAX or period < 1 or
+            period > PERIOD_MAX_MS then
+            bad = true
+            break
+        end
+        local algo, burst = -1, 0
+        if rest == '' or rest == ':sliding' then
+            algo = ALGO_SLIDING
+        elseif rest == ':fixed' then
+            algo = ALGO_FIXED
+        elseif rest == ':approx' then
+            algo = ALGO_APPROX
+        elseif rest == ':gcra' then
+            algo, burst = ALGO_GCRA, limit
+        else
+            local b = match(rest, '^:gcra,burst=(%d+)$')
+            burst = b and tonumber(b) or 0
+            -- too_deep() is decided here only when clearly not.
+            if burst >= 1 and burst <= LIMIT_MAX and
+                burst * period < DEPTH_MAX_MS * limit * (1 - 1e-9) then
+                algo = ALGO_GCRA
+            end
+        end
+        if algo < 0 or cost > (algo == ALGO_GCRA and burst or limit) or
+            (max_wait > 0 and algo ~= ALGO_GCRA) then
+            bad = true
+            break
+        end
+        for k = 1, j - 1 do
+            local q = recs[k]
+            if q.algo == algo and q.limit == limit and q.period == period and
+                q.burst == burst then
+                bad = true
+            end
+        end
+        if bad then
+            break
+        end
+        local r = { algo = algo, limit = limit, period = period, burst = burst,
+            ok = true, retry_us = 0, retry_ms = 0, allow_at = now_us,
+            remaining = 0, reset_ms = 0, a = 0, b = 0, c = 0, d = 0, e = 0, f = 0,
+            R = false }
+        recs[j] = r
+        local avail = len - pos + 1
+        if algo == ALGO_SLIDING then
+            -- a = shift, b = base, c = stored runs, d = total, e = position
+            -- of the runs, f = runs that expired (drop); R = the runs as
+            -- flat (offset, count) pairs. sl_scan() and sl_decide().
+            if old then
+                if avail < 24 then
+                    bad = true
+                    break
+                end
+                local ra, shift, rl, rp, lo, hi, nr, total =
+                    sunpack('<BBI4I4I4I4HI4', old, pos)
+                if ra ~= 0 or rl ~= limit or rp ~= period or shift > 30 or
+                    nr > SLIDING_CAP or avail < 24 + 8 * nr or hi >= 4096 or
+                    total > LIMIT_MAX or (nr == 0) ~= (total == 0) then
+                    bad = true
+                    break
+                end
+                local base = hi * TWO32 + lo
+                if nr > 0 then
+                    local R = { sunpack('<' .. rep('I4', 2 * nr), old, pos + 24) }
+                    local prev, sum = -1, 0
+                    for k = 1, 2 * nr, 2 do
+                        local off, cnt = R[k], R[k + 1]
+                        if off <= prev or cnt == 0 then
+                            bad = true
+                            break
+                        end
+                        sum = sum + cnt
+                        prev = off
+                    end
+                    if bad or sum ~= total or base + prev >= STORED_MS_MAX then
+                        bad = true
+                        break
+                    end
+                    r.R = R
+                end
+                r.a, r.b, r.c, r.d, r.e = shift, base, nr, total, pos + 24
+                pos = pos + 24 + 8 * nr
+            end
+            local R, nr, base = r.R, r.c, r.b
+            local cutoff, drop, total = now_ms - period, 0, r.d
+            while drop < nr and base + R[2 * drop + 1] <= cutoff do
+                total = total - R[2 * drop + 2]
+                drop = drop + 1
+            end
+            r.f, r.d = drop, total
+            if total + cost > limit then
+                r.ok = false
+                local need, acc = total + cost - limit, 0
+                for k = drop, nr - 1 do
+                    acc = acc + R[2 * k + 2]
+                    if acc >= need then
+                        r.retry_us = (base + R[2 * k + 1] + period) * 1000 - now_us
+                        r.retry_ms = ceil(r.retry_us / 1000)
+                        break
+                    end
+                end
+            end
+        elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
+            -- a = window start, b = its count (approx: cur), c = prev; then
+            -- the window holding now (window_of()): d = start, e = cur,
+            -- f = prev (approx_view()).
+            if old then
+                local size = algo == ALGO_FIXED and 22 or 26
+                if avail < size then
+                    bad = true
+                    break
+                end
+                local ra, flags, rl, rp, lo, hi, x, y
+                if algo == ALGO_FIXED then
+                    ra, flags, rl, rp, lo, hi, x = sunpack('<BBI4I4I4I4I4', old,
+                        pos)
+                    y = 0
+                else
+                    ra, flags, rl, rp, lo, hi, x, y =
+                        sunpack('<BBI4I4I4I4I4I4', old, pos)
+                end
+                if ra ~= algo or flags ~= 0 or rl ~= limit or rp ~= period or
+                    hi >= 4096 or x > LIMIT_MAX or y > LIMIT_MAX then
+                    bad = true
+                    break
+                end
+                r.a, r.b, r.c = hi * TWO32 + lo, x, y
+                pos = pos + size
+            end
+            local stored = r.a
+            local ws
+            if now_ms < stored + period then
+                ws = stored
+            elseif now_ms < stored + 2 * period then
+                ws = stored + period
+            else
+                ws = now_ms - now_ms % period
+                if stored > ws then
+                    ws = stored
+                end
+            end
+            local cur, prev = 0, 0
+            if stored == ws then
+                cur, prev = r.b, r.c
+            elseif stored + period == ws then
+                prev = r.b
+            end
+            r.d, r.e, r.f = ws, cur, prev
+            if algo == ALGO_FIXED then
+                if cur + cost > limit then
+                    local d = (ws + period) * 1000 - now_us
+                    r.ok, r.retry_us = false, d > 0 and d or 0
+                end
+            else
+                local el = now_ms > ws and now_ms - ws or 0
+                local w = floor((period - el) * SCALE / period)
+                r.c = w -- the previous window's weight from here on
+                if prev * w + (cur + cost) * SCALE > limit * SCALE then
+                    -- approx_first_fit(), rarely needed: a closure here.
+                    local function first_fit(p, need)
+                        if need > limit then
+                            return period
+                        elseif p == 0 then
+                            return 0
+                        end
+                        local x = floor((limit - need) * SCALE / p)
+                        if x >= SCALE then
+                            return 0
+                        end
+                        local e = period - ceil((x + 1) * period / SCALE) + 1
+                        return e < 0 and 0 or e
+                    end
+                    local e = first_fit(prev, cur + cost)
+                    local when = ws + e
+                    if e >= period then
+                        e = first_fit(cur, cost)
+                        when = e < period and ws + period + e or ws + 2 * period
+                    end
+                    local d = when * 1000 - now_us
+                    r.ok, r.retry_us = false, d > 0 and d or 0
+                end
+            end
+            r.retry_ms = ceil(r.retry_us / 1000)
+        else
+            -- a = x, TAT - now in 1/LIMIT us, or -1 for a TAT in the past
+            -- (only max(x, 0) and max(x, w >= 0) are ever used); b = T,
+            -- c = tau. gc_x() and gc_decide().
+            local T = period * 1000
+            local tau = T * burst
+            local x = -1
+            if old then
+                if avail < 26 then
+                    bad = true
+                    break
+                end
+                local ra, flags, rl, rp, rb, lo, hi, rem =
+                    sunpack('<BBI4I4I4I4I4I4', old, pos)
+                if ra ~= ALGO_GCRA or flags ~= 0 or
+                    rl ~= limit or rp ~= period or rb ~= burst or
+                    hi >= 2097152 or rem >= limit then
+                    bad = true
+                    break
+                end
+                local d = hi * TWO32 + lo - now_us
+                if d >= 0 then
+                    if (d + 2) * limit + tau >= FAST_MAX then
+                        bad = true
+                        break
+                    end
+                    x = d * limit + rem
+                end
+                pos = pos + 26
+            end
+            if now_us >= FAST_NOW or tau >= FAST_MAX then
+                bad = true
+                break
+            end
+            r.a, r.b, r.c = x, T, tau
+            local a = (x > 0 and x or 0) + cost * T - tau
+            if a > 0 then
+                r.ok = false
+                r.retry_us = ceil(a / limit)
+                r.retry_ms = ceil(r.retry_us / 1000)
+            end
+            r.allow_at = now_us + r.retry_us
+        end
+    end
+    if bad or (old and pos ~= len + 1) then
+        break
+    end
+
+    -- decide_all()
+    local allowed, at_us, wait_us = true, now_us, 0
+    for j = 1, n do
+        local r = recs[j]
+        allowed = allowed and r.ok
+        if r.allow_at > at_us then
+            at_us = r.allow_at
+        end
+    end
+    if allowed then
+        at_us = now_us
+    elseif max_wait > 0 and at_us - now_us <= max_wait * 1000 then
+        allowed, wait_us = true, at_us - now_us
+    else
+        at_us = now_us
+    end
+
+    -- Commit (new bytes and status) or status only: the *_commit() and
+    -- *_status() functions, and serialize().
+    local commit = allowed and not peek
+    local new = 'RT\1' .. string.char(n)
+    for j = 1, n do
+        local r = recs[j]
+        local algo, limit, period = r.algo, r.limit, r.period
+        local used, reset_us
+        if algo == ALGO_SLIDING then
+            local R, nr, base, shift, drop, total = r.R, r.c, r.b, r.a, r.f, r.d
+            if commit then
+                -- sl_plan() and sl_commit(): join the last run, or a new
+                -- run after the ones still live.
+                local keep, t, last_off, last_n = nr - drop, now_ms, 0, cost
+                if keep > 0 then
+                    if keep <= SLIDING_CAP / 8 and shift > 0 then
+                        shift = shift - 1
+                    end
+                    local g = 2 ^ shift
+                    t = floor((now_ms + g - 1) / g) * g
+                    if t <= base + R[2 * nr - 1] then
+                        last_off, last_n, keep = R[2 * nr - 1], R[2 * nr] + cost,
+                            keep - 1
+                    elseif keep == SLIDING_CAP or t - base > TWO32 - 1 then
+                        bad = true -- coarsen or rebase
+                        break
+                    else
+                        last_off = t - base
+                    end
+                else
+                    shift, base = 0, t
+                end
+                total = total + cost
+                local hi = floor(base / TWO32)
+                local e = r.e + 8 * drop
+                new = new .. spack('<BBI4I4I4I4HI4', 0, shift, limit, period,
+                    base - hi * TWO32, hi, keep + 1, total) ..
+                    sub(old or '', e, e + 8 * keep - 1) ..
+                    spack('<I4I4', last_off, last_n)
+                reset_us = (base + last_off + period) * 1000 - now_us
+            elseif nr > 0 then
+                reset_us = (base + R[2 * nr - 1] + period) * 1000 - now_us
+            else
+                reset_us = 0
+            end
+            used = total
+        elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
+            local ws, cur, prev = r.d, r.e, r.f
+            if commit then
+                cur = cur + cost
+                local hi = floor(ws / TWO32)
+                if algo == ALGO_FIXED then
+                    new = new .. spack('<BBI4I4I4I4I4', 1, 0, limit, period,
+                        ws - hi * TWO32, hi, cur)
+                else
+                    new = new .. spack('<BBI4I4I4I4I4I4', 2, 0, limit, period,
+                        ws - hi * TWO32, hi, cur, prev)
+                end
+            end
+            if algo == ALGO_FIXED then
+                used = cur
+                reset_us = cur > 0 and (ws + period) * 1000 - now_us or 0
+            else
+                used = cur + ceil(prev * r.c / SCALE)
+                -- ap_reset_ms()
+                reset_us = cur > 0 and (ws + 2 * period) * 1000 - now_us or
+                    prev > 0 and (ws + period) * 1000 - now_us or 0
+            end
+        else
+            local x, T, burst = r.a, r.b, r.burst
+            if commit then
+                -- gc_commit() and gc_store(): charged from max(TAT, at).
+                local w = (at_us - now_us) * limit
+                if w + (x > 0 and x or 0) + r.c >= FAST_MAX then
+                    bad = true
+                    break
+                end
+                x = (x > w and x or w) + cost * T
+                local q = floor(x / limit)
+                local rem = x - q * limit
+                local tat = now_us + q
+                local hi = floor(tat / TWO32)
+                new = new .. spack('<BBI4I4I4I4I4I4', 3, 0, limit, period,
+                    burst, tat - hi * TWO32, hi, rem)
+                reset_us = rem > 0 and q + 1 or q
+            elseif x > 0 then
+                reset_us = ceil(x / limit)
+            else
+                reset_us = 0
+            end
+            -- gc_counts()
+            used = x > 0 and ceil(x / T) or 0
+            limit = burst
+        end
+        r.remaining = used < limit and limit - used or 0
+        r.reset_ms = reset_us > 0 and ceil(reset_us / 1000) or 0
+    end
+    if bad then
+        break
+    end
+
+    -- report()
+    local rule, retry_us, retry_ms, remaining, reset_ms = 0, 0, 0, math.huge, 0
+    for j = 1, n do
+        local r = recs[j]
+        if not allowed and r.retry_us > retry_us then
+            retry_us, retry_ms, rule = r.retry_us, r.retry_ms, j - 1
+        end
+        if r.remaining < remaining then
+            remaining = r.remaining
+            if allowed then
+                rule = j - 1
+            end
+        end
+        if r.reset_ms > reset_ms then
+            reset_ms = r.reset_ms
+        end
+    end
+    -- write_key()
+    if commit and new ~= old then
+        redis.call('SET', key, new, 'PXAT',
+            fmt('%d', ceil(now_us / 1000) + reset_ms))
+    end
+    return { allowed and 1 or 0, recs[rule + 1].limit, remaining,
+        allowed and 0 or retry_ms, reset_ms, rule, ceil(wait_us / 1000) }
+until true
 
 -- ------------------------------------------------------------- errors
 
@@ -949,9 +1443,6 @@ those units, as a double, when |x| + tau stays below 2^51 (and now below
 quotient below is then an exact integer. Anything else goes to the slow
 path, which follows gcra.c with the big integers above.
 ]]
-local FAST_MAX = 2 ^ 51
-local FAST_NOW = 2 ^ 53 - 2 ^ 51
-
 local function gc_x(r, now_us)
     local hi = r.tat_hi
     if hi >= 2097152 or now_us >= FAST_NOW then
