@@ -21,7 +21,7 @@
 #     multi-rule script's log).
 #   - worst single call on a sliding key whose window holds 100,000 events:
 #     the largest SLOWLOG duration over 1,000 calls (slowlog-log-slower-than
-#     0), admitted and denied.
+#     0), admitted and denied, median of 3 sets; INCR the same way.
 #
 # Output: "ratel|peer<TAB>name<TAB>value<TAB>unit" lines, then a markdown
 # summary with the ratios to the targets of issue 3. Never fails on a
@@ -261,15 +261,18 @@ memory | tee -a "$dir/figures"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 1
 
 # --------------------------------------------- worst call, 100,000 events
-# slowlog_stats: how many, the largest and the median duration (us) of the RATEL.ACQUIRE
-# entries in the slow log (the duration is the field just before the
-# command's name).
+# slowlog_stats NAME: how many entries of command NAME the slow log holds,
+# their largest, 99.9th-percentile-ish (second largest of 1,000) and median
+# duration in us (the duration is the field just before the command's name).
 slowlog_stats() {
-    cli SLOWLOG GET 2000 | awk 'prev != "" && $1 == "RATEL.ACQUIRE" { print prev } { prev = $1 }' |
-        sort -n | awk '{ v[NR] = $1 } END { printf "%d %d %d\n", NR, v[NR], v[int((NR + 1) / 2)] }'
+    cli SLOWLOG GET 2000 | awk -v c="$1" 'prev != "" && $1 == c { print prev } { prev = $1 }' |
+        sort -n | awk '{ v[NR] = $1 } END { printf "%d %d %d %d\n", NR, v[NR], v[NR - 1], v[int((NR + 1) / 2)] }'
 }
+# One SLOWLOG duration includes whatever preempted the server meanwhile (a
+# shared machine): each figure is the median over 3 sets of 1,000 calls,
+# and INCR on a plain key measured the same way is the machine's floor.
 worst_call() {
-    events=100000
+    local events=100000 t0 what rule calls worst second med set max
     t0=$(($(now_ms) - events - 60000))
     acquires lat:ok 1000000/1h "$events" "$t0"
     acquires lat:deny 100000/1h "$events" "$t0"
@@ -278,18 +281,28 @@ worst_call() {
     echo "# sliding keys with $events events: $(cli STRLEN lat:ok) blob bytes, $(cli RATEL.INFO lat:ok | awk 'p { printf "%s=%s ", f, $1; p = 0 } $1 == "runs" || $1 == "granularity_ms" { f = $1; p = 1 }')"
     cli CONFIG SET slowlog-max-len 2000 >/dev/null
     cli CONFIG SET slowlog-log-slower-than 0 >/dev/null
-    for what in ok deny; do
-        rule=1000000/1h
-        [ $what = deny ] && rule=100000/1h
-        cli SLOWLOG RESET >/dev/null
-        cli CONFIG RESETSTAT >/dev/null
-        acquires "lat:$what" "$rule" 1000 $((t0 + events))
-        read -r calls worst med <<<"$(slowlog_stats)"
-        [ "$calls" = 1000 ] || die "slowlog holds $calls RATEL.ACQUIRE entries, not 1000"
-        echo "# $what: 1000 calls, server median ${med} us, usec_per_call $(usec_per_call ratel.acquire)"
-        emit ratel "redis_sliding_100k_events_worst_call_$what" "$worst" us
+    for what in ok deny incr; do
+        max=
+        for set in 0 1 2; do
+            cli SLOWLOG RESET >/dev/null
+            case $what in
+            ok) acquires lat:ok 1000000/1h 1000 $((t0 + events + 1000 * set)) ;;
+            deny) acquires lat:deny 100000/1h 1000 $((t0 + events + 1000 * set)) ;;
+            incr) awk 'BEGIN { for (i = 0; i < 1000; i++) print "INCR lat:incr" }' | to_resp | resp ;;
+            esac
+            read -r calls worst second med <<<"$(slowlog_stats "$([ $what = incr ] && echo INCR || echo RATEL.ACQUIRE)")"
+            [ "$calls" = 1000 ] || die "slowlog holds $calls entries of $what, not 1000"
+            echo "# $what, set $set: 1000 calls, server median $med us, second largest $second us, largest $worst us"
+            max="$max $worst"
+        done
+        worst=$(printf '%s\n' $max | median)
+        if [ $what = incr ]; then
+            emit peer redis_incr_worst_call "$worst" us
+        else
+            emit ratel "redis_sliding_100k_events_worst_call_$what" "$worst" us
+        fi
     done
-    [ "$(used_of lat:ok)" = $((events + 1000)) ] || die "lat:ok did not admit the 1000 calls"
+    [ "$(used_of lat:ok)" = $((events + 3000)) ] || die "lat:ok did not admit the 3000 calls"
     [ "$(used_of lat:deny)" = "$events" ] || die "lat:deny admitted a call over its limit"
     cli CONFIG SET slowlog-log-slower-than 10000 >/dev/null
 }
@@ -320,7 +333,7 @@ awk -F'\t' '
         b = v["redis_sliding_bytes_per_event_1000"]
         row("sliding bytes/event at 1,000 events (zset " v["zset_uuid_bytes_per_event_1000"] ")", b, "<= 8", b + 0 <= 8)
         w = v["redis_sliding_100k_events_worst_call_ok"]; d = v["redis_sliding_100k_events_worst_call_deny"]
-        row("worst call, sliding key with 100,000 events (us; admitted / denied)", w " / " d, "< 1000", w + 0 < 1000 && d + 0 < 1000)
+        row("worst call, sliding key with 100,000 events (us; admitted / denied; INCR " v["redis_incr_worst_call"] ")", w " / " d, "< 1000", w + 0 < 1000 && d + 0 < 1000)
         r = ratio("redis_lua_gcra_1key", "seed-fixed-window-lua")
         row("ratel Lua gcra / seed fixed-window Lua", r, ">= 1.0", r + 0 >= 1)
         r = ratio("redis_lua_sliding_1key", "seed-fixed-window-lua")
