@@ -26,11 +26,10 @@ raises: a Lua error would be a bug, and is reported as one with nothing
 written.
 ]]
 
-local floor, ceil, byte, sub, fmt, upper = math.floor, math.ceil,
-    string.byte, string.sub, string.format, string.upper
-local match, find = string.match, string.find
-local spack, sunpack, rep, unpack_ = struct.pack, struct.unpack, string.rep,
-    unpack
+local floor, ceil = math.floor, math.ceil
+local byte, sub, upper, match, find, rep = string.byte, string.sub,
+    string.upper, string.match, string.find, string.rep
+local spack, sunpack = struct.pack, struct.unpack
 
 local LIMIT_MAX = 1000000000
 local PERIOD_MAX_MS = 2592000000
@@ -44,7 +43,6 @@ local SCALE = 65536
 local TWO32 = 4294967296
 local STORED_MS_MAX = 2 ^ 44
 local ALGO_SLIDING, ALGO_FIXED, ALGO_APPROX, ALGO_GCRA = 0, 1, 2, 3
-local ALGO_NAMES = { [0] = 'sliding', 'fixed', 'approx', 'gcra' }
 -- INFO's "used" is an int64 in the core; a Lua number is sent as a C
 -- long long, so the largest double below 2^63 stands for INT64_MAX.
 local USED_MAX = 2 ^ 63 - 1024
@@ -146,15 +144,23 @@ repeat
         now_us = at * 1000
     else
         local t = redis.call('TIME')
-        now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        now_us = t[1] * 1000000 + t[2] -- strings, converted as tonumber()
     end
     local now_ms = floor(now_us / 1000)
 
-    -- Each rule: parse_rule(), its record (parse_record(), which must hold
-    -- the same rule), and its verdict (the *_decide() functions). All
-    -- quotients below have numerators under 2^52, where floor(a / b) and
-    -- ceil(a / b) of doubles are exact.
+    --[[
+    Each rule: parse_rule(), its record (parse_record(), which must hold the
+    same rule), and its verdict (the *_decide() functions, and decide_all()
+    and report() as far as verdicts go). What the commit needs is kept in
+    a small array per rule, slots named below (an array is cheaper than a
+    table with keys): the rule, then A..F, whose meaning depends on the
+    algorithm, and the sliding runs. All quotients have numerators under
+    2^52, where floor(a / b) and ceil(a / b) of doubles are exact.
+    ]]
+    local ALGO, LIMIT, PERIOD, BURST, A, B, C, D, E, F, RUNS =
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
     local recs, pos = {}, 5
+    local all_ok, at_us, retry_us, deny_rule = true, now_us, 0, 0
     for j = 1, n do
         local text = ARGV[i + j - 1]
         local ls, cs, unit, rest = match(text, '^(%d+)/(%d*)(%l+)(.*)$')
@@ -162,7 +168,8 @@ repeat
             bad = true
             break
         end
-        local limit, count = tonumber(ls), cs == '' and 1 or tonumber(cs)
+        local limit = tonumber(ls)
+        local count = (cs == '' or cs == '1') and 1 or tonumber(cs)
         local unit_ms = unit == 's' and 1000 or unit == 'm' and 60000 or
             unit == 'ms' and 1 or unit == 'h' and 3600000 or
             unit == 'd' and 86400000 or 0
@@ -197,30 +204,31 @@ repeat
         end
         for k = 1, j - 1 do
             local q = recs[k]
-            if q.algo == algo and q.limit == limit and q.period == period and
-                q.burst == burst then
+            if q[ALGO] == algo and q[LIMIT] == limit and q[PERIOD] == period and
+                q[BURST] == burst then
                 bad = true
             end
         end
         if bad then
             break
         end
-        local r = { algo = algo, limit = limit, period = period, burst = burst,
-            ok = true, retry_us = 0, retry_ms = 0, allow_at = now_us,
-            remaining = 0, reset_ms = 0, a = 0, b = 0, c = 0, d = 0, e = 0, f = 0,
-            R = false }
+        local r = { algo, limit, period, burst, 0, 0, 0, 0, 0, 0, false }
         recs[j] = r
         local avail = len - pos + 1
+        local ok, retry = true, 0
         if algo == ALGO_SLIDING then
-            -- a = shift, b = base, c = stored runs, d = total, e = position
-            -- of the runs, f = runs that expired (drop); R = the runs as
-            -- flat (offset, count) pairs. sl_scan() and sl_decide().
+            -- A = shift, B = base, C = stored runs, D = live total, E =
+            -- position of the first live run's bytes, F = live runs; RUNS
+            -- = the stored runs as flat (offset, count) pairs. sl_scan()
+            -- and sl_decide().
+            local shift, base, nr, total, R = 0, 0, 0, 0, nil
             if old then
                 if avail < 24 then
                     bad = true
                     break
                 end
-                local ra, shift, rl, rp, lo, hi, nr, total =
+                local ra, lo, hi, rl, rp
+                ra, shift, rl, rp, lo, hi, nr, total =
                     sunpack('<BBI4I4I4I4HI4', old, pos)
                 if ra ~= 0 or rl ~= limit or rp ~= period or shift > 30 or
                     nr > SLIDING_CAP or avail < 24 + 8 * nr or hi >= 4096 or
@@ -228,9 +236,9 @@ repeat
                     bad = true
                     break
                 end
-                local base = hi * TWO32 + lo
+                base = hi * TWO32 + lo
                 if nr > 0 then
-                    local R = { sunpack('<' .. rep('I4', 2 * nr), old, pos + 24) }
+                    R = { sunpack('<' .. rep('I4', 2 * nr), old, pos + 24) }
                     local prev, sum = -1, 0
                     for k = 1, 2 * nr, 2 do
                         local off, cnt = R[k], R[k + 1]
@@ -245,45 +253,43 @@ repeat
                         bad = true
                         break
                     end
-                    r.R = R
                 end
-                r.a, r.b, r.c, r.d, r.e = shift, base, nr, total, pos + 24
-                pos = pos + 24 + 8 * nr
+                pos = pos + 24
             end
-            local R, nr, base = r.R, r.c, r.b
-            local cutoff, drop, total = now_ms - period, 0, r.d
+            local cutoff, drop = now_ms - period, 0
             while drop < nr and base + R[2 * drop + 1] <= cutoff do
                 total = total - R[2 * drop + 2]
                 drop = drop + 1
             end
-            r.f, r.d = drop, total
             if total + cost > limit then
-                r.ok = false
+                ok = false
                 local need, acc = total + cost - limit, 0
                 for k = drop, nr - 1 do
                     acc = acc + R[2 * k + 2]
                     if acc >= need then
-                        r.retry_us = (base + R[2 * k + 1] + period) * 1000 - now_us
-                        r.retry_ms = ceil(r.retry_us / 1000)
+                        retry = (base + R[2 * k + 1] + period) * 1000 - now_us
                         break
                     end
                 end
             end
+            r[A], r[B], r[C], r[D], r[E], r[F], r[RUNS] =
+                shift, base, nr, total, pos + 8 * drop, nr - drop, R
+            pos = pos + 8 * nr
         elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
-            -- a = window start, b = its count (approx: cur), c = prev; then
-            -- the window holding now (window_of()): d = start, e = cur,
-            -- f = prev (approx_view()).
+            -- The stored window start, count (approx: cur) and prev; then
+            -- A = the window holding now, B = its count, C = prev (approx:
+            -- window_of(), approx_view()), D = prev's weight.
+            local stored, x, y = 0, 0, 0
             if old then
                 local size = algo == ALGO_FIXED and 22 or 26
                 if avail < size then
                     bad = true
                     break
                 end
-                local ra, flags, rl, rp, lo, hi, x, y
+                local ra, flags, rl, rp, lo, hi
                 if algo == ALGO_FIXED then
                     ra, flags, rl, rp, lo, hi, x = sunpack('<BBI4I4I4I4I4', old,
                         pos)
-                    y = 0
                 else
                     ra, flags, rl, rp, lo, hi, x, y =
                         sunpack('<BBI4I4I4I4I4I4', old, pos)
@@ -293,10 +299,9 @@ repeat
                     bad = true
                     break
                 end
-                r.a, r.b, r.c = hi * TWO32 + lo, x, y
+                stored = hi * TWO32 + lo
                 pos = pos + size
             end
-            local stored = r.a
             local ws
             if now_ms < stored + period then
                 ws = stored
@@ -310,33 +315,32 @@ repeat
             end
             local cur, prev = 0, 0
             if stored == ws then
-                cur, prev = r.b, r.c
+                cur, prev = x, y
             elseif stored + period == ws then
-                prev = r.b
+                prev = x
             end
-            r.d, r.e, r.f = ws, cur, prev
+            r[A], r[B], r[C] = ws, cur, prev
             if algo == ALGO_FIXED then
                 if cur + cost > limit then
-                    local d = (ws + period) * 1000 - now_us
-                    r.ok, r.retry_us = false, d > 0 and d or 0
+                    ok, retry = false, (ws + period) * 1000 - now_us
                 end
             else
                 local el = now_ms > ws and now_ms - ws or 0
                 local w = floor((period - el) * SCALE / period)
-                r.c = w -- the previous window's weight from here on
+                r[D] = w
                 if prev * w + (cur + cost) * SCALE > limit * SCALE then
-                    -- approx_first_fit(), rarely needed: a closure here.
+                    -- approx_first_fit(), only on a denial: a closure here.
                     local function first_fit(p, need)
                         if need > limit then
                             return period
                         elseif p == 0 then
                             return 0
                         end
-                        local x = floor((limit - need) * SCALE / p)
-                        if x >= SCALE then
+                        local q = floor((limit - need) * SCALE / p)
+                        if q >= SCALE then
                             return 0
                         end
-                        local e = period - ceil((x + 1) * period / SCALE) + 1
+                        local e = period - ceil((q + 1) * period / SCALE) + 1
                         return e < 0 and 0 or e
                     end
                     local e = first_fit(prev, cur + cost)
@@ -346,14 +350,13 @@ repeat
                         when = e < period and ws + period + e or ws + 2 * period
                     end
                     local d = when * 1000 - now_us
-                    r.ok, r.retry_us = false, d > 0 and d or 0
+                    ok, retry = false, d > 0 and d or 0
                 end
             end
-            r.retry_ms = ceil(r.retry_us / 1000)
         else
-            -- a = x, TAT - now in 1/LIMIT us, or -1 for a TAT in the past
-            -- (only max(x, 0) and max(x, w >= 0) are ever used); b = T,
-            -- c = tau. gc_x() and gc_decide().
+            -- A = x, TAT - now in 1/LIMIT us, or -1 for a TAT in the past
+            -- (only max(x, 0) and max(x, w >= 0) are ever used); B = T,
+            -- C = tau. gc_x() and gc_decide().
             local T = period * 1000
             local tau = T * burst
             local x = -1
@@ -364,9 +367,9 @@ repeat
                 end
                 local ra, flags, rl, rp, rb, lo, hi, rem =
                     sunpack('<BBI4I4I4I4I4I4', old, pos)
-                if ra ~= ALGO_GCRA or flags ~= 0 or
-                    rl ~= limit or rp ~= period or rb ~= burst or
-                    hi >= 2097152 or rem >= limit then
+                if ra ~= ALGO_GCRA or flags ~= 0 or rl ~= limit or
+                    rp ~= period or rb ~= burst or hi >= 2097152 or
+                    rem >= limit then
                     bad = true
                     break
                 end
@@ -384,30 +387,31 @@ repeat
                 bad = true
                 break
             end
-            r.a, r.b, r.c = x, T, tau
+            r[A], r[B], r[C] = x, T, tau
             local a = (x > 0 and x or 0) + cost * T - tau
             if a > 0 then
-                r.ok = false
-                r.retry_us = ceil(a / limit)
-                r.retry_ms = ceil(r.retry_us / 1000)
+                ok, retry = false, ceil(a / limit)
             end
-            r.allow_at = now_us + r.retry_us
+            -- decide_all(): a reservation waits for the latest rule.
+            if now_us + retry > at_us then
+                at_us = now_us + retry
+            end
+        end
+        if not ok then
+            all_ok = false
+            if retry > retry_us then
+                retry_us, deny_rule = retry, j - 1
+            end
         end
     end
     if bad or (old and pos ~= len + 1) then
         break
     end
 
-    -- decide_all()
-    local allowed, at_us, wait_us = true, now_us, 0
-    for j = 1, n do
-        local r = recs[j]
-        allowed = allowed and r.ok
-        if r.allow_at > at_us then
-            at_us = r.allow_at
-        end
-    end
-    if allowed then
+    -- decide_all(): with MAXWAIT, a request every gcra rule admits within
+    -- it is admitted at that instant.
+    local allowed, wait_us = all_ok, 0
+    if all_ok then
         at_us = now_us
     elseif max_wait > 0 and at_us - now_us <= max_wait * 1000 then
         allowed, wait_us = true, at_us - now_us
@@ -416,19 +420,21 @@ repeat
     end
 
     -- Commit (new bytes and status) or status only: the *_commit() and
-    -- *_status() functions, and serialize().
+    -- *_status() functions, serialize() and report().
     local commit = allowed and not peek
-    local new = 'RT\1' .. string.char(n)
+    local new = n == 1 and 'RT\1\1' or 'RT\1' .. string.char(n)
+    local rule, remaining, reset_ms = deny_rule, LIMIT_MAX + 1, 0
     for j = 1, n do
         local r = recs[j]
-        local algo, limit, period = r.algo, r.limit, r.period
+        local algo, limit, period = r[ALGO], r[LIMIT], r[PERIOD]
         local used, reset_us
         if algo == ALGO_SLIDING then
-            local R, nr, base, shift, drop, total = r.R, r.c, r.b, r.a, r.f, r.d
+            local shift, base, nr, total, e, keep, R =
+                r[A], r[B], r[C], r[D], r[E], r[F], r[RUNS]
             if commit then
                 -- sl_plan() and sl_commit(): join the last run, or a new
                 -- run after the ones still live.
-                local keep, t, last_off, last_n = nr - drop, now_ms, 0, cost
+                local t, last_off, last_n = now_ms, 0, cost
                 if keep > 0 then
                     if keep <= SLIDING_CAP / 8 and shift > 0 then
                         shift = shift - 1
@@ -449,7 +455,6 @@ repeat
                 end
                 total = total + cost
                 local hi = floor(base / TWO32)
-                local e = r.e + 8 * drop
                 new = new .. spack('<BBI4I4I4I4HI4', 0, shift, limit, period,
                     base - hi * TWO32, hi, keep + 1, total) ..
                     sub(old or '', e, e + 8 * keep - 1) ..
@@ -462,7 +467,7 @@ repeat
             end
             used = total
         elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
-            local ws, cur, prev = r.d, r.e, r.f
+            local ws, cur, prev = r[A], r[B], r[C]
             if commit then
                 cur = cur + cost
                 local hi = floor(ws / TWO32)
@@ -478,17 +483,17 @@ repeat
                 used = cur
                 reset_us = cur > 0 and (ws + period) * 1000 - now_us or 0
             else
-                used = cur + ceil(prev * r.c / SCALE)
+                used = cur + ceil(prev * r[D] / SCALE)
                 -- ap_reset_ms()
                 reset_us = cur > 0 and (ws + 2 * period) * 1000 - now_us or
                     prev > 0 and (ws + period) * 1000 - now_us or 0
             end
         else
-            local x, T, burst = r.a, r.b, r.burst
+            local x, T, burst = r[A], r[B], r[BURST]
             if commit then
                 -- gc_commit() and gc_store(): charged from max(TAT, at).
                 local w = (at_us - now_us) * limit
-                if w + (x > 0 and x or 0) + r.c >= FAST_MAX then
+                if w + (x > 0 and x or 0) + r[C] >= FAST_MAX then
                     bad = true
                     break
                 end
@@ -505,42 +510,39 @@ repeat
             else
                 reset_us = 0
             end
-            -- gc_counts()
+            -- gc_counts(): permits owed, out of the burst.
             used = x > 0 and ceil(x / T) or 0
             limit = burst
         end
-        r.remaining = used < limit and limit - used or 0
-        r.reset_ms = reset_us > 0 and ceil(reset_us / 1000) or 0
-    end
-    if bad then
-        break
-    end
-
-    -- report()
-    local rule, retry_us, retry_ms, remaining, reset_ms = 0, 0, 0, math.huge, 0
-    for j = 1, n do
-        local r = recs[j]
-        if not allowed and r.retry_us > retry_us then
-            retry_us, retry_ms, rule = r.retry_us, r.retry_ms, j - 1
-        end
-        if r.remaining < remaining then
-            remaining = r.remaining
+        -- report(): the fewest permits left binds an admitted request.
+        local left = used < limit and limit - used or 0
+        if left < remaining then
+            remaining = left
             if allowed then
                 rule = j - 1
             end
         end
-        if r.reset_ms > reset_ms then
-            reset_ms = r.reset_ms
+        if reset_us > 0 then
+            reset_us = ceil(reset_us / 1000)
+            if reset_us > reset_ms then
+                reset_ms = reset_us
+            end
         end
     end
-    -- write_key()
-    if commit and new ~= old then
-        redis.call('SET', key, new, 'PXAT',
-            fmt('%d', ceil(now_us / 1000) + reset_ms))
+    if bad then
+        break
     end
-    return { allowed and 1 or 0, recs[rule + 1].limit, remaining,
-        allowed and 0 or retry_ms, reset_ms, rule, ceil(wait_us / 1000) }
+    -- write_key(): a number argument reaches Redis as an integer (%.17g).
+    if commit and new ~= old then
+        redis.call('SET', key, new, 'PXAT', ceil(now_us / 1000) + reset_ms)
+    end
+    return { allowed and 1 or 0, recs[rule + 1][LIMIT], remaining,
+        allowed and 0 or ceil(retry_us / 1000), reset_ms, rule,
+        ceil(wait_us / 1000) }
 until true
+
+local fmt, unpack_ = string.format, unpack
+local ALGO_NAMES = { [0] = 'sliding', 'fixed', 'approx', 'gcra' }
 
 -- ------------------------------------------------------------- errors
 
