@@ -145,9 +145,17 @@ static void write_state(RedisModuleCtx *ctx, RedisModuleKey *key,
         RedisModule_DeleteKey(key);
         RedisModule_Replicate(ctx, "DEL", "s", name);
     } else {
-        RedisModule_StringTruncate(key, len);
         p = RedisModule_StringDMA(key, &have, REDISMODULE_WRITE);
-        memcpy(p, buf, len);
+        if (p && have == len) {
+            memcpy(p, buf, len); /* the usual case: same size, in place */
+        } else {
+            /* A new value of exactly this size (StringTruncate would grow
+               the string greedily: an 828-byte blob held 1,328 bytes). */
+            RedisModuleString *s =
+                RedisModule_CreateString(ctx, (const char *)buf, len);
+            RedisModule_StringSet(key, s);
+            RedisModule_FreeString(ctx, s);
+        }
         RedisModule_SetAbsExpire(key, expire_ms);
         RedisModule_Replicate(ctx, "SET", "sbcl", name, (const char *)buf, len,
                               "PXAT", (long long)expire_ms);

@@ -31,9 +31,13 @@ int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
         return RATEL_EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
-        int err = ratel__rule_check(&rules[i], errbuf, errlen);
-        if (err)
+        /* Checked bare first: formatting the message costs more than the
+           check, and valid rules (every call of the module) need none. */
+        int err = ratel__rule_check(&rules[i], NULL, 0);
+        if (err) {
+            ratel__rule_check(&rules[i], errbuf, errlen);
             return err;
+        }
         for (size_t j = 0; j < i; j++) {
             if (ratel__rule_equal(&rules[i], &rules[j])) {
                 char text[64];

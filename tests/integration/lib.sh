@@ -45,9 +45,16 @@ trap cleanup EXIT
 ok() { echo "ok $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
-# same NAME GOT WANT
+# same NAME GOT WANT (multi-line texts fail with the lines that differ)
 same() {
-    if [ "$2" == "$3" ]; then ok "$1"; else fail "$1" "got [${2:0:300}], want [${3:0:300}]"; fi
+    if [ "$2" == "$3" ]; then
+        ok "$1"
+    elif [[ $2 == *$'\n'* || $3 == *$'\n'* ]]; then
+        fail "$1" "$(diff <(printf '%s\n' "$3") <(printf '%s\n' "$2") | head -20 |
+            sed 's/^</want:/; s/^>/got: /' | tr '\n' ' ' | cut -c1-1200)"
+    else
+        fail "$1" "got [${2:0:300}], want [${3:0:300}]"
+    fi
 }
 
 # contains NAME TEXT SUBSTRING
@@ -83,11 +90,19 @@ rcli() {
 
 # redis_start [redis-server ARGS...]: starts a server on a free port in its
 # own directory ($tmp/redis-PORT), waits until it answers, prints the port.
+# Another process may take the port between the check and the bind: then
+# it tries another, up to five times.
 redis_start() {
-    local port dir
-    port=$(free_port) || return 1
-    redis_start_on "$port" "$@" || return 1
-    echo "$port"
+    local port
+    for _ in 1 2 3 4 5; do
+        port=$(free_port) || return 1
+        if redis_start_on "$port" "$@" 2>"$tmp/start.err"; then
+            echo "$port"
+            return 0
+        fi
+    done
+    cat "$tmp/start.err" >&2
+    return 1
 }
 
 # redis_start_on PORT [ARGS...]: the same on a given port (a restart).
