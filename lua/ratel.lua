@@ -46,9 +46,8 @@ local ALGO_SLIDING, ALGO_FIXED, ALGO_APPROX, ALGO_GCRA = 0, 1, 2, 3
 -- INFO's "used" is an int64 in the core; a Lua number is sent as a C
 -- long long, so the largest double below 2^63 stands for INT64_MAX.
 local USED_MAX = 2 ^ 63 - 1024
--- gcra in plain doubles: see "gcra" below.
-local FAST_MAX = 2 ^ 51
-local FAST_NOW = 2 ^ 53 - 2 ^ 51
+-- The fast path's gcra values stay below this (see there).
+local EXACT = 2 ^ 53 - 2
 
 --[[
 --------------------------------------------------------------- fast path
@@ -355,10 +354,20 @@ repeat
             end
         else
             -- A = x, TAT - now in 1/LIMIT us, or -1 for a TAT in the past
-            -- (only max(x, 0) and max(x, w >= 0) are ever used); B = T,
-            -- C = tau. gc_x() and gc_decide().
+            -- (only max(x, 0) and max(x, w >= 0) are ever used); B = T.
+            -- gc_x() and gc_decide(). The core's values are 128-bit; here
+            -- each sum or product of exact integers is checked against
+            -- EXACT = 2^53 - 2 as computed: rounding is monotonic and
+            -- EXACT is a double, so a result below it is exact, and one
+            -- that is not (its true value is >= EXACT) sends the call to
+            -- the big-integer path below. Quotients of values below EXACT
+            -- by floor() or ceil() are exact too.
             local T = period * 1000
             local tau = T * burst
+            if tau >= EXACT then
+                bad = true
+                break
+            end
             local x = -1
             if old then
                 if avail < 26 then
@@ -375,20 +384,21 @@ repeat
                 end
                 local d = hi * TWO32 + lo - now_us
                 if d >= 0 then
-                    if (d + 2) * limit + tau >= FAST_MAX then
+                    x = d * limit + rem
+                    if x >= EXACT then
                         bad = true
                         break
                     end
-                    x = d * limit + rem
                 end
                 pos = pos + 26
             end
-            if now_us >= FAST_NOW or tau >= FAST_MAX then
+            r[A], r[B] = x, T
+            local a = (x > 0 and x or 0) + cost * T
+            if a >= EXACT then
                 bad = true
                 break
             end
-            r[A], r[B], r[C] = x, T, tau
-            local a = (x > 0 and x or 0) + cost * T - tau
+            a = a - tau
             if a > 0 then
                 ok, retry = false, ceil(a / limit)
             end
@@ -493,14 +503,14 @@ repeat
             if commit then
                 -- gc_commit() and gc_store(): charged from max(TAT, at).
                 local w = (at_us - now_us) * limit
-                if w + (x > 0 and x or 0) + r[C] >= FAST_MAX then
-                    bad = true
-                    break
-                end
                 x = (x > w and x or w) + cost * T
                 local q = floor(x / limit)
                 local rem = x - q * limit
                 local tat = now_us + q
+                if x >= EXACT or tat >= EXACT then
+                    bad = true
+                    break
+                end
                 local hi = floor(tat / TWO32)
                 new = new .. spack('<BBI4I4I4I4I4I4', 3, 0, limit, period,
                     burst, tat - hi * TWO32, hi, rem)
@@ -1445,6 +1455,9 @@ those units, as a double, when |x| + tau stays below 2^51 (and now below
 quotient below is then an exact integer. Anything else goes to the slow
 path, which follows gcra.c with the big integers above.
 ]]
+local FAST_MAX = 2 ^ 51
+local FAST_NOW = 2 ^ 53 - 2 ^ 51
+
 local function gc_x(r, now_us)
     local hi = r.tat_hi
     if hi >= 2097152 or now_us >= FAST_NOW then
