@@ -101,11 +101,14 @@ static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d)
 
 /*
  * Opens `name` in `mode` into *key (NULL for a missing key opened to read)
- * and copies its bytes to buf (*len of them). A key of another type, or a
- * string longer than any blob, gets its error reply and REDISMODULE_ERR.
+ * and copies its bytes to buf (*len of them); *value (if not NULL) points
+ * at them in the key, valid until the key is written or closed. A key of
+ * another type, or a string longer than any blob, gets its error reply and
+ * REDISMODULE_ERR.
  */
 static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
-                      RedisModuleKey **key, uint8_t *buf, size_t *len)
+                      RedisModuleKey **key, uint8_t *buf, size_t *len,
+                      const char **value)
 {
     int type;
     const char *p;
@@ -113,6 +116,8 @@ static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
     *key = RedisModule_OpenKey(ctx, name, mode);
     type = RedisModule_KeyType(*key);
     *len = 0;
+    if (value)
+        *value = "";
     if (type == REDISMODULE_KEYTYPE_EMPTY)
         return REDISMODULE_OK;
     if (type != REDISMODULE_KEYTYPE_STRING) {
@@ -127,7 +132,20 @@ static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
         return REDISMODULE_ERR;
     }
     memcpy(buf, p, *len);
+    if (value)
+        *value = p;
     return REDISMODULE_OK;
+}
+
+/*
+ * Whether the call rewrote the key's bytes. An admitted acquire always does
+ * (every algorithm records the charge); a peek never does; otherwise (a
+ * denial that converted a key written under other rules, a refund) compare.
+ */
+static int state_changed(const uint8_t *buf, size_t len, const char *value,
+                         size_t value_len)
+{
+    return len != value_len || memcmp(buf, value, len) != 0;
 }
 
 /*
@@ -173,23 +191,23 @@ static int64_t expiry_ms(int64_t now_us, const ratel_decision_t *d)
 static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                            int argc)
 {
-    static uint8_t old[RATEL_STATE_MAX], buf[RATEL_STATE_MAX];
+    static uint8_t buf[RATEL_STATE_MAX];
     ratel_cmd_args_t a;
     ratel_decision_t d;
     RedisModuleKey *key;
+    const char *value;
     size_t old_len, len;
     int64_t now;
-    int rc;
+    int rc, changed;
 
     if (argc < 3)
         return RedisModule_WrongArity(ctx);
     if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
-                   old, &old_len) != REDISMODULE_OK)
+                   buf, &old_len, &value) != REDISMODULE_OK)
         return REDISMODULE_OK;
     now = now_of(&a);
-    memcpy(buf, old, old_len);
     len = old_len;
     rc = ratel_policy_acquire(&a.policy, buf, &len, sizeof buf, now,
                               &a.request, &d);
@@ -198,7 +216,13 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         return reply_core_error(ctx, rc);
     }
     /* Written when the bytes changed: admitted, or converted on denial. */
-    if (len != old_len || memcmp(buf, old, len) != 0)
+    if (a.request.flags & RATEL_PEEK)
+        changed = 0;
+    else if (d.allowed)
+        changed = 1;
+    else
+        changed = state_changed(buf, len, value, old_len);
+    if (changed)
         write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
     return reply_decision(ctx, &d);
@@ -208,10 +232,11 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
 static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                           int argc)
 {
-    static uint8_t old[RATEL_STATE_MAX], buf[RATEL_STATE_MAX];
+    static uint8_t buf[RATEL_STATE_MAX];
     ratel_cmd_args_t a;
     ratel_decision_t d;
     RedisModuleKey *key;
+    const char *value;
     size_t old_len, len;
     int64_t now;
     int rc;
@@ -221,10 +246,9 @@ static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     if (parse_or_reply(ctx, RATEL_CMD_REFUND, argv, argc, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
-                   old, &old_len) != REDISMODULE_OK)
+                   buf, &old_len, &value) != REDISMODULE_OK)
         return REDISMODULE_OK;
     now = now_of(&a);
-    memcpy(buf, old, old_len);
     len = old_len;
     rc = ratel_policy_refund(&a.policy, buf, &len, sizeof buf, now,
                              a.request.cost, &d);
@@ -232,7 +256,7 @@ static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         RedisModule_CloseKey(key);
         return reply_core_error(ctx, rc);
     }
-    if (len != old_len || memcmp(buf, old, len) != 0)
+    if (state_changed(buf, len, value, old_len))
         write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
     return reply_decision(ctx, &d);
@@ -276,7 +300,7 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         return RedisModule_WrongArity(ctx);
     if (parse_or_reply(ctx, RATEL_CMD_INFO, argv, argc, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
-    if (open_state(ctx, argv[1], REDISMODULE_READ, &key, buf, &len) !=
+    if (open_state(ctx, argv[1], REDISMODULE_READ, &key, buf, &len, NULL) !=
         REDISMODULE_OK)
         return REDISMODULE_OK;
     RedisModule_CloseKey(key); /* NULL-safe */
