@@ -151,14 +151,18 @@ repeat
     Each rule: parse_rule(), its record (parse_record(), which must hold the
     same rule), and its verdict (the *_decide() functions, and decide_all()
     and report() as far as verdicts go). What the commit needs is kept in
-    a small array per rule, slots named below (an array is cheaper than a
-    table with keys): the rule, then A..F, whose meaning depends on the
-    algorithm, and the sliding runs. All quotients have numerators under
-    2^52, where floor(a / b) and ceil(a / b) of doubles are exact.
+    V, the one table a call makes (tables cost the collector more than
+    anything else here): slots 1-7 are the reply, then each rule has
+    SLOTS slots from 7 + (j - 1) x SLOTS on, named below: the rule, then
+    A..F, whose meaning depends on the algorithm, and the sliding runs.
+    Slot 8 is cleared before V is returned: Redis reads an array reply up
+    to the first nil. All quotients have numerators under 2^52, where
+    floor(a / b) and ceil(a / b) of doubles are exact.
     ]]
-    local ALGO, LIMIT, PERIOD, BURST, A, B, C, D, E, F, RUNS =
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
-    local recs, pos = {}, 5
+    local ALGO, LIMIT, PERIOD, BURST, A, B, C, D, E, F, RUNS, SLOTS =
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11
+    local V = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    local pos = 5
     local all_ok, at_us, retry_us, deny_rule = true, now_us, 0, 0
     for j = 1, n do
         local text = ARGV[i + j - 1]
@@ -201,18 +205,18 @@ repeat
             bad = true
             break
         end
-        for k = 1, j - 1 do
-            local q = recs[k]
-            if q[ALGO] == algo and q[LIMIT] == limit and q[PERIOD] == period and
-                q[BURST] == burst then
+        for k = 7, 7 + (j - 2) * SLOTS, SLOTS do
+            if V[k + ALGO] == algo and V[k + LIMIT] == limit and
+                V[k + PERIOD] == period and V[k + BURST] == burst then
                 bad = true
             end
         end
         if bad then
             break
         end
-        local r = { algo, limit, period, burst, 0, 0, 0, 0, 0, 0, false }
-        recs[j] = r
+        local b = 7 + (j - 1) * SLOTS
+        V[b + ALGO], V[b + LIMIT], V[b + PERIOD], V[b + BURST] =
+            algo, limit, period, burst
         local avail = len - pos + 1
         local ok, retry = true, 0
         if algo == ALGO_SLIDING then
@@ -271,7 +275,7 @@ repeat
                     end
                 end
             end
-            r[A], r[B], r[C], r[D], r[E], r[F], r[RUNS] =
+            V[b + A], V[b + B], V[b + C], V[b + D], V[b + E], V[b + F], V[b + RUNS] =
                 shift, base, nr, total, pos + 8 * drop, nr - drop, R
             pos = pos + 8 * nr
         elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
@@ -318,7 +322,7 @@ repeat
             elseif stored + period == ws then
                 prev = x
             end
-            r[A], r[B], r[C] = ws, cur, prev
+            V[b + A], V[b + B], V[b + C] = ws, cur, prev
             if algo == ALGO_FIXED then
                 if cur + cost > limit then
                     ok, retry = false, (ws + period) * 1000 - now_us
@@ -326,7 +330,7 @@ repeat
             else
                 local el = now_ms > ws and now_ms - ws or 0
                 local w = floor((period - el) * SCALE / period)
-                r[D] = w
+                V[b + D] = w
                 if prev * w + (cur + cost) * SCALE > limit * SCALE then
                     -- approx_first_fit(), only on a denial: a closure here.
                     local function first_fit(p, need)
@@ -392,7 +396,7 @@ repeat
                 end
                 pos = pos + 26
             end
-            r[A], r[B] = x, T
+            V[b + A], V[b + B] = x, T
             local a = (x > 0 and x or 0) + cost * T
             if a >= EXACT then
                 bad = true
@@ -432,15 +436,16 @@ repeat
     -- Commit (new bytes and status) or status only: the *_commit() and
     -- *_status() functions, serialize() and report().
     local commit = allowed and not peek
+    -- Each record is packed after the bytes before it (c0: a whole string).
     local new = n == 1 and 'RT\1\1' or 'RT\1' .. string.char(n)
     local rule, remaining, reset_ms = deny_rule, LIMIT_MAX + 1, 0
     for j = 1, n do
-        local r = recs[j]
-        local algo, limit, period = r[ALGO], r[LIMIT], r[PERIOD]
+        local b = 7 + (j - 1) * SLOTS
+        local algo, limit, period = V[b + ALGO], V[b + LIMIT], V[b + PERIOD]
         local used, reset_us
         if algo == ALGO_SLIDING then
             local shift, base, nr, total, e, keep, R =
-                r[A], r[B], r[C], r[D], r[E], r[F], r[RUNS]
+                V[b + A], V[b + B], V[b + C], V[b + D], V[b + E], V[b + F], V[b + RUNS]
             if commit then
                 -- sl_plan() and sl_commit(): join the last run, or a new
                 -- run after the ones still live.
@@ -465,10 +470,9 @@ repeat
                 end
                 total = total + cost
                 local hi = floor(base / TWO32)
-                new = new .. spack('<BBI4I4I4I4HI4', 0, shift, limit, period,
-                    base - hi * TWO32, hi, keep + 1, total) ..
-                    sub(old or '', e, e + 8 * keep - 1) ..
-                    spack('<I4I4', last_off, last_n)
+                new = spack('<c0BBI4I4I4I4HI4c0I4I4', new, 0, shift, limit,
+                    period, base - hi * TWO32, hi, keep + 1, total,
+                    sub(old or '', e, e + 8 * keep - 1), last_off, last_n)
                 reset_us = (base + last_off + period) * 1000 - now_us
             elseif nr > 0 then
                 reset_us = (base + R[2 * nr - 1] + period) * 1000 - now_us
@@ -477,15 +481,15 @@ repeat
             end
             used = total
         elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
-            local ws, cur, prev = r[A], r[B], r[C]
+            local ws, cur, prev = V[b + A], V[b + B], V[b + C]
             if commit then
                 cur = cur + cost
                 local hi = floor(ws / TWO32)
                 if algo == ALGO_FIXED then
-                    new = new .. spack('<BBI4I4I4I4I4', 1, 0, limit, period,
+                    new = spack('<c0BBI4I4I4I4I4', new, 1, 0, limit, period,
                         ws - hi * TWO32, hi, cur)
                 else
-                    new = new .. spack('<BBI4I4I4I4I4I4', 2, 0, limit, period,
+                    new = spack('<c0BBI4I4I4I4I4I4', new, 2, 0, limit, period,
                         ws - hi * TWO32, hi, cur, prev)
                 end
             end
@@ -493,13 +497,13 @@ repeat
                 used = cur
                 reset_us = cur > 0 and (ws + period) * 1000 - now_us or 0
             else
-                used = cur + ceil(prev * r[D] / SCALE)
+                used = cur + ceil(prev * V[b + D] / SCALE)
                 -- ap_reset_ms()
                 reset_us = cur > 0 and (ws + 2 * period) * 1000 - now_us or
                     prev > 0 and (ws + period) * 1000 - now_us or 0
             end
         else
-            local x, T, burst = r[A], r[B], r[BURST]
+            local x, T, burst = V[b + A], V[b + B], V[b + BURST]
             if commit then
                 -- gc_commit() and gc_store(): charged from max(TAT, at).
                 local w = (at_us - now_us) * limit
@@ -512,7 +516,7 @@ repeat
                     break
                 end
                 local hi = floor(tat / TWO32)
-                new = new .. spack('<BBI4I4I4I4I4I4', 3, 0, limit, period,
+                new = spack('<c0BBI4I4I4I4I4I4', new, 3, 0, limit, period,
                     burst, tat - hi * TWO32, hi, rem)
                 reset_us = rem > 0 and q + 1 or q
             elseif x > 0 then
@@ -546,9 +550,11 @@ repeat
     if commit and new ~= old then
         redis.call('SET', key, new, 'PXAT', ceil(now_us / 1000) + reset_ms)
     end
-    return { allowed and 1 or 0, recs[rule + 1][LIMIT], remaining,
+    V[1], V[2], V[3], V[4], V[5], V[6], V[7], V[8] = allowed and 1 or 0,
+        V[7 + rule * SLOTS + LIMIT], remaining,
         allowed and 0 or ceil(retry_us / 1000), reset_ms, rule,
-        ceil(wait_us / 1000) }
+        ceil(wait_us / 1000), nil
+    return V
 until true
 
 local fmt, unpack_ = string.format, unpack
