@@ -13,6 +13,9 @@ This file is a transcription of the C core (src/core/*.c) into Lua 5.1,
 function for function, so that the two can be read side by side; the
 conformance driver (tests/integration/conform.c) runs both on random
 traces and compares replies, bytes and expiry after every operation.
+Ahead of it, a fast path decides the common ACQUIRE inline and hands
+everything else to the transcription (see "fast path" below: it is there
+because Redis runs the whole chunk on every call).
 
 Numbers: Lua 5.1 has only doubles, exact for integers below 2^53. Every
 value of sliding, fixed and approx stays below that by design. gcra works
@@ -23,7 +26,9 @@ exact big-integer helpers below.
 
 Every reply is computed before anything is written, and the script never
 raises: a Lua error would be a bug, and is reported as one with nothing
-written.
+written (the transcription's pcall catches it; the fast path only does
+arithmetic on values it has checked, and struct calls on lengths it has
+checked).
 ]]
 
 local floor, ceil = math.floor, math.ceil
@@ -53,17 +58,19 @@ local EXACT = 2 ^ 53 - 2
 --------------------------------------------------------------- fast path
 
 Redis runs this whole chunk on every call, and every `local function`
-below it is a closure created anew each time. So the common call is
-decided here first, inline, with no closure at all: ACQUIRE (and RESET)
-on a key that is new or holds exactly the call's rules, in the value
-ranges where plain doubles are exact. Anything else - another operation,
-an error of any kind, a key written under other rules (conversion), a
-corrupt or foreign blob, a sliding rule that must coarsen or rebase,
-gcra values past 2^51 - leaves this block with `break` before anything is
-written, and the transcription of the core below decides the call from
-scratch. The fast path computes what that code computes, step for step
-(the comments name the functions it inlines); the conformance driver
-runs both on the same traces.
+below it is a closure created anew each time (about 110 of them, and the
+garbage they leave). So the common call is decided here first, inline,
+with no closure and one table: ACQUIRE (and RESET) on a key that is new
+or holds exactly the call's rules, in the value ranges where plain
+doubles are exact. Anything else - another operation, an error of any
+kind, a key written under other rules (conversion), a corrupt or foreign
+blob, a sliding rule that must coarsen or rebase, gcra values of 2^53 and
+more - leaves this block with `break` before anything is written, and
+the transcription below decides the call from scratch (it reads the key
+and the clock again). The fast path computes what that code computes,
+step for step (the comments name the functions it inlines); the
+conformance driver runs both on the same traces, and its traces take
+both paths. Costs: docs/lua.md.
 ]]
 repeat
     local op = ARGV[1]
@@ -436,13 +443,16 @@ repeat
     -- Commit (new bytes and status) or status only: the *_commit() and
     -- *_status() functions, serialize() and report().
     local commit = allowed and not peek
-    -- Each record is packed after the bytes before it (c0: a whole string).
+    -- The first record is packed after the blob's header (c0: a whole
+    -- string; struct copies it byte by byte, so long strings are joined
+    -- with .., which copies with memcpy).
     local new = n == 1 and 'RT\1\1' or 'RT\1' .. string.char(n)
     local rule, remaining, reset_ms = deny_rule, LIMIT_MAX + 1, 0
     for j = 1, n do
         local b = 7 + (j - 1) * SLOTS
         local algo, limit, period = V[b + ALGO], V[b + LIMIT], V[b + PERIOD]
-        local used, reset_us
+        local used, reset_us, rec
+        local head = j == 1 and new or ''
         if algo == ALGO_SLIDING then
             local shift, base, nr, total, e, keep, R =
                 V[b + A], V[b + B], V[b + C], V[b + D], V[b + E], V[b + F], V[b + RUNS]
@@ -470,9 +480,10 @@ repeat
                 end
                 total = total + cost
                 local hi = floor(base / TWO32)
-                new = spack('<c0BBI4I4I4I4HI4c0I4I4', new, 0, shift, limit,
-                    period, base - hi * TWO32, hi, keep + 1, total,
-                    sub(old or '', e, e + 8 * keep - 1), last_off, last_n)
+                rec = spack('<c0BBI4I4I4I4HI4', head, 0, shift, limit, period,
+                    base - hi * TWO32, hi, keep + 1, total) ..
+                    sub(old or '', e, e + 8 * keep - 1) ..
+                    spack('<I4I4', last_off, last_n)
                 reset_us = (base + last_off + period) * 1000 - now_us
             elseif nr > 0 then
                 reset_us = (base + R[2 * nr - 1] + period) * 1000 - now_us
@@ -486,10 +497,10 @@ repeat
                 cur = cur + cost
                 local hi = floor(ws / TWO32)
                 if algo == ALGO_FIXED then
-                    new = spack('<c0BBI4I4I4I4I4', new, 1, 0, limit, period,
+                    rec = spack('<c0BBI4I4I4I4I4', head, 1, 0, limit, period,
                         ws - hi * TWO32, hi, cur)
                 else
-                    new = spack('<c0BBI4I4I4I4I4I4', new, 2, 0, limit, period,
+                    rec = spack('<c0BBI4I4I4I4I4I4', head, 2, 0, limit, period,
                         ws - hi * TWO32, hi, cur, prev)
                 end
             end
@@ -516,7 +527,7 @@ repeat
                     break
                 end
                 local hi = floor(tat / TWO32)
-                new = spack('<c0BBI4I4I4I4I4I4', new, 3, 0, limit, period,
+                rec = spack('<c0BBI4I4I4I4I4I4', head, 3, 0, limit, period,
                     burst, tat - hi * TWO32, hi, rem)
                 reset_us = rem > 0 and q + 1 or q
             elseif x > 0 then
@@ -527,6 +538,9 @@ repeat
             -- gc_counts(): permits owed, out of the burst.
             used = x > 0 and ceil(x / T) or 0
             limit = burst
+        end
+        if rec then
+            new = j == 1 and rec or new .. rec
         end
         -- report(): the fewest permits left binds an admitted request.
         local left = used < limit and limit - used or 0
