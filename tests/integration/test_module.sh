@@ -127,6 +127,20 @@ redis_start_on "$rdb" || exit 1
 same rdb_restart_same_bytes "$(rcli "$rdb" GET snap | od -An -tx1)" "$before"
 same rdb_restart_still_denies "$(acq "$rdb" snap AT $((T + 3)) 3/1m | cut -d' ' -f1)" "0"
 
+# ------------------------------------------------------------ conformance
+# The core in-process, the module and lua/ratel.lua on the same random
+# traces: identical replies, stored bytes and expiry after every operation,
+# and keys written by one continued by the others (tests/integration/
+# conform.c). CONFORM_TRACES / CONFORM_SEED change the run.
+out=$("$build/conform" -p "$port" -n "${CONFORM_TRACES:-200}" -s "${CONFORM_SEED:-1}" \
+    --backends core,lua,module 2>&1)
+line=$(printf '%s\n' "$out" | tail -1)
+if [[ $line == *" passed, 0 failed" ]]; then
+    ok "conform_core_module_lua ($line)"
+else
+    fail conform_core_module_lua "$(printf '%s\n' "$out" | tail -15 | tr '\n' ' ')"
+fi
+
 # ------------------------------------------- random argument vectors
 # 3,000 commands assembled from options, numbers, rules and hostile bytes
 # (quoted for redis-cli, which unescapes \xNN): the server must survive and
