@@ -66,6 +66,14 @@ same "gcra 1e9/30d" "$(ev big ACQUIRE COST 999999999 AT $t 1000000000/30d:gcra)"
 same "gcra 1e9/30d again" \
     "$(ev big ACQUIRE COST 2 AT $t 1000000000/30d:gcra)" \
     "0 1000000000 1 3 2591999998 0 0"
+# 1e8/1m: tau = 6e15 units of 1/LIMIT us, past 2^52; the fast path
+# computes it in doubles as long as each value stays below 2^53.
+same "gcra 1e8/1m" "$(echo $(ev g8 ACQUIRE COST 99999999 AT $t 100000000/1m:gcra; \
+    ev g8 ACQUIRE COST 2 AT $t 100000000/1m:gcra; \
+    ev g8 ACQUIRE COST 2 MAXWAIT 1 AT $t 100000000/1m:gcra))" \
+    "1 100000000 1 0 60000 0 0 0 100000000 1 1 60000 0 0 1 100000000 0 0 60001 0 1"
+same "gcra 1e8/1m bytes" "$(hex g8) $(rcli "$port" PEXPIRETIME g8)" \
+    "52540101030000e1f50560ea000000e1f505004797e026930e0000879303 $((t + 60001))"
 # The newest permit goes back: 10/1d keeps the one at t.
 same "refund" "$(ev sms REFUND AT $((t + 60001)) 1/60s 10/1d)" \
     "1 1 1 0 86339999 0 0"
