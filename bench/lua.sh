@@ -7,6 +7,7 @@
 #
 #   bench/lua.sh 6379                      3 rounds of 200,000 calls each
 #   REPS=5 LUA_REQUESTS=100000 bench/lua.sh 6379
+#   RATEL_LUA=/tmp/old-ratel.lua bench/lua.sh 6379   another version
 #
 # Output: "ratel<TAB>name<TAB>value<TAB>ops/s" for ratel.lua,
 # "peer<TAB>name<TAB>ops_per_sec" for INCR and the seed (as
@@ -26,7 +27,7 @@ reps=${REPS:-3}
 seed_file=${SEED_LUA:-$top/../shared/peers/seed-fixed-window.lua}
 cli="redis-cli -p $port"
 
-ratel=$($cli SCRIPT LOAD "$(cat "$top/lua/ratel.lua")") || exit 1
+ratel=$($cli SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/lua/ratel.lua}")") || exit 1
 seed=$($cli SCRIPT LOAD "$(cat "$seed_file")") || exit 1
 # The Redis calls every ratel.lua decision makes (GET, TIME, SET ... PXAT)
 # and its seven-integer reply, with no decision at all: the fastest any
