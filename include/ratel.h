@@ -51,7 +51,9 @@ extern "C" {
     X(EVERSION, -6, "state was written by an unsupported format version")      \
     X(ENOBUFS, -7, "state buffer too small")                                   \
     X(ERANGE, -8, "value out of range")                                        \
-    X(ETOOMANY, -9, "too many rules in one policy")
+    X(ETOOMANY, -9, "too many rules in one policy")                            \
+    X(EIO, -10, "the store could not be reached or did not answer in time")   \
+    X(EPROTO, -11, "the store answered something unexpected")
 
 typedef enum ratel_errno_e {
     RATEL_OK = 0,
@@ -175,6 +177,18 @@ typedef struct ratel_request_s {
         1, 0, 0                                                                \
     }
 
+/* Which path made a decision. */
+typedef enum ratel_source_e {
+    RATEL_SOURCE_STORE = 0,  /* the key's state: the core, or Redis */
+    RATEL_SOURCE_CACHE = 1,  /* the Redis store's local deny cache */
+    RATEL_SOURCE_OPEN = 2,   /* Redis failed; failure policy `open` allowed */
+    RATEL_SOURCE_CLOSED = 3, /* Redis failed; failure policy `closed` denied */
+    RATEL_SOURCE_LOCAL = 4   /* Redis failed; the embedded fallback decided */
+} ratel_source_t;
+
+/* "store", "cache", "open", "closed", "local" ("unknown" otherwise). */
+RATEL_API const char *ratel_source_name(int source);
+
 typedef struct ratel_decision_s {
     int allowed;            /* 1 admitted (after wait_ms), 0 denied */
     int rule;               /* index of the binding rule in the policy */
@@ -184,6 +198,8 @@ typedef struct ratel_decision_s {
                                if nothing else happens in between */
     int64_t reset_after_ms; /* until the key is back to full (state empty) */
     int64_t wait_ms;        /* reservations: sleep this long, then proceed */
+    ratel_source_t source;  /* which path decided (RATEL_SOURCE_STORE unless
+                               a Redis store's cache or failure policy) */
 } ratel_decision_t;
 
 /*
@@ -267,6 +283,18 @@ typedef struct ratel_store_stats_s {
     uint64_t expirations; /* idle keys removed at their reset time */
     uint64_t evictions;   /* live keys dropped (least recently used) to stay
                              within max_bytes */
+    /* Redis store only (0 for the memory store): */
+    uint64_t round_trips; /* pipelines written and read (one per batch) */
+    uint64_t commands;    /* commands those round trips carried */
+    uint64_t cache_hits;  /* denials answered by the local deny cache */
+    uint64_t errors;      /* requests Redis did not decide (down, timeout,
+                             protocol): the failure policy decided them */
+    uint64_t fallback_open;   /* of those: allowed (`open`) */
+    uint64_t fallback_closed; /* denied (`closed`) */
+    uint64_t fallback_local;  /* decided by the embedded store (`local`) */
+    uint64_t redirects;   /* cluster MOVED / ASK answers followed */
+    uint64_t reconnects;  /* connections made after the first */
+    uint64_t breaker_open; /* 1 while Redis is considered down */
 } ratel_store_stats_t;
 
 /*
@@ -276,6 +304,70 @@ typedef struct ratel_store_stats_s {
  */
 RATEL_API int ratel_store_memory_new(ratel_store_t **out,
                                      const ratel_memory_options_t *options);
+
+/* What a Redis store does when Redis cannot decide (down, timeout). */
+typedef enum ratel_failure_e {
+    RATEL_FAILURE_DEFAULT = 0, /* `local` */
+    RATEL_FAILURE_OPEN,        /* allow, counted */
+    RATEL_FAILURE_CLOSED,      /* deny, counted; retry after the breaker */
+    RATEL_FAILURE_LOCAL        /* decide with an embedded memory store until
+                                  Redis answers again */
+} ratel_failure_t;
+
+/* How a Redis store runs the core inside Redis. */
+typedef enum ratel_redis_mode_e {
+    RATEL_REDIS_AUTO = 0, /* the module where loaded, else the Lua script */
+    RATEL_REDIS_MODULE,   /* RATEL.* commands only (error if not loaded) */
+    RATEL_REDIS_LUA       /* lua/ratel.lua via EVALSHA, even if the module is
+                             there */
+} ratel_redis_mode_t;
+
+/*
+ * Options of a Redis store. Zero means "the URL's value, else the default".
+ * The URL (docs/deployment.md) is `redis://[[user]:password@]host[:port]
+ * [,host[:port]...][/db][?name=value&...]` for one primary (several
+ * addresses: the store follows a failover to whichever is primary), or
+ * `redis+cluster://host:port[,host:port...]` for Redis Cluster. Its query
+ * may set connect_timeout_ms, timeout_ms, pool, on_failure
+ * (open|closed|local), mode (auto|module|lua) and deny_cache (entries).
+ */
+typedef struct ratel_redis_options_s {
+    const char *url;           /* required */
+    int connect_timeout_ms;    /* 0: 250 ms */
+    int command_timeout_ms;    /* 0: 250 ms; a round trip slower than this
+                                  fails and the failure policy decides */
+    unsigned pool_size;        /* connections per node; 0: 4 */
+    ratel_failure_t on_failure;
+    ratel_redis_mode_t mode;
+    long deny_cache_entries;   /* 0: 65,536; negative: no deny cache */
+    int64_t deny_cache_max_ms; /* longest a denial is answered locally
+                                  (another process's refund is not seen);
+                                  0: 10,000 ms */
+    int64_t breaker_ms;        /* after a failure, Redis is not tried again
+                                  for this long (caller's time); 0: 1,000 */
+    ratel_memory_options_t local; /* the `local` fallback store's bounds */
+    int client_time;           /* 1: send the caller's now_us as AT (tests,
+                                  replays); 0: Redis's own clock decides */
+    int lazy_connect;          /* 1: start even if Redis is unreachable now */
+} ratel_redis_options_t;
+
+/*
+ * Creates a store that keeps every key's state in Redis (docs/deployment.md):
+ * pooled connections, requests of concurrent callers pipelined together,
+ * the module or the Lua script, cluster routing, a failure policy and a
+ * local cache of denials. Connects before returning (unless lazy_connect)
+ * so that a wrong address, password or a server that is not Redis is
+ * reported here. On error returns RATEL_EINVAL (bad options or URL),
+ * RATEL_EIO (unreachable), RATEL_EPROTO (not Redis, refused the password,
+ * module required but absent) or RATEL_ENOMEM, with a message in errbuf.
+ *
+ * `now_us` given to the store's calls drives only what is decided in this
+ * process (the deny cache, the breaker, the `local` fallback); Redis decides
+ * with its own clock unless client_time is set.
+ */
+RATEL_API int ratel_store_redis_new(ratel_store_t **out,
+                                    const ratel_redis_options_t *options,
+                                    char *errbuf, size_t errlen);
 
 /*
  * ratel_policy_acquire() on the state the store holds for `key` (any bytes,
@@ -308,6 +400,34 @@ RATEL_API int ratel_store_inspect(ratel_store_t *store, const char *key,
 
 RATEL_API void ratel_store_stats(ratel_store_t *store,
                                  ratel_store_stats_t *out);
+
+/* One request of a batch: inputs, then what was decided. */
+typedef struct ratel_batch_item_s {
+    const char *key;
+    size_t keylen;
+    const ratel_policy_t *policy;
+    ratel_request_t request;
+    ratel_decision_t decision; /* out */
+    int rc;                    /* out: 0 or a RATEL_E* code for this item */
+} ratel_batch_item_t;
+
+/*
+ * ratel_store_acquire() for `n` items at once, all at `now_us`; a Redis
+ * store sends them in one pipelined round trip per node. Items are
+ * independent (no atomicity across them). Returns 0 when every item was
+ * looked at (see each item's rc), RATEL_EINVAL for bad arguments.
+ */
+RATEL_API int ratel_store_acquire_batch(ratel_store_t *store,
+                                        ratel_batch_item_t *items, size_t n,
+                                        int64_t now_us);
+
+/*
+ * Whether the store can decide with its own state now: 0 for a memory
+ * store, 0 for a Redis store whose every known node answered PING within
+ * the timeout, else RATEL_EIO / RATEL_EPROTO with the reason in errbuf.
+ */
+RATEL_API int ratel_store_ping(ratel_store_t *store, char *errbuf,
+                               size_t errlen);
 
 /* Frees the store and everything it holds. NULL is a no-op. */
 RATEL_API void ratel_store_free(ratel_store_t *store);

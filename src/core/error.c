@@ -30,3 +30,12 @@ const char *ratel_err_name(int err)
     }
     return "UNKNOWN";
 }
+
+const char *ratel_source_name(int source)
+{
+    static const char *const names[] = {"store", "cache", "open", "closed",
+                                        "local"};
+    if (source < 0 || source >= (int)(sizeof names / sizeof names[0]))
+        return "unknown";
+    return names[source];
+}

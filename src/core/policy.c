@@ -272,6 +272,7 @@ static void report(const ratel_policy_t *policy, const ratel__status_t *st,
     d->retry_after_ms = plan->allowed ? 0 : ratel__ceil_div(retry, 1000);
     d->reset_after_ms = ratel__ceil_div(reset, 1000);
     d->wait_ms = ratel__ceil_div(plan->wait_us, 1000);
+    d->source = RATEL_SOURCE_STORE;
 }
 
 /*
@@ -428,6 +429,7 @@ static int finish_one(const ratel_policy_t *policy, ratel__record_t *rec,
     d->retry_after_ms = v.allowed ? 0 : ratel__ceil_div(v.retry_us, 1000);
     d->reset_after_ms = ratel__ceil_div(st.reset_us, 1000);
     d->wait_ms = 0;
+    d->source = RATEL_SOURCE_STORE;
     return 0;
 }
 

@@ -827,8 +827,13 @@ static void memory_free(ratel_store_t *store)
 }
 
 static const ratel_store_ops_t memory_ops = {
-    "memory",       memory_acquire, memory_refund, memory_reset,
-    memory_inspect, memory_stats,   memory_free,
+    .name = "memory",
+    .acquire = memory_acquire,
+    .refund = memory_refund,
+    .reset = memory_reset,
+    .inspect = memory_inspect,
+    .stats = memory_stats,
+    .free = memory_free,
 };
 
 /*

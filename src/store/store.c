@@ -79,6 +79,41 @@ void ratel_store_stats(ratel_store_t *store, ratel_store_stats_t *out)
         store->ops->stats(store, out);
 }
 
+int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
+                              size_t n, int64_t now_us)
+{
+    size_t todo = 0;
+
+    if (!store || (!items && n > 0) || bad_time(now_us))
+        return RATEL_EINVAL;
+    /* A bad item is answered on its own; the others still go. */
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &items[i];
+        memset(&it->decision, 0, sizeof it->decision);
+        it->rc = (!it->key || bad_policy(it->policy)) ? RATEL_EINVAL : 0;
+        todo += it->rc == 0;
+    }
+    if (todo == 0)
+        return 0;
+    if (store->ops->acquire_batch)
+        return store->ops->acquire_batch(store, items, n, now_us);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].rc == 0)
+            items[i].rc = store->ops->acquire(
+                store, items[i].key, items[i].keylen, items[i].policy, now_us,
+                &items[i].request, &items[i].decision);
+    return 0;
+}
+
+int ratel_store_ping(ratel_store_t *store, char *errbuf, size_t errlen)
+{
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if (!store)
+        return RATEL_EINVAL;
+    return store->ops->ping ? store->ops->ping(store, errbuf, errlen) : 0;
+}
+
 void ratel_store_free(ratel_store_t *store)
 {
     if (store)

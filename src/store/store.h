@@ -42,7 +42,12 @@ typedef struct ratel_store_ops_s {
     int (*inspect)(ratel_store_t *store, const char *key, size_t keylen,
                    int64_t now_us, ratel_rule_status_t *out, size_t max,
                    size_t *n);
-    /* Fills every field of `out`. */
+    /* As ratel_store_acquire_batch(), items checked; NULL: one by one. */
+    int (*acquire_batch)(ratel_store_t *store, ratel_batch_item_t *items,
+                         size_t n, int64_t now_us);
+    /* As ratel_store_ping(); NULL: always reachable. */
+    int (*ping)(ratel_store_t *store, char *errbuf, size_t errlen);
+    /* Fills the fields of `out` it knows (the rest are zero). */
     void (*stats)(ratel_store_t *store, ratel_store_stats_t *out);
     /* Frees the store and everything it holds; `store` is not NULL. */
     void (*free)(ratel_store_t *store);

@@ -1,0 +1,64 @@
+/*
+ * redis_url.h - the Redis store's URL: where Redis is and how to talk to it.
+ *
+ *   redis://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/DB][?QUERY]
+ *   redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][?QUERY]
+ *
+ * HOST is a name, an IPv4 address or an IPv6 address in brackets
+ * ([::1]:6379); PORT defaults to 6379. Several addresses for redis:// are
+ * one primary and its possible successors (the store follows a failover);
+ * for redis+cluster:// they are seed nodes. USER and PASSWORD are
+ * percent-decoded. DB is 0..15 (not allowed with cluster, which has only
+ * db 0). QUERY is NAME=VALUE pairs joined by '&':
+ *
+ *   connect_timeout_ms  1..60000
+ *   timeout_ms          1..60000
+ *   pool                1..256 connections per node
+ *   on_failure          open | closed | local
+ *   mode                auto | module | lua
+ *   deny_cache          0..16777216 entries (0: no deny cache)
+ *
+ * Every error names the URL part that is wrong and says what is accepted;
+ * the password is never copied into a message.
+ */
+#ifndef RATEL_REDIS_URL_H
+#define RATEL_REDIS_URL_H
+
+#include "ratel.h"
+
+#include <stddef.h>
+
+#define RATEL_REDIS_MAX_ADDRS 16
+#define RATEL_REDIS_HOST_MAX 255
+
+typedef struct ratel_redis_addr_s {
+    char host[RATEL_REDIS_HOST_MAX + 1]; /* no brackets for IPv6 */
+    int port;                            /* 1..65535 */
+} ratel_redis_addr_t;
+
+typedef struct ratel_redis_url_s {
+    int cluster; /* redis+cluster:// */
+    size_t naddrs;
+    ratel_redis_addr_t addrs[RATEL_REDIS_MAX_ADDRS];
+    char username[256]; /* "" when not given */
+    char password[512]; /* "" when not given */
+    int has_password;   /* a password was given (it may be empty) */
+    int db;             /* 0 when not given */
+    /* Query values; 0 (or -1 for deny_cache) when not given. */
+    int connect_timeout_ms;
+    int timeout_ms;
+    unsigned pool;
+    ratel_failure_t on_failure; /* RATEL_FAILURE_DEFAULT when not given */
+    ratel_redis_mode_t mode;    /* RATEL_REDIS_AUTO when not given */
+    long deny_cache;            /* -1 when not given */
+} ratel_redis_url_t;
+
+/*
+ * Parses the NUL-terminated `url` into *out. Returns 0, or RATEL_EINVAL with
+ * a message in errbuf (when not NULL) that quotes the offending part
+ * (never the password) and says what is accepted.
+ */
+int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
+                           char *errbuf, size_t errlen);
+
+#endif /* RATEL_REDIS_URL_H */
