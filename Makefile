@@ -26,7 +26,9 @@ SANITIZE ?=
 LTO      ?= -flto=auto -ffat-lto-objects
 AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
-LDLIBS   += -pthread
+# hiredis (Debian's libhiredis-dev) for the Redis store.
+HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
+LDLIBS   += $(HIREDIS_LIBS) -pthread
 
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
@@ -36,7 +38,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_script.o
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -48,6 +50,13 @@ all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+# lua/ratel.lua, compiled in as a string for the Redis store's Lua mode.
+$(BUILD)/gen/lua_script.c: lua/ratel.lua scripts/embed-lua.sh
+	scripts/embed-lua.sh $< $@
+
+$(BUILD)/gen/lua_script.o: $(BUILD)/gen/lua_script.c
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libratel.a: $(LIB_OBJ)
@@ -89,7 +98,7 @@ $(BUILD)/ratel.so: $(MOD_OBJ)
 
 # The conformance driver: core, module and Lua script on the same traces.
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ -lhiredis $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)

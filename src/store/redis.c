@@ -1,0 +1,1106 @@
+/*
+ * redis.c - the Redis store: every key's state lives in Redis, decided
+ * there by the ratel module or the Lua script (same core, same bytes).
+ *
+ * This file routes requests and interprets answers; redis_node.c talks to
+ * one server (pool, shared pipeline, breaker). Here:
+ *
+ * - Routing. Standalone: the URL's addresses are one primary and its
+ *   possible successors; requests go to the current primary, and when it
+ *   fails (or answers READONLY: it became a replica) the addresses are
+ *   asked for their ROLE and the store follows the one that is primary.
+ *   Cluster: the slot map from CLUSTER SLOTS; a key's slot is CRC16 of the
+ *   key (or of its {hash tag}) mod 16384; MOVED updates the map and is
+ *   followed, ASK is followed once with ASKING. A policy's key is one Redis
+ *   key, so every decision is one command on one slot.
+ * - Answers. Seven integers become a decision; error replies become
+ *   RATEL_E* codes; NOSCRIPT reloads the script; a module that disappeared
+ *   (restart without it) is detected again.
+ * - Failure policy. When Redis cannot decide (down, timeout, breaker open,
+ *   LOADING, CLUSTERDOWN...), `open` allows, `closed` denies until the
+ *   breaker lets the next attempt through, `local` decides with an embedded
+ *   memory store. The decision's `source` says which.
+ * - Deny cache. A denial until T answers this key locally until T
+ *   (deny_cache.h).
+ */
+#include "store/deny_cache.h"
+#include "store/redis_node.h"
+#include "store/redis_url.h"
+#include "store/store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define REDIS_DEFAULT_TIMEOUT_MS 250
+#define REDIS_DEFAULT_POOL 4
+#define REDIS_DEFAULT_DENY_CACHE 65536
+#define REDIS_DEFAULT_DENY_MAX_MS 10000
+#define REDIS_DEFAULT_BREAKER_MS 1000
+#define REDIS_MAX_NODES 256
+#define REDIS_SLOTS 16384
+/* Keys longer than this are refused (RATEL_ERANGE). */
+#define REDIS_KEY_MAX 65536
+/* Redirections, reloads and failovers followed for one request. */
+#define REDIS_MAX_ATTEMPTS 5
+
+
+/* snprintf into a message buffer, where truncating is the intent. */
+static void __attribute__((format(printf, 3, 4)))
+msg(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+extern const char ratel__lua_script[];
+extern const size_t ratel__lua_script_len;
+
+typedef struct redis_store_s {
+    ratel_store_t base;
+    ratel_redis_url_t url;
+    node_config_t cfg;
+    char script_sha[41];
+    pthread_mutex_t sha_lock;
+    ratel_failure_t on_failure;
+    int client_time;
+
+    pthread_mutex_t lock; /* nodes, primary, refresh and failover times */
+    node_t *nodes[REDIS_MAX_NODES];
+    size_t nnodes;
+    size_t primary;                     /* standalone: index in nodes */
+    _Atomic uint16_t slots[REDIS_SLOTS]; /* cluster: node index + 1, 0 none */
+    int64_t last_map_us, last_failover_us;
+
+    ratel_deny_cache_t *cache;
+    ratel_store_t *local;
+
+    pthread_mutex_t err_lock;
+    char errstr[300];
+
+    _Atomic int64_t last_now_us; /* the callers' latest time */
+    _Atomic uint64_t round_trips, commands, reconnects, cache_hits, errors,
+        fallback_open, fallback_closed, fallback_local, redirects;
+} redis_store_t;
+
+static uint16_t crc16_table[256];
+static pthread_once_t crc16_once = PTHREAD_ONCE_INIT;
+
+/* CRC16-CCITT (XModem), the polynomial Redis Cluster hashes keys with. */
+static void crc16_init(void)
+{
+    for (unsigned i = 0; i < 256; i++) {
+        uint16_t crc = (uint16_t)(i << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
+        crc16_table[i] = crc;
+    }
+}
+
+/* The cluster slot of a key: of its first non-empty {hash tag}, if any. */
+static unsigned key_slot(const char *key, size_t len)
+{
+    uint16_t crc = 0;
+    size_t start = 0, end = len;
+
+    for (size_t i = 0; i < len; i++) {
+        if (key[i] == '{') {
+            for (size_t j = i + 1; j < len; j++) {
+                if (key[j] == '}') {
+                    if (j > i + 1) {
+                        start = i + 1;
+                        end = j;
+                    }
+                    break;
+                }
+            }
+            break;
+        }
+    }
+    for (size_t i = start; i < end; i++)
+        crc = (uint16_t)((crc << 8) ^
+                         crc16_table[((crc >> 8) ^ (uint8_t)key[i]) & 0xff]);
+    return crc & (REDIS_SLOTS - 1);
+}
+
+static void set_error(redis_store_t *s, const char *fmt, const char *what)
+{
+    pthread_mutex_lock(&s->err_lock);
+    msg(s->errstr, sizeof s->errstr, fmt, what);
+    pthread_mutex_unlock(&s->err_lock);
+}
+
+static void count(_Atomic uint64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* The node for host:port, created when new (store locked). */
+static node_t *node_at_locked(redis_store_t *s, const char *host, int port,
+                              size_t *index)
+{
+    for (size_t i = 0; i < s->nnodes; i++) {
+        if (s->nodes[i]->port == port && strcmp(s->nodes[i]->host, host) == 0) {
+            if (index)
+                *index = i;
+            return s->nodes[i];
+        }
+    }
+    if (s->nnodes == REDIS_MAX_NODES)
+        return NULL;
+    s->nodes[s->nnodes] = ratel__node_new(host, port, &s->cfg);
+    if (!s->nodes[s->nnodes])
+        return NULL;
+    if (index)
+        *index = s->nnodes;
+    return s->nodes[s->nnodes++];
+}
+
+/* ------------------------------------------------------------- cluster */
+
+/* Reads CLUSTER SLOTS from `c` (asked at host:port) into the map. */
+static int apply_slots(redis_store_t *s, redisContext *c, const char *host)
+{
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    int ok = 0;
+
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        return 0;
+    }
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i], *m;
+        size_t idx;
+        node_t *nd;
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        m = e->element[2];
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        nd = node_at_locked(s, m->element[0]->len ? m->element[0]->str : host,
+                            (int)m->element[1]->integer, &idx);
+        if (!nd)
+            continue;
+        for (long long slot = e->element[0]->integer;
+             slot <= e->element[1]->integer && slot < REDIS_SLOTS; slot++)
+            if (slot >= 0)
+                atomic_store_explicit(&s->slots[slot], (uint16_t)(idx + 1),
+                                      memory_order_relaxed);
+        ok = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    freeReplyObject(r);
+    return ok;
+}
+
+/*
+ * Refreshes the slot map from the first node that answers (known nodes,
+ * then the URL's seeds), at most once per 100 ms of callers' time unless
+ * `force`. Returns 1 when a map was read.
+ */
+static int refresh_slots(redis_store_t *s, int64_t now_us, int force,
+                         char *err, size_t errlen)
+{
+    char hosts[REDIS_MAX_NODES + RATEL_REDIS_MAX_ADDRS][256];
+    int ports[REDIS_MAX_NODES + RATEL_REDIS_MAX_ADDRS];
+    size_t n = 0;
+
+    pthread_mutex_lock(&s->lock);
+    if (!force && now_us >= s->last_map_us &&
+        now_us - s->last_map_us < 100000) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    s->last_map_us = now_us;
+    for (size_t i = 0; i < s->nnodes; i++, n++) {
+        snprintf(hosts[n], sizeof hosts[n], "%s", s->nodes[i]->host);
+        ports[n] = s->nodes[i]->port;
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < s->url.naddrs; i++, n++) {
+        snprintf(hosts[n], sizeof hosts[n], "%s", s->url.addrs[i].host);
+        ports[n] = s->url.addrs[i].port;
+    }
+    if (err && errlen)
+        msg(err, errlen, "no cluster node answered");
+    for (size_t i = 0; i < n; i++) {
+        int proto;
+        redisContext *c = ratel__node_connect(&s->cfg, hosts[i], ports[i],
+                                              err, errlen, &proto);
+        int ok;
+        if (!c)
+            continue;
+        ok = apply_slots(s, c, hosts[i]);
+        if (!ok && err && errlen)
+            msg(err, errlen,
+                     "%s:%d does not answer CLUSTER SLOTS (is it a cluster "
+                     "node? use redis:// for a standalone server)",
+                     hosts[i], ports[i]);
+        redisFree(c);
+        if (ok)
+            return 1;
+    }
+    return 0;
+}
+
+/* The node that serves `key` now (NULL: no map and none could be read). */
+static node_t *route(redis_store_t *s, const char *key, size_t keylen,
+                     int64_t now_us)
+{
+    node_t *nd;
+
+    if (!s->url.cluster) {
+        pthread_mutex_lock(&s->lock);
+        nd = s->nodes[s->primary];
+        pthread_mutex_unlock(&s->lock);
+        return nd;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        unsigned idx = atomic_load_explicit(
+            &s->slots[key_slot(key, keylen)], memory_order_relaxed);
+        if (idx) {
+            pthread_mutex_lock(&s->lock);
+            nd = s->nodes[idx - 1];
+            pthread_mutex_unlock(&s->lock);
+            return nd;
+        }
+        if (!refresh_slots(s, now_us, attempt == 0 ? 0 : 1, NULL, 0) &&
+            attempt == 1)
+            break;
+    }
+    /* No map: any node will answer with MOVED. */
+    pthread_mutex_lock(&s->lock);
+    nd = s->nnodes ? s->nodes[0] : NULL;
+    pthread_mutex_unlock(&s->lock);
+    return nd;
+}
+
+/* Parses "MOVED 3999 host:port" / "ASK ..." into slot, host and port. */
+static int parse_redirect(const char *msg, size_t len, unsigned *slot,
+                          char *host, size_t hostlen, int *port)
+{
+    char buf[400];
+    const char *sp, *colon;
+    char *end;
+    long v;
+
+    if (len >= sizeof buf)
+        return 0;
+    memcpy(buf, msg, len);
+    buf[len] = '\0';
+    sp = strchr(buf, ' ');
+    if (!sp)
+        return 0;
+    v = strtol(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || v < 0 || v >= REDIS_SLOTS)
+        return 0;
+    *slot = (unsigned)v;
+    colon = strrchr(end + 1, ':');
+    if (!colon || colon == end + 1 || (size_t)(colon - end - 1) >= hostlen)
+        return 0;
+    memcpy(host, end + 1, (size_t)(colon - end - 1));
+    host[colon - end - 1] = '\0';
+    v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v < 1 || v > 65535)
+        return 0;
+    *port = (int)v;
+    return 1;
+}
+
+/* ----------------------------------------------------------- failover */
+
+/*
+ * Standalone with several addresses: asks each for its ROLE and makes the
+ * primary the current node. At most once per breaker interval of callers'
+ * time. Returns 1 when the current node changed.
+ */
+static int failover(redis_store_t *s, int64_t now_us)
+{
+    size_t old, found = (size_t)-1;
+
+    if (s->url.cluster || s->url.naddrs < 2)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    if (now_us >= s->last_failover_us &&
+        now_us - s->last_failover_us < s->cfg.breaker_us &&
+        s->last_failover_us != 0) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    s->last_failover_us = now_us;
+    old = s->primary;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < s->url.naddrs && found == (size_t)-1; i++) {
+        char err[300];
+        int proto;
+        redisContext *c =
+            ratel__node_connect(&s->cfg, s->url.addrs[i].host,
+                                s->url.addrs[i].port, err, sizeof err, &proto);
+        redisReply *r;
+        if (!c)
+            continue;
+        r = redisCommand(c, "ROLE");
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[0]->str, "master") == 0)
+            found = i;
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    if (found == (size_t)-1 || found == old)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    s->primary = found; /* the URL's addresses are nodes 0..naddrs-1 */
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}
+
+/* ------------------------------------------------------------ answers */
+
+static int starts(const redisReply *r, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+/* What went wrong, as a RATEL_E* code, for an error reply. */
+static int error_code(const redisReply *r)
+{
+    if (starts(r, "WRONGTYPE"))
+        return RATEL_ECORRUPT;
+    if (starts(r, "ERR ratel: key holds a value that is not"))
+        return RATEL_ECORRUPT;
+    if (starts(r, "ERR ratel: key holds ratel state of an unknown"))
+        return RATEL_EVERSION;
+    if (starts(r, "ERR ratel: COST") && strstr(r->str, "can ever admit"))
+        return RATEL_ECOST;
+    if (starts(r, "ERR ratel: at most"))
+        return RATEL_ETOOMANY;
+    if (starts(r, "ERR ratel:"))
+        return RATEL_EINVAL;
+    /* The server cannot decide now: the failure policy will. */
+    if (starts(r, "LOADING") || starts(r, "BUSY") ||
+        starts(r, "MASTERDOWN") || starts(r, "CLUSTERDOWN") ||
+        starts(r, "TRYAGAIN") || starts(r, "OOM") || starts(r, "READONLY") ||
+        starts(r, "NOSCRIPT") || starts(r, "MOVED") || starts(r, "ASK "))
+        return RATEL_EIO;
+    return RATEL_EPROTO;
+}
+
+/* The seven integers of ACQUIRE and REFUND. */
+static int parse_decision(const redisReply *r, ratel_decision_t *d)
+{
+    long long v[7];
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
+        return RATEL_EPROTO;
+    for (int i = 0; i < 7; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return RATEL_EPROTO;
+        v[i] = r->element[i]->integer;
+    }
+    if ((v[0] != 0 && v[0] != 1) || v[5] < 0 || v[5] >= RATEL_MAX_RULES)
+        return RATEL_EPROTO;
+    d->allowed = (int)v[0];
+    d->limit = v[1];
+    d->remaining = v[2];
+    d->retry_after_ms = v[3];
+    d->reset_after_ms = v[4];
+    d->rule = (int)v[5];
+    d->wait_ms = v[6];
+    d->source = RATEL_SOURCE_STORE;
+    return 0;
+}
+
+/*
+ * Runs ops[0..n) to completion: routes each to its node, runs every node's
+ * share, then follows MOVED / ASK, reloads the script on NOSCRIPT, detects
+ * the module again after "unknown command", and follows a failover, up to
+ * REDIS_MAX_ATTEMPTS times per op. On return every op has rc 0 with a
+ * reply that is not one of those, or a transport error.
+ */
+static void execute(redis_store_t *s, op_t **ops, size_t n, int64_t now_us)
+{
+    node_t *stack_targets[8], **target = stack_targets;
+    op_t *stack_pending[8], **pending = stack_pending, *stack_share[8],
+        **share = stack_share;
+    size_t npending = n;
+
+    if (n > 8) {
+        target = malloc(n * sizeof *target);
+        pending = malloc(n * sizeof *pending);
+        share = malloc(n * sizeof *share);
+        if (!target || !pending || !share) {
+            for (size_t i = 0; i < n; i++) {
+                ops[i]->rc = RATEL_ENOMEM;
+                ops[i]->reply = NULL;
+            }
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        pending[i] = ops[i];
+        target[i] = NULL;
+        ops[i]->asking = 0;
+    }
+    for (int attempt = 0; attempt < REDIS_MAX_ATTEMPTS && npending > 0;
+         attempt++) {
+        size_t next = 0;
+        int failed_over = 0, eio = 0;
+
+        /* Route, then run each node's share in one call. */
+        for (size_t i = 0; i < npending; i++) {
+            op_t *op = pending[i];
+            if (!target[i])
+                target[i] = route(s, op->key, op->keylen, now_us);
+            if (!target[i]) {
+                op->rc = RATEL_EIO;
+                op->reply = NULL;
+                set_error(s, "%s", "no cluster node answered");
+            }
+        }
+        for (size_t i = 0; i < npending; i++) {
+            node_t *nd = target[i];
+            size_t k = 0;
+            if (!nd)
+                continue;
+            for (size_t j = i; j < npending; j++) {
+                if (target[j] == nd) {
+                    share[k++] = pending[j];
+                    if (j != i)
+                        target[j] = NULL;
+                }
+            }
+            target[i] = NULL;
+            ratel__node_run(nd, share, k, now_us);
+            for (size_t j = 0; j < k; j++) {
+                if (share[j]->rc != 0) {
+                    char why[256];
+                    ratel__node_error(nd, why, sizeof why);
+                    set_error(s, "%s", why[0] ? why : "redis unreachable");
+                    eio |= share[j]->rc == RATEL_EIO;
+                }
+            }
+        }
+        if (eio && !s->url.cluster)
+            failed_over = failover(s, now_us);
+
+        /* Keep what needs another attempt. */
+        for (size_t i = 0; i < npending; i++) {
+            op_t *op = pending[i];
+            node_t *nd = op->node;
+            redisReply *r = op->reply;
+            node_t *again = NULL;
+            int retry = 0, ask = 0;
+
+            if (op->rc != 0) {
+                retry = failed_over;
+            } else if (r->type == REDIS_REPLY_ERROR) {
+                char host[256];
+                unsigned slot;
+                int port;
+                if ((starts(r, "MOVED ") || starts(r, "ASK ")) &&
+                    parse_redirect(r->str, r->len, &slot, host, sizeof host,
+                                   &port)) {
+                    size_t idx;
+                    count(&s->redirects);
+                    pthread_mutex_lock(&s->lock);
+                    again = node_at_locked(s, host, port, &idx);
+                    if (again && r->str[0] == 'M')
+                        atomic_store_explicit(&s->slots[slot],
+                                              (uint16_t)(idx + 1),
+                                              memory_order_relaxed);
+                    pthread_mutex_unlock(&s->lock);
+                    ask = r->str[0] == 'A';
+                    if (r->str[0] == 'M')
+                        refresh_slots(s, now_us, 0, NULL, 0);
+                    retry = again != NULL;
+                } else if (starts(r, "NOSCRIPT")) {
+                    ratel__node_forget(nd, 0, 1);
+                    retry = 1;
+                } else if (starts(r, "ERR unknown command") &&
+                           op->mode == NODE_MODE_MODULE) {
+                    ratel__node_forget(nd, 1, 1);
+                    retry = 1;
+                } else if (starts(r, "READONLY")) {
+                    retry = failover(s, now_us);
+                }
+            }
+            if (retry && attempt + 1 < REDIS_MAX_ATTEMPTS) {
+                freeReplyObject(op->reply);
+                op->reply = NULL;
+                op->asking = ask;
+                pending[next] = op;
+                target[next] = again;
+                next++;
+            }
+        }
+        npending = next;
+    }
+out:
+    if (target != stack_targets) {
+        free(target);
+        free(pending);
+        free(share);
+    }
+}
+
+/* --------------------------------------------------- failure policy */
+
+/* Largest cost every rule of `policy` could ever admit. */
+static int check_cost(const ratel_policy_t *p, const ratel_request_t *req)
+{
+    if (req->cost < 1)
+        return RATEL_EINVAL;
+    for (uint32_t i = 0; i < p->nrules; i++) {
+        const ratel_rule_t *r = &p->rules[i];
+        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        if (req->cost > cap)
+            return RATEL_ECOST;
+        if (req->max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA)
+            return RATEL_EINVAL;
+    }
+    if (req->max_wait_ms < 0 || req->max_wait_ms > RATEL_PERIOD_MAX_MS)
+        return RATEL_EINVAL;
+    return 0;
+}
+
+/*
+ * Decides a request Redis could not decide, by the failure policy. Returns
+ * 0 with the decision, or the local store's error.
+ */
+static int fail_decide(redis_store_t *s, node_t *nd, const char *key,
+                       size_t keylen, const ratel_policy_t *p,
+                       const ratel_request_t *req, int64_t now_us,
+                       ratel_decision_t *d)
+{
+    int64_t until = 0, remaining = INT64_MAX;
+    int rc;
+
+    count(&s->errors);
+    switch (s->on_failure) {
+    case RATEL_FAILURE_OPEN:
+        count(&s->fallback_open);
+        for (uint32_t i = 0; i < p->nrules; i++) {
+            const ratel_rule_t *r = &p->rules[i];
+            int64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+            if (cap - (int64_t)req->cost < remaining)
+                remaining = cap - (int64_t)req->cost;
+        }
+        memset(d, 0, sizeof *d);
+        d->allowed = 1;
+        d->limit = p->rules[0].limit;
+        d->remaining = remaining < 0 ? 0 : remaining;
+        d->source = RATEL_SOURCE_OPEN;
+        return 0;
+    case RATEL_FAILURE_CLOSED:
+        count(&s->fallback_closed);
+        if (nd)
+            ratel__node_down(nd, now_us, &until);
+        memset(d, 0, sizeof *d);
+        d->allowed = 0;
+        d->limit = p->rules[0].limit;
+        d->retry_after_ms = until > now_us ? (until - now_us + 999) / 1000
+                                           : s->cfg.breaker_us / 1000;
+        if (d->retry_after_ms < 1)
+            d->retry_after_ms = 1;
+        d->reset_after_ms = d->retry_after_ms;
+        d->source = RATEL_SOURCE_CLOSED;
+        return 0;
+    default:
+        count(&s->fallback_local);
+        rc = ratel_store_acquire(s->local, key, keylen, p, now_us, req, d);
+        if (rc == 0)
+            d->source = RATEL_SOURCE_LOCAL;
+        return rc;
+    }
+}
+
+/* The callers' latest time (for calls that are given none). */
+static int64_t latest(redis_store_t *s)
+{
+    int64_t t = atomic_load_explicit(&s->last_now_us, memory_order_relaxed);
+    return t > 0 ? t : ratel_clock_now_us();
+}
+
+static void op_init(redis_store_t *s, op_t *op, op_kind_t kind,
+                    const char *key, size_t keylen, int64_t now_us)
+{
+    if (kind != OP_PING)
+        atomic_store_explicit(&s->last_now_us, now_us, memory_order_relaxed);
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->key = key;
+    op->keylen = keylen;
+    op->at_ms = s->client_time ? now_us / 1000 : -1;
+}
+
+/*
+ * Turns a finished ACQUIRE op into the caller's answer: the decision, a
+ * RATEL_E* error, or the failure policy's decision. Records denials in the
+ * deny cache.
+ */
+static int finish_acquire(redis_store_t *s, op_t *op, uint64_t fingerprint,
+                          int64_t now_us, ratel_decision_t *d)
+{
+    int rc = op->rc;
+
+    if (rc == 0) {
+        redisReply *r = op->reply;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = error_code(r);
+            set_error(s, "%s", r->str);
+        } else {
+            rc = parse_decision(r, d);
+            if (rc != 0)
+                set_error(s, "%s", "Redis answered ACQUIRE with something "
+                                   "else than seven integers");
+        }
+        freeReplyObject(r);
+        op->reply = NULL;
+    }
+    if (rc == 0) {
+        if (!d->allowed && s->cache)
+            ratel__deny_cache_put(s->cache, op->key, op->keylen, fingerprint,
+                                  &op->request, d, now_us);
+        return 0;
+    }
+    if (rc == RATEL_EIO || rc == RATEL_EPROTO)
+        return fail_decide(s, op->node, op->key, op->keylen, op->policy,
+                           &op->request, now_us, d);
+    return rc;
+}
+
+static int redis_acquire(ratel_store_t *store, const char *key, size_t keylen,
+                         const ratel_policy_t *policy, int64_t now_us,
+                         const ratel_request_t *request,
+                         ratel_decision_t *decision)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    uint64_t fp = 0;
+    op_t op, *ops[1] = {&op};
+    int rc;
+
+    if (keylen > REDIS_KEY_MAX)
+        return RATEL_ERANGE;
+    rc = check_cost(policy, request);
+    if (rc != 0)
+        return rc;
+    if (s->cache) {
+        fp = ratel__policy_fingerprint(policy);
+        if (ratel__deny_cache_get(s->cache, key, keylen, fp, request, now_us,
+                                  decision)) {
+            count(&s->cache_hits);
+            return 0;
+        }
+    }
+    op_init(s, &op, OP_ACQUIRE, key, keylen, now_us);
+    op.policy = policy;
+    op.request = *request;
+    execute(s, ops, 1, now_us);
+    return finish_acquire(s, &op, fp, now_us, decision);
+}
+
+static int redis_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
+                               size_t n, int64_t now_us)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    op_t *ops = calloc(n, sizeof *ops), **run = calloc(n, sizeof *run);
+    uint64_t *fps = calloc(n, sizeof *fps);
+    size_t k = 0;
+
+    if (!ops || !run || !fps) {
+        free(ops);
+        free(run);
+        free(fps);
+        return RATEL_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &items[i];
+        if (it->rc != 0)
+            continue;
+        if (it->keylen > REDIS_KEY_MAX) {
+            it->rc = RATEL_ERANGE;
+            continue;
+        }
+        it->rc = check_cost(it->policy, &it->request);
+        if (it->rc != 0)
+            continue;
+        if (s->cache) {
+            fps[i] = ratel__policy_fingerprint(it->policy);
+            if (ratel__deny_cache_get(s->cache, it->key, it->keylen, fps[i],
+                                      &it->request, now_us, &it->decision)) {
+                count(&s->cache_hits);
+                continue;
+            }
+        }
+        op_init(s, &ops[i], OP_ACQUIRE, it->key, it->keylen, now_us);
+        ops[i].policy = it->policy;
+        ops[i].request = it->request;
+        run[k++] = &ops[i];
+    }
+    if (k > 0)
+        execute(s, run, k, now_us);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].key)
+            items[i].rc =
+                finish_acquire(s, &ops[i], fps[i], now_us, &items[i].decision);
+    free(ops);
+    free(run);
+    free(fps);
+    return 0;
+}
+
+/*
+ * A write other than ACQUIRE (REFUND, RESET) on Redis; with `local`, the
+ * fallback store gets it too, so that what it decided is given back there
+ * as well. Returns what Redis said, or the failure's code.
+ */
+static int simple_write(redis_store_t *s, op_t *op, int64_t now_us,
+                        ratel_decision_t *d, long long *integer)
+{
+    int rc;
+
+    if (s->cache)
+        ratel__deny_cache_forget(s->cache, op->key, op->keylen);
+    execute(s, (op_t *[]){op}, 1, now_us);
+    rc = op->rc;
+    if (rc == 0) {
+        redisReply *r = op->reply;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = error_code(r);
+            set_error(s, "%s", r->str);
+        } else if (d) {
+            rc = parse_decision(r, d);
+        } else if (r->type == REDIS_REPLY_INTEGER) {
+            *integer = r->integer;
+        } else {
+            rc = RATEL_EPROTO;
+        }
+        freeReplyObject(r);
+    }
+    if (rc == RATEL_EIO || rc == RATEL_EPROTO)
+        count(&s->errors);
+    return rc;
+}
+
+static int redis_refund(ratel_store_t *store, const char *key, size_t keylen,
+                        const ratel_policy_t *policy, int64_t now_us,
+                        uint64_t cost, ratel_decision_t *decision)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    op_t op;
+    int rc;
+
+    if (keylen > REDIS_KEY_MAX)
+        return RATEL_ERANGE;
+    if (cost < 1 || cost > RATEL_LIMIT_MAX)
+        return RATEL_EINVAL;
+    op_init(s, &op, OP_REFUND, key, keylen, now_us);
+    op.policy = policy;
+    op.request.cost = cost;
+    rc = simple_write(s, &op, now_us, decision, NULL);
+    if (s->local && (rc == 0 || rc == RATEL_EIO || rc == RATEL_EPROTO)) {
+        ratel_decision_t local;
+        int lrc = ratel_store_refund(s->local, key, keylen, policy, now_us,
+                                     cost, &local);
+        if (rc != 0 && lrc == 0) {
+            *decision = local;
+            decision->source = RATEL_SOURCE_LOCAL;
+            rc = 0;
+        }
+    }
+    return rc;
+}
+
+static int redis_reset(ratel_store_t *store, const char *key, size_t keylen)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    long long existed = 0;
+    op_t op;
+    int rc;
+
+    if (keylen > REDIS_KEY_MAX)
+        return RATEL_ERANGE;
+    if (s->local)
+        ratel_store_reset(s->local, key, keylen);
+    op_init(s, &op, OP_RESET, key, keylen, latest(s));
+    rc = simple_write(s, &op, latest(s), NULL, &existed);
+    return rc;
+}
+
+static int redis_inspect(ratel_store_t *store, const char *key, size_t keylen,
+                         int64_t now_us, ratel_rule_status_t *out, size_t max,
+                         size_t *n)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    op_t op;
+    int rc;
+
+    if (keylen > REDIS_KEY_MAX)
+        return RATEL_ERANGE;
+    op_init(s, &op, OP_GET, key, keylen, now_us);
+    execute(s, (op_t *[]){&op}, 1, now_us);
+    rc = op.rc;
+    if (rc == 0) {
+        redisReply *r = op.reply;
+        if (r->type == REDIS_REPLY_NIL)
+            rc = 0;
+        else if (r->type == REDIS_REPLY_STRING)
+            rc = ratel_state_inspect((const uint8_t *)r->str, r->len, now_us,
+                                     out, max, n);
+        else
+            rc = r->type == REDIS_REPLY_ERROR ? error_code(r) : RATEL_EPROTO;
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    node_t *nodes[REDIS_MAX_NODES];
+    size_t n = 0;
+    int rc = 0;
+
+    if (s->url.cluster) {
+        char err[300];
+        /* Ask the cluster which nodes own slots now, then ping those. */
+        if (!refresh_slots(s, ratel_clock_now_us(), 1, err, sizeof err)) {
+            if (errbuf && errlen)
+                msg(errbuf, errlen, "%s", err);
+            return RATEL_EIO;
+        }
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->url.cluster) {
+        for (size_t i = 0; i < s->nnodes; i++) {
+            int owns = 0;
+            for (size_t slot = 0; slot < REDIS_SLOTS && !owns; slot++)
+                owns = atomic_load_explicit(&s->slots[slot],
+                                            memory_order_relaxed) == i + 1;
+            if (owns)
+                nodes[n++] = s->nodes[i];
+        }
+    } else {
+        nodes[n++] = s->nodes[s->primary];
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        op_t op;
+        op_init(s, &op, OP_PING, "", 0, 0);
+        op.force = 1;
+        ratel__node_run(nodes[i], (op_t *[]){&op}, 1, ratel_clock_now_us());
+        rc = op.rc;
+        if (rc == 0) {
+            if (op.reply->type != REDIS_REPLY_STATUS) {
+                rc = RATEL_EPROTO;
+                if (errbuf && errlen)
+                    msg(errbuf, errlen, "%s: PING answered %.*s",
+                             nodes[i]->name, (int)op.reply->len,
+                             op.reply->str ? op.reply->str : "");
+            }
+            freeReplyObject(op.reply);
+        } else if (errbuf && errlen) {
+            ratel__node_error(nodes[i], errbuf, errlen);
+        }
+    }
+    return rc;
+}
+
+static void redis_stats(ratel_store_t *store, ratel_store_stats_t *out)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    int64_t now = ratel_clock_now_us();
+
+#define LOAD(f) out->f = atomic_load_explicit(&s->f, memory_order_relaxed)
+    LOAD(round_trips);
+    LOAD(commands);
+    LOAD(reconnects);
+    LOAD(cache_hits);
+    LOAD(errors);
+    LOAD(fallback_open);
+    LOAD(fallback_closed);
+    LOAD(fallback_local);
+    LOAD(redirects);
+#undef LOAD
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->nnodes; i++) {
+        int64_t until;
+        ratel__node_down(s->nodes[i], now, &until);
+        out->breaker_open |= until != 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void redis_free(ratel_store_t *store)
+{
+    redis_store_t *s = (redis_store_t *)store;
+
+    for (size_t i = 0; i < s->nnodes; i++)
+        ratel__node_free(s->nodes[i]);
+    ratel__deny_cache_free(s->cache);
+    ratel_store_free(s->local);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->sha_lock);
+    pthread_mutex_destroy(&s->err_lock);
+    free(s);
+}
+
+static const ratel_store_ops_t redis_ops = {
+    .name = "redis",
+    .acquire = redis_acquire,
+    .refund = redis_refund,
+    .reset = redis_reset,
+    .inspect = redis_inspect,
+    .acquire_batch = redis_acquire_batch,
+    .ping = redis_ping,
+    .stats = redis_stats,
+    .free = redis_free,
+};
+
+/* ------------------------------------------------------------- create */
+
+static int pick(int option, int from_url, int dflt)
+{
+    return option > 0 ? option : from_url > 0 ? from_url : dflt;
+}
+
+/* Options (and the URL's query) into s; 0 or RATEL_EINVAL with errbuf. */
+static int configure(redis_store_t *s, const ratel_redis_options_t *o,
+                     char *errbuf, size_t errlen)
+{
+    const ratel_redis_url_t *u = &s->url;
+    long entries;
+    int64_t deny_ms, breaker_ms;
+    int rc;
+
+    if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 ||
+        o->breaker_ms < 0 || o->deny_cache_max_ms < 0 ||
+        o->on_failure < RATEL_FAILURE_DEFAULT ||
+        o->on_failure > RATEL_FAILURE_LOCAL || o->mode < RATEL_REDIS_AUTO ||
+        o->mode > RATEL_REDIS_LUA || o->pool_size > 256) {
+        if (errbuf && errlen)
+            msg(errbuf, errlen,
+                     "redis store: an option is out of range (timeouts, "
+                     "breaker_ms and deny_cache_max_ms >= 0, pool_size "
+                     "<= 256)");
+        return RATEL_EINVAL;
+    }
+    s->cfg.connect_timeout_ms =
+        pick(o->connect_timeout_ms, u->connect_timeout_ms,
+             REDIS_DEFAULT_TIMEOUT_MS);
+    s->cfg.command_timeout_ms = pick(o->command_timeout_ms, u->timeout_ms,
+                                     REDIS_DEFAULT_TIMEOUT_MS);
+    s->cfg.pool_size =
+        (unsigned)pick((int)o->pool_size, (int)u->pool, REDIS_DEFAULT_POOL);
+    s->cfg.mode = o->mode != RATEL_REDIS_AUTO ? o->mode : u->mode;
+    s->on_failure = o->on_failure != RATEL_FAILURE_DEFAULT ? o->on_failure
+                    : u->on_failure != RATEL_FAILURE_DEFAULT
+                        ? u->on_failure
+                        : RATEL_FAILURE_LOCAL;
+    breaker_ms = o->breaker_ms > 0 ? o->breaker_ms : REDIS_DEFAULT_BREAKER_MS;
+    s->cfg.breaker_us = breaker_ms * 1000;
+    s->client_time = o->client_time != 0;
+    s->cfg.username = u->username;
+    s->cfg.password = u->has_password ? u->password : NULL;
+    s->cfg.db = u->db;
+    s->cfg.script = ratel__lua_script;
+    s->cfg.script_len = ratel__lua_script_len;
+    s->cfg.script_sha = s->script_sha;
+    s->cfg.sha_lock = &s->sha_lock;
+    s->cfg.round_trips = &s->round_trips;
+    s->cfg.commands = &s->commands;
+    s->cfg.reconnects = &s->reconnects;
+
+    entries = o->deny_cache_entries != 0 ? o->deny_cache_entries
+              : u->deny_cache >= 0       ? u->deny_cache
+                                         : REDIS_DEFAULT_DENY_CACHE;
+    deny_ms = o->deny_cache_max_ms > 0 ? o->deny_cache_max_ms
+                                       : REDIS_DEFAULT_DENY_MAX_MS;
+    if (entries > 0) {
+        rc = ratel__deny_cache_new(&s->cache, (size_t)entries, deny_ms);
+        if (rc != 0) {
+            if (errbuf && errlen)
+                msg(errbuf, errlen,
+                         "redis store: deny cache of %ld entries: %s", entries,
+                         ratel_strerror(rc));
+            return rc;
+        }
+    }
+    if (s->on_failure == RATEL_FAILURE_LOCAL) {
+        rc = ratel_store_memory_new(&s->local, &o->local);
+        if (rc != 0) {
+            if (errbuf && errlen)
+                msg(errbuf, errlen,
+                         "redis store: the local fallback store: %s",
+                         ratel_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int ratel_store_redis_new(ratel_store_t **out,
+                          const ratel_redis_options_t *options, char *errbuf,
+                          size_t errlen)
+{
+    redis_store_t *s;
+    int rc;
+
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if (!out)
+        return RATEL_EINVAL;
+    *out = NULL;
+    if (!options || !options->url) {
+        if (errbuf && errlen)
+            msg(errbuf, errlen, "redis store: a URL is needed, e.g. "
+                                     "redis://127.0.0.1:6379");
+        return RATEL_EINVAL;
+    }
+    pthread_once(&crc16_once, crc16_init);
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return RATEL_ENOMEM;
+    s->base.ops = &redis_ops;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->sha_lock, NULL);
+    pthread_mutex_init(&s->err_lock, NULL);
+    rc = ratel__redis_url_parse(options->url, &s->url, errbuf, errlen);
+    if (rc == 0)
+        rc = configure(s, options, errbuf, errlen);
+    for (size_t i = 0; rc == 0 && i < s->url.naddrs; i++)
+        if (!node_at_locked(s, s->url.addrs[i].host, s->url.addrs[i].port,
+                            NULL))
+            rc = RATEL_ENOMEM;
+    if (rc == 0 && !options->lazy_connect) {
+        char err[300] = "";
+        /* Reaches every node (the cluster's map first) and learns each
+           one's mode: a wrong address, password, a server that is not
+           Redis or a missing module is reported here. */
+        if (s->url.naddrs > 1)
+            failover(s, 0);
+        rc = redis_ping(&s->base, err, sizeof err);
+        if (rc != 0 && errbuf && errlen)
+            msg(errbuf, errlen, "redis store: %s", err);
+    }
+    if (rc != 0) {
+        redis_free(&s->base);
+        return rc;
+    }
+    *out = &s->base;
+    return 0;
+}

@@ -1,0 +1,560 @@
+/*
+ * redis_node.c - connections to one Redis server, the shared pipeline and
+ * the breaker (redis_node.h explains the three).
+ */
+#include "store/redis_node.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+
+/* Most commands one round trip carries. */
+
+/* snprintf into a message buffer, where truncating is the intent. */
+static void __attribute__((format(printf, 3, 4)))
+msg(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+#define NODE_MAX_PIPELINE 512
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+node_t *ratel__node_new(const char *host, int port, const node_config_t *cfg)
+{
+    node_t *nd = calloc(1, sizeof *nd);
+
+    if (!nd)
+        return NULL;
+    nd->idle = calloc(cfg->pool_size, sizeof *nd->idle);
+    if (!nd->idle) {
+        free(nd);
+        return NULL;
+    }
+    snprintf(nd->host, sizeof nd->host, "%s", host);
+    nd->port = port;
+    if (strchr(host, ':'))
+        snprintf(nd->name, sizeof nd->name, "[%s]:%d", host, port);
+    else
+        snprintf(nd->name, sizeof nd->name, "%s:%d", host, port);
+    nd->cfg = cfg;
+    pthread_mutex_init(&nd->lock, NULL);
+    pthread_cond_init(&nd->done_cv, NULL);
+    return nd;
+}
+
+void ratel__node_free(node_t *nd)
+{
+    if (!nd)
+        return;
+    for (unsigned i = 0; i < nd->nidle; i++)
+        redisFree(nd->idle[i]);
+    free(nd->idle);
+    pthread_mutex_destroy(&nd->lock);
+    pthread_cond_destroy(&nd->done_cv);
+    free(nd);
+}
+
+/* The name of host:port for messages, IPv6 in brackets. */
+static void addr_name(const char *host, int port, char *buf, size_t len)
+{
+    snprintf(buf, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+/* "ERR ..." of an error reply, or a description of an unexpected one. */
+static void reply_text(const redisReply *r, char *buf, size_t len)
+{
+    if (!r)
+        snprintf(buf, len, "no reply");
+    else if (r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STATUS)
+        snprintf(buf, len, "%.*s", (int)(r->len > 200 ? 200 : r->len), r->str);
+    else
+        snprintf(buf, len, "unexpected reply of type %d", r->type);
+}
+
+/*
+ * Sends one command and reads its reply on `c`; returns the reply (the
+ * caller frees it) or NULL with the reason in err and *proto set when the
+ * peer spoke something else than Redis.
+ */
+static redisReply *simple_command(redisContext *c, int argc, const char **argv,
+                                  const size_t *lens, char *err, size_t errlen,
+                                  int *proto)
+{
+    void *reply = NULL;
+
+    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK ||
+        redisGetReply(c, &reply) != REDIS_OK) {
+        *proto = c->err == REDIS_ERR_PROTOCOL;
+        msg(err, errlen, "%s%s",
+                 *proto ? "answered something that is not the Redis "
+                          "protocol (is it Redis?): "
+                        : "",
+                 c->errstr[0] ? c->errstr : "connection lost");
+        return NULL;
+    }
+    return reply;
+}
+
+redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
+                                  int port, char *err, size_t errlen,
+                                  int *proto)
+{
+    char name[300], why[256];
+    redisContext *c;
+    redisReply *r;
+
+    *proto = 0;
+    addr_name(host, port, name, sizeof name);
+    c = redisConnectWithTimeout(host, port, ms_to_tv(cfg->connect_timeout_ms));
+    if (!c) {
+        msg(err, errlen, "%s: out of memory", name);
+        return NULL;
+    }
+    if (c->err) {
+        msg(err, errlen, "cannot connect to %s: %s", name, c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, ms_to_tv(cfg->command_timeout_ms));
+    redisEnableKeepAlive(c);
+    if (cfg->password) {
+        const char *argv[3] = {"AUTH", cfg->username, cfg->password};
+        size_t lens[3] = {4, 0, strlen(cfg->password)};
+        int with_user = cfg->username && cfg->username[0];
+        if (with_user)
+            lens[1] = strlen(cfg->username);
+        else
+            argv[1] = cfg->password, lens[1] = lens[2];
+        r = simple_command(c, with_user ? 3 : 2, argv, lens, why, sizeof why,
+                           proto);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            if (r)
+                reply_text(r, why, sizeof why);
+            msg(err, errlen, "%s refused the credentials: %s", name, why);
+            *proto = 1;
+            freeReplyObject(r);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    if (cfg->db != 0) {
+        char db[16];
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)snprintf(db, sizeof db, "%d", cfg->db)};
+        r = simple_command(c, 2, argv, lens, why, sizeof why, proto);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            if (r)
+                reply_text(r, why, sizeof why);
+            msg(err, errlen, "%s: SELECT %d failed: %s", name, cfg->db,
+                     why);
+            *proto = 1;
+            freeReplyObject(r);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/*
+ * What a node's first connection learns: that it is Redis (PING), whether
+ * the module is loaded, and (Lua) that the script is in its cache. Returns
+ * 0, or RATEL_EIO / RATEL_EPROTO with err.
+ */
+static int prepare(node_t *nd, redisContext *c, node_mode_t *mode,
+                   int *script_loaded, int first, char *err, size_t errlen)
+{
+    const node_config_t *cfg = nd->cfg;
+    char why[256];
+    int proto = 0;
+    redisReply *r;
+
+    if (first) {
+        const char *argv[1] = {"PING"};
+        size_t lens[1] = {4};
+        r = simple_command(c, 1, argv, lens, why, sizeof why, &proto);
+        if (!r || r->type != REDIS_REPLY_STATUS || r->len != 4 ||
+            strncasecmp(r->str, "PONG", 4) != 0) {
+            if (r)
+                reply_text(r, why, sizeof why);
+            msg(err, errlen, "%s: %s%s", nd->name,
+                     r ? "PING answered: " : "", why);
+            freeReplyObject(r);
+            return proto || r ? RATEL_EPROTO : RATEL_EIO;
+        }
+        freeReplyObject(r);
+    }
+    if (*mode == NODE_MODE_UNKNOWN) {
+        const char *argv[3] = {"COMMAND", "INFO", "ratel.acquire"};
+        size_t lens[3] = {7, 4, 13};
+        int loaded;
+        if (cfg->mode == RATEL_REDIS_LUA) {
+            *mode = NODE_MODE_LUA;
+            goto script;
+        }
+        r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
+        if (!r) {
+            msg(err, errlen, "%s: %s", nd->name, why);
+            return proto ? RATEL_EPROTO : RATEL_EIO;
+        }
+        loaded = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+                 r->element[0]->type == REDIS_REPLY_ARRAY;
+        freeReplyObject(r);
+        if (!loaded && cfg->mode == RATEL_REDIS_MODULE) {
+            msg(err, errlen,
+                     "%s has no ratel module loaded (load build/ratel.so, "
+                     "or use mode=auto or mode=lua)",
+                     nd->name);
+            return RATEL_EPROTO;
+        }
+        *mode = loaded ? NODE_MODE_MODULE : NODE_MODE_LUA;
+    }
+script:
+    if (*mode == NODE_MODE_LUA && !*script_loaded) {
+        const char *argv[3] = {"SCRIPT", "LOAD", cfg->script};
+        size_t lens[3] = {6, 4, cfg->script_len};
+        r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
+        if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+            if (r)
+                reply_text(r, why, sizeof why);
+            msg(err, errlen, "%s: SCRIPT LOAD of lua/ratel.lua failed: %s",
+                     nd->name, why);
+            freeReplyObject(r);
+            return proto || r ? RATEL_EPROTO : RATEL_EIO;
+        }
+        pthread_mutex_lock(cfg->sha_lock);
+        memcpy(cfg->script_sha, r->str, 40);
+        cfg->script_sha[40] = '\0';
+        pthread_mutex_unlock(cfg->sha_lock);
+        freeReplyObject(r);
+        *script_loaded = 1;
+    }
+    return 0;
+}
+
+/* Appends `op` to c's output buffer as `mode` asks it. */
+static int append_op(redisContext *c, const node_config_t *cfg,
+                     node_mode_t mode, const op_t *op)
+{
+    const char *argv[24 + RATEL_MAX_RULES];
+    size_t lens[24 + RATEL_MAX_RULES];
+    char rules[RATEL_MAX_RULES][64], cost[24], wait[24], at[24];
+    int argc = 0, lua = mode == NODE_MODE_LUA;
+    static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
+                                             "RATEL.RESET"};
+    static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET"};
+
+#define ARG(s, n) (argv[argc] = (s), lens[argc] = (n), argc++)
+#define ARGZ(s) ARG((s), strlen(s))
+    if (op->asking &&
+        redisAppendCommand(c, "ASKING") != REDIS_OK)
+        return REDIS_ERR;
+    switch (op->kind) {
+    case OP_GET:
+        ARGZ("GET");
+        ARG(op->key, op->keylen);
+        break;
+    case OP_PING:
+        ARGZ("PING");
+        break;
+    default:
+        if (lua) {
+            ARGZ("EVALSHA");
+            ARG(cfg->script_sha, 40);
+            ARGZ("1");
+            ARG(op->key, op->keylen);
+            ARGZ(lua_op[op->kind]);
+        } else {
+            ARGZ(module_cmd[op->kind]);
+            ARG(op->key, op->keylen);
+        }
+        if (op->kind == OP_RESET)
+            break;
+        if (op->request.cost != 1) {
+            ARGZ("COST");
+            ARG(cost, (size_t)snprintf(cost, sizeof cost, "%llu",
+                                       (unsigned long long)op->request.cost));
+        }
+        if (op->kind == OP_ACQUIRE && (op->request.flags & RATEL_PEEK))
+            ARGZ("PEEK");
+        if (op->kind == OP_ACQUIRE && op->request.max_wait_ms > 0) {
+            ARGZ("MAXWAIT");
+            ARG(wait, (size_t)snprintf(wait, sizeof wait, "%lld",
+                                       (long long)op->request.max_wait_ms));
+        }
+        if (op->at_ms >= 0) {
+            ARGZ("AT");
+            ARG(at, (size_t)snprintf(at, sizeof at, "%lld",
+                                     (long long)op->at_ms));
+        }
+        for (uint32_t i = 0; i < op->policy->nrules; i++) {
+            int n = ratel_rule_format(&op->policy->rules[i], rules[i],
+                                      sizeof rules[i]);
+            ARG(rules[i], (size_t)n);
+        }
+        break;
+    }
+#undef ARG
+#undef ARGZ
+    return redisAppendCommandArgv(c, argc, argv, lens);
+}
+
+/* Fails ops[0..k) with rc and no reply (node locked by the caller). */
+static void fail_ops(op_t **ops, size_t k, int rc)
+{
+    for (size_t i = 0; i < k; i++) {
+        ops[i]->rc = rc;
+        ops[i]->reply = NULL;
+    }
+}
+
+/*
+ * One round trip on `*cp` (connecting first when NULL) for batch[0..k),
+ * outside the node's lock. Fills each op's rc/reply/mode (not `done`).
+ * Returns 0, or a transport error (the connection is then freed and *cp
+ * set to NULL) with the reason in err.
+ */
+static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
+                      int *script_loaded, int first, op_t **batch, size_t k,
+                      char *err, size_t errlen)
+{
+    const node_config_t *cfg = nd->cfg;
+    redisContext *c = *cp;
+    int proto = 0, rc;
+    size_t i = 0;
+
+    if (!c) {
+        c = ratel__node_connect(cfg, nd->host, nd->port, err, errlen, &proto);
+        if (!c) {
+            rc = proto ? RATEL_EPROTO : RATEL_EIO;
+            fail_ops(batch, k, rc);
+            return rc;
+        }
+    }
+    rc = prepare(nd, c, mode, script_loaded, first, err, errlen);
+    if (rc != 0)
+        goto broken;
+    for (i = 0; i < k; i++) {
+        if (append_op(c, cfg, *mode, batch[i]) != REDIS_OK) {
+            msg(err, errlen, "%s: %s", nd->name,
+                     c->errstr[0] ? c->errstr : "out of memory");
+            rc = RATEL_EIO;
+            i = 0;
+            goto broken;
+        }
+    }
+    atomic_fetch_add_explicit(cfg->round_trips, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(cfg->commands, k, memory_order_relaxed);
+    for (i = 0; i < k; i++) {
+        void *reply = NULL;
+        if (batch[i]->asking) {
+            if (redisGetReply(c, &reply) != REDIS_OK)
+                goto lost;
+            freeReplyObject(reply);
+            reply = NULL;
+        }
+        if (redisGetReply(c, &reply) != REDIS_OK)
+            goto lost;
+        batch[i]->rc = 0;
+        batch[i]->reply = reply;
+        batch[i]->mode = *mode;
+    }
+    *cp = c;
+    return 0;
+lost:
+    proto = c->err == REDIS_ERR_PROTOCOL;
+    msg(err, errlen, "%s: %s%s", nd->name,
+             proto ? "answered something that is not the Redis protocol: "
+                   : "",
+             c->errstr[0] ? c->errstr : "connection lost");
+    rc = proto ? RATEL_EPROTO : RATEL_EIO;
+broken:
+    fail_ops(batch + i, k - i, rc);
+    redisFree(c);
+    *cp = NULL;
+    return rc;
+}
+
+static int all_done(op_t **ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!ops[i]->done)
+            return 0;
+    return 1;
+}
+
+/* Fails every queued op that may not try a down node (node locked). */
+static void fail_queue_down(node_t *nd)
+{
+    op_t **link = &nd->head, *op;
+
+    nd->tail = NULL;
+    while ((op = *link)) {
+        if (op->force) {
+            nd->tail = op;
+            link = &op->next;
+            continue;
+        }
+        *link = op->next;
+        op->rc = RATEL_EIO;
+        op->reply = NULL;
+        op->done = 1;
+    }
+    pthread_cond_broadcast(&nd->done_cv);
+}
+
+void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
+{
+    const node_config_t *cfg = nd->cfg;
+
+    pthread_mutex_lock(&nd->lock);
+    for (size_t i = 0; i < n; i++) {
+        ops[i]->done = 0;
+        ops[i]->reply = NULL;
+        ops[i]->next = NULL;
+        ops[i]->node = nd;
+        if (nd->tail)
+            nd->tail->next = ops[i];
+        else
+            nd->head = ops[i];
+        nd->tail = ops[i];
+    }
+    while (!all_done(ops, n)) {
+        op_t *batch[NODE_MAX_PIPELINE];
+        redisContext *c = NULL, *drop = NULL;
+        node_mode_t mode;
+        size_t k = 0;
+        unsigned gen;
+        int script_loaded, first, fresh, probe = 0, rc, only_forced;
+        char err[300] = "";
+
+        if (!nd->head || (nd->nidle == 0 && nd->nbusy >= cfg->pool_size)) {
+            pthread_cond_wait(&nd->done_cv, &nd->lock);
+            continue;
+        }
+        if (nd->down_until_us != 0) {
+            if (now_us < nd->down_until_us) {
+                /* Down: fail fast; only a forced op (PING) still tries. */
+                fail_queue_down(nd);
+                if (!nd->head)
+                    continue;
+            } else if (nd->probing) {
+                /* Half-open: one probe finds out, the rest wait for it. */
+                pthread_cond_wait(&nd->done_cv, &nd->lock);
+                continue;
+            }
+            probe = nd->probing = 1;
+        }
+        /* Lead one round trip. */
+        if (nd->nidle > 0)
+            c = nd->idle[--nd->nidle];
+        nd->nbusy++;
+        while (nd->head && k < NODE_MAX_PIPELINE) {
+            batch[k++] = nd->head;
+            nd->head = nd->head->next;
+        }
+        if (!nd->head)
+            nd->tail = NULL;
+        only_forced = 1;
+        for (size_t i = 0; i < k; i++)
+            only_forced &= batch[i]->force;
+        gen = nd->generation;
+        mode = nd->mode;
+        script_loaded = nd->script_loaded;
+        fresh = !c;
+        first = fresh && !nd->ever_connected;
+        pthread_mutex_unlock(&nd->lock);
+
+        rc = round_trip(nd, &c, &mode, &script_loaded, first, batch, k, err,
+                        sizeof err);
+
+        pthread_mutex_lock(&nd->lock);
+        nd->nbusy--;
+        if (probe)
+            nd->probing = 0;
+        if (rc == 0) {
+            if (fresh && nd->ever_connected)
+                atomic_fetch_add_explicit(cfg->reconnects, 1,
+                                          memory_order_relaxed);
+            nd->ever_connected = 1;
+            nd->down_until_us = 0;
+            nd->errstr[0] = '\0';
+            nd->mode = mode;
+            nd->script_loaded = script_loaded;
+            if (gen == nd->generation && nd->nidle < cfg->pool_size)
+                nd->idle[nd->nidle++] = c;
+            else
+                drop = c;
+        } else if (only_forced) {
+            msg(nd->errstr, sizeof nd->errstr, "%s", err);
+        } else {
+            /* Every connection of this node is suspect now: close the idle
+               ones, and the busy ones when they come back. (A failed PING
+               of ratel_store_ping, in the wall clock's time, reports the
+               failure without moving the callers' breaker.) */
+            nd->generation++;
+            while (nd->nidle > 0) {
+                redisFree(nd->idle[--nd->nidle]);
+            }
+            nd->down_until_us = now_us + cfg->breaker_us;
+            if (nd->down_until_us <= 0)
+                nd->down_until_us = 1;
+            msg(nd->errstr, sizeof nd->errstr, "%s", err);
+        }
+        for (size_t i = 0; i < k; i++)
+            batch[i]->done = 1;
+        pthread_cond_broadcast(&nd->done_cv);
+        if (drop) {
+            pthread_mutex_unlock(&nd->lock);
+            redisFree(drop);
+            pthread_mutex_lock(&nd->lock);
+        }
+    }
+    pthread_mutex_unlock(&nd->lock);
+}
+
+void ratel__node_forget(node_t *nd, int mode, int script)
+{
+    pthread_mutex_lock(&nd->lock);
+    if (mode)
+        nd->mode = NODE_MODE_UNKNOWN;
+    if (script || mode)
+        nd->script_loaded = 0;
+    pthread_mutex_unlock(&nd->lock);
+}
+
+void ratel__node_error(node_t *nd, char *buf, size_t len)
+{
+    pthread_mutex_lock(&nd->lock);
+    snprintf(buf, len, "%s", nd->errstr);
+    pthread_mutex_unlock(&nd->lock);
+}
+
+int ratel__node_down(node_t *nd, int64_t now_us, int64_t *until_us)
+{
+    int down;
+
+    pthread_mutex_lock(&nd->lock);
+    down = nd->down_until_us != 0 && now_us < nd->down_until_us;
+    if (until_us)
+        *until_us = nd->down_until_us;
+    pthread_mutex_unlock(&nd->lock);
+    return down;
+}
