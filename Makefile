@@ -100,6 +100,11 @@ $(BUILD)/ratel.so: $(MOD_OBJ)
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The Redis store against real redis-servers (tests/integration/servers.c
+# starts, kills and restarts them).
+$(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/servers.c tests/integration/servers.h $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -119,14 +124,14 @@ $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform
+test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store
 	BUILD=$(BUILD) tests/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel
+valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)

@@ -39,9 +39,13 @@ if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     redis_dir=$(mktemp -d)
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$redis_dir" --daemonize no >"$redis_dir/log" 2>&1 &
+        --dir "$redis_dir" --daemonize no --loadmodule "$top/$build/ratel.so" \
+        >"$redis_dir/log" 2>&1 &
     redis_pid=$!
     for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    # libratel's Redis store (issue 4) and rate-limiter-flexible's Redis
+    # limiter on this one server, one after the other.
+    "$build/bench_redis_store" "$port" | tee -a "$out"
     "$peers_dir/run-peers.sh" rlf "$port" | tee -a "$out"
 else
     echo "# peers skipped (PEERS=0 or $peers_dir/run-peers.sh missing)"
@@ -67,6 +71,17 @@ awk -F'\t' '
                 if (k in v) printf "| %s | %d | %.1fx |\n", algos[i], v[k], v[k] / rlf
             }
         }
+        rr = p["rate-limiter-flexible redis consume (conc 50)"] + 0
+        if (rr > 0) {
+            printf "\n| Redis store, 1,000 keys, same redis-server | decisions/s | vs rate-limiter-flexible Redis, 50 concurrent (%d/s) |\n|---|---|---|\n", rr
+            n = split("one batch100 batch100_2t threads8", cases, " ")
+            for (m = 0; m < 2; m++) for (a = 0; a < 2; a++) for (i = 1; i <= n; i++) {
+                k = "redis_store_" (m ? "lua" : "module") "_" (a ? "sliding" : "fixed") "_" cases[i]
+                if (k in v) printf "| %s | %d | %.1fx |\n", k, v[k], v[k] / rr
+            }
+        }
+        if ("redis_store_deny_cache_hits_1t" in v)
+            printf "\ndeny cache hits: %d/s on 1 thread, %d/s on 2\n", v["redis_store_deny_cache_hits_1t"], v["redis_store_deny_cache_hits_2t"]
     }' "$out"
 
 # Redis (issue 3): the module and the Lua script against INCR and the seeds'

@@ -344,7 +344,9 @@ typedef struct ratel_redis_options_s {
                                   (another process's refund is not seen);
                                   0: 10,000 ms */
     int64_t breaker_ms;        /* after a failure, Redis is not tried again
-                                  for this long (caller's time); 0: 1,000 */
+                                  for this long (caller's time), doubled
+                                  after each failed probe up to 8x;
+                                  0: 1,000 */
     ratel_memory_options_t local; /* the `local` fallback store's bounds */
     int client_time;           /* 1: send the caller's now_us as AT (tests,
                                   replays); 0: Redis's own clock decides */

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make valgrind`: the unit suite, then the CLI suite, under valgrind with
+# `make valgrind`: the unit suite, the CLI suite and the Redis store's
+# integration test, under valgrind with
 # every error and every leak fatal. Property tests run at
 # RATEL_TEST_SCALE=0.05 (valgrind is ~50x slower). Prints the suites' own
 # "ok"/"FAIL" lines, a FAIL line for a run valgrind objected to, and the
@@ -67,6 +68,28 @@ if [ -f "$cli" ] && grep -q 'RATEL_CLI_WRAP' "$cli"; then
     fi
 else
     echo "== CLI suite skipped: tests/cli/test_cli.sh has no RATEL_CLI_WRAP"
+fi
+
+# --- the Redis store against real redis-servers (the servers themselves
+# run without valgrind; the store, its threads and forks run under it)
+if [ -x "$build/test_redis_store" ]; then
+    echo "== Redis store under valgrind"
+    out=$("${vg[@]}" --child-silent-after-fork=yes "$build/test_redis_store" \
+        "${RATEL_MODULE:-$build/ratel.so}" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    if ! add_counts "$out"; then
+        echo "FAIL redis store: no result line (exit $rc)"
+        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+        failed=$((failed + 1))
+    elif [ "$rc" -eq 99 ]; then
+        echo "FAIL redis store: valgrind reported errors"
+        printf '%s\n' "$out" | grep '^==' | head -60 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+else
+    echo "FAIL redis store: $build/test_redis_store not built (make test builds it)"
+    failed=$((failed + 1))
 fi
 
 echo "$passed passed, $failed failed"

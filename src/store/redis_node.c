@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
 #include <sys/time.h>
 
 /* Most commands one round trip carries. */
@@ -392,6 +393,38 @@ broken:
     return rc;
 }
 
+/*
+ * hiredis writes with write(2): a peer that closed its end would raise
+ * SIGPIPE and kill a program that did not ignore it. A library must not
+ * change the process's signal handling, so each round trip blocks SIGPIPE
+ * in its own thread and takes back a SIGPIPE it caused, leaving one that
+ * was already pending alone.
+ */
+static int sigpipe_block(sigset_t *old)
+{
+    sigset_t pipe_set, pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, old);
+    return sigismember(&pending, SIGPIPE);
+}
+
+static void sigpipe_restore(const sigset_t *old, int was_pending)
+{
+    sigset_t pipe_set, pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    if (!was_pending && sigismember(&pending, SIGPIPE)) {
+        static const struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 static int all_done(op_t **ops, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -482,8 +515,13 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
         first = fresh && !nd->ever_connected;
         pthread_mutex_unlock(&nd->lock);
 
-        rc = round_trip(nd, &c, &mode, &script_loaded, first, batch, k, err,
-                        sizeof err);
+        {
+            sigset_t old_mask;
+            int pending = sigpipe_block(&old_mask);
+            rc = round_trip(nd, &c, &mode, &script_loaded, first, batch, k,
+                            err, sizeof err);
+            sigpipe_restore(&old_mask, pending);
+        }
 
         pthread_mutex_lock(&nd->lock);
         nd->nbusy--;
@@ -495,6 +533,7 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
                                           memory_order_relaxed);
             nd->ever_connected = 1;
             nd->down_until_us = 0;
+            nd->fail_streak = 0;
             nd->errstr[0] = '\0';
             nd->mode = mode;
             nd->script_loaded = script_loaded;
@@ -513,7 +552,12 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
             while (nd->nidle > 0) {
                 redisFree(nd->idle[--nd->nidle]);
             }
-            nd->down_until_us = now_us + cfg->breaker_us;
+            /* Backoff: the breaker's interval, doubled for every probe
+               that failed in a row, up to 8 times it. */
+            if (nd->fail_streak < 3)
+                nd->fail_streak++;
+            nd->down_until_us =
+                now_us + (cfg->breaker_us << (nd->fail_streak - 1));
             if (nd->down_until_us <= 0)
                 nd->down_until_us = 1;
             msg(nd->errstr, sizeof nd->errstr, "%s", err);

@@ -17,7 +17,8 @@
  * the node down until `breaker_us` later in the callers' time; until then
  * its ops fail at once with RATEL_EIO instead of each paying a timeout,
  * and the failure policy decides them. The first op after that instant is
- * the probe: its round trip reconnects, and success brings the node back.
+ * the probe: its round trip reconnects, and success brings the node back;
+ * each probe that fails doubles the interval, up to 8 x breaker_us.
  */
 #ifndef RATEL_REDIS_NODE_H
 #define RATEL_REDIS_NODE_H
@@ -100,6 +101,7 @@ typedef struct node_s {
     int ever_connected;
     int64_t down_until_us; /* breaker: no attempts before this (0: up) */
     int probing;           /* a probe's round trip is in flight */
+    int fail_streak;       /* failed round trips in a row (1..3) */
     char errstr[256];      /* why it is down */
 } node_t;
 

@@ -1,0 +1,856 @@
+/*
+ * test_redis_store.c - the Redis store against real redis-servers: the
+ * module and the Lua script deciding alike, batches and shared pipelines,
+ * the deny cache, several processes on one key, the failure policies with a
+ * server killed and paused, a primary's failover, a 3-master cluster with a
+ * slot migrated mid-run, and bad URLs and servers that are not Redis.
+ *
+ *   test_redis_store MODULE_PATH [TEST...]
+ *
+ * Prints "ok NAME" or "FAIL NAME: why" per test and "N passed, N failed".
+ * Time is injected wherever the store takes it (client_time sends it to
+ * Redis as AT); where Redis's own clock decides, the test never depends on
+ * how much time passes. Servers are started and killed by servers.c.
+ */
+#include "ratel.h"
+#include "servers.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *module_path;
+static int failures; /* of the current test */
+static const char *current;
+
+static void fail_at(int line, const char *fmt, ...)
+{
+    va_list ap;
+    if (failures++ < 8) {
+        fprintf(stdout, "  %s:%d: ", current, line);
+        va_start(ap, fmt);
+        vfprintf(stdout, fmt, ap);
+        va_end(ap);
+        fputc('\n', stdout);
+    }
+}
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            fail_at(__LINE__, "%s", #cond);                                    \
+    } while (0)
+#define CHECK_EQ(a, b)                                                         \
+    do {                                                                       \
+        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        if (a_ != b_)                                                          \
+            fail_at(__LINE__, "%s == %s (%lld != %lld)", #a, #b, a_, b_);      \
+    } while (0)
+#define REQUIRE(cond)                                                          \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fail_at(__LINE__, "%s", #cond);                                    \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+/* A fixed instant in whole milliseconds (AT carries milliseconds). */
+#define T0 ((int64_t)1800000000000 * 1000)
+
+static uint64_t rng = 20261122;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static ratel_policy_t policy_of(const char *a, const char *b)
+{
+    const char *texts[2] = {a, b};
+    ratel_policy_t p;
+    char err[256];
+    if (ratel_policy_parse(&p, texts, b ? 2 : 1, err, sizeof err) != 0) {
+        fprintf(stderr, "bad test policy: %s\n", err);
+        exit(2);
+    }
+    return p;
+}
+
+static void url_of(char *buf, size_t len, int port)
+{
+    snprintf(buf, len, "redis://127.0.0.1:%d", port);
+}
+
+static ratel_store_t *open_store(ratel_redis_options_t o)
+{
+    ratel_store_t *s = NULL;
+    char err[512];
+    int rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stdout, "  %s: ratel_store_redis_new(%s): %s\n", current, o.url,
+                err);
+        return NULL;
+    }
+    return s;
+}
+
+static int acquire(ratel_store_t *s, const char *key, const ratel_policy_t *p,
+                   int64_t now, uint64_t cost, ratel_decision_t *d)
+{
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    req.cost = cost;
+    return ratel_store_acquire(s, key, strlen(key), p, now, &req, d);
+}
+
+static int same_decision(const ratel_decision_t *a, const ratel_decision_t *b)
+{
+    return a->allowed == b->allowed && a->limit == b->limit &&
+           a->remaining == b->remaining &&
+           a->retry_after_ms == b->retry_after_ms &&
+           a->reset_after_ms == b->reset_after_ms && a->rule == b->rule &&
+           a->wait_ms == b->wait_ms;
+}
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Bad URLs, unreachable addresses, servers that are not Redis. */
+static void test_bad_targets(void)
+{
+    static const char *const bad_urls[] = {
+        "", "http://127.0.0.1:6379", "redis://", "redis://127.0.0.1:0",
+        "redis://127.0.0.1:99999", "redis://127.0.0.1/99", "rediss://h",
+        "redis://h?pool=0", "redis://h?on_failure=maybe",
+    };
+    char url[128], err[512];
+    ratel_store_t *s;
+    int rc, port;
+
+    for (size_t i = 0; i < sizeof bad_urls / sizeof bad_urls[0]; i++) {
+        ratel_redis_options_t o = {.url = bad_urls[i]};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EINVAL);
+        if (strstr(err, "redis URL") == NULL)
+            fail_at(__LINE__, "%s: message [%s]", bad_urls[i], err);
+    }
+    {
+        ratel_redis_options_t o = {.url = NULL};
+        CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err), RATEL_EINVAL);
+    }
+    /* Nobody listening. */
+    port = test_free_port();
+    url_of(url, sizeof url, port);
+    {
+        ratel_redis_options_t o = {.url = url};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EIO);
+        if (!strstr(err, "cannot connect"))
+            fail_at(__LINE__, "message [%s]", err);
+    }
+    /* An HTTP server. */
+    port = test_not_redis_start();
+    REQUIRE(port > 0);
+    url_of(url, sizeof url, port);
+    {
+        ratel_redis_options_t o = {.url = url};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EPROTO);
+        if (!strstr(err, "not the Redis protocol") && !strstr(err, "PING"))
+            fail_at(__LINE__, "message [%s]", err);
+    }
+    /* A server that never answers: EIO after the timeout. */
+    port = test_silent_start();
+    REQUIRE(port > 0);
+    url_of(url, sizeof url, port);
+    {
+        ratel_redis_options_t o = {.url = url, .command_timeout_ms = 100};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EIO);
+        if (!strstr(err, "timed out") && !strstr(err, "Resource"))
+            fail_at(__LINE__, "message [%s]", err);
+    }
+    test_fake_servers_stop();
+    /* A Redis without the module, when the module is required. */
+    {
+        test_redis_t r;
+        REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+        url_of(url, sizeof url, r.port);
+        ratel_redis_options_t o = {.url = url, .mode = RATEL_REDIS_MODULE};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EPROTO);
+        if (!strstr(err, "no ratel module"))
+            fail_at(__LINE__, "message [%s]", err);
+        /* A wrong password. */
+        snprintf(url, sizeof url, "redis://:secret@127.0.0.1:%d", r.port);
+        ratel_redis_options_t o2 = {.url = url};
+        rc = ratel_store_redis_new(&s, &o2, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EPROTO);
+        if (!strstr(err, "credentials") || strstr(err, "secret"))
+            fail_at(__LINE__, "message [%s]", err);
+        test_redis_free(&r);
+    }
+}
+
+/*
+ * The same random trace through the memory store (the core), the module
+ * and the Lua script, with explicit times: identical decisions.
+ */
+static void test_module_and_lua_agree(void)
+{
+    static const char *const policies[][2] = {
+        {"5/1s", "20/1m"}, {"3/500ms:gcra,burst=5", NULL},
+        {"10/2s:fixed", NULL}, {"4/1s:approx", "6/3s"}};
+    ratel_policy_t p[4];
+    ratel_store_t *mem = NULL, *mod, *lua;
+    test_redis_t r;
+    char url[128];
+    int64_t now = T0;
+
+    for (int i = 0; i < 4; i++)
+        p[i] = policy_of(policies[i][0], policies[i][1]);
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    mod = open_store((ratel_redis_options_t){.url = url,
+                                             .mode = RATEL_REDIS_MODULE,
+                                             .client_time = 1,
+                                             .deny_cache_entries = -1});
+    lua = open_store((ratel_redis_options_t){.url = url,
+                                             .mode = RATEL_REDIS_LUA,
+                                             .client_time = 1,
+                                             .deny_cache_entries = -1});
+    REQUIRE(mod && lua);
+    REQUIRE(ratel_store_memory_new(&mem, NULL) == 0);
+    for (int step = 0; step < 3000 && failures == 0; step++) {
+        int pi = (int)(rnd() % 4), op = (int)(rnd() % 10);
+        char key[32], lkey[40];
+        ratel_decision_t dm, dr, dl;
+        ratel_request_t req = RATEL_REQUEST_INIT;
+        int rm, rr, rl;
+
+        now += (int64_t)(rnd() % 300) * 1000;
+        snprintf(key, sizeof key, "agree:%d:%d", pi, (int)(rnd() % 3));
+        snprintf(lkey, sizeof lkey, "lua%s", key);
+        req.cost = 1 + rnd() % 2;
+        if (op == 0) {
+            rm = ratel_store_refund(mem, key, strlen(key), &p[pi], now,
+                                    req.cost, &dm);
+            rr = ratel_store_refund(mod, key, strlen(key), &p[pi], now,
+                                    req.cost, &dr);
+            rl = ratel_store_refund(lua, lkey, strlen(lkey), &p[pi], now,
+                                    req.cost, &dl);
+        } else {
+            if (op == 1)
+                req.flags = RATEL_PEEK;
+            rm = ratel_store_acquire(mem, key, strlen(key), &p[pi], now, &req,
+                                     &dm);
+            rr = ratel_store_acquire(mod, key, strlen(key), &p[pi], now, &req,
+                                     &dr);
+            rl = ratel_store_acquire(lua, lkey, strlen(lkey), &p[pi], now,
+                                     &req, &dl);
+        }
+        CHECK_EQ(rm, 0);
+        CHECK_EQ(rr, 0);
+        CHECK_EQ(rl, 0);
+        CHECK_EQ(dr.source, RATEL_SOURCE_STORE);
+        CHECK_EQ(dl.source, RATEL_SOURCE_STORE);
+        if (!same_decision(&dm, &dr) || !same_decision(&dm, &dl))
+            fail_at(__LINE__,
+                    "step %d %s: core %d/%lld/%lld/%lld module %d/%lld/%lld/"
+                    "%lld lua %d/%lld/%lld/%lld",
+                    step, key, dm.allowed, (long long)dm.remaining,
+                    (long long)dm.retry_after_ms, (long long)dm.reset_after_ms,
+                    dr.allowed, (long long)dr.remaining,
+                    (long long)dr.retry_after_ms, (long long)dr.reset_after_ms,
+                    dl.allowed, (long long)dl.remaining,
+                    (long long)dl.retry_after_ms,
+                    (long long)dl.reset_after_ms);
+    }
+    /* NOSCRIPT after SCRIPT FLUSH: the store loads the script again. */
+    {
+        char out[64];
+        ratel_decision_t d;
+        test_redis_cmd(r.port, out, sizeof out, "SCRIPT FLUSH");
+        CHECK_EQ(acquire(lua, "flushed", &p[0], now, 1, &d), 0);
+        CHECK_EQ(d.allowed, 1);
+        CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    }
+    ratel_store_free(mem);
+    ratel_store_free(mod);
+    ratel_store_free(lua);
+    test_redis_free(&r);
+}
+
+/* Denials answered locally until their retry time; refund forgets them. */
+static void test_deny_cache(void)
+{
+    ratel_policy_t p = policy_of("2/1s", NULL);
+    ratel_store_stats_t st0, st1;
+    ratel_decision_t d;
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128];
+    int64_t t = T0;
+
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url, .client_time = 1});
+    REQUIRE(s);
+    CHECK_EQ(acquire(s, "dc", &p, t, 1, &d), 0);
+    CHECK_EQ(acquire(s, "dc", &p, t, 1, &d), 0);
+    CHECK_EQ(acquire(s, "dc", &p, t + 100000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    CHECK_EQ(d.retry_after_ms, 900);
+    ratel_store_stats(s, &st0);
+    for (int i = 0; i < 100; i++) {
+        CHECK_EQ(acquire(s, "dc", &p, t + 200000, 1, &d), 0);
+        CHECK_EQ(d.allowed, 0);
+        CHECK_EQ(d.source, RATEL_SOURCE_CACHE);
+        CHECK_EQ(d.retry_after_ms, 800);
+    }
+    ratel_store_stats(s, &st1);
+    CHECK_EQ(st1.round_trips, st0.round_trips);
+    CHECK_EQ(st1.cache_hits, st0.cache_hits + 100);
+    /* At the retry instant the request goes to Redis and succeeds. */
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 1);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    /* A denial for cost 2 does not answer cost 1. */
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 2, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 1);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    /* Denied and cached; a refund forgets the entry. */
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(ratel_store_refund(s, "dc", 2, &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 1);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    /* Reset too. */
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(ratel_store_reset(s, "dc", 2), 0);
+    CHECK_EQ(acquire(s, "dc", &p, t + 1000000, 1, &d), 0);
+    CHECK_EQ(d.allowed, 1);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/* 1,000 requests in one call: two round trips, the core's decisions. */
+static void test_batch(void)
+{
+    ratel_policy_t p = policy_of("5/1m", NULL);
+    ratel_batch_item_t items[1000];
+    char keys[1000][16];
+    ratel_store_stats_t st0, st1;
+    ratel_store_t *s, *mem;
+    test_redis_t r;
+    char url[128];
+
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url, .client_time = 1});
+    REQUIRE(s);
+    REQUIRE(ratel_store_memory_new(&mem, NULL) == 0);
+    for (int i = 0; i < 1000; i++) {
+        snprintf(keys[i], sizeof keys[i], "b%d", i % 100);
+        items[i] = (ratel_batch_item_t){.key = keys[i],
+                                        .keylen = strlen(keys[i]),
+                                        .policy = &p,
+                                        .request = RATEL_REQUEST_INIT};
+    }
+    ratel_store_stats(s, &st0);
+    CHECK_EQ(ratel_store_acquire_batch(s, items, 1000, T0), 0);
+    ratel_store_stats(s, &st1);
+    CHECK(st1.round_trips - st0.round_trips <= 2);
+    for (int i = 0; i < 1000; i++) {
+        ratel_decision_t d;
+        CHECK_EQ(items[i].rc, 0);
+        CHECK_EQ(ratel_store_acquire(mem, keys[i], strlen(keys[i]), &p, T0,
+                                     &items[i].request, &d),
+                 0);
+        if (!same_decision(&d, &items[i].decision))
+            fail_at(__LINE__, "item %d differs from the core", i);
+    }
+    /* A bad item is answered alone. */
+    items[3].policy = NULL;
+    CHECK_EQ(ratel_store_acquire_batch(s, items, 10, T0), 0);
+    CHECK_EQ(items[3].rc, RATEL_EINVAL);
+    CHECK_EQ(items[4].rc, 0);
+    ratel_store_free(s);
+    ratel_store_free(mem);
+    test_redis_free(&r);
+}
+
+typedef struct hammer_s {
+    ratel_store_t *store;
+    const ratel_policy_t *policy;
+    const char *key; /* NULL: a key per thread */
+    int thread, calls, allowed, errors;
+} hammer_t;
+
+static void *hammer(void *arg)
+{
+    hammer_t *h = arg;
+    char key[32];
+    snprintf(key, sizeof key, "h%d", h->thread);
+    for (int i = 0; i < h->calls; i++) {
+        ratel_decision_t d;
+        int rc = acquire(h->store, h->key ? h->key : key, h->policy,
+                         ratel_clock_now_us(), 1, &d);
+        if (rc != 0 || d.source == RATEL_SOURCE_LOCAL ||
+            d.source == RATEL_SOURCE_OPEN || d.source == RATEL_SOURCE_CLOSED)
+            h->errors++;
+        else
+            h->allowed += d.allowed;
+    }
+    return NULL;
+}
+
+/* Eight threads on one connection: their commands share round trips. */
+static void test_shared_pipelines(void)
+{
+    ratel_policy_t p = policy_of("1000000/1h", NULL);
+    ratel_store_stats_t st;
+    pthread_t tid[8];
+    hammer_t h[8];
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128];
+
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url, .pool_size = 1});
+    REQUIRE(s);
+    for (int i = 0; i < 8; i++) {
+        h[i] = (hammer_t){s, &p, NULL, i, 500, 0, 0};
+        pthread_create(&tid[i], NULL, hammer, &h[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(tid[i], NULL);
+        CHECK_EQ(h[i].errors, 0);
+        CHECK_EQ(h[i].allowed, 500);
+    }
+    ratel_store_stats(s, &st);
+    CHECK(st.commands >= 4000);
+    if (!(st.round_trips < st.commands))
+        fail_at(__LINE__, "%llu round trips for %llu commands: none shared",
+                (unsigned long long)st.round_trips,
+                (unsigned long long)st.commands);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/* Three processes of four threads each on one key: exactly LIMIT pass. */
+static void test_processes_share_a_key(void)
+{
+    ratel_policy_t p = policy_of("50/1h", NULL);
+    pid_t pids[3];
+    int fds[3][2], total = 0;
+    test_redis_t r;
+    char url[128];
+
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    for (int c = 0; c < 3; c++) {
+        REQUIRE(pipe(fds[c]) == 0);
+        pids[c] = fork();
+        REQUIRE(pids[c] >= 0);
+        if (pids[c] == 0) {
+            ratel_redis_options_t o = {.url = url};
+            ratel_store_t *s;
+            char err[256];
+            pthread_t tid[4];
+            hammer_t h[4];
+            int allowed = 0, errors = 0;
+            if (ratel_store_redis_new(&s, &o, err, sizeof err) != 0)
+                _exit(1);
+            for (int i = 0; i < 4; i++) {
+                h[i] = (hammer_t){s, &p, "shared", i, 40, 0, 0};
+                pthread_create(&tid[i], NULL, hammer, &h[i]);
+            }
+            for (int i = 0; i < 4; i++) {
+                pthread_join(tid[i], NULL);
+                allowed += h[i].allowed;
+                errors += h[i].errors;
+            }
+            ratel_store_free(s);
+            /* Answers through the pipe: the exit status may be a tool's
+               (valgrind counts the parent's blocks as the child's leaks). */
+            int report[2] = {allowed, errors};
+            if (write(fds[c][1], report, sizeof report) < 0)
+                _exit(1);
+            _exit(0);
+        }
+        close(fds[c][1]);
+    }
+    for (int c = 0; c < 3; c++) {
+        int report[2] = {0, -1}, status = 0;
+        if (read(fds[c][0], report, sizeof report) != sizeof report)
+            fail_at(__LINE__, "child %d reported nothing", c);
+        close(fds[c][0]);
+        waitpid(pids[c], &status, 0);
+        CHECK_EQ(report[1], 0); /* errors */
+        total += report[0];
+    }
+    CHECK_EQ(total, 50);
+    test_redis_free(&r);
+}
+
+/* Redis killed, then paused: each failure policy as documented. */
+static void failure_policy(ratel_failure_t policy, const char *name)
+{
+    ratel_policy_t p = policy_of("3/1h", NULL);
+    ratel_store_stats_t st0, st1;
+    ratel_decision_t d;
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128];
+    int64_t t = T0;
+    int fds0 = open_fds();
+    struct timespec a, b;
+    double took;
+
+    current = name;
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url,
+                                           .on_failure = policy,
+                                           .command_timeout_ms = 200,
+                                           .breaker_ms = 1000,
+                                           .client_time = 1});
+    REQUIRE(s);
+    CHECK_EQ(acquire(s, "f", &p, t, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    test_redis_kill(&r);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ(acquire(s, "f", &p, t, 1, &d), 0);
+        if (policy == RATEL_FAILURE_OPEN) {
+            CHECK_EQ(d.allowed, 1);
+            CHECK_EQ(d.source, RATEL_SOURCE_OPEN);
+        } else if (policy == RATEL_FAILURE_CLOSED) {
+            CHECK_EQ(d.allowed, 0);
+            CHECK_EQ(d.source, RATEL_SOURCE_CLOSED);
+            CHECK(d.retry_after_ms >= 1 && d.retry_after_ms <= 1000);
+        } else {
+            /* The local store enforces the rule on its own. */
+            CHECK_EQ(d.allowed, i < 3);
+            CHECK_EQ(d.source, RATEL_SOURCE_LOCAL);
+        }
+    }
+    /* The breaker: no more attempts until its time has passed. */
+    ratel_store_stats(s, &st0);
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(acquire(s, "f", &p, t + 500000, 1, &d), 0);
+    ratel_store_stats(s, &st1);
+    CHECK_EQ(st1.round_trips, st0.round_trips);
+    CHECK_EQ(st1.errors, st0.errors + 50);
+    CHECK_EQ(st1.breaker_open, 1);
+    /* Redis back: the first request after the breaker's time finds it. */
+    REQUIRE(test_redis_restart(&r) == 0);
+    t += 2000000;
+    CHECK_EQ(acquire(s, "f", &p, t, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    CHECK_EQ(d.allowed, 1);
+    /* A server that stops answering costs one timeout, then the breaker. */
+    test_redis_pause(&r);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CHECK_EQ(acquire(s, "g", &p, t, 1, &d), 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    CHECK(d.source != RATEL_SOURCE_STORE);
+    if (took > 5.0)
+        fail_at(__LINE__, "a paused server held the caller %.1f s", took);
+    ratel_store_stats(s, &st0);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(acquire(s, "g", &p, t, 1, &d), 0);
+    ratel_store_stats(s, &st1);
+    CHECK_EQ(st1.round_trips, st0.round_trips);
+    test_redis_resume(&r);
+    t += 2000000;
+    CHECK_EQ(acquire(s, "g", &p, t, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    ratel_store_free(s);
+    test_redis_free(&r);
+    /* No connection left behind. */
+    CHECK_EQ(open_fds(), fds0);
+}
+
+static void test_failure_open(void)
+{
+    failure_policy(RATEL_FAILURE_OPEN, "failure_open");
+}
+static void test_failure_closed(void)
+{
+    failure_policy(RATEL_FAILURE_CLOSED, "failure_closed");
+}
+static void test_failure_local(void)
+{
+    failure_policy(RATEL_FAILURE_LOCAL, "failure_local");
+}
+
+/* A primary and its replica in the URL: the store follows a promotion. */
+static void test_failover(void)
+{
+    ratel_policy_t p = policy_of("5/1h", NULL);
+    test_redis_t primary, replica;
+    char url[256], arg[32], out[256];
+    const char *extra[3] = {"--replicaof", arg, NULL};
+    ratel_decision_t d;
+    ratel_store_t *s;
+    int64_t t = T0;
+
+    REQUIRE(test_redis_start(&primary, module_path, NULL) == 0);
+    snprintf(arg, sizeof arg, "127.0.0.1 %d", primary.port);
+    REQUIRE(test_redis_start(&replica, module_path, extra) == 0);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d,127.0.0.1:%d",
+             primary.port, replica.port);
+    s = open_store((ratel_redis_options_t){.url = url,
+                                           .on_failure = RATEL_FAILURE_CLOSED,
+                                           .client_time = 1});
+    REQUIRE(s);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
+        CHECK_EQ(d.allowed, 1);
+    }
+    /* Wait until the replica has it all (WAIT is not a sleep). */
+    for (int i = 0; i < 50; i++) {
+        test_redis_cmd(primary.port, out, sizeof out, "WAIT 1 100");
+        if (strcmp(out, "1") == 0)
+            break;
+    }
+    CHECK(strcmp(out, "1") == 0);
+    test_redis_kill(&primary);
+    test_redis_cmd(replica.port, out, sizeof out, "REPLICAOF NO ONE");
+    CHECK(strcmp(out, "OK") == 0);
+    /* The first request may find the dead primary and fail over at once. */
+    CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
+    if (d.source != RATEL_SOURCE_STORE) {
+        t += 2000000;
+        CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
+    }
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    CHECK_EQ(d.allowed, 1);
+    CHECK_EQ(d.remaining, 1); /* the fourth of five: no fresh burst */
+    CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
+    CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    ratel_store_free(s);
+    test_redis_free(&primary);
+    test_redis_free(&replica);
+}
+
+/* Node id of a cluster node. */
+static void node_id(int port, char *id, size_t len)
+{
+    test_redis_cmd(port, id, len, "CLUSTER MYID");
+}
+
+typedef struct migrate_run_s {
+    ratel_store_t *store;
+    const ratel_policy_t *policy;
+    volatile int stop;
+    int counts[200];
+    int errors, calls;
+} migrate_run_t;
+
+static void *migrate_load(void *arg)
+{
+    migrate_run_t *m = arg;
+    int i = 0;
+    while (!m->stop || m->calls < 2000) {
+        char key[32];
+        ratel_decision_t d;
+        int k = i++ % 200, rc;
+        snprintf(key, sizeof key, "{mig}:%d", k);
+        rc = acquire(m->store, key, m->policy, ratel_clock_now_us(), 1, &d);
+        m->calls++;
+        if (rc != 0 || d.source != RATEL_SOURCE_STORE || !d.allowed)
+            m->errors++;
+        else
+            m->counts[k]++;
+    }
+    return NULL;
+}
+
+/* 3 masters: keys in every slot range; a slot migrated under load. */
+static void test_cluster(void)
+{
+    ratel_policy_t p = policy_of("1000000/1h", NULL);
+    test_redis_t nodes[3];
+    char url[128], out[4096], src_id[64], dst_id[64];
+    int total = 0, slot, src = -1, dst;
+    ratel_store_stats_t st;
+    ratel_store_t *s;
+    migrate_run_t m;
+    pthread_t tid;
+
+    REQUIRE(test_cluster_start(nodes, module_path) == 0);
+    snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", nodes[0].port);
+    s = open_store((ratel_redis_options_t){.url = url,
+                                           .on_failure = RATEL_FAILURE_CLOSED});
+    REQUIRE(s);
+    for (int i = 0; i < 3000; i++) {
+        char key[32];
+        ratel_decision_t d;
+        snprintf(key, sizeof key, "ck:%d", i);
+        CHECK_EQ(acquire(s, key, &p, ratel_clock_now_us(), 1, &d), 0);
+        CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+        CHECK_EQ(d.allowed, 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        test_redis_cmd(nodes[i].port, out, sizeof out, "DBSIZE");
+        CHECK(atoi(out) > 500);
+        total += atoi(out);
+    }
+    CHECK_EQ(total, 3000);
+
+    /* Migrate the slot of {mig} from its owner to the next node. */
+    test_redis_cmd(nodes[0].port, out, sizeof out, "CLUSTER KEYSLOT {mig}");
+    slot = atoi(out);
+    for (int i = 0; i < 3; i++) {
+        test_redis_cmd(nodes[i].port, out, sizeof out,
+                       "CLUSTER COUNTKEYSINSLOT %d", slot);
+        char probe[128];
+        test_redis_cmd(nodes[i].port, probe, sizeof probe, "GET {mig}:probe");
+        if (strncmp(probe, "(error) MOVED", 13) != 0)
+            src = i;
+    }
+    REQUIRE(src >= 0);
+    dst = (src + 1) % 3;
+    node_id(nodes[src].port, src_id, sizeof src_id);
+    node_id(nodes[dst].port, dst_id, sizeof dst_id);
+    memset(&m, 0, sizeof m);
+    m.store = s;
+    m.policy = &p;
+    pthread_create(&tid, NULL, migrate_load, &m);
+    while (m.calls < 500)
+        sched_yield();
+    test_redis_cmd(nodes[dst].port, out, sizeof out,
+                   "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
+    CHECK(strcmp(out, "OK") == 0);
+    test_redis_cmd(nodes[src].port, out, sizeof out,
+                   "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
+    CHECK(strcmp(out, "OK") == 0);
+    for (int round = 0; round < 1000; round++) {
+        char keys[4096];
+        test_redis_cmd(nodes[src].port, keys, sizeof keys,
+                       "CLUSTER GETKEYSINSLOT %d 10", slot);
+        if (keys[0] == '\0')
+            break;
+        for (char *k = strtok(keys, "\n"); k; k = strtok(NULL, "\n")) {
+            test_redis_cmd(nodes[src].port, out, sizeof out,
+                           "MIGRATE 127.0.0.1 %d %s 0 5000", nodes[dst].port,
+                           k);
+            if (strcmp(out, "OK") != 0 && strcmp(out, "NOKEY") != 0)
+                fail_at(__LINE__, "MIGRATE %s: %s", k, out);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        test_redis_cmd(nodes[i].port, out, sizeof out,
+                       "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
+        CHECK(strcmp(out, "OK") == 0);
+    }
+    {
+        int before = m.calls;
+        while (m.calls < before + 1000)
+            sched_yield();
+    }
+    m.stop = 1;
+    pthread_join(tid, NULL);
+    CHECK_EQ(m.errors, 0);
+    /* Every admitted request is counted on the key where it now lives. */
+    for (int k = 0; k < 200; k++) {
+        char key[32];
+        ratel_rule_status_t rs[1];
+        size_t n = 0;
+        snprintf(key, sizeof key, "{mig}:%d", k);
+        CHECK_EQ(ratel_store_inspect(s, key, strlen(key), ratel_clock_now_us(),
+                                     rs, 1, &n),
+                 0);
+        if (n != 1 || rs[0].used != m.counts[k])
+            fail_at(__LINE__, "%s: counted %lld, admitted %d", key,
+                    n ? (long long)rs[0].used : -1LL, m.counts[k]);
+    }
+    test_redis_cmd(nodes[dst].port, out, sizeof out,
+                   "CLUSTER COUNTKEYSINSLOT %d", slot);
+    CHECK_EQ(atoi(out), 200);
+    ratel_store_stats(s, &st);
+    CHECK(st.redirects > 0);
+    CHECK_EQ(ratel_store_ping(s, out, sizeof out), 0);
+    ratel_store_free(s);
+    for (int i = 0; i < 3; i++)
+        test_redis_free(&nodes[i]);
+}
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} tests[] = {
+    {"bad_targets", test_bad_targets},
+    {"module_and_lua_agree", test_module_and_lua_agree},
+    {"deny_cache", test_deny_cache},
+    {"batch", test_batch},
+    {"shared_pipelines", test_shared_pipelines},
+    {"processes_share_a_key", test_processes_share_a_key},
+    {"failure_open", test_failure_open},
+    {"failure_closed", test_failure_closed},
+    {"failure_local", test_failure_local},
+    {"failover", test_failover},
+    {"cluster", test_cluster},
+};
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_redis_store MODULE_PATH [TEST...]\n");
+        return 2;
+    }
+    module_path = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int selected = argc < 3;
+        for (int a = 2; a < argc; a++)
+            selected |= strcmp(argv[a], tests[i].name) == 0;
+        if (!selected)
+            continue;
+        current = tests[i].name;
+        failures = 0;
+        tests[i].fn();
+        if (failures) {
+            printf("FAIL %s (%d checks failed)\n", tests[i].name, failures);
+            failed++;
+        } else {
+            printf("ok %s\n", tests[i].name);
+            passed++;
+        }
+        fflush(stdout);
+    }
+    test_servers_cleanup();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
