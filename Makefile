@@ -105,6 +105,10 @@ $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
 $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/servers.c tests/integration/servers.h $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
+# The harness's own test (starts, kills and restarts servers; a cluster).
+$(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
+
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -124,7 +128,7 @@ $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store
+test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/servers_selftest
 	BUILD=$(BUILD) tests/run.sh
 
 asan:
