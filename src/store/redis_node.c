@@ -251,12 +251,32 @@ script:
 }
 
 /* Appends `op` to c's output buffer as `mode` asks it. */
+/* The rule texts of the last policy a round trip formatted: a batch
+   usually carries many requests of one policy. */
+typedef struct rule_texts_s {
+    const ratel_policy_t *policy;
+    ratel_policy_t copy; /* what was formatted (the pointer may be reused) */
+    char text[RATEL_MAX_RULES][64];
+    size_t len[RATEL_MAX_RULES];
+} rule_texts_t;
+
+static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
+{
+    if (t->policy == p && memcmp(&t->copy, p, sizeof *p) == 0)
+        return;
+    for (uint32_t i = 0; i < p->nrules; i++)
+        t->len[i] = (size_t)ratel_rule_format(&p->rules[i], t->text[i],
+                                              sizeof t->text[i]);
+    t->policy = p;
+    t->copy = *p;
+}
+
 static int append_op(redisContext *c, const node_config_t *cfg,
-                     node_mode_t mode, const op_t *op)
+                     node_mode_t mode, const op_t *op, rule_texts_t *rules)
 {
     const char *argv[24 + RATEL_MAX_RULES];
     size_t lens[24 + RATEL_MAX_RULES];
-    char rules[RATEL_MAX_RULES][64], cost[24], wait[24], at[24];
+    char cost[24], wait[24], at[24];
     int argc = 0, lua = mode == NODE_MODE_LUA;
     static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
                                              "RATEL.RESET"};
@@ -305,11 +325,9 @@ static int append_op(redisContext *c, const node_config_t *cfg,
             ARG(at, (size_t)snprintf(at, sizeof at, "%lld",
                                      (long long)op->at_ms));
         }
-        for (uint32_t i = 0; i < op->policy->nrules; i++) {
-            int n = ratel_rule_format(&op->policy->rules[i], rules[i],
-                                      sizeof rules[i]);
-            ARG(rules[i], (size_t)n);
-        }
+        format_rules(rules, op->policy);
+        for (uint32_t i = 0; i < op->policy->nrules; i++)
+            ARG(rules->text[i], rules->len[i]);
         break;
     }
 #undef ARG
@@ -338,8 +356,11 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
 {
     const node_config_t *cfg = nd->cfg;
     redisContext *c = *cp;
+    rule_texts_t rules;
     int proto = 0, rc;
     size_t i = 0;
+
+    rules.policy = NULL;
 
     if (!c) {
         c = ratel__node_connect(cfg, nd->host, nd->port, err, errlen, &proto);
@@ -353,7 +374,7 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
     if (rc != 0)
         goto broken;
     for (i = 0; i < k; i++) {
-        if (append_op(c, cfg, *mode, batch[i]) != REDIS_OK) {
+        if (append_op(c, cfg, *mode, batch[i], &rules) != REDIS_OK) {
             msg(err, errlen, "%s: %s", nd->name,
                      c->errstr[0] ? c->errstr : "out of memory");
             rc = RATEL_EIO;
