@@ -28,13 +28,17 @@ cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -Wpointer-arith -Wvla)
 lib=(src/core/*.c)
 for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
+# The Redis store embeds lua/ratel.lua and links hiredis.
+scripts/embed-lua.sh lua/ratel.lua "$out/gen/lua_script.c"
+lib+=("$out/gen/lua_script.c")
+libs=(-lhiredis)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
 for name in $targets; do
     bin="$out/fuzz_$name" log="$out/fuzz_$name.log"
     echo "== fuzz_$name: building"
-    if ! "$clang" "${cflags[@]}" -o "$bin" "tests/fuzz/fuzz_$name.c" "${lib[@]}"; then
+    if ! "$clang" "${cflags[@]}" -o "$bin" "tests/fuzz/fuzz_$name.c" "${lib[@]}" "${libs[@]}"; then
         echo "FAIL fuzz_$name: does not build with $clang -fsanitize=fuzzer"
         failed=$((failed + 1))
         continue

@@ -1,0 +1,791 @@
+/*
+ * redis_url.c - parses the Redis store's URL (the grammar is in redis_url.h).
+ *
+ * One pass from left to right: scheme, userinfo, addresses, db, query. Pure:
+ * no allocation, no I/O, *out written only on success.
+ *
+ * The password never reaches a message. Before anything else is checked the
+ * parser marks the secret part of the URL: from the start of the authority
+ * (after "scheme://", or the start of the URL when there is no scheme) to
+ * the LAST '@', the bytes after the first ':' of that userinfo, or all of it
+ * when it has no ':' ("redis://secret@host" is a common slip). Messages show
+ * the URL with that part replaced by "***" and quote only pieces that lie
+ * after it. The rule is deliberately generous on malformed URLs: a password
+ * holding a raw '/', '?' or '#' is still hidden when the URL is refused.
+ */
+#include "store/redis_url.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Quoted pieces are cut at this many bytes, then "..." follows. */
+#define URL_QUOTE_MAX 120
+#define PIECE_QUOTE_MAX 64
+/* Room for `max` bytes quoted: 4 per byte (\xNN), "***" overshoot, "...". */
+#define QUOTED_SIZE(max) (4 * ((max) + 3) + 8)
+
+#define DEFAULT_PORT 6379
+#define DB_MAX 15
+
+static const char url_hint[] =
+    "expected redis://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/DB]"
+    "[?NAME=VALUE&...] or redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]"
+    "[,HOST[:PORT]...][?NAME=VALUE&...]";
+
+static const char host_hint[] =
+    "a host is a name or an IPv4 address (letters, digits, '.', '-' and "
+    "'_') or "
+    "an IPv6 address in brackets, e.g. localhost, 10.0.0.1:6380 or "
+    "[::1]:6379";
+
+static const char param_names[] =
+    "connect_timeout_ms, timeout_ms, pool, on_failure, mode and deny_cache";
+
+static const char *const failure_words[] = {"open", "closed", "local", NULL};
+static const char *const mode_words[] = {"auto", "module", "lua", NULL};
+
+/* The query parameters, in the order of the header. */
+enum {
+    PARAM_CONNECT_TIMEOUT,
+    PARAM_TIMEOUT,
+    PARAM_POOL,
+    PARAM_ON_FAILURE,
+    PARAM_MODE,
+    PARAM_DENY_CACHE,
+    NPARAMS
+};
+
+static const struct {
+    const char *name;
+    long min, max;            /* integers */
+    const char *const *words; /* or one of these words (NULL-terminated) */
+    const char *accepts;      /* what the value may be, for messages */
+} params[NPARAMS] = {
+    {"connect_timeout_ms", 1, 60000, NULL,
+     "a whole number of milliseconds from 1 to 60000"},
+    {"timeout_ms", 1, 60000, NULL,
+     "a whole number of milliseconds from 1 to 60000"},
+    {"pool", 1, 256, NULL,
+     "a whole number of connections per node from 1 to 256"},
+    {"on_failure", 0, 0, failure_words, "open, closed or local"},
+    {"mode", 0, 0, mode_words, "auto, module or lua"},
+    {"deny_cache", 0, 16777216, NULL,
+     "a whole number of entries from 0 (no deny cache) to 16777216"},
+};
+
+typedef struct parser_s {
+    const char *url;
+    size_t len;
+    size_t secret_start, secret_end; /* shown as "***" when not empty */
+    char *errbuf;
+    size_t errlen;
+} parser_t;
+
+/*
+ * Writes byte c at out, escaped when it is a quote, a backslash or not
+ * printable ASCII (a message holding a CR or LF could break a protocol or a
+ * log line). Returns the bytes written, at most 4.
+ */
+static size_t put_byte(char *out, unsigned char c)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (c == '"' || c == '\\') {
+        out[0] = '\\';
+        out[1] = (char)c;
+        return 2;
+    }
+    if (c < 0x20 || c >= 0x7f) {
+        out[0] = '\\';
+        out[1] = 'x';
+        out[2] = hex[c >> 4];
+        out[3] = hex[c & 15];
+        return 4;
+    }
+    out[0] = (char)c;
+    return 1;
+}
+
+/*
+ * Quotes up to `max` bytes of text into out (QUOTED_SIZE(max) bytes),
+ * "..." marking a cut. Only for pieces that lie outside the secret part.
+ */
+static void quote_bytes(char *out, const char *text, size_t len, size_t max)
+{
+    size_t q = 0;
+
+    for (size_t i = 0; i < len && i < max; i++)
+        q += put_byte(out + q, (unsigned char)text[i]);
+    if (len > max) {
+        memcpy(out + q, "...", 3);
+        q += 3;
+    }
+    out[q] = '\0';
+}
+
+/* The whole URL quoted into out (QUOTED_SIZE(URL_QUOTE_MAX) bytes), its
+   secret part as "***". */
+static void quote_url(const parser_t *p, char *out)
+{
+    size_t q = 0, shown = 0, i = 0;
+
+    while (i < p->len) {
+        if (shown >= URL_QUOTE_MAX) {
+            memcpy(out + q, "...", 3);
+            q += 3;
+            break;
+        }
+        if (i == p->secret_start && p->secret_end > p->secret_start) {
+            memcpy(out + q, "***", 3);
+            q += 3;
+            shown += 3;
+            i = p->secret_end;
+            continue;
+        }
+        q += put_byte(out + q, (unsigned char)p->url[i++]);
+        shown++;
+    }
+    out[q] = '\0';
+}
+
+/*
+ * Writes `redis URL "URL": REASON` into errbuf (when there is one),
+ * truncated as snprintf does, and returns RATEL_EINVAL.
+ */
+static int fail(const parser_t *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail(const parser_t *p, const char *fmt, ...)
+{
+    char quoted[QUOTED_SIZE(URL_QUOTE_MAX)];
+    char reason[768];
+    va_list ap;
+
+    if (!p->errbuf || p->errlen == 0)
+        return RATEL_EINVAL;
+    quote_url(p, quoted);
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    snprintf(p->errbuf, p->errlen, "redis URL \"%s\": %s", quoted, reason);
+    return RATEL_EINVAL;
+}
+
+/* Zeroes a copy of a secret in a way the compiler cannot drop. */
+static void wipe(void *buf, size_t n)
+{
+    volatile unsigned char *b = buf;
+    while (n--)
+        *b++ = 0;
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int is_alpha(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static int hex_value(char c)
+{
+    if (is_digit(c))
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* text[0..len) equals the lowercase `word`, ignoring case. */
+static int equal_nocase(const char *text, size_t len, const char *word)
+{
+    if (strlen(word) != len)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (lower(text[i]) != word[i])
+            return 0;
+    return 1;
+}
+
+/*
+ * Reads text[0..len) as a decimal number without sign into *out. Returns 0,
+ * -1 when it is empty or holds a non-digit, or 1 when it exceeds `max`
+ * (never overflows: reading stops growing past max).
+ */
+static int read_number(const char *text, size_t len, long max, long *out)
+{
+    long v = 0;
+    int over = 0;
+
+    if (len == 0)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_digit(text[i]))
+            return -1;
+        if (!over) {
+            v = v * 10 + (text[i] - '0');
+            if (v > max)
+                over = 1;
+        }
+    }
+    *out = v;
+    return over;
+}
+
+/*
+ * Percent-decodes the user name or the password (`what`) from
+ * src[0..len) into dst (cap bytes, NUL-terminated). Raw bytes must be
+ * printable ASCII other than '/', '?' and '#' (which would end the
+ * authority of a URL); %00 is refused (the fields are C strings). Messages
+ * about the password never show any of its bytes.
+ */
+static int decode_userinfo(const parser_t *p, const char *src, size_t len,
+                           char *dst, size_t cap, const char *what, int secret)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(src[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(src[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return fail(p,
+                            "bad percent escape in the %s: '%%' must be "
+                            "followed by two hex digits (write '%%' itself "
+                            "as %%25)",
+                            what);
+            c = (unsigned char)(hi * 16 + lo);
+            if (c == 0)
+                return fail(p, "the %s holds %%00: a NUL byte is not accepted",
+                            what);
+            i += 2;
+        } else if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#') {
+            char b[8];
+            if (secret)
+                return fail(p,
+                            "the %s holds a byte that must be "
+                            "percent-encoded (a space, a control or "
+                            "non-ASCII byte, '/', '?' or '#'): write it as "
+                            "%%XX, e.g. %%20 for a space or %%2F for '/'",
+                            what);
+            b[put_byte(b, c)] = '\0';
+            return fail(p, "the %s holds '%s': percent-encode it as %%%02X",
+                        what, b, (unsigned)c);
+        }
+        if (n + 1 >= cap)
+            return fail(p, "the %s is longer than %zu bytes", what, cap - 1);
+        dst[n++] = (char)c;
+    }
+    dst[n] = '\0';
+    return 0;
+}
+
+/* A host name or IPv4 address byte. */
+static int is_host_byte(char c)
+{
+    /* '_' too: container and service names (Docker Compose) use it. */
+    return is_alpha(c) || is_digit(c) || c == '.' || c == '-' || c == '_';
+}
+
+/* A byte inside the brackets of an IPv6 address. */
+static int is_ipv6_byte(char c)
+{
+    return hex_value(c) >= 0 || c == ':' || c == '.';
+}
+
+/* An unbracketed address that is probably IPv6: two ':' or more, and only
+   bytes an IPv6 address holds ("::1", "fe80::1:6379"). */
+static int looks_like_ipv6(const char *s, size_t n)
+{
+    size_t colons = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!is_ipv6_byte(s[i]))
+            return 0;
+        colons += s[i] == ':';
+    }
+    return colons >= 2;
+}
+
+/*
+ * Parses address number `index` (1-based), s[0..n): HOST[:PORT] or
+ * [IPV6][:PORT], into *addr. The address lies after the userinfo, so it
+ * may be quoted.
+ */
+static int parse_address(const parser_t *p, const char *s, size_t n,
+                         size_t index, ratel_redis_addr_t *addr)
+{
+    char q[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+    const char *host, *port = NULL;
+    size_t hlen, plen = 0;
+    long value;
+    int rc;
+
+    quote_bytes(q, s, n, PIECE_QUOTE_MAX);
+    if (n == 0)
+        return fail(p,
+                    "address %zu is empty (two commas, or a comma at an "
+                    "end); expected HOST[:PORT] between commas",
+                    index);
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        size_t colons = 0;
+
+        if (!close)
+            return fail(p, "IPv6 address \"%s\" has no closing ']'", q);
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        for (size_t i = 0; i < hlen; i++) {
+            if (!is_ipv6_byte(host[i])) {
+                char b[8];
+                b[put_byte(b, (unsigned char)host[i])] = '\0';
+                return fail(p,
+                            "IPv6 address \"%s\" holds '%s': inside brackets "
+                            "only hex digits, ':' and '.' are accepted, e.g. "
+                            "[::1] or [fe80::1]:6379",
+                            q, b);
+            }
+            colons += host[i] == ':';
+        }
+        if (colons < 2)
+            return fail(p,
+                        "\"%s\" is not an IPv6 address (brackets hold an "
+                        "IPv6 address, e.g. [::1]:6379); %s",
+                        q, host_hint);
+        if (close + 1 < s + n) {
+            if (close[1] != ':')
+                return fail(p,
+                            "unexpected bytes after ']' in \"%s\"; expected "
+                            "[IPV6] or [IPV6]:PORT",
+                            q);
+            port = close + 2;
+            plen = n - (size_t)(port - s);
+        }
+    } else {
+        const char *colon = memchr(s, ':', n);
+
+        if (looks_like_ipv6(s, n))
+            return fail(p,
+                        "\"%s\" looks like an IPv6 address: write it in "
+                        "brackets, e.g. [::1]:6379",
+                        q);
+        host = s;
+        hlen = colon ? (size_t)(colon - s) : n;
+        if (hlen == 0)
+            return fail(p, "address \"%s\" has no host; %s", q, host_hint);
+        for (size_t i = 0; i < hlen; i++) {
+            if (!is_host_byte(host[i])) {
+                char b[8];
+                b[put_byte(b, (unsigned char)host[i])] = '\0';
+                return fail(p, "host in \"%s\" holds '%s'; %s", q, b,
+                            host_hint);
+            }
+        }
+        if (colon) {
+            port = colon + 1;
+            plen = n - hlen - 1;
+        }
+    }
+    if (hlen > RATEL_REDIS_HOST_MAX)
+        return fail(p, "host in \"%s\" is longer than %d bytes", q,
+                    RATEL_REDIS_HOST_MAX);
+
+    addr->port = DEFAULT_PORT;
+    if (port) {
+        if (plen == 0)
+            return fail(p,
+                        "address \"%s\" has an empty port; expected a port "
+                        "from 1 to 65535 after ':' (or no ':' for 6379)",
+                        q);
+        rc = read_number(port, plen, 65535, &value);
+        if (rc < 0)
+            return fail(p,
+                        "the port of \"%s\" is not a number; expected a port "
+                        "from 1 to 65535",
+                        q);
+        if (rc > 0 || value == 0)
+            return fail(p,
+                        "the port of \"%s\" is out of range; expected a port "
+                        "from 1 to 65535",
+                        q);
+        addr->port = (int)value;
+    }
+    memcpy(addr->host, host, hlen);
+    addr->host[hlen] = '\0';
+    return 0;
+}
+
+/* Two hosts are the same when equal ignoring case (DNS names are
+   case-insensitive). IPv6 text is compared as written: the store resolves
+   hosts, the parser does not canonicalise them. */
+static int same_host(const char *a, const char *b)
+{
+    while (*a && lower(*a) == lower(*b)) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+/* Parses the comma-separated addresses in url[start..end). */
+static int parse_addresses(const parser_t *p, size_t start, size_t end,
+                           ratel_redis_url_t *u)
+{
+    size_t s = start;
+
+    if (start == end)
+        return fail(p,
+                    "no host; expected HOST[:PORT] after \"//\" (or "
+                    "after '@'); %s",
+                    host_hint);
+    for (;;) {
+        size_t e = s;
+        ratel_redis_addr_t *addr;
+        int rc;
+
+        while (e < end && p->url[e] != ',')
+            e++;
+        if (u->naddrs == RATEL_REDIS_MAX_ADDRS)
+            return fail(p, "more than %d addresses; at most %d are accepted",
+                        RATEL_REDIS_MAX_ADDRS, RATEL_REDIS_MAX_ADDRS);
+        addr = &u->addrs[u->naddrs];
+        rc = parse_address(p, p->url + s, e - s, u->naddrs + 1, addr);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < u->naddrs; i++) {
+            if (u->addrs[i].port == addr->port &&
+                same_host(u->addrs[i].host, addr->host)) {
+                char q[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+                quote_bytes(q, p->url + s, e - s, PIECE_QUOTE_MAX);
+                return fail(p,
+                            "address \"%s\" is given twice (addresses %zu "
+                            "and %zu are the same); list each address once",
+                            q, i + 1, u->naddrs + 1);
+            }
+        }
+        u->naddrs++;
+        if (e == end)
+            return 0;
+        s = e + 1;
+    }
+}
+
+/* Parses the path url[start..end), after its '/': the db. */
+static int parse_db(const parser_t *p, size_t start, size_t end,
+                    ratel_redis_url_t *u)
+{
+    char q[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+    const char *s = p->url + start;
+    size_t n = end - start;
+    long db = 0;
+    int rc;
+
+    quote_bytes(q, s, n, PIECE_QUOTE_MAX);
+    if (u->cluster) {
+        if (n == 0 || (n == 1 && s[0] == '0'))
+            return 0;
+        return fail(p,
+                    "Redis Cluster has only db 0, the path is \"/%s\"; leave "
+                    "out the path or write /0",
+                    q);
+    }
+    if (n == 0)
+        return 0;
+    rc = read_number(s, n, DB_MAX, &db);
+    if (rc < 0)
+        return fail(p,
+                    "the db \"/%s\" is not a number; expected /0 to /%d "
+                    "(db 0 when left out)",
+                    q, DB_MAX);
+    if (rc > 0)
+        return fail(p, "the db \"/%s\" is out of range; expected /0 to /%d", q,
+                    DB_MAX);
+    u->db = (int)db;
+    return 0;
+}
+
+/* Parses one NAME=VALUE pair, s[0..n), into u; `seen` marks names given. */
+static int parse_param(const parser_t *p, const char *s, size_t n,
+                       ratel_redis_url_t *u, unsigned *seen)
+{
+    char qname[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+    char qvalue[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+    const char *eq = memchr(s, '=', n);
+    size_t nlen = eq ? (size_t)(eq - s) : n;
+    const char *value = eq ? eq + 1 : s + n;
+    size_t vlen = n - nlen - (eq != NULL);
+    size_t k;
+    long v = 0;
+
+    quote_bytes(qname, s, nlen, PIECE_QUOTE_MAX);
+    if (n == 0)
+        return fail(p, "empty query parameter (\"&&\", or '&' at an end); "
+                       "expected NAME=VALUE pairs joined by '&'");
+    for (k = 0; k < NPARAMS; k++)
+        if (strlen(params[k].name) == nlen &&
+            memcmp(params[k].name, s, nlen) == 0)
+            break;
+    if (k == NPARAMS)
+        return fail(p, "unknown query parameter \"%s\"; the parameters are %s",
+                    qname, param_names);
+    if (*seen & (1u << k))
+        return fail(p, "query parameter %s is given twice; give it once",
+                    params[k].name);
+    *seen |= 1u << k;
+    if (vlen == 0)
+        return fail(p, "query parameter %s has no value; %s takes %s",
+                    params[k].name, params[k].name, params[k].accepts);
+
+    quote_bytes(qvalue, value, vlen, PIECE_QUOTE_MAX);
+    if (params[k].words) {
+        size_t w;
+        for (w = 0; params[k].words[w]; w++)
+            if (strlen(params[k].words[w]) == vlen &&
+                memcmp(params[k].words[w], value, vlen) == 0)
+                break;
+        if (!params[k].words[w])
+            return fail(p, "%s=\"%s\" is not accepted; %s takes %s",
+                        params[k].name, qvalue, params[k].name,
+                        params[k].accepts);
+        if (k == PARAM_ON_FAILURE)
+            u->on_failure = (ratel_failure_t)(RATEL_FAILURE_OPEN + (int)w);
+        else
+            u->mode = (ratel_redis_mode_t)(RATEL_REDIS_AUTO + (int)w);
+        return 0;
+    }
+    if (read_number(value, vlen, params[k].max, &v) != 0 || v < params[k].min)
+        return fail(p, "%s=\"%s\" is not accepted; %s takes %s", params[k].name,
+                    qvalue, params[k].name, params[k].accepts);
+    switch (k) {
+    case PARAM_CONNECT_TIMEOUT:
+        u->connect_timeout_ms = (int)v;
+        break;
+    case PARAM_TIMEOUT:
+        u->timeout_ms = (int)v;
+        break;
+    case PARAM_POOL:
+        u->pool = (unsigned)v;
+        break;
+    default:
+        u->deny_cache = v;
+        break;
+    }
+    return 0;
+}
+
+/* Parses the query url[start..len), after its '?'. */
+static int parse_query(const parser_t *p, size_t start, ratel_redis_url_t *u)
+{
+    unsigned seen = 0;
+    size_t s = start;
+
+    if (start == p->len)
+        return fail(p,
+                    "empty query after '?'; expected NAME=VALUE pairs "
+                    "joined by '&' (the names are %s), or no '?'",
+                    param_names);
+    for (;;) {
+        size_t e = s;
+        int rc;
+
+        while (e < p->len && p->url[e] != '&')
+            e++;
+        rc = parse_param(p, p->url + s, e - s, u, &seen);
+        if (rc != 0)
+            return rc;
+        if (e == p->len)
+            return 0;
+        s = e + 1;
+    }
+}
+
+/* A byte of a URL scheme (RFC 3986): letters, digits, '+', '-', '.'. */
+static int is_scheme_byte(char c)
+{
+    return is_alpha(c) || is_digit(c) || c == '+' || c == '-' || c == '.';
+}
+
+/*
+ * Marks the secret part of the URL (see the top of this file) and returns
+ * where the authority starts (after "scheme://", else 0); *at is the last
+ * '@' after that, or p->len when there is none.
+ */
+static size_t mark_secret(parser_t *p, size_t *at)
+{
+    size_t tok = 0, auth = 0;
+    const char *colon;
+
+    while (tok < p->len && is_scheme_byte(p->url[tok]))
+        tok++;
+    if (tok > 0 && p->len - tok >= 3 && memcmp(p->url + tok, "://", 3) == 0)
+        auth = tok + 3;
+    *at = p->len;
+    for (size_t i = p->len; i > auth; i--) {
+        if (p->url[i - 1] == '@') {
+            *at = i - 1;
+            break;
+        }
+    }
+    p->secret_start = p->secret_end = 0;
+    if (*at == p->len)
+        return auth;
+    colon = memchr(p->url + auth, ':', *at - auth);
+    p->secret_start = colon ? (size_t)(colon - p->url) + 1 : auth;
+    p->secret_end = *at;
+    return auth;
+}
+
+/*
+ * Parses p->url into *u (zeroed, defaults set by the caller): the secret
+ * part first, then the bytes outside the userinfo, the scheme, the
+ * userinfo, the addresses, the db and the query. The first problem found
+ * is the one reported.
+ */
+static int parse(parser_t *p, ratel_redis_url_t *u)
+{
+    const char *url = p->url;
+    size_t auth, at, pos, end, tok;
+    int rc;
+
+    if (p->len == 0)
+        return fail(p, "empty URL; %s", url_hint);
+    auth = mark_secret(p, &at);
+
+    /* Outside the userinfo (checked on its own, without quoting it), a URL
+       is printable ASCII without spaces and ends before any '#'. */
+    for (size_t i = 0; i < p->len; i++) {
+        unsigned char c = (unsigned char)url[i];
+        if (at < p->len && i >= auth && i <= at)
+            continue;
+        if (c == '#')
+            return fail(p, "a fragment ('#') is not accepted; the URL ends "
+                           "with the address, the db or the query");
+        if (c == ' ')
+            return fail(p, "a space is not accepted in a URL (in the "
+                           "password, write it as %%20)");
+        if (c < 0x20 || c >= 0x7f)
+            return fail(p,
+                        "byte \\x%02x is not accepted: a URL is printable "
+                        "ASCII (percent-encode other bytes in the password)",
+                        (unsigned)c);
+    }
+
+    /* The scheme. */
+    tok = 0;
+    while (tok < p->len && is_scheme_byte(url[tok]))
+        tok++;
+    if (auth == 0) {
+        if (tok < p->len && url[tok] == ':' &&
+            (equal_nocase(url, tok, "redis") ||
+             equal_nocase(url, tok, "redis+cluster")))
+            return fail(p, "expected \"//\" after \"%.*s:\"; %s", (int)tok, url,
+                        url_hint);
+        return fail(p, "missing scheme; %s", url_hint);
+    }
+    if (equal_nocase(url, tok, "redis")) {
+        u->cluster = 0;
+    } else if (equal_nocase(url, tok, "redis+cluster")) {
+        u->cluster = 1;
+    } else if (equal_nocase(url, tok, "rediss") ||
+               equal_nocase(url, tok, "rediss+cluster")) {
+        return fail(p, "TLS (rediss://) is not supported; use redis:// or "
+                       "redis+cluster:// over plain TCP");
+    } else {
+        char q[QUOTED_SIZE(32)];
+        quote_bytes(q, url, tok, 32);
+        return fail(p,
+                    "unknown scheme \"%s\"; the schemes are redis:// and "
+                    "redis+cluster://",
+                    q);
+    }
+
+    /* The userinfo: USER:PASSWORD or :PASSWORD, before the last '@'. */
+    pos = auth;
+    if (at < p->len) {
+        const char *colon = memchr(url + auth, ':', at - auth);
+        if (at == auth)
+            return fail(p, "nothing before '@'; write redis://:PASSWORD@HOST "
+                           "or redis://USER:PASSWORD@HOST, or leave out "
+                           "the '@'");
+        if (!colon)
+            return fail(p,
+                        "a user name without a password before '@' (hidden "
+                        "here: it may be a password); AUTH needs a password: "
+                        "write redis://USER:PASSWORD@HOST, or "
+                        "redis://:PASSWORD@HOST for the default user");
+        rc = decode_userinfo(p, url + auth, (size_t)(colon - url) - auth,
+                             u->username, sizeof u->username, "user name", 0);
+        if (rc != 0)
+            return rc;
+        rc = decode_userinfo(p, colon + 1, at - (size_t)(colon - url) - 1,
+                             u->password, sizeof u->password, "password", 1);
+        if (rc != 0)
+            return rc;
+        u->has_password = 1;
+        pos = at + 1;
+    }
+
+    /* The addresses, up to the path or the query. */
+    end = pos;
+    while (end < p->len && url[end] != '/' && url[end] != '?')
+        end++;
+    rc = parse_addresses(p, pos, end, u);
+    if (rc != 0)
+        return rc;
+    pos = end;
+
+    if (pos < p->len && url[pos] == '/') {
+        end = ++pos;
+        while (end < p->len && url[end] != '?')
+            end++;
+        rc = parse_db(p, pos, end, u);
+        if (rc != 0)
+            return rc;
+        pos = end;
+    }
+    if (pos < p->len)
+        return parse_query(p, pos + 1, u); /* url[pos] is '?' */
+    return 0;
+}
+
+int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
+                           char *errbuf, size_t errlen)
+{
+    parser_t p;
+    ratel_redis_url_t u;
+    int rc;
+
+    memset(&p, 0, sizeof p);
+    p.url = url ? url : "";
+    p.len = strlen(p.url);
+    p.errbuf = errbuf;
+    p.errlen = errlen;
+    if (!url)
+        return fail(&p, "no URL given; %s", url_hint);
+    if (!out) {
+        size_t at;
+        mark_secret(&p, &at);
+        return fail(&p, "nowhere to write the result (out is NULL)");
+    }
+
+    memset(&u, 0, sizeof u);
+    u.on_failure = RATEL_FAILURE_DEFAULT;
+    u.mode = RATEL_REDIS_AUTO;
+    u.deny_cache = -1;
+    rc = parse(&p, &u);
+    if (rc == 0)
+        memcpy(out, &u, sizeof u);
+    wipe(u.password, sizeof u.password);
+    return rc;
+}

@@ -1,0 +1,496 @@
+/*
+ * test_redis_url.c - the Redis store's URL: every valid form, a long table
+ * of malformed URLs, and the password kept out of every message.
+ */
+#include "test.h"
+
+#include "ratel.h"
+#include "store/redis_url.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Fails the test with the URL and its message when `cond` is false. */
+#define CHECK_URL(cond, url, err)                                              \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            char m_[2048];                                                     \
+            snprintf(m_, sizeof m_, "%s: for \"%.200s\": \"%.1100s\"", #cond,  \
+                     (url), (err));                                            \
+            ratel_test_fail(__FILE__, __LINE__, m_);                           \
+        }                                                                      \
+    } while (0)
+
+/* Parses a URL that must be valid; fails the test with the message if not. */
+static int parse_ok(const char *url, ratel_redis_url_t *u)
+{
+    char err[1024] = "";
+    int rc = ratel__redis_url_parse(url, u, err, sizeof err);
+    CHECK_URL(rc == 0, url, err);
+    return rc;
+}
+
+TEST(redis_url_defaults)
+{
+    ratel_redis_url_t u;
+
+    REQUIRE(parse_ok("redis://localhost", &u) == 0);
+    CHECK_EQ(u.cluster, 0);
+    CHECK_EQ(u.naddrs, 1);
+    CHECK(strcmp(u.addrs[0].host, "localhost") == 0);
+    CHECK_EQ(u.addrs[0].port, 6379);
+    CHECK(strcmp(u.username, "") == 0);
+    CHECK(strcmp(u.password, "") == 0);
+    CHECK_EQ(u.has_password, 0);
+    CHECK_EQ(u.db, 0);
+    CHECK_EQ(u.connect_timeout_ms, 0);
+    CHECK_EQ(u.timeout_ms, 0);
+    CHECK_EQ(u.pool, 0);
+    CHECK_EQ(u.on_failure, RATEL_FAILURE_DEFAULT);
+    CHECK_EQ(u.mode, RATEL_REDIS_AUTO);
+    CHECK_EQ(u.deny_cache, -1);
+}
+
+TEST(redis_url_valid_forms)
+{
+    static const struct {
+        const char *url;
+        int cluster;
+        size_t naddrs;
+        const char *host0;
+        int port0;
+        const char *host_last;
+        int port_last;
+        int db;
+    } cases[] = {
+        {"redis://127.0.0.1", 0, 1, "127.0.0.1", 6379, "127.0.0.1", 6379, 0},
+        {"redis://10.0.0.1:6380", 0, 1, "10.0.0.1", 6380, "10.0.0.1", 6380, 0},
+        {"redis://h:1", 0, 1, "h", 1, "h", 1, 0},
+        {"redis://h:65535", 0, 1, "h", 65535, "h", 65535, 0},
+        {"redis://h:06379", 0, 1, "h", 6379, "h", 6379, 0},
+        {"redis://redis-1.example.com:7000", 0, 1, "redis-1.example.com", 7000,
+         "redis-1.example.com", 7000, 0},
+        {"REDIS://Host", 0, 1, "Host", 6379, "Host", 6379, 0},
+        {"redis://redis_cache_1:6379", 0, 1, "redis_cache_1", 6379,
+         "redis_cache_1", 6379, 0},
+        {"Redis+Cluster://n1", 1, 1, "n1", 6379, "n1", 6379, 0},
+        {"redis://[::1]", 0, 1, "::1", 6379, "::1", 6379, 0},
+        {"redis://[::1]:7001", 0, 1, "::1", 7001, "::1", 7001, 0},
+        {"redis://[fe80::1:2]:7001,[::ffff:10.0.0.1]", 0, 2, "fe80::1:2", 7001,
+         "::ffff:10.0.0.1", 6379, 0},
+        {"redis://a,b:6380,[::1]:6381", 0, 3, "a", 6379, "::1", 6381, 0},
+        {"redis://h:6379,h:6380", 0, 2, "h", 6379, "h", 6380, 0},
+        {"redis://h/", 0, 1, "h", 6379, "h", 6379, 0},
+        {"redis://h/0", 0, 1, "h", 6379, "h", 6379, 0},
+        {"redis://h/7", 0, 1, "h", 6379, "h", 6379, 7},
+        {"redis://h:1234/15", 0, 1, "h", 1234, "h", 1234, 15},
+        {"redis://a,b/3?pool=2", 0, 2, "a", 6379, "b", 6379, 3},
+        {"redis://h/?pool=2", 0, 1, "h", 6379, "h", 6379, 0},
+        {"redis+cluster://n1:7000,n2:7001,n3:7002", 1, 3, "n1", 7000, "n3",
+         7002, 0},
+        {"redis+cluster://n1/", 1, 1, "n1", 6379, "n1", 6379, 0},
+        {"redis+cluster://n1/0", 1, 1, "n1", 6379, "n1", 6379, 0},
+        {"redis+cluster://:pw@n1:7000/0?pool=8", 1, 1, "n1", 7000, "n1", 7000,
+         0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ratel_redis_url_t u;
+        if (parse_ok(cases[i].url, &u) != 0)
+            continue;
+        CHECK_EQ(u.cluster, cases[i].cluster);
+        CHECK_EQ(u.naddrs, cases[i].naddrs);
+        CHECK_URL(strcmp(u.addrs[0].host, cases[i].host0) == 0, cases[i].url,
+                  u.addrs[0].host);
+        CHECK_EQ(u.addrs[0].port, cases[i].port0);
+        CHECK_URL(strcmp(u.addrs[u.naddrs - 1].host, cases[i].host_last) == 0,
+                  cases[i].url, u.addrs[u.naddrs - 1].host);
+        CHECK_EQ(u.addrs[u.naddrs - 1].port, cases[i].port_last);
+        CHECK_EQ(u.db, cases[i].db);
+    }
+}
+
+TEST(redis_url_credentials)
+{
+    static const struct {
+        const char *url, *user, *password;
+    } cases[] = {
+        {"redis://:secret@h", "", "secret"},
+        {"redis://alice:secret@h", "alice", "secret"},
+        {"redis://alice:@h", "alice", ""},
+        {"redis://:@h", "", ""},
+        /* Percent escapes, either case of hex digits. */
+        {"redis://al%69ce:p%40ss%2fw%2Fd%25@h", "alice", "p@ss/w/d%"},
+        {"redis://a%3Ab:%20%7e@h", "a:b", " ~"},
+        {"redis://:%C3%A9t%C3%A9@h", "", "\xc3\xa9t\xc3\xa9"},
+        /* The last '@' ends the userinfo; ':' may repeat in the password. */
+        {"redis://:p@ss@h", "", "p@ss"},
+        {"redis://u:a:b:c@h", "u", "a:b:c"},
+        {"redis://u:!$&'()*+,;=-._~@h", "u", "!$&'()*+,;=-._~"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ratel_redis_url_t u;
+        if (parse_ok(cases[i].url, &u) != 0)
+            continue;
+        CHECK_URL(strcmp(u.username, cases[i].user) == 0, cases[i].url,
+                  u.username);
+        CHECK_URL(strcmp(u.password, cases[i].password) == 0, cases[i].url,
+                  u.password);
+        CHECK_EQ(u.has_password, 1);
+        CHECK_EQ(u.naddrs, 1);
+        CHECK(strcmp(u.addrs[0].host, "h") == 0);
+    }
+}
+
+TEST(redis_url_longest_credentials_and_host)
+{
+    char url[2200], host[300], user[300], pass[600];
+    ratel_redis_url_t u;
+
+    memset(host, 'h', 255);
+    host[255] = '\0';
+    memset(user, 'u', 255);
+    user[255] = '\0';
+    memset(pass, 'p', 511);
+    pass[511] = '\0';
+    snprintf(url, sizeof url, "redis://%s:%s@%s:1", user, pass, host);
+    REQUIRE(parse_ok(url, &u) == 0);
+    CHECK_EQ(strlen(u.username), 255);
+    CHECK_EQ(strlen(u.password), 511);
+    CHECK_EQ(strlen(u.addrs[0].host), 255);
+    /* Escapes count once: 511 decoded bytes written as %70. */
+    {
+        char enc[1600];
+        for (size_t i = 0; i < 511; i++)
+            memcpy(enc + 3 * i, "%70", 3);
+        enc[3 * 511] = '\0';
+        snprintf(url, sizeof url, "redis://:%s@h", enc);
+        REQUIRE(parse_ok(url, &u) == 0);
+        CHECK(strcmp(u.password, pass) == 0);
+    }
+}
+
+TEST(redis_url_query_options)
+{
+    ratel_redis_url_t u;
+
+    REQUIRE(parse_ok("redis://h?connect_timeout_ms=1&timeout_ms=60000&pool=256"
+                     "&on_failure=open&mode=module&deny_cache=16777216",
+                     &u) == 0);
+    CHECK_EQ(u.connect_timeout_ms, 1);
+    CHECK_EQ(u.timeout_ms, 60000);
+    CHECK_EQ(u.pool, 256);
+    CHECK_EQ(u.on_failure, RATEL_FAILURE_OPEN);
+    CHECK_EQ(u.mode, RATEL_REDIS_MODULE);
+    CHECK_EQ(u.deny_cache, 16777216);
+
+    REQUIRE(parse_ok("redis://h/2?deny_cache=0&mode=lua&on_failure=closed"
+                     "&pool=1&timeout_ms=1&connect_timeout_ms=60000",
+                     &u) == 0);
+    CHECK_EQ(u.db, 2);
+    CHECK_EQ(u.connect_timeout_ms, 60000);
+    CHECK_EQ(u.timeout_ms, 1);
+    CHECK_EQ(u.pool, 1);
+    CHECK_EQ(u.on_failure, RATEL_FAILURE_CLOSED);
+    CHECK_EQ(u.mode, RATEL_REDIS_LUA);
+    CHECK_EQ(u.deny_cache, 0);
+
+    REQUIRE(parse_ok("redis://h?on_failure=local&mode=auto&pool=0004", &u) ==
+            0);
+    CHECK_EQ(u.on_failure, RATEL_FAILURE_LOCAL);
+    CHECK_EQ(u.mode, RATEL_REDIS_AUTO);
+    CHECK_EQ(u.pool, 4);
+    CHECK_EQ(u.deny_cache, -1);
+
+    REQUIRE(parse_ok("redis+cluster://a,b?timeout_ms=250", &u) == 0);
+    CHECK_EQ(u.cluster, 1);
+    CHECK_EQ(u.timeout_ms, 250);
+}
+
+TEST(redis_url_sixteen_addresses)
+{
+    char url[512];
+    size_t n = (size_t)snprintf(url, sizeof url, "redis://");
+    ratel_redis_url_t u;
+    char err[1024] = "";
+
+    for (int i = 0; i < RATEL_REDIS_MAX_ADDRS; i++)
+        n += (size_t)snprintf(url + n, sizeof url - n, "%sn%d:%d", i ? "," : "",
+                              i, 7000 + i);
+    REQUIRE(parse_ok(url, &u) == 0);
+    CHECK_EQ(u.naddrs, RATEL_REDIS_MAX_ADDRS);
+    CHECK(strcmp(u.addrs[15].host, "n15") == 0);
+    CHECK_EQ(u.addrs[15].port, 7015);
+    snprintf(url + n, sizeof url - n, ",n16");
+    CHECK_EQ(ratel__redis_url_parse(url, &u, err, sizeof err), RATEL_EINVAL);
+    CHECK_URL(strstr(err, "at most 16") != NULL, url, err);
+}
+
+TEST(redis_url_malformed_names_the_problem)
+{
+    static const struct {
+        const char *url, *says;
+    } bad[] = {
+        {"", "empty URL"},
+        {"localhost:6379", "missing scheme"},
+        {"//localhost", "missing scheme"},
+        {"redis:localhost", "expected \"//\" after \"redis:\""},
+        {"redis:/localhost", "expected \"//\""},
+        {"://localhost", "missing scheme"},
+        {"http://localhost", "unknown scheme \"http\""},
+        {"unix:///tmp/redis.sock", "unknown scheme \"unix\""},
+        {"redis-cluster://h", "unknown scheme \"redis-cluster\""},
+        {"rediss://h", "TLS (rediss://) is not supported"},
+        {"REDISS+cluster://h", "TLS (rediss://) is not supported"},
+        {"redis://", "no host"},
+        {"redis://:pw@", "no host"},
+        {"redis:///0", "no host"},
+        {"redis://?pool=1", "no host"},
+        {"redis://:6379", "has no host"},
+        {"redis://h,", "address 2 is empty"},
+        {"redis://,h", "address 1 is empty"},
+        {"redis://a,,b", "address 2 is empty"},
+        {"redis://h:", "empty port"},
+        {"redis://h:0", "out of range"},
+        {"redis://h:65536", "out of range"},
+        {"redis://h:99999999999999999999999", "out of range"},
+        {"redis://h:-1", "not a number"},
+        {"redis://h:+1", "not a number"},
+        {"redis://h:6379x", "not a number"},
+        {"redis://h:1:2", "not a number"},
+        {"redis://h!", "holds '!'"},
+        {"redis://::1", "write it in brackets"},
+        {"redis://fe80::1:6379", "write it in brackets"},
+        {"redis://[::1", "no closing ']'"},
+        {"redis://[]", "not an IPv6 address"},
+        {"redis://[1.2.3.4]", "not an IPv6 address"},
+        {"redis://[::g]", "holds 'g'"},
+        {"redis://[::1%eth0]", "holds '%'"},
+        {"redis://[::1]6379", "after ']'"},
+        {"redis://[::1]:", "empty port"},
+        {"redis://[::1]:x", "not a number"},
+        {"redis://h,h", "given twice"},
+        {"redis://h:6379,H", "given twice"},
+        {"redis://a:1,b:2,a:01", "given twice (addresses 1 and 3"},
+        {"redis://[::1],[::1]:6379", "given twice"},
+        {"redis://h/16", "out of range"},
+        {"redis://h/99999999999999999999", "out of range"},
+        {"redis://h/-1", "not a number"},
+        {"redis://h/db1", "not a number"},
+        {"redis://h/1/2", "not a number"},
+        {"redis://h/0/", "not a number"},
+        {"redis+cluster://h/1", "Redis Cluster has only db 0"},
+        {"redis+cluster://h/00", "Redis Cluster has only db 0"},
+        {"redis+cluster://h/x", "Redis Cluster has only db 0"},
+        {"redis://h?", "empty query"},
+        {"redis://h/?", "empty query"},
+        {"redis://h?&pool=1", "empty query parameter"},
+        {"redis://h?pool=1&", "empty query parameter"},
+        {"redis://h?pool=1&&mode=lua", "empty query parameter"},
+        {"redis://h?foo=1",
+         "unknown query parameter \"foo\"; the parameters are "
+         "connect_timeout_ms, timeout_ms, pool, on_failure, mode and "
+         "deny_cache"},
+        {"redis://h?POOL=1", "unknown query parameter \"POOL\""},
+        {"redis://h?=1", "unknown query parameter \"\""},
+        {"redis://h?pool", "pool has no value"},
+        {"redis://h?pool=", "pool has no value"},
+        {"redis://h?pool=1&pool=1", "pool is given twice"},
+        {"redis://h?pool=0", "from 1 to 256"},
+        {"redis://h?pool=257", "from 1 to 256"},
+        {"redis://h?pool=-1", "from 1 to 256"},
+        {"redis://h?pool=+1", "from 1 to 256"},
+        {"redis://h?pool=1x", "from 1 to 256"},
+        {"redis://h?pool=99999999999999999999999", "from 1 to 256"},
+        {"redis://h?pool=1=2", "from 1 to 256"},
+        {"redis://h?connect_timeout_ms=0", "from 1 to 60000"},
+        {"redis://h?connect_timeout_ms=60001", "from 1 to 60000"},
+        {"redis://h?timeout_ms=0", "from 1 to 60000"},
+        {"redis://h?timeout_ms=1.5", "from 1 to 60000"},
+        {"redis://h?deny_cache=16777217", "from 0 (no deny cache) to 16777216"},
+        {"redis://h?deny_cache=-1", "from 0 (no deny cache) to 16777216"},
+        {"redis://h?on_failure=", "on_failure has no value"},
+        {"redis://h?on_failure=Open",
+         "on_failure=\"Open\" is not accepted; on_failure takes open, "
+         "closed or local"},
+        {"redis://h?mode=redis", "mode takes auto, module or lua"},
+        {"redis://h?mode=lua&mode=lua", "mode is given twice"},
+        {"redis://h#frag", "fragment"},
+        {"redis://h/0#", "fragment"},
+        {"redis://h?pool=1#x", "fragment"},
+        {"redis://h ", "a space"},
+        {" redis://h", "a space"},
+        {"redis://h:63 79", "a space"},
+        {"redis://h\r\n", "byte \\x0d"},
+        {"redis://h\tx", "byte \\x09"},
+        {"redis://h\x7f", "byte \\x7f"},
+        {"redis://h\xc3\xa9", "byte \\xc3"},
+        {"redis://user@h", "a user name without a password"},
+        {"redis://@h", "nothing before '@'"},
+        {"redis://u%zz:pw@h", "bad percent escape in the user name"},
+        {"redis://u%4:pw@h", "bad percent escape in the user name"},
+        {"redis://u:pw%@h", "bad percent escape in the password"},
+        {"redis://u:pw%2@h", "bad percent escape in the password"},
+        {"redis://u:%00@h", "the password holds %00"},
+        {"redis://u%00:pw@h", "the user name holds %00"},
+        {"redis://u:p w@h", "the password holds a byte that must be"},
+        {"redis://u:p/w@h", "the password holds a byte that must be"},
+        {"redis://u:p?w@h", "the password holds a byte that must be"},
+        {"redis://u:p#w@h", "the password holds a byte that must be"},
+        {"redis://u:p\x01w@h", "the password holds a byte that must be"},
+        {"redis://u/x:pw@h", "the user name holds '/': percent-encode it as "
+                             "%2F"},
+        {"redis://u\x01:pw@h", "the user name holds '\\x01'"},
+        {"redis://h?pool=1@x", "a user name without a password"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ratel_redis_url_t u;
+        char err[1024] = "";
+        int rc;
+
+        memset(&u, 0x5a, sizeof u);
+        rc = ratel__redis_url_parse(bad[i].url, &u, err, sizeof err);
+        CHECK_URL(rc == RATEL_EINVAL, bad[i].url, err);
+        CHECK_URL(strncmp(err, "redis URL \"", 11) == 0, bad[i].url, err);
+        CHECK_URL(strstr(err, bad[i].says) != NULL, bad[i].url, err);
+        /* *out is written only on success. */
+        for (size_t k = 0; k < sizeof u; k++)
+            if (((const unsigned char *)&u)[k] != 0x5a) {
+                CHECK_URL(!"out was written", bad[i].url, err);
+                break;
+            }
+        /* Messages are one line of printable ASCII. */
+        for (const char *p = err; *p; p++)
+            CHECK_URL((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f,
+                      bad[i].url, err);
+    }
+}
+
+TEST(redis_url_password_never_in_a_message)
+{
+    /* Each holds the password "Tr0ub4dor" (raw or escaped) and fails. */
+    static const char *const bad[] = {
+        "redis://:Tr0ub4dor@",
+        "redis://:Tr0ub4dor@h:0",
+        "redis://:Tr0ub4dor@h#x",
+        "redis://alice:Tr0ub4dor@h/16",
+        "redis://:Tr0ub4dor@h?pool=0",
+        "redis://:Tr0ub4dor@h?nope=1",
+        "redis://:Tr0ub4dor@h,h",
+        "redis://:Tr0ub4dor@[::1",
+        "redis://:Tr0ub4dor@h x",
+        "redis://:Tr0ub4dor@h\n",
+        "redis+cluster://:Tr0ub4dor@h/3",
+        "rediss://:Tr0ub4dor@h",
+        "http://:Tr0ub4dor@h",
+        "redis:/:Tr0ub4dor@h",
+        "redis//:Tr0ub4dor@h",
+        ":Tr0ub4dor@h",
+        "redis://:Tr0ub4dor%zz@h",
+        "redis://:Tr0ub4dor%00@h",
+        "redis://:Tr0ub4dor/x@h",
+        "redis://:Tr0ub4dor?x@h",
+        "redis://:Tr0ub4dor#x@h",
+        "redis://:Tr0 ub4dor@h",
+        "redis://:%54r0ub4dor@h/x",
+        "redis://:Tr0ub4dor@h@i:0",
+        /* A password written where the user name goes. */
+        "redis://Tr0ub4dor@h",
+        "Tr0ub4dor@h",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ratel_redis_url_t u;
+        char err[1024] = "";
+        int rc = ratel__redis_url_parse(bad[i], &u, err, sizeof err);
+        CHECK_URL(rc == RATEL_EINVAL, bad[i], err);
+        CHECK_URL(strstr(err, "ub4d") == NULL, bad[i], err);
+        CHECK_URL(strstr(err, "***@") != NULL, bad[i], err);
+    }
+    /* A password longer than the field: still hidden. */
+    {
+        char url[1200];
+        ratel_redis_url_t u;
+        char err[1024] = "";
+        size_t n = (size_t)snprintf(url, sizeof url, "redis://:");
+        while (n < 700)
+            n += (size_t)snprintf(url + n, sizeof url - n, "Tr0ub4dor");
+        snprintf(url + n, sizeof url - n, "@h");
+        CHECK_EQ(ratel__redis_url_parse(url, &u, err, sizeof err),
+                 RATEL_EINVAL);
+        CHECK(strstr(err, "longer than 511 bytes") != NULL);
+        CHECK(strstr(err, "ub4d") == NULL);
+    }
+}
+
+TEST(redis_url_hostile_bytes_are_escaped)
+{
+    char url[600], err[1024];
+    ratel_redis_url_t u;
+
+    /* Cut at 120 bytes with "...", quotes and backslashes escaped. */
+    memset(url, 'a', sizeof url);
+    memcpy(url, "redis://\"\\", 10);
+    url[sizeof url - 1] = '\0';
+    CHECK_EQ(ratel__redis_url_parse(url, &u, err, sizeof err), RATEL_EINVAL);
+    CHECK(strncmp(err, "redis URL \"redis://\\\"\\\\aaa", 26) == 0);
+    CHECK(strstr(err, "aaa...\": ") != NULL);
+    CHECK(strlen(err) < 600);
+
+    /* Every non-printable byte is \xNN, so a message is one safe line. */
+    for (int c = 1; c < 256; c++) {
+        snprintf(url, sizeof url, "redis://h%c/%c?%c", c, c, c);
+        if (ratel__redis_url_parse(url, &u, err, sizeof err) == 0)
+            continue; /* "redis://h//?/" is not valid, but be explicit */
+        for (const char *p = err; *p; p++)
+            CHECK_URL((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f,
+                      url, err);
+        CHECK(strncmp(err, "redis URL \"", 11) == 0);
+    }
+}
+
+TEST(redis_url_errbuf_any_size)
+{
+    const char *url = "redis://:pw@h:0";
+    char full[1024], small[16];
+    ratel_redis_url_t u;
+    size_t len;
+
+    CHECK_EQ(ratel__redis_url_parse(url, &u, full, sizeof full), RATEL_EINVAL);
+    len = strlen(full);
+    CHECK(len > 30);
+    CHECK_EQ(ratel__redis_url_parse(url, &u, NULL, 0), RATEL_EINVAL);
+    CHECK_EQ(ratel__redis_url_parse(url, &u, NULL, 100), RATEL_EINVAL);
+    memset(small, 'X', sizeof small);
+    CHECK_EQ(ratel__redis_url_parse(url, &u, small, 0), RATEL_EINVAL);
+    CHECK_EQ(small[0], 'X');
+    for (size_t cap = 1; cap <= 8; cap++) {
+        memset(small, 'X', sizeof small);
+        CHECK_EQ(ratel__redis_url_parse(url, &u, small, cap), RATEL_EINVAL);
+        CHECK_EQ(strlen(small), cap - 1);
+        CHECK(memcmp(small, full, cap - 1) == 0);
+        CHECK_EQ(small[cap], 'X');
+    }
+    /* Missing arguments are errors with a message, not crashes. */
+    CHECK_EQ(ratel__redis_url_parse(NULL, &u, full, sizeof full), RATEL_EINVAL);
+    CHECK(strncmp(full, "redis URL \"\": no URL given", 26) == 0);
+    CHECK_EQ(ratel__redis_url_parse("redis://:pw@h", NULL, full, sizeof full),
+             RATEL_EINVAL);
+    CHECK(strncmp(full, "redis URL \"redis://:***@h\"", 26) == 0);
+}
+
+RATEL_SUITE(redis_url) = {
+    {"redis_url_defaults", test_redis_url_defaults},
+    {"redis_url_valid_forms", test_redis_url_valid_forms},
+    {"redis_url_credentials", test_redis_url_credentials},
+    {"redis_url_longest_credentials_and_host",
+     test_redis_url_longest_credentials_and_host},
+    {"redis_url_query_options", test_redis_url_query_options},
+    {"redis_url_sixteen_addresses", test_redis_url_sixteen_addresses},
+    {"redis_url_malformed_names_the_problem",
+     test_redis_url_malformed_names_the_problem},
+    {"redis_url_password_never_in_a_message",
+     test_redis_url_password_never_in_a_message},
+    {"redis_url_hostile_bytes_are_escaped",
+     test_redis_url_hostile_bytes_are_escaped},
+    {"redis_url_errbuf_any_size", test_redis_url_errbuf_any_size},
+    {0, 0},
+};
