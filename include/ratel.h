@@ -339,7 +339,8 @@ typedef struct ratel_redis_options_s {
     unsigned pool_size;        /* connections per node; 0: 4 */
     ratel_failure_t on_failure;
     ratel_redis_mode_t mode;
-    long deny_cache_entries;   /* 0: 65,536; negative: no deny cache */
+    long deny_cache_entries;   /* 0: 16,384 (288 bytes each); negative:
+                                  no deny cache */
     int64_t deny_cache_max_ms; /* longest a denial is answered locally
                                   (another process's refund is not seen);
                                   0: 10,000 ms */

@@ -16,7 +16,10 @@
  * Fixed size, allocated once: `entries` slots (rounded up to a power of two,
  * in sets of 4 ways chosen by the key's hash; a full set replaces the entry
  * that expires first). Keys longer than RATEL_DENY_CACHE_KEY_MAX are not
- * cached. Thread-safe: short locks per set group; no allocation after new.
+ * cached. Thread-safe: writers take a short lock per group of sets;
+ * lookups take none (a sequence number per group tells a lookup that raced
+ * a writer to read again), so hits on many threads write no shared memory.
+ * An entry is 288 bytes (the key inline); no allocation after new.
  * Time is the caller's `now_us`, as everywhere in libratel.
  */
 #ifndef RATEL_DENY_CACHE_H
