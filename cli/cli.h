@@ -3,13 +3,16 @@
  *
  *   main.c     dispatch, global --help/--version, `ratel explain`
  *   replay.c   `ratel replay`: options, the decision loop, the outputs
+ *   store.c    `ratel acquire|refund|reset|inspect|ping`: one request
+ *              against a real store (Redis, or the memory store)
  *   trace.c    reading trace lines `t_ms key [cost]`, with exact errors
  *   keys.c     per-key records (summary counters, chart windows)
  *   chart.c    what each algorithm would have done: per-bucket counters
  *   svg.c      drawing those counters as a self-contained SVG
  *
- * Exit status everywhere: 0 success, 1 an I/O or internal failure, 2 bad
- * usage or bad input (unknown option, malformed rule or trace line).
+ * Exit status everywhere: 0 success, 1 an I/O or internal failure (a
+ * store that failed), 2 bad usage or bad input (unknown option, malformed
+ * rule, URL or trace line); `ratel acquire` exits 3 when denied.
  */
 #ifndef RATEL_CLI_H
 #define RATEL_CLI_H
@@ -23,6 +26,7 @@
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
+#define CLI_EXIT_DENIED 3
 
 /* ----------------------------------------------------------------- main */
 
@@ -46,6 +50,16 @@ void *cli_check_alloc(void *p);
 int cli_replay(int argc, char **argv);
 /* Writes `ratel replay --help` to `out`. */
 void cli_replay_usage(FILE *out);
+
+/* Whether `name` is a store command: acquire, refund, reset, inspect, ping. */
+int cli_is_store_command(const char *name);
+/* A store command; argv[0] is its name. Returns the exit status. */
+int cli_store_command(int argc, char **argv);
+/*
+ * Writes `ratel NAME --help` to `out` and returns 0 when NAME is a store
+ * command; -1 otherwise.
+ */
+int cli_store_usage(const char *name, FILE *out);
 
 /* ---------------------------------------------------------------- trace */
 

@@ -21,12 +21,17 @@ static const char rule_help[] =
     "gcra, burst for gcra only. Examples: 10/1m, 1/60s, 1000/1d:fixed,\n"
     "100/1s:gcra,burst=200.\n";
 
+static const char command_list[] =
+    "explain, replay, acquire, refund, reset, inspect, ping, help";
+
 static void main_usage(FILE *out)
 {
     fprintf(out,
             "usage: ratel [--help] [--version] COMMAND [ARGS]\n"
             "\n"
-            "Try rate-limit rules and replay traffic traces through them.\n"
+            "Try rate-limit rules, replay traffic traces through them and "
+            "try them\n"
+            "against a real store (Redis).\n"
             "\n"
             "Commands:\n"
             "  explain RULE...          print each rule's canonical form and "
@@ -35,6 +40,16 @@ static void main_usage(FILE *out)
             "through a\n"
             "                           policy with simulated time; optional "
             "SVG chart\n"
+            "  acquire --store URL --rule RULE... KEY\n"
+            "                           take permits of KEY from a store and "
+            "print the\n"
+            "                           decision (exit 3 when denied)\n"
+            "  refund --store URL --rule RULE... KEY\n"
+            "                           give permits of KEY back\n"
+            "  reset --store URL KEY    forget KEY: it starts from full\n"
+            "  inspect --store URL KEY  print the state the store holds for "
+            "KEY\n"
+            "  ping --store URL         check that the store can decide now\n"
             "  help [COMMAND]           print this help, or a command's\n"
             "\n"
             "Options:\n"
@@ -49,9 +64,17 @@ static void main_usage(FILE *out)
             "--rule 2/1s\n"
             "  ratel replay --rule 20/1m --summary --svg chart.svg "
             "access.trace\n"
+            "  ratel acquire --store redis://127.0.0.1:6379 --rule 1/60s "
+            "--rule 10/1h \\\n"
+            "        sms:+15550100\n"
             "\n"
-            "Exit status: 0 success, 1 I/O or internal failure, 2 bad usage "
-            "or input.\n"
+            "URL is a Redis URL (redis://host:port[/db], "
+            "redis+cluster://h:p,h:p) or\n"
+            "`memory`; the environment variable RATEL_STORE is the default.\n"
+            "\n"
+            "Exit status: 0 success, 1 I/O, store or internal failure, 2 bad "
+            "usage or\n"
+            "input; `ratel acquire` exits 3 when denied.\n"
             "`ratel COMMAND --help` describes a command; docs/cli.md has "
             "more.\n",
             rule_help);
@@ -226,11 +249,9 @@ static int cli_help(int argc, char **argv)
         cli_replay_usage(stdout);
     else if (strcmp(argv[1], "help") == 0)
         main_usage(stdout);
-    else {
-        cli_error("help",
-                  "unknown command '%s' (commands: explain, replay, "
-                  "help)",
-                  argv[1]);
+    else if (cli_store_usage(argv[1], stdout) < 0) {
+        cli_error("help", "unknown command '%s' (commands: %s)", argv[1],
+                  command_list);
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
@@ -286,8 +307,9 @@ int main(int argc, char **argv)
         return finish(cli_replay(argc, argv));
     if (strcmp(cmd, "help") == 0)
         return finish(cli_help(argc, argv));
-    cli_error(NULL, "unknown command '%s' (commands: explain, replay, help)",
-              cmd);
+    if (cli_is_store_command(cmd))
+        return finish(cli_store_command(argc, argv));
+    cli_error(NULL, "unknown command '%s' (commands: %s)", cmd, command_list);
     fprintf(stderr, "Run 'ratel --help' for usage.\n");
     return CLI_EXIT_USAGE;
 }

@@ -74,6 +74,9 @@ RATEL_API const char *ratel_err_name(int err);
 /* Shortest and longest PERIOD, in milliseconds (1 ms .. 30 days). */
 #define RATEL_PERIOD_MIN_MS 1u
 #define RATEL_PERIOD_MAX_MS 2592000000u
+/* Longest key a memory store / a Redis store takes (RATEL_ERANGE past). */
+#define RATEL_MEMORY_KEY_MAX 4096u
+#define RATEL_REDIS_KEY_MAX 65536u
 /* Rules in one policy. */
 #define RATEL_MAX_RULES 8
 /*
@@ -385,7 +388,11 @@ RATEL_API int ratel_store_acquire(ratel_store_t *store, const char *key,
                                   const ratel_request_t *request,
                                   ratel_decision_t *decision);
 
-/* ratel_policy_refund() on the state held for `key`. */
+/*
+ * ratel_policy_refund() on the state held for `key`. A Redis store with the
+ * `local` failure policy refunds its fallback store too; when Redis did not
+ * take the refund it returns RATEL_EIO (ratel_store_errstr() says why).
+ */
 RATEL_API int ratel_store_refund(ratel_store_t *store, const char *key,
                                  size_t keylen, const ratel_policy_t *policy,
                                  int64_t now_us, uint64_t cost,
@@ -423,6 +430,15 @@ typedef struct ratel_batch_item_s {
 RATEL_API int ratel_store_acquire_batch(ratel_store_t *store,
                                         ratel_batch_item_t *items, size_t n,
                                         int64_t now_us);
+
+/*
+ * Copies into buf a description of the store's last failure (a Redis
+ * store's address and reason: "127.0.0.1:6379: Connection refused", an
+ * error reply), "" when there was none or for a memory store. The text is
+ * the store's latest, shared by all threads.
+ */
+RATEL_API void ratel_store_errstr(ratel_store_t *store, char *buf,
+                                  size_t len);
 
 /*
  * Whether the store can decide with its own state now: 0 for a memory

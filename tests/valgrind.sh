@@ -70,6 +70,21 @@ else
     echo "== CLI suite skipped: tests/cli/test_cli.sh has no RATEL_CLI_WRAP"
 fi
 
+# --- the CLI's store commands against real redis-servers, every ratel
+# command under valgrind
+cli_store=$here/cli/test_cli_store.sh
+if [ -f "$cli_store" ]; then
+    echo "== CLI store commands under valgrind"
+    out=$(RATEL_CLI_WRAP="${vg[*]}" BUILD="$build" bash "$cli_store" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    if ! add_counts "$out"; then
+        echo "FAIL cli store: no result line (exit $rc)"
+        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+fi
+
 # --- the Redis store against real redis-servers (the servers themselves
 # run without valgrind; the store, its threads and forks run under it)
 if [ -x "$build/test_redis_store" ]; then

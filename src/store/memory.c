@@ -44,7 +44,7 @@
 #define MEMORY_DEFAULT_SHARDS 4096u
 #define MEMORY_MAX_SHARDS 65536u
 /* Longest key the memory store keeps, in bytes (RATEL_ERANGE past it). */
-#define MEMORY_KEY_MAX 4096u
+#define MEMORY_KEY_MAX RATEL_MEMORY_KEY_MAX
 #define MEMORY_INITIAL_BUCKETS 16u
 /* A new key's first decision runs in a stack buffer this large. */
 #define MEMORY_STACK_STATE 20480u

@@ -42,7 +42,7 @@
 #define REDIS_MAX_NODES 256
 #define REDIS_SLOTS 16384
 /* Keys longer than this are refused (RATEL_ERANGE). */
-#define REDIS_KEY_MAX 65536
+#define REDIS_KEY_MAX RATEL_REDIS_KEY_MAX
 /* Redirections, reloads and failovers followed for one request. */
 #define REDIS_MAX_ATTEMPTS 5
 
@@ -812,17 +812,14 @@ static int redis_refund(ratel_store_t *store, const char *key, size_t keylen,
     op.policy = policy;
     op.request.cost = cost;
     rc = simple_write(s, &op, now_us, decision, NULL);
-    if (s->local && (rc == 0 || rc == RATEL_EIO || rc == RATEL_EPROTO)) {
+    /* What the fallback decided while Redis was away is given back there;
+       the caller still learns that Redis did not take it. */
+    if (s->local) {
         ratel_decision_t local;
-        int lrc = ratel_store_refund(s->local, key, keylen, policy, now_us,
-                                     cost, &local);
-        if (rc != 0 && lrc == 0) {
-            *decision = local;
-            decision->source = RATEL_SOURCE_LOCAL;
-            rc = 0;
-        }
+        ratel_store_refund(s->local, key, keylen, policy, now_us, cost,
+                           &local);
     }
-    return rc;
+    return rc == RATEL_EPROTO && op.rc != 0 ? RATEL_EIO : rc;
 }
 
 static int redis_reset(ratel_store_t *store, const char *key, size_t keylen)
@@ -920,6 +917,15 @@ static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
     return rc;
 }
 
+static void redis_errstr(ratel_store_t *store, char *buf, size_t len)
+{
+    redis_store_t *s = (redis_store_t *)store;
+
+    pthread_mutex_lock(&s->err_lock);
+    snprintf(buf, len, "%s", s->errstr);
+    pthread_mutex_unlock(&s->err_lock);
+}
+
 static void redis_stats(ratel_store_t *store, ratel_store_stats_t *out)
 {
     redis_store_t *s = (redis_store_t *)store;
@@ -967,6 +973,7 @@ static const ratel_store_ops_t redis_ops = {
     .inspect = redis_inspect,
     .acquire_batch = redis_acquire_batch,
     .ping = redis_ping,
+    .errstr = redis_errstr,
     .stats = redis_stats,
     .free = redis_free,
 };

@@ -105,6 +105,15 @@ int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
     return 0;
 }
 
+void ratel_store_errstr(ratel_store_t *store, char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return;
+    buf[0] = '\0';
+    if (store && store->ops->errstr)
+        store->ops->errstr(store, buf, len);
+}
+
 int ratel_store_ping(ratel_store_t *store, char *errbuf, size_t errlen)
 {
     if (errbuf && errlen)

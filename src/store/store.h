@@ -45,6 +45,8 @@ typedef struct ratel_store_ops_s {
     /* As ratel_store_acquire_batch(), items checked; NULL: one by one. */
     int (*acquire_batch)(ratel_store_t *store, ratel_batch_item_t *items,
                          size_t n, int64_t now_us);
+    /* As ratel_store_errstr(); NULL: never fails that way. */
+    void (*errstr)(ratel_store_t *store, char *buf, size_t len);
     /* As ratel_store_ping(); NULL: always reachable. */
     int (*ping)(ratel_store_t *store, char *errbuf, size_t errlen);
     /* Fills the fields of `out` it knows (the rest are zero). */

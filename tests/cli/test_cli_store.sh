@@ -1,0 +1,405 @@
+#!/usr/bin/env bash
+# test_cli_store.sh - the `ratel` store commands (acquire, refund, reset,
+# inspect, ping) end to end against real redis-servers: one with the ratel
+# module, one without it (the Lua script, found by mode=auto), and the
+# embedded `memory` store; help, exit statuses and messages.
+#
+#   BUILD=build bash tests/cli/test_cli_store.sh [NAME...]
+#
+# Each check prints `ok NAME` or `FAIL NAME: why`; the last line is
+# `N passed, N failed` and the status is 1 if anything failed. Give check
+# function names to run only those. Servers are started on free loopback
+# ports by tests/integration/lib.sh and stopped by its EXIT trap. Decisions
+# use the servers' clocks: values that depend on time are checked within
+# a range. Nothing sleeps to make a limiter move; `fallback` waits for a
+# 200 ms command timeout.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../integration/lib.sh"
+ratel_bin=$build/ratel
+read -r -a wrap <<<"${RATEL_CLI_WRAP:-}"
+only=("$@")
+unset RATEL_STORE
+tab=$'\t'
+# Milliseconds the steps of a scenario may take in all (sanitizers and
+# valgrind are slow): time-dependent values are checked within this.
+slack=${RATEL_CLI_SLACK_MS:-15000}
+
+# ratel ARGS...: sets $out, $err and $rc.
+ratel() {
+    out=$("${wrap[@]}" "$ratel_bin" "$@" 2>"$tmp/stderr")
+    rc=$?
+    err=$(cat "$tmp/stderr")
+}
+
+# Runs check function NAME unless names were given and it is not one.
+check() {
+    local name=$1
+    if [ ${#only[@]} -gt 0 ]; then
+        local n found=0
+        for n in "${only[@]}"; do [ "$n" = "$name" ] && found=1; done
+        [ $found = 1 ] || return 0
+    fi
+    "$name"
+}
+
+# expect NAME STATUS [SUBSTRING_OF_STDOUT [SUBSTRING_OF_STDERR]]
+expect() {
+    local name=$1 want=$2 o=${3:-} e=${4:-}
+    if [ "$rc" != "$want" ]; then
+        fail "$name" "exit $rc, want $want (stdout: ${out:0:200}; stderr: ${err:0:300})"
+    elif [ -n "$o" ] && [[ $out != *"$o"* ]]; then
+        fail "$name" "stdout lacks '$o': ${out:0:300}"
+    elif [ -n "$e" ] && [[ $err != *"$e"* ]]; then
+        fail "$name" "stderr lacks '$e': ${err:0:300}"
+    else
+        ok "$name"
+    fi
+}
+
+# field N: the Nth tab-separated field of $out's first line.
+field() { printf '%s\n' "$out" | head -1 | cut -f"$1"; }
+
+# between NAME VALUE LOW HIGH
+between() {
+    if [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then
+        ok "$1"
+    else
+        fail "$1" "[$2] not in [$3, $4]"
+    fi
+}
+
+# json NAME: $out parses as JSON.
+json() {
+    if printf '%s' "$out" | python3 -c 'import json,sys; json.load(sys.stdin)' \
+        2>"$tmp/json.err"; then
+        ok "$1"
+    else
+        fail "$1" "not JSON: ${out:0:200} ($(tail -1 "$tmp/json.err"))"
+    fi
+}
+
+# jget EXPR: a Python expression over the JSON `d` in $out, printed.
+jget() {
+    printf '%s' "$out" | python3 -c "import json,sys; d = json.load(sys.stdin); print($1)"
+}
+
+# ------------------------------------------------------------------ help
+
+help_commands() {
+    local cmd
+    for cmd in acquire refund reset inspect ping; do
+        ratel "$cmd" --help
+        if [ $rc = 0 ] && [[ $out == *"usage: ratel $cmd"* ]] &&
+            [[ $out == *"Options:"* ]] && [[ $out == *"Example:"* ]] &&
+            [[ $out == *"ratel $cmd --store"* ]] && [ -z "$err" ]; then
+            ok "help_$cmd"
+        else
+            fail "help_$cmd" "exit $rc or missing usage/options/example"
+        fi
+        ratel "$cmd" -h
+        expect "help_${cmd}_short" 0 "usage: ratel $cmd"
+        ratel help "$cmd"
+        expect "help_command_$cmd" 0 "usage: ratel $cmd"
+        # --help wins even without a store or a key.
+        ratel "$cmd" --store redis://127.0.0.1:1 --help
+        expect "help_${cmd}_with_store" 0 "usage: ratel $cmd"
+    done
+    ratel --help
+    local missing=""
+    for cmd in acquire refund reset inspect ping; do
+        [[ $out == *"  $cmd --store URL"* ]] || missing="$missing $cmd"
+    done
+    [ $rc = 0 ] && [ -z "$missing" ] && ok help_main_lists ||
+        fail help_main_lists "exit $rc, missing:$missing"
+    ratel acquire --help
+    contains help_acquire_exit3 "$out" "3 denied"
+    contains help_acquire_memory "$out" "only useful for trying a rule once"
+    ratel help nope
+    expect help_unknown 2 "" "acquire, refund, reset, inspect, ping"
+}
+
+# ------------------------------------------------------ against a server
+
+# scenario NAME PORT: the same requests against one server; prints one
+# normalised line per step (time-dependent values replaced by checks) in
+# $scenario_out, and checks what each step must do.
+scenario() {
+    local n=$1 port=$2 url=redis://127.0.0.1:$2 key="sms:+15550100"
+    local rules=(--rule 1/60s --rule 10/1h) lines=()
+
+    ratel acquire --store "$url" "${rules[@]}" "$key"
+    same "${n}_first_allowed" "$rc:$out" \
+        "0:1${tab}0${tab}0${tab}3600000${tab}0${tab}0${tab}store"
+    lines+=("$out")
+
+    ratel acquire --store "$url" "${rules[@]}" "$key"
+    same "${n}_second_denied" "$rc:$(field 1):$(field 2):$(field 5):$(field 6):$(field 7)" \
+        "3:0:0:0:0:store"
+    between "${n}_retry_near_60s" "$(field 3)" $((60000 - slack)) 60000
+    between "${n}_reset_near_1h" "$(field 4)" $((3600000 - slack)) 3600000
+    lines+=("$(cut -f1,2,5- <<<"$out")")
+
+    ratel acquire --json --store "$url" "${rules[@]}" "$key"
+    json "${n}_json_valid"
+    same "${n}_json_fields" "$rc:$(jget "d['allowed'], d['limit'], d['remaining'], d['rule'], d['wait_ms'], d['source'], $((60000 - slack)) <= d['retry_after_ms'] <= 60000")" \
+        "3:False 1 0 0 0 store True"
+    lines+=("$(jget 'sorted(d)')")
+
+    ratel inspect --store "$url" "$key"
+    same "${n}_inspect_rules" "$rc:$(cut -f1-4,6- <<<"$out")" \
+        "0:1/1m${tab}sliding${tab}1${tab}0${tab}runs=1${tab}granularity_ms=1
+10/1h${tab}sliding${tab}1${tab}9${tab}runs=1${tab}granularity_ms=1"
+    between "${n}_inspect_reset" "$(field 5)" $((60000 - slack)) 60000
+    lines+=("$(cut -f1-4,6- <<<"$out")")
+
+    ratel inspect --json --store "$url" "$key"
+    json "${n}_inspect_json_valid"
+    same "${n}_inspect_json" "$(jget '[(r["rule"], r["algo"], r["limit"], r["period_ms"], r["used"], r["remaining"], r["runs"]) for r in d]')" \
+        "[('1/1m', 'sliding', 1, 60000, 1, 0, 1), ('10/1h', 'sliding', 10, 3600000, 1, 9, 1)]"
+
+    # The refund gives the permit back to both rules: the key is full.
+    ratel refund --store "$url" "${rules[@]}" "$key"
+    same "${n}_refund" "$rc:$out" \
+        "0:1${tab}1${tab}0${tab}0${tab}0${tab}0${tab}store"
+    lines+=("$out")
+    ratel acquire --store "$url" "${rules[@]}" "$key"
+    same "${n}_after_refund" "$rc:$(cut -f1,2,3 <<<"$out")" "0:1${tab}0${tab}0"
+
+    # Peek decides without charging, and stores nothing for a new key.
+    ratel acquire --peek --store "$url" --rule 2/1m peek:k
+    same "${n}_peek" "$rc:$out" "0:1${tab}2${tab}0${tab}0${tab}0${tab}0${tab}store"
+    ratel acquire --peek --store "$url" --rule 2/1m peek:k
+    same "${n}_peek_again" "$rc:$(field 2)" "0:2"
+    same "${n}_peek_stores_nothing" "$(rcli "$port" EXISTS peek:k)" "0"
+    ratel acquire --store "$url" --rule 2/1m --cost 2 peek:k
+    ratel acquire --peek --store "$url" --rule 2/1m peek:k
+    same "${n}_peek_denied" "$rc:$(field 1):$(field 2)" "3:0:0"
+    lines+=("$(cut -f1,2,5- <<<"$out")")
+
+    # Reset forgets the key.
+    ratel reset --store "$url" "$key"
+    same "${n}_reset" "$rc:$out:$err" "0::"
+    same "${n}_reset_deleted" "$(rcli "$port" EXISTS "$key")" "0"
+    ratel inspect --store "$url" "$key"
+    same "${n}_inspect_empty" "$rc:$out" "0:"
+    ratel inspect --json --store "$url" "$key"
+    same "${n}_inspect_empty_json" "$rc:$out" "0:[]"
+    ratel acquire --store "$url" "${rules[@]}" "$key"
+    same "${n}_after_reset" "$rc:$(field 1)" "0:1"
+
+    # gcra: a reservation waits; inspect shows the theoretical arrival time.
+    # One permit per 10 s, so that the steps' own duration changes nothing.
+    ratel acquire --store "$url" --rule 10/100s:gcra --cost 10 g
+    same "${n}_gcra_burst" "$rc:$(field 1):$(field 2)" "0:1:0"
+    ratel acquire --store "$url" --rule 10/100s:gcra --max-wait 20000 g
+    same "${n}_gcra_reserved" "$rc:$(field 1):$(field 7)" "0:1:store"
+    between "${n}_gcra_wait" "$(field 6)" $((10000 - slack / 2)) 10000
+    ratel acquire --store "$url" --rule 10/100s:gcra --max-wait 10 g
+    same "${n}_gcra_wait_too_long" "$rc:$(field 1):$(field 6)" "3:0:0"
+    ratel inspect --store "$url" g
+    same "${n}_inspect_gcra" "$rc:$(cut -f1-4 <<<"$out"):$(cut -f6 <<<"$out" | cut -c1-7)" \
+        "0:10/100s:gcra${tab}gcra${tab}11${tab}0:tat_us="
+    ratel acquire --store "$url" --rule 5/30d:fixed --cost 2 f
+    ratel inspect --store "$url" f
+    same "${n}_inspect_fixed" "$rc:$(cut -f1-4 <<<"$out"):$(cut -f6 <<<"$out" | cut -c1-16)" \
+        "0:5/30d:fixed${tab}fixed${tab}2${tab}3:window_start_ms="
+    lines+=("$(cut -f1-4 <<<"$out")")
+
+    # Keys are any bytes: blanks, a leading '-' after --, the empty key.
+    ratel acquire --store "$url" --rule 1/1m "a b${tab}c"
+    same "${n}_key_blanks" "$rc:$(rcli "$port" EXISTS "a b${tab}c")" "0:1"
+    ratel acquire --store "$url" --rule 1/1m -- -dash
+    same "${n}_key_dash" "$rc:$(rcli "$port" EXISTS -dash)" "0:1"
+    ratel acquire --store "$url" --rule 1/1m ""
+    same "${n}_key_empty" "$rc:$(rcli "$port" EXISTS "")" "0:1"
+
+    # A key that holds something else is an error, named.
+    rcli "$port" RPUSH not:ratel x >/dev/null
+    ratel acquire --store "$url" --rule 1/1m not:ratel
+    expect "${n}_wrong_type" 1 "" 'key "not:ratel"'
+
+    ratel ping --store "$url"
+    same "${n}_ping" "$rc:$out" "0:ok"
+
+    scenario_out=$(printf '%s\n' "${lines[@]}")
+}
+
+with_module() {
+    port_module=$(redis_start) || { fail with_module "no redis-server"; return; }
+    scenario module "$port_module"
+    module_out=$scenario_out
+    # The decision came from the module, not the script.
+    contains module_used "$(rcli "$port_module" INFO commandstats)" "cmdstat_ratel.acquire"
+}
+
+# The same against a server without the module: mode=auto finds the Lua
+# script, which gives the same answers.
+without_module() {
+    port_lua=$(RATEL_NO_MODULE=1 redis_start) || { fail without_module "no redis-server"; return; }
+    scenario lua "$port_lua"
+    contains lua_used "$(rcli "$port_lua" INFO commandstats)" "cmdstat_evalsha"
+    if [ -n "${module_out:-}" ]; then
+        same lua_same_as_module "$scenario_out" "$module_out"
+    fi
+    ratel acquire --store "redis://127.0.0.1:$port_lua?mode=module" --rule 1/1m k
+    expect lua_mode_module_refused 1 "" "no ratel module"
+}
+
+url_forms() {
+    local port=${port_module:-} url
+    [ -n "$port" ] || port=$(redis_start) || { fail url_forms "no redis-server"; return; }
+    url=redis://127.0.0.1:$port
+    ratel acquire --store "$url/3" --rule 1/1m db:k
+    same url_db "$rc:$(rcli "$port" -n 3 EXISTS db:k):$(rcli "$port" EXISTS db:k)" "0:1:0"
+    ratel acquire --store "$url?mode=lua" --rule 1/1m lua:k
+    same url_mode_lua "$rc:$(field 1):$(field 7)" "0:1:store"
+
+    RATEL_STORE=$url ratel acquire --rule 1/1m env:k
+    same env_store "$rc:$(rcli "$port" EXISTS env:k)" "0:1"
+    RATEL_STORE=redis://127.0.0.1:1 ratel acquire --store "$url" --rule 1/1m env:k2
+    same env_store_overridden "$rc:$(rcli "$port" EXISTS env:k2)" "0:1"
+    RATEL_STORE=$url ratel inspect env:k
+    same env_store_inspect "$rc:$(field 1)" "0:1/1m"
+    RATEL_STORE=$url ratel ping
+    same env_store_ping "$rc:$out" "0:ok"
+}
+
+# When Redis does not answer in time the URL's failure policy decides, the
+# decision says so in `source` and a warning goes to standard error.
+# CLIENT PAUSE WRITE holds the module's write command (not PING).
+fallback() {
+    local port=${port_module:-} url
+    [ -n "$port" ] || port=$(redis_start) || { fail fallback "no redis-server"; return; }
+    url="redis://127.0.0.1:$port?timeout_ms=200"
+    rcli "$port" CLIENT PAUSE 5000 WRITE >/dev/null
+    ratel acquire --store "$url" --rule 1/1m fb:k
+    same fallback_local "$rc:$(field 1):$(field 7)" "0:1:local"
+    contains fallback_local_warns "$err" "the failure policy 'local' did"
+    ratel acquire --store "$url&on_failure=closed" --rule 1/1m fb:k
+    same fallback_closed "$rc:$(field 1):$(field 7)" "3:0:closed"
+    ratel acquire --store "$url&on_failure=open" --rule 1/1m fb:k
+    same fallback_open "$rc:$(field 1):$(field 7)" "0:1:open"
+    ratel reset --store "$url" fb:k
+    expect fallback_reset_fails 1 "" "did not answer in time"
+    rcli "$port" CLIENT UNPAUSE >/dev/null
+}
+
+unreachable() {
+    local port
+    port=$(free_port)
+    ratel ping --store "redis://127.0.0.1:$port"
+    expect ping_closed_port 1 "" "127.0.0.1:$port"
+    [ -z "$out" ] && ok ping_closed_port_no_ok || fail ping_closed_port_no_ok "stdout: $out"
+    ratel acquire --store "redis://127.0.0.1:$port" --rule 1/1m k
+    expect acquire_closed_port 1 "" "127.0.0.1:$port"
+    ratel reset --store "redis://127.0.0.1:$port" k
+    expect reset_closed_port 1 "" "127.0.0.1:$port"
+}
+
+# ---------------------------------------------------------- bad usage
+
+# A URL the store refuses is bad input: exit 2, the store's message quotes
+# the part that is wrong.
+bad_urls() {
+    ratel acquire --store 'redis://127.0.0.1:6379?mode=bogus' --rule 1/1m k
+    expect bad_url_query 2 "" 'mode="bogus" is not accepted'
+    ratel acquire --store 'http://127.0.0.1:6379' --rule 1/1m k
+    expect bad_url_scheme 2 "" 'unknown scheme "http"'
+    ratel ping --store 'localhost:6379'
+    expect bad_url_no_scheme 2 "" '"localhost:6379": missing scheme'
+    ratel ping --store 'redis://127.0.0.1:99999'
+    expect bad_url_port 2 "" '"127.0.0.1:99999"'
+    ratel reset --store '' k
+    expect bad_url_empty 2 "" "empty URL"
+}
+
+bad_usage() {
+    ratel acquire --store memory k
+    expect no_rule 2 "" "no rule given"
+    ratel refund --store memory k
+    expect refund_no_rule 2 "" "no rule given"
+    ratel acquire --store memory --rule 10/1x k
+    expect bad_rule 2 "" '"10/1x"'
+    ratel acquire --store memory --rule 1/1m --rule 1/1m k
+    expect duplicate_rule 2 "" '"1/1m"'
+    ratel acquire --store memory --rule 1/1m --cost 0 k
+    expect cost_zero 2 "" '--cost "0"'
+    ratel acquire --store memory --rule 1/1m --cost x k
+    expect cost_word 2 "" '--cost "x"'
+    ratel acquire --store memory --rule 1/1m --cost 1000000001 k
+    expect cost_too_big 2 "" "1000000000"
+    ratel acquire --store memory --rule 5/1m --cost 6 k
+    expect cost_never_admitted 2 "" "cost 6 is more than rule 5/1m can ever admit (5)"
+    ratel refund --store memory --rule 1/1m --cost 0 k
+    expect refund_cost_zero 2 "" '--cost "0"'
+    ratel acquire --store memory --rule 1/1m --max-wait 2592000001 k
+    expect max_wait_too_big 2 "" '--max-wait "2592000001"'
+    ratel acquire --store memory --rule 1/1m --max-wait 10 k
+    expect max_wait_not_gcra 2 "" "rule 1/1m is sliding"
+    ratel acquire --store memory --rule 1/1m
+    expect no_key 2 "" "no key given"
+    ratel acquire --store memory --rule 1/1m a b
+    expect extra_key 2 "" "unexpected argument 'b'"
+    ratel acquire --rule 1/1m k
+    expect no_store 2 "" "no store: give --store URL or set RATEL_STORE"
+    RATEL_STORE= ratel ping
+    expect empty_env_store 2 "" "no store"
+    ratel acquire --store memory --rule 1/1m --frob k
+    expect unknown_option 2 "" "unknown option '--frob'"
+    ratel reset --store memory --rule 1/1m k
+    expect reset_takes_no_rule 2 "" "unknown option '--rule'"
+    ratel ping --store memory --json
+    expect ping_takes_no_json 2 "" "unknown option '--json'"
+    ratel refund --store memory --rule 1/1m --peek k
+    expect refund_takes_no_peek 2 "" "unknown option '--peek'"
+    ratel acquire --store
+    expect store_needs_argument 2 "" "option '--store' needs an argument"
+    ratel ping --store memory extra
+    expect ping_no_operand 2 "" "unexpected argument 'extra'"
+    ratel acquire --store memory --rule 1/1m "$(head -c 5000 /dev/zero | tr '\0' x)"
+    expect key_too_long 2 "" "5000 bytes is longer than the memory store takes"
+}
+
+# --------------------------------------------------------------- memory
+
+memory_store() {
+    ratel acquire --store memory --rule 10/1s k
+    same memory_acquire "$rc:$out" "0:1${tab}9${tab}0${tab}1000${tab}0${tab}0${tab}store"
+    ratel acquire -s memory -r 2/1s -c 2 -j k
+    json memory_json
+    same memory_json_fields "$(jget 'd["allowed"], d["remaining"], d["limit"]')" "True 0 2"
+    ratel refund --store memory --rule 10/1s k
+    same memory_refund "$rc:$out" "0:1${tab}10${tab}0${tab}0${tab}0${tab}0${tab}store"
+    ratel reset --store memory k
+    same memory_reset "$rc:$out" "0:"
+    ratel inspect --store memory k
+    same memory_inspect "$rc:$out" "0:"
+    ratel ping --store memory
+    same memory_ping "$rc:$out" "0:ok"
+    RATEL_STORE=memory ratel acquire --rule 1/1s k
+    same memory_env "$rc:$(field 1)" "0:1"
+}
+
+if [ ! -x "$ratel_bin" ]; then
+    echo "FAIL setup: $ratel_bin not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+if ! command -v redis-server >/dev/null; then
+    echo "FAIL setup: redis-server not found (Debian: apt-get install redis-server)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+if [ ! -e "$module" ]; then
+    echo "FAIL setup: $module not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+for t in help_commands with_module without_module url_forms fallback \
+    unreachable bad_urls bad_usage memory_store; do
+    check "$t"
+done
+
+finish
