@@ -173,6 +173,11 @@ static void write_state(RedisModuleCtx *ctx, RedisModuleKey *key,
                 RedisModule_CreateString(ctx, (const char *)buf, len);
             RedisModule_StringSet(key, s);
             RedisModule_FreeString(ctx, s);
+            /* A short value is now an embedded string (robj and bytes in
+               one block: 96 bytes of MEMORY USAGE for a gcra key); opening
+               it for writing makes it a plain string of exactly len bytes
+               (80), as every later in-place write keeps it. */
+            RedisModule_StringDMA(key, &have, REDISMODULE_WRITE);
         }
         RedisModule_SetAbsExpire(key, expire_ms);
         RedisModule_Replicate(ctx, "SET", "sbcl", name, (const char *)buf, len,
