@@ -30,7 +30,13 @@ ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 LDLIBS   += $(HIREDIS_LIBS) -pthread
 
+# rateld and the captcha service: libevent (the event loop), http-parser
+# (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies).
+SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson 2>/dev/null || echo -levent -lyaml -lcjson) -lhttp_parser
+
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
+HTTP_SRC  := $(sort $(wildcard src/http/*.c))
+DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
 CLI_SRC   := $(sort $(wildcard cli/*.c))
@@ -43,10 +49,14 @@ CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
-HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h)
+HTTP_OBJ  := $(HTTP_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h daemon/*.h)
+
+RATELD := $(if $(wildcard daemon/main.c),$(BUILD)/rateld)
 
 .PHONY: all test asan valgrind bench fuzz clean format module
-all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module
+all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(RATELD)
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -67,6 +77,14 @@ $(BUILD)/libratel.so: $(LIB_OBJ)
 
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The HTTP server rateld and the captcha service share (src/http/).
+$(BUILD)/libratel_http.a: $(HTTP_OBJ)
+	rm -f $@ && $(AR) rcs $@ $^
+
+# rateld: daemon/ on libratel and the HTTP server.
+$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
 # exports RedisModule_OnLoad only (-fvisibility=hidden; redis-server links
@@ -109,13 +127,13 @@ $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integratio
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
-$(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a

@@ -8,6 +8,10 @@
 #   libxml2-utils                   xmllint, for the CLI tests' SVG checks
 #   redis-server, redis-tools       the module's tests and benchmarks (real servers)
 #   libhiredis-dev                  the Redis store and the conformance driver
+#   libevent-dev, libhttp-parser-dev,
+#   libyaml-dev, libcjson-dev       rateld: event loop, HTTP/1.1 parser,
+#                                   YAML config, JSON request bodies
+#   nginx, wrk                      rateld behind nginx (tests), load (bench)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
 #   curl
@@ -25,6 +29,8 @@ packages=(
     valgrind
     libxml2-utils
     redis-server redis-tools libhiredis-dev
+    libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
+    nginx wrk
     nodejs npm
     librsvg2-bin
     curl
