@@ -18,7 +18,7 @@ CFLAGS   ?= $(OPT) -g
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wpointer-arith -Wvla -Werror
 BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN)
-CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
+CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by

@@ -1,0 +1,62 @@
+/*
+ * metrics.h - rateld's counters and their Prometheus text exposition.
+ *
+ * Labels are policy names (from the config) and fixed words, never keys:
+ * a flood of unique keys cannot grow the metrics. Counters are per worker
+ * thread (no shared cache line on the hot path) and summed when /metrics
+ * is read. Policies are registered by name, up to RATELD_METRICS_POLICIES;
+ * a name keeps its counters across reloads.
+ */
+#ifndef RATELD_METRICS_H
+#define RATELD_METRICS_H
+
+#include "ratel.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RATELD_METRICS_POLICIES 1024
+
+typedef enum rateld_outcome_e {
+    RATELD_OUTCOME_ALLOWED = 0,
+    RATELD_OUTCOME_DENIED,        /* answered 429 / 403 */
+    RATELD_OUTCOME_SHADOW_DENIED, /* would have been denied; allowed */
+    RATELD_OUTCOME_REJECTED,      /* 400: key source missing, bad input */
+    RATELD_OUTCOME_ERROR,         /* the store failed (500) */
+    RATELD_OUTCOMES
+} rateld_outcome_t;
+
+typedef struct rateld_metrics_s rateld_metrics_t;
+
+/* Counters for `threads` worker threads. NULL when out of memory. */
+rateld_metrics_t *rateld_metrics_new(unsigned threads);
+void rateld_metrics_free(rateld_metrics_t *m);
+
+/* The index of policy `name`'s counters (registered on first use); -1 when
+   the table is full. Thread-safe; call it when a config is loaded. */
+int rateld_metrics_policy(rateld_metrics_t *m, const char *name);
+
+/*
+ * Counts one decision of policy index `policy` on worker `thread`: its
+ * outcome, the path that decided it (ratel_source_t) and how long the
+ * request took in microseconds (a histogram with buckets from 50 us to
+ * 1 s). Only ever called from worker `thread`.
+ */
+void rateld_metrics_count(rateld_metrics_t *m, unsigned thread, int policy,
+                          rateld_outcome_t outcome, int source,
+                          int64_t latency_us);
+
+/* Counts an HTTP response by status class on worker `thread`. */
+void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status);
+
+/*
+ * The Prometheus text exposition (version 0.0.4) of every counter, plus
+ * the store's stats (keys, bytes, evictions, expirations, errors,
+ * fallbacks, cache hits, breaker state) and `reloads` / `reload_failures`,
+ * into a malloc'd string (*len its length). NULL when out of memory.
+ */
+char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
+                            uint64_t reloads, uint64_t reload_failures,
+                            size_t *len);
+
+#endif /* RATELD_METRICS_H */
