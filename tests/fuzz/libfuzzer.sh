@@ -31,7 +31,12 @@ for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 # The Redis store embeds lua/ratel.lua and links hiredis.
 scripts/embed-lua.sh lua/ratel.lua "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
-libs=(-lhiredis)
+# rateld's parsers (config, HTTP) and what they need.
+for f in src/http/*.c daemon/*.c; do
+    [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
+done
+cflags+=(-I.)
+libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}

@@ -1,0 +1,971 @@
+/*
+ * config.c - rateld's configuration: the schema of docs/config.md checked
+ * over the tree daemon/config_yaml.c builds, loading, and the policy and
+ * route look-ups. (rateld_cidr_parse is in config_yaml.c, with the other
+ * readers of typed values.)
+ *
+ * Every field is checked where it stands and the first problem is
+ * reported as "FILE:LINE: PATH: reason", PATH naming the field the way a
+ * reader finds it (policies.sms.rules[1]; list indices count from 0).
+ * Fields are checked in the order the file gives them, except that routes
+ * come after policies, which they name.
+ */
+#include "daemon/config.h"
+#include "daemon/config_yaml.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bounds on what one file may define (real ones define a few dozen). */
+#define POLICIES_MAX 4096
+#define ROUTES_MAX 4096
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* -------------------------------------------------------------- reading */
+
+/* A policy name and its place in the file. */
+typedef struct name_ref_s {
+    const char *text;
+    size_t len;
+    size_t index;
+} name_ref_t;
+
+/* Messages, and the configuration being filled. */
+typedef struct reader_s {
+    rateld__ctx_t ctx;
+    rateld_config_t *config;
+    name_ref_t *names; /* policy names sorted (read_policies), for routes */
+    size_t nnames;
+} reader_t;
+
+/* By name (bytes, then length): the order of look-ups. */
+static int compare_name(const void *a, const void *b)
+{
+    const name_ref_t *x = a, *y = b;
+    int d = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
+    if (d)
+        return d;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* By name, then by place: repeats of a name sort in file order. */
+static int compare_name_index(const void *a, const void *b)
+{
+    const name_ref_t *x = a, *y = b;
+    int d = compare_name(a, b);
+    if (d)
+        return d;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int read_listen(reader_t *r, const rateld__node_t *node)
+{
+    rateld_config_t *c = r->config;
+    char q[96];
+
+    if (rateld__string(&r->ctx, node, "listen", c->listen, sizeof c->listen))
+        return -1;
+    if (!rateld__listen_valid(c->listen)) {
+        rateld__quote(c->listen, strlen(c->listen), q, sizeof q);
+        return rateld__fail(&r->ctx, node->line,
+                            "listen: \"%s\" is not HOST:PORT, [IPV6]:PORT "
+                            "or :PORT (e.g. 127.0.0.1:8080, [::1]:8080, "
+                            ":8080); port 0..65535",
+                            q);
+    }
+    return 0;
+}
+
+static int read_admin_token(reader_t *r, const rateld__node_t *node)
+{
+    rateld_config_t *c = r->config;
+
+    if (rateld__string(&r->ctx, node, "admin_token", c->admin_token,
+                       sizeof c->admin_token))
+        return -1;
+    if (strchr(c->admin_token, ' '))
+        return rateld__fail(&r->ctx, node->line,
+                            "admin_token: contains a space; a token is sent "
+                            "in a header and must be one word");
+    return 0;
+}
+
+static int read_trusted(reader_t *r, const rateld__node_t *node)
+{
+    rateld_config_t *c = r->config;
+    char path[64], text[80], why[256];
+
+    if (rateld__list(&r->ctx, node, "trusted_proxies", RATELD_TRUSTED_MAX,
+                     "addresses or CIDR blocks"))
+        return -1;
+    for (size_t i = 0; i < node->n; i++) {
+        const rateld__node_t *item = node->items[i];
+        rateld_cidr_t *block = &c->trusted[c->ntrusted];
+        snprintf(path, sizeof path, "trusted_proxies[%zu]", i);
+        if (rateld__string(&r->ctx, item, path, text, sizeof text))
+            return -1;
+        if (rateld_cidr_parse(text, block, why, sizeof why) != 0)
+            return rateld__fail(&r->ctx, item->line, "%s: %s", path, why);
+        for (size_t j = 0; j < c->ntrusted; j++)
+            if (memcmp(&c->trusted[j], block, sizeof *block) == 0)
+                return rateld__fail(&r->ctx, item->line,
+                                    "%s: repeats trusted_proxies[%zu]", path,
+                                    j);
+        c->ntrusted++;
+    }
+    return 0;
+}
+
+static int read_limits(reader_t *r, const rateld__node_t *node)
+{
+    static const char *const names[] = {
+        "max_header_bytes", "max_body_bytes",     "max_connections",
+        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms"};
+    /* Ranges; 0 (or absent) always means http.h's default. */
+    static const struct {
+        uint64_t min, max;
+        int size;
+    } range[] = {{1024, 1048576, 1}, {1, 16777216, 1}, {1, 1000000, 0},
+                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0}};
+    const rateld__node_t *v[COUNT(names)];
+    ratel_http_limits_t *l = &r->config->limits;
+    uint64_t x[COUNT(names)] = {0};
+    size_t order[COUNT(names)], n;
+    char path[64];
+
+    if (rateld__fields(&r->ctx, node, "limits", names, COUNT(names), v))
+        return -1;
+    n = rateld__by_line(v, COUNT(names), order);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = order[k];
+        int rc;
+        snprintf(path, sizeof path, "limits.%s", names[i]);
+        rc = range[i].size ? rateld__size(&r->ctx, v[i], path, range[i].min,
+                                          range[i].max, 1, &x[i])
+                           : rateld__uint(&r->ctx, v[i], path, range[i].min,
+                                          range[i].max, 1, &x[i]);
+        if (rc)
+            return -1;
+    }
+    l->max_header_bytes = (size_t)x[0];
+    l->max_body_bytes = (size_t)x[1];
+    l->max_connections = (unsigned)x[2];
+    l->max_pipeline = (unsigned)x[3];
+    l->request_timeout_ms = (unsigned)x[4];
+    l->idle_timeout_ms = (unsigned)x[5];
+    return 0;
+}
+
+enum {
+    S_TYPE,
+    S_MAX_BYTES,
+    S_URL,
+    S_ON_FAILURE,
+    S_TIMEOUT,
+    S_CONNECT_TIMEOUT,
+    S_POOL,
+    S_MODE,
+    S_DENY_CACHE,
+    S_COUNT
+};
+
+/* One field of `store:` other than type (already read). */
+static int read_store_field(reader_t *r, int field, const rateld__node_t *v)
+{
+    static const char *const failures[] = {"open", "closed", "local"};
+    static const ratel_failure_t failure_of[] = {
+        RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED, RATEL_FAILURE_LOCAL};
+    static const char *const modes[] = {"auto", "module", "lua"};
+    static const ratel_redis_mode_t mode_of[] = {
+        RATEL_REDIS_AUTO, RATEL_REDIS_MODULE, RATEL_REDIS_LUA};
+    rateld_config_t *c = r->config;
+    ratel_redis_options_t *o = &c->redis;
+    int word;
+    uint64_t x;
+
+    switch (field) {
+    case S_MAX_BYTES:
+        if (rateld__size(&r->ctx, v, "store.max_bytes", (uint64_t)64 << 10,
+                         (uint64_t)1 << 40, 0, &x))
+            return -1;
+        c->memory_max_bytes = (size_t)x;
+        /* Redis: it bounds the `local` failure policy's store. */
+        o->local.max_bytes = c->memory_max_bytes;
+        return 0;
+    case S_URL:
+        if (rateld__string(&r->ctx, v, "store.url", c->redis_url,
+                           sizeof c->redis_url))
+            return -1;
+        if (!c->redis_url[0])
+            return rateld__fail(&r->ctx, v->line,
+                                "store.url: is empty (e.g. "
+                                "redis://127.0.0.1:6379)");
+        o->url = c->redis_url;
+        return 0;
+    case S_ON_FAILURE:
+        if (rateld__word(&r->ctx, v, "store.on_failure", failures,
+                         COUNT(failures), &word))
+            return -1;
+        o->on_failure = failure_of[word];
+        return 0;
+    case S_TIMEOUT:
+    case S_CONNECT_TIMEOUT:
+        if (rateld__uint(&r->ctx, v,
+                         field == S_TIMEOUT ? "store.timeout_ms"
+                                            : "store.connect_timeout_ms",
+                         1, 60000, 0, &x))
+            return -1;
+        if (field == S_TIMEOUT)
+            o->command_timeout_ms = (int)x;
+        else
+            o->connect_timeout_ms = (int)x;
+        return 0;
+    case S_POOL:
+        if (rateld__uint(&r->ctx, v, "store.pool", 1, 64, 0, &x))
+            return -1;
+        o->pool_size = (unsigned)x;
+        return 0;
+    case S_MODE:
+        if (rateld__word(&r->ctx, v, "store.mode", modes, COUNT(modes), &word))
+            return -1;
+        o->mode = mode_of[word];
+        return 0;
+    default: /* S_DENY_CACHE */
+        if (rateld__uint(&r->ctx, v, "store.deny_cache", 0, 1048576, 0, &x))
+            return -1;
+        /* In the options 0 means the default and negative means off. */
+        o->deny_cache_entries = x ? (long)x : -1;
+        return 0;
+    }
+}
+
+static int read_store(reader_t *r, const rateld__node_t *node)
+{
+    static const char *const names[S_COUNT] = {
+        "type",       "max_bytes",  "url",
+        "on_failure", "timeout_ms", "connect_timeout_ms",
+        "pool",       "mode",       "deny_cache"};
+    static const char *const types[] = {"memory", "redis"};
+    const rateld__node_t *v[S_COUNT];
+    size_t order[S_COUNT], n;
+    rateld_config_t *c = r->config;
+    int type = 0;
+
+    if (rateld__fields(&r->ctx, node, "store", names, S_COUNT, v))
+        return -1;
+    /* The type first: what else may be given depends on it. */
+    if (v[S_TYPE] && rateld__word(&r->ctx, v[S_TYPE], "store.type", types,
+                                  COUNT(types), &type))
+        return -1;
+    c->store = type ? RATELD_STORE_REDIS : RATELD_STORE_MEMORY;
+    n = rateld__by_line(v, S_COUNT, order);
+    for (size_t k = 0; k < n; k++) {
+        int field = (int)order[k];
+        if (field == S_TYPE)
+            continue;
+        if (c->store == RATELD_STORE_MEMORY && field > S_MAX_BYTES)
+            return rateld__fail(&r->ctx, v[field]->line,
+                                "store.%s: applies to type: redis only "
+                                "(this store is memory)",
+                                names[field]);
+        if (read_store_field(r, field, v[field]))
+            return -1;
+    }
+    if (c->store == RATELD_STORE_MEMORY) {
+        memset(&c->redis, 0, sizeof c->redis);
+        return 0;
+    }
+    if (!v[S_URL])
+        return rateld__fail(&r->ctx, node->line,
+                            "store.url: required with type: redis (e.g. "
+                            "redis://127.0.0.1:6379)");
+    c->redis.local.max_bytes = c->memory_max_bytes;
+    return 0;
+}
+
+/* ------------------------------------------------------------- policies */
+
+static int name_valid(const rateld__node_t *key)
+{
+    if (key->len == 0 || key->len >= RATELD_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < key->len; i++) {
+        unsigned char ch = (unsigned char)key->text[i];
+        if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') &&
+            !(ch >= '0' && ch <= '9') && ch != '_' && ch != '.' && ch != '-')
+            return 0;
+    }
+    return 1;
+}
+
+/* An HTTP token character (RFC 9110): what a header name is made of. */
+static int tchar(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9') || (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+/* A query parameter name: visible ASCII but the query's own delimiters. */
+static int qchar(unsigned char ch)
+{
+    return ch > 0x20 && ch < 0x7f && !strchr("&=#", ch);
+}
+
+static int read_key_part(reader_t *r, const rateld__node_t *node,
+                         const char *path, rateld_key_part_t *part)
+{
+    static const struct {
+        const char *word;
+        rateld_key_kind_t kind;
+        int named;
+    } kinds[] = {{"ip", RATELD_KEY_IP, 0},
+                 {"global", RATELD_KEY_GLOBAL, 0},
+                 {"path", RATELD_KEY_PATH, 0},
+                 {"header", RATELD_KEY_HEADER, 1},
+                 {"query", RATELD_KEY_QUERY, 1}};
+    static const char accepted[] =
+        "accepted: ip, global, path, header:NAME, query:NAME";
+    char what[96];
+    const char *text = node->text, *colon;
+    size_t klen, i;
+
+    if (node->type == RATELD__MAP)
+        return rateld__fail(&r->ctx, node->line,
+                            "%s: expected a key source, got a mapping "
+                            "(write header:NAME with no space after ':'); "
+                            "%s",
+                            path, accepted);
+    if (node->type != RATELD__SCALAR || rateld__is_null(node) ||
+        memchr(text, '\0', node->len))
+        return rateld__fail(
+            &r->ctx, node->line, "%s: expected a key source, got %s; %s", path,
+            rateld__describe(node, what, sizeof what), accepted);
+    colon = strchr(text, ':');
+    klen = colon ? (size_t)(colon - text) : node->len;
+    for (i = 0; i < COUNT(kinds); i++)
+        if (strlen(kinds[i].word) == klen &&
+            memcmp(kinds[i].word, text, klen) == 0)
+            break;
+    if (i == COUNT(kinds))
+        return rateld__fail(
+            &r->ctx, node->line, "%s: unknown key source %s; %s", path,
+            rateld__describe(node, what, sizeof what), accepted);
+    memset(part, 0, sizeof *part);
+    part->kind = kinds[i].kind;
+    if (!kinds[i].named) {
+        if (colon)
+            return rateld__fail(
+                &r->ctx, node->line, "%s: %s takes no name (got %s)", path,
+                kinds[i].word, rateld__describe(node, what, sizeof what));
+        return 0;
+    }
+    if (!colon || !colon[1])
+        return rateld__fail(
+            &r->ctx, node->line, "%s: %s: needs a name, e.g. %s:%s", path,
+            kinds[i].word, kinds[i].word,
+            part->kind == RATELD_KEY_HEADER ? "X-User-Id" : "telephone");
+    if (strlen(colon + 1) >= RATELD_FIELD_MAX)
+        return rateld__fail(&r->ctx, node->line,
+                            "%s: the %s name is longer than %d bytes", path,
+                            kinds[i].word, RATELD_FIELD_MAX - 1);
+    for (const char *p = colon + 1; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (part->kind == RATELD_KEY_HEADER ? !tchar(ch) : !qchar(ch))
+            return rateld__fail(
+                &r->ctx, node->line, "%s: %s is not a valid %s name", path,
+                rateld__describe(node, what, sizeof what),
+                part->kind == RATELD_KEY_HEADER ? "header" : "query parameter");
+    }
+    memcpy(part->name, colon + 1, strlen(colon + 1) + 1);
+    return 0;
+}
+
+static int read_key(reader_t *r, const rateld__node_t *node, const char *path,
+                    rateld_policy_t *p)
+{
+    char item[320];
+    const rateld__node_t *const *items = &node;
+    size_t n = 1;
+
+    if (node->type == RATELD__LIST) {
+        if (rateld__list(&r->ctx, node, path, RATELD_KEY_PARTS_MAX,
+                         "key sources"))
+            return -1;
+        if (node->n == 0)
+            return rateld__fail(&r->ctx, node->line,
+                                "%s: an empty list; give at least one key "
+                                "source (ip, global, path, header:NAME, "
+                                "query:NAME)",
+                                path);
+        items = (const rateld__node_t *const *)node->items;
+        n = node->n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rateld_key_part_t *part = &p->key[i];
+        if (node->type == RATELD__LIST)
+            snprintf(item, sizeof item, "%s[%zu]", path, i);
+        else
+            snprintf(item, sizeof item, "%s", path);
+        if (read_key_part(r, items[i], item, part))
+            return -1;
+        for (size_t j = 0; j < i; j++)
+            if (p->key[j].kind == part->kind &&
+                strcmp(p->key[j].name, part->name) == 0)
+                return rateld__fail(&r->ctx, items[i]->line,
+                                    "%s: repeats %s[%zu]", item, path, j);
+        if (part->kind == RATELD_KEY_GLOBAL && n > 1)
+            return rateld__fail(&r->ctx, items[i]->line,
+                                "%s: global is one bucket for everyone; it "
+                                "cannot be combined with other key sources",
+                                item);
+    }
+    p->nkey = n;
+    return 0;
+}
+
+static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
+                      rateld_policy_t *p)
+{
+    ratel_rule_t rules[RATEL_MAX_RULES];
+    char item[320], why[400], what[96];
+    const rateld__node_t *const *items = &node;
+    size_t n = 1;
+
+    if (node->type == RATELD__LIST) {
+        if (rateld__list(&r->ctx, node, path, RATEL_MAX_RULES, "rules"))
+            return -1;
+        if (node->n == 0)
+            return rateld__fail(&r->ctx, node->line,
+                                "%s: an empty list; a policy needs at least "
+                                "one rule, e.g. 10/1m",
+                                path);
+        items = (const rateld__node_t *const *)node->items;
+        n = node->n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const rateld__node_t *it = items[i];
+        if (node->type == RATELD__LIST)
+            snprintf(item, sizeof item, "%s[%zu]", path, i);
+        else
+            snprintf(item, sizeof item, "%s", path);
+        if (it->type != RATELD__SCALAR || rateld__is_null(it))
+            return rateld__fail(&r->ctx, it->line,
+                                "%s: expected a rule such as 10/1m or "
+                                "100/1s:gcra,burst=200, got %s",
+                                item, rateld__describe(it, what, sizeof what));
+        if (ratel_rule_parse(it->text, it->len, &rules[i], why, sizeof why))
+            return rateld__fail(&r->ctx, it->line, "%s: %s", item, why);
+    }
+    if (ratel_policy_init(&p->policy, rules, n, why, sizeof why) != 0) {
+        /* The one error left is a rule given twice: point at it. */
+        int line = node->line;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < i; j++)
+                if (line == node->line && rules[i].algo == rules[j].algo &&
+                    rules[i].limit == rules[j].limit &&
+                    rules[i].period_ms == rules[j].period_ms &&
+                    rules[i].burst == rules[j].burst)
+                    line = items[i]->line;
+        return rateld__fail(&r->ctx, line, "%s: %s", path, why);
+    }
+    return 0;
+}
+
+static int read_policy(reader_t *r, const rateld__node_t *key,
+                       const rateld__node_t *node, rateld_policy_t *p)
+{
+    static const char *const names[] = {"rules", "key", "on_missing", "shadow"};
+    static const char *const missing[] = {"reject", "shared"};
+    const rateld__node_t *v[COUNT(names)];
+    size_t order[COUNT(names)], n;
+    char path[128], field[160];
+
+    rateld__join(path, sizeof path, "policies", key);
+    if (!name_valid(key))
+        return rateld__fail(&r->ctx, key->line,
+                            "%s: a policy name is 1..%d characters of "
+                            "A-Z a-z 0-9 _ . -",
+                            path, RATELD_NAME_MAX - 1);
+    memcpy(p->name, key->text, key->len + 1);
+    p->line = key->line;
+    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+        return -1;
+    p->nkey = 1;
+    p->key[0].kind = RATELD_KEY_IP;
+    n = rateld__by_line(v, COUNT(names), order);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = order[k];
+        int rc = 0, word = 0;
+        snprintf(field, sizeof field, "%s.%s", path, names[i]);
+        if (i == 0)
+            rc = read_rules(r, v[i], field, p);
+        else if (i == 1)
+            rc = read_key(r, v[i], field, p);
+        else if (i == 2)
+            rc = rateld__word(&r->ctx, v[i], field, missing, COUNT(missing),
+                              &word);
+        else
+            rc = rateld__bool(&r->ctx, v[i], field, &p->shadow);
+        if (rc)
+            return -1;
+        if (i == 2)
+            p->on_missing =
+                word ? RATELD_MISSING_SHARED : RATELD_MISSING_REJECT;
+    }
+    if (!v[0])
+        return rateld__fail(&r->ctx, node->line,
+                            "%s.rules: required (a rule such as 10/1m, or a "
+                            "list of up to %d)",
+                            path, RATEL_MAX_RULES);
+    return 0;
+}
+
+static int read_policies(reader_t *r, const rateld__node_t *node)
+{
+    rateld_config_t *c = r->config;
+    size_t n, *first;
+    char what[96];
+    int rc = 0;
+
+    if (node->type != RATELD__MAP)
+        return rateld__fail(&r->ctx, node->line,
+                            "policies: expected a mapping of policy names "
+                            "to policies, got %s",
+                            rateld__describe(node, what, sizeof what));
+    n = node->n / 2;
+    if (n == 0)
+        return rateld__fail(&r->ctx, node->line,
+                            "policies: none defined; define at least one");
+    if (n > POLICIES_MAX)
+        return rateld__fail(&r->ctx, node->items[2 * POLICIES_MAX]->line,
+                            "policies: more than %d", POLICIES_MAX);
+    c->policies = calloc(n, sizeof *c->policies);
+    r->names = calloc(n, sizeof *r->names);
+    first = calloc(n, sizeof *first);
+    if (!c->policies || !r->names || !first) {
+        free(first);
+        return rateld__fail(&r->ctx, node->line, "out of memory");
+    }
+    /* Names sorted once: repeats are neighbours, and routes find their
+       policies by binary search (a file may define thousands). */
+    for (size_t i = 0; i < n; i++) {
+        r->names[i].text = node->items[2 * i]->text;
+        r->names[i].len = node->items[2 * i]->len;
+        r->names[i].index = i;
+        first[i] = i;
+    }
+    qsort(r->names, n, sizeof *r->names, compare_name_index);
+    for (size_t i = 1; i < n; i++)
+        if (compare_name(&r->names[i - 1], &r->names[i]) == 0)
+            first[r->names[i].index] = first[r->names[i - 1].index];
+    r->nnames = n;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const rateld__node_t *key = node->items[2 * i];
+        if (first[i] != i) {
+            char path[128];
+            rateld__join(path, sizeof path, "policies", key);
+            rc = rateld__fail(&r->ctx, key->line,
+                              "%s: defined twice (first at line %d)", path,
+                              node->items[2 * first[i]]->line);
+        } else if (read_policy(r, key, node->items[2 * i + 1],
+                               &c->policies[i]) == 0) {
+            c->npolicies++;
+        } else {
+            rc = -1;
+        }
+    }
+    free(first);
+    return rc;
+}
+
+/* --------------------------------------------------------------- routes */
+
+static int read_route_policies(reader_t *r, const rateld__node_t *node,
+                               const char *path, rateld_route_t *route)
+{
+    const rateld_config_t *c = r->config;
+    char item[160], what[96];
+
+    if (rateld__list(&r->ctx, node, path, RATELD_ROUTE_POLICIES_MAX,
+                     "policy names"))
+        return -1;
+    if (node->n == 0)
+        return rateld__fail(&r->ctx, node->line,
+                            "%s: an empty list; name at least one policy",
+                            path);
+    for (size_t i = 0; i < node->n; i++) {
+        const rateld__node_t *it = node->items[i];
+        const rateld_policy_t *p = NULL;
+        snprintf(item, sizeof item, "%s[%zu]", path, i);
+        if (it->type == RATELD__SCALAR) {
+            name_ref_t want = {it->text, it->len, 0};
+            const name_ref_t *found =
+                bsearch(&want, r->names, r->nnames, sizeof want, compare_name);
+            p = found ? &c->policies[found->index] : NULL;
+        }
+        if (!p) {
+            char names[200];
+            size_t q = 0;
+            names[0] = '\0';
+            for (size_t k = 0; k < c->npolicies && q < sizeof names; k++) {
+                int w = snprintf(names + q, sizeof names - q, "%s%s",
+                                 k ? ", " : "", c->policies[k].name);
+                q += w > 0 ? (size_t)w : 0;
+            }
+            return rateld__fail(&r->ctx, it->line,
+                                "%s: no policy named %s; defined: %s", item,
+                                rateld__describe(it, what, sizeof what), names);
+        }
+        route->policies[i] = (size_t)(p - c->policies);
+        for (size_t j = 0; j < i; j++)
+            if (route->policies[j] == route->policies[i])
+                return rateld__fail(&r->ctx, it->line, "%s: repeats %s[%zu]",
+                                    item, path, j);
+    }
+    route->npolicies = node->n;
+    return 0;
+}
+
+static int read_route_path(reader_t *r, const rateld__node_t *v,
+                           const char *field, rateld_route_t *route)
+{
+    char q[96];
+
+    if (rateld__string(&r->ctx, v, field, route->prefix, sizeof route->prefix))
+        return -1;
+    rateld__quote(route->prefix, strlen(route->prefix), q, sizeof q);
+    if (route->prefix[0] != '/')
+        return rateld__fail(&r->ctx, v->line, "%s: \"%s\" must start with '/'",
+                            field, q);
+    if (strpbrk(route->prefix, " ?#"))
+        return rateld__fail(&r->ctx, v->line,
+                            "%s: \"%s\": a path prefix has no spaces, query "
+                            "or fragment",
+                            field, q);
+    return 0;
+}
+
+static int read_route_method(reader_t *r, const rateld__node_t *v,
+                             const char *field, rateld_route_t *route)
+{
+    char q[96];
+
+    if (rateld__string(&r->ctx, v, field, route->method, sizeof route->method))
+        return -1;
+    rateld__quote(route->method, strlen(route->method), q, sizeof q);
+    if (!route->method[0])
+        return rateld__fail(&r->ctx, v->line,
+                            "%s: is empty (leave it out to match any "
+                            "method)",
+                            field);
+    for (const char *m = route->method; *m; m++)
+        if (!(*m >= 'A' && *m <= 'Z') && !(*m >= '0' && *m <= '9') &&
+            *m != '-' && *m != '_')
+            return rateld__fail(&r->ctx, v->line,
+                                "%s: \"%s\" is not an upper-case method "
+                                "such as GET or POST",
+                                field, q);
+    return 0;
+}
+
+static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
+                      rateld_route_t *route)
+{
+    static const char *const names[] = {"path", "method", "policies"};
+    const rateld__node_t *v[COUNT(names)];
+    size_t order[COUNT(names)], n;
+    char path[64], field[96];
+
+    snprintf(path, sizeof path, "routes[%zu]", index);
+    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+        return -1;
+    n = rateld__by_line(v, COUNT(names), order);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = order[k];
+        int rc;
+        snprintf(field, sizeof field, "%s.%s", path, names[i]);
+        rc = i == 0   ? read_route_path(r, v[i], field, route)
+             : i == 1 ? read_route_method(r, v[i], field, route)
+                      : read_route_policies(r, v[i], field, route);
+        if (rc)
+            return -1;
+    }
+    if (!v[0])
+        return rateld__fail(&r->ctx, node->line,
+                            "%s.path: required (a path prefix such as "
+                            "/api/ping)",
+                            path);
+    if (!v[2])
+        return rateld__fail(&r->ctx, node->line,
+                            "%s.policies: required (a list of policy names)",
+                            path);
+    return 0;
+}
+
+static int read_routes(reader_t *r, const rateld__node_t *node)
+{
+    rateld_config_t *c = r->config;
+
+    if (rateld__list(&r->ctx, node, "routes", ROUTES_MAX, "routes"))
+        return -1;
+    if (node->n == 0)
+        return 0;
+    c->routes = calloc(node->n, sizeof *c->routes);
+    if (!c->routes)
+        return rateld__fail(&r->ctx, node->line, "out of memory");
+    for (size_t i = 0; i < node->n; i++) {
+        rateld_route_t *route = &c->routes[i];
+        if (read_route(r, node->items[i], i, route))
+            return -1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(c->routes[j].prefix, route->prefix) == 0 &&
+                strcmp(c->routes[j].method, route->method) == 0)
+                return rateld__fail(&r->ctx, node->items[i]->line,
+                                    "routes[%zu]: same path and method as "
+                                    "routes[%zu]",
+                                    i, j);
+        c->nroutes++;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ the file */
+
+enum {
+    T_LISTEN,
+    T_THREADS,
+    T_ADMIN_TOKEN,
+    T_TRUSTED,
+    T_LIMITS,
+    T_STORE,
+    T_POLICIES,
+    T_ROUTES,
+    T_COUNT
+};
+
+static int read_top(reader_t *r, const rateld__node_t *root)
+{
+    static const char *const names[T_COUNT] = {
+        "listen", "threads", "admin_token", "trusted_proxies",
+        "limits", "store",   "policies",    "routes"};
+    const rateld__node_t *v[T_COUNT];
+    size_t order[T_COUNT], n;
+    rateld_config_t *c = r->config;
+    uint64_t x = 1;
+
+    if (root->type != RATELD__MAP) {
+        char what[96];
+        return rateld__fail(&r->ctx, root->line,
+                            "the top level must be a mapping of fields "
+                            "(listen:, store:, policies:, routes:, ...), "
+                            "got %s",
+                            rateld__describe(root, what, sizeof what));
+    }
+    if (rateld__fields(&r->ctx, root, "", names, T_COUNT, v))
+        return -1;
+    /* In the file's order, but routes last: they name policies. */
+    n = rateld__by_line(v, T_COUNT, order);
+    for (size_t k = 0; k < n; k++) {
+        const rateld__node_t *node = v[order[k]];
+        int rc = 0;
+        switch (order[k]) {
+        case T_LISTEN:
+            rc = read_listen(r, node);
+            break;
+        case T_THREADS:
+            rc = rateld__uint(&r->ctx, node, "threads", 1, 64, 0, &x);
+            c->threads = (unsigned)x;
+            break;
+        case T_ADMIN_TOKEN:
+            rc = read_admin_token(r, node);
+            break;
+        case T_TRUSTED:
+            rc = read_trusted(r, node);
+            break;
+        case T_LIMITS:
+            rc = read_limits(r, node);
+            break;
+        case T_STORE:
+            rc = read_store(r, node);
+            break;
+        case T_POLICIES:
+            rc = read_policies(r, node);
+            break;
+        default: /* T_ROUTES */
+            break;
+        }
+        if (rc)
+            return -1;
+    }
+    if (!v[T_POLICIES])
+        return rateld__fail(&r->ctx, root->line,
+                            "policies: required; define at least one "
+                            "policy (docs/config.md)");
+    if (v[T_ROUTES] && read_routes(r, v[T_ROUTES]))
+        return -1;
+    return 0;
+}
+
+int rateld_config_parse(const char *text, size_t len, const char *name,
+                        rateld_config_t **out, char *err, size_t errlen)
+{
+    reader_t r;
+    rateld__node_t *root = NULL;
+    rateld_config_t *c;
+    int rc;
+
+    memset(&r, 0, sizeof r);
+    r.ctx.name = name ? name : "config";
+    r.ctx.err = err;
+    r.ctx.errlen = errlen;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!out)
+        return rateld__fail(&r.ctx, 1, "no place for the result");
+    *out = NULL;
+    if (!text && len)
+        return rateld__fail(&r.ctx, 1, "no text");
+    if (len > RATELD__CONFIG_MAX_BYTES)
+        return rateld__fail(&r.ctx, 1,
+                            "the file is %zu bytes; a configuration may be "
+                            "at most 1 MiB",
+                            len);
+    if (rateld__yaml_load(&r.ctx, text ? text : "", len, &root))
+        return -1;
+    if (!root || rateld__is_null(root)) {
+        rateld__node_free(root);
+        return rateld__fail(&r.ctx, 1,
+                            "the file is empty; it needs at least a "
+                            "policies: mapping (docs/config.md)");
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        rateld__node_free(root);
+        return rateld__fail(&r.ctx, 1, "out of memory");
+    }
+    snprintf(c->path, sizeof c->path, "%s", r.ctx.name);
+    snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
+    c->threads = 1;
+    c->store = RATELD_STORE_MEMORY;
+    c->memory_max_bytes = (size_t)64 << 20;
+    r.config = c;
+    rc = read_top(&r, root);
+    rateld__node_free(root);
+    free(r.names);
+    if (rc) {
+        rateld_config_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+int rateld_config_load(const char *path, rateld_config_t **out, char *err,
+                       size_t errlen)
+{
+    rateld__ctx_t ctx = {path ? path : "config", err, errlen};
+    size_t cap = RATELD__CONFIG_MAX_BYTES + 1, len = 0;
+    char *text;
+    FILE *f;
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (!path) {
+        if (err && errlen)
+            snprintf(err, errlen, "config: no file given");
+        return -1;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    text = malloc(cap);
+    if (!text) {
+        fclose(f);
+        return rateld__fail(&ctx, 1, "out of memory");
+    }
+    /* Reads one byte past the limit to tell a file that is too large. */
+    while (len < cap) {
+        size_t got = fread(text + len, 1, cap - len, f);
+        if (got == 0)
+            break;
+        len += got;
+    }
+    if (ferror(f)) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fclose(f);
+        free(text);
+        return -1;
+    }
+    fclose(f);
+    if (len > RATELD__CONFIG_MAX_BYTES)
+        rc = rateld__fail(&ctx, 1,
+                          "the file is larger than 1 MiB; a configuration "
+                          "may be at most 1 MiB");
+    else
+        rc = rateld_config_parse(text, len, path, out, err, errlen);
+    free(text);
+    return rc;
+}
+
+void rateld_config_free(rateld_config_t *config)
+{
+    if (!config)
+        return;
+    free(config->policies);
+    free(config->routes);
+    free(config);
+}
+
+/* ------------------------------------------------------------- look-ups */
+
+const rateld_policy_t *rateld_config_policy(const rateld_config_t *config,
+                                            const char *name, size_t len)
+{
+    if (!config || !name)
+        return NULL;
+    for (size_t i = 0; i < config->npolicies; i++) {
+        const rateld_policy_t *p = &config->policies[i];
+        if (strlen(p->name) == len && memcmp(p->name, name, len) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+const rateld_route_t *rateld_config_route(const rateld_config_t *config,
+                                          const char *method, size_t mlen,
+                                          const char *path, size_t plen)
+{
+    const rateld_route_t *best = NULL;
+    size_t best_len = 0;
+
+    if (!config || !path)
+        return NULL;
+    for (size_t i = 0; i < config->nroutes; i++) {
+        const rateld_route_t *r = &config->routes[i];
+        size_t n = strlen(r->prefix);
+        int has_method = r->method[0] != '\0';
+        if (n == 0 || n > plen || memcmp(path, r->prefix, n) != 0)
+            continue;
+        /* A segment boundary: "/api" is not a prefix of "/apix". */
+        if (n < plen && r->prefix[n - 1] != '/' && path[n] != '/' &&
+            path[n] != '?')
+            continue;
+        if (has_method && (!method || strlen(r->method) != mlen ||
+                           memcmp(r->method, method, mlen) != 0))
+            continue;
+        if (!best || n > best_len ||
+            (n == best_len && has_method && !best->method[0])) {
+            best = r;
+            best_len = n;
+        }
+    }
+    return best;
+}
