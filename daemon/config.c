@@ -456,8 +456,17 @@ static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
                                 "%s: expected a rule such as 10/1m or "
                                 "100/1s:gcra,burst=200, got %s",
                                 item, rateld__describe(it, what, sizeof what));
-        if (ratel_rule_parse(it->text, it->len, &rules[i], why, sizeof why))
+        if (ratel_rule_parse(it->text, it->len, &rules[i], why, sizeof why)) {
+            /* [100/1s:gcra,burst=200] is two items in a YAML flow list. */
+            if (it->len >= 6 && memcmp(it->text, "burst=", 6) == 0)
+                return rateld__fail(&r->ctx, it->line,
+                                    "%s: \"%.*s\" is not a rule: YAML split "
+                                    "a rule at its comma; quote it: "
+                                    "[\"100/1s:gcra,burst=200\"]",
+                                    item, (int)(it->len > 40 ? 40 : it->len),
+                                    it->text);
             return rateld__fail(&r->ctx, it->line, "%s: %s", item, why);
+        }
     }
     if (ratel_policy_init(&p->policy, rules, n, why, sizeof why) != 0) {
         /* The one error left is a rule given twice: point at it. */
