@@ -7,6 +7,8 @@
 #   make valgrind   the unit suite under valgrind (errors and leaks fatal)
 #   make bench      benchmarks; prints figures and ratios to peers
 #   make fuzz       longer libFuzzer runs of every parser (FUZZ_SECONDS=60)
+#   make run        rateld on examples/rateld.yaml (the main job)
+#   make demo       a replay of the bundled trace, with charts
 #   make clean
 #
 # CC, CFLAGS, BUILD, SANITIZE and REDISMODULE_H are overridable.
@@ -168,8 +170,13 @@ format:
 clean:
 	rm -rf build build-asan build-fuzz
 
-# The main job until rateld exists: replay the bundled trace through a
-# policy and draw the chart.
-.PHONY: demo
+# ratel's main job: rateld on examples/rateld.yaml with the embedded store
+# (RATELD_CONFIG= another file), in the foreground until Ctrl-C.
+RATELD_CONFIG ?= examples/rateld.yaml
+.PHONY: run demo
+run: all
+	$(BUILD)/rateld --config $(RATELD_CONFIG)
+
+# Replay the bundled trace through policies and draw the chart.
 demo: all
 	BUILD=$(BUILD) scripts/demo.sh

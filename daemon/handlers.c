@@ -1,0 +1,750 @@
+/*
+ * handlers.c - rateld's endpoints (docs/rateld.md):
+ *
+ *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
+ *   GET|POST /v1/refund    give permits back
+ *   POST     /v1/reset     forget a key (admin token)
+ *   GET      /v1/auth      nginx auth_request: the forwarded request's route
+ *                          and identity: 200 / 403 (+ Retry-After)
+ *   GET      /metrics      Prometheus text
+ *   GET      /healthz      the process answers
+ *   GET      /readyz       the store answers
+ *
+ * Decisions are batched per worker (rateld.h): the handler checks the
+ * request and queues it, rateld_flush() decides the batch and answers.
+ */
+#include "daemon/headers.h"
+#include "daemon/rateld.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { KIND_ACQUIRE, KIND_AUTH, KIND_PART };
+
+#define JSON_TYPE {{"Content-Type", 12}, {"application/json", 16}}
+
+static int str_is(ratel_http_str_t s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* Copies s into buf as a C string; 0 when it does not fit. */
+static int str_copy(ratel_http_str_t s, char *buf, size_t len)
+{
+    if (s.n >= len)
+        return 0;
+    memcpy(buf, s.p, s.n);
+    buf[s.n] = '\0';
+    return 1;
+}
+
+/* Appends `s` to out as the inside of a JSON string. */
+static size_t json_escape(const char *s, size_t n, char *out, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 7 < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(out + o, len - o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static void respond(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
+                    int status, const ratel_http_header_t *headers, size_t n,
+                    const char *body, size_t len)
+{
+    rateld_metrics_http(d->metrics, thread, status);
+    ratel_http_respond(ex, status, headers, n, body, len);
+}
+
+/* {"error": "..."} with `status`. */
+static void __attribute__((format(printf, 5, 6)))
+respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
+              int status, const char *fmt, ...)
+{
+    static const ratel_http_header_t json[] = {JSON_TYPE};
+    char msg[600], esc[1400], body[1500];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_escape(msg, strlen(msg), esc, sizeof esc);
+    n = snprintf(body, sizeof body, "{\"error\":\"%s\"}\n", esc);
+    respond(d, ex, thread, status, json, 1, body,
+            (size_t)(n < (int)sizeof body ? n : (int)sizeof body - 1));
+}
+
+/* ------------------------------------------------------ configuration */
+
+static rateld_gen_t *take_gen(rateld_t *d, rateld_worker_t *w)
+{
+    if (!w->gen) {
+        atomic_store(&w->active, 1);
+        w->gen = atomic_load(&d->current);
+        atomic_store(&w->epoch, w->gen->epoch);
+    }
+    return w->gen;
+}
+
+/* ----------------------------------------------------- the parameters */
+
+typedef struct params_s {
+    char policy[RATELD_NAME_MAX];
+    char key[RATELD_KEY_MAX + 1];
+    size_t keylen;
+    long long cost;
+    int peek;
+    int has_key;
+} params_t;
+
+/* A positive integer 1..max in text; 0 when it is not one. */
+static long long parse_count(const char *s, long long max)
+{
+    long long v = 0;
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        v = v * 10 + (*s - '0');
+        if (v > max)
+            return 0;
+    }
+    return v;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    if (!strcmp(s, "1") || !strcmp(s, "true")) {
+        *out = 1;
+        return 1;
+    }
+    if (!strcmp(s, "0") || !strcmp(s, "false") || !*s) {
+        *out = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * The decision API's parameters, from the query (GET) or a JSON body
+ * (POST). Returns 0, or -1 with a message for a 400 in err.
+ */
+static int read_params(const ratel_http_request_t *req, params_t *p,
+                       char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->cost = 1;
+    if (str_is(req->method, "POST")) {
+        cJSON *root, *item;
+        if (req->body.n == 0) {
+            snprintf(err, errlen, "POST needs a JSON body {\"policy\": ..., "
+                                  "\"key\": ..., \"cost\": 1, \"peek\": false}");
+            return -1;
+        }
+        root = cJSON_ParseWithLength(req->body.p, req->body.n);
+        if (!root || !cJSON_IsObject(root)) {
+            cJSON_Delete(root);
+            snprintf(err, errlen, "the body is not a JSON object");
+            return -1;
+        }
+        cJSON_ArrayForEach(item, root)
+        {
+            const char *name = item->string ? item->string : "";
+            if (!strcmp(name, "policy") && cJSON_IsString(item) &&
+                strlen(item->valuestring) < sizeof p->policy) {
+                strcpy(p->policy, item->valuestring);
+            } else if (!strcmp(name, "key") && cJSON_IsString(item)) {
+                size_t n = strlen(item->valuestring);
+                if (n > RATELD_KEY_MAX) {
+                    snprintf(err, errlen, "key is longer than %d bytes",
+                             RATELD_KEY_MAX);
+                    cJSON_Delete(root);
+                    return -1;
+                }
+                memcpy(p->key, item->valuestring, n + 1);
+                p->keylen = n;
+                p->has_key = 1;
+            } else if (!strcmp(name, "cost") && cJSON_IsNumber(item) &&
+                       item->valuedouble >= 1 && item->valuedouble <= 1e9 &&
+                       item->valuedouble == (double)(long long)item->valuedouble) {
+                p->cost = (long long)item->valuedouble;
+            } else if (!strcmp(name, "peek") && cJSON_IsBool(item)) {
+                p->peek = cJSON_IsTrue(item);
+            } else {
+                snprintf(err, errlen,
+                         "field \"%.60s\" is unknown or of the wrong type "
+                         "(policy: string, key: string, cost: integer "
+                         "1..1000000000, peek: boolean)",
+                         name);
+                cJSON_Delete(root);
+                return -1;
+            }
+        }
+        cJSON_Delete(root);
+    } else {
+        char buf[32];
+        long n = ratel_http_query_param(req->query, "policy", p->policy,
+                                        sizeof p->policy);
+        if (n == -2) {
+            snprintf(err, errlen, "policy is malformed or too long");
+            return -1;
+        }
+        n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
+        if (n == -2) {
+            snprintf(err, errlen,
+                     "key is malformed (bad %%-escape) or longer than %d "
+                     "bytes",
+                     RATELD_KEY_MAX);
+            return -1;
+        }
+        if (n >= 0) {
+            p->keylen = (size_t)n;
+            p->has_key = 1;
+        }
+        n = ratel_http_query_param(req->query, "cost", buf, sizeof buf);
+        if (n >= 0 && !(p->cost = parse_count(buf, 1000000000))) {
+            snprintf(err, errlen, "cost must be an integer 1..1000000000");
+            return -1;
+        }
+        n = ratel_http_query_param(req->query, "peek", buf, sizeof buf);
+        if (n == -2 || (n >= 0 && !parse_bool(buf, &p->peek))) {
+            snprintf(err, errlen, "peek must be true, false, 1 or 0");
+            return -1;
+        }
+    }
+    if (!p->policy[0]) {
+        snprintf(err, errlen, "policy is required");
+        return -1;
+    }
+    if (!p->has_key || p->keylen == 0) {
+        snprintf(err, errlen, "key is required (a non-empty string)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Cost larger than a rule can ever admit: the store's ECOST, named. */
+static int check_cost(const rateld_policy_t *pol, long long cost, char *err,
+                      size_t errlen)
+{
+    for (uint32_t i = 0; i < pol->policy.nrules; i++) {
+        const ratel_rule_t *r = &pol->policy.rules[i];
+        long long cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        if (cost > cap) {
+            char text[64];
+            ratel_rule_format(r, text, sizeof text);
+            snprintf(err, errlen,
+                     "cost %lld is more than rule %s of policy %s can ever "
+                     "admit (%lld)",
+                     cost, text, pol->name, cap);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ batching */
+
+static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread);
+
+static rateld_pending_t *enqueue(rateld_t *d, rateld_worker_t *w,
+                                 unsigned thread, size_t need)
+{
+    if (w->npending + need > RATELD_BATCH_MAX)
+        run_batch(d, w, thread);
+    return &w->pending[w->npending];
+}
+
+/* "POLICY:" + key as the store key. */
+static void set_key(rateld_pending_t *p, const char *policy, const char *key,
+                    size_t keylen)
+{
+    size_t n = strlen(policy);
+    memcpy(p->key, policy, n);
+    p->key[n] = ':';
+    memcpy(p->key + n + 1, key, keylen);
+    p->keylen = n + 1 + keylen;
+}
+
+/* The decision API: check, then queue for the flush. */
+static void acquire_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = take_gen(d, w);
+    const rateld_policy_t *pol;
+    rateld_pending_t *p;
+    char err[400];
+    params_t prm;
+
+    if (read_params(req, &prm, err, sizeof err) != 0) {
+        respond_error(d, ex, req->thread, 400, "%s", err);
+        return;
+    }
+    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
+    if (!pol) {
+        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
+                      prm.policy);
+        return;
+    }
+    if (check_cost(pol, prm.cost, err, sizeof err) != 0) {
+        respond_error(d, ex, req->thread, 400, "%s", err);
+        return;
+    }
+    p = enqueue(d, w, req->thread, 1);
+    p->ex = ex;
+    p->policy = pol;
+    p->policy_index = (size_t)(pol - gen->config->policies);
+    p->kind = KIND_ACQUIRE;
+    p->first = (int)w->npending;
+    p->count = 1;
+    p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+    p->request.cost = (uint64_t)prm.cost;
+    p->request.flags = prm.peek ? RATEL_PEEK : 0;
+    p->start_us = start;
+    set_key(p, pol->name, prm.key, prm.keylen);
+    w->npending++;
+}
+
+/* nginx auth_request: the forwarded request's route and identity. */
+static void auth_api(rateld_t *d, rateld_worker_t *w,
+                     ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = take_gen(d, w);
+    const ratel_http_str_t *h;
+    ratel_http_str_t method = req->method, uri = req->target;
+    const rateld_route_t *route;
+    char client[RATELD_ADDR_MAX];
+    rateld_view_t view;
+    size_t first;
+
+    if ((h = ratel_http_header(req, "X-Original-Method")) && h->n > 0)
+        method = *h;
+    if ((h = ratel_http_header(req, "X-Original-URI")) && h->n > 0)
+        uri = *h;
+    view.req = req;
+    view.path = uri;
+    view.query.p = "";
+    view.query.n = 0;
+    for (size_t i = 0; i < uri.n; i++) {
+        if (uri.p[i] == '?') {
+            view.path.n = i;
+            view.query.p = uri.p + i + 1;
+            view.query.n = uri.n - i - 1;
+            break;
+        }
+    }
+    route = rateld_config_route(gen->config, method.p, method.n, view.path.p,
+                                view.path.n);
+    if (!route) {
+        /* Nothing limits this route. */
+        respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+        return;
+    }
+    rateld_client_address(gen->config, req, client, sizeof client);
+    view.client = client;
+    enqueue(d, w, req->thread, route->npolicies);
+    first = w->npending;
+    for (size_t i = 0; i < route->npolicies; i++) {
+        const rateld_policy_t *pol = &gen->config->policies[route->policies[i]];
+        rateld_pending_t *p = &w->pending[first + i];
+        long n = rateld_policy_key(pol, &view, p->key, sizeof p->key);
+        if (n <= 0) {
+            static const ratel_http_header_t hdr[] = {
+                JSON_TYPE, {{"X-Ratel-Reason", 14}, {"missing-key", 11}}};
+            char body[200];
+            int len = snprintf(body, sizeof body,
+                               "{\"error\":\"policy %s: its key source is %s\"}\n",
+                               pol->name, n == 0 ? "missing" : "too long");
+            rateld_metrics_count(d->metrics, req->thread,
+                                 gen->metric[route->policies[i]],
+                                 RATELD_OUTCOME_REJECTED, RATEL_SOURCE_STORE,
+                                 ratel_clock_now_us() - start);
+            /* auth_request passes only 2xx, 401 and 403 on. */
+            respond(d, ex, req->thread, 403, hdr, 2, body, (size_t)len);
+            return;
+        }
+        p->keylen = (size_t)n;
+        p->ex = i == 0 ? ex : NULL;
+        p->policy = pol;
+        p->policy_index = route->policies[i];
+        p->kind = i == 0 ? KIND_AUTH : KIND_PART;
+        p->first = (int)first;
+        p->count = (int)route->npolicies;
+        p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+        p->start_us = start;
+    }
+    w->npending += route->npolicies;
+}
+
+/* Headers of a decision: RateLimit-Policy, RateLimit, Retry-After. */
+typedef struct answer_s {
+    ratel_http_header_t h[5];
+    size_t n;
+    char limit[256], retry[24];
+} answer_t;
+
+static void decision_headers(answer_t *a, const rateld_gen_t *gen,
+                             const rateld_pending_t *p,
+                             const ratel_decision_t *dec, int denied)
+{
+    const char *pf = gen->policy_field[p->policy_index];
+    size_t n = rateld_header_ratelimit(p->policy, dec, a->limit,
+                                       sizeof a->limit);
+    a->n = 0;
+    a->h[a->n++] = (ratel_http_header_t){{"Content-Type", 12},
+                                         {"application/json", 16}};
+    a->h[a->n++] =
+        (ratel_http_header_t){{"RateLimit-Policy", 16}, {pf, strlen(pf)}};
+    a->h[a->n++] = (ratel_http_header_t){
+        {"RateLimit", 9},
+        {a->limit, n < sizeof a->limit ? n : sizeof a->limit - 1}};
+    if (denied) {
+        int m = snprintf(a->retry, sizeof a->retry, "%lld",
+                         rateld_retry_after_seconds(dec));
+        a->h[a->n++] =
+            (ratel_http_header_t){{"Retry-After", 11}, {a->retry, (size_t)m}};
+    }
+}
+
+static size_t decision_body(char *body, size_t len, const rateld_policy_t *pol,
+                            const ratel_decision_t *dec, int shadow_denied)
+{
+    int n = snprintf(
+        body, len,
+        "{\"allowed\":%s,\"policy\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
+        "\"retry_after_ms\":%lld,\"reset_after_ms\":%lld,\"rule\":%d,"
+        "\"wait_ms\":%lld,\"source\":\"%s\"%s}\n",
+        dec->allowed || shadow_denied ? "true" : "false", pol->name,
+        (long long)dec->limit, (long long)dec->remaining,
+        (long long)dec->retry_after_ms, (long long)dec->reset_after_ms,
+        dec->rule, (long long)dec->wait_ms, ratel_source_name(dec->source),
+        shadow_denied ? ",\"shadow_denied\":true" : "");
+    return (size_t)(n < (int)len ? n : (int)len - 1);
+}
+
+static void answer_acquire(rateld_t *d, unsigned thread,
+                           const rateld_gen_t *gen, rateld_pending_t *p,
+                           ratel_batch_item_t *it, int64_t now)
+{
+    const ratel_decision_t *dec = &it->decision;
+    int shadow_denied = !dec->allowed && p->policy->shadow;
+    int denied = !dec->allowed && !p->policy->shadow;
+    char body[512];
+    answer_t a;
+
+    if (it->rc != 0) {
+        rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
+                             RATELD_OUTCOME_ERROR, RATEL_SOURCE_STORE,
+                             now - p->start_us);
+        respond_error(d, p->ex, thread, 500, "the store failed: %s",
+                      ratel_strerror(it->rc));
+        return;
+    }
+    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
+                         denied          ? RATELD_OUTCOME_DENIED
+                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
+                                         : RATELD_OUTCOME_ALLOWED,
+                         dec->source, now - p->start_us);
+    if (shadow_denied)
+        rateld_log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
+                   p->policy->name, (long long)dec->retry_after_ms);
+    decision_headers(&a, gen, p, dec, denied);
+    respond(d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
+            decision_body(body, sizeof body, p->policy, dec, shadow_denied));
+}
+
+/* auth: all of the route's policies admit, or none is charged. */
+static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                        const rateld_gen_t *gen, size_t first, int64_t now)
+{
+    rateld_pending_t *head = &w->pending[first];
+    size_t count = (size_t)head->count, binding = first;
+    int denied = 0, failed = 0;
+    answer_t a;
+
+    for (size_t i = first; i < first + count; i++) {
+        ratel_batch_item_t *it = &w->items[i];
+        rateld_pending_t *p = &w->pending[i];
+        int shadow_denied = it->rc == 0 && !it->decision.allowed &&
+                            p->policy->shadow;
+        int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
+        rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
+                             it->rc != 0       ? RATELD_OUTCOME_ERROR
+                             : no              ? RATELD_OUTCOME_DENIED
+                             : shadow_denied   ? RATELD_OUTCOME_SHADOW_DENIED
+                                               : RATELD_OUTCOME_ALLOWED,
+                             it->rc == 0 ? it->decision.source
+                                         : RATEL_SOURCE_STORE,
+                             now - head->start_us);
+        failed |= it->rc != 0;
+        if (no && (!denied || it->decision.retry_after_ms >
+                                  w->items[binding].decision.retry_after_ms))
+            binding = i;
+        if (!no && !denied && it->rc == 0 &&
+            it->decision.remaining < w->items[binding].decision.remaining)
+            binding = i;
+        denied |= no;
+    }
+    if (failed) {
+        respond_error(d, head->ex, thread, 500, "the store failed");
+        return;
+    }
+    if (denied) {
+        /* Give back what the other policies of the route charged. */
+        for (size_t i = first; i < first + count; i++) {
+            ratel_batch_item_t *it = &w->items[i];
+            ratel_decision_t back;
+            if (it->decision.allowed)
+                ratel_store_refund(d->store, it->key, it->keylen,
+                                   it->policy, now, it->request.cost, &back);
+        }
+    }
+    decision_headers(&a, gen, &w->pending[binding],
+                     &w->items[binding].decision, denied);
+    a.h[0] = (ratel_http_header_t){{"Content-Type", 12}, {"text/plain", 10}};
+    respond(d, head->ex, thread, denied ? 403 : 200, a.h, a.n,
+            denied ? "rate limited\n" : "", denied ? 13 : 0);
+}
+
+static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
+{
+    const rateld_gen_t *gen = w->gen;
+    size_t n = w->npending;
+    int64_t now;
+
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        rateld_pending_t *p = &w->pending[i];
+        w->items[i] = (ratel_batch_item_t){.key = p->key,
+                                           .keylen = p->keylen,
+                                           .policy = &p->policy->policy,
+                                           .request = p->request};
+    }
+    now = ratel_clock_now_us();
+    if (ratel_store_acquire_batch(d->store, w->items, n, now) != 0)
+        for (size_t i = 0; i < n; i++)
+            w->items[i].rc = RATEL_EINVAL;
+    now = ratel_clock_now_us();
+    for (size_t i = 0; i < n; i++) {
+        rateld_pending_t *p = &w->pending[i];
+        if (p->kind == KIND_ACQUIRE)
+            answer_acquire(d, thread, gen, p, &w->items[i], now);
+        else if (p->kind == KIND_AUTH)
+            answer_auth(d, w, thread, gen, i, now);
+    }
+    w->npending = 0;
+}
+
+void rateld_flush(void *ud, unsigned thread)
+{
+    rateld_t *d = ud;
+    rateld_worker_t *w = &d->workers[thread];
+
+    run_batch(d, w, thread);
+    if (w->gen) {
+        w->gen = NULL;
+        atomic_store(&w->active, 0);
+    }
+}
+
+/* ------------------------------------------- the synchronous endpoints */
+
+static void refund_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req)
+{
+    rateld_gen_t *gen = take_gen(d, w);
+    const rateld_policy_t *pol;
+    rateld_pending_t p;
+    ratel_decision_t dec;
+    char err[400], body[512];
+    params_t prm;
+    answer_t a;
+    int rc;
+
+    if (read_params(req, &prm, err, sizeof err) != 0) {
+        respond_error(d, ex, req->thread, 400, "%s", err);
+        return;
+    }
+    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
+    if (!pol) {
+        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
+                      prm.policy);
+        return;
+    }
+    set_key(&p, pol->name, prm.key, prm.keylen);
+    p.policy = pol;
+    p.policy_index = (size_t)(pol - gen->config->policies);
+    rc = ratel_store_refund(d->store, p.key, p.keylen, &pol->policy,
+                            ratel_clock_now_us(), (uint64_t)prm.cost, &dec);
+    if (rc != 0) {
+        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                      "the store failed: %s", ratel_strerror(rc));
+        return;
+    }
+    decision_headers(&a, gen, &p, &dec, 0);
+    respond(d, ex, req->thread, 200, a.h, a.n, body,
+            decision_body(body, sizeof body, pol, &dec, 0));
+}
+
+/* The admin token as "Authorization: Bearer TOKEN" (or X-Admin-Token). */
+static int admin_ok(const rateld_config_t *c, const ratel_http_request_t *req)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
+    size_t n = strlen(c->admin_token);
+    const char *tok;
+    size_t len;
+    unsigned char diff = 0;
+
+    if (n == 0)
+        return 0;
+    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0) {
+        tok = h->p + 7;
+        len = h->n - 7;
+    } else if ((h = ratel_http_header(req, "X-Admin-Token"))) {
+        tok = h->p;
+        len = h->n;
+    } else {
+        return 0;
+    }
+    if (len != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) /* constant time */
+        diff |= (unsigned char)(tok[i] ^ c->admin_token[i]);
+    return diff == 0;
+}
+
+static void reset_api(rateld_t *d, rateld_worker_t *w,
+                      ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req)
+{
+    static const ratel_http_header_t json[] = {JSON_TYPE};
+    rateld_gen_t *gen = take_gen(d, w);
+    const rateld_policy_t *pol;
+    rateld_pending_t p;
+    char err[400];
+    params_t prm;
+    int rc;
+
+    if (!admin_ok(gen->config, req)) {
+        respond_error(d, ex, req->thread, 403,
+                      gen->config->admin_token[0]
+                          ? "reset needs the admin token: Authorization: "
+                            "Bearer TOKEN"
+                          : "reset is disabled: no admin_token in the "
+                            "configuration");
+        return;
+    }
+    if (read_params(req, &prm, err, sizeof err) != 0) {
+        respond_error(d, ex, req->thread, 400, "%s", err);
+        return;
+    }
+    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
+    if (!pol) {
+        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
+                      prm.policy);
+        return;
+    }
+    set_key(&p, pol->name, prm.key, prm.keylen);
+    rc = ratel_store_reset(d->store, p.key, p.keylen);
+    if (rc != 0) {
+        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                      "the store failed: %s", ratel_strerror(rc));
+        return;
+    }
+    rateld_log("info", "reset", "policy=%s", pol->name);
+    respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
+}
+
+static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex,
+                        unsigned thread)
+{
+    static const ratel_http_header_t text[] = {
+        {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
+    ratel_store_stats_t st;
+    size_t len = 0;
+    char *body;
+
+    ratel_store_stats(d->store, &st);
+    body = rateld_metrics_render(d->metrics, &st, atomic_load(&d->reloads),
+                                 atomic_load(&d->reload_failures), &len);
+    if (!body) {
+        respond_error(d, ex, thread, 500, "out of memory");
+        return;
+    }
+    respond(d, ex, thread, 200, text, 1, body, len);
+    free(body);
+}
+
+static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
+{
+    char err[300];
+    int rc = ratel_store_ping(d->store, err, sizeof err);
+    if (rc != 0) {
+        respond_error(d, ex, thread, 503, "store %s not ready: %s",
+                      d->store_name, err[0] ? err : ratel_strerror(rc));
+        return;
+    }
+    respond(d, ex, thread, 200, NULL, 0, "ready\n", 6);
+}
+
+void rateld_handle(void *ud, ratel_http_exchange_t *ex,
+                   const ratel_http_request_t *req)
+{
+    rateld_t *d = ud;
+    rateld_worker_t *w = &d->workers[req->thread];
+    int get = str_is(req->method, "GET"), post = str_is(req->method, "POST");
+    int64_t start = ratel_clock_now_us();
+    ratel_http_str_t path = req->path;
+
+    if (str_is(path, "/v1/acquire") && (get || post)) {
+        acquire_api(d, w, ex, req, start);
+    } else if (str_is(path, "/v1/auth")) {
+        /* Any method: an auth_request subrequest keeps the client's. */
+        auth_api(d, w, ex, req, start);
+    } else if (str_is(path, "/v1/refund") && (get || post)) {
+        refund_api(d, w, ex, req);
+    } else if (str_is(path, "/v1/reset") && post) {
+        reset_api(d, w, ex, req);
+    } else if (str_is(path, "/metrics") && get) {
+        metrics_api(d, ex, req->thread);
+    } else if (str_is(path, "/healthz") && get) {
+        respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
+    } else if (str_is(path, "/readyz") && get) {
+        ready_api(d, ex, req->thread);
+    } else if (str_is(path, "/v1/acquire") || str_is(path, "/v1/auth") ||
+               str_is(path, "/v1/refund") || str_is(path, "/v1/reset") ||
+               str_is(path, "/metrics") || str_is(path, "/healthz") ||
+               str_is(path, "/readyz")) {
+        respond_error(d, ex, req->thread, 405, "method %.*s not allowed here",
+                      (int)(req->method.n > 16 ? 16 : req->method.n),
+                      req->method.p);
+    } else {
+        char p[128];
+        if (!str_copy(path, p, sizeof p))
+            strcpy(p, "(long path)");
+        respond_error(d, ex, req->thread, 404,
+                      "no endpoint %s; see /v1/acquire, /v1/auth, "
+                      "/v1/refund, /v1/reset, /metrics, /healthz, /readyz",
+                      p);
+    }
+}

@@ -1,0 +1,110 @@
+/*
+ * rateld.h - the daemon's shared state: the running configuration (swapped
+ * on reload), the store, the metrics, and each worker thread's batch of
+ * decisions waiting for the end of its loop pass.
+ *
+ * Threads. The HTTP server runs `threads` workers; each calls
+ * rateld_handle() for its requests and rateld_flush() after each pass over
+ * its ready connections. A decision is not taken in the handler: the
+ * request joins its worker's batch, and the flush decides the whole batch
+ * with one ratel_store_acquire_batch() (one Redis round trip for every
+ * request of the pass) and answers each. A signal thread reloads the
+ * configuration on SIGHUP and stops the server on SIGTERM / SIGINT.
+ *
+ * Reload. A configuration is immutable. A reload loads and checks the new
+ * file completely, then publishes it; the old one is freed once no worker
+ * can still be using it: a worker takes the current configuration when a
+ * pass begins and lets go of it in the flush that ends the pass (an epoch
+ * per worker says which one it holds).
+ */
+#ifndef RATELD_RATELD_H
+#define RATELD_RATELD_H
+
+#include "daemon/config.h"
+#include "daemon/metrics.h"
+#include "daemon/request.h"
+#include "http/http.h"
+#include "ratel.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RATELD_VERSION RATEL_VERSION
+/* Requests one worker batches in one pass; past it, it decides early. */
+#define RATELD_BATCH_MAX 256
+
+/* A configuration and what is derived from it once, at load. */
+typedef struct rateld_gen_s {
+    rateld_config_t *config;
+    int *metric;         /* metrics index per policy */
+    char **policy_field; /* RateLimit-Policy value per policy */
+    uint64_t epoch;      /* when it was published */
+    struct rateld_gen_s *next_retired;
+} rateld_gen_t;
+
+/* One request waiting for its worker's flush. */
+typedef struct rateld_pending_s {
+    ratel_http_exchange_t *ex;
+    const rateld_policy_t *policy;
+    size_t policy_index;
+    int kind;          /* what answers it: the decision API or auth */
+    int first, count;  /* auth: its items are batch[first .. first+count) */
+    ratel_request_t request;
+    int64_t start_us;  /* for the latency histogram */
+    size_t keylen;
+    char key[RATELD_KEY_MAX + RATELD_NAME_MAX + 2];
+} rateld_pending_t;
+
+/* A worker's state; only its own thread touches it, but for `active` and
+   `epoch` which the reloader reads. */
+typedef struct rateld_worker_s {
+    _Atomic int active;       /* holds a configuration now */
+    _Atomic uint64_t epoch;   /* the epoch of the one it holds */
+    rateld_gen_t *gen;        /* the configuration of this pass */
+    rateld_pending_t *pending;
+    ratel_batch_item_t *items;
+    size_t npending;
+    char pad[64];
+} rateld_worker_t;
+
+typedef struct rateld_s {
+    _Atomic(rateld_gen_t *) current;
+    _Atomic uint64_t epoch;
+    rateld_gen_t *retired; /* older configurations not yet freed */
+    pthread_mutex_t reload_lock;
+
+    ratel_store_t *store;
+    const char *store_name; /* "memory" or "redis" */
+    rateld_metrics_t *metrics;
+    ratel_http_server_t *http;
+    rateld_worker_t *workers;
+    unsigned threads;
+
+    _Atomic uint64_t reloads, reload_failures;
+    const char *config_path;
+} rateld_t;
+
+/* The handler and flush hook given to the HTTP server (ud is rateld_t). */
+void rateld_handle(void *ud, ratel_http_exchange_t *ex,
+                   const ratel_http_request_t *req);
+void rateld_flush(void *ud, unsigned thread);
+
+/* Builds a generation from a loaded config (registers its metrics);
+   NULL when out of memory. Takes ownership of config. */
+rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config);
+void rateld_gen_free(rateld_gen_t *gen);
+
+/*
+ * Loads the configuration at d->config_path and, when it is valid and its
+ * store settings are those of the running store, publishes it. Returns 0,
+ * or -1 with the reason in err (the running configuration stays).
+ */
+int rateld_reload(rateld_t *d, char *err, size_t errlen);
+
+/* One structured log line: `ts=... level=LEVEL msg="..."` then fmt's
+   key=value pairs. */
+void rateld_log(const char *level, const char *msg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* RATELD_RATELD_H */

@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# rateld end to end over real HTTP on loopback (embedded store): every
+# endpoint, status and header; multi-rule and shadow policies; a missing key
+# source; the admin token; reloads good and bad; X-Forwarded-For from
+# untrusted and trusted peers; hostile HTTP from raw sockets; shutdown.
+# Nothing here waits for a limit to move: every check happens inside the
+# rules' windows.
+. "$(dirname "$0")/lib.sh"
+
+rateld=$build/rateld
+if [ ! -x "$rateld" ]; then
+    echo "FAIL rateld: $rateld not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+port=$(free_port)
+base=http://127.0.0.1:$port
+conf=$tmp/rateld.yaml
+log=$tmp/rateld.log
+
+# write_config TRUSTED_PROXIES_LIST [EXTRA_POLICY_YAML]
+write_config() {
+    cat >"$conf" <<EOF
+listen: 127.0.0.1:$port
+threads: 2
+admin_token: "tok-123"
+trusted_proxies: [$1]
+limits:
+  max_header_bytes: 4096
+  max_body_bytes: 1024
+  request_timeout_ms: 700
+store:
+  type: memory
+  max_bytes: 8MiB
+policies:
+  ping:
+    rules: [20/1m]
+    key: ip
+  sms:
+    rules: [1/60s, 10/1d]
+    key: query:telephone
+  multi:
+    rules: [2/1m, 3/1h]
+    key: header:X-User
+  watch:
+    rules: [1/1m]
+    key: ip
+    shadow: true
+  shared:
+    rules: [2/1m]
+    key: header:X-Tenant
+    on_missing: shared
+  g:
+    rules: ["5/1s:gcra,burst=3"]
+    key: global
+${2:-}
+routes:
+  - path: /api/ping
+    policies: [ping]
+  - path: /sendCaptcha
+    method: GET
+    policies: [sms]
+  - path: /form
+    method: POST
+    policies: [multi, shared]
+EOF
+}
+
+start_rateld() {
+    "$rateld" --config "$conf" >>"$log" 2>&1 &
+    rateld_pid=$!
+    echo "$rateld_pid" >"$tmp/pids/rateld"
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "$base/healthz" && return 0
+        kill -0 "$rateld_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "rateld did not start; its log:"; tail -20 "$log"
+    return 1
+}
+
+# code URL [curl args...]: the status code
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+# header NAME FILE: a response header's value from curl -D output
+header() { grep -i "^$1:" "$2" | head -1 | cut -d: -f2- | tr -d '\r' | sed 's/^ //'; }
+metric() { curl -s "$base/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }' | head -1; }
+
+write_config ""
+if ! start_rateld; then
+    fail start "rateld did not come up"
+    finish; exit 1
+fi
+ok start
+
+# --- the seeds' demo: 20 allowed, the 21st is 429 with Retry-After
+codes=$(for i in $(seq 22); do code "$base/v1/acquire?policy=ping&key=127.0.0.1"; echo; done | tr '\n' ' ')
+same demo_codes "$codes" "$(printf '200 %.0s' $(seq 20))429 429 "
+curl -s -D "$tmp/h" -o "$tmp/b" "$base/v1/acquire?policy=ping&key=127.0.0.1"
+ra=$(header Retry-After "$tmp/h")
+if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && [ "$ra" -le 60 ]; then ok retry_after; else fail retry_after "[$ra]"; fi
+contains ratelimit_policy "$(header RateLimit-Policy "$tmp/h")" 'q=20'
+contains ratelimit_policy_window "$(header RateLimit-Policy "$tmp/h")" 'w=60'
+contains ratelimit_remaining "$(header RateLimit "$tmp/h")" 'r=0'
+contains content_type "$(header Content-Type "$tmp/h")" 'application/json'
+body=$(cat "$tmp/b")
+contains body_denied "$body" '"allowed":false'
+contains body_remaining "$body" '"remaining":0'
+contains body_policy "$body" '"policy":"ping"'
+contains body_source "$body" '"source":"store"'
+if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/b" 2>/dev/null; then ok body_json; else fail body_json "$body"; fi
+
+# --- POST JSON, peek, cost, errors
+same post_allowed "$(code -X POST -d '{"policy":"ping","key":"10.0.0.1"}' "$base/v1/acquire")" 200
+same post_cost "$(curl -s -X POST -d '{"policy":"ping","key":"10.0.0.1","cost":5}' "$base/v1/acquire" | grep -o '"remaining":[0-9]*')" '"remaining":14'
+same peek_charges_nothing "$(curl -s "$base/v1/acquire?policy=ping&key=10.0.0.1&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":14'
+same peek_again "$(curl -s "$base/v1/acquire?policy=ping&key=10.0.0.1&peek=true" | grep -o '"remaining":[0-9]*')" '"remaining":14'
+same bad_json "$(code -X POST -d '{"policy":' "$base/v1/acquire")" 400
+same unknown_field "$(code -X POST -d '{"policy":"ping","key":"a","color":1}' "$base/v1/acquire")" 400
+same unknown_policy "$(code "$base/v1/acquire?policy=nope&key=a")" 404
+same missing_key "$(code "$base/v1/acquire?policy=ping")" 400
+same empty_key "$(code "$base/v1/acquire?policy=ping&key=")" 400
+same bad_cost "$(code "$base/v1/acquire?policy=ping&key=a&cost=0")" 400
+same huge_cost "$(code "$base/v1/acquire?policy=ping&key=a&cost=21")" 400
+contains huge_cost_says "$(curl -s "$base/v1/acquire?policy=ping&key=a&cost=21")" 'can ever admit'
+same bad_escape "$(code "$base/v1/acquire?policy=ping&key=%zz")" 400
+same not_found "$(code "$base/nothing")" 404
+same wrong_method "$(code -X DELETE "$base/v1/acquire?policy=ping&key=a")" 405
+same healthz "$(code "$base/healthz")" 200
+same readyz "$(code "$base/readyz")" 200
+
+# --- multi-rule: the first rule binds; all-or-nothing
+same multi_1 "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
+same multi_2 "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
+same multi_3 "$(code "$base/v1/acquire?policy=multi&key=u1")" 429
+same multi_rule "$(curl -s "$base/v1/acquire?policy=multi&key=u1" | grep -o '"rule":[0-9]')" '"rule":0'
+
+# --- gcra with a burst
+gc=$(for i in 1 2 3 4; do code "$base/v1/acquire?policy=g&key=x"; echo; done | tr '\n' ' ')
+same gcra_burst "$gc" "200 200 200 429 "
+
+# --- refund gives a permit back
+same refund "$(code "$base/v1/refund?policy=multi&key=u1")" 200
+same after_refund "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
+
+# --- reset needs the admin token
+same reset_no_token "$(code -X POST -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
+same reset_bad_token "$(code -X POST -H 'Authorization: Bearer nope' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
+same reset_get "$(code "$base/v1/reset?policy=multi&key=u1")" 405
+same reset_ok "$(code -X POST -H 'Authorization: Bearer tok-123' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 200
+same after_reset "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
+
+# --- shadow: decided and counted, never enforced
+same shadow_1 "$(code "$base/v1/acquire?policy=watch&key=9.9.9.9")" 200
+same shadow_2 "$(code "$base/v1/acquire?policy=watch&key=9.9.9.9")" 200
+contains shadow_body "$(curl -s "$base/v1/acquire?policy=watch&key=9.9.9.9")" '"shadow_denied":true'
+n=$(metric 'ratel_decisions_total{policy="watch",outcome="shadow_denied"')
+if [ "${n:-0}" -ge 2 ] 2>/dev/null; then ok shadow_metric; else fail shadow_metric "[$n]"; fi
+
+# --- auth_request: route and identity from the forwarded request
+auth() { code -H "X-Original-URI: $1" -H "X-Original-Method: ${2:-GET}" "${@:3}" "$base/v1/auth"; }
+same auth_sms_1 "$(auth '/sendCaptcha?telephone=13800138000')" 200
+same auth_sms_2 "$(auth '/sendCaptcha?telephone=13800138000')" 403
+curl -s -D "$tmp/h" -o /dev/null -H 'X-Original-URI: /sendCaptcha?telephone=13800138000' "$base/v1/auth"
+ra=$(header Retry-After "$tmp/h")
+if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 55 ] && [ "$ra" -le 60 ]; then ok auth_retry_after; else fail auth_retry_after "[$ra]"; fi
+same auth_other_phone "$(auth '/sendCaptcha?telephone=13900139000')" 200
+same auth_missing_key "$(auth '/sendCaptcha')" 403
+contains auth_missing_reason "$(curl -s -D - -o /dev/null -H 'X-Original-URI: /sendCaptcha' "$base/v1/auth")" 'missing-key'
+same auth_method_mismatch "$(auth '/sendCaptcha?telephone=13800138000' POST)" 200
+same auth_unrouted "$(auth '/elsewhere')" 200
+# Two policies on one route, all-or-nothing: multi (2/1m per X-User) and
+# shared (2/1m per X-Tenant, absent: one shared bucket).
+same auth_form_1 "$(auth /form POST -H 'X-User: f1')" 200
+same auth_form_2 "$(auth /form POST -H 'X-User: f2')" 200
+same auth_form_3 "$(auth /form POST -H 'X-User: f3')" 403
+# f3 was refused by the shared bucket: its own policy was given back.
+same auth_form_refunded "$(curl -s "$base/v1/acquire?policy=multi&key=f3&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":2'
+
+# --- X-Forwarded-For from an untrusted peer changes nothing
+for i in $(seq 20); do auth /api/ping GET -H "X-Forwarded-For: 203.0.113.$i" >/dev/null; done
+same xff_untrusted_spoof "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.7')" 403
+same xff_untrusted_plain "$(auth /api/ping)" 403
+
+# --- metrics: policy names only, never keys
+m=$(curl -s "$base/metrics")
+contains metrics_decisions "$m" 'ratel_decisions_total{policy="ping",outcome="denied"'
+contains metrics_latency "$m" 'ratel_request_duration_seconds_bucket{policy="ping"'
+contains metrics_keys "$m" 'ratel_store_keys'
+for secret in 13800138000 127.0.0.1 203.0.113 u1 9.9.9.9; do
+    if [[ $m == *"$secret"* ]]; then fail "metrics_no_key_$secret" "a key leaked"; else ok "metrics_no_key_$secret"; fi
+done
+
+# --- reload: trusting 127.0.0.1 makes X-Forwarded-For count
+write_config "127.0.0.1"
+kill -HUP "$rateld_pid"
+for _ in $(seq 100); do [ "$(metric ratel_config_reloads_total)" = 1 ] && break; sleep 0.05; done
+same reload_counted "$(metric ratel_config_reloads_total)" 1
+same xff_trusted_client "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.7')" 200
+same xff_trusted_chain "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.8, 127.0.0.1')" 200
+# the state survived the reload: 127.0.0.1 itself is still limited
+same reload_keeps_state "$(code "$base/v1/acquire?policy=ping&key=127.0.0.1")" 429
+
+# --- a bad reload is refused and the running configuration kept
+cp "$conf" "$tmp/good.yaml"
+printf 'policies:\n  broken:\n    rules: [10/1x]\n    key: ip\n' >"$conf"
+kill -HUP "$rateld_pid"
+for _ in $(seq 100); do [ "$(metric ratel_config_reload_failures_total)" = 1 ] && break; sleep 0.05; done
+same reload_refused "$(metric ratel_config_reload_failures_total)" 1
+contains reload_logged "$(cat "$log")" 'reload refused'
+contains reload_reason "$(cat "$log")" '10/1x'
+same still_serving "$(code "$base/v1/acquire?policy=sms&key=1")" 200
+cp "$tmp/good.yaml" "$conf"
+
+# --- hostile HTTP from raw sockets
+raw() { # raw BYTES: what rateld answers (2 s at most)
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+    printf '%b' "$1" >&3
+    timeout 2 cat <&3
+    exec 3<&-
+}
+contains garbage "$(raw 'HELLO WORLD\r\n\r\n')" ' 400 '
+contains bad_version "$(raw 'GET / HTTP/9.9\r\n\r\n')" 'HTTP/1.1 '
+big=$(head -c 6000 /dev/zero | tr '\0' a)
+contains header_too_big "$(raw "GET /healthz HTTP/1.1\r\nX-Big: $big\r\n\r\n")" ' 431 '
+body=$(head -c 2000 /dev/zero | tr '\0' a)
+contains body_too_big "$(raw "POST /v1/acquire HTTP/1.1\r\nContent-Length: 2000\r\n\r\n$body")" ' 413 '
+pipelined=$(raw 'GET /healthz HTTP/1.1\r\n\r\nGET /v1/acquire?policy=sms&key=2 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n')
+same pipelined_count "$(grep -c '^HTTP/1.1 200' <<<"$pipelined")" 3
+contains truncated_then_timeout "$(raw 'GET /healthz HTTP/1.1\r\nHost: x')" ' 408 '
+contains pipelined_garbage "$(raw 'GET /healthz HTTP/1.1\r\n\r\n\x01\x02\x03 garbage\r\n\r\n')" ' 400 '
+same alive_after_hostile "$(code "$base/healthz")" 200
+
+# --- command line
+out=$("$rateld" --check-config "$conf" 2>&1); rc=$?
+same check_config_ok "$rc" 0
+contains check_config_summary "$out" 'policies'
+printf 'policies: {p: {rules: [0/1s], key: ip}}\n' >"$tmp/bad.yaml"
+out=$("$rateld" --check-config "$tmp/bad.yaml" 2>&1); rc=$?
+same check_config_bad "$rc" 1
+contains check_config_line "$out" 'bad.yaml:1'
+contains version "$("$rateld" --version)" 'rateld '
+same help "$("$rateld" --help >/dev/null 2>&1; echo $?)" 0
+same no_config "$("$rateld" >/dev/null 2>&1; echo $?)" 2
+
+# --- SIGTERM: drains and exits 0
+kill -TERM "$rateld_pid"
+status=
+for _ in $(seq 100); do
+    if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
+    sleep 0.05
+done
+same sigterm_exit "$status" 0
+contains stopped_logged "$(cat "$log")" 'rateld stopped'
+
+finish
