@@ -146,6 +146,10 @@ FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 -o $@ $^ $(LDLIBS)
 
+# The HTTP server alone, answering like rateld (bench/rateld.sh's floor).
+$(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
 test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/servers_selftest
@@ -155,7 +159,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module
+valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(RATELD)
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)

@@ -85,6 +85,20 @@ if [ -f "$cli_store" ]; then
     fi
 fi
 
+# --- rateld end to end, the daemon under valgrind (an error or a leak at
+# exit makes its status 99: the suite's sigterm_exit check fails)
+if [ -x "$build/rateld" ]; then
+    echo "== rateld under valgrind"
+    out=$(RATELD_WRAP="${vg[*]}" BUILD="$build" bash "$here/integration/test_rateld.sh" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL) ' | grep -v '^ok '
+    if ! add_counts "$out"; then
+        echo "FAIL rateld: no result line (exit $rc)"
+        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+fi
+
 # --- the Redis store against real redis-servers (the servers themselves
 # run without valgrind; the store, its threads and forks run under it)
 if [ -x "$build/test_redis_store" ]; then

@@ -67,11 +67,15 @@ routes:
 EOF
 }
 
+# RATELD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes rateld;
+# then a valgrind error makes its exit status 99 and sigterm_exit fails.
+read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
+
 start_rateld() {
-    "$rateld" --config "$conf" >>"$log" 2>&1 &
+    "${rateld_wrap[@]}" "$rateld" --config "$conf" >>"$log" 2>&1 &
     rateld_pid=$!
     echo "$rateld_pid" >"$tmp/pids/rateld"
-    for _ in $(seq 100); do
+    for _ in $(seq 400); do
         curl -s -o /dev/null "$base/healthz" && return 0
         kill -0 "$rateld_pid" 2>/dev/null || break
         sleep 0.05
@@ -246,11 +250,12 @@ same no_config "$("$rateld" >/dev/null 2>&1; echo $?)" 2
 # --- SIGTERM: drains and exits 0
 kill -TERM "$rateld_pid"
 status=
-for _ in $(seq 100); do
+for _ in $(seq 400); do
     if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
     sleep 0.05
 done
 same sigterm_exit "$status" 0
+[ "$status" = 99 ] && grep '^==' "$log" | head -40
 contains stopped_logged "$(cat "$log")" 'rateld stopped'
 
 finish

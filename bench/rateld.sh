@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# bench/rateld.sh - rateld under wrk (-t1 -c50), in ONE run with nginx's
+# limit_req from ../shared/peers/run-peers.sh nginx, so the ratio is taken
+# between figures measured minutes apart on the same machine:
+#
+#   1. rateld, one worker thread, embedded store: an allowed path
+#      (1000000000/1m, never denies) and a denied path (1/1h, exhausted
+#      first), with wrk --latency percentiles;
+#   2. nginx limit_req, one worker: its allowed and its rejecting path;
+#   3. rateld with the Redis store (module loaded) on the allowed path;
+#   4. p99 latency at half of rateld's peak: wrk with a per-request delay
+#      (a wrk Lua script) so that 50 connections offer half the peak rate.
+#
+# Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines, then a summary.
+#   BUILD=build bench/rateld.sh         SECONDS_EACH=8 by default
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$top/$build ;; esac
+peers_dir=${PEERS_DIR:-$top/../shared/peers}
+secs=${SECONDS_EACH:-8}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_http() {
+    for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
+    return 1
+}
+
+# run_wrk NAME URL [wrk args]: requests/s and latency percentiles
+run_wrk() {
+    local name=$1 url=$2; shift 2
+    local out
+    out=$(wrk -t1 -c50 -d"${secs}s" --latency "$@" "$url" 2>&1)
+    printf 'ratel\t%s_rps\t%s\treq/s\n' "$name" "$(awk '/Requests\/sec/ {print $2}' <<<"$out")"
+    for q in 50 90 99; do
+        printf 'ratel\t%s_p%s\t%s\tlatency\n' "$name" "$q" "$(awk -v q="$q%" '$1 == q {print $2}' <<<"$out")"
+    done
+    if grep -q 'Non-2xx' <<<"$out"; then
+        printf '# %s: %s\n' "$name" "$(grep 'Non-2xx' <<<"$out" | sed 's/^ *//')"
+    fi
+}
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "# wrk -t1 -c50 -d${secs}s; rateld with threads: 1"
+
+port=$(free_port)
+cat >"$tmp/mem.yaml" <<EOF
+listen: 127.0.0.1:$port
+threads: 1
+policies:
+  allow:
+    rules: [1000000000/1m]
+    key: ip
+  deny:
+    rules: [1/1h]
+    key: ip
+EOF
+"$build/rateld" --config "$tmp/mem.yaml" 2>"$tmp/mem.log" &
+pids+=($!)
+wait_http "http://127.0.0.1:$port/healthz" || { echo "rateld did not start"; cat "$tmp/mem.log"; exit 1; }
+curl -s -o /dev/null "http://127.0.0.1:$port/v1/acquire?policy=deny&key=1.2.3.4"
+run_wrk rateld_memory_allowed "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4"
+run_wrk rateld_memory_denied "http://127.0.0.1:$port/v1/acquire?policy=deny&key=1.2.3.4"
+
+# p99 at half the peak: each of the 50 connections waits so that they
+# offer half of the allowed path's rate together.
+cat >"$tmp/half.lua" <<'EOF'
+local wait_ms = tonumber(os.getenv("RATELD_BENCH_DELAY_MS") or "1")
+function delay() return wait_ms end
+EOF
+allowed_rps=$(wrk -t1 -c50 -d3s "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" | awk '/Requests\/sec/ {printf "%d", $2}')
+if [ "${allowed_rps:-0}" -gt 0 ]; then
+    # 50 connections at half the peak: one request per 100/peak s each;
+    # wrk's delay() is whole milliseconds, so the offered rate is at most
+    # half (rounded down to what whole ms allow).
+    delay=$(( (50 * 2 * 1000 + allowed_rps - 1) / allowed_rps ))
+    [ "$delay" -lt 1 ] && delay=1
+    RATELD_BENCH_DELAY_MS=$delay run_wrk rateld_memory_half_load "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" -s "$tmp/half.lua"
+    echo "# half load: peak $allowed_rps req/s, delay ${delay} ms per request per connection"
+fi
+
+if [ -x "$peers_dir/run-peers.sh" ]; then
+    PEER_SECONDS=$secs "$peers_dir/run-peers.sh" nginx "$(free_port)"
+else
+    echo "# nginx peer skipped: $peers_dir/run-peers.sh missing"
+fi
+
+# The Redis store: a private redis-server with the module.
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$tmp" --loadmodule "$build/ratel.so" --daemonize no >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+port2=$(free_port)
+cat >"$tmp/redis.yaml" <<EOF
+listen: 127.0.0.1:$port2
+threads: 1
+store:
+  type: redis
+  url: redis://127.0.0.1:$rport
+  on_failure: closed
+policies:
+  allow:
+    rules: [1000000000/1m]
+    key: ip
+EOF
+"$build/rateld" --config "$tmp/redis.yaml" 2>"$tmp/redis-rateld.log" &
+pids+=($!)
+wait_http "http://127.0.0.1:$port2/healthz" || { echo "rateld (redis) did not start"; cat "$tmp/redis-rateld.log"; exit 1; }
+run_wrk rateld_redis_allowed "http://127.0.0.1:$port2/v1/acquire?policy=allow&key=1.2.3.4"
+src=$(curl -s "http://127.0.0.1:$port2/v1/acquire?policy=allow&key=1.2.3.4" | grep -o '"source":"[a-z]*"')
+echo "# redis store answers with $src"

@@ -1,0 +1,168 @@
+/*
+ * http.h - the HTTP/1.1 server shared by rateld and the captcha service.
+ *
+ * Small and fast on purpose: a rate limiter answers tiny requests, many of
+ * them, often from a proxy keeping connections alive. Each worker thread
+ * runs its own libevent loop on its own SO_REUSEPORT listening socket (the
+ * kernel spreads connections); requests are parsed by http-parser (Node's
+ * incremental parser, Debian's libhttp-parser-dev) into one buffer per
+ * connection, so a request's strings point into that buffer and nothing is
+ * copied or allocated per header.
+ *
+ * Deferred answers and batching. A handler may answer at once
+ * (ratel_http_respond) or keep the exchange and answer later on the same
+ * thread. After every pass of the loop over ready connections, the
+ * server calls the `flush` hook on that thread: rateld decides all the
+ * requests of the pass in one ratel_store_acquire_batch (one Redis round
+ * trip for fifty clients) and answers them there. Responses on one
+ * connection always leave in request order (HTTP pipelining).
+ *
+ * Limits (ratel_http_limits_t) bound what a client can make the server
+ * hold: header bytes, body bytes, connections, requests in flight per
+ * connection, the time to send a whole request (slowloris) and idle time.
+ * A request past a limit gets its status (400, 408, 413, 431, 503) and the
+ * connection is closed; nothing is ever answered twice or lost.
+ */
+#ifndef RATEL_HTTP_H
+#define RATEL_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RATEL_HTTP_MAX_HEADERS 64
+
+typedef struct ratel_http_server_s ratel_http_server_t;
+typedef struct ratel_http_exchange_s ratel_http_exchange_t;
+
+/* Bytes of a request, not NUL-terminated (they live in the connection's
+   buffer until the exchange is answered). */
+typedef struct ratel_http_str_s {
+    const char *p;
+    size_t n;
+} ratel_http_str_t;
+
+typedef struct ratel_http_header_s {
+    ratel_http_str_t name; /* as sent; compare case-insensitively */
+    ratel_http_str_t value;
+} ratel_http_header_t;
+
+typedef struct ratel_http_request_s {
+    ratel_http_str_t method; /* "GET", "POST", ... */
+    ratel_http_str_t target; /* as sent: path and query */
+    ratel_http_str_t path;   /* before '?', not decoded */
+    ratel_http_str_t query;  /* after '?', not decoded; n 0 when none */
+    ratel_http_header_t headers[RATEL_HTTP_MAX_HEADERS];
+    size_t nheaders;
+    ratel_http_str_t body; /* whole body (chunked bodies joined) */
+    int http_minor;        /* 0 or 1 (HTTP/1.x) */
+    int keep_alive;        /* the connection stays open after the answer */
+    struct sockaddr_storage peer; /* the TCP peer */
+    socklen_t peer_len;
+    unsigned thread; /* worker index, 0..threads-1 */
+} ratel_http_request_t;
+
+/*
+ * Called on the worker thread for every complete request. Answer with
+ * ratel_http_respond() now or later on the same thread (before the next
+ * flush hook returns is best: the connection waits); `req` and its strings
+ * stay valid until then.
+ */
+typedef void (*ratel_http_handler_fn)(void *ud, ratel_http_exchange_t *ex,
+                                      const ratel_http_request_t *req);
+
+/* Called on worker `thread` after each pass over ready connections. */
+typedef void (*ratel_http_flush_fn)(void *ud, unsigned thread);
+
+typedef struct ratel_http_limits_s {
+    size_t max_header_bytes;     /* request line + headers; 0: 8 KiB (431) */
+    size_t max_body_bytes;       /* 0: 64 KiB (413) */
+    unsigned max_connections;    /* per server; 0: 10,000 (then 503 + close) */
+    unsigned max_pipeline;       /* requests in flight per connection; 0: 64 */
+    unsigned request_timeout_ms; /* a started request must be complete
+                                    within; 0: 10,000 (408) */
+    unsigned idle_timeout_ms;    /* keep-alive idle; 0: 60,000 (close) */
+} ratel_http_limits_t;
+
+typedef struct ratel_http_options_s {
+    const char *listen; /* "127.0.0.1:8080", "[::1]:8080", ":8080" */
+    unsigned threads;   /* worker threads; 0: 1 */
+    ratel_http_limits_t limits;
+    ratel_http_handler_fn handler;
+    ratel_http_flush_fn flush; /* may be NULL */
+    void *ud;
+} ratel_http_options_t;
+
+/*
+ * Binds the listening sockets (one per thread) and prepares the workers;
+ * nothing runs yet. Returns 0, or -1 with a message in err ("listen
+ * 127.0.0.1:80: Permission denied", "listen \"x\": expected HOST:PORT").
+ */
+int ratel_http_server_new(ratel_http_server_t **out,
+                          const ratel_http_options_t *options, char *err,
+                          size_t errlen);
+
+/* The port actually bound (useful with port 0). */
+int ratel_http_server_port(const ratel_http_server_t *server);
+
+/*
+ * Runs the workers and returns when ratel_http_server_stop() has been
+ * called and they have finished: every request already received answered
+ * (or `drain_ms` passed), every connection closed. Call from one thread.
+ */
+int ratel_http_server_run(ratel_http_server_t *server);
+
+/*
+ * Asks the server to stop: no new connections; requests in progress are
+ * answered for up to drain_ms; then run() returns. Safe from any thread
+ * and from a signal handler (it writes to an eventfd).
+ */
+void ratel_http_server_stop(ratel_http_server_t *server, unsigned drain_ms);
+
+/* Frees a server that is not running, with the exchanges its handler
+   still held unanswered (they must not be used afterwards). NULL is a
+   no-op. */
+void ratel_http_server_free(ratel_http_server_t *server);
+
+/*
+ * Answers `ex` with `status`, the headers in `headers` (n of them; the
+ * server adds Content-Length, Date-free, and Connection: close when it
+ * closes) and `body` (len bytes, copied). Call exactly once per exchange,
+ * on the exchange's worker thread. Afterwards `ex` and its request are
+ * gone. A HEAD request gets the headers without the body; 1xx, 204 and
+ * 304 carry neither body nor Content-Length; CR and LF inside header names
+ * and values become spaces (a value copied from a request cannot split
+ * the response). If the client has gone, the answer is dropped.
+ */
+void ratel_http_respond(ratel_http_exchange_t *ex, int status,
+                        const ratel_http_header_t *headers, size_t n,
+                        const char *body, size_t len);
+
+/* Helpers for handlers. */
+
+/* The first header named `name` (case-insensitive), or NULL. */
+const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
+                                          const char *name);
+
+/*
+ * Finds query parameter `name` in `query` and percent-decodes its value
+ * ('+' is a space) into buf (at most len bytes, NUL-terminated). Returns
+ * the decoded length, -1 if absent, -2 if malformed (a '%' without two
+ * hex digits, or "%00": a NUL would cut the value short for C strings) or
+ * longer than len-1. A parameter without '=' has the empty value.
+ */
+long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
+                            size_t len);
+
+/* The reason phrase of a status code ("Too Many Requests"). */
+const char *ratel_http_reason(int status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATEL_HTTP_H */

@@ -1,0 +1,855 @@
+/*
+ * server.c - sockets, threads and libevent around the connection state
+ * machine of conn.c.
+ *
+ * Each worker owns an event_base, a listening socket bound with
+ * SO_REUSEPORT, an eventfd for stop() and its connections; nothing is
+ * shared between workers but the connection count. A worker's callbacks:
+ *
+ *   accept   accept4() until EAGAIN; 503 and close past max_connections
+ *   read     recv() into the connection's buffer, parse, dispatch
+ *   flush    after a pass that dispatched requests: the user's flush hook
+ *   output   answers given outside the above (rare), written in one go
+ *   write    a socket that would block became writable
+ *   sweep    every 100 ms: timeouts, lingering closes, the drain deadline
+ *   stop     the eventfd: stop accepting, drain, close, leave the loop
+ *
+ * Responses are not written inside ratel_http_respond(): answering marks
+ * the connection dirty, and the dirty list is written at the end of the
+ * callback that caused it, so one pass answers each connection with one
+ * send() however many of its pipelined requests were answered.
+ *
+ * The flush event is activated (event_active) by the first dispatch of a
+ * pass. libevent appends it to the active queue behind the I/O events
+ * epoll has just reported, so it runs once after all of them: "after each
+ * pass over ready connections". (With a lower priority it would only run
+ * once no I/O is ready at all, which under load can be much later.)
+ */
+#include "http/conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SWEEP_MS 100
+#define LINGER_MS 2000      /* read and discard after our close, at most */
+#define ACCEPT_PAUSE_MS 100 /* out of descriptors: retry after */
+#define POOL_SOCKS 256
+
+typedef struct worker_s worker_t;
+
+/* A connected socket (the connection's state machine is in conn). */
+typedef struct sock_s {
+    struct sock_s *prev, *next;   /* the worker's sockets */
+    struct sock_s *dprev, *dnext; /* the worker's dirty list */
+    worker_t *w;
+    ratel__http_conn_t *conn; /* NULL once lingering */
+    int fd;
+    unsigned char in_dirty, reading, write_wait, lingering;
+    int64_t linger_deadline_ms;
+    struct event rev, wev;
+} sock_t;
+
+struct worker_s {
+    ratel_http_server_t *server;
+    unsigned index;
+    struct event_base *base;
+    int listen_fd, stop_fd;
+    struct event listen_ev, stop_ev, flush_ev, output_ev, sweep_ev;
+    ratel__http_ctx_t ctx;
+    sock_t *socks, *dirty, *free_socks;
+    unsigned nfree_socks;
+    int in_callback; /* the dirty list is written before returning */
+    unsigned char flush_pending, output_pending, stopping, accept_paused;
+    int64_t deadline_ms, accept_resume_ms;
+    pthread_t tid;
+    int started;
+};
+
+struct ratel_http_server_s {
+    ratel_http_options_t options;
+    unsigned nworkers;
+    worker_t *workers;
+    int port;
+    int running;
+    atomic_uint nconns;
+    atomic_uint drain_ms;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------ sockets */
+
+static void check_done(worker_t *w)
+{
+    if (w->stopping && !w->socks)
+        event_base_loopbreak(w->base);
+}
+
+static void dirty_unlink(worker_t *w, sock_t *s)
+{
+    if (!s->in_dirty)
+        return;
+    if (s->dprev)
+        s->dprev->dnext = s->dnext;
+    else
+        w->dirty = s->dnext;
+    if (s->dnext)
+        s->dnext->dprev = s->dprev;
+    s->dprev = s->dnext = NULL;
+    s->in_dirty = 0;
+}
+
+static void mark_dirty(sock_t *s)
+{
+    worker_t *w = s->w;
+
+    if (s->in_dirty)
+        return;
+    s->dprev = NULL;
+    s->dnext = w->dirty;
+    if (w->dirty)
+        w->dirty->dprev = s;
+    w->dirty = s;
+    s->in_dirty = 1;
+}
+
+/* Closes the descriptor and forgets the socket. */
+static void sock_free(sock_t *s)
+{
+    worker_t *w = s->w;
+
+    event_del(&s->rev);
+    event_del(&s->wev);
+    close(s->fd);
+    dirty_unlink(w, s);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        w->socks = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    atomic_fetch_sub(&w->server->nconns, 1);
+    if (w->nfree_socks < POOL_SOCKS) {
+        s->next = w->free_socks;
+        w->free_socks = s;
+        w->nfree_socks++;
+    } else {
+        free(s);
+    }
+    check_done(w);
+}
+
+/* The peer is gone, or we give up on it: close at once. */
+static void sock_teardown(sock_t *s)
+{
+    if (s->conn) {
+        ratel__http_conn_close(s->conn);
+        s->conn = NULL;
+    }
+    sock_free(s);
+}
+
+/*
+ * The last response is written: shut our side and read until the client
+ * closes (or LINGER_MS), so that bytes it sent meanwhile do not make the
+ * kernel answer with a reset that could destroy the response in flight.
+ */
+static void sock_finish(sock_t *s, int64_t now)
+{
+    worker_t *w = s->w;
+
+    ratel__http_conn_close(s->conn);
+    s->conn = NULL;
+    shutdown(s->fd, SHUT_WR);
+    if (s->write_wait) {
+        event_del(&s->wev);
+        s->write_wait = 0;
+    }
+    s->lingering = 1;
+    s->linger_deadline_ms = now + LINGER_MS;
+    if (w->stopping && s->linger_deadline_ms > w->deadline_ms)
+        s->linger_deadline_ms = w->deadline_ms;
+    if (!s->reading) {
+        event_add(&s->rev, NULL);
+        s->reading = 1;
+    }
+}
+
+static void linger_read(sock_t *s)
+{
+    char tmp[4096];
+
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = recv(s->fd, tmp, sizeof tmp, 0);
+        if (n > 0)
+            continue;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        sock_free(s);
+        return;
+    }
+}
+
+/*
+ * Brings a socket up to date with its connection: parses requests the
+ * pipeline limit held back, sends the output (one send() in the common
+ * case; EV_WRITE for the rest), closes a finished connection and turns
+ * reading on or off.
+ */
+static void service(sock_t *s, int64_t now)
+{
+    ratel__http_conn_t *c = s->conn;
+    const char *out;
+    size_t n;
+    int want;
+
+    ratel__http_conn_process(c, now);
+    if (!s->write_wait) {
+        out = ratel__http_conn_output(c, &n);
+        while (n) {
+            ssize_t k = send(s->fd, out, n, MSG_NOSIGNAL);
+            if (k > 0) {
+                ratel__http_conn_written(c, (size_t)k, now);
+                if ((size_t)k < n) {
+                    event_add(&s->wev, NULL);
+                    s->write_wait = 1;
+                }
+                break;
+            }
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                event_add(&s->wev, NULL);
+                s->write_wait = 1;
+                break;
+            }
+            sock_teardown(s);
+            return;
+        }
+    }
+    if (ratel__http_conn_finished(c)) {
+        sock_finish(s, now);
+        return;
+    }
+    want = ratel__http_conn_wants_read(c);
+    if (want && !s->reading) {
+        event_add(&s->rev, NULL);
+        s->reading = 1;
+    } else if (!want && s->reading) {
+        event_del(&s->rev);
+        s->reading = 0;
+    }
+    ratel__http_conn_trim(c);
+}
+
+static void process_dirty(worker_t *w)
+{
+    int64_t now;
+    sock_t *s;
+
+    if (!w->dirty)
+        return;
+    now = now_ms();
+    while ((s = w->dirty)) {
+        dirty_unlink(w, s);
+        if (s->conn)
+            service(s, now);
+    }
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    sock_t *s = arg;
+    worker_t *w = s->w;
+    int64_t now;
+
+    (void)what;
+    if (s->lingering) {
+        linger_read(s);
+        return;
+    }
+    now = now_ms();
+    w->in_callback++;
+    for (;;) {
+        size_t room;
+        char *p = ratel__http_conn_read_space(s->conn, &room);
+        ssize_t n;
+        if (!p)
+            break;
+        n = recv(fd, p, room, 0);
+        if (n > 0) {
+            ratel__http_conn_received(s->conn, (size_t)n, now);
+            if ((size_t)n < room)
+                break;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        sock_teardown(s); /* EOF or reset */
+        s = NULL;
+        break;
+    }
+    if (s)
+        mark_dirty(s);
+    process_dirty(w);
+    w->in_callback--;
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    sock_t *s = arg;
+    worker_t *w = s->w;
+
+    (void)fd;
+    (void)what;
+    event_del(&s->wev);
+    s->write_wait = 0;
+    if (!s->conn)
+        return;
+    w->in_callback++;
+    mark_dirty(s);
+    process_dirty(w);
+    w->in_callback--;
+}
+
+/* ------------------------------------------------- hooks from conn.c */
+
+static void on_dispatched(ratel__http_ctx_t *ctx)
+{
+    worker_t *w = ctx->driver;
+
+    if (!w->flush_pending) {
+        w->flush_pending = 1;
+        event_active(&w->flush_ev, 0, 0);
+    }
+}
+
+static void on_wake(ratel__http_ctx_t *ctx, ratel__http_conn_t *c)
+{
+    worker_t *w = ctx->driver;
+    sock_t *s = ratel__http_conn_user(c);
+
+    if (!s)
+        return;
+    mark_dirty(s);
+    if (!w->in_callback && !w->output_pending) {
+        w->output_pending = 1;
+        event_active(&w->output_ev, 0, 0);
+    }
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    const ratel_http_options_t *o = &w->server->options;
+
+    (void)fd;
+    (void)what;
+    w->flush_pending = 0;
+    w->in_callback++;
+    if (o->flush)
+        o->flush(o->ud, w->index);
+    process_dirty(w);
+    w->in_callback--;
+}
+
+static void on_output(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+
+    (void)fd;
+    (void)what;
+    w->output_pending = 0;
+    w->in_callback++;
+    process_dirty(w);
+    w->in_callback--;
+}
+
+/* ------------------------------------------------------------- accept */
+
+/* Past max_connections: a 503 and close, without a state machine. */
+static void refuse(int fd)
+{
+    char buf[256], sink[1024];
+    size_t n = ratel__http_error_response(503, buf, sizeof buf);
+
+    /* Read what already came, so that close() sends FIN, not RST. */
+    for (int i = 0; i < 4 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+        ;
+    (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+static sock_t *sock_new(worker_t *w, int fd, const struct sockaddr *peer,
+                        socklen_t peer_len, int64_t now)
+{
+    sock_t *s = w->free_socks;
+
+    if (s) {
+        w->free_socks = s->next;
+        w->nfree_socks--;
+    } else {
+        s = malloc(sizeof *s);
+        if (!s)
+            return NULL;
+    }
+    memset(s, 0, sizeof *s);
+    s->conn = ratel__http_conn_new(&w->ctx, peer, peer_len, now);
+    if (!s->conn) {
+        free(s);
+        return NULL;
+    }
+    ratel__http_conn_set_user(s->conn, s);
+    s->w = w;
+    s->fd = fd;
+    event_assign(&s->rev, w->base, fd, EV_READ | EV_PERSIST, on_read, s);
+    event_assign(&s->wev, w->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
+    event_add(&s->rev, NULL);
+    s->reading = 1;
+    s->next = w->socks;
+    if (w->socks)
+        w->socks->prev = s;
+    w->socks = s;
+    return s;
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    worker_t *w = arg;
+    ratel_http_server_t *server = w->server;
+    int64_t now = now_ms();
+
+    (void)what;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int one = 1;
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* Level-triggered: stop asking until the sweep. */
+                event_del(&w->listen_ev);
+                w->accept_paused = 1;
+                w->accept_resume_ms = now + ACCEPT_PAUSE_MS;
+            }
+            return;
+        }
+        if (atomic_fetch_add(&server->nconns, 1) >=
+            w->ctx.limits.max_connections) {
+            atomic_fetch_sub(&server->nconns, 1);
+            refuse(fd);
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!sock_new(w, fd, (struct sockaddr *)&ss, len, now)) {
+            atomic_fetch_sub(&server->nconns, 1);
+            close(fd);
+        }
+    }
+}
+
+/* ------------------------------------------------------ sweep, stop */
+
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    int64_t now = now_ms();
+    int expired = w->stopping && now >= w->deadline_ms;
+    sock_t *s, *next;
+
+    (void)fd;
+    (void)what;
+    if (w->accept_paused && !w->stopping && now >= w->accept_resume_ms) {
+        w->accept_paused = 0;
+        event_add(&w->listen_ev, NULL);
+    }
+    w->in_callback++;
+    for (s = w->socks; s; s = next) {
+        next = s->next;
+        if (s->lingering) {
+            if (now >= s->linger_deadline_ms || expired)
+                sock_free(s);
+        } else if (expired || ratel__http_conn_tick(s->conn, now)) {
+            sock_teardown(s);
+        }
+    }
+    process_dirty(w);
+    w->in_callback--;
+    check_done(w);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    uint64_t v;
+    int64_t now = now_ms();
+    sock_t *s, *next;
+
+    (void)what;
+    (void)!read(fd, &v, sizeof v);
+    if (w->stopping)
+        return;
+    w->stopping = 1;
+    w->deadline_ms = now + atomic_load(&w->server->drain_ms);
+    if (w->listen_fd >= 0) {
+        event_del(&w->listen_ev);
+        close(w->listen_fd);
+        w->listen_fd = -1;
+    }
+    w->in_callback++;
+    for (s = w->socks; s; s = next) {
+        next = s->next;
+        if (s->lingering) {
+            if (s->linger_deadline_ms > w->deadline_ms)
+                s->linger_deadline_ms = w->deadline_ms;
+        } else if (ratel__http_conn_drain(s->conn, now)) {
+            sock_teardown(s); /* idle */
+        } else {
+            mark_dirty(s);
+        }
+    }
+    process_dirty(w);
+    w->in_callback--;
+    if (now >= w->deadline_ms) {
+        for (s = w->socks; s; s = next) {
+            next = s->next;
+            sock_teardown(s);
+        }
+    }
+    check_done(w);
+}
+
+/* ------------------------------------------------------------ set-up */
+
+/* "HOST:PORT", "[V6]:PORT" or ":PORT" (all IPv4 addresses). */
+static int parse_listen(const char *text, struct sockaddr_storage *ss,
+                        socklen_t *len, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon, *port;
+    char *end;
+    unsigned long p;
+    size_t hn;
+    struct addrinfo hints, *res = NULL;
+
+    memset(ss, 0, sizeof *ss);
+    if (!text)
+        text = "";
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':')
+            goto bad;
+        hn = (size_t)(close - text - 1);
+        if (hn == 0 || hn >= sizeof host)
+            goto bad;
+        memcpy(host, text + 1, hn);
+        host[hn] = '\0';
+        port = close + 2;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon || memchr(text, ':', (size_t)(colon - text)))
+            goto bad;
+        hn = (size_t)(colon - text);
+        if (hn >= sizeof host)
+            goto bad;
+        memcpy(host, text, hn);
+        host[hn] = '\0';
+        port = colon + 1;
+    }
+    if (*port < '0' || *port > '9')
+        goto bad;
+    errno = 0;
+    p = strtoul(port, &end, 10);
+    if (*end || errno || p > 65535)
+        goto bad;
+    if (host[0] == '\0') {
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+        in->sin_family = AF_INET;
+        in->sin_addr.s_addr = htonl(INADDR_ANY);
+        in->sin_port = htons((uint16_t)p);
+        *len = sizeof *in;
+        return 0;
+    }
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = text[0] == '[' ? AF_INET6 : AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
+        snprintf(err, errlen, "listen \"%s\": cannot resolve host \"%s\"", text,
+                 host);
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    if (ss->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
+    else
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
+    return 0;
+bad:
+    snprintf(err, errlen,
+             "listen \"%s\": expected HOST:PORT (\"127.0.0.1:8080\", "
+             "\"[::1]:8080\" or \":8080\")",
+             text);
+    return -1;
+}
+
+static int open_listener(const char *text, struct sockaddr_storage *ss,
+                         socklen_t len, char *err, size_t errlen)
+{
+    int one = 1;
+    int fd =
+        socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)ss, len) != 0 || listen(fd, 4096) != 0) {
+        snprintf(err, errlen, "listen %s: %s", text, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int worker_init(worker_t *w, ratel_http_server_t *server, unsigned index,
+                       char *err, size_t errlen)
+{
+    const ratel_http_options_t *o = &server->options;
+    struct event_config *cfg = event_config_new();
+    struct timeval sweep = {0, SWEEP_MS * 1000};
+
+    w->server = server;
+    w->index = index;
+    w->stop_fd = -1;
+    if (cfg) {
+        /* One thread per base: no locks needed. */
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+        w->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
+    if (!w->base) {
+        snprintf(err, errlen, "listen %s: cannot create an event loop",
+                 o->listen);
+        return -1;
+    }
+    w->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->stop_fd < 0) {
+        snprintf(err, errlen, "listen %s: eventfd: %s", o->listen,
+                 strerror(errno));
+        return -1;
+    }
+    ratel__http_ctx_init(&w->ctx, &o->limits, o->handler, o->ud, index);
+    w->ctx.dispatched = on_dispatched;
+    w->ctx.wake = on_wake;
+    w->ctx.driver = w;
+    event_assign(&w->listen_ev, w->base, w->listen_fd, EV_READ | EV_PERSIST,
+                 on_accept, w);
+    event_assign(&w->stop_ev, w->base, w->stop_fd, EV_READ | EV_PERSIST,
+                 on_stop, w);
+    event_assign(&w->flush_ev, w->base, -1, 0, on_flush, w);
+    event_assign(&w->output_ev, w->base, -1, 0, on_output, w);
+    event_assign(&w->sweep_ev, w->base, -1, EV_PERSIST, on_sweep, w);
+    if (event_add(&w->listen_ev, NULL) != 0 ||
+        event_add(&w->stop_ev, NULL) != 0 ||
+        event_add(&w->sweep_ev, &sweep) != 0) {
+        snprintf(err, errlen, "listen %s: cannot register events", o->listen);
+        return -1;
+    }
+    return 0;
+}
+
+int ratel_http_server_new(ratel_http_server_t **out,
+                          const ratel_http_options_t *options, char *err,
+                          size_t errlen)
+{
+    ratel_http_server_t *server;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char dummy[8];
+
+    if (!err || !errlen) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    *out = NULL;
+    if (!options || !options->handler) {
+        snprintf(err, errlen, "http server: a handler is required");
+        return -1;
+    }
+    if (parse_listen(options->listen, &ss, &len, err, errlen) != 0)
+        return -1;
+    server = calloc(1, sizeof *server);
+    if (!server) {
+        snprintf(err, errlen, "http server: out of memory");
+        return -1;
+    }
+    server->options = *options;
+    server->options.listen = strdup(options->listen);
+    ratel__http_limits_fill(&server->options.limits, &options->limits);
+    server->nworkers = options->threads ? options->threads : 1;
+    server->workers = calloc(server->nworkers, sizeof *server->workers);
+    if (!server->options.listen || !server->workers) {
+        snprintf(err, errlen, "http server: out of memory");
+        ratel_http_server_free(server);
+        return -1;
+    }
+    for (unsigned i = 0; i < server->nworkers; i++)
+        server->workers[i].listen_fd = -1;
+    for (unsigned i = 0; i < server->nworkers; i++) {
+        worker_t *w = &server->workers[i];
+        w->listen_fd = open_listener(options->listen, &ss, len, err, errlen);
+        if (w->listen_fd < 0) {
+            ratel_http_server_free(server);
+            return -1;
+        }
+        if (i == 0) {
+            /* Port 0: the others bind to the port the kernel chose. */
+            struct sockaddr_storage bound;
+            socklen_t blen = sizeof bound;
+            getsockname(w->listen_fd, (struct sockaddr *)&bound, &blen);
+            if (bound.ss_family == AF_INET6) {
+                uint16_t port = ((struct sockaddr_in6 *)&bound)->sin6_port;
+                ((struct sockaddr_in6 *)&ss)->sin6_port = port;
+                server->port = ntohs(port);
+            } else {
+                uint16_t port = ((struct sockaddr_in *)&bound)->sin_port;
+                ((struct sockaddr_in *)&ss)->sin_port = port;
+                server->port = ntohs(port);
+            }
+        }
+        if (worker_init(w, server, i, err, errlen) != 0) {
+            ratel_http_server_free(server);
+            return -1;
+        }
+    }
+    *out = server;
+    return 0;
+}
+
+int ratel_http_server_port(const ratel_http_server_t *server)
+{
+    return server->port;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+int ratel_http_server_run(ratel_http_server_t *server)
+{
+    sigset_t all, old;
+    int rc = 0;
+
+    if (server->running)
+        return -1;
+    server->running = 1;
+    /* Signals go to the caller's thread, not to the workers. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (unsigned i = 1; i < server->nworkers; i++) {
+        worker_t *w = &server->workers[i];
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            rc = -1;
+            break;
+        }
+        w->started = 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        ratel_http_server_stop(server, 0);
+    worker_main(&server->workers[0]);
+    for (unsigned i = 1; i < server->nworkers; i++) {
+        if (server->workers[i].started)
+            pthread_join(server->workers[i].tid, NULL);
+        server->workers[i].started = 0;
+    }
+    return rc;
+}
+
+void ratel_http_server_stop(ratel_http_server_t *server, unsigned drain_ms)
+{
+    uint64_t one = 1;
+
+    atomic_store(&server->drain_ms, drain_ms);
+    for (unsigned i = 0; i < server->nworkers; i++)
+        if (server->workers[i].stop_fd >= 0)
+            (void)!write(server->workers[i].stop_fd, &one, sizeof one);
+}
+
+static void worker_free(worker_t *w)
+{
+    sock_t *s, *next;
+
+    if (w->base) {
+        for (s = w->socks; s; s = next) {
+            next = s->next;
+            event_del(&s->rev);
+            event_del(&s->wev);
+            close(s->fd);
+            free(s);
+        }
+        w->socks = NULL;
+        event_del(&w->listen_ev);
+        event_del(&w->stop_ev);
+        event_del(&w->flush_ev);
+        event_del(&w->output_ev);
+        event_del(&w->sweep_ev);
+        ratel__http_ctx_destroy(&w->ctx);
+        event_base_free(w->base);
+    }
+    for (s = w->free_socks; s; s = next) {
+        next = s->next;
+        free(s);
+    }
+    if (w->listen_fd >= 0)
+        close(w->listen_fd);
+    if (w->stop_fd >= 0)
+        close(w->stop_fd);
+}
+
+void ratel_http_server_free(ratel_http_server_t *server)
+{
+    if (!server)
+        return;
+    for (unsigned i = 0; server->workers && i < server->nworkers; i++)
+        worker_free(&server->workers[i]);
+    free(server->workers);
+    free((char *)server->options.listen);
+    free(server);
+}

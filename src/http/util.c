@@ -1,0 +1,218 @@
+/*
+ * util.c - the helpers of http.h handlers use: header lookup, query
+ * parameters, reason phrases. Pure functions; no allocation.
+ */
+#include "http/http.h"
+
+#include <string.h>
+
+static unsigned char lower(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
+                                          const char *name)
+{
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const ratel_http_str_t *k = &req->headers[i].name;
+        size_t j = 0;
+        if (k->n != n)
+            continue;
+        while (j < n &&
+               lower((unsigned char)k->p[j]) == lower((unsigned char)name[j]))
+            j++;
+        if (j == n)
+            return &req->headers[i].value;
+    }
+    return NULL;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * Decodes one form-encoded byte at p[*i] (of n): '+' is a space, "%XX" a
+ * byte. Returns the byte, or -1 for a '%' not followed by two hex digits
+ * or for "%00" (a NUL would cut the value short for every C string user).
+ */
+static int decode_at(const char *p, size_t n, size_t *i)
+{
+    char c = p[*i];
+
+    if (c == '+') {
+        (*i)++;
+        return ' ';
+    }
+    if (c == '%') {
+        int hi, lo;
+        if (n - *i < 3)
+            return -1;
+        hi = hex_value(p[*i + 1]);
+        lo = hex_value(p[*i + 2]);
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+            return -1;
+        *i += 3;
+        return hi * 16 + lo;
+    }
+    (*i)++;
+    return (unsigned char)c;
+}
+
+/* 1 if the encoded key p[0..n) decodes to exactly `name`. */
+static int key_matches(const char *p, size_t n, const char *name)
+{
+    size_t i = 0, j = 0;
+
+    while (i < n) {
+        int c = decode_at(p, n, &i);
+        if (c < 0 || name[j] == '\0' || (unsigned char)name[j] != c)
+            return 0;
+        j++;
+    }
+    return name[j] == '\0';
+}
+
+long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
+                            size_t len)
+{
+    const char *p = query.p, *end = query.p + query.n;
+
+    if (!p)
+        return -1;
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pend = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(pend - p));
+        const char *kend = eq ? eq : pend;
+
+        if (key_matches(p, (size_t)(kend - p), name)) {
+            const char *v = eq ? eq + 1 : pend;
+            size_t vn = (size_t)(pend - v), i = 0, out = 0;
+            if (!buf || len == 0)
+                return -2;
+            while (i < vn) {
+                int c = decode_at(v, vn, &i);
+                if (c < 0 || out + 1 >= len)
+                    return -2;
+                buf[out++] = (char)c;
+            }
+            buf[out] = '\0';
+            return (long)out;
+        }
+        p = amp ? amp + 1 : end;
+    }
+    return -1;
+}
+
+const char *ratel_http_reason(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 303:
+        return "See Other";
+    case 304:
+        return "Not Modified";
+    case 307:
+        return "Temporary Redirect";
+    case 308:
+        return "Permanent Redirect";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 406:
+        return "Not Acceptable";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 411:
+        return "Length Required";
+    case 412:
+        return "Precondition Failed";
+    case 413:
+        return "Payload Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 416:
+        return "Range Not Satisfiable";
+    case 417:
+        return "Expectation Failed";
+    case 422:
+        return "Unprocessable Entity";
+    case 425:
+        return "Too Early";
+    case 426:
+        return "Upgrade Required";
+    case 428:
+        return "Precondition Required";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        break;
+    }
+    switch (status / 100) {
+    case 1:
+        return "Informational";
+    case 2:
+        return "Success";
+    case 3:
+        return "Redirection";
+    case 4:
+        return "Client Error";
+    default:
+        return "Server Error";
+    }
+}
