@@ -8,8 +8,8 @@
 #      first), with wrk --latency percentiles;
 #   2. nginx limit_req, one worker: its allowed and its rejecting path;
 #   3. rateld with the Redis store (module loaded) on the allowed path;
-#   4. p99 latency at half of rateld's peak: wrk with a per-request delay
-#      (a wrk Lua script) so that 50 connections offer half the peak rate.
+#   4. p99 latency at about half of rateld's peak: wrk connections that
+#      wait 1 ms between requests, as many as offer half the peak.
 #
 # Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines, then a summary.
 #   BUILD=build bench/rateld.sh         SECONDS_EACH=8 by default
@@ -72,24 +72,23 @@ EOF
 pids+=($!)
 wait_http "http://127.0.0.1:$port/healthz" || { echo "rateld did not start"; cat "$tmp/mem.log"; exit 1; }
 curl -s -o /dev/null "http://127.0.0.1:$port/v1/acquire?policy=deny&key=1.2.3.4"
-run_wrk rateld_memory_allowed "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4"
+run_wrk rateld_memory_allowed "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" | tee "$tmp/out"
 run_wrk rateld_memory_denied "http://127.0.0.1:$port/v1/acquire?policy=deny&key=1.2.3.4"
 
-# p99 at half the peak: each of the 50 connections waits so that they
-# offer half of the allowed path's rate together.
-cat >"$tmp/half.lua" <<'EOF'
-local wait_ms = tonumber(os.getenv("RATELD_BENCH_DELAY_MS") or "1")
-function delay() return wait_ms end
-EOF
-allowed_rps=$(wrk -t1 -c50 -d3s "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" | awk '/Requests\/sec/ {printf "%d", $2}')
-if [ "${allowed_rps:-0}" -gt 0 ]; then
-    # 50 connections at half the peak: one request per 100/peak s each;
-    # wrk's delay() is whole milliseconds, so the offered rate is at most
-    # half (rounded down to what whole ms allow).
-    delay=$(( (50 * 2 * 1000 + allowed_rps - 1) / allowed_rps ))
-    [ "$delay" -lt 1 ] && delay=1
-    RATELD_BENCH_DELAY_MS=$delay run_wrk rateld_memory_half_load "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" -s "$tmp/half.lua"
-    echo "# half load: peak $allowed_rps req/s, delay ${delay} ms per request per connection"
+# p99 at half the peak: connections that each wait 1 ms after every
+# answer (a wrk Lua delay()), as many as offer about half the allowed
+# path's peak together; the rate wrk measured is printed next to it.
+echo 'function delay() return 1 end' >"$tmp/half.lua"
+peak=$(awk -F'\t' '$2 == "rateld_memory_allowed_rps" {printf "%d", $3}' "$tmp/out" 2>/dev/null)
+if [ "${peak:-0}" -gt 0 ]; then
+    # one connection: 1 ms of delay + ~0.3 ms of round trip per request
+    conns=$(( (peak * 13 + 19999) / 20000 ))
+    out=$(wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$tmp/half.lua" "http://127.0.0.1:$port/v1/acquire?policy=allow&key=1.2.3.4" 2>&1)
+    printf 'ratel\trateld_memory_half_load_rps\t%s\treq/s\n' "$(awk '/Requests\/sec/ {print $2}' <<<"$out")"
+    for q in 50 90 99; do
+        printf 'ratel\trateld_memory_half_load_p%s\t%s\tlatency\n' "$q" "$(awk -v q="$q%" '$1 == q {print $2}' <<<"$out")"
+    done
+    echo "# half load: peak $peak req/s; $conns connections, 1 ms between requests each"
 fi
 
 if [ -x "$peers_dir/run-peers.sh" ]; then

@@ -92,3 +92,10 @@ if [ "${REDIS:-1}" != 0 ]; then
     echo
     BUILD="$build" PEERS="${PEERS:-1}" PEERS_DIR="$peers_dir" "$here/redis.sh"
 fi
+
+# rateld (issue 5) under wrk, with nginx limit_req in the same run.
+# RATELD=0 skips it.
+if [ "${RATELD:-1}" != 0 ] && [ -x "$build/rateld" ]; then
+    echo
+    BUILD="$build" PEERS_DIR="$peers_dir" "$here/rateld.sh"
+fi
