@@ -27,6 +27,7 @@
  * `live` count: put reuses it before pushing out a live entry.
  */
 #include "store/deny_cache.h"
+#include "store/keyhash.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -167,73 +168,6 @@ static inline _Atomic uint64_t *hit_counter(ratel_deny_cache_t *c)
 
 /* -------------------------------------------------------------- hashing */
 
-static inline uint64_t load64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint32_t load32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/*
- * The 0..8 bytes at p as one word without reading past them: two
- * overlapping 4-byte loads, or first, middle and last byte for 1..3 bytes.
- * Equal lengths with different bytes give different words.
- */
-static inline uint64_t load_upto8(const uint8_t *p, size_t len)
-{
-    if (len >= 4)
-        return (uint64_t)load32(p) | (uint64_t)load32(p + len - 4) << 32;
-    if (len > 0)
-        return (uint64_t)p[0] << 16 | (uint64_t)p[len >> 1] << 8 | p[len - 1];
-    return 0;
-}
-
-/* 64x64->128 multiply with the halves folded together: the mixing step. */
-static inline uint64_t fold_multiply(uint64_t a, uint64_t b)
-{
-    __uint128_t m = (__uint128_t)a * b;
-    return (uint64_t)m ^ (uint64_t)(m >> 64);
-}
-
-/*
- * Hashes `len` key bytes under the cache's secrets, 16 bytes per wide
- * multiply with a secret in both operands: without the seed an attacker
- * cannot pick keys that share a set and push a victim's entry out. Short
- * keys (the common case) take two multiplies and no loop.
- */
-static inline uint64_t key_hash(const uint64_t seed[3], const uint8_t *p,
-                                size_t len)
-{
-    uint64_t h = seed[0] ^ ((uint64_t)len * 0x9fb21c651e98df25ull);
-    uint64_t a, b;
-
-    if (len > 16) {
-        size_t left = len;
-        do {
-            h = fold_multiply(load64(p) ^ seed[1], load64(p + 8) ^ h);
-            p += 16;
-            left -= 16;
-        } while (left > 16);
-        a = load64(p + left - 16);
-        b = load64(p + left - 8);
-    } else if (len > 8) {
-        a = load64(p);
-        b = load64(p + len - 8);
-    } else {
-        a = load_upto8(p, len);
-        b = 0;
-    }
-    h = fold_multiply(a ^ seed[1], b ^ h ^ seed[2]);
-    return fold_multiply(h ^ seed[0], h ^ seed[2] ^ 0xc3a5c85c97cb3127ull);
-}
-
 /*
  * Word `i` of a key as a slot stores it: whole words, then for the last
  * the 8 bytes that end the key (overlapping the word before; keys under 8
@@ -261,18 +195,7 @@ static inline int key_equal(const slot_t *s, const uint8_t *key, size_t len)
    addresses (weaker, but still not known in advance to a remote client). */
 static void seed_init(ratel_deny_cache_t *c)
 {
-    struct timespec ts;
-
-    if (getrandom(c->seed, sizeof c->seed, GRND_NONBLOCK) ==
-        (ssize_t)sizeof c->seed)
-        return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    c->seed[0] = fold_multiply((uint64_t)ts.tv_nsec ^ 0x2545f4914f6cdd1dull,
-                               (uint64_t)ts.tv_sec ^ (uintptr_t)c);
-    c->seed[1] =
-        fold_multiply(c->seed[0] ^ 0x8bb84b93962eacc9ull, (uintptr_t)&ts | 1);
-    c->seed[2] =
-        fold_multiply(c->seed[1] ^ 0x4b33a62ed433d4a3ull, c->seed[0] | 1);
+    ratel__keyhash_seed(c->seed, c);
 }
 
 /* splitmix64's finaliser: a bijection on 64 bits. */
