@@ -47,18 +47,6 @@
 #define REDIS_MAX_ATTEMPTS 5
 
 
-/* snprintf into a message buffer, where truncating is the intent. */
-static void __attribute__((format(printf, 3, 4)))
-msg(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!buf || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
 
 extern const char ratel__lua_script[];
 extern const size_t ratel__lua_script_len;
@@ -133,7 +121,7 @@ static unsigned key_slot(const char *key, size_t len)
 static void set_error(redis_store_t *s, const char *fmt, const char *what)
 {
     pthread_mutex_lock(&s->err_lock);
-    msg(s->errstr, sizeof s->errstr, fmt, what);
+    ratel__msg(s->errstr, sizeof s->errstr, fmt, what);
     pthread_mutex_unlock(&s->err_lock);
 }
 
@@ -234,7 +222,7 @@ static int refresh_slots(redis_store_t *s, int64_t now_us, int force,
         ports[n] = s->url.addrs[i].port;
     }
     if (err && errlen)
-        msg(err, errlen, "no cluster node answered");
+        ratel__msg(err, errlen, "no cluster node answered");
     for (size_t i = 0; i < n; i++) {
         int proto;
         redisContext *c = ratel__node_connect(&s->cfg, hosts[i], ports[i],
@@ -244,7 +232,7 @@ static int refresh_slots(redis_store_t *s, int64_t now_us, int force,
             continue;
         ok = apply_slots(s, c, hosts[i]);
         if (!ok && err && errlen)
-            msg(err, errlen,
+            ratel__msg(err, errlen,
                      "%s:%d does not answer CLUSTER SLOTS (is it a cluster "
                      "node? use redis:// for a standalone server)",
                      hosts[i], ports[i]);
@@ -877,7 +865,7 @@ static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
         /* Ask the cluster which nodes own slots now, then ping those. */
         if (!refresh_slots(s, ratel_clock_now_us(), 1, err, sizeof err)) {
             if (errbuf && errlen)
-                msg(errbuf, errlen, "%s", err);
+                ratel__msg(errbuf, errlen, "%s", err);
             return RATEL_EIO;
         }
     }
@@ -905,7 +893,7 @@ static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
             if (op.reply->type != REDIS_REPLY_STATUS) {
                 rc = RATEL_EPROTO;
                 if (errbuf && errlen)
-                    msg(errbuf, errlen, "%s: PING answered %.*s",
+                    ratel__msg(errbuf, errlen, "%s: PING answered %.*s",
                              nodes[i]->name, (int)op.reply->len,
                              op.reply->str ? op.reply->str : "");
             }
@@ -1000,7 +988,7 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         o->on_failure > RATEL_FAILURE_LOCAL || o->mode < RATEL_REDIS_AUTO ||
         o->mode > RATEL_REDIS_LUA || o->pool_size > 256) {
         if (errbuf && errlen)
-            msg(errbuf, errlen,
+            ratel__msg(errbuf, errlen,
                      "redis store: an option is out of range (timeouts, "
                      "breaker_ms and deny_cache_max_ms >= 0, pool_size "
                      "<= 256)");
@@ -1041,7 +1029,7 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         rc = ratel__deny_cache_new(&s->cache, (size_t)entries, deny_ms);
         if (rc != 0) {
             if (errbuf && errlen)
-                msg(errbuf, errlen,
+                ratel__msg(errbuf, errlen,
                          "redis store: deny cache of %ld entries: %s", entries,
                          ratel_strerror(rc));
             return rc;
@@ -1051,7 +1039,7 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         rc = ratel_store_memory_new(&s->local, &o->local);
         if (rc != 0) {
             if (errbuf && errlen)
-                msg(errbuf, errlen,
+                ratel__msg(errbuf, errlen,
                          "redis store: the local fallback store: %s",
                          ratel_strerror(rc));
             return rc;
@@ -1074,7 +1062,7 @@ int ratel_store_redis_new(ratel_store_t **out,
     *out = NULL;
     if (!options || !options->url) {
         if (errbuf && errlen)
-            msg(errbuf, errlen, "redis store: a URL is needed, e.g. "
+            ratel__msg(errbuf, errlen, "redis store: a URL is needed, e.g. "
                                      "redis://127.0.0.1:6379");
         return RATEL_EINVAL;
     }
@@ -1102,7 +1090,7 @@ int ratel_store_redis_new(ratel_store_t **out,
             failover(s, 0);
         rc = redis_ping(&s->base, err, sizeof err);
         if (rc != 0 && errbuf && errlen)
-            msg(errbuf, errlen, "redis store: %s", err);
+            ratel__msg(errbuf, errlen, "redis store: %s", err);
     }
     if (rc != 0) {
         redis_free(&s->base);

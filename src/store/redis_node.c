@@ -15,8 +15,7 @@
 /* Most commands one round trip carries. */
 
 /* snprintf into a message buffer, where truncating is the intent. */
-static void __attribute__((format(printf, 3, 4)))
-msg(char *buf, size_t len, const char *fmt, ...)
+void ratel__msg(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
 
@@ -101,7 +100,7 @@ static redisReply *simple_command(redisContext *c, int argc, const char **argv,
     if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK ||
         redisGetReply(c, &reply) != REDIS_OK) {
         *proto = c->err == REDIS_ERR_PROTOCOL;
-        msg(err, errlen, "%s%s",
+        ratel__msg(err, errlen, "%s%s",
                  *proto ? "answered something that is not the Redis "
                           "protocol (is it Redis?): "
                         : "",
@@ -123,11 +122,11 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
     addr_name(host, port, name, sizeof name);
     c = redisConnectWithTimeout(host, port, ms_to_tv(cfg->connect_timeout_ms));
     if (!c) {
-        msg(err, errlen, "%s: out of memory", name);
+        ratel__msg(err, errlen, "%s: out of memory", name);
         return NULL;
     }
     if (c->err) {
-        msg(err, errlen, "cannot connect to %s: %s", name, c->errstr);
+        ratel__msg(err, errlen, "cannot connect to %s: %s", name, c->errstr);
         redisFree(c);
         return NULL;
     }
@@ -146,7 +145,7 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
         if (!r || r->type == REDIS_REPLY_ERROR) {
             if (r)
                 reply_text(r, why, sizeof why);
-            msg(err, errlen, "%s refused the credentials: %s", name, why);
+            ratel__msg(err, errlen, "%s refused the credentials: %s", name, why);
             *proto = 1;
             freeReplyObject(r);
             redisFree(c);
@@ -162,7 +161,7 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
         if (!r || r->type == REDIS_REPLY_ERROR) {
             if (r)
                 reply_text(r, why, sizeof why);
-            msg(err, errlen, "%s: SELECT %d failed: %s", name, cfg->db,
+            ratel__msg(err, errlen, "%s: SELECT %d failed: %s", name, cfg->db,
                      why);
             *proto = 1;
             freeReplyObject(r);
@@ -195,7 +194,7 @@ static int prepare(node_t *nd, redisContext *c, node_mode_t *mode,
             strncasecmp(r->str, "PONG", 4) != 0) {
             if (r)
                 reply_text(r, why, sizeof why);
-            msg(err, errlen, "%s: %s%s", nd->name,
+            ratel__msg(err, errlen, "%s: %s%s", nd->name,
                      r ? "PING answered: " : "", why);
             freeReplyObject(r);
             return proto || r ? RATEL_EPROTO : RATEL_EIO;
@@ -212,14 +211,14 @@ static int prepare(node_t *nd, redisContext *c, node_mode_t *mode,
         }
         r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
         if (!r) {
-            msg(err, errlen, "%s: %s", nd->name, why);
+            ratel__msg(err, errlen, "%s: %s", nd->name, why);
             return proto ? RATEL_EPROTO : RATEL_EIO;
         }
         loaded = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                  r->element[0]->type == REDIS_REPLY_ARRAY;
         freeReplyObject(r);
         if (!loaded && cfg->mode == RATEL_REDIS_MODULE) {
-            msg(err, errlen,
+            ratel__msg(err, errlen,
                      "%s has no ratel module loaded (load build/ratel.so, "
                      "or use mode=auto or mode=lua)",
                      nd->name);
@@ -235,7 +234,7 @@ script:
         if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
             if (r)
                 reply_text(r, why, sizeof why);
-            msg(err, errlen, "%s: SCRIPT LOAD of lua/ratel.lua failed: %s",
+            ratel__msg(err, errlen, "%s: SCRIPT LOAD of lua/ratel.lua failed: %s",
                      nd->name, why);
             freeReplyObject(r);
             return proto || r ? RATEL_EPROTO : RATEL_EIO;
@@ -375,7 +374,7 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
         goto broken;
     for (i = 0; i < k; i++) {
         if (append_op(c, cfg, *mode, batch[i], &rules) != REDIS_OK) {
-            msg(err, errlen, "%s: %s", nd->name,
+            ratel__msg(err, errlen, "%s: %s", nd->name,
                      c->errstr[0] ? c->errstr : "out of memory");
             rc = RATEL_EIO;
             i = 0;
@@ -402,7 +401,7 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
     return 0;
 lost:
     proto = c->err == REDIS_ERR_PROTOCOL;
-    msg(err, errlen, "%s: %s%s", nd->name,
+    ratel__msg(err, errlen, "%s: %s%s", nd->name,
              proto ? "answered something that is not the Redis protocol: "
                    : "",
              c->errstr[0] ? c->errstr : "connection lost");
@@ -563,7 +562,7 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
             else
                 drop = c;
         } else if (only_forced) {
-            msg(nd->errstr, sizeof nd->errstr, "%s", err);
+            ratel__msg(nd->errstr, sizeof nd->errstr, "%s", err);
         } else {
             /* Every connection of this node is suspect now: close the idle
                ones, and the busy ones when they come back. (A failed PING
@@ -581,7 +580,7 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
                 now_us + (cfg->breaker_us << (nd->fail_streak - 1));
             if (nd->down_until_us <= 0)
                 nd->down_until_us = 1;
-            msg(nd->errstr, sizeof nd->errstr, "%s", err);
+            ratel__msg(nd->errstr, sizeof nd->errstr, "%s", err);
         }
         for (size_t i = 0; i < k; i++)
             batch[i]->done = 1;

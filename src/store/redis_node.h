@@ -137,4 +137,9 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
                                   int port, char *err, size_t errlen,
                                   int *proto);
 
+/* snprintf into a message buffer, where cutting the text is the intent
+   (and gcc's truncation warnings would only be noise). */
+void ratel__msg(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif /* RATEL_REDIS_NODE_H */
