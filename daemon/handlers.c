@@ -239,6 +239,29 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
     return 0;
 }
 
+/*
+ * The parameters of a keyed endpoint and their policy; NULL after
+ * answering 400 (bad parameters) or 404 (no such policy).
+ */
+static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
+                                            ratel_http_exchange_t *ex,
+                                            const ratel_http_request_t *req,
+                                            params_t *prm)
+{
+    const rateld_policy_t *pol;
+    char err[400];
+
+    if (read_params(req, prm, err, sizeof err) != 0) {
+        respond_error(d, ex, req->thread, 400, "%s", err);
+        return NULL;
+    }
+    pol = rateld_config_policy(gen->config, prm->policy, strlen(prm->policy));
+    if (!pol)
+        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
+                      prm->policy);
+    return pol;
+}
+
 /* Cost larger than a rule can ever admit: the store's ECOST, named. */
 static int check_cost(const rateld_policy_t *pol, long long cost, char *err,
                       size_t errlen)
@@ -293,16 +316,8 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     char err[400];
     params_t prm;
 
-    if (read_params(req, &prm, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+    if (!(pol = params_policy(d, gen, ex, req, &prm)))
         return;
-    }
-    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
-    if (!pol) {
-        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
-                      prm.policy);
-        return;
-    }
     if (check_cost(pol, prm.cost, err, sizeof err) != 0) {
         respond_error(d, ex, req->thread, 400, "%s", err);
         return;
@@ -576,21 +591,13 @@ static void refund_api(rateld_t *d, rateld_worker_t *w,
     const rateld_policy_t *pol;
     rateld_pending_t p;
     ratel_decision_t dec;
-    char err[400], body[512];
+    char body[512];
     params_t prm;
     answer_t a;
     int rc;
 
-    if (read_params(req, &prm, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+    if (!(pol = params_policy(d, gen, ex, req, &prm)))
         return;
-    }
-    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
-    if (!pol) {
-        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
-                      prm.policy);
-        return;
-    }
     set_key(&p, pol->name, prm.key, prm.keylen);
     p.policy = pol;
     p.policy_index = (size_t)(pol - gen->config->policies);
@@ -641,7 +648,6 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t p;
-    char err[400];
     params_t prm;
     int rc;
 
@@ -654,16 +660,8 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
                             "configuration");
         return;
     }
-    if (read_params(req, &prm, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+    if (!(pol = params_policy(d, gen, ex, req, &prm)))
         return;
-    }
-    pol = rateld_config_policy(gen->config, prm.policy, strlen(prm.policy));
-    if (!pol) {
-        respond_error(d, ex, req->thread, 404, "no policy named \"%s\"",
-                      prm.policy);
-        return;
-    }
     set_key(&p, pol->name, prm.key, prm.keylen);
     rc = ratel_store_reset(d->store, p.key, p.keylen);
     if (rc != 0) {
