@@ -184,3 +184,28 @@ run: all
 # Replay the bundled trace through policies and draw the chart.
 demo: all
 	BUILD=$(BUILD) scripts/demo.sh
+
+# ---------------------------------------------------------------- captchad
+# The SMS verification-code service (examples/captcha/): libratel, the
+# shared HTTP server, rateld's YAML readers, log line and client-address
+# code, SQLite for notices and libcurl for the webhook sender.
+CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
+CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(BUILD)/%.o)
+CAPTCHA_DAEMON_OBJ := $(BUILD)/daemon/config_yaml.o $(BUILD)/daemon/log.o \
+                      $(BUILD)/daemon/request.o
+CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
+
+$(BUILD)/examples/captcha/%.o: examples/captcha/%.c examples/captcha/captcha.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/captchad: $(CAPTCHA_OBJ) $(CAPTCHA_DAEMON_OBJ) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
+
+all: $(BUILD)/captchad
+test: $(BUILD)/captchad
+
+# The fuzz target of captchad's config parser compiles the parser in (as
+# tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
+$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(BUILD)/daemon/config_yaml.o $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)

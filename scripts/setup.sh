@@ -11,7 +11,8 @@
 #   libevent-dev, libhttp-parser-dev,
 #   libyaml-dev, libcjson-dev       rateld: event loop, HTTP/1.1 parser,
 #                                   YAML config, JSON request bodies
-#   nginx, wrk                      rateld behind nginx (tests), load (bench)
+#   nginx, wrk, python3             rateld behind nginx (tests), load (bench),
+#                                   JSON checks and fake SMS gateways (tests)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
 #   curl
@@ -30,7 +31,8 @@ packages=(
     libxml2-utils
     redis-server redis-tools libhiredis-dev
     libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
-    nginx wrk
+    libsqlite3-dev libcurl4-openssl-dev
+    nginx wrk python3
     nodejs npm
     librsvg2-bin
     curl

@@ -1,0 +1,231 @@
+/*
+ * captcha_main.c - captchad: arguments, the stores, the notice database,
+ * the sender thread and signals around the HTTP server (src/http).
+ *
+ *   captchad --config FILE           run
+ *   captchad --check-config FILE     check FILE, print a summary
+ *   captchad --version | --help
+ *
+ * SIGTERM and SIGINT stop taking connections, answer what was received
+ * (up to 5 s), deliver the messages already queued, and exit 0.
+ */
+#include "examples/captcha/captcha.h"
+
+#include <curl/curl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DRAIN_MS 5000
+
+static void *signal_thread(void *arg)
+{
+    captcha_t *app = arg;
+    sigset_t set;
+    int sig = 0;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    while (sigwait(&set, &sig) != 0)
+        ;
+    rateld_log("info", "stopping", "signal=%s drain_ms=%d",
+               sig == SIGTERM ? "TERM" : "INT", DRAIN_MS);
+    ratel_http_server_stop(app->http, DRAIN_MS);
+    return NULL;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: captchad --config FILE\n"
+            "       captchad --check-config FILE\n"
+            "       captchad --version | --help\n"
+            "\n"
+            "The SMS verification-code service on libratel: send and verify "
+            "codes with\n"
+            "per-phone and per-IP limits, notices in SQLite, a log or "
+            "webhook sender.\n"
+            "FILE is YAML (examples/captcha/captchad.yaml documents every "
+            "field).\n"
+            "\n"
+            "  -c, --config FILE        run with FILE\n"
+            "  -t, --check-config FILE  check FILE, print a summary, exit 0 "
+            "(valid) or 1\n"
+            "  -V, --version            print the version\n"
+            "  -h, --help               print this help\n"
+            "\n"
+            "Endpoints: POST /captcha/send /captcha/verify /login/fail, GET "
+            "/login/needs-captcha\n"
+            "/notices (admin token) /metrics /healthz. TERM and INT drain "
+            "and exit 0.\n");
+}
+
+static int check_config(const char *path)
+{
+    captcha_config_t *c;
+    char err[800];
+
+    if (captcha_config_load(path, &c, err, sizeof err) != 0) {
+        fprintf(stderr, "captchad: %s\n", err);
+        return 1;
+    }
+    printf("%s: ok: listen %s, %u thread%s, store %s, sender %s, sqlite %s, "
+           "code %u digits for %lld ms\n",
+           path, c->listen, c->threads, c->threads == 1 ? "" : "s",
+           c->store_redis ? c->redis_url : "memory",
+           c->sender == CAPTCHA_SENDER_LOG ? "log" : c->webhook_url,
+           c->sqlite_path, c->code_length, (long long)c->code_ttl_ms);
+    captcha_config_free(c);
+    return 0;
+}
+
+/* The ratel store and the code store the config asks for. */
+static int open_stores(captcha_t *app)
+{
+    const captcha_config_t *c = app->config;
+    char err[600];
+    int rc;
+
+    if (!c->store_redis) {
+        ratel_memory_options_t o = {.max_bytes = c->memory_max_bytes};
+        rc = ratel_store_memory_new(&app->store, &o);
+        if (rc == 0)
+            rc = captcha_codes_memory_new(&app->codes, c->code_max_entries,
+                                          c->code_max_attempts);
+        if (rc != 0)
+            rateld_log("error", "cannot create the memory stores",
+                       "reason=\"%s\"", ratel_strerror(rc));
+        return rc ? -1 : 0;
+    }
+    {
+        ratel_redis_options_t o = c->redis;
+        o.lazy_connect = 1; /* start; the failure policy decides meanwhile */
+        rc = ratel_store_redis_new(&app->store, &o, err, sizeof err);
+    }
+    if (rc == 0)
+        rc = captcha_codes_redis_new(&app->codes, c->redis_url,
+                                     c->redis.command_timeout_ms,
+                                     c->code_max_attempts, err, sizeof err);
+    if (rc != 0) {
+        rateld_log("error", "cannot create the redis stores", "reason=\"%s\"",
+                   err);
+        return -1;
+    }
+    if (ratel_store_ping(app->store, err, sizeof err) != 0)
+        rateld_log("warn", "redis does not answer yet", "reason=\"%s\"", err);
+    return 0;
+}
+
+static int run(captcha_t *app, const char *path)
+{
+    const captcha_config_t *c = app->config;
+    ratel_http_options_t o = {.listen = c->listen,
+                              .threads = c->threads,
+                              .limits = c->http,
+                              .handler = captcha_handle,
+                              .ud = app};
+    char err[800];
+    pthread_t sig_tid;
+    int rc;
+
+    if (open_stores(app) != 0)
+        return 1;
+    if (captcha_notices_open(&app->notices, c->sqlite_path, err, sizeof err) !=
+        0) {
+        rateld_log("error", "cannot open the notice database", "reason=\"%s\"",
+                   err);
+        return 1;
+    }
+    if (captcha_sender_start(&app->sender, app, err, sizeof err) != 0) {
+        rateld_log("error", "cannot start the sender", "reason=\"%s\"", err);
+        return 1;
+    }
+    if (ratel_http_server_new(&app->http, &o, err, sizeof err) != 0) {
+        rateld_log("error", "cannot listen", "reason=\"%s\"", err);
+        return 1;
+    }
+    if (pthread_create(&sig_tid, NULL, signal_thread, app) != 0) {
+        rateld_log("error", "cannot start the signal thread", "%s", "");
+        return 1;
+    }
+    pthread_detach(sig_tid);
+    rateld_log("info", "captchad started",
+               "version=%s listen=%s port=%d threads=%u store=%s sender=%s "
+               "sqlite=%s config=%s",
+               CAPTCHA_VERSION, c->listen, ratel_http_server_port(app->http),
+               c->threads, c->store_redis ? "redis" : "memory",
+               c->sender == CAPTCHA_SENDER_LOG ? "log" : "webhook",
+               c->sqlite_path, path);
+    rc = ratel_http_server_run(app->http) == 0 ? 0 : 1;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, 't'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *path = NULL;
+    captcha_t app;
+    char err[800];
+    sigset_t set;
+    int opt, rc;
+
+    while ((opt = getopt_long(argc, argv, "c:t:Vh", longs, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            path = optarg;
+            break;
+        case 't':
+            return check_config(optarg);
+        case 'V':
+            printf("captchad %s\n", CAPTCHA_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc || !path) {
+        fprintf(stderr, optind < argc ? "captchad: unexpected argument\n"
+                                      : "captchad: --config FILE is "
+                                        "required\n");
+        usage(stderr);
+        return 2;
+    }
+    memset(&app, 0, sizeof app);
+    if (captcha_config_load(path, &app.config, err, sizeof err) != 0) {
+        fprintf(stderr, "captchad: %s\n", err);
+        return 1;
+    }
+    /* Signals go to the signal thread only: block them before any thread
+       starts (the sender, libcurl, the HTTP workers). */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    rc = run(&app, path);
+
+    /* The server has stopped: deliver what is queued, then close. */
+    captcha_sender_stop(app.sender);
+    ratel_http_server_free(app.http);
+    captcha_notices_close(app.notices);
+    captcha_codes_free(app.codes);
+    ratel_store_free(app.store);
+    rateld_log("info", "captchad stopped", "status=%d", rc);
+    captcha_config_free(app.config);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,197 @@
+/*
+ * captcha_notices.c - the record of every message captchad sends, in
+ * SQLite (Debian's libsqlite3-dev): one file, no server to run, durable
+ * across restarts, and a real SQL table operators can query with the
+ * sqlite3 shell. One connection behind a mutex serves the HTTP workers
+ * (insert, list) and the sender (update); WAL lets a reader in another
+ * process (an operator's shell) look while captchad writes.
+ *
+ *   notices(id, target, content, state, created_ms, sent_ms, attempts,
+ *           provider_result)
+ *
+ * content is the message with the code masked: the code itself is never
+ * written to disk.
+ */
+#include "examples/captcha/captcha.h"
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct captcha_notices_s {
+    sqlite3 *db;
+    pthread_mutex_t lock;
+    sqlite3_stmt *insert, *finish, *list;
+};
+
+static const char schema[] =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=NORMAL;"
+    "CREATE TABLE IF NOT EXISTS notices ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  target TEXT NOT NULL,"
+    "  content TEXT NOT NULL,"
+    "  state TEXT NOT NULL DEFAULT 'INIT'"
+    "    CHECK (state IN ('INIT', 'SUCCESS', 'FAILED')),"
+    "  created_ms INTEGER NOT NULL,"
+    "  sent_ms INTEGER,"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  provider_result TEXT);"
+    "CREATE INDEX IF NOT EXISTS notices_by_target ON notices (target, id);";
+
+int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
+                         size_t errlen)
+{
+    captcha_notices_t *n = calloc(1, sizeof *n);
+    char *msg = NULL;
+
+    *out = NULL;
+    if (!n) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&n->lock, NULL);
+    if (sqlite3_open_v2(path, &n->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                            SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK)
+        goto fail;
+    sqlite3_busy_timeout(n->db, 5000);
+    if (sqlite3_exec(n->db, schema, NULL, NULL, &msg) != SQLITE_OK)
+        goto fail;
+    if (sqlite3_prepare_v2(n->db,
+                           "INSERT INTO notices (target, content, state, "
+                           "created_ms) VALUES (?, ?, 'INIT', ?)",
+                           -1, &n->insert, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(n->db,
+                           "UPDATE notices SET state = ?, sent_ms = ?, "
+                           "attempts = attempts + 1, provider_result = ? "
+                           "WHERE id = ?",
+                           -1, &n->finish, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(n->db,
+                           "SELECT id, target, content, state, created_ms, "
+                           "sent_ms, attempts, provider_result FROM notices "
+                           "WHERE target = ? ORDER BY id DESC LIMIT ?",
+                           -1, &n->list, NULL) != SQLITE_OK)
+        goto fail;
+    *out = n;
+    return 0;
+fail:
+    snprintf(err, errlen, "sqlite %s: %s", path,
+             msg     ? msg
+             : n->db ? sqlite3_errmsg(n->db)
+                     : "cannot open");
+    sqlite3_free(msg);
+    captcha_notices_close(n);
+    return -1;
+}
+
+int captcha_notices_add(captcha_notices_t *n, const char *target,
+                        const char *content, int64_t now_ms, int64_t *id)
+{
+    int rc;
+
+    pthread_mutex_lock(&n->lock);
+    sqlite3_bind_text(n->insert, 1, target, -1, SQLITE_STATIC);
+    sqlite3_bind_text(n->insert, 2, content, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(n->insert, 3, now_ms);
+    rc = sqlite3_step(n->insert);
+    if (rc == SQLITE_DONE)
+        *id = sqlite3_last_insert_rowid(n->db);
+    else
+        rateld_log("error", "sqlite insert failed", "reason=\"%s\"",
+                   sqlite3_errmsg(n->db));
+    sqlite3_reset(n->insert);
+    sqlite3_clear_bindings(n->insert);
+    pthread_mutex_unlock(&n->lock);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int captcha_notices_finish(captcha_notices_t *n, int64_t id, int ok,
+                           const char *result, int64_t now_ms)
+{
+    int rc;
+
+    pthread_mutex_lock(&n->lock);
+    sqlite3_bind_text(n->finish, 1, ok ? "SUCCESS" : "FAILED", -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(n->finish, 2, now_ms);
+    sqlite3_bind_text(n->finish, 3, result, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(n->finish, 4, id);
+    rc = sqlite3_step(n->finish);
+    if (rc != SQLITE_DONE)
+        rateld_log("error", "sqlite update failed", "id=%lld reason=\"%s\"",
+                   (long long)id, sqlite3_errmsg(n->db));
+    sqlite3_reset(n->finish);
+    sqlite3_clear_bindings(n->finish);
+    pthread_mutex_unlock(&n->lock);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* A column as a JSON string, or null. */
+static void add_text(cJSON *o, const char *name, sqlite3_stmt *s, int col)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    if (t)
+        cJSON_AddStringToObject(o, name, (const char *)t);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
+char *captcha_notices_json(captcha_notices_t *n, const char *target,
+                           unsigned max)
+{
+    cJSON *list = cJSON_CreateArray();
+    char *text = NULL;
+    int rc;
+
+    if (!list)
+        return NULL;
+    pthread_mutex_lock(&n->lock);
+    sqlite3_bind_text(n->list, 1, target, -1, SQLITE_STATIC);
+    sqlite3_bind_int(n->list, 2, (int)max);
+    while ((rc = sqlite3_step(n->list)) == SQLITE_ROW) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddNumberToObject(o, "id",
+                                (double)sqlite3_column_int64(n->list, 0));
+        add_text(o, "target", n->list, 1);
+        add_text(o, "content", n->list, 2);
+        add_text(o, "state", n->list, 3);
+        cJSON_AddNumberToObject(o, "created_ms",
+                                (double)sqlite3_column_int64(n->list, 4));
+        if (sqlite3_column_type(n->list, 5) == SQLITE_NULL)
+            cJSON_AddNullToObject(o, "sent_ms");
+        else
+            cJSON_AddNumberToObject(o, "sent_ms",
+                                    (double)sqlite3_column_int64(n->list, 5));
+        cJSON_AddNumberToObject(o, "attempts", sqlite3_column_int(n->list, 6));
+        add_text(o, "provider_result", n->list, 7);
+        cJSON_AddItemToArray(list, o);
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        rateld_log("error", "sqlite select failed", "reason=\"%s\"",
+                   sqlite3_errmsg(n->db));
+    sqlite3_reset(n->list);
+    sqlite3_clear_bindings(n->list);
+    pthread_mutex_unlock(&n->lock);
+    if (rc == SQLITE_DONE)
+        text = cJSON_PrintUnformatted(list);
+    cJSON_Delete(list);
+    return text;
+}
+
+void captcha_notices_close(captcha_notices_t *n)
+{
+    if (!n)
+        return;
+    sqlite3_finalize(n->insert);
+    sqlite3_finalize(n->finish);
+    sqlite3_finalize(n->list);
+    sqlite3_close(n->db);
+    pthread_mutex_destroy(&n->lock);
+    free(n);
+}

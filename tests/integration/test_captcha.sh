@@ -1,0 +1,455 @@
+#!/usr/bin/env bash
+# captchad (examples/captcha) end to end over real HTTP on loopback: send,
+# the log sender's file, verify once and only once (also concurrently),
+# expiry, wrong attempts, the per-phone and per-IP limits, the verify
+# limits, the login rule, a webhook gateway that fails or never answers
+# (notice FAILED, permits refunded), a full send queue, notices across a
+# restart, two captchad sharing one redis-server, hostile input, and that
+# 10,000 unique phones from one address leave the stores bounded.
+#
+# Client addresses are set with X-Forwarded-For (127.0.0.1 is a trusted
+# proxy here) so that each check has its own per-IP budget. Nothing waits
+# for a limit to move; the expiry check waits for a 1 s TTL, bounded.
+. "$(dirname "$0")/lib.sh"
+
+captchad=$build/captchad
+if [ ! -x "$captchad" ]; then
+    echo "FAIL captchad: $captchad not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+# CAPTCHAD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes captchad.
+read -r -a captchad_wrap <<<"${CAPTCHAD_WRAP:-}"
+token=tok-secret-1
+
+# write_config NAME PORT [EXTRA_YAML]: $tmp/NAME.yaml, a memory store and
+# the log sender unless EXTRA_YAML says otherwise (its fields come last).
+write_config() {
+    local name=$1 port=$2
+    {
+        cat <<EOF
+listen: 127.0.0.1:$port
+threads: 2
+admin_token: "$token"
+trusted_proxies: [127.0.0.1]
+http:
+  max_body_bytes: 64KiB
+sqlite_path: $tmp/$name.db
+code_max_entries: 1000
+EOF
+        printf '%s\n' "${3:-}"
+        if [[ ${3:-} != *"sender:"* ]]; then
+            printf 'sender:\n  type: log\n  log_file: %s\n' "$tmp/$name.sms"
+        fi
+    } >"$tmp/$name.yaml"
+}
+
+# start NAME PORT: runs captchad on $tmp/NAME.yaml, waits for /healthz.
+start() {
+    local name=$1 port=$2 pid
+    "${captchad_wrap[@]}" "$captchad" --config "$tmp/$name.yaml" \
+        >>"$tmp/$name.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$tmp/pids/captchad-$name"
+    for _ in $(seq 400); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "captchad $name did not start; its log:"
+    tail -20 "$tmp/$name.log"
+    return 1
+}
+
+# stop NAME: SIGTERM, then its exit status in $stopped (124 if it did not
+# exit). Not in $(...): only this shell can wait for its child.
+stop() {
+    local pid
+    stopped=124
+    pid=$(cat "$tmp/pids/captchad-$1")
+    kill -TERM "$pid"
+    for _ in $(seq 300); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            stopped=$?
+            break
+        fi
+        sleep 0.05
+    done
+}
+
+# send BASE PHONE [IP] / verify BASE PHONE CODE [IP]: "STATUS BODY"
+send() {
+    curl -s -w ' %{http_code}' -H "X-Forwarded-For: ${3:-10.0.0.1}" \
+        -X POST -d "{\"telephone\":\"$2\"}" "$1/captcha/send"
+}
+send_status() { local out; out=$(send "$@"); echo "${out##* }"; }
+verify() {
+    curl -s -o /dev/null -w '%{http_code}' -H "X-Forwarded-For: ${4:-10.0.0.2}" \
+        -X POST -d "{\"telephone\":\"$2\",\"code\":\"$3\"}" "$1/captcha/verify"
+}
+verify_body() {
+    curl -s -H "X-Forwarded-For: ${4:-10.0.0.2}" \
+        -X POST -d "{\"telephone\":\"$2\",\"code\":\"$3\"}" "$1/captcha/verify"
+}
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+header() { grep -i "^$1:" "$2" | head -1 | cut -d: -f2- | tr -d '\r ' ; }
+metric() { curl -s "$1/metrics" | awk -v m="$2" 'index($0, m) == 1 { print $NF }' | head -1; }
+
+# code_of SMSFILE PHONE: the newest code the log sender wrote for PHONE,
+# waiting for the sender thread (bounded).
+code_of() {
+    local c
+    for _ in $(seq 100); do
+        c=$(awk -F'\t' -v p="$2" '$2 == p { print $3 }' "$1" 2>/dev/null |
+            tail -1 | grep -o 'code is [0-9]*' | cut -d' ' -f3)
+        [ -n "$c" ] && { echo "$c"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+# notice_state BASE PHONE WANT: waits until the newest notice has state
+# WANT; prints the /notices body.
+notice_state() {
+    local body
+    for _ in $(seq 100); do
+        body=$(curl -s -H "Authorization: Bearer $token" "$1/notices?telephone=$2")
+        [[ $body == *"\"notices\":[{"*"\"state\":\"$3\""* ]] && break
+        sleep 0.05
+    done
+    echo "$body"
+}
+
+invalid='{"error":"invalid or expired code"}'
+
+# =================================================== one instance, memory
+p1=$(free_port)
+b1=http://127.0.0.1:$p1
+write_config main "$p1"
+if ! start main "$p1"; then
+    fail start "captchad did not come up"
+    finish
+    exit 1
+fi
+ok start
+
+# --- command line
+same version "$("$captchad" --version)" "captchad $(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
+contains help "$("$captchad" --help)" '--check-config'
+contains check_config "$("$captchad" --check-config "$tmp/main.yaml")" ': ok:'
+contains check_example "$("$captchad" --check-config "$root/examples/captcha/captchad.yaml")" ': ok:'
+printf 'listen: 127.0.0.1:1\nlimits:\n  send_phone: [1/60s]\n  colour: red\n' >"$tmp/bad1.yaml"
+same bad_unknown_field "$("$captchad" --check-config "$tmp/bad1.yaml" 2>&1)" \
+    "captchad: $tmp/bad1.yaml:4: limits.colour: unknown field; accepted: send_phone, send_ip, verify_phone, verify_ip, login_user"
+printf 'code_length: 3\n' >"$tmp/bad2.yaml"
+contains bad_code_length "$("$captchad" --check-config "$tmp/bad2.yaml" 2>&1)" "bad2.yaml:1: code_length: 3 is out of range"
+printf 'sender:\n  type: webhook\n' >"$tmp/bad3.yaml"
+contains bad_webhook_url "$("$captchad" --check-config "$tmp/bad3.yaml" 2>&1)" "bad3.yaml:2: sender.url: required"
+printf 'limits:\n  send_ip: [20/1x]\n' >"$tmp/bad4.yaml"
+contains bad_rule "$("$captchad" --check-config "$tmp/bad4.yaml" 2>&1)" "bad4.yaml:2: limits.send_ip[0]:"
+printf 'store:\n  type: memory\n  url: redis://x\n' >"$tmp/bad5.yaml"
+contains bad_store_field "$("$captchad" --check-config "$tmp/bad5.yaml" 2>&1)" "bad5.yaml:3: store.url: applies to type: redis only"
+"$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
+same bad_exit "$?" 1
+
+# --- send, the log sender's file, verify once
+phone=13800138000
+out=$(send "$b1" "$phone")
+same send_status "${out##* }" 202
+contains send_body "$out" '"sent":true,"notice_id":'
+contains send_expires "$out" '"expires_in_s":300'
+code=$(code_of "$tmp/main.sms" "$phone")
+if [[ $code =~ ^[0-9]{6}$ ]]; then ok code_six_digits; else fail code_six_digits "[$code]"; fi
+line=$(grep -P "^\d{4}-\d\d-\d\dT[0-9:.]+Z\t$phone\tYour code is $code, valid 5 minutes$" "$tmp/main.sms")
+[ -n "$line" ] && ok sms_line_format || fail sms_line_format "$(cat "$tmp/main.sms")"
+same verify_non_digit "$(verify_body "$b1" "$phone" "12a456")" "$invalid"
+same verify_wrong_length "$(verify_body "$b1" "$phone" "12345")" "$invalid"
+same verify_ok "$(verify "$b1" "$phone" "$code")" 200
+same verify_twice "$(verify "$b1" "$phone" "$code")" 400
+same verify_twice_body "$(verify_body "$b1" "$phone" "$code")" "$invalid"
+same verify_never_sent "$(verify_body "$b1" 13900000000 123456)" "$invalid"
+
+# --- the per-phone limit: the second send within 60 s
+curl -s -D "$tmp/h" -o "$tmp/b" -H 'X-Forwarded-For: 10.0.0.3' -X POST \
+    -d "{\"telephone\":\"$phone\"}" "$b1/captcha/send"
+same phone_limit "$(head -1 "$tmp/h" | cut -d' ' -f2)" 429
+ra=$(header Retry-After "$tmp/h")
+if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 55 ] && [ "$ra" -le 60 ]; then ok retry_after; else fail retry_after "[$ra]"; fi
+contains limit_body "$(cat "$tmp/b")" "\"retry_after_s\":$ra"
+same phone_limit_plus86 "$(send_status "$b1" "+86$phone" 10.0.0.4)" 429
+
+# --- two concurrent correct verifies: exactly one succeeds
+phone=13800138001
+send "$b1" "$phone" >/dev/null
+code=$(code_of "$tmp/main.sms" "$phone")
+waitfor=()
+for i in $(seq 8); do
+    { verify "$b1" "$phone" "$code" "10.1.0.$i"; echo; } >"$tmp/conc.$i" &
+    waitfor+=($!)
+done
+wait "${waitfor[@]}"
+same concurrent_once "$(cat "$tmp"/conc.* | sort | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ' ')" "1 200 7 400 "
+
+# --- five wrong attempts invalidate the code
+phone=13800138002
+send "$b1" "$phone" >/dev/null
+code=$(code_of "$tmp/main.sms" "$phone")
+wrong=$(printf '%06d' $(((10#$code + 1) % 1000000)))
+for i in 1 2 3 4 5; do
+    same "wrong_$i" "$(verify_body "$b1" "$phone" "$wrong")" "$invalid"
+done
+same wrong_then_right "$(verify_body "$b1" "$phone" "$code")" "$invalid"
+# Four wrong ones do not: the fifth guess may be right.
+phone=13800138003
+send "$b1" "$phone" >/dev/null
+code=$(code_of "$tmp/main.sms" "$phone")
+wrong=$(printf '%06d' $(((10#$code + 1) % 1000000)))
+for i in 1 2 3 4; do verify "$b1" "$phone" "$wrong" >/dev/null; done
+same four_wrong_then_right "$(verify "$b1" "$phone" "$code")" 200
+
+# --- the verify limits: 10/1h per phone, then 429 (the code is intact)
+phone=13800138004
+for i in $(seq 10); do verify "$b1" "$phone" 000000 "10.2.0.$i" >/dev/null; done
+curl -s -D "$tmp/h" -o /dev/null -H 'X-Forwarded-For: 10.2.1.1' -X POST \
+    -d "{\"telephone\":\"$phone\",\"code\":\"000000\"}" "$b1/captcha/verify"
+same verify_phone_limit "$(head -1 "$tmp/h" | cut -d' ' -f2)" 429
+[ -n "$(header Retry-After "$tmp/h")" ] && ok verify_retry_after || fail verify_retry_after "none"
+# 50/1h per IP: 50 verifies of different phones from one address
+for i in $(seq 50); do verify "$b1" "1390000$(printf '%04d' "$i")" 000000 10.2.2.2 >/dev/null; done
+same verify_ip_limit "$(verify "$b1" 13900009999 000000 10.2.2.2)" 429
+
+# --- the per-IP limit: 20 sends an hour from one address
+codes=$(for i in $(seq 21); do send_status "$b1" "1370000$(printf '%04d' "$i")" 10.3.0.1; done | tr '\n' ' ')
+same ip_limit "$codes" "$(printf '202 %.0s' $(seq 20))429 "
+# The 21st phone was not charged (all-or-nothing): from elsewhere it sends.
+same ip_denied_charged_nothing "$(send_status "$b1" 13700000021 10.3.0.2)" 202
+
+# --- the login rule: 3 failures a minute, then a captcha
+needs() { curl -s "$b1/login/needs-captcha?user=$1" | grep -o '"needs_captcha":[a-z]*' | cut -d: -f2; }
+fail_login() { curl -s -X POST -d "{\"user\":\"$1\"}" "$b1/login/fail" | grep -o '"needs_captcha":[a-z]*' | cut -d: -f2; }
+same login_fresh "$(needs alice)" false
+same login_fail_1 "$(fail_login alice)" false
+same login_fail_2 "$(fail_login alice)" false
+same login_after_2 "$(needs alice)" false
+same login_fail_3 "$(fail_login alice)" true
+same login_after_3 "$(needs alice)" true
+same login_fail_4 "$(fail_login alice)" true
+same login_other_user "$(needs bob)" false
+same login_no_user "$(status -X POST -d '{}' "$b1/login/fail")" 400
+same login_peek_no_user "$(status "$b1/login/needs-captcha")" 400
+
+# --- hostile input
+same malformed_json "$(status -X POST -d '{"telephone":' "$b1/captcha/send")" 400
+same not_object "$(status -X POST -d '["13800138000"]' "$b1/captcha/send")" 400
+same missing_field "$(status -X POST -d '{}' "$b1/captcha/send")" 400
+same empty_body "$(status -X POST "$b1/captcha/send")" 400
+same number_phone "$(status -X POST -d '{"telephone":13800138000}' "$b1/captcha/send")" 400
+for bad in 1380013800 138001380001 12800138000 +0123456789 +1234567 +1234567890123456 abc 1380013800a ''; do
+    same "bad_phone_[$bad]" "$(status -X POST -d "{\"telephone\":\"$bad\"}" "$b1/captcha/send")" 400
+done
+same e164_ok "$(send_status "$b1" +447911123456 10.4.0.1)" 202
+same verify_malformed "$(status -X POST -d 'nope' "$b1/captcha/verify")" 400
+same verify_missing_code "$(status -X POST -d '{"telephone":"13800138000"}' "$b1/captcha/verify")" 400
+same verify_code_number "$(status -X POST -d '{"telephone":"13800138000","code":123456}' "$b1/captcha/verify")" 400
+head -c 1048576 /dev/zero | tr '\0' 'a' >"$tmp/big"
+same body_1mb "$(status -X POST --data-binary @"$tmp/big" "$b1/captcha/send")" 413
+same get_send "$(status "$b1/captcha/send")" 405
+same not_found "$(status "$b1/nothing")" 404
+same healthz "$(status "$b1/healthz")" 200
+
+# --- notices for operators
+same notices_no_token "$(status "$b1/notices?telephone=13800138000")" 403
+same notices_bad_token "$(status -H 'Authorization: Bearer nope' "$b1/notices?telephone=13800138000")" 403
+body=$(notice_state "$b1" 13800138000 SUCCESS)
+contains notices_masked "$body" '"content":"Your code is ******, valid 5 minutes"'
+contains notices_state "$body" '"state":"SUCCESS"'
+contains notices_result "$body" '"provider_result":"log: written"'
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["notices"][0]["attempts"] == 1 and d["notices"][0]["sent_ms"] >= d["notices"][0]["created_ms"]' "$body" 2>/dev/null; then
+    ok notices_json
+else
+    fail notices_json "$body"
+fi
+first_code=$(awk -F'\t' '$2 == "13800138000" { print $3 }' "$tmp/main.sms" | head -1 | grep -o '[0-9]\{6\}')
+[[ $body != *"$first_code"* ]] && ok notices_no_code || fail notices_no_code "$body"
+
+# --- 10,000 unique phones from one address: 20 pass, the stores stay small
+entries0=$(metric "$b1" captcha_code_store_entries)
+keys0=$(metric "$b1" captcha_store_keys)
+for i in $(seq 10000); do
+    printf 'url = "%s/captcha/send"\nheader = "X-Forwarded-For: 10.5.0.1"\ndata = "{\\"telephone\\":\\"136%08d\\"}"\noutput = "/dev/null"\nwrite-out = "%%{http_code}\\n"\nnext\n' "$b1" "$i"
+done | sed '$d' >"$tmp/flood.curl"  # no "next" after the last
+counts=$(curl -s -K "$tmp/flood.curl" | sort | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ' ')
+same flood_codes "$counts" "20 202 9980 429 "
+entries=$(metric "$b1" captcha_code_store_entries)
+keys=$(metric "$b1" captcha_store_keys)
+# 20 codes and 20 phone keys + 1 address key at most.
+if [ $((${entries:-99999} - entries0)) -le 20 ]; then ok flood_code_store_bounded; else fail flood_code_store_bounded "entries $entries0 -> $entries"; fi
+if [ $((${keys:-99999} - keys0)) -le 21 ]; then ok flood_ratel_store_bounded; else fail flood_ratel_store_bounded "keys $keys0 -> $keys"; fi
+
+# --- metrics: outcomes, no phone numbers
+m=$(curl -s "$b1/metrics")
+contains metrics_sends "$m" 'captcha_sends_total{outcome="accepted"}'
+contains metrics_limited "$m" 'captcha_sends_total{outcome="limited"}'
+contains metrics_verifies "$m" 'captcha_verifies_total{outcome="success"} 3'
+contains metrics_sender "$m" 'captcha_sender_results_total{result="success"}'
+contains metrics_queue "$m" 'captcha_queue_depth 0'
+if grep -qE '1[3-9][0-9]{9}' <<<"$m"; then fail metrics_no_phones "a phone number in /metrics"; else ok metrics_no_phones; fi
+
+# --- notices persist across a restart; SIGTERM exits 0
+stop main
+    same sigterm_exit "$stopped" 0
+contains stopped_log "$(tail -1 "$tmp/main.log")" 'msg="captchad stopped" status=0'
+start main "$p1" || fail restart "did not come up"
+body=$(curl -s -H "Authorization: Bearer $token" "$b1/notices?telephone=13800138000")
+contains notices_after_restart "$body" '"state":"SUCCESS"'
+stop main
+    same sigterm_exit_2 "$stopped" 0
+if grep -q 'level=info msg="send accepted" notice=' "$tmp/main.log"; then ok logfmt; else fail logfmt "no send line"; fi
+
+# ============================================================ expiry
+p2=$(free_port)
+b2=http://127.0.0.1:$p2
+write_config short "$p2" 'code_ttl_ms: 1000'
+start short "$p2" || fail start_short "did not come up"
+t0=$(date +%s%N)
+out=$(send "$b2" 13800138000)
+contains short_expires "$out" '"expires_in_s":1'
+code=$(code_of "$tmp/short.sms" 13800138000)
+contains short_message "$(cat "$tmp/short.sms")" "Your code is $code, valid 1 second"
+# Wait until the TTL has passed (bounded: at most 3 s), then verify.
+while [ $((($(date +%s%N) - t0) / 1000000)) -lt 1150 ]; do sleep 0.05; done
+same expired "$(verify_body "$b2" 13800138000 "$code")" "$invalid"
+stop short
+    same short_sigterm "$stopped" 0
+
+# ===================================================== webhook gateways
+# gateway MODE PORT: answers POSTs with 200 (ok), 500 (fail) or never
+# (hang), recording each body as a line in $tmp/gw-PORT.
+cat >"$tmp/gateway.py" <<'EOF'
+import http.server, socket, sys, threading, time
+mode, port, record = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if mode == "hang":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port)); s.listen(64); held = []
+    open(record + ".ready", "w").close()
+    while True:
+        c, _ = s.accept(); held.append(c)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(record, "ab") as f: f.write(body + b"\n")
+        self.send_response(200 if mode == "ok" else 500)
+        self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+open(record + ".ready", "w").close()
+srv.serve_forever()
+EOF
+gateway() {
+    python3 "$tmp/gateway.py" "$1" "$2" "$tmp/gw-$2" 2>>"$tmp/gw.err" &
+    echo $! >"$tmp/pids/gw-$2"
+    for _ in $(seq 100); do [ -e "$tmp/gw-$2.ready" ] && return 0; sleep 0.05; done
+    return 1
+}
+
+# --- a gateway that answers 200: SUCCESS, and the JSON it got
+g=$(free_port); gateway ok "$g"
+p3=$(free_port); b3=http://127.0.0.1:$p3
+write_config hook_ok "$p3" "$(printf 'sender:\n  type: webhook\n  url: http://127.0.0.1:%s/sms\n  timeout_ms: 2000' "$g")"
+start hook_ok "$p3" || fail start_hook_ok "did not come up"
+same hook_ok_send "$(send_status "$b3" 13800138000)" 202
+body=$(notice_state "$b3" 13800138000 SUCCESS)
+contains hook_ok_state "$body" '"provider_result":"webhook: HTTP 200"'
+if python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); assert d["telephone"] == "13800138000" and len(d["code"]) == 6 and d["code"] in d["message"]' "$tmp/gw-$g" 2>/dev/null; then
+    ok hook_payload
+    code=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["code"])' "$tmp/gw-$g")
+    same hook_code_verifies "$(verify "$b3" 13800138000 "$code")" 200
+else
+    fail hook_payload "$(head -c 300 "$tmp/gw-$g" 2>/dev/null)"
+fi
+stop hook_ok
+    same hook_ok_sigterm "$stopped" 0
+
+# --- a gateway that answers 500: FAILED, the permit refunded, code dropped
+g=$(free_port); gateway fail "$g"
+p4=$(free_port); b4=http://127.0.0.1:$p4
+write_config hook_500 "$p4" "$(printf 'sender:\n  type: webhook\n  url: http://127.0.0.1:%s/sms\n  timeout_ms: 2000' "$g")"
+start hook_500 "$p4" || fail start_hook_500 "did not come up"
+same hook_500_send "$(send_status "$b4" 13800138000)" 202
+body=$(notice_state "$b4" 13800138000 FAILED)
+contains hook_500_failed "$body" '"state":"FAILED"'
+contains hook_500_result "$body" '"provider_result":"webhook: HTTP 500"'
+for _ in $(seq 100); do [ "$(metric "$b4" captcha_refunds_total)" = 1 ] && break; sleep 0.05; done
+same hook_500_refunded "$(send_status "$b4" 13800138000)" 202
+code=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["code"])' "$tmp/gw-$g" 2>/dev/null)
+same hook_500_code_dropped "$(verify_body "$b4" 13800138000 "${code:-000000}")" "$invalid"
+contains hook_500_metric "$(curl -s "$b4/metrics")" 'captcha_sender_results_total{result="failure"}'
+stop hook_500
+    same hook_500_sigterm "$stopped" 0
+
+# --- a gateway that never answers: the timeout fails it; a full queue
+g=$(free_port); gateway hang "$g"
+p5=$(free_port); b5=http://127.0.0.1:$p5
+write_config hook_hang "$p5" "$(printf 'sender:\n  type: webhook\n  url: http://127.0.0.1:%s/sms\n  timeout_ms: 700\n  queue_size: 1' "$g")"
+start hook_hang "$p5" || fail start_hook_hang "did not come up"
+same hang_send "$(send_status "$b5" 13800138000)" 202
+# The worker has taken it: the queue (of 1) is empty, then holds one.
+for _ in $(seq 100); do [ "$(metric "$b5" captcha_queue_depth)" = 0 ] && break; sleep 0.02; done
+same hang_queued "$(send_status "$b5" 13800138001)" 202
+out=$(send "$b5" 13800138002)
+same queue_full "${out##* }" 503
+body=$(notice_state "$b5" 13800138000 FAILED)
+contains hang_failed "$body" '"state":"FAILED"'
+contains hang_timeout "$body" 'Timeout'
+notice_state "$b5" 13800138001 FAILED >/dev/null
+same hang_refunded "$(send_status "$b5" 13800138000)" 202
+same queue_full_refunded "$(send_status "$b5" 13800138002)" 202
+contains queue_full_notice "$(curl -s -H "Authorization: Bearer $token" "$b5/notices?telephone=13800138002")" 'not sent: queue full'
+stop hook_hang
+    same hang_sigterm "$stopped" 0
+
+# ================================================ two instances, one Redis
+if rport=$(redis_start); then
+    pa=$(free_port); pb=$(free_port)
+    ba=http://127.0.0.1:$pa; bb=http://127.0.0.1:$pb
+    redis_store=$(printf 'store:\n  type: redis\n  url: redis://127.0.0.1:%s\n  on_failure: closed' "$rport")
+    write_config ra "$pa" "$redis_store"
+    write_config rb "$pb" "$redis_store"
+    start ra "$pa" && start rb "$pb" || fail start_redis "did not come up"
+    same redis_send_a "$(send_status "$ba" 13800138000)" 202
+    same redis_send_b_limited "$(send_status "$bb" 13800138000 10.6.0.1)" 429
+    code=$(code_of "$tmp/ra.sms" 13800138000)
+    same redis_code_key "$(rcli "$rport" HGET 'captcha:code:{13800138000}' code)" "$code"
+    ttl=$(rcli "$rport" PTTL 'captcha:code:{13800138000}')
+    if [ "$ttl" -gt 290000 ] && [ "$ttl" -le 300000 ]; then ok redis_code_ttl; else fail redis_code_ttl "$ttl"; fi
+    same redis_verify_b "$(verify "$bb" 13800138000 "$code")" 200
+    same redis_verify_a_again "$(verify "$ba" 13800138000 "$code")" 400
+    same redis_code_gone "$(rcli "$rport" EXISTS 'captcha:code:{13800138000}')" 0
+    # Wrong guesses count across instances.
+    send "$ba" 13800138001 >/dev/null
+    code=$(code_of "$tmp/ra.sms" 13800138001)
+    wrong=$(printf '%06d' $(((10#$code + 1) % 1000000)))
+    for i in 1 2 3; do verify "$ba" 13800138001 "$wrong" >/dev/null; done
+    for i in 1 2; do verify "$bb" 13800138001 "$wrong" >/dev/null; done
+    same redis_wrong_invalidates "$(verify "$ba" 13800138001 "$code")" 400
+    # Concurrent correct verifies on both instances: exactly one wins.
+    send "$bb" 13800138002 10.6.0.2 >/dev/null
+    code=$(code_of "$tmp/rb.sms" 13800138002)
+    waitfor=()
+    for i in $(seq 8); do
+        if [ $((i % 2)) = 0 ]; then b=$ba; else b=$bb; fi
+        { verify "$b" 13800138002 "$code" "10.7.0.$i"; echo; } >"$tmp/rconc.$i" &
+        waitfor+=($!)
+    done
+    wait "${waitfor[@]}"
+    same redis_concurrent_once "$(cat "$tmp"/rconc.* | sort | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ' ')" "1 200 7 400 "
+    stop ra
+    same redis_sigterm_a "$stopped" 0
+    stop rb
+    same redis_sigterm_b "$stopped" 0
+else
+    fail redis "did not start"
+fi
+
+finish
