@@ -875,10 +875,8 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
 int rateld_config_load(const char *path, rateld_config_t **out, char *err,
                        size_t errlen)
 {
-    rateld__ctx_t ctx = {path ? path : "config", err, errlen};
-    size_t cap = RATELD__CONFIG_MAX_BYTES + 1, len = 0;
     char *text;
-    FILE *f;
+    size_t len;
     int rc;
 
     if (out)
@@ -888,38 +886,9 @@ int rateld_config_load(const char *path, rateld_config_t **out, char *err,
             snprintf(err, errlen, "config: no file given");
         return -1;
     }
-    f = fopen(path, "rb");
-    if (!f) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    if (rateld__read_file(path, &text, &len, err, errlen) != 0)
         return -1;
-    }
-    text = malloc(cap);
-    if (!text) {
-        fclose(f);
-        return rateld__fail(&ctx, 1, "out of memory");
-    }
-    /* Reads one byte past the limit to tell a file that is too large. */
-    while (len < cap) {
-        size_t got = fread(text + len, 1, cap - len, f);
-        if (got == 0)
-            break;
-        len += got;
-    }
-    if (ferror(f)) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        fclose(f);
-        free(text);
-        return -1;
-    }
-    fclose(f);
-    if (len > RATELD__CONFIG_MAX_BYTES)
-        rc = rateld__fail(&ctx, 1,
-                          "the file is larger than 1 MiB; a configuration "
-                          "may be at most 1 MiB");
-    else
-        rc = rateld_config_parse(text, len, path, out, err, errlen);
+    rc = rateld_config_parse(text, len, path, out, err, errlen);
     free(text);
     return rc;
 }

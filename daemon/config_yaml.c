@@ -13,6 +13,7 @@
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -780,5 +781,48 @@ int rateld_cidr_parse(const char *text, rateld_cidr_t *out, char *err,
         }
     }
     *out = c;
+    return 0;
+}
+
+int rateld__read_file(const char *path, char **text, size_t *len, char *err,
+                      size_t errlen)
+{
+    size_t cap = RATELD__CONFIG_MAX_BYTES + 1, n = 0, got;
+    char *buf;
+    FILE *f;
+
+    *text = NULL;
+    *len = 0;
+    f = fopen(path, "rb");
+    if (!f) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    /* One byte past the limit tells a file that is too large. */
+    while (n < cap && (got = fread(buf + n, 1, cap - n, f)) > 0)
+        n += got;
+    if (ferror(f) || n > RATELD__CONFIG_MAX_BYTES) {
+        if (err && errlen && ferror(f))
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        else if (err && errlen)
+            snprintf(err, errlen,
+                     "%s:1: the file is larger than 1 MiB; a configuration "
+                     "may be at most 1 MiB",
+                     path);
+        fclose(f);
+        free(buf);
+        return -1;
+    }
+    fclose(f);
+    *text = buf;
+    *len = n;
     return 0;
 }

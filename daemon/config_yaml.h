@@ -48,6 +48,14 @@ typedef struct rateld__ctx_s {
     size_t errlen;
 } rateld__ctx_t;
 
+/*
+ * Reads the configuration file at `path` (at most RATELD__CONFIG_MAX_BYTES)
+ * into a malloc'd *text of *len bytes. Returns 0, or -1 with "PATH: reason"
+ * in err (cannot open or read it, too large, out of memory).
+ */
+int rateld__read_file(const char *path, char **text, size_t *len, char *err,
+                      size_t errlen);
+
 /* Writes "NAME:LINE: " and the formatted text to ctx->err; returns -1. */
 int rateld__fail(const rateld__ctx_t *ctx, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

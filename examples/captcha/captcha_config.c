@@ -462,34 +462,14 @@ out:
 int captcha_config_load(const char *path, captcha_config_t **out, char *err,
                         size_t errlen)
 {
-    rateld__ctx_t ctx = {path, err, errlen};
-    size_t cap = RATELD__CONFIG_MAX_BYTES + 1, len = 0, got;
     char *text;
-    FILE *f;
+    size_t len;
     int rc;
 
     *out = NULL;
-    f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    if (rateld__read_file(path, &text, &len, err, errlen) != 0)
         return -1;
-    }
-    text = malloc(cap);
-    if (!text) {
-        fclose(f);
-        return rateld__fail(&ctx, 1, "out of memory");
-    }
-    while (len < cap && (got = fread(text + len, 1, cap - len, f)) > 0)
-        len += got;
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        rc = -1;
-    } else if (len > RATELD__CONFIG_MAX_BYTES) {
-        rc = rateld__fail(&ctx, 1, "the file is larger than 1 MiB");
-    } else {
-        rc = captcha_config_parse(text, len, path, out, err, errlen);
-    }
-    fclose(f);
+    rc = captcha_config_parse(text, len, path, out, err, errlen);
     free(text);
     return rc;
 }
