@@ -159,7 +159,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(RATELD)
+valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(RATELD) $(BUILD)/captchad
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)

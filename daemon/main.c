@@ -253,8 +253,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "rateld: cannot start the signal thread\n");
         goto out;
     }
-    pthread_detach(sig_tid);
     rc = ratel_http_server_run(d.http) == 0 ? 0 : 1;
+    /* The signal thread ends after a stop; if the server ended otherwise,
+       wake it so that it does. Joined, it is gone before everything is
+       freed (a thread still running at exit leaks its stack). */
+    pthread_kill(sig_tid, SIGTERM);
+    pthread_join(sig_tid, NULL);
     rateld_log("info", "rateld stopped", "status=%d", rc);
 out:
     ratel_http_server_free(d.http);

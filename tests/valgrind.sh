@@ -99,6 +99,20 @@ if [ -x "$build/rateld" ]; then
     fi
 fi
 
+# --- captchad end to end, the service under valgrind (its sigterm_exit
+# checks fail on a valgrind error or leak: exit status 99)
+if [ -x "$build/captchad" ]; then
+    echo "== captchad under valgrind"
+    out=$(CAPTCHAD_WRAP="${vg[*]}" BUILD="$build" bash "$here/integration/test_captcha.sh" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL) ' | grep -v '^ok '
+    if ! add_counts "$out"; then
+        echo "FAIL captchad: no result line (exit $rc)"
+        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+fi
+
 # --- the Redis store against real redis-servers (the servers themselves
 # run without valgrind; the store, its threads and forks run under it)
 if [ -x "$build/test_redis_store" ]; then

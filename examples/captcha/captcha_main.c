@@ -151,7 +151,6 @@ static int run(captcha_t *app, const char *path)
         rateld_log("error", "cannot start the signal thread", "%s", "");
         return 1;
     }
-    pthread_detach(sig_tid);
     rateld_log("info", "captchad started",
                "version=%s listen=%s port=%d threads=%u store=%s sender=%s "
                "sqlite=%s config=%s",
@@ -160,6 +159,10 @@ static int run(captcha_t *app, const char *path)
                c->sender == CAPTCHA_SENDER_LOG ? "log" : "webhook",
                c->sqlite_path, path);
     rc = ratel_http_server_run(app->http) == 0 ? 0 : 1;
+    /* The signal thread ends after a stop; if the server ended otherwise,
+       wake it. Joined, it is gone before the program frees what it uses. */
+    pthread_kill(sig_tid, SIGTERM);
+    pthread_join(sig_tid, NULL);
     return rc;
 }
 
