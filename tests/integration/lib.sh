@@ -72,7 +72,10 @@ finish() {
 free_port() {
     local p
     for _ in $(seq 200); do
-        p=$((20000 + RANDOM % 20000))
+        # 10000..21999, and the cluster bus port +10000 below 32768: both
+        # outside the kernel's ephemeral range (32768..60999), so no
+        # client connection's local port can take them meanwhile.
+        p=$((10000 + RANDOM % 12000))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
            ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
             echo "$p"

@@ -46,8 +46,10 @@
 #define CLUSTER_OK_TIMEOUT_MS 20000
 #define POLL_INTERVAL_MS 10
 #define LOG_TAIL_LINES 20
-#define PORT_LOW 20000
-#define PORT_SPAN 20000
+/* Below the kernel's ephemeral range (32768..60999) with the bus port
+   (+10000) too, so no client connection's local port can take them. */
+#define PORT_LOW 10000
+#define PORT_SPAN 12000
 #define BUS_OFFSET 10000
 
 #define MAX_FAKES 16

@@ -166,7 +166,7 @@ void test_servers_cleanup(void);
 const char *test_servers_root(void);
 
 /*
- * A random loopback TCP port in 20000..39999 on which nothing listens,
+ * A random loopback TCP port in 10000..21999 on which nothing listens,
  * nor on port + 10000 (the cluster bus port): both can be bound, with
  * SO_REUSEADDR as redis-server binds them. Ports of servers this process
  * started and has not freed, running or not, are never returned, so a
