@@ -266,20 +266,18 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
 static int check_cost(const rateld_policy_t *pol, long long cost, char *err,
                       size_t errlen)
 {
-    for (uint32_t i = 0; i < pol->policy.nrules; i++) {
-        const ratel_rule_t *r = &pol->policy.rules[i];
-        long long cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
-        if (cost > cap) {
-            char text[64];
-            ratel_rule_format(r, text, sizeof text);
-            snprintf(err, errlen,
-                     "cost %lld is more than rule %s of policy %s can ever "
-                     "admit (%lld)",
-                     cost, text, pol->name, cap);
-            return -1;
-        }
-    }
-    return 0;
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    size_t i = 0;
+    char text[64];
+
+    req.cost = (uint64_t)cost;
+    if (ratel_policy_check_request(&pol->policy, &req, &i) != RATEL_ECOST)
+        return 0;
+    ratel_rule_format(&pol->policy.rules[i], text, sizeof text);
+    snprintf(err, errlen,
+             "cost %lld is more than rule %s of policy %s can ever admit",
+             cost, text, pol->name);
+    return -1;
 }
 
 /* ------------------------------------------------------------ batching */

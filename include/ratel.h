@@ -206,6 +206,19 @@ typedef struct ratel_decision_s {
 } ratel_decision_t;
 
 /*
+ * Whether `request` could ever be admitted under `policy`, before any state
+ * is read: 0; RATEL_ECOST when its cost is above a rule's capacity (its
+ * burst for gcra, else its limit), with that rule's index in *rule when
+ * rule is not NULL; RATEL_EINVAL for cost 0, a max wait out of range or a
+ * max wait with a rule that is not gcra. ratel_policy_acquire() makes the
+ * same check; callers that answer before it runs (a Redis store, rateld)
+ * call this to name the rule.
+ */
+RATEL_API int ratel_policy_check_request(const ratel_policy_t *policy,
+                                         const ratel_request_t *request,
+                                         size_t *rule);
+
+/*
  * Decides one request for one key at `now_us` (microseconds since the Unix
  * epoch, read once by the caller) and, unless denied or RATEL_PEEK, charges
  * every rule of `policy` (all-or-nothing).

@@ -70,48 +70,31 @@ else
     echo "== CLI suite skipped: tests/cli/test_cli.sh has no RATEL_CLI_WRAP"
 fi
 
-# --- the CLI's store commands against real redis-servers, every ratel
-# command under valgrind
-cli_store=$here/cli/test_cli_store.sh
-if [ -f "$cli_store" ]; then
-    echo "== CLI store commands under valgrind"
-    out=$(RATEL_CLI_WRAP="${vg[*]}" BUILD="$build" bash "$cli_store" 2>&1)
+# wrapped_suite TITLE WRAP_VAR SCRIPT: runs a suite whose programs the
+# script prefixes with $WRAP_VAR (valgrind here). A valgrind error makes
+# the wrapped program exit 99, which fails the suite's own checks.
+wrapped_suite() {
+    local title=$1 var=$2 script=$3 out rc
+    echo "== $title under valgrind"
+    out=$(env "$var=${vg[*]}" BUILD="$build" bash "$script" 2>&1)
     rc=$?
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    printf '%s\n' "$out" | grep -E '^FAIL '
     if ! add_counts "$out"; then
-        echo "FAIL cli store: no result line (exit $rc)"
+        echo "FAIL $title: no result line (exit $rc)"
         printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
         failed=$((failed + 1))
     fi
-fi
+}
 
-# --- rateld end to end, the daemon under valgrind (an error or a leak at
-# exit makes its status 99: the suite's sigterm_exit check fails)
-if [ -x "$build/rateld" ]; then
-    echo "== rateld under valgrind"
-    out=$(RATELD_WRAP="${vg[*]}" BUILD="$build" bash "$here/integration/test_rateld.sh" 2>&1)
-    rc=$?
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL) ' | grep -v '^ok '
-    if ! add_counts "$out"; then
-        echo "FAIL rateld: no result line (exit $rc)"
-        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
-fi
-
-# --- captchad end to end, the service under valgrind (its sigterm_exit
-# checks fail on a valgrind error or leak: exit status 99)
-if [ -x "$build/captchad" ]; then
-    echo "== captchad under valgrind"
-    out=$(CAPTCHAD_WRAP="${vg[*]}" BUILD="$build" bash "$here/integration/test_captcha.sh" 2>&1)
-    rc=$?
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL) ' | grep -v '^ok '
-    if ! add_counts "$out"; then
-        echo "FAIL captchad: no result line (exit $rc)"
-        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
-fi
+# The CLI's store commands against real redis-servers; rateld and captchad
+# end to end (an error or a leak at exit makes the daemon's status 99: the
+# suite's sigterm_exit check fails).
+[ -f "$here/cli/test_cli_store.sh" ] &&
+    wrapped_suite "CLI store commands" RATEL_CLI_WRAP "$here/cli/test_cli_store.sh"
+[ -x "$build/rateld" ] &&
+    wrapped_suite rateld RATELD_WRAP "$here/integration/test_rateld.sh"
+[ -x "$build/captchad" ] &&
+    wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 
 # --- the Redis store against real redis-servers (the servers themselves
 # run without valgrind; the store, its threads and forks run under it)

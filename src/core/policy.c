@@ -449,6 +449,25 @@ acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
                           state_len, state_cap, now_us, req, d);
 }
 
+int ratel_policy_check_request(const ratel_policy_t *policy,
+                               const ratel_request_t *req, size_t *rule)
+{
+    if (!policy || !req || policy->nrules < 1 ||
+        policy->nrules > RATEL_MAX_RULES || req->cost < 1 ||
+        req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
+        return RATEL_EINVAL;
+    for (uint32_t i = 0; i < policy->nrules; i++) {
+        if (req->cost > ratel__rule_capacity(&policy->rules[i])) {
+            if (rule)
+                *rule = i;
+            return RATEL_ECOST;
+        }
+        if (req->max_wait_ms > 0 && policy->rules[i].algo != RATEL_ALGO_GCRA)
+            return RATEL_EINVAL;
+    }
+    return 0;
+}
+
 static int acquire(const ratel_policy_t *policy, uint8_t *state,
                    size_t *state_len, size_t state_cap, int64_t now_us,
                    const ratel_request_t *req, ratel_decision_t *d, int owned)
@@ -460,14 +479,8 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
     if (!req || !d ||
         (err = check_call(policy, state, state_len, now_us, req->cost)) != 0)
         return RATEL_EINVAL;
-    if (req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
-        return RATEL_EINVAL;
-    for (uint32_t i = 0; i < policy->nrules; i++) {
-        if (req->cost > ratel__rule_capacity(&policy->rules[i]))
-            return RATEL_ECOST;
-        if (req->max_wait_ms > 0 && policy->rules[i].algo != RATEL_ALGO_GCRA)
-            return RATEL_EINVAL;
-    }
+    if ((err = ratel_policy_check_request(policy, req, NULL)) != 0)
+        return err;
     if (*state_len > 0 &&
         ratel__state_match(policy, state, *state_len, rec, owned)) {
         if (policy->nrules == 1 && req->max_wait_ms == 0)

@@ -547,23 +547,6 @@ out:
 
 /* --------------------------------------------------- failure policy */
 
-/* Largest cost every rule of `policy` could ever admit. */
-static int check_cost(const ratel_policy_t *p, const ratel_request_t *req)
-{
-    if (req->cost < 1)
-        return RATEL_EINVAL;
-    for (uint32_t i = 0; i < p->nrules; i++) {
-        const ratel_rule_t *r = &p->rules[i];
-        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
-        if (req->cost > cap)
-            return RATEL_ECOST;
-        if (req->max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA)
-            return RATEL_EINVAL;
-    }
-    if (req->max_wait_ms < 0 || req->max_wait_ms > RATEL_PERIOD_MAX_MS)
-        return RATEL_EINVAL;
-    return 0;
-}
 
 /*
  * Decides a request Redis could not decide, by the failure policy. Returns
@@ -683,7 +666,7 @@ static int redis_acquire(ratel_store_t *store, const char *key, size_t keylen,
 
     if (keylen > REDIS_KEY_MAX)
         return RATEL_ERANGE;
-    rc = check_cost(policy, request);
+    rc = ratel_policy_check_request(policy, request, NULL);
     if (rc != 0)
         return rc;
     if (s->cache) {
@@ -723,7 +706,7 @@ static int redis_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
             it->rc = RATEL_ERANGE;
             continue;
         }
-        it->rc = check_cost(it->policy, &it->request);
+        it->rc = ratel_policy_check_request(it->policy, &it->request, NULL);
         if (it->rc != 0)
             continue;
         if (s->cache) {

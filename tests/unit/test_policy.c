@@ -202,7 +202,33 @@ TEST(policy_inspect_describes_each_rule)
     CHECK_EQ(n, 0);
 }
 
+TEST(policy_check_request_names_the_rule)
+{
+    const char *texts[] = {"10/1m", "5/1s:gcra,burst=3", "100/1h"};
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    ratel_policy_t p;
+    size_t rule = 99;
+
+    REQUIRE(ratel_policy_parse(&p, texts, 3, NULL, 0) == 0);
+    CHECK_EQ(ratel_policy_check_request(&p, &req, &rule), 0);
+    CHECK_EQ(rule, 99);
+    req.cost = 3;
+    CHECK_EQ(ratel_policy_check_request(&p, &req, &rule), 0);
+    req.cost = 4; /* above the gcra rule's burst, not its limit */
+    CHECK_EQ(ratel_policy_check_request(&p, &req, &rule), RATEL_ECOST);
+    CHECK_EQ(rule, 1);
+    req.cost = 0;
+    CHECK_EQ(ratel_policy_check_request(&p, &req, NULL), RATEL_EINVAL);
+    req.cost = 1;
+    req.max_wait_ms = 10; /* reservations need every rule to be gcra */
+    CHECK_EQ(ratel_policy_check_request(&p, &req, NULL), RATEL_EINVAL);
+    req.max_wait_ms = -1;
+    CHECK_EQ(ratel_policy_check_request(&p, &req, NULL), RATEL_EINVAL);
+}
+
 RATEL_SUITE(policy) = {
+    {"policy_check_request_names_the_rule",
+     test_policy_check_request_names_the_rule},
     {"policy_rejected_request_charges_no_rule",
      test_policy_rejected_request_charges_no_rule},
     {"policy_peek_changes_nothing", test_policy_peek_changes_nothing},
