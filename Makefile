@@ -38,6 +38,8 @@ SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson 2>/dev/null 
 
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
 HTTP_SRC  := $(sort $(wildcard src/http/*.c))
+# Code rateld and captchad share as equals (src/app/: strict JSON, ...).
+APP_SRC   := $(sort $(wildcard src/app/*.c))
 DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
@@ -52,6 +54,8 @@ MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 HTTP_OBJ  := $(HTTP_SRC:%.c=$(BUILD)/%.o)
+APP_OBJ   := $(APP_SRC:%.c=$(BUILD)/%.o)
+APP_LIB   := $(if $(APP_SRC),$(BUILD)/libratel_app.a)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h daemon/*.h)
 
@@ -84,8 +88,12 @@ $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 $(BUILD)/libratel_http.a: $(HTTP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
+# What rateld and captchad share (src/app/).
+$(BUILD)/libratel_app.a: $(APP_OBJ)
+	rm -f $@ && $(AR) rcs $@ $^
+
 # rateld: daemon/ on libratel and the HTTP server.
-$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
@@ -129,12 +137,12 @@ $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integratio
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
-$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
@@ -199,7 +207,7 @@ $(BUILD)/examples/captcha/%.o: examples/captcha/%.c examples/captcha/captcha.h $
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/captchad: $(CAPTCHA_OBJ) $(CAPTCHA_DAEMON_OBJ) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+$(BUILD)/captchad: $(CAPTCHA_OBJ) $(CAPTCHA_DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
 
 all: $(BUILD)/captchad

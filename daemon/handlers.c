@@ -13,7 +13,7 @@
  * Decisions are batched per worker (rateld.h): the handler checks the
  * request and queues it, rateld_flush() decides the batch and answers.
  */
-#include "daemon/headers.h"
+#include "app/ratelimit.h"
 #include "daemon/rateld.h"
 
 #include <cjson/cJSON.h>
@@ -419,7 +419,7 @@ static void decision_headers(answer_t *a, const rateld_gen_t *gen,
                              const ratel_decision_t *dec, int denied)
 {
     const char *pf = gen->policy_field[p->policy_index];
-    size_t n = rateld_header_ratelimit(p->policy, dec, a->limit,
+    size_t n = ratel__header_ratelimit(p->policy->name, &p->policy->policy, dec, a->limit,
                                        sizeof a->limit);
     a->n = 0;
     a->h[a->n++] = (ratel_http_header_t){{"Content-Type", 12},
@@ -431,7 +431,7 @@ static void decision_headers(answer_t *a, const rateld_gen_t *gen,
         {a->limit, n < sizeof a->limit ? n : sizeof a->limit - 1}};
     if (denied) {
         int m = snprintf(a->retry, sizeof a->retry, "%lld",
-                         rateld_retry_after_seconds(dec));
+                         ratel__retry_after_seconds(dec));
         a->h[a->n++] =
             (ratel_http_header_t){{"Retry-After", 11}, {a->retry, (size_t)m}};
     }

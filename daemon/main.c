@@ -10,7 +10,7 @@
  * configuration kept, with the reason logged); SIGTERM and SIGINT stop
  * taking connections, answer what was received (up to 5 s) and exit 0.
  */
-#include "daemon/headers.h"
+#include "app/ratelimit.h"
 #include "daemon/rateld.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
  * reload that publishes a new one, and the freeing of old ones when no
  * worker can hold them any more (rateld.h explains the epochs).
  */
-#include "daemon/headers.h"
+#include "app/ratelimit.h"
 #include "daemon/rateld.h"
 
 #include <stdio.h>
@@ -28,14 +28,14 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
     }
     for (size_t i = 0; i < config->npolicies; i++) {
         const rateld_policy_t *p = &config->policies[i];
-        size_t n = rateld_header_policy(p, NULL, 0);
+        size_t n = ratel__header_policy(p->name, &p->policy, NULL, 0);
         g->metric[i] = rateld_metrics_policy(d->metrics, p->name);
         g->policy_field[i] = malloc(n + 1);
         if (!g->policy_field[i]) {
             rateld_gen_free(g);
             return NULL;
         }
-        rateld_header_policy(p, g->policy_field[i], n + 1);
+        ratel__header_policy(p->name, &p->policy, g->policy_field[i], n + 1);
     }
     return g;
 }

@@ -201,6 +201,9 @@ typedef struct ratel_decision_s {
                                if nothing else happens in between */
     int64_t reset_after_ms; /* until the key is back to full (state empty) */
     int64_t wait_ms;        /* reservations: sleep this long, then proceed */
+    int64_t rule_reset_ms;  /* until the binding rule alone is back to full
+                               (<= reset_after_ms; the Redis store, whose
+                               reply has no such field, gives reset_after_ms) */
     ratel_source_t source;  /* which path decided (RATEL_SOURCE_STORE unless
                                a Redis store's cache or failure policy) */
 } ratel_decision_t;

@@ -251,6 +251,8 @@ static void report(const ratel_policy_t *policy, const ratel__status_t *st,
 {
     int rule = 0;
     int64_t retry = 0, remaining = INT64_MAX, reset = 0;
+    /* Allowed, the binding rule is the one closest to exhaustion (the
+       first of those equally close, as the module and Lua script say). */
 
     for (uint32_t i = 0; i < policy->nrules; i++) {
         if (!plan->allowed && plan->v[i].retry_us > retry) {
@@ -271,6 +273,7 @@ static void report(const ratel_policy_t *policy, const ratel__status_t *st,
     d->remaining = remaining;
     d->retry_after_ms = plan->allowed ? 0 : ratel__ceil_div(retry, 1000);
     d->reset_after_ms = ratel__ceil_div(reset, 1000);
+    d->rule_reset_ms = ratel__ceil_div(st[rule].reset_us, 1000);
     d->wait_ms = ratel__ceil_div(plan->wait_us, 1000);
     d->source = RATEL_SOURCE_STORE;
 }
@@ -428,6 +431,7 @@ static int finish_one(const ratel_policy_t *policy, ratel__record_t *rec,
     d->remaining = st.remaining;
     d->retry_after_ms = v.allowed ? 0 : ratel__ceil_div(v.retry_us, 1000);
     d->reset_after_ms = ratel__ceil_div(st.reset_us, 1000);
+    d->rule_reset_ms = d->reset_after_ms;
     d->wait_ms = 0;
     d->source = RATEL_SOURCE_STORE;
     return 0;

@@ -440,6 +440,7 @@ static int read_set(const set_t *set, uint64_t h, const uint8_t *key,
         out->retry_after_ms = retry > 1 ? retry : 1;
         out->reset_after_ms =
             reset > out->retry_after_ms ? reset : out->retry_after_ms;
+        out->rule_reset_ms = out->reset_after_ms;
         out->wait_ms = 0;
         out->source = RATEL_SOURCE_CACHE;
         return 1;

@@ -406,6 +406,7 @@ static int parse_decision(const redisReply *r, ratel_decision_t *d)
     d->remaining = v[2];
     d->retry_after_ms = v[3];
     d->reset_after_ms = v[4];
+    d->rule_reset_ms = v[4]; /* the reply has the key's reset only */
     d->rule = (int)v[5];
     d->wait_ms = v[6];
     d->source = RATEL_SOURCE_STORE;
@@ -587,7 +588,7 @@ static int fail_decide(redis_store_t *s, node_t *nd, const char *key,
                                            : s->cfg.breaker_us / 1000;
         if (d->retry_after_ms < 1)
             d->retry_after_ms = 1;
-        d->reset_after_ms = d->retry_after_ms;
+        d->reset_after_ms = d->rule_reset_ms = d->retry_after_ms;
         d->source = RATEL_SOURCE_CLOSED;
         return 0;
     default:

@@ -32,7 +32,7 @@ for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 scripts/embed-lua.sh lua/ratel.lua "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
 # rateld's parsers (config, HTTP) and what they need.
-for f in src/http/*.c daemon/*.c; do
+for f in src/http/*.c src/app/*.c daemon/*.c; do
     [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
 done
 cflags+=(-I.)

@@ -5,7 +5,7 @@
  */
 #include "test.h"
 
-#include "daemon/headers.h"
+#include "app/ratelimit.h"
 #include "daemon/request.h"
 #include "ratel.h"
 
@@ -552,17 +552,17 @@ TEST(request_header_policy_field)
     size_t n;
 
     p = rules_policy("sms", sms, 2);
-    n = rateld_header_policy(&p, buf, sizeof buf);
+    n = ratel__header_policy(p.name, &p.policy, buf, sizeof buf);
     check_text(buf, "\"sms-0\";q=1;w=60, \"sms-1\";q=10;w=86400", __LINE__);
     CHECK_EQ(n, strlen(buf));
 
     p = rules_policy("api", api, 1);
-    rateld_header_policy(&p, buf, sizeof buf);
+    ratel__header_policy(p.name, &p.policy, buf, sizeof buf);
     check_text(buf, "\"api-0\";q=100;w=1;ratel-burst=200", __LINE__);
 
     /* Burst equal to the limit is not repeated; windows round up. */
     p = rules_policy("mix.v2_x", gcra, 3);
-    rateld_header_policy(&p, buf, sizeof buf);
+    ratel__header_policy(p.name, &p.policy, buf, sizeof buf);
     check_text(buf,
                "\"mix.v2_x-0\";q=3;w=1, \"mix.v2_x-1\";q=7;w=2, "
                "\"mix.v2_x-2\";q=5;w=1",
@@ -570,7 +570,7 @@ TEST(request_header_policy_field)
 
     /* A name an sf-string must escape (never from a loaded config). */
     p = rules_policy("a\"b\\c\n", sms, 1);
-    rateld_header_policy(&p, buf, sizeof buf);
+    ratel__header_policy(p.name, &p.policy, buf, sizeof buf);
     check_text(buf, "\"a\\\"b\\\\c-0\";q=1;w=60", __LINE__);
 }
 
@@ -583,7 +583,7 @@ TEST(request_header_policy_truncates_like_snprintf)
 
     for (size_t len = 0; len <= strlen(full) + 1; len++) {
         memset(buf, 'Z', sizeof buf);
-        size_t n = rateld_header_policy(&p, len ? buf : NULL, len);
+        size_t n = ratel__header_policy(p.name, &p.policy, len ? buf : NULL, len);
         CHECK_EQ(n, strlen(full));
         if (len > 0) {
             CHECK_EQ(strlen(buf), len - 1 < n ? len - 1 : n);
@@ -601,14 +601,16 @@ TEST(request_header_ratelimit_field)
     char buf[128];
     size_t n;
 
-    /* Allowed: t is when the key is back to full, rounded up. */
+    /* Allowed: t is when the binding rule is back to full, rounded up,
+       not the key's reset (a later rule's). */
     memset(&d, 0, sizeof d);
     d.allowed = 1;
     d.rule = 1;
     d.limit = 10;
     d.remaining = 9;
-    d.reset_after_ms = 8639999;
-    n = rateld_header_ratelimit(&p, &d, buf, sizeof buf);
+    d.rule_reset_ms = 8639999;
+    d.reset_after_ms = 9999999;
+    n = ratel__header_ratelimit(p.name, &p.policy, &d, buf, sizeof buf);
     check_text(buf, "\"sms-1\";r=9;t=8640", __LINE__);
     CHECK_EQ(n, strlen(buf));
 
@@ -620,29 +622,29 @@ TEST(request_header_ratelimit_field)
     d.remaining = 0;
     d.retry_after_ms = 58001;
     d.reset_after_ms = 86400000;
-    rateld_header_ratelimit(&p, &d, buf, sizeof buf);
+    ratel__header_ratelimit(p.name, &p.policy, &d, buf, sizeof buf);
     check_text(buf, "\"sms-0\";r=0;t=59", __LINE__);
-    CHECK_EQ(rateld_retry_after_seconds(&d), 59);
+    CHECK_EQ(ratel__retry_after_seconds(&d), 59);
 
     /* An untouched key: t=0; negative values read 0; a rule index out of
        range names the first rule. */
     memset(&d, 0, sizeof d);
     d.allowed = 1;
     d.remaining = 1;
-    rateld_header_ratelimit(&p, &d, buf, sizeof buf);
+    ratel__header_ratelimit(p.name, &p.policy, &d, buf, sizeof buf);
     check_text(buf, "\"sms-0\";r=1;t=0", __LINE__);
     d.remaining = -3;
     d.rule = 7;
-    d.reset_after_ms = -10;
-    rateld_header_ratelimit(&p, &d, buf, sizeof buf);
+    d.rule_reset_ms = -10;
+    ratel__header_ratelimit(p.name, &p.policy, &d, buf, sizeof buf);
     check_text(buf, "\"sms-0\";r=0;t=0", __LINE__);
 
     /* Cut to fit, full length returned. */
     memset(&d, 0, sizeof d);
     d.allowed = 1;
     d.remaining = 123;
-    d.reset_after_ms = 1000;
-    CHECK_EQ(rateld_header_ratelimit(&p, &d, buf, 8), 17); /* r=123;t=1 */
+    d.rule_reset_ms = 1000;
+    CHECK_EQ(ratel__header_ratelimit(p.name, &p.policy, &d, buf, 8), 17); /* r=123;t=1 */
     check_text(buf, "\"sms-0\"", __LINE__);
 }
 
@@ -666,7 +668,7 @@ TEST(request_retry_after_rounds_up)
         ratel_decision_t d;
         memset(&d, 0, sizeof d);
         d.retry_after_ms = cases[i].ms;
-        CHECK_EQ(rateld_retry_after_seconds(&d), cases[i].s);
+        CHECK_EQ(ratel__retry_after_seconds(&d), cases[i].s);
     }
 }
 

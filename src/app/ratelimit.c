@@ -1,5 +1,5 @@
 /*
- * headers.c - RateLimit-Policy, RateLimit and Retry-After.
+ * ratelimit.c - RateLimit-Policy, RateLimit and Retry-After.
  *
  * Syntax of draft-ietf-httpapi-ratelimit-headers-11 (2026; the field
  * syntax is unchanged since -08), sections 3 and 4. Both fields are
@@ -9,8 +9,8 @@
  *   RateLimit-Policy: "api-0";q=10;w=1, "api-1";q=1000;w=3600
  *   RateLimit: "api-1";r=0;t=42
  *
- * One quota policy item per rule of a rateld policy, named "POLICY-INDEX"
- * (INDEX the rule's position in the policy, as ratel_decision_t.rule):
+ * One quota policy item per rule of a policy, named "POLICY-INDEX" (INDEX
+ * the rule's position in the policy, as ratel_decision_t.rule):
  *
  *   q  the rule's limit: the quota per window. A gcra rule "100/1s:gcra,
  *      burst=200" admits 100 per second sustained and bursts of up to 200;
@@ -24,19 +24,23 @@
  *   pk is left out: rateld's keys hold client addresses and header values
  *      (API keys), which section 6.1 asks servers not to disclose.
  *
- * RateLimit names the decision's binding rule (d->rule) with
+ * RateLimit names the decision's binding rule (d->rule): denied, the rule
+ * whose retry is furthest; allowed, the rule closest to exhaustion (least
+ * remaining), so that a client reading one item learns the limit it will
+ * meet first. Its parameters are that rule's own:
  *
- *   r  the permits still available (d->remaining, at least 0);
+ *   r  the permits still available (d->remaining, the least over the
+ *      rules: the binding rule's, at least 0);
  *   t  whole seconds, rounded up. -11 defines t as the effective window:
  *      the time within which the client can use no more than r. Denied,
  *      r is 0 and that time is d->retry_after_ms, when a retry succeeds;
  *      it equals Retry-After, which section 6 requires not to end before
- *      the effective window. Allowed, ratel's decision does not say when
- *      the next permit frees up, only d->reset_after_ms, when the key is
- *      back to full; using it errs on the side the draft allows (a client
- *      keeping to r within t is never throttled by this rule).
+ *      the effective window. Allowed, it is d->rule_reset_ms, when the
+ *      binding rule is back to full: for "1/60s, 10/1d" just after the
+ *      day's first send, "sms-0";r=0;t=60, not the day's reset. (A
+ *      client keeping to r within t is never throttled by that rule.)
  */
-#include "daemon/headers.h"
+#include "app/ratelimit.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -121,16 +125,17 @@ static void terminate(field_t *f)
         f->buf[f->len - 1] = '\0';
 }
 
-size_t rateld_header_policy(const rateld_policy_t *p, char *buf, size_t len)
+size_t ratel__header_policy(const char *name, const ratel_policy_t *p,
+                            char *buf, size_t len)
 {
     field_t f = {buf, len, 0};
 
-    for (uint32_t i = 0; i < p->policy.nrules; i++) {
-        const ratel_rule_t *r = &p->policy.rules[i];
+    for (uint32_t i = 0; i < p->nrules; i++) {
+        const ratel_rule_t *r = &p->rules[i];
         long long w = ceil_seconds(r->period_ms);
         if (i > 0)
             add(&f, ", ");
-        add_item_name(&f, p->name, (int)i);
+        add_item_name(&f, name, (int)i);
         add(&f, ";q=%lu;w=%lld", (unsigned long)r->limit, w < 1 ? 1 : w);
         if (r->algo == RATEL_ALGO_GCRA && r->burst != 0 && r->burst != r->limit)
             add(&f, ";ratel-burst=%lu", (unsigned long)r->burst);
@@ -139,24 +144,25 @@ size_t rateld_header_policy(const rateld_policy_t *p, char *buf, size_t len)
     return f.n;
 }
 
-size_t rateld_header_ratelimit(const rateld_policy_t *p,
-                               const ratel_decision_t *d, char *buf, size_t len)
+size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
+                               const ratel_decision_t *d, char *buf,
+                               size_t len)
 {
     field_t f = {buf, len, 0};
     int rule = d->rule;
     long long t;
 
-    if (rule < 0 || (uint32_t)rule >= p->policy.nrules)
+    if (rule < 0 || (uint32_t)rule >= p->nrules)
         rule = 0;
-    t = d->allowed ? ceil_seconds(d->reset_after_ms)
+    t = d->allowed ? ceil_seconds(d->rule_reset_ms)
                    : ceil_seconds(d->retry_after_ms);
-    add_item_name(&f, p->name, rule);
+    add_item_name(&f, name, rule);
     add(&f, ";r=%lld;t=%lld", clamp_integer(d->remaining), t);
     terminate(&f);
     return f.n;
 }
 
-long long rateld_retry_after_seconds(const ratel_decision_t *d)
+long long ratel__retry_after_seconds(const ratel_decision_t *d)
 {
     long long s = ceil_seconds(d->retry_after_ms);
     return s < 1 ? 1 : s;
