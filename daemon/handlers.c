@@ -691,16 +691,43 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex,
     free(body);
 }
 
+/*
+ * /readyz: 200 while the store is up, else 503 with the cause, from the
+ * store's health as last seen (ratel_store_health(): no I/O, so a hung
+ * Redis never holds up this worker). The health thread (health.c) keeps
+ * it right while no request comes. Body: {"ready":..., "store":...,
+ * "since_ms": ms in this state (0: never changed)} and, when down,
+ * "cause" and "error".
+ */
 static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
 {
-    char err[300];
-    int rc = ratel_store_ping(d->store, err, sizeof err);
-    if (rc != 0) {
-        respond_error(d, ex, thread, 503, "store %s not ready: %s",
-                      d->store_name, err[0] ? err : ratel_strerror(rc));
+    static const ratel_http_header_t json_type[] = {
+        {{"Content-Type", 12}, {"application/json", 16}}};
+    ratel_store_health_t h;
+    cJSON *o = cJSON_CreateObject();
+    char *body = NULL, error[400];
+    int64_t age = 0;
+
+    if (ratel_store_health(d->store, &h) != 0)
+        snprintf(h.cause, sizeof h.cause, "no store");
+    if (h.since_us > 0 && ratel_clock_now_us() > h.since_us)
+        age = (ratel_clock_now_us() - h.since_us) / 1000;
+    snprintf(error, sizeof error, "store %s not ready: %s", d->store_name,
+             h.cause);
+    if (o && cJSON_AddBoolToObject(o, "ready", h.up) &&
+        cJSON_AddStringToObject(o, "store", d->store_name) &&
+        cJSON_AddNumberToObject(o, "since_ms", (double)age) &&
+        (h.up || (cJSON_AddStringToObject(o, "cause", h.cause) &&
+                  cJSON_AddStringToObject(o, "error", error))))
+        body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) {
+        respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
         return;
     }
-    respond(d, ex, thread, 200, NULL, 0, "ready\n", 6);
+    respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
+            strlen(body));
+    cJSON_free(body);
 }
 
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,

@@ -11,6 +11,7 @@
  * taking connections, answer what was received (up to 5 s) and exit 0.
  */
 #include "app/ratelimit.h"
+#include "daemon/health.h"
 #include "daemon/rateld.h"
 
 #include <errno.h>
@@ -55,9 +56,9 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
                        "reason=\"%s\"", err);
             return -1;
         }
-        if (ratel_store_ping(d->store, err, sizeof err) != 0)
-            rateld_log("warn", "redis does not answer yet",
-                       "reason=\"%s\"", err);
+        /* One PING now, so that /readyz is right from the first request;
+           a failure is logged as "store down" by the health thread. */
+        ratel_store_ping(d->store, NULL, 0);
     }
     return 0;
 }
@@ -158,6 +159,7 @@ int main(int argc, char **argv)
     rateld_t d;
     char err[800];
     pthread_t sig_tid;
+    rateld_health_t *watch = NULL;
     sigset_t set;
     int opt, rc = 1;
 
@@ -249,6 +251,9 @@ int main(int argc, char **argv)
                    ratel_http_server_port(d.http), d.threads, d.store_name,
                    g->config->npolicies, g->config->nroutes, path);
     }
+    /* Only a Redis store changes health (a memory store is always up). */
+    if (strcmp(d.store_name, "memory") != 0)
+        watch = rateld_health_start(d.store, d.store_name);
     if (pthread_create(&sig_tid, NULL, signal_thread, &d) != 0) {
         fprintf(stderr, "rateld: cannot start the signal thread\n");
         goto out;
@@ -262,6 +267,8 @@ int main(int argc, char **argv)
     rateld_log("info", "rateld stopped", "status=%d", rc);
 out:
     ratel_http_server_free(d.http);
+    /* No worker uses the store any more: stop watching it before it goes. */
+    rateld_health_stop(watch);
     {
         rateld_gen_t *g = atomic_load(&d.current), *r;
         rateld_gen_free(g);

@@ -464,6 +464,62 @@ RATEL_API void ratel_store_errstr(ratel_store_t *store, char *buf,
 RATEL_API int ratel_store_ping(ratel_store_t *store, char *errbuf,
                                size_t errlen);
 
+/*
+ * A store's health as this process last saw it, learnt without any I/O.
+ *
+ * A Redis store is down while a server it sends requests to is down: from
+ * the round trip that failed (refused, reset, timed out, not Redis) and
+ * opened that server's breaker, or a ratel_store_ping() that failed, until
+ * a round trip or a ping on that server succeeds. Requests are what show a
+ * failure or a recovery; without traffic only ratel_store_ping() does, so
+ * a program that needs a right answer while idle (a readiness probe) pings
+ * now and then from a thread of its own (rateld pings once a second). A
+ * new store counts as up until a failure is seen. A memory store is
+ * always up and never changes.
+ */
+typedef struct ratel_store_health_s {
+    int up;               /* 1: the store decides with its own state */
+    int64_t since_us;     /* when the store entered this state (wall clock,
+                             us since the Unix epoch); 0: never changed */
+    uint64_t transitions; /* changes so far, up->down and down->up: a reader
+                             that saw a smaller count missed the difference */
+    int64_t last_outage_ms; /* how long the last outage that ended lasted
+                               (0: none has ended) */
+    char cause[256];      /* down: the latest failure, e.g. "127.0.0.1:6379:
+                             Connection refused"; up: what the last outage's
+                             was ("" if none) */
+} ratel_store_health_t;
+
+/*
+ * Copies the store's health into *out. Never blocks on the network: it
+ * takes a short lock, so a readiness endpoint may call it on an event-loop
+ * thread. Returns 0, or RATEL_EINVAL (out zeroed) when store or out is
+ * NULL.
+ */
+RATEL_API int ratel_store_health(ratel_store_t *store,
+                                 ratel_store_health_t *out);
+
+/*
+ * Told that a store's health changed; `ud` is what was registered. It runs
+ * in the thread that noticed the change, inside a store call but outside
+ * the store's locks: it must return quickly and must not call the store,
+ * but for ratel_store_health(). One call may stand for several changes:
+ * read ratel_store_health() (its `transitions`) to know what happened.
+ */
+typedef void (*ratel_store_health_fn)(void *ud);
+
+/*
+ * Registers fn(ud) to be called after every change of the store's health
+ * (fn NULL: none); it replaces the previous one. A call that a store call
+ * on another thread already started may still run the previous function:
+ * register before sharing the store between threads, and clear it only
+ * when no other thread uses the store. `ud` is the caller's and must live
+ * until then. A memory store never calls it. Returns 0, or RATEL_EINVAL
+ * for a NULL store.
+ */
+RATEL_API int ratel_store_watch_health(ratel_store_t *store,
+                                       ratel_store_health_fn fn, void *ud);
+
 /* Frees the store and everything it holds. NULL is a no-op. */
 RATEL_API void ratel_store_free(ratel_store_t *store);
 

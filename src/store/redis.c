@@ -22,8 +22,14 @@
  *   memory store. The decision's `source` says which.
  * - Deny cache. A denial until T answers this key locally until T
  *   (deny_cache.h).
+ * - Health (ratel_store_health()). Each node is a source (redis_node.h);
+ *   the store's own check is one more: ratel_store_ping() finding no
+ *   cluster map, or a PING answered with an error (LOADING), is a failure
+ *   no node's transport saw. A node that stops serving (an old primary
+ *   after a failover, a node left without slots) stops counting.
  */
 #include "store/deny_cache.h"
+#include "store/health.h"
 #include "store/redis_node.h"
 #include "store/redis_url.h"
 #include "store/store.h"
@@ -72,6 +78,9 @@ typedef struct redis_store_s {
 
     pthread_mutex_t err_lock;
     char errstr[300];
+
+    ratel_health_t health;
+    int check_down; /* the store's own check, as a health source */
 
     _Atomic int64_t last_now_us; /* the callers' latest time */
     _Atomic uint64_t round_trips, commands, reconnects, cache_hits, errors,
@@ -317,6 +326,7 @@ static int parse_redirect(const char *msg, size_t len, unsigned *slot,
 static int failover(redis_store_t *s, int64_t now_us)
 {
     size_t old, found = (size_t)-1;
+    node_t *nd;
 
     if (s->url.cluster || s->url.naddrs < 2)
         return 0;
@@ -351,7 +361,11 @@ static int failover(redis_store_t *s, int64_t now_us)
         return 0;
     pthread_mutex_lock(&s->lock);
     s->primary = found; /* the URL's addresses are nodes 0..naddrs-1 */
+    nd = s->nodes[old];
     pthread_mutex_unlock(&s->lock);
+    /* The old primary no longer serves: its failure is not the store's. */
+    if (ratel__node_health_clear(nd))
+        ratel__health_notify(&s->health);
     return 1;
 }
 
@@ -837,56 +851,110 @@ static int redis_inspect(ratel_store_t *store, const char *key, size_t keylen,
     return rc;
 }
 
+/*
+ * The nodes requests go to now into serving[] (the primary, or every node
+ * that owns a cluster slot), the others into idle[]. Returns how many
+ * serve; *nidle is set to how many do not.
+ */
+static size_t serving_nodes(redis_store_t *s, node_t **serving,
+                            node_t **idle, size_t *nidle)
+{
+    unsigned char owns[REDIS_MAX_NODES] = {0};
+    size_t n = 0;
+
+    *nidle = 0;
+    if (s->url.cluster)
+        for (size_t slot = 0; slot < REDIS_SLOTS; slot++) {
+            unsigned idx = atomic_load_explicit(&s->slots[slot],
+                                                memory_order_relaxed);
+            if (idx > 0 && idx <= REDIS_MAX_NODES)
+                owns[idx - 1] = 1;
+        }
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->nnodes; i++) {
+        int serves = s->url.cluster ? owns[i] : i == s->primary;
+        if (serves)
+            serving[n++] = s->nodes[i];
+        else
+            idle[(*nidle)++] = s->nodes[i];
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+/*
+ * PINGs one node, even when its breaker is open. Returns 0, or a
+ * RATEL_E* code with the reason in err; *transport is set when the
+ * round trip itself failed (the node records that failure as its own).
+ */
+static int ping_node(redis_store_t *s, node_t *nd, char *err, size_t errlen,
+                     int *transport)
+{
+    op_t op;
+    int rc;
+
+    op_init(s, &op, OP_PING, "", 0, 0);
+    op.force = 1;
+    ratel__node_run(nd, (op_t *[]){&op}, 1, ratel_clock_now_us());
+    rc = op.rc;
+    if (rc != 0) {
+        *transport = 1;
+        ratel__node_error(nd, err, errlen);
+        return rc;
+    }
+    if (op.reply->type != REDIS_REPLY_STATUS) {
+        rc = RATEL_EPROTO;
+        ratel__msg(err, errlen, "%s: PING answered %.*s", nd->name,
+                   (int)op.reply->len, op.reply->str ? op.reply->str : "");
+    }
+    freeReplyObject(op.reply);
+    return rc;
+}
+
+/*
+ * Asks every serving node for PING (a cluster: its map first). Feeds the
+ * store's health: a failure no node's transport saw (no map, an error
+ * reply) is the store's own check's; a success clears it, and nodes that
+ * no longer serve stop counting.
+ */
 static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
 {
     redis_store_t *s = (redis_store_t *)store;
-    node_t *nodes[REDIS_MAX_NODES];
-    size_t n = 0;
-    int rc = 0;
+    node_t *serving[REDIS_MAX_NODES], *idle[REDIS_MAX_NODES];
+    size_t n, nidle = 0;
+    char err[300] = "";
+    int rc = 0, changed = 0, transport = 0;
 
-    if (s->url.cluster) {
-        char err[300];
-        /* Ask the cluster which nodes own slots now, then ping those. */
-        if (!refresh_slots(s, ratel_clock_now_us(), 1, err, sizeof err)) {
-            if (errbuf && errlen)
-                ratel__msg(errbuf, errlen, "%s", err);
-            return RATEL_EIO;
-        }
-    }
-    pthread_mutex_lock(&s->lock);
-    if (s->url.cluster) {
-        for (size_t i = 0; i < s->nnodes; i++) {
-            int owns = 0;
-            for (size_t slot = 0; slot < REDIS_SLOTS && !owns; slot++)
-                owns = atomic_load_explicit(&s->slots[slot],
-                                            memory_order_relaxed) == i + 1;
-            if (owns)
-                nodes[n++] = s->nodes[i];
-        }
+    /* Ask the cluster which nodes own slots now, then ping those. */
+    if (s->url.cluster &&
+        !refresh_slots(s, ratel_clock_now_us(), 1, err, sizeof err)) {
+        rc = RATEL_EIO;
     } else {
-        nodes[n++] = s->nodes[s->primary];
+        n = serving_nodes(s, serving, idle, &nidle);
+        for (size_t i = 0; i < nidle; i++)
+            changed |= ratel__node_health_clear(idle[i]);
+        for (size_t i = 0; i < n && rc == 0; i++)
+            rc = ping_node(s, serving[i], err, sizeof err, &transport);
     }
-    pthread_mutex_unlock(&s->lock);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        op_t op;
-        op_init(s, &op, OP_PING, "", 0, 0);
-        op.force = 1;
-        ratel__node_run(nodes[i], (op_t *[]){&op}, 1, ratel_clock_now_us());
-        rc = op.rc;
-        if (rc == 0) {
-            if (op.reply->type != REDIS_REPLY_STATUS) {
-                rc = RATEL_EPROTO;
-                if (errbuf && errlen)
-                    ratel__msg(errbuf, errlen, "%s: PING answered %.*s",
-                             nodes[i]->name, (int)op.reply->len,
-                             op.reply->str ? op.reply->str : "");
-            }
-            freeReplyObject(op.reply);
-        } else if (errbuf && errlen) {
-            ratel__node_error(nodes[i], errbuf, errlen);
-        }
-    }
+    changed |= ratel__health_set(&s->health, &s->check_down,
+                                 rc != 0 && !transport, err,
+                                 ratel_clock_now_us());
+    if (changed)
+        ratel__health_notify(&s->health);
+    if (rc != 0 && errbuf && errlen)
+        ratel__msg(errbuf, errlen, "%s", err);
     return rc;
+}
+
+static void redis_health(ratel_store_t *store, ratel_store_health_t *out)
+{
+    ratel__health_get(&((redis_store_t *)store)->health, out);
+}
+
+static void redis_watch_health(ratel_store_t *store, ratel_store_health_fn fn,
+                               void *ud)
+{
+    ratel__health_watch(&((redis_store_t *)store)->health, fn, ud);
 }
 
 static void redis_errstr(ratel_store_t *store, char *buf, size_t len)
@@ -934,6 +1002,7 @@ static void redis_free(ratel_store_t *store)
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->sha_lock);
     pthread_mutex_destroy(&s->err_lock);
+    ratel__health_destroy(&s->health);
     free(s);
 }
 
@@ -945,6 +1014,8 @@ static const ratel_store_ops_t redis_ops = {
     .inspect = redis_inspect,
     .acquire_batch = redis_acquire_batch,
     .ping = redis_ping,
+    .health = redis_health,
+    .watch_health = redis_watch_health,
     .errstr = redis_errstr,
     .stats = redis_stats,
     .free = redis_free,
@@ -1058,6 +1129,8 @@ int ratel_store_redis_new(ratel_store_t **out,
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->sha_lock, NULL);
     pthread_mutex_init(&s->err_lock, NULL);
+    ratel__health_init(&s->health);
+    s->cfg.health = &s->health;
     rc = ratel__redis_url_parse(options->url, &s->url, errbuf, errlen);
     if (rc == 0)
         rc = configure(s, options, errbuf, errlen);

@@ -4,6 +4,7 @@
  */
 #include "store/redis_node.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,23 @@ static void fail_ops(op_t **ops, size_t k, int rc)
 }
 
 /*
+ * Whether c's last read failed because the command timeout passed: hiredis
+ * 0.14 reports the socket's EAGAIN as an I/O error with strerror's text,
+ * later versions have an error kind of their own. The message then says
+ * "no reply within N ms", which a person reads better than EAGAIN.
+ */
+static int timed_out(const redisContext *c)
+{
+#ifdef REDIS_ERR_TIMEOUT
+    if (c->err == REDIS_ERR_TIMEOUT)
+        return 1;
+#endif
+    return c->err == REDIS_ERR_IO &&
+           (strcmp(c->errstr, strerror(EAGAIN)) == 0 ||
+            strcmp(c->errstr, strerror(EWOULDBLOCK)) == 0);
+}
+
+/*
  * One round trip on `*cp` (connecting first when NULL) for batch[0..k),
  * outside the node's lock. Fills each op's rc/reply/mode (not `done`).
  * Returns 0, or a transport error (the connection is then freed and *cp
@@ -401,10 +419,15 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
     return 0;
 lost:
     proto = c->err == REDIS_ERR_PROTOCOL;
-    ratel__msg(err, errlen, "%s: %s%s", nd->name,
-             proto ? "answered something that is not the Redis protocol: "
-                   : "",
-             c->errstr[0] ? c->errstr : "connection lost");
+    if (timed_out(c))
+        ratel__msg(err, errlen, "%s: no reply within %d ms (timeout_ms)",
+                   nd->name, cfg->command_timeout_ms);
+    else
+        ratel__msg(err, errlen, "%s: %s%s", nd->name,
+                   proto ? "answered something that is not the Redis "
+                           "protocol: "
+                         : "",
+                   c->errstr[0] ? c->errstr : "connection lost");
     rc = proto ? RATEL_EPROTO : RATEL_EIO;
 broken:
     fail_ops(batch + i, k - i, rc);
@@ -473,9 +496,101 @@ static void fail_queue_down(node_t *nd)
     pthread_cond_broadcast(&nd->done_cv);
 }
 
+/* What a leader holds for its round trip, taken under the node's lock. */
+typedef struct lead_s {
+    op_t *batch[NODE_MAX_PIPELINE];
+    size_t k;
+    redisContext *c; /* an idle connection, or NULL: connect */
+    node_mode_t mode;
+    unsigned gen;
+    int script_loaded, first, fresh, probe, only_forced;
+    char err[300];
+} lead_t;
+
+/* Takes a connection slot and every queued op, up to a pipeline's worth
+   (node locked). */
+static void lead_take(node_t *nd, lead_t *l, int probe)
+{
+    l->c = nd->nidle > 0 ? nd->idle[--nd->nidle] : NULL;
+    nd->nbusy++;
+    l->k = 0;
+    while (nd->head && l->k < NODE_MAX_PIPELINE) {
+        l->batch[l->k++] = nd->head;
+        nd->head = nd->head->next;
+    }
+    if (!nd->head)
+        nd->tail = NULL;
+    l->only_forced = 1;
+    for (size_t i = 0; i < l->k; i++)
+        l->only_forced &= l->batch[i]->force;
+    l->gen = nd->generation;
+    l->mode = nd->mode;
+    l->script_loaded = nd->script_loaded;
+    l->fresh = !l->c;
+    l->first = l->fresh && !nd->ever_connected;
+    l->probe = probe;
+    l->err[0] = '\0';
+}
+
+/*
+ * Records the outcome of a leader's round trip `rc` on the node (node
+ * locked): the connection back to the pool (or into *drop, to close
+ * unlocked), the breaker, the node's health. Returns 1 when the store's
+ * health changed.
+ */
+static int lead_settle(node_t *nd, lead_t *l, int rc, int64_t now_us,
+                       redisContext **drop)
+{
+    const node_config_t *cfg = nd->cfg;
+
+    nd->nbusy--;
+    if (l->probe)
+        nd->probing = 0;
+    if (rc == 0) {
+        if (l->fresh && nd->ever_connected)
+            atomic_fetch_add_explicit(cfg->reconnects, 1,
+                                      memory_order_relaxed);
+        nd->ever_connected = 1;
+        nd->down_until_us = 0;
+        nd->fail_streak = 0;
+        nd->errstr[0] = '\0';
+        nd->mode = l->mode;
+        nd->script_loaded = l->script_loaded;
+        if (l->gen == nd->generation && nd->nidle < cfg->pool_size)
+            nd->idle[nd->nidle++] = l->c;
+        else
+            *drop = l->c;
+        return nd->health_down &&
+               ratel__health_set(cfg->health, &nd->health_down, 0, NULL,
+                                 ratel_clock_now_us());
+    }
+    if (!l->only_forced) {
+        /* Every connection of this node is suspect now: close the idle
+           ones, and the busy ones when they come back. (A failed PING
+           of ratel_store_ping, in the wall clock's time, reports the
+           failure without moving the callers' breaker.) */
+        nd->generation++;
+        while (nd->nidle > 0)
+            redisFree(nd->idle[--nd->nidle]);
+        /* Backoff: the breaker's interval, doubled for every probe
+           that failed in a row, up to 8 times it. */
+        if (nd->fail_streak < 3)
+            nd->fail_streak++;
+        nd->down_until_us =
+            now_us + (cfg->breaker_us << (nd->fail_streak - 1));
+        if (nd->down_until_us <= 0)
+            nd->down_until_us = 1;
+    }
+    ratel__msg(nd->errstr, sizeof nd->errstr, "%s", l->err);
+    return ratel__health_set(cfg->health, &nd->health_down, 1, l->err,
+                             ratel_clock_now_us());
+}
+
 void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
 {
     const node_config_t *cfg = nd->cfg;
+    int notify = 0;
+    lead_t lead, *l = &lead;
 
     pthread_mutex_lock(&nd->lock);
     for (size_t i = 0; i < n; i++) {
@@ -490,13 +605,8 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
         nd->tail = ops[i];
     }
     while (!all_done(ops, n)) {
-        op_t *batch[NODE_MAX_PIPELINE];
-        redisContext *c = NULL, *drop = NULL;
-        node_mode_t mode;
-        size_t k = 0;
-        unsigned gen;
-        int script_loaded, first, fresh, probe = 0, rc, only_forced;
-        char err[300] = "";
+        redisContext *drop = NULL;
+        int probe = 0, rc;
 
         if (!nd->head || (nd->nidle == 0 && nd->nbusy >= cfg->pool_size)) {
             pthread_cond_wait(&nd->done_cv, &nd->lock);
@@ -516,74 +626,19 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
             probe = nd->probing = 1;
         }
         /* Lead one round trip. */
-        if (nd->nidle > 0)
-            c = nd->idle[--nd->nidle];
-        nd->nbusy++;
-        while (nd->head && k < NODE_MAX_PIPELINE) {
-            batch[k++] = nd->head;
-            nd->head = nd->head->next;
-        }
-        if (!nd->head)
-            nd->tail = NULL;
-        only_forced = 1;
-        for (size_t i = 0; i < k; i++)
-            only_forced &= batch[i]->force;
-        gen = nd->generation;
-        mode = nd->mode;
-        script_loaded = nd->script_loaded;
-        fresh = !c;
-        first = fresh && !nd->ever_connected;
+        lead_take(nd, l, probe);
         pthread_mutex_unlock(&nd->lock);
-
         {
             sigset_t old_mask;
             int pending = sigpipe_block(&old_mask);
-            rc = round_trip(nd, &c, &mode, &script_loaded, first, batch, k,
-                            err, sizeof err);
+            rc = round_trip(nd, &l->c, &l->mode, &l->script_loaded, l->first,
+                            l->batch, l->k, l->err, sizeof l->err);
             sigpipe_restore(&old_mask, pending);
         }
-
         pthread_mutex_lock(&nd->lock);
-        nd->nbusy--;
-        if (probe)
-            nd->probing = 0;
-        if (rc == 0) {
-            if (fresh && nd->ever_connected)
-                atomic_fetch_add_explicit(cfg->reconnects, 1,
-                                          memory_order_relaxed);
-            nd->ever_connected = 1;
-            nd->down_until_us = 0;
-            nd->fail_streak = 0;
-            nd->errstr[0] = '\0';
-            nd->mode = mode;
-            nd->script_loaded = script_loaded;
-            if (gen == nd->generation && nd->nidle < cfg->pool_size)
-                nd->idle[nd->nidle++] = c;
-            else
-                drop = c;
-        } else if (only_forced) {
-            ratel__msg(nd->errstr, sizeof nd->errstr, "%s", err);
-        } else {
-            /* Every connection of this node is suspect now: close the idle
-               ones, and the busy ones when they come back. (A failed PING
-               of ratel_store_ping, in the wall clock's time, reports the
-               failure without moving the callers' breaker.) */
-            nd->generation++;
-            while (nd->nidle > 0) {
-                redisFree(nd->idle[--nd->nidle]);
-            }
-            /* Backoff: the breaker's interval, doubled for every probe
-               that failed in a row, up to 8 times it. */
-            if (nd->fail_streak < 3)
-                nd->fail_streak++;
-            nd->down_until_us =
-                now_us + (cfg->breaker_us << (nd->fail_streak - 1));
-            if (nd->down_until_us <= 0)
-                nd->down_until_us = 1;
-            ratel__msg(nd->errstr, sizeof nd->errstr, "%s", err);
-        }
-        for (size_t i = 0; i < k; i++)
-            batch[i]->done = 1;
+        notify |= lead_settle(nd, l, rc, now_us, &drop);
+        for (size_t i = 0; i < l->k; i++)
+            l->batch[i]->done = 1;
         pthread_cond_broadcast(&nd->done_cv);
         if (drop) {
             pthread_mutex_unlock(&nd->lock);
@@ -592,6 +647,20 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
         }
     }
     pthread_mutex_unlock(&nd->lock);
+    if (notify)
+        ratel__health_notify(cfg->health);
+}
+
+int ratel__node_health_clear(node_t *nd)
+{
+    int changed;
+
+    pthread_mutex_lock(&nd->lock);
+    changed = nd->health_down &&
+              ratel__health_set(nd->cfg->health, &nd->health_down, 0, NULL,
+                                ratel_clock_now_us());
+    pthread_mutex_unlock(&nd->lock);
+    return changed;
 }
 
 void ratel__node_forget(node_t *nd, int mode, int script)

@@ -19,11 +19,18 @@
  * and the failure policy decides them. The first op after that instant is
  * the probe: its round trip reconnects, and success brings the node back;
  * each probe that fails doubles the interval, up to 8 x breaker_us.
+ *
+ * Health. Each node is one source of its store's health (health.h): down
+ * from a failed round trip (the breaker opening, or a failed PING, which
+ * leaves the breaker alone) until a round trip on it succeeds. The change
+ * is recorded under the node's lock, and the store's watcher is told once
+ * ratel__node_run() has let go of it.
  */
 #ifndef RATEL_REDIS_NODE_H
 #define RATEL_REDIS_NODE_H
 
 #include "ratel.h"
+#include "store/health.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -81,6 +88,7 @@ typedef struct node_config_s {
     _Atomic uint64_t *round_trips; /* store counters */
     _Atomic uint64_t *commands;
     _Atomic uint64_t *reconnects;
+    ratel_health_t *health; /* the store's */
 } node_config_t;
 
 typedef struct node_s {
@@ -103,6 +111,9 @@ typedef struct node_s {
     int probing;           /* a probe's round trip is in flight */
     int fail_streak;       /* failed round trips in a row (1..3) */
     char errstr[256];      /* why it is down */
+    int health_down;       /* its flag as a health source: written under
+                              `lock` and the health's lock, read under
+                              either */
 } node_t;
 
 /* Allocates a node for host:port; NULL when out of memory. */
@@ -121,6 +132,14 @@ void ratel__node_run(node_t *node, op_t **ops, size_t n, int64_t now_us);
  * module, or NOSCRIPT.
  */
 void ratel__node_forget(node_t *node, int mode, int script);
+
+/*
+ * Stops counting the node as a down source of its store's health (it no
+ * longer serves: a failover chose another primary, or it owns no cluster
+ * slot). Returns 1 when the store's health changed (then call
+ * ratel__health_notify()).
+ */
+int ratel__node_health_clear(node_t *node);
 
 /* Copies the node's last failure into buf ("" when none). */
 void ratel__node_error(node_t *node, char *buf, size_t len);

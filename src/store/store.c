@@ -123,6 +123,30 @@ int ratel_store_ping(ratel_store_t *store, char *errbuf, size_t errlen)
     return store->ops->ping ? store->ops->ping(store, errbuf, errlen) : 0;
 }
 
+/* A store without a `health` operation (memory) is always up. */
+int ratel_store_health(ratel_store_t *store, ratel_store_health_t *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!store || !out)
+        return RATEL_EINVAL;
+    if (store->ops->health)
+        store->ops->health(store, out);
+    else
+        out->up = 1;
+    return 0;
+}
+
+int ratel_store_watch_health(ratel_store_t *store, ratel_store_health_fn fn,
+                             void *ud)
+{
+    if (!store)
+        return RATEL_EINVAL;
+    if (store->ops->watch_health)
+        store->ops->watch_health(store, fn, ud);
+    return 0;
+}
+
 void ratel_store_free(ratel_store_t *store)
 {
     if (store)

@@ -49,6 +49,11 @@ typedef struct ratel_store_ops_s {
     void (*errstr)(ratel_store_t *store, char *buf, size_t len);
     /* As ratel_store_ping(); NULL: always reachable. */
     int (*ping)(ratel_store_t *store, char *errbuf, size_t errlen);
+    /* As ratel_store_health(), `out` zeroed; NULL: always up. */
+    void (*health)(ratel_store_t *store, ratel_store_health_t *out);
+    /* As ratel_store_watch_health(); NULL: health never changes. */
+    void (*watch_health)(ratel_store_t *store, ratel_store_health_fn fn,
+                         void *ud);
     /* Fills the fields of `out` it knows (the rest are zero). */
     void (*stats)(ratel_store_t *store, ratel_store_stats_t *out);
     /* Frees the store and everything it holds; `store` is not NULL. */

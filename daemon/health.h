@@ -1,0 +1,92 @@
+/*
+ * health.h - rateld's watch over its store's health: a thread that keeps
+ * the health right while no request comes (a PING every second), and the
+ * log lines that report outages and recoveries, one per change, within a
+ * budget.
+ *
+ * Why a thread of rateld's and not of the store's: libratel starts no
+ * thread behind its user's back (the caller owns every thread, as with
+ * hiredis and libuv), and only a program knows whether it needs an answer
+ * while idle. The store learns from its requests at no cost (each failed
+ * round trip opens its breaker, each success closes it); the thread adds
+ * what traffic cannot give: a Redis that fails, or comes back, while
+ * nobody asks. Its PING waits for the store's own timeouts, in this thread
+ * only: the workers read the state (ratel_store_health()) and never wait.
+ *
+ * Log budget. A flapping Redis must not flood the log, so lines are paid
+ * for from a GCRA bucket of RATELD_HEALTH_LOG_RULE (ratel's own core):
+ * bursts of 10 lines, then one a minute. A change that finds the bucket
+ * empty is not lost: the next line that may be written (the thread wakes
+ * for it) reports the state at that time and `changes=N`, the number of
+ * changes it stands for.
+ */
+#ifndef RATELD_HEALTH_H
+#define RATELD_HEALTH_H
+
+#include "ratel.h"
+
+#include <stdint.h>
+
+/* What lines may be written about the store's health. */
+#define RATELD_HEALTH_LOG_RULE "1/1m:gcra,burst=10"
+/* How often the thread PINGs the store, in milliseconds. */
+#define RATELD_HEALTH_INTERVAL_MS 1000
+
+/* What the log has said so far. Plain data, no I/O, time injected. */
+typedef struct rateld_health_log_s {
+    int logged_up;      /* the state the last line gave (1 before any) */
+    uint64_t seen;      /* the store's `transitions` at the last look */
+    uint64_t unlogged;  /* changes no line has reported yet */
+    ratel_policy_t budget;
+    uint8_t state[256]; /* the budget's state blob */
+    size_t state_len;
+} rateld_health_log_t;
+
+enum { RATELD_HEALTH_NONE, RATELD_HEALTH_DOWN, RATELD_HEALTH_UP };
+
+/* The line a look asks for. */
+typedef struct rateld_health_line_s {
+    int what;          /* RATELD_HEALTH_NONE, _DOWN or _UP */
+    uint64_t changes;  /* changes this line stands for (1 normally) */
+    int64_t down_ms;   /* _UP: how long the outage lasted */
+    int64_t retry_us;  /* _NONE with a change unreported: look again at
+                          this time (the caller's clock); else 0 */
+} rateld_health_line_t;
+
+/*
+ * Starts a log that has said nothing, with `rule` as its budget (NULL:
+ * RATELD_HEALTH_LOG_RULE). Returns 0, or a RATEL_E* code for a rule that
+ * does not parse or whose state would not fit.
+ */
+int rateld_health_log_init(rateld_health_log_t *log, const char *rule);
+
+/*
+ * Looks at the store's health `h` at `now_us` (microseconds, the caller's
+ * clock, never going backwards) and fills *line with what to write: a
+ * line for the current state when it changed since the last line and the
+ * budget allows one, else nothing (with when to look again if a change
+ * waits for budget).
+ */
+void rateld_health_log_look(rateld_health_log_t *log,
+                            const ratel_store_health_t *h, int64_t now_us,
+                            rateld_health_line_t *line);
+
+typedef struct rateld_health_s rateld_health_t;
+
+/*
+ * Starts the thread that watches `store` (named `name` in the log, e.g.
+ * "redis"; both must outlive it): it registers itself with
+ * ratel_store_watch_health(), PINGs every RATELD_HEALTH_INTERVAL_MS and
+ * logs changes with rateld_log(). Returns it, or NULL (logged) when the
+ * thread could not start: rateld then runs without it.
+ */
+rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name);
+
+/*
+ * Stops the thread, waiting for a PING in flight (the store's timeouts at
+ * most), unregisters it from the store and frees it. Call it only when no
+ * other thread uses the store any more. NULL is a no-op.
+ */
+void rateld_health_stop(rateld_health_t *watch);
+
+#endif /* RATELD_HEALTH_H */
