@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Bounds on what one file may define (real ones define a few dozen). */
 #define POLICIES_MAX 4096
@@ -680,10 +681,83 @@ static int read_route_method(reader_t *r, const rateld__node_t *v,
     return 0;
 }
 
+/* A host name to match: "api.example.com" or "*.example.com", stored in
+   lower case; no port, no spaces. */
+static int read_route_host(reader_t *r, const rateld__node_t *v,
+                           const char *field, rateld_route_t *route)
+{
+    char q[96];
+    char *h = route->host;
+
+    if (rateld__string(&r->ctx, v, field, route->host, sizeof route->host))
+        return -1;
+    rateld__quote(h, strlen(h), q, sizeof q);
+    if (!h[0] || !strcmp(h, "*") || !strcmp(h, "*."))
+        return rateld__fail(&r->ctx, v->line,
+                            "%s: \"%s\": give a host name such as "
+                            "api.example.com or *.example.com (leave host "
+                            "out to match any)",
+                            field, q);
+    for (char *c = h; *c; c++) {
+        unsigned char ch = (unsigned char)*c;
+        if (ch >= 'A' && ch <= 'Z')
+            *c = (char)(ch + 32);
+        else if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                   ch == '.' || ch == '-' || ch == '_' ||
+                   (ch == '*' && c == h && c[1] == '.')))
+            return rateld__fail(&r->ctx, v->line,
+                                "%s: \"%s\" is not a host name: letters, "
+                                "digits, '.', '-', and '*.' only at the "
+                                "start; no port",
+                                field, q);
+    }
+    return 0;
+}
+
+/* headers: {NAME: VALUE, ...}: each must be sent with exactly VALUE. */
+static int read_route_headers(reader_t *r, const rateld__node_t *v,
+                              const char *field, rateld_route_t *route)
+{
+    char item[320], what[96];
+
+    if (v->type != RATELD__MAP)
+        return rateld__fail(&r->ctx, v->line,
+                            "%s: expected a mapping of header names to "
+                            "values (e.g. {X-Tenant: gold}), got %s",
+                            field, rateld__describe(v, what, sizeof what));
+    if (v->n / 2 > RATELD_ROUTE_HEADERS_MAX)
+        return rateld__fail(&r->ctx, v->line, "%s: more than %d headers",
+                            field, RATELD_ROUTE_HEADERS_MAX);
+    for (size_t i = 0; i < v->n / 2; i++) {
+        const rateld__node_t *k = v->items[2 * i], *val = v->items[2 * i + 1];
+        rateld_match_header_t *h = &route->headers[i];
+        rateld__join(item, sizeof item, field, k);
+        if (k->len == 0 || k->len >= sizeof h->name)
+            return rateld__fail(&r->ctx, k->line,
+                                "%s: a header name is 1..%zu characters",
+                                item, sizeof h->name - 1);
+        for (size_t j = 0; j < k->len; j++)
+            if (!tchar((unsigned char)k->text[j]))
+                return rateld__fail(&r->ctx, k->line,
+                                    "%s: not a valid header name", item);
+        memcpy(h->name, k->text, k->len + 1);
+        if (rateld__string(&r->ctx, val, item, h->value, sizeof h->value))
+            return -1;
+        for (size_t j = 0; j < i; j++)
+            if (strcasecmp(route->headers[j].name, h->name) == 0)
+                return rateld__fail(&r->ctx, k->line,
+                                    "%s: header named twice (any case)",
+                                    item);
+    }
+    route->nheaders = v->n / 2;
+    return 0;
+}
+
 static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
                       rateld_route_t *route)
 {
-    static const char *const names[] = {"path", "method", "policies"};
+    static const char *const names[] = {"path", "method", "policies", "host",
+                                        "headers"};
     const rateld__node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
     char path[64], field[96];
@@ -698,7 +772,9 @@ static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
         snprintf(field, sizeof field, "%s.%s", path, names[i]);
         rc = i == 0   ? read_route_path(r, v[i], field, route)
              : i == 1 ? read_route_method(r, v[i], field, route)
-                      : read_route_policies(r, v[i], field, route);
+             : i == 2 ? read_route_policies(r, v[i], field, route)
+             : i == 3 ? read_route_host(r, v[i], field, route)
+                      : read_route_headers(r, v[i], field, route);
         if (rc)
             return -1;
     }
@@ -712,6 +788,20 @@ static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
                             "%s.policies: required (a list of policy names)",
                             path);
     return 0;
+}
+
+/* Whether two routes match exactly the same requests (headers compared
+   in order: a reordered list is a different route, which is harmless). */
+static int same_match(const rateld_route_t *a, const rateld_route_t *b)
+{
+    if (strcmp(a->prefix, b->prefix) || strcmp(a->method, b->method) ||
+        strcmp(a->host, b->host) || a->nheaders != b->nheaders)
+        return 0;
+    for (size_t i = 0; i < a->nheaders; i++)
+        if (strcasecmp(a->headers[i].name, b->headers[i].name) ||
+            strcmp(a->headers[i].value, b->headers[i].value))
+            return 0;
+    return 1;
 }
 
 static int read_routes(reader_t *r, const rateld__node_t *node)
@@ -730,13 +820,46 @@ static int read_routes(reader_t *r, const rateld__node_t *node)
         if (read_route(r, node->items[i], i, route))
             return -1;
         for (size_t j = 0; j < i; j++)
-            if (strcmp(c->routes[j].prefix, route->prefix) == 0 &&
-                strcmp(c->routes[j].method, route->method) == 0)
+            if (same_match(&c->routes[j], route))
                 return rateld__fail(&r->ctx, node->items[i]->line,
-                                    "routes[%zu]: same path and method as "
-                                    "routes[%zu]",
+                                    "routes[%zu]: same path, method, host "
+                                    "and headers as routes[%zu]",
                                     i, j);
         c->nroutes++;
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------- auth */
+
+static int read_auth(reader_t *r, const rateld__node_t *node)
+{
+    static const char *const names[] = {"deny_status", "unmatched"};
+    static const char *const unmatched[] = {"deny", "allow"};
+    const rateld__node_t *v[COUNT(names)];
+    rateld_auth_t *a = &r->config->auth;
+    uint64_t status;
+    int word;
+
+    if (rateld__fields(&r->ctx, node, "auth", names, COUNT(names), v))
+        return -1;
+    if (v[0]) {
+        if (rateld__uint(&r->ctx, v[0], "auth.deny_status", 403, 429, 0,
+                         &status))
+            return -1;
+        if (status != 403 && status != 429)
+            return rateld__fail(&r->ctx, v[0]->line,
+                                "auth.deny_status: %llu; accepted: 429 "
+                                "(Caddy, Traefik, HAProxy, Envoy pass it "
+                                "on) or 403 (nginx auth_request)",
+                                (unsigned long long)status);
+        a->deny_status = (int)status;
+    }
+    if (v[1]) {
+        if (rateld__word(&r->ctx, v[1], "auth.unmatched", unmatched,
+                         COUNT(unmatched), &word))
+            return -1;
+        a->unmatched = word ? RATELD_UNMATCHED_ALLOW : RATELD_UNMATCHED_DENY;
     }
     return 0;
 }
@@ -752,6 +875,7 @@ enum {
     T_STORE,
     T_POLICIES,
     T_ROUTES,
+    T_AUTH,
     T_COUNT
 };
 
@@ -759,7 +883,7 @@ static int read_top(reader_t *r, const rateld__node_t *root)
 {
     static const char *const names[T_COUNT] = {
         "listen", "threads", "admin_token", "trusted_proxies",
-        "limits", "store",   "policies",    "routes"};
+        "limits", "store",   "policies",    "routes", "auth"};
     const rateld__node_t *v[T_COUNT];
     size_t order[T_COUNT], n;
     rateld_config_t *c = r->config;
@@ -802,6 +926,9 @@ static int read_top(reader_t *r, const rateld__node_t *root)
             break;
         case T_POLICIES:
             rc = read_policies(r, node);
+            break;
+        case T_AUTH:
+            rc = read_auth(r, node);
             break;
         default: /* T_ROUTES */
             break;
@@ -860,6 +987,7 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     c->threads = 1;
     c->store = RATELD_STORE_MEMORY;
     c->memory_max_bytes = (size_t)64 << 20;
+    c->auth.deny_status = 429;
     r.config = c;
     rc = read_top(&r, root);
     rateld__node_free(root);
@@ -917,30 +1045,85 @@ const rateld_policy_t *rateld_config_policy(const rateld_config_t *config,
     return NULL;
 }
 
+/* Whether the original Host (`host`, maybe with ":PORT") is `want` (lower
+   case; "*.example.com" is any name under example.com). */
+static int host_matches(const char *want, ratel_http_str_t host)
+{
+    size_t n = host.n, w;
+
+    if (n > 0 && host.p[0] != '[') /* drop ":PORT" (not in IPv6 "[...]") */
+        for (size_t i = n; i-- > 0;)
+            if (host.p[i] == ':') {
+                n = i;
+                break;
+            }
+    if (n > 0 && host.p[n - 1] == '.') /* a fully qualified "name." */
+        n--;
+    if (want[0] == '*') {
+        w = strlen(want + 1); /* ".example.com" */
+        return n > w && strncasecmp(host.p + n - w, want + 1, w) == 0;
+    }
+    w = strlen(want);
+    return n == w && strncasecmp(host.p, want, w) == 0;
+}
+
+static int headers_match(const rateld_route_t *r,
+                         const ratel_http_request_t *req)
+{
+    for (size_t i = 0; i < r->nheaders; i++) {
+        const ratel_http_str_t *h =
+            req ? ratel_http_header(req, r->headers[i].name) : NULL;
+        size_t n = strlen(r->headers[i].value), a = 0, b;
+        if (!h)
+            return 0;
+        b = h->n;
+        while (a < b && (h->p[a] == ' ' || h->p[a] == '\t'))
+            a++;
+        if (b - a != n || memcmp(h->p + a, r->headers[i].value, n) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether `path` starts with the route's prefix at a segment boundary:
+   "/api" is a prefix of "/api", "/api/x" and "/api?x", not of "/apix". */
+static int prefix_matches(const char *prefix, size_t n, ratel_http_str_t path)
+{
+    if (n == 0 || n > path.n || memcmp(path.p, prefix, n) != 0)
+        return 0;
+    return n == path.n || prefix[n - 1] == '/' || path.p[n] == '/' ||
+           path.p[n] == '?';
+}
+
+/* How specific a route is beyond its prefix: host, method, headers. */
+static size_t specificity(const rateld_route_t *r)
+{
+    return (r->host[0] ? 1000 : 0) + (r->method[0] ? 100 : 0) + r->nheaders;
+}
+
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
-                                          const char *method, size_t mlen,
-                                          const char *path, size_t plen)
+                                          const rateld_route_query_t *q)
 {
     const rateld_route_t *best = NULL;
     size_t best_len = 0;
 
-    if (!config || !path)
+    if (!config || !q || !q->path.p)
         return NULL;
     for (size_t i = 0; i < config->nroutes; i++) {
         const rateld_route_t *r = &config->routes[i];
         size_t n = strlen(r->prefix);
-        int has_method = r->method[0] != '\0';
-        if (n == 0 || n > plen || memcmp(path, r->prefix, n) != 0)
+        if (!prefix_matches(r->prefix, n, q->path))
             continue;
-        /* A segment boundary: "/api" is not a prefix of "/apix". */
-        if (n < plen && r->prefix[n - 1] != '/' && path[n] != '/' &&
-            path[n] != '?')
+        if (r->method[0] &&
+            (!q->method.p || strlen(r->method) != q->method.n ||
+             memcmp(r->method, q->method.p, q->method.n) != 0))
             continue;
-        if (has_method && (!method || strlen(r->method) != mlen ||
-                           memcmp(r->method, method, mlen) != 0))
+        if (r->host[0] && !host_matches(r->host, q->host))
+            continue;
+        if (!headers_match(r, q->req))
             continue;
         if (!best || n > best_len ||
-            (n == best_len && has_method && !best->method[0])) {
+            (n == best_len && specificity(r) > specificity(best))) {
             best = r;
             best_len = n;
         }

@@ -52,12 +52,40 @@ typedef struct rateld_policy_s {
     int line;   /* where it was defined, for messages */
 } rateld_policy_t;
 
+#define RATELD_ROUTE_HEADERS_MAX 8
+
+/* A header a route requires: NAME with exactly VALUE (after trimming). */
+typedef struct rateld_match_header_s {
+    char name[RATELD_FIELD_MAX];
+    char value[256];
+} rateld_match_header_t;
+
 typedef struct rateld_route_s {
     char method[16];  /* "" matches any method */
     char prefix[256]; /* path prefix, starts with '/' */
+    char host[256];   /* "" any; "api.example.com" exactly (no port, any
+                         case); "*.example.com" any name under it */
+    rateld_match_header_t headers[RATELD_ROUTE_HEADERS_MAX];
+    size_t nheaders;  /* all must be present with their values */
     size_t policies[RATELD_ROUTE_POLICIES_MAX]; /* indices in policies */
     size_t npolicies;
 } rateld_route_t;
+
+/* What /v1/auth answers a request it will not decide. */
+typedef enum rateld_unmatched_e {
+    RATELD_UNMATCHED_DENY = 0, /* the default: refused (403), logged */
+    RATELD_UNMATCHED_ALLOW     /* allowed (200), logged and counted */
+} rateld_unmatched_t;
+
+/* The `auth:` section: how /v1/auth answers gateways. */
+typedef struct rateld_auth_s {
+    /* Status of a rate-limited request: 429 for gateways that pass the
+       auth answer through (Caddy, Traefik, HAProxy, Envoy), 403 for nginx
+       auth_request (which passes only 2xx, 401 and 403; every refusal is
+       then 403 and X-Ratel-Reason tells them apart). Default 429. */
+    int deny_status;
+    rateld_unmatched_t unmatched; /* a request no route matches */
+} rateld_auth_t;
 
 /* An address block: `family` AF_INET or AF_INET6, `bits` prefix length. */
 typedef struct rateld_cidr_s {
@@ -87,6 +115,7 @@ typedef struct rateld_config_s {
     size_t npolicies;
     rateld_route_t *routes;
     size_t nroutes;
+    rateld_auth_t auth;
 } rateld_config_t;
 
 /*
@@ -107,15 +136,23 @@ void rateld_config_free(rateld_config_t *config);
 const rateld_policy_t *rateld_config_policy(const rateld_config_t *config,
                                             const char *name, size_t len);
 
+/* What a route is matched against (strings not NUL-terminated). */
+typedef struct rateld_route_query_s {
+    ratel_http_str_t method;
+    ratel_http_str_t path; /* without the query */
+    ratel_http_str_t host; /* the original Host, port included or not */
+    const ratel_http_request_t *req; /* headers; may be NULL */
+} rateld_route_query_t;
+
 /*
- * The route for `method` and `path` (len bytes each): the longest prefix
- * that matches, a route with a method preferred to one without; NULL when
+ * The route for a request: among the routes whose method, host, headers
+ * and path prefix all match, the longest prefix; for the same prefix, the
+ * more specific (a host, then a method, then more headers); NULL when
  * none. A prefix matches at a segment boundary: "/api" matches "/api",
  * "/api/x" and "/api?x", not "/apix".
  */
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
-                                          const char *method, size_t mlen,
-                                          const char *path, size_t plen);
+                                          const rateld_route_query_t *q);
 
 /*
  * Parses "10.0.0.0/8", "2001:db8::/32" or a bare address (a /32 or /128).

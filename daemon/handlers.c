@@ -4,8 +4,9 @@
  *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
  *   GET|POST /v1/refund    give permits back
  *   POST     /v1/reset     forget a key (admin token)
- *   GET      /v1/auth      nginx auth_request: the forwarded request's route
- *                          and identity: 200 / 403 (+ Retry-After)
+ *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
+ *            /v1/auth/PATH request's route and identity: 200 / 429 (+
+ *                          Retry-After) / 400 / 403, never a silent allow
  *   GET      /metrics      Prometheus text
  *   GET      /healthz      the process answers
  *   GET      /readyz       the store answers
@@ -201,11 +202,16 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
         char buf[32];
         long n = ratel_http_query_param(req->query, "policy", p->policy,
                                         sizeof p->policy);
-        if (n == -2) {
-            snprintf(err, errlen, "policy is malformed or too long");
+        if (n < -1) {
+            snprintf(err, errlen, "policy is %s",
+                     n == -3 ? "given twice" : "malformed or too long");
             return -1;
         }
         n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
+        if (n == -3) {
+            snprintf(err, errlen, "key is given twice");
+            return -1;
+        }
         if (n == -2) {
             snprintf(err, errlen,
                      "key is malformed (bad %%-escape) or longer than %d "
@@ -218,13 +224,15 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
             p->has_key = 1;
         }
         n = ratel_http_query_param(req->query, "cost", buf, sizeof buf);
-        if (n >= 0 && !(p->cost = parse_count(buf, 1000000000))) {
-            snprintf(err, errlen, "cost must be an integer 1..1000000000");
+        if (n < -1 || (n >= 0 && !(p->cost = parse_count(buf, 1000000000)))) {
+            snprintf(err, errlen, "cost must be an integer 1..1000000000%s",
+                     n == -3 ? ", given once" : "");
             return -1;
         }
         n = ratel_http_query_param(req->query, "peek", buf, sizeof buf);
-        if (n == -2 || (n >= 0 && !parse_bool(buf, &p->peek))) {
-            snprintf(err, errlen, "peek must be true, false, 1 or 0");
+        if (n < -1 || (n >= 0 && !parse_bool(buf, &p->peek))) {
+            snprintf(err, errlen, "peek must be true, false, 1 or 0%s",
+                     n == -3 ? ", given once" : "");
             return -1;
         }
     }
@@ -335,64 +343,163 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     w->npending++;
 }
 
-/* nginx auth_request: the forwarded request's route and identity. */
-static void auth_api(rateld_t *d, rateld_worker_t *w,
-                     ratel_http_exchange_t *ex,
-                     const ratel_http_request_t *req, int64_t start)
-{
-    rateld_gen_t *gen = take_gen(d, w);
-    const ratel_http_str_t *h;
-    ratel_http_str_t method = req->method, uri = req->target;
-    const rateld_route_t *route;
-    char client[RATELD_ADDR_MAX];
-    rateld_view_t view;
-    size_t first;
+/* ---------------------------------------------------------------- auth */
 
-    if ((h = ratel_http_header(req, "X-Original-Method")) && h->n > 0)
-        method = *h;
-    if ((h = ratel_http_header(req, "X-Original-URI")) && h->n > 0)
-        uri = *h;
-    view.req = req;
-    view.path = uri;
-    view.query.p = "";
-    view.query.n = 0;
-    for (size_t i = 0; i < uri.n; i++) {
-        if (uri.p[i] == '?') {
-            view.path.n = i;
-            view.query.p = uri.p + i + 1;
-            view.query.n = uri.n - i - 1;
-            break;
-        }
+/*
+ * The request a gateway asks about, from whichever form it sends:
+ *
+ *   nginx auth_request   X-Original-URI, X-Original-Method
+ *   Caddy, Traefik       X-Forwarded-Uri, X-Forwarded-Method
+ *   HAProxy (our Lua)    X-Original-URI, X-Original-Method
+ *   Envoy ext_authz      the path itself: /v1/auth + the original path
+ *                        (path_prefix), the original method and Host
+ *
+ * Headers are believed only from a trusted proxy (trusted_proxies); the
+ * host is X-Forwarded-Host, else X-Original-Host, else Host. Returns 1
+ * with *o filled, 0 when the request names no original request (`why`
+ * says what was missing or ignored).
+ */
+typedef struct original_s {
+    ratel_http_str_t method, path, query, host;
+} original_t;
+
+static int header_value(const ratel_http_request_t *req, const char *name,
+                        ratel_http_str_t *out)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, name);
+    if (!h || h->n == 0)
+        return 0;
+    *out = *h;
+    return 1;
+}
+
+static void split_uri(ratel_http_str_t uri, original_t *o)
+{
+    const char *q = memchr(uri.p, '?', uri.n);
+    o->path.p = uri.p;
+    o->path.n = q ? (size_t)(q - uri.p) : uri.n;
+    o->query.p = q ? q + 1 : "";
+    o->query.n = q ? uri.n - o->path.n - 1 : 0;
+}
+
+static int original_request(const rateld_config_t *c,
+                            const ratel_http_request_t *req, original_t *o,
+                            const char **why)
+{
+    ratel_http_str_t uri;
+    int by_header;
+
+    memset(o, 0, sizeof *o);
+    o->method = req->method;
+    if (!header_value(req, "Host", &o->host))
+        o->host.p = "";
+    if (req->path.n > 8 && req->path.p[8] == '/') { /* /v1/auth/... */
+        o->path.p = req->path.p + 8;
+        o->path.n = req->path.n - 8;
+        o->query = req->query;
+        return 1;
     }
-    route = rateld_config_route(gen->config, method.p, method.n, view.path.p,
-                                view.path.n);
-    if (!route) {
-        /* Nothing limits this route. */
-        respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+    by_header = header_value(req, "X-Original-URI", &uri) ||
+                header_value(req, "X-Forwarded-Uri", &uri);
+    if (!by_header) {
+        *why = "no X-Original-URI or X-Forwarded-Uri header, and no path "
+               "after /v1/auth/";
+        return 0;
+    }
+    if (!rateld_peer_trusted(c, req)) {
+        *why = "forwarded-request headers from a peer not in "
+               "trusted_proxies are ignored";
+        return 0;
+    }
+    if (uri.p[0] != '/') {
+        *why = "the original URI does not start with '/'";
+        return 0;
+    }
+    split_uri(uri, o);
+    if (!header_value(req, "X-Original-Method", &o->method))
+        header_value(req, "X-Forwarded-Method", &o->method);
+    if (!header_value(req, "X-Forwarded-Host", &o->host))
+        header_value(req, "X-Original-Host", &o->host);
+    return 1;
+}
+
+/*
+ * Answers an auth request rateld will not decide by policies: counted,
+ * logged (one line per reason per 10 s on each worker, with how many were
+ * not logged since), and answered 200 (auth.unmatched: allow) or with
+ * `status`, X-Ratel-Reason and a JSON error.
+ */
+static void __attribute__((format(printf, 7, 8)))
+undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
+          const ratel_http_request_t *req, rateld_undecided_t reason,
+          int status, const char *fmt, ...)
+{
+    const char *name = rateld_undecided_name(reason);
+    ratel_http_header_t h[2] = {
+        {{"Content-Type", 12}, {"application/json", 16}},
+        {{"X-Ratel-Reason", 14}, {name, strlen(name)}}};
+    int64_t now = ratel_clock_now_us();
+    char msg[600], body[1500];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rateld_metrics_undecided(d->metrics, req->thread, reason);
+    if (now - w->undecided_logged_us[reason] >= 10000000) {
+        rateld_log(status == 200 ? "info" : "warn", "auth request undecided",
+                   "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
+                   status, msg,
+                   (unsigned long long)w->undecided_quiet[reason]);
+        w->undecided_logged_us[reason] = now;
+        w->undecided_quiet[reason] = 0;
+    } else {
+        w->undecided_quiet[reason]++;
+    }
+    if (status == 200) {
+        respond(d, ex, req->thread, 200, h + 1, 1, NULL, 0);
         return;
     }
-    rateld_client_address(gen->config, req, client, sizeof client);
-    view.client = client;
+    {
+        char esc[1400];
+        int n;
+        json_escape(msg, strlen(msg), esc, sizeof esc);
+        n = snprintf(body, sizeof body, "{\"error\":\"%s\",\"reason\":\"%s\"}\n",
+                     esc, name);
+        respond(d, ex, req->thread, status, h, 2, body,
+                (size_t)(n < (int)sizeof body ? n : (int)sizeof body - 1));
+    }
+}
+
+/* Queues the route's policies for the flush; 0, or -1 after answering a
+   request whose key cannot be built. */
+static int queue_route(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req,
+                       const rateld_route_t *route, const rateld_view_t *view,
+                       int64_t start)
+{
+    rateld_gen_t *gen = w->gen;
+    int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
+    size_t first;
+
     enqueue(d, w, req->thread, route->npolicies);
     first = w->npending;
     for (size_t i = 0; i < route->npolicies; i++) {
         const rateld_policy_t *pol = &gen->config->policies[route->policies[i]];
         rateld_pending_t *p = &w->pending[first + i];
-        long n = rateld_policy_key(pol, &view, p->key, sizeof p->key);
+        long n = rateld_policy_key(pol, view, p->key, sizeof p->key);
         if (n <= 0) {
-            static const ratel_http_header_t hdr[] = {
-                JSON_TYPE, {{"X-Ratel-Reason", 14}, {"missing-key", 11}}};
-            char body[200];
-            int len = snprintf(body, sizeof body,
-                               "{\"error\":\"policy %s: its key source is %s\"}\n",
-                               pol->name, n == 0 ? "missing" : "too long");
             rateld_metrics_count(d->metrics, req->thread,
                                  gen->metric[route->policies[i]],
                                  RATELD_OUTCOME_REJECTED, RATEL_SOURCE_STORE,
                                  ratel_clock_now_us() - start);
-            /* auth_request passes only 2xx, 401 and 403 on. */
-            respond(d, ex, req->thread, 403, hdr, 2, body, (size_t)len);
-            return;
+            undecided(d, w, ex, req,
+                      n == 0 ? RATELD_UNDECIDED_MISSING_KEY
+                             : RATELD_UNDECIDED_BAD_KEY,
+                      client_error, "policy %s: its key source is %s",
+                      pol->name, n == 0 ? "missing" : "malformed or too long");
+            return -1;
         }
         p->keylen = (size_t)n;
         p->ex = i == 0 ? ex : NULL;
@@ -405,11 +512,48 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
         p->start_us = start;
     }
     w->npending += route->npolicies;
+    return 0;
+}
+
+/* Gateway auth: the forwarded request's route and identity. */
+static void auth_api(rateld_t *d, rateld_worker_t *w,
+                     ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = take_gen(d, w);
+    const rateld_config_t *c = gen->config;
+    const rateld_route_t *route;
+    char client[RATELD_ADDR_MAX];
+    const char *why = "";
+    rateld_route_query_t q;
+    rateld_view_t view;
+    original_t o;
+
+    if (!original_request(c, req, &o, &why)) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_UNIDENTIFIED, 403,
+                  "cannot tell which request to decide: %s (docs/gateways.md)",
+                  why);
+        return;
+    }
+    q = (rateld_route_query_t){o.method, o.path, o.host, req};
+    if (!(route = rateld_config_route(c, &q))) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_UNMATCHED,
+                  c->auth.unmatched == RATELD_UNMATCHED_ALLOW ? 200 : 403,
+                  "no route matches %.*s %.*s", (int)(o.method.n > 16 ? 16 : o.method.n),
+                  o.method.p, (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
+        return;
+    }
+    rateld_client_address(c, req, client, sizeof client);
+    view.req = req;
+    view.path = o.path;
+    view.query = o.query;
+    view.client = client;
+    queue_route(d, w, ex, req, route, &view, start);
 }
 
 /* Headers of a decision: RateLimit-Policy, RateLimit, Retry-After. */
 typedef struct answer_s {
-    ratel_http_header_t h[5];
+    ratel_http_header_t h[6];
     size_t n;
     char limit[256], retry[24];
 } answer_t;
@@ -484,29 +628,68 @@ static void answer_acquire(rateld_t *d, unsigned thread,
             decision_body(body, sizeof body, p->policy, dec, shadow_denied));
 }
 
-/* auth: all of the route's policies admit, or none is charged. */
+/* Counts one auth item's outcome; returns 1 when it denies. */
+static int count_auth_item(rateld_t *d, unsigned thread,
+                           const rateld_gen_t *gen, const rateld_pending_t *p,
+                           const ratel_batch_item_t *it, int64_t latency)
+{
+    int shadow_denied = it->rc == 0 && !it->decision.allowed && p->policy->shadow;
+    int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
+
+    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
+                         it->rc != 0       ? RATELD_OUTCOME_ERROR
+                         : no              ? RATELD_OUTCOME_DENIED
+                         : shadow_denied   ? RATELD_OUTCOME_SHADOW_DENIED
+                                           : RATELD_OUTCOME_ALLOWED,
+                         it->rc == 0 ? it->decision.source : RATEL_SOURCE_STORE,
+                         latency);
+    return no;
+}
+
+/*
+ * RateLimit-Policy for a route: every rule of each of its policies, in
+ * the route's order (the items are named POLICY-INDEX, so they never
+ * clash). Returns the length written into buf (cut to fit).
+ */
+static size_t route_policy_field(const rateld_gen_t *gen,
+                                 const rateld_pending_t *items, size_t count,
+                                 char *buf, size_t len)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < count; i++) {
+        int m = snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
+                         gen->policy_field[items[i].policy_index]);
+        if (m < 0 || (size_t)m >= len - n)
+            return n;
+        n += (size_t)m;
+    }
+    return n;
+}
+
+/*
+ * auth: all of the route's policies admit, or none is charged. Allowed:
+ * 200. Denied: auth.deny_status (429, or 403 for nginx) with Retry-After,
+ * X-Ratel-Reason: rate-limited and the decision as JSON. The RateLimit
+ * field names the binding rule over all the policies: denied, the one
+ * whose retry is furthest; allowed, the one closest to exhaustion.
+ */
 static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now)
 {
+    static const ratel_http_header_t store_error[] = {
+        JSON_TYPE, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
     rateld_pending_t *head = &w->pending[first];
-    size_t count = (size_t)head->count, binding = first;
-    int denied = 0, failed = 0;
+    size_t count = (size_t)head->count, binding = first, n;
+    int denied = 0, failed = 0, status;
+    char policies[4096], body[512];
     answer_t a;
 
     for (size_t i = first; i < first + count; i++) {
         ratel_batch_item_t *it = &w->items[i];
-        rateld_pending_t *p = &w->pending[i];
-        int shadow_denied = it->rc == 0 && !it->decision.allowed &&
-                            p->policy->shadow;
-        int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
-        rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                             it->rc != 0       ? RATELD_OUTCOME_ERROR
-                             : no              ? RATELD_OUTCOME_DENIED
-                             : shadow_denied   ? RATELD_OUTCOME_SHADOW_DENIED
-                                               : RATELD_OUTCOME_ALLOWED,
-                             it->rc == 0 ? it->decision.source
-                                         : RATEL_SOURCE_STORE,
-                             now - head->start_us);
+        int no = count_auth_item(d, thread, gen, &w->pending[i], it,
+                                 now - head->start_us);
         failed |= it->rc != 0;
         if (no && (!denied || it->decision.retry_after_ms >
                                   w->items[binding].decision.retry_after_ms))
@@ -517,7 +700,8 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
         denied |= no;
     }
     if (failed) {
-        respond_error(d, head->ex, thread, 500, "the store failed");
+        static const char msg[] = "{\"error\":\"the store failed\"}\n";
+        respond(d, head->ex, thread, 500, store_error, 2, msg, sizeof msg - 1);
         return;
     }
     if (denied) {
@@ -532,9 +716,15 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     }
     decision_headers(&a, gen, &w->pending[binding],
                      &w->items[binding].decision, denied);
-    a.h[0] = (ratel_http_header_t){{"Content-Type", 12}, {"text/plain", 10}};
-    respond(d, head->ex, thread, denied ? 403 : 200, a.h, a.n,
-            denied ? "rate limited\n" : "", denied ? 13 : 0);
+    n = route_policy_field(gen, head, count, policies, sizeof policies);
+    a.h[1].value = (ratel_http_str_t){policies, n};
+    if (denied)
+        a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Reason", 14},
+                                           {"rate-limited", 12}};
+    status = denied ? gen->config->auth.deny_status : 200;
+    respond(d, head->ex, thread, status, a.h, a.n, body,
+            decision_body(body, sizeof body, w->pending[binding].policy,
+                          &w->items[binding].decision, 0));
 }
 
 static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
@@ -741,8 +931,10 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
 
     if (str_is(path, "/v1/acquire") && (get || post)) {
         acquire_api(d, w, ex, req, start);
-    } else if (str_is(path, "/v1/auth")) {
-        /* Any method: an auth_request subrequest keeps the client's. */
+    } else if (str_is(path, "/v1/auth") ||
+               (path.n > 9 && memcmp(path.p, "/v1/auth/", 9) == 0)) {
+        /* Any method: a gateway's auth request keeps the client's; Envoy
+           appends the original path. */
         auth_api(d, w, ex, req, start);
     } else if (str_is(path, "/v1/refund") && (get || post)) {
         refund_api(d, w, ex, req);

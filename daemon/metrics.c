@@ -49,8 +49,18 @@ typedef struct policy_counters_s {
     counter_t latency_us;       /* sum */
 } policy_counters_t;
 
+static const char *const undecided_name[RATELD_UNDECIDED_REASONS] = {
+    "unidentified", "unmatched", "missing-key", "bad-key"};
+
+const char *rateld_undecided_name(rateld_undecided_t reason)
+{
+    return (unsigned)reason < RATELD_UNDECIDED_REASONS ? undecided_name[reason]
+                                                       : "unknown";
+}
+
 typedef struct thread_counters_s {
     counter_t http[STATUS_CLASSES];
+    counter_t undecided[RATELD_UNDECIDED_REASONS];
     policy_counters_t policies[RATELD_METRICS_POLICIES];
 } thread_counters_t;
 
@@ -178,6 +188,15 @@ void rateld_metrics_count(rateld_metrics_t *m, unsigned thread, int policy,
     bump(&c->decisions[outcome][source], 1);
     bump(&c->buckets[bucket_of(latency_us)], 1);
     bump(&c->latency_us, (uint64_t)latency_us);
+}
+
+void rateld_metrics_undecided(rateld_metrics_t *m, unsigned thread,
+                              rateld_undecided_t reason)
+{
+    if (!m || thread >= m->threads ||
+        (unsigned)reason >= RATELD_UNDECIDED_REASONS)
+        return;
+    bump(&m->counters[thread]->undecided[reason], 1);
 }
 
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status)
@@ -346,6 +365,20 @@ static void render_http(text_t *t, rateld_metrics_t *m)
     }
 }
 
+static void render_undecided(text_t *t, rateld_metrics_t *m)
+{
+    emit_header(t, "ratel_auth_undecided_total", "counter",
+                "Gateway auth requests not decided by a route's policies, "
+                "by reason (answered as auth.unmatched or 4xx).");
+    for (int r = 0; r < RATELD_UNDECIDED_REASONS; r++) {
+        uint64_t v = 0;
+        for (unsigned th = 0; th < m->threads; th++)
+            v += get(&m->counters[th]->undecided[r]);
+        emit(t, "ratel_auth_undecided_total{reason=\"%s\"} %llu\n",
+             undecided_name[r], (unsigned long long)v);
+    }
+}
+
 static void render_one(text_t *t, const char *name, const char *type,
                        const char *help, uint64_t v)
 {
@@ -408,6 +441,7 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     render_latency(&t, m, n, sums);
     free(sums);
     render_http(&t, m);
+    render_undecided(&t, m);
     if (st)
         render_store(&t, st);
     render_one(&t, "ratel_config_reloads_total", "counter",

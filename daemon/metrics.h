@@ -26,6 +26,18 @@ typedef enum rateld_outcome_e {
     RATELD_OUTCOMES
 } rateld_outcome_t;
 
+/* Why /v1/auth did not decide a request by a route's policies. */
+typedef enum rateld_undecided_e {
+    RATELD_UNDECIDED_UNIDENTIFIED = 0, /* no original request headers */
+    RATELD_UNDECIDED_UNMATCHED,        /* no route matches it */
+    RATELD_UNDECIDED_MISSING_KEY,      /* a policy's key source is absent */
+    RATELD_UNDECIDED_BAD_KEY,          /* ... malformed or too long */
+    RATELD_UNDECIDED_REASONS
+} rateld_undecided_t;
+
+/* The reason as X-Ratel-Reason and the metric label spell it. */
+const char *rateld_undecided_name(rateld_undecided_t reason);
+
 typedef struct rateld_metrics_s rateld_metrics_t;
 
 /* Counters for `threads` worker threads. NULL when out of memory. */
@@ -45,6 +57,10 @@ int rateld_metrics_policy(rateld_metrics_t *m, const char *name);
 void rateld_metrics_count(rateld_metrics_t *m, unsigned thread, int policy,
                           rateld_outcome_t outcome, int source,
                           int64_t latency_us);
+
+/* Counts an auth request not decided by policies, on worker `thread`. */
+void rateld_metrics_undecided(rateld_metrics_t *m, unsigned thread,
+                              rateld_undecided_t reason);
 
 /* Counts an HTTP response by status class on worker `thread`. */
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status);

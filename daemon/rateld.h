@@ -65,6 +65,10 @@ typedef struct rateld_worker_s {
     rateld_pending_t *pending;
     ratel_batch_item_t *items;
     size_t npending;
+    /* Undecided auth requests: when each reason was last logged and how
+       many were not logged since (one line per reason per 10 s). */
+    int64_t undecided_logged_us[RATELD_UNDECIDED_REASONS];
+    uint64_t undecided_quiet[RATELD_UNDECIDED_REASONS];
     char pad[64];
 } rateld_worker_t;
 

@@ -211,6 +211,15 @@ static size_t format_address(const address_t *a, char *buf, size_t len)
     return n;
 }
 
+int rateld_peer_trusted(const rateld_config_t *config,
+                        const ratel_http_request_t *req)
+{
+    address_t peer;
+
+    return config && config->ntrusted > 0 && peer_address(req, &peer) &&
+           trusted(config, &peer);
+}
+
 size_t rateld_client_address(const rateld_config_t *config,
                              const ratel_http_request_t *req, char *buf,
                              size_t len)
@@ -316,9 +325,9 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
         case RATELD_KEY_QUERY: {
             long got = ratel_http_query_param(v->query, part->name, decoded,
                                               sizeof decoded);
-            if (got == -2 || got > RATELD_KEY_MAX) {
+            if (got < -1 || got > RATELD_KEY_MAX) {
                 buf[0] = '\0';
-                return -1; /* malformed or longer than any key */
+                return -1; /* malformed, given twice or too long */
             }
             if (got > 0) {
                 value = decoded;

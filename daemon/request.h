@@ -23,6 +23,11 @@
 int rateld_cidr_match(const rateld_cidr_t *blocks, size_t n, int family,
                       const void *addr);
 
+/* Whether the TCP peer of `req` is one of the config's trusted proxies:
+   only then are its forwarded-request headers believed. */
+int rateld_peer_trusted(const rateld_config_t *config,
+                        const ratel_http_request_t *req);
+
 /*
  * The client's address as text into buf (at least RATELD_ADDR_MAX bytes):
  * the TCP peer, unless the peer is in the config's trusted proxies; then

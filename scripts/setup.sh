@@ -13,6 +13,8 @@
 #                                   YAML config, JSON request bodies
 #   nginx, wrk, python3             rateld behind nginx (tests), load (bench),
 #                                   JSON checks and fake SMS gateways (tests)
+#   caddy, haproxy                  rateld behind Caddy's forward_auth and
+#                                   HAProxy's Lua action (tests, bench)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
 #   curl
@@ -33,6 +35,7 @@ packages=(
     libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
     libsqlite3-dev libcurl4-openssl-dev
     nginx wrk python3
+    caddy haproxy
     nodejs npm
     librsvg2-bin
     curl

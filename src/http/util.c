@@ -83,6 +83,20 @@ static int key_matches(const char *p, size_t n, const char *name)
     return name[j] == '\0';
 }
 
+/* Whether parameter `name` appears in [p, end). */
+static int given_again(const char *p, const char *end, const char *name)
+{
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pend = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(pend - p));
+        if (key_matches(p, (size_t)((eq ? eq : pend) - p), name))
+            return 1;
+        p = amp ? amp + 1 : end;
+    }
+    return 0;
+}
+
 long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
                             size_t len)
 {
@@ -99,6 +113,8 @@ long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
         if (key_matches(p, (size_t)(kend - p), name)) {
             const char *v = eq ? eq + 1 : pend;
             size_t vn = (size_t)(pend - v), i = 0, out = 0;
+            if (given_again(amp ? amp + 1 : end, end, name))
+                return -3;
             if (!buf || len == 0)
                 return -2;
             while (i < vn) {

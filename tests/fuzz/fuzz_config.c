@@ -38,6 +38,15 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* The route for a method and a path (no host, no headers). */
+static const rateld_route_t *route_of(const rateld_config_t *c,
+                                      const char *method, size_t mlen,
+                                      const char *path, size_t plen)
+{
+    rateld_route_query_t q = {{method, mlen}, {path, plen}, {"", 0}, NULL};
+    return rateld_config_route(c, &q);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NAME "fuzz.yaml"
@@ -132,9 +141,9 @@ static void check_route(const rateld_config_t *c, size_t i)
     /* Its own prefix, asked with its method (or one no route has), finds
        exactly it: nothing longer can match, and a twin would be refused. */
     n = strlen(r->prefix);
-    back = r->method[0] ? rateld_config_route(c, r->method, strlen(r->method),
+    back = r->method[0] ? route_of(c, r->method, strlen(r->method),
                                               r->prefix, n)
-                        : rateld_config_route(c, "\x01", 1, r->prefix, n);
+                        : route_of(c, "\x01", 1, r->prefix, n);
     ASSERT(back == r);
 }
 

@@ -161,30 +161,52 @@ contains shadow_body "$(curl -s "$base/v1/acquire?policy=watch&key=9.9.9.9")" '"
 n=$(metric 'ratel_decisions_total{policy="watch",outcome="shadow_denied"')
 if [ "${n:-0}" -ge 2 ] 2>/dev/null; then ok shadow_metric; else fail shadow_metric "[$n]"; fi
 
-# --- auth_request: route and identity from the forwarded request
-auth() { code -H "X-Original-URI: $1" -H "X-Original-Method: ${2:-GET}" "${@:3}" "$base/v1/auth"; }
+# --- gateway auth, Envoy's form (/v1/auth + the original path: believed
+# from any peer, it is the request itself); rate limited is 429 by default
+auth() { code -X "${2:-GET}" "${@:3}" "$base/v1/auth$1"; }
 same auth_sms_1 "$(auth '/sendCaptcha?telephone=13800138000')" 200
-same auth_sms_2 "$(auth '/sendCaptcha?telephone=13800138000')" 403
-curl -s -D "$tmp/h" -o /dev/null -H 'X-Original-URI: /sendCaptcha?telephone=13800138000' "$base/v1/auth"
+same auth_sms_2 "$(auth '/sendCaptcha?telephone=13800138000')" 429
+curl -s -D "$tmp/h" -o "$tmp/b" "$base/v1/auth/sendCaptcha?telephone=13800138000"
 ra=$(header Retry-After "$tmp/h")
 if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 55 ] && [ "$ra" -le 60 ]; then ok auth_retry_after; else fail auth_retry_after "[$ra]"; fi
+same auth_denied_reason "$(header X-Ratel-Reason "$tmp/h")" rate-limited
+contains auth_denied_body "$(cat "$tmp/b")" '"allowed":false,"policy":"sms"'
 same auth_other_phone "$(auth '/sendCaptcha?telephone=13900139000')" 200
-same auth_missing_key "$(auth '/sendCaptcha')" 403
-contains auth_missing_reason "$(curl -s -D - -o /dev/null -H 'X-Original-URI: /sendCaptcha' "$base/v1/auth")" 'missing-key'
-same auth_method_mismatch "$(auth '/sendCaptcha?telephone=13800138000' POST)" 200
-same auth_unrouted "$(auth '/elsewhere')" 200
+# A missing key source is the client's error (400), with its reason.
+same auth_missing_key "$(auth '/sendCaptcha')" 400
+contains auth_missing_reason "$(curl -s -D - -o /dev/null "$base/v1/auth/sendCaptcha")" 'X-Ratel-Reason: missing-key'
+# A parameter given twice could be read one way here and another way by
+# the application: refused.
+same auth_duplicate_key "$(auth '/sendCaptcha?telephone=13700137000&telephone=13700137001')" 400
+# No route: refused (auth.unmatched: deny), counted and logged.
+same auth_method_mismatch "$(auth '/sendCaptcha?telephone=13800138000' POST)" 403
+same auth_unrouted "$(auth '/elsewhere')" 403
+contains auth_unrouted_reason "$(curl -s -D - -o /dev/null "$base/v1/auth/elsewhere")" 'X-Ratel-Reason: unmatched'
+n=$(metric 'ratel_auth_undecided_total{reason="unmatched"}')
+if [ "${n:-0}" -ge 3 ] 2>/dev/null; then ok auth_unrouted_metric; else fail auth_unrouted_metric "[$n]"; fi
+contains auth_unrouted_logged "$(cat "$log")" 'msg="auth request undecided" reason=unmatched'
+# Without any original request: refused (never a silent allow).
+same auth_unidentified "$(code "$base/v1/auth")" 403
 # Two policies on one route, all-or-nothing: multi (2/1m per X-User) and
 # shared (2/1m per X-Tenant, absent: one shared bucket).
 same auth_form_1 "$(auth /form POST -H 'X-User: f1')" 200
 same auth_form_2 "$(auth /form POST -H 'X-User: f2')" 200
-same auth_form_3 "$(auth /form POST -H 'X-User: f3')" 403
+same auth_form_3 "$(auth /form POST -H 'X-User: f3')" 429
 # f3 was refused by the shared bucket: its own policy was given back.
 same auth_form_refunded "$(curl -s "$base/v1/acquire?policy=multi&key=f3&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":2'
+# RateLimit-Policy lists every rule of both policies.
+curl -s -D "$tmp/h" -o /dev/null -X POST -H 'X-User: f4' "$base/v1/auth/form"
+same auth_policy_all_rules "$(header RateLimit-Policy "$tmp/h")" '"multi-0";q=2;w=60, "multi-1";q=3;w=3600, "shared-0";q=2;w=60'
+
+# --- forwarded-request headers from an untrusted peer are not believed
+hdr_auth() { code -H "X-Original-URI: $1" -H "X-Original-Method: ${2:-GET}" "${@:3}" "$base/v1/auth"; }
+same auth_untrusted_headers "$(hdr_auth '/sendCaptcha?telephone=13600136000')" 403
+contains auth_untrusted_reason "$(curl -s -D - -H 'X-Original-URI: /api/ping' "$base/v1/auth")" 'not in trusted_proxies'
 
 # --- X-Forwarded-For from an untrusted peer changes nothing
 for i in $(seq 20); do auth /api/ping GET -H "X-Forwarded-For: 203.0.113.$i" >/dev/null; done
-same xff_untrusted_spoof "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.7')" 403
-same xff_untrusted_plain "$(auth /api/ping)" 403
+same xff_untrusted_spoof "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.7')" 429
+same xff_untrusted_plain "$(auth /api/ping)" 429
 
 # --- metrics: policy names only, never keys
 m=$(curl -s "$base/metrics")
@@ -202,6 +224,13 @@ for _ in $(seq 100); do [ "$(metric ratel_config_reloads_total)" = 1 ] && break;
 same reload_counted "$(metric ratel_config_reloads_total)" 1
 same xff_trusted_client "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.7')" 200
 same xff_trusted_chain "$(auth /api/ping GET -H 'X-Forwarded-For: 198.51.100.8, 127.0.0.1')" 200
+# From a trusted proxy, both gateway header forms are believed: nginx's
+# X-Original-* and Caddy's / Traefik's X-Forwarded-*.
+same auth_hdr_nginx "$(hdr_auth '/sendCaptcha?telephone=13500135000')" 200
+same auth_hdr_nginx_2 "$(hdr_auth '/sendCaptcha?telephone=13500135000')" 429
+same auth_hdr_forwarded "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13500135000' -H 'X-Forwarded-Method: GET' "$base/v1/auth")" 429
+same auth_hdr_forwarded_other "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13400134000' -H 'X-Forwarded-Method: GET' "$base/v1/auth")" 200
+same auth_hdr_forwarded_post "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13400134000' -H 'X-Forwarded-Method: POST' "$base/v1/auth")" 403
 # the state survived the reload: 127.0.0.1 itself is still limited
 same reload_keeps_state "$(code "$base/v1/acquire?policy=ping&key=127.0.0.1")" 429
 

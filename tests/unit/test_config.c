@@ -13,6 +13,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* The route for a method and a path (no host, no headers). */
+static const rateld_route_t *route_of(const rateld_config_t *c,
+                                      const char *method, size_t mlen,
+                                      const char *path, size_t plen)
+{
+    rateld_route_query_t q = {{method, mlen}, {path, plen}, {"", 0}, NULL};
+    return rateld_config_route(c, &q);
+}
+
 /* One valid policy, for files about something else. */
 #define P "policies:\n  p:\n    rules: 1/1s\n"
 
@@ -111,19 +120,19 @@ TEST(config_example_file)
     CHECK(p->line > 0);
 
     REQUIRE(c->nroutes == 3);
-    route = rateld_config_route(c, "GET", 3, "/api/ping", 9);
+    route = route_of(c, "GET", 3, "/api/ping", 9);
     REQUIRE(route != NULL);
     CHECK_EQ(route->npolicies, 1);
     CHECK(strcmp(c->policies[route->policies[0]].name, "ping") == 0);
-    route = rateld_config_route(c, "GET", 3, "/sendCaptcha?telephone=1", 24);
+    route = route_of(c, "GET", 3, "/sendCaptcha?telephone=1", 24);
     REQUIRE(route != NULL);
     CHECK(strcmp(c->policies[route->policies[0]].name, "sms") == 0);
-    route = rateld_config_route(c, "POST", 4, "/form", 5);
+    route = route_of(c, "POST", 4, "/form", 5);
     REQUIRE(route != NULL);
     REQUIRE(route->npolicies == 2);
     CHECK(strcmp(c->policies[route->policies[0]].name, "form") == 0);
     CHECK(strcmp(c->policies[route->policies[1]].name, "form-dup") == 0);
-    CHECK(rateld_config_route(c, "GET", 3, "/form", 5) == NULL);
+    CHECK(route_of(c, "GET", 3, "/form", 5) == NULL);
     rateld_config_free(c);
 }
 
@@ -518,7 +527,7 @@ static const bad_case_t bad_cases[] = {
      6, "at most 15 are accepted"},
     {P "routes:\n  - {path: /a, policies: [p]}\n  - {path: /b, policies: "
        "[p]}\n  - {path: /a, policies: [p]}\n",
-     7, "routes[2]: same path and method as routes[0]"},
+     7, "routes[2]: same path, method, host and headers as routes[0]"},
     {P "routes:\n  - path: /a\n    policies: [p]\n    weight: 2\n", 7,
      "routes[0].weight: unknown field; accepted: path, method, policies"},
 };
@@ -661,7 +670,7 @@ TEST(config_route_matching)
     REQUIRE(c);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const rateld_route_t *r =
-            rateld_config_route(c, cases[i].method, strlen(cases[i].method),
+            route_of(c, cases[i].method, strlen(cases[i].method),
                                 cases[i].path, strlen(cases[i].path));
         long got = r ? (long)(r - c->routes) : -1;
         if (got != cases[i].route) {
@@ -672,20 +681,20 @@ TEST(config_route_matching)
         }
     }
     /* Lengths are honoured: the path ends where plen says. */
-    CHECK(rateld_config_route(c, "GET", 3, "/apixyz", 4) == &c->routes[0]);
-    CHECK(rateld_config_route(c, "POSTX", 4, "/api", 4) == &c->routes[2]);
+    CHECK(route_of(c, "GET", 3, "/apixyz", 4) == &c->routes[0]);
+    CHECK(route_of(c, "POSTX", 4, "/api", 4) == &c->routes[2]);
     CHECK_EQ(c->routes[3].npolicies, 2);
     CHECK_EQ(c->routes[3].policies[0], 1);
     CHECK_EQ(c->routes[3].policies[1], 2);
-    CHECK(rateld_config_route(NULL, "GET", 3, "/", 1) == NULL);
+    CHECK(route_of(NULL, "GET", 3, "/", 1) == NULL);
     rateld_config_free(c);
 
     /* Without a catch-all, unmatched paths have no route. */
     c = parse_ok(P "routes: [{path: /a, method: GET, policies: [p]}]\n");
     REQUIRE(c);
-    CHECK(rateld_config_route(c, "GET", 3, "/b", 2) == NULL);
-    CHECK(rateld_config_route(c, "POST", 4, "/a", 2) == NULL);
-    CHECK(rateld_config_route(c, "GET", 3, "/a/b", 4) == &c->routes[0]);
+    CHECK(route_of(c, "GET", 3, "/b", 2) == NULL);
+    CHECK(route_of(c, "POST", 4, "/a", 2) == NULL);
+    CHECK(route_of(c, "GET", 3, "/a/b", 4) == &c->routes[0]);
     rateld_config_free(c);
 }
 

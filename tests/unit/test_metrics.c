@@ -195,6 +195,8 @@ TEST(metrics_exact_text_small_case)
     rateld_metrics_http(m, 0, 429);
     rateld_metrics_http(m, 0, 99);  /* not a status: not counted */
     rateld_metrics_http(m, 0, 600); /* idem */
+    rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_MISSING_KEY);
+    rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_REASONS); /* ignored */
     memset(&st, 0, sizeof st);
     st.keys = 3;
     st.bytes = 1000;
@@ -267,6 +269,14 @@ TEST(metrics_exact_text_small_case)
         "ratel_http_responses_total{code=\"3xx\"} 0\n"
         "ratel_http_responses_total{code=\"4xx\"} 1\n"
         "ratel_http_responses_total{code=\"5xx\"} 0\n"
+        "# HELP ratel_auth_undecided_total Gateway auth requests not decided "
+        "by a route's policies, by reason (answered as auth.unmatched or "
+        "4xx).\n"
+        "# TYPE ratel_auth_undecided_total counter\n"
+        "ratel_auth_undecided_total{reason=\"unidentified\"} 0\n"
+        "ratel_auth_undecided_total{reason=\"unmatched\"} 0\n"
+        "ratel_auth_undecided_total{reason=\"missing-key\"} 1\n"
+        "ratel_auth_undecided_total{reason=\"bad-key\"} 0\n"
         "# HELP ratel_store_keys Keys the store holds.\n"
         "# TYPE ratel_store_keys gauge\n"
         "ratel_store_keys 3\n"

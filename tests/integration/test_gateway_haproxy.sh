@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# rateld behind a real HAProxy (Debian's 2.6) with the shipped Lua action
+# (examples/gateways/ratel-haproxy.lua), configured with docs/gateways.md's
+# snippet as written (ports and paths changed): the ping demo gives
+# 20 x 200 then rateld's own 429 with Retry-After and the RateLimit fields;
+# a missing key is 400; an unmatched or unidentified request is refused and
+# counted; a client's X-Forwarded-For changes nothing; with rateld stopped
+# or killed, `closed` answers 503 and `open` serves the page, within the
+# snippet's 500 ms.
+. "$(dirname "$0")/gateway_lib.sh"
+
+if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
+    echo "FAIL haproxy or $build/rateld missing (scripts/setup.sh, make)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# The application behind HAProxy: the site's files over HTTP.
+(cd "$tmp/www" && exec python3 -m http.server "$aport" --bind 127.0.0.1) \
+    >"$tmp/app.log" 2>&1 &
+echo $! >"$tmp/pids/app"
+cp "$root/examples/gateways/ratel-haproxy.lua" "$tmp/"
+
+# start_haproxy MODE: the page's snippet (with `closed` or `open`) after
+# the defaults a real haproxy.cfg has.
+start_haproxy() {
+    mkdir -p "$tmp/haproxy"
+    {
+        snippet haproxy | sed "s/ 500 closed/ 500 $1/" |
+            awk '/^frontend/ { print "defaults\n    mode http\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n" } { print }'
+    } | sed "s/bind :$gport/bind 127.0.0.1:$gport/" >"$tmp/haproxy/haproxy.cfg"
+    haproxy -db -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/out.log" 2>&1 &
+    echo $! >"$tmp/pids/haproxy"
+    wait_http "http://127.0.0.1:$gport/"
+}
+
+stop_haproxy() {
+    local pid
+    pid=$(cat "$tmp/pids/haproxy")
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+    kill -9 "$pid" 2>/dev/null
+}
+
+wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
+start_rateld 429 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
+start_haproxy closed || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
+check_demo haproxy
+same haproxy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
+check_down haproxy_closed 503 503
+
+stop_haproxy
+start_rateld 429 || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
+start_haproxy open || fail haproxy_open_start "$(cat "$tmp/haproxy/out.log")"
+same haproxy_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
+check_down haproxy_open 200 200
+same haproxy_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
+
+[ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/haproxy/out.log"
+finish

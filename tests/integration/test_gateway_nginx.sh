@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# rateld behind a real nginx (Debian's) with auth_request, configured with
+# docs/gateways.md's snippets as written (ports and paths changed): the
+# ping demo gives 20 x 200 then 429 with Retry-After and the RateLimit
+# fields; a missing key is 400; an unmatched or unidentified request is
+# refused and counted; a client's X-Forwarded-For changes nothing; with
+# rateld stopped or killed, the fail-closed snippet answers 503 and the
+# fail-open one serves the page, both within the snippet's timeout.
+. "$(dirname "$0")/gateway_lib.sh"
+
+if ! command -v nginx >/dev/null || [ ! -x "$build/rateld" ]; then
+    echo "FAIL nginx or $build/rateld missing (scripts/setup.sh, make)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# start_nginx SNIPPET...: the page's server block(s) inside this test's
+# own http { } (pid, logs and temporary files under $tmp).
+start_nginx() {
+    mkdir -p "$tmp/nginx/logs"
+    {
+        cat <<CONF
+worker_processes 1;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 256; }
+http {
+    access_log off;
+    default_type text/plain;
+    client_body_temp_path $tmp/nginx/body;
+    proxy_temp_path $tmp/nginx/proxy;
+    fastcgi_temp_path $tmp/nginx/fastcgi;
+    uwsgi_temp_path $tmp/nginx/uwsgi;
+    scgi_temp_path $tmp/nginx/scgi;
+CONF
+        "$@"
+        echo "}"
+    } | sed "s/listen $gport;/listen 127.0.0.1:$gport;/" >"$tmp/nginx/nginx.conf"
+    nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx/out.log" 2>&1 &
+    echo $! >"$tmp/pids/nginx"
+    wait_http "http://127.0.0.1:$gport/"
+}
+
+stop_nginx() {
+    local pid
+    pid=$(cat "$tmp/pids/nginx")
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+    kill -9 "$pid" 2>/dev/null
+}
+
+# The fail-open variant: the page's @ratel_down location replaced by the
+# nginx-open snippet.
+open_variant() {
+    snippet nginx | awk -v repl="$(snippet nginx-open)" '
+        /# rateld down or slow: fail closed\./ { skip = 1; next }
+        skip && /^    location @ratel_down/ { inblock = 1; next }
+        skip && inblock && /^    }/ { print repl; skip = 0; inblock = 0; next }
+        skip && inblock { next }
+        { print }'
+}
+
+# nginx's auth_request passes only 2xx, 401 and 403: deny_status 403.
+start_rateld 403 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
+start_nginx snippet nginx || fail nginx_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
+check_demo nginx
+# Allowed answers carry the fields too.
+curl -s -D "$tmp/h" -o /dev/null --interface 127.0.0.5 "http://127.0.0.1:$gport/api/ping"
+same nginx_allowed_ratelimit "$(header RateLimit "$tmp/h")" '"ping-0";r=19;t=60'
+same nginx_allowed_policy "$(header RateLimit-Policy "$tmp/h")" '"ping-0";q=20;w=60'
+same nginx_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
+check_down nginx_closed 503 503
+
+stop_nginx
+start_rateld 403 || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
+start_nginx open_variant || fail nginx_open_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
+same nginx_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
+check_down nginx_open 200 200
+same nginx_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
+
+[ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/nginx/logs/error.log"
+finish
