@@ -14,6 +14,7 @@
  * Decisions are batched per worker (rateld.h): the handler checks the
  * request and queues it, rateld_flush() decides the batch and answers.
  */
+#include "app/json.h"
 #include "app/ratelimit.h"
 #include "daemon/rateld.h"
 
@@ -44,25 +45,6 @@ static int str_copy(ratel_http_str_t s, char *buf, size_t len)
     return 1;
 }
 
-/* Appends `s` to out as the inside of a JSON string. */
-static size_t json_escape(const char *s, size_t n, char *out, size_t len)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 7 < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(out + o, len - o, "\\u%04x", c);
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    out[o] = '\0';
-    return o;
-}
-
 static void respond(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
                     int status, const ratel_http_header_t *headers, size_t n,
                     const char *body, size_t len)
@@ -71,23 +53,47 @@ static void respond(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
     ratel_http_respond(ex, status, headers, n, body, len);
 }
 
+/*
+ * {"error": "...", "reason": REASON} (reason left out when NULL) with
+ * `status` and the `n` headers, built by cJSON: the message may quote
+ * request bytes, which become '?' where they are not UTF-8, so the body
+ * is always valid JSON.
+ */
+static void respond_json_error(rateld_t *d, ratel_http_exchange_t *ex,
+                               unsigned thread, int status,
+                               const ratel_http_header_t *headers, size_t n,
+                               const char *reason, char *msg)
+{
+    static const char oom[] = "{\"error\":\"out of memory\"}\n";
+    cJSON *o = cJSON_CreateObject();
+    char *body = NULL;
+    size_t len = 0;
+
+    ratel__json_sanitize_utf8(msg);
+    if (o && cJSON_AddStringToObject(o, "error", msg) &&
+        (!reason || cJSON_AddStringToObject(o, "reason", reason)))
+        body = ratel__json_print(o, &len);
+    cJSON_Delete(o);
+    if (body)
+        respond(d, ex, thread, status, headers, n, body, len);
+    else
+        respond(d, ex, thread, 500, headers, 1, oom, sizeof oom - 1);
+    free(body);
+}
+
 /* {"error": "..."} with `status`. */
 static void __attribute__((format(printf, 5, 6)))
 respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
               int status, const char *fmt, ...)
 {
     static const ratel_http_header_t json[] = {JSON_TYPE};
-    char msg[600], esc[1400], body[1500];
+    char msg[600];
     va_list ap;
-    int n;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_escape(msg, strlen(msg), esc, sizeof esc);
-    n = snprintf(body, sizeof body, "{\"error\":\"%s\"}\n", esc);
-    respond(d, ex, thread, status, json, 1, body,
-            (size_t)(n < (int)sizeof body ? n : (int)sizeof body - 1));
+    respond_json_error(d, ex, thread, status, json, 1, NULL, msg);
 }
 
 /* ------------------------------------------------------ configuration */
@@ -158,10 +164,14 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
                                   "\"key\": ..., \"cost\": 1, \"peek\": false}");
             return -1;
         }
-        root = cJSON_ParseWithLength(req->body.p, req->body.n);
-        if (!root || !cJSON_IsObject(root)) {
+        char why[200];
+        int rc = ratel__json_parse_strict(req->body.p, req->body.n, &root,
+                                          NULL, why, sizeof why);
+        if (rc != 0 || !cJSON_IsObject(root)) {
             cJSON_Delete(root);
-            snprintf(err, errlen, "the body is not a JSON object");
+            snprintf(err, errlen, "the body is not %s: %s",
+                     "one strict JSON object",
+                     rc == 0 ? "not an object" : why);
             return -1;
         }
         cJSON_ArrayForEach(item, root)
@@ -439,7 +449,7 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         {{"Content-Type", 12}, {"application/json", 16}},
         {{"X-Ratel-Reason", 14}, {name, strlen(name)}}};
     int64_t now = ratel_clock_now_us();
-    char msg[600], body[1500];
+    char msg[600];
     va_list ap;
 
     va_start(ap, fmt);
@@ -456,19 +466,10 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     } else {
         w->undecided_quiet[reason]++;
     }
-    if (status == 200) {
+    if (status == 200)
         respond(d, ex, req->thread, 200, h + 1, 1, NULL, 0);
-        return;
-    }
-    {
-        char esc[1400];
-        int n;
-        json_escape(msg, strlen(msg), esc, sizeof esc);
-        n = snprintf(body, sizeof body, "{\"error\":\"%s\",\"reason\":\"%s\"}\n",
-                     esc, name);
-        respond(d, ex, req->thread, status, h, 2, body,
-                (size_t)(n < (int)sizeof body ? n : (int)sizeof body - 1));
-    }
+    else
+        respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
 }
 
 /* Queues the route's policies for the flush; 0, or -1 after answering a

@@ -121,6 +121,23 @@ same peek_charges_nothing "$(curl -s "$base/v1/acquire?policy=ping&key=10.0.0.1&
 same peek_again "$(curl -s "$base/v1/acquire?policy=ping&key=10.0.0.1&peek=true" | grep -o '"remaining":[0-9]*')" '"remaining":14'
 same bad_json "$(code -X POST -d '{"policy":' "$base/v1/acquire")" 400
 same unknown_field "$(code -X POST -d '{"policy":"ping","key":"a","color":1}' "$base/v1/acquire")" 400
+# Strict JSON: trailing data, a raw NUL, invalid UTF-8, \u0000 and a field
+# given twice are each a clear 400 whose body is itself valid JSON.
+isjson() { python3 -c 'import json,sys; json.load(sys.stdin)' 2>/dev/null && echo json || echo not-json; }
+strict() { # name, body (printf format)
+    local out
+    out=$(printf "$2" | curl -s -w '\n%{http_code}' -X POST --data-binary @- "$base/v1/acquire")
+    same "strict_$1" "${out##*$'\n'}" 400
+    same "strict_${1}_body" "$(printf '%s' "${out%$'\n'*}" | isjson)" json
+}
+strict trailing '{"policy":"ping","key":"ab"}xyz'
+strict nul '{"policy":"ping","key":"a\000b"}'
+strict utf8 '{"policy":"ping","key":"a\377b"}'
+strict escaped_nul '{"policy":"ping","key":"13811110001\\u0000evil"}'
+strict twice '{"policy":"ping","key":"a","key":"b"}'
+contains strict_names_problem "$(printf '{"policy":"ping","key":"ab"}xyz' | curl -s -X POST --data-binary @- "$base/v1/acquire")" 'trailing'
+same query_twice "$(code "$base/v1/acquire?policy=ping&key=a&key=b")" 400
+same not_utf8_404_is_json "$(curl -s "$base/v1/%ff%fe" | isjson)" json
 same unknown_policy "$(code "$base/v1/acquire?policy=nope&key=a")" 404
 same missing_key "$(code "$base/v1/acquire?policy=ping")" 400
 same empty_key "$(code "$base/v1/acquire?policy=ping&key=")" 400
