@@ -46,20 +46,22 @@ typedef enum captcha_sender_kind_e {
     CAPTCHA_SENDER_WEBHOOK  /* HTTP POST to an SMS gateway */
 } captcha_sender_kind_t;
 
-/* The rate-limit policies, each applied to one kind of key. */
-typedef enum captcha_limit_e {
+/* The rate-limit policies (`policies:`), each applied to one kind of
+   key. */
+typedef enum captcha_policy_e {
     CAPTCHA_SEND_PHONE = 0,
     CAPTCHA_SEND_IP,
     CAPTCHA_VERIFY_PHONE,
     CAPTCHA_VERIFY_IP,
     CAPTCHA_LOGIN_USER,
-    CAPTCHA_LIMITS
-} captcha_limit_t;
+    CAPTCHA_POLICIES
+} captcha_policy_t;
 
 typedef struct captcha_config_s {
     char listen[256];            /* default 127.0.0.1:8090 */
     unsigned threads;            /* HTTP workers, default 2 */
-    ratel_http_limits_t http;    /* `http:`; max_body_bytes default 16 KiB */
+    ratel_http_limits_t limits;  /* `limits:` HTTP sizes and times, as in
+                                    rateld; max_body_bytes default 16 KiB */
     char admin_token[256];       /* "": /notices always 403 */
     rateld_config_t *proxies;    /* trusted_proxies (only those fields set) */
     int store_redis;             /* store.type: 0 memory, 1 redis */
@@ -70,12 +72,17 @@ typedef struct captcha_config_s {
     int64_t code_ttl_ms;        /* default 300,000 */
     unsigned code_max_attempts; /* wrong guesses before invalidation, 5 */
     size_t code_max_entries;    /* memory code store bound, 100,000 */
-    ratel_policy_t limits[CAPTCHA_LIMITS];
+    ratel_policy_t policies[CAPTCHA_POLICIES]; /* `policies:` */
     captcha_sender_kind_t sender;
     char log_file[512];          /* sender.log_file, default captcha-sms.log */
     char webhook_url[1024];      /* sender.url */
     unsigned webhook_timeout_ms; /* sender.timeout_ms, default 5,000 */
     unsigned queue_size;         /* sender.queue_size, default 1,024 */
+    int64_t resend_max_age_ms;   /* sender.resend_max_age_ms: notices a
+                                    crash left unsent younger than this
+                                    are sent at start-up, older ones
+                                    FAILED and refunded; default
+                                    code_ttl_ms */
     char sqlite_path[512];       /* default captchad.db */
 } captcha_config_t;
 
@@ -90,8 +97,9 @@ int captcha_config_parse(const char *text, size_t len, const char *name,
                          captcha_config_t **out, char *err, size_t errlen);
 void captcha_config_free(captcha_config_t *config);
 
-/* Names of the limits as the config spells them ("send_phone", ...). */
-extern const char *const captcha_limit_names[CAPTCHA_LIMITS];
+/* Names of the policies as the config spells them ("send_phone", ...);
+   also the policy names of the RateLimit fields and of the store's keys. */
+extern const char *const captcha_policy_names[CAPTCHA_POLICIES];
 
 /* ---------------------------------------------------------- code store */
 
@@ -147,6 +155,10 @@ int captcha_codes_discard(captcha_codes_t *c, const char *phone,
 void captcha_codes_stats(captcha_codes_t *c, captcha_codes_stats_t *out);
 void captcha_codes_free(captcha_codes_t *c);
 
+/* A code of `len` digits from getrandom() into out (len + 1 bytes), with
+   no modulo bias. 0, or -1 when getrandom fails. */
+int captcha_code_new(unsigned len, char *out);
+
 /* Constant-time equality of two NUL-terminated codes (length leaks only
    whether the lengths differ). */
 int captcha_code_equal(const char *a, const char *b);
@@ -158,9 +170,24 @@ typedef struct captcha_notices_s captcha_notices_t;
 /* Opens (creating if needed) the SQLite database at `path`. 0 or -1. */
 int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
                          size_t errlen);
-/* Records a notice in state INIT; its id into *id. 0 or -1. */
+/* Records a notice in state INIT for `target`, asked for by client
+   address `ip`; its id into *id. 0 or -1. */
 int captcha_notices_add(captcha_notices_t *n, const char *target,
-                        const char *content, int64_t now_ms, int64_t *id);
+                        const char *ip, const char *content, int64_t now_ms,
+                        int64_t *id);
+
+/* A notice a previous process left in INIT (never SUCCESS or FAILED). */
+typedef struct captcha_stranded_s {
+    int64_t id;
+    int64_t created_ms;
+    char target[CAPTCHA_PHONE_MAX];
+    char ip[RATELD_ADDR_MAX]; /* "" for rows written before ip existed */
+} captcha_stranded_t;
+
+/* Every notice in INIT, oldest first, into a malloc'd *out (free());
+   their number in *count. 0 or -1. */
+int captcha_notices_stranded(captcha_notices_t *n, captcha_stranded_t **out,
+                             size_t *count);
 /* The provider's answer: SUCCESS (ok) or FAILED, with its text. */
 int captcha_notices_finish(captcha_notices_t *n, int64_t id, int ok,
                            const char *result, int64_t now_ms);
@@ -216,6 +243,7 @@ enum {
     VERIFY_OUTCOMES
 };
 enum { SENDER_SUCCESS, SENDER_FAILURE, SENDER_RESULTS };
+enum { RECOVER_RESENT, RECOVER_FAILED, RECOVER_ACTIONS };
 
 struct captcha_s {
     captcha_config_t *config;
@@ -228,6 +256,7 @@ struct captcha_s {
     _Atomic uint64_t verifies[VERIFY_OUTCOMES];
     _Atomic uint64_t sender_results[SENDER_RESULTS];
     _Atomic uint64_t refunds, refund_errors;
+    _Atomic uint64_t recovered[RECOVER_ACTIONS];
     _Atomic uint64_t login_failures, login_limited;
 };
 
@@ -236,11 +265,23 @@ void captcha_handle(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req);
 
 /*
- * Gives back the send permits of `phone` and `ip` (the provider failed or
- * the message could not be queued), so that our failure does not lock a
- * user out. Logs and counts a refund the store did not take.
+ * Gives back the send permits of `phone` and `ip` (the provider failed,
+ * the message could not be queued, or a crash stranded it), so that our
+ * failure does not lock a user out; `ip` "" gives back the phone's only.
+ * Returns 0, or -1 when the store did not take a refund (logged and
+ * counted).
  */
-void captcha_refund_send(captcha_t *app, const char *phone, const char *ip);
+int captcha_refund_send(captcha_t *app, const char *phone, const char *ip);
+
+/*
+ * Start-up reconciliation, before the HTTP server takes requests: every
+ * notice a previous process left in INIT (answered 202, never delivered
+ * or failed: the process died) is re-sent with a new code when younger
+ * than sender.resend_max_age_ms, else marked FAILED with its send permits
+ * refunded. Counts each action (captcha_recovered_notices_total) and logs
+ * one summary line. 0, or -1 when the notices cannot be read.
+ */
+int captcha_sender_recover(captcha_t *app);
 
 /* One log line (daemon/log.c): ts=... level=... msg="..." key=value... */
 void rateld_log(const char *level, const char *msg, const char *fmt, ...)

@@ -15,33 +15,34 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-const char *const captcha_limit_names[CAPTCHA_LIMITS] = {
+const char *const captcha_policy_names[CAPTCHA_POLICIES] = {
     "send_phone", "send_ip", "verify_phone", "verify_ip", "login_user"};
 
-/* The rules each limit has when the file does not say. */
-static const char *const default_rules[CAPTCHA_LIMITS][3] = {
+/* The rules each policy has when the file does not say. */
+static const char *const default_rules[CAPTCHA_POLICIES][3] = {
     {"1/60s", "5/1h", "10/1d"}, {"20/1h"}, {"10/1h"}, {"50/1h"}, {"3/1m"}};
 
 static void set_defaults(captcha_config_t *c)
 {
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8090");
     c->threads = 2;
-    c->http.max_body_bytes = 16384;
+    c->limits.max_body_bytes = 16384;
     c->memory_max_bytes = (size_t)64 << 20;
     c->code_length = 6;
     c->code_ttl_ms = 300000;
     c->code_max_attempts = 5;
     c->code_max_entries = 100000;
-    for (int i = 0; i < CAPTCHA_LIMITS; i++) {
+    for (int i = 0; i < CAPTCHA_POLICIES; i++) {
         size_t n = 0;
         while (n < 3 && default_rules[i][n])
             n++;
-        ratel_policy_parse(&c->limits[i], default_rules[i], n, NULL, 0);
+        ratel_policy_parse(&c->policies[i], default_rules[i], n, NULL, 0);
     }
     c->sender = CAPTCHA_SENDER_LOG;
     snprintf(c->log_file, sizeof c->log_file, "captcha-sms.log");
     c->webhook_timeout_ms = 5000;
     c->queue_size = 1024;
+    c->resend_max_age_ms = -1; /* code_ttl_ms unless the file says */
     snprintf(c->sqlite_path, sizeof c->sqlite_path, "captchad.db");
     c->redis.url = c->redis_url;
 }
@@ -96,54 +97,75 @@ static int read_trusted(const rateld__ctx_t *ctx, const rateld__node_t *v,
     return 0;
 }
 
-static int read_http(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                     captcha_config_t *c)
+/*
+ * Refuses a `limits:` section written with its old meaning (captchad's
+ * rate-limit rules, now under `policies:`): no silent reinterpretation.
+ */
+static int refuse_old_limits(const rateld__ctx_t *ctx,
+                             const rateld__node_t *node)
 {
-    static const char *const names[] = {"max_header_bytes", "max_body_bytes",
-                                        "max_connections", "request_timeout_ms",
-                                        "idle_timeout_ms"};
+    if (node->type != RATELD__MAP)
+        return 0;
+    for (size_t k = 0; k + 1 < node->n; k += 2) {
+        const rateld__node_t *key = node->items[k];
+        for (int i = 0; i < CAPTCHA_POLICIES; i++)
+            if (key->type == RATELD__SCALAR &&
+                !strcmp(key->text, captcha_policy_names[i]))
+                return rateld__fail(
+                    ctx, key->line,
+                    "limits.%s: rate-limit rules are now under policies: "
+                    "(write policies: %s: [...]); limits: means HTTP sizes "
+                    "and times, as in rateld",
+                    key->text, key->text);
+    }
+    return 0;
+}
+
+/* `limits:`, HTTP sizes and times: rateld's section, names and ranges
+   (daemon/config.c), 0 meaning src/http/http.h's default. */
+static int read_limits(const rateld__ctx_t *ctx, const rateld__node_t *node,
+                       captcha_config_t *c)
+{
+    static const char *const names[] = {
+        "max_header_bytes", "max_body_bytes",     "max_connections",
+        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms"};
     static const struct {
         uint64_t min, max;
         int size;
-    } range[] = {{1024, 1048576, 1},
-                 {64, 1048576, 1},
-                 {1, 1000000, 0},
-                 {1, 3600000, 0},
-                 {1, 86400000, 0}};
+    } range[] = {{1024, 1048576, 1}, {1, 16777216, 1}, {1, 1000000, 0},
+                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0}};
     const rateld__node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
+    ratel_http_limits_t *l = &c->limits;
     char path[64];
     uint64_t x;
 
-    if (rateld__fields(ctx, node, "http", names, COUNT(names), v))
+    if (refuse_old_limits(ctx, node) ||
+        rateld__fields(ctx, node, "limits", names, COUNT(names), v))
         return -1;
     n = rateld__by_line(v, COUNT(names), order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
         int rc;
-        snprintf(path, sizeof path, "http.%s", names[i]);
+        snprintf(path, sizeof path, "limits.%s", names[i]);
         rc = range[i].size ? rateld__size(ctx, v[i], path, range[i].min,
-                                          range[i].max, 0, &x)
+                                          range[i].max, 1, &x)
                            : rateld__uint(ctx, v[i], path, range[i].min,
-                                          range[i].max, 0, &x);
+                                          range[i].max, 1, &x);
         if (rc)
             return -1;
-        switch (i) {
-        case 0:
-            c->http.max_header_bytes = (size_t)x;
-            break;
-        case 1:
-            c->http.max_body_bytes = (size_t)x;
-            break;
-        case 2:
-            c->http.max_connections = (unsigned)x;
-            break;
-        case 3:
-            c->http.request_timeout_ms = (unsigned)x;
-            break;
-        default:
-            c->http.idle_timeout_ms = (unsigned)x;
-        }
+        if (i == 0)
+            l->max_header_bytes = (size_t)x;
+        else if (i == 1)
+            l->max_body_bytes = (size_t)x;
+        else if (i == 2)
+            l->max_connections = (unsigned)x;
+        else if (i == 3)
+            l->max_pipeline = (unsigned)x;
+        else if (i == 4)
+            l->request_timeout_ms = (unsigned)x;
+        else
+            l->idle_timeout_ms = (unsigned)x;
     }
     return 0;
 }
@@ -253,21 +275,22 @@ static int read_rules(const rateld__ctx_t *ctx, const rateld__node_t *node,
     return 0;
 }
 
-static int read_limits(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                       captcha_config_t *c)
+/* `policies:`: the rules of each rate-limit policy. */
+static int read_policies(const rateld__ctx_t *ctx, const rateld__node_t *node,
+                         captcha_config_t *c)
 {
-    const rateld__node_t *v[CAPTCHA_LIMITS];
-    size_t order[CAPTCHA_LIMITS], n;
+    const rateld__node_t *v[CAPTCHA_POLICIES];
+    size_t order[CAPTCHA_POLICIES], n;
     char path[64];
 
-    if (rateld__fields(ctx, node, "limits", captcha_limit_names, CAPTCHA_LIMITS,
-                       v))
+    if (rateld__fields(ctx, node, "policies", captcha_policy_names,
+                       CAPTCHA_POLICIES, v))
         return -1;
-    n = rateld__by_line(v, CAPTCHA_LIMITS, order);
+    n = rateld__by_line(v, CAPTCHA_POLICIES, order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
-        snprintf(path, sizeof path, "limits.%s", captcha_limit_names[i]);
-        if (read_rules(ctx, v[i], path, &c->limits[i]))
+        snprintf(path, sizeof path, "policies.%s", captcha_policy_names[i]);
+        if (read_rules(ctx, v[i], path, &c->policies[i]))
             return -1;
     }
     return 0;
@@ -276,8 +299,9 @@ static int read_limits(const rateld__ctx_t *ctx, const rateld__node_t *node,
 static int read_sender(const rateld__ctx_t *ctx, const rateld__node_t *node,
                        captcha_config_t *c)
 {
-    static const char *const names[] = {"type", "log_file", "url", "timeout_ms",
-                                        "queue_size"};
+    static const char *const names[] = {"type",       "log_file",
+                                        "url",        "timeout_ms",
+                                        "queue_size", "resend_max_age_ms"};
     static const char *const types[] = {"log", "webhook"};
     const rateld__node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -326,10 +350,16 @@ static int read_sender(const rateld__ctx_t *ctx, const rateld__node_t *node,
                 return -1;
             c->webhook_timeout_ms = (unsigned)x;
             break;
-        default:
+        case 4:
             if (rateld__uint(ctx, v[i], "sender.queue_size", 1, 1000000, 0, &x))
                 return -1;
             c->queue_size = (unsigned)x;
+            break;
+        default:
+            if (rateld__uint(ctx, v[i], "sender.resend_max_age_ms", 0, 86400000,
+                             1, &x))
+                return -1;
+            c->resend_max_age_ms = (int64_t)x;
         }
     }
     if (c->sender == CAPTCHA_SENDER_WEBHOOK && !v[2])
@@ -344,13 +374,13 @@ enum {
     F_THREADS,
     F_ADMIN_TOKEN,
     F_TRUSTED,
-    F_HTTP,
+    F_LIMITS,
     F_STORE,
     F_CODE_LENGTH,
     F_CODE_TTL,
     F_CODE_ATTEMPTS,
     F_CODE_ENTRIES,
-    F_LIMITS,
+    F_POLICIES,
     F_SENDER,
     F_SQLITE,
     F_COUNT
@@ -373,8 +403,8 @@ static int read_field(const rateld__ctx_t *ctx, int f, const rateld__node_t *v,
         return read_token(ctx, v, c);
     case F_TRUSTED:
         return read_trusted(ctx, v, c);
-    case F_HTTP:
-        return read_http(ctx, v, c);
+    case F_LIMITS:
+        return read_limits(ctx, v, c);
     case F_STORE:
         return read_store(ctx, v, c);
     case F_CODE_LENGTH:
@@ -398,8 +428,8 @@ static int read_field(const rateld__ctx_t *ctx, int f, const rateld__node_t *v,
             return -1;
         c->code_max_entries = (size_t)x;
         return 0;
-    case F_LIMITS:
-        return read_limits(ctx, v, c);
+    case F_POLICIES:
+        return read_policies(ctx, v, c);
     case F_SENDER:
         return read_sender(ctx, v, c);
     default:
@@ -412,14 +442,30 @@ static int read_field(const rateld__ctx_t *ctx, int f, const rateld__node_t *v,
     }
 }
 
+/* The HTTP section was called `http:` before it took rateld's name. */
+static int refuse_old_http(const rateld__ctx_t *ctx, const rateld__node_t *root)
+{
+    if (root->type != RATELD__MAP)
+        return 0;
+    for (size_t k = 0; k + 1 < root->n; k += 2) {
+        const rateld__node_t *key = root->items[k];
+        if (key->type == RATELD__SCALAR && !strcmp(key->text, "http"))
+            return rateld__fail(ctx, key->line,
+                                "http: is now called limits: (HTTP sizes and "
+                                "times, as in rateld); the rate-limit rules "
+                                "are under policies:");
+    }
+    return 0;
+}
+
 int captcha_config_parse(const char *text, size_t len, const char *name,
                          captcha_config_t **out, char *err, size_t errlen)
 {
     static const char *const names[F_COUNT] = {
         "listen",           "threads",     "admin_token",
-        "trusted_proxies",  "http",        "store",
+        "trusted_proxies",  "limits",      "store",
         "code_length",      "code_ttl_ms", "code_max_attempts",
-        "code_max_entries", "limits",      "sender",
+        "code_max_entries", "policies",    "sender",
         "sqlite_path"};
     rateld__ctx_t ctx = {name ? name : "config", err, errlen};
     const rateld__node_t *v[F_COUNT];
@@ -443,7 +489,8 @@ int captcha_config_parse(const char *text, size_t len, const char *name,
         rc = 0; /* an empty file: every default */
         goto out;
     }
-    if (rateld__fields(&ctx, root, "configuration", names, F_COUNT, v))
+    if (refuse_old_http(&ctx, root) ||
+        rateld__fields(&ctx, root, "configuration", names, F_COUNT, v))
         goto out;
     n = rateld__by_line(v, F_COUNT, order);
     for (size_t k = 0; k < n; k++)
@@ -451,6 +498,8 @@ int captcha_config_parse(const char *text, size_t len, const char *name,
             goto out;
     rc = 0;
 out:
+    if (rc == 0 && c->resend_max_age_ms < 0)
+        c->resend_max_age_ms = c->code_ttl_ms;
     rateld__node_free(root);
     if (rc == 0)
         *out = c;

@@ -14,6 +14,9 @@
  */
 #include "examples/captcha/captcha.h"
 
+#include "app/json.h"
+#include "app/ratelimit.h"
+
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,7 +34,7 @@
     }
 
 /* The one answer for every verify that fails on the code. */
-static const char invalid_body[] = "{\"error\":\"invalid or expired code\"}\n";
+#define INVALID_CODE "invalid or expired code"
 
 static int str_is(ratel_http_str_t s, const char *lit)
 {
@@ -46,37 +49,63 @@ static void respond_json(ratel_http_exchange_t *ex, int status,
     ratel_http_respond(ex, status, json, 1, body, len);
 }
 
+/* Answers `status` with {"error":"MESSAGE"}, the body built by cJSON
+   (src/app/json.h) so that any message is valid JSON. */
 static void __attribute__((format(printf, 3, 4)))
 respond_error(ratel_http_exchange_t *ex, int status, const char *fmt, ...)
 {
-    char msg[300], body[400];
+    static const char fallback[] = "{\"error\":\"out of memory\"}\n";
+    char msg[600], *body;
+    size_t len = 0;
     va_list ap;
-    int n;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* Messages are ours (no quotes or controls); no escaping needed. */
-    n = snprintf(body, sizeof body, "{\"error\":\"%s\"}\n", msg);
-    respond_json(ex, status, body, (size_t)n < sizeof body ? (size_t)n : 0);
+    body = ratel__json_error_body(msg, &len);
+    if (body)
+        respond_json(ex, status, body, len);
+    else
+        respond_json(ex, status, fallback, sizeof fallback - 1);
+    free(body);
 }
 
-/* 429 with Retry-After in whole seconds, rounded up. */
-static void respond_limited(ratel_http_exchange_t *ex, int64_t retry_ms)
+/*
+ * 429 for a request denied by `limit` (decision d): the RateLimit-Policy
+ * and RateLimit fields of that policy (src/app/ratelimit.h: its binding
+ * rule, named "POLICY-INDEX"), Retry-After in whole seconds rounded up,
+ * and a body with the same figures.
+ */
+static void respond_limited(captcha_t *app, ratel_http_exchange_t *ex,
+                            captcha_policy_t limit, const ratel_decision_t *d)
 {
-    char secs[24], body[160];
-    long long s = (long long)((retry_ms + 999) / 1000);
-    int n, m;
+    const char *name = captcha_policy_names[limit];
+    const ratel_policy_t *p = &app->config->policies[limit];
+    long long secs = ratel__retry_after_seconds(d);
+    char policy[1024], field[256], retry[24], *body = NULL;
+    size_t np, nf, nr, len = 0;
+    cJSON *o = cJSON_CreateObject();
 
-    if (s < 1)
-        s = 1;
-    n = snprintf(secs, sizeof secs, "%lld", s);
-    m = snprintf(body, sizeof body,
-                 "{\"error\":\"too many requests\",\"retry_after_s\":%lld}\n",
-                 s);
+    np = ratel__header_policy(name, p, policy, sizeof policy);
+    nf = ratel__header_ratelimit(name, p, d, field, sizeof field);
+    nr = (size_t)snprintf(retry, sizeof retry, "%lld", secs);
+    if (o && cJSON_AddStringToObject(o, "error", "too many requests") &&
+        cJSON_AddStringToObject(o, "policy", name) &&
+        cJSON_AddNumberToObject(o, "rule", d->rule) &&
+        cJSON_AddNumberToObject(o, "retry_after_s", (double)secs))
+        body = ratel__json_print(o, &len);
+    cJSON_Delete(o);
+    if (!body || np >= sizeof policy || nf >= sizeof field) {
+        free(body);
+        respond_error(ex, 500, "cannot build the 429 answer");
+        return;
+    }
     ratel_http_header_t h[] = {JSON_TYPE,
-                               {{"Retry-After", 11}, {secs, (size_t)n}}};
-    ratel_http_respond(ex, 429, h, 2, body, (size_t)m);
+                               {{"RateLimit-Policy", 16}, {policy, np}},
+                               {{"RateLimit", 9}, {field, nf}},
+                               {{"Retry-After", 11}, {retry, nr}}};
+    ratel_http_respond(ex, 429, h, 4, body, len);
+    free(body);
 }
 
 /* ------------------------------------------------------------- inputs */
@@ -125,7 +154,7 @@ static int code_well_formed(const char *s, unsigned len)
  * below 250 (a multiple of 10) and keeps its remainder: bytes 250..255 are
  * thrown away, so every digit is equally likely (no modulo bias).
  */
-static int make_code(unsigned len, char *out)
+int captcha_code_new(unsigned len, char *out)
 {
     unsigned char pool[64];
     size_t have = 0, used = 0;
@@ -150,45 +179,95 @@ static int make_code(unsigned len, char *out)
 
 /*
  * Reads the string fields `names` (n of them) of a JSON object body into
- * out[i] (each cap bytes). Absent fields read "". Returns 0, or -1 when
- * the body is not a JSON object or a named field is not a string that
+ * out[i] (each cap bytes). Absent fields read "". The body must be strict
+ * JSON (src/app/json.h: no trailing data, NUL, invalid UTF-8, \u0000 or
+ * key given twice). Returns 0, or -1 with the reason in why: the body is
+ * not strict JSON, not an object, or a named field is not a string that
  * fits (other fields are ignored).
  */
 static int read_body(const ratel_http_request_t *req, const char *const *names,
-                     size_t n, char (*out)[CAPTCHA_USER_MAX + 1])
+                     size_t n, char (*out)[CAPTCHA_USER_MAX + 1], char *why,
+                     size_t whylen)
 {
-    cJSON *root;
+    char err[300];
+    cJSON *root = NULL;
     int rc = 0;
 
     for (size_t i = 0; i < n; i++)
         out[i][0] = '\0';
-    if (req->body.n == 0)
+    rc = ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, err,
+                                  sizeof err);
+    if (rc != 0) {
+        snprintf(why, whylen, "invalid JSON body: %s", err);
         return -1;
-    root = cJSON_ParseWithLength(req->body.p, req->body.n);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return -1;
+    }
+    if (!cJSON_IsObject(root)) {
+        snprintf(why, whylen, "the body must be a JSON object");
+        rc = -1;
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         cJSON *item = cJSON_GetObjectItemCaseSensitive(root, names[i]);
         if (!item)
             continue;
         if (!cJSON_IsString(item) ||
-            strlen(item->valuestring) > CAPTCHA_USER_MAX)
+            strlen(item->valuestring) > CAPTCHA_USER_MAX) {
+            snprintf(why, whylen, "%s: expected a string of at most %d bytes",
+                     names[i], CAPTCHA_USER_MAX);
             rc = -1;
-        else
+        } else {
             strcpy(out[i], item->valuestring);
+        }
     }
     cJSON_Delete(root);
     return rc;
 }
 
-/* "captcha:LIMIT:VALUE": the ratel store's key. */
-static size_t limit_key(char *buf, size_t len, captcha_limit_t limit,
-                        const char *value)
+/*
+ * Query parameter `name` into buf (ratel_http_query_param's decoding),
+ * refusing it when it is given twice: a proxy and captchad could each
+ * take a different copy. Returns its length, or -1 with the reason in
+ * why (absent, given twice, malformed or too long).
+ */
+static long query_once(ratel_http_str_t query, const char *name, char *buf,
+                       size_t len, char *why, size_t whylen)
 {
-    int n =
-        snprintf(buf, len, "captcha:%s:%s", captcha_limit_names[limit], value);
+    const char *p = query.p, *end = query.p + query.n;
+    unsigned copies = 0;
+    long got;
+
+    /* Each '&'-separated piece on its own: the parameter's copies. */
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        ratel_http_str_t one = {p, (size_t)((amp ? amp : end) - p)};
+        char scratch[8];
+        if (ratel_http_query_param(one, name, scratch, sizeof scratch) != -1)
+            copies++;
+        p = amp ? amp + 1 : end;
+    }
+    if (copies > 1) {
+        snprintf(why, whylen,
+                 "the query parameter %s is given %u times; "
+                 "give it once",
+                 name, copies);
+        return -1;
+    }
+    got = ratel_http_query_param(query, name, buf, len);
+    if (got == -1)
+        snprintf(why, whylen, "the query parameter %s is missing", name);
+    else if (got < 0)
+        snprintf(why, whylen,
+                 "the query parameter %s is malformed (a bad %%-escape or "
+                 "%%00) or longer than %zu bytes",
+                 name, len - 1);
+    return got < 0 ? -1 : got;
+}
+
+/* "captcha:POLICY:VALUE": the ratel store's key. */
+static size_t policy_key(char *buf, size_t len, captcha_policy_t policy,
+                         const char *value)
+{
+    int n = snprintf(buf, len, "captcha:%s:%s", captcha_policy_names[policy],
+                     value);
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
@@ -197,76 +276,130 @@ static size_t limit_key(char *buf, size_t len, captcha_limit_t limit,
  * admit or neither is charged (a denial of the second refunds the first).
  * The first is the broader key (the client IP): when it denies, the
  * narrower key is never created, so a flood of unique phones from one
- * address adds no state. Returns 1 admitted, 0 denied (*retry_ms set),
- * or a RATEL_E* code.
+ * address adds no state. Returns 1 admitted, 0 denied (the denying
+ * policy in *which, its decision in *denied), or a RATEL_E* code.
  */
-static int acquire_pair(captcha_t *app, captcha_limit_t first, const char *a,
-                        captcha_limit_t second, const char *b,
-                        int64_t *retry_ms)
+static int acquire_pair(captcha_t *app, captcha_policy_t first, const char *a,
+                        captcha_policy_t second, const char *b,
+                        captcha_policy_t *which, ratel_decision_t *denied)
 {
-    const ratel_policy_t *lim = app->config->limits;
+    const ratel_policy_t *pol = app->config->policies;
     ratel_request_t one = RATEL_REQUEST_INIT;
-    ratel_decision_t d1, d2, back;
+    ratel_decision_t d2, back;
     char k1[96], k2[96];
-    size_t n1 = limit_key(k1, sizeof k1, first, a);
-    size_t n2 = limit_key(k2, sizeof k2, second, b);
+    size_t n1 = policy_key(k1, sizeof k1, first, a);
+    size_t n2 = policy_key(k2, sizeof k2, second, b);
     int64_t now = ratel_clock_now_us();
     int rc;
 
-    rc = ratel_store_acquire(app->store, k1, n1, &lim[first], now, &one, &d1);
+    rc =
+        ratel_store_acquire(app->store, k1, n1, &pol[first], now, &one, denied);
     if (rc != 0)
         return rc;
-    if (!d1.allowed) {
-        *retry_ms = d1.retry_after_ms;
+    if (!denied->allowed) {
+        *which = first;
         return 0;
     }
-    rc = ratel_store_acquire(app->store, k2, n2, &lim[second], now, &one, &d2);
+    rc = ratel_store_acquire(app->store, k2, n2, &pol[second], now, &one, &d2);
     if (rc == 0 && d2.allowed)
         return 1;
-    if (ratel_store_refund(app->store, k1, n1, &lim[first], now, 1, &back))
+    if (ratel_store_refund(app->store, k1, n1, &pol[first], now, 1, &back))
         atomic_fetch_add(&app->refund_errors, 1);
     if (rc != 0)
         return rc;
-    *retry_ms = d2.retry_after_ms;
+    *which = second;
+    *denied = d2;
     return 0;
 }
 
-void captcha_refund_send(captcha_t *app, const char *phone, const char *ip)
+int captcha_refund_send(captcha_t *app, const char *phone, const char *ip)
 {
-    const ratel_policy_t *lim = app->config->limits;
+    const ratel_policy_t *pol = app->config->policies;
     int64_t now = ratel_clock_now_us();
     ratel_decision_t d;
     char key[96];
     size_t n;
     int rc;
 
-    n = limit_key(key, sizeof key, CAPTCHA_SEND_PHONE, phone);
-    rc = ratel_store_refund(app->store, key, n, &lim[CAPTCHA_SEND_PHONE], now,
+    n = policy_key(key, sizeof key, CAPTCHA_SEND_PHONE, phone);
+    rc = ratel_store_refund(app->store, key, n, &pol[CAPTCHA_SEND_PHONE], now,
                             1, &d);
-    n = limit_key(key, sizeof key, CAPTCHA_SEND_IP, ip);
-    rc |= ratel_store_refund(app->store, key, n, &lim[CAPTCHA_SEND_IP], now, 1,
-                             &d);
+    /* Notices written before the client address was recorded have none:
+       only the phone's permit can be given back. */
+    if (ip[0]) {
+        n = policy_key(key, sizeof key, CAPTCHA_SEND_IP, ip);
+        rc |= ratel_store_refund(app->store, key, n, &pol[CAPTCHA_SEND_IP], now,
+                                 1, &d);
+    }
     atomic_fetch_add(rc ? &app->refund_errors : &app->refunds, 1);
     if (rc)
         rateld_log("error", "refund failed", "reason=\"%s\"",
                    ratel_strerror(rc));
+    return rc ? -1 : 0;
 }
 
 /* ---------------------------------------------------------- endpoints */
+
+/* A send once its permits are charged: a code, the notice, the queue. */
+static void send_admitted(captcha_t *app, ratel_http_exchange_t *ex,
+                          captcha_job_t *job)
+{
+    const captcha_config_t *c = app->config;
+    char content[160], body[160];
+    int64_t id = 0, now_ms = ratel_clock_now_us() / 1000;
+    int n;
+
+    captcha_message(c, NULL, content, sizeof content);
+    if (captcha_code_new(c->code_length, job->code) != 0 ||
+        captcha_codes_put(app->codes, job->phone, job->code, now_ms,
+                          c->code_ttl_ms) != 0 ||
+        captcha_notices_add(app->notices, job->phone, job->ip, content, now_ms,
+                            &id)) {
+        captcha_codes_discard(app->codes, job->phone, job->code);
+        captcha_refund_send(app, job->phone, job->ip);
+        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
+        respond_error(ex, 503, "cannot store the code; try again");
+        return;
+    }
+    job->notice_id = id;
+    /* Logged first: the sender may have delivered it before we return. */
+    rateld_log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
+               job->ip);
+    if (captcha_sender_enqueue(app->sender, job) != 0) {
+        captcha_codes_discard(app->codes, job->phone, job->code);
+        captcha_notices_finish(app->notices, id, 0, "not sent: queue full",
+                               now_ms);
+        captcha_refund_send(app, job->phone, job->ip);
+        atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
+        rateld_log("warn", "send queue full", "notice=%lld", (long long)id);
+        respond_error(ex, 503, "too busy to send now; try again");
+        return;
+    }
+    atomic_fetch_add(&app->sends[SEND_ACCEPTED], 1);
+    n = snprintf(body, sizeof body,
+                 "{\"sent\":true,\"notice_id\":%lld,\"expires_in_s\":%lld}\n",
+                 (long long)id, (long long)((c->code_ttl_ms + 999) / 1000));
+    respond_json(ex, 202, body, (size_t)n);
+}
 
 static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, const char *ip)
 {
     static const char *const names[] = {"telephone"};
-    const captcha_config_t *c = app->config;
-    char in[1][CAPTCHA_USER_MAX + 1], content[160], body[160];
+    char in[1][CAPTCHA_USER_MAX + 1], why[400];
+    captcha_policy_t which = CAPTCHA_SEND_IP;
+    ratel_decision_t denied;
     captcha_job_t job;
-    int64_t retry_ms = 0, id = 0, now_ms;
-    int rc, n;
+    int rc;
 
     memset(&job, 0, sizeof job);
-    if (read_body(req, names, 1, in) != 0 ||
-        !phone_canonical(in[0], job.phone)) {
+    if (read_body(req, names, 1, in, why, sizeof why) != 0) {
+        atomic_fetch_add(&app->sends[SEND_INVALID], 1);
+        respond_error(ex, 400, "%s; expected {\"telephone\": \"13800138000\"}",
+                      why);
+        return;
+    }
+    if (!phone_canonical(in[0], job.phone)) {
         atomic_fetch_add(&app->sends[SEND_INVALID], 1);
         respond_error(ex, 400,
                       "expected {\"telephone\": \"13800138000\"}: a mainland "
@@ -275,7 +408,7 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
     }
     snprintf(job.ip, sizeof job.ip, "%s", ip);
     rc = acquire_pair(app, CAPTCHA_SEND_IP, ip, CAPTCHA_SEND_PHONE, job.phone,
-                      &retry_ms);
+                      &which, &denied);
     if (rc < 0) {
         atomic_fetch_add(&app->sends[SEND_ERROR], 1);
         rateld_log("error", "store failed", "op=send reason=\"%s\"",
@@ -285,69 +418,44 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
     }
     if (rc == 0) {
         atomic_fetch_add(&app->sends[SEND_LIMITED], 1);
-        rateld_log("info", "send limited", "ip=%s retry_after_ms=%lld", ip,
-                   (long long)retry_ms);
-        respond_limited(ex, retry_ms);
+        rateld_log(
+            "info", "send limited", "ip=%s policy=%s retry_after_ms=%lld", ip,
+            captcha_policy_names[which], (long long)denied.retry_after_ms);
+        respond_limited(app, ex, which, &denied);
         return;
     }
-    now_ms = ratel_clock_now_us() / 1000;
-    captcha_message(c, NULL, content, sizeof content);
-    if (make_code(c->code_length, job.code) != 0 ||
-        captcha_codes_put(app->codes, job.phone, job.code, now_ms,
-                          c->code_ttl_ms) != 0 ||
-        captcha_notices_add(app->notices, job.phone, content, now_ms, &id)) {
-        captcha_codes_discard(app->codes, job.phone, job.code);
-        captcha_refund_send(app, job.phone, ip);
-        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        respond_error(ex, 503, "cannot store the code; try again");
-        return;
-    }
-    job.notice_id = id;
-    /* Logged first: the sender may have delivered it before we return. */
-    rateld_log("info", "send accepted", "notice=%lld ip=%s", (long long)id, ip);
-    if (captcha_sender_enqueue(app->sender, &job) != 0) {
-        captcha_codes_discard(app->codes, job.phone, job.code);
-        captcha_notices_finish(app->notices, id, 0, "not sent: queue full",
-                               now_ms);
-        captcha_refund_send(app, job.phone, ip);
-        atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
-        rateld_log("warn", "send queue full", "notice=%lld", (long long)id);
-        respond_error(ex, 503, "too busy to send now; try again");
-        return;
-    }
-    atomic_fetch_add(&app->sends[SEND_ACCEPTED], 1);
-
-    n = snprintf(body, sizeof body,
-                 "{\"sent\":true,\"notice_id\":%lld,\"expires_in_s\":%lld}\n",
-                 (long long)id, (long long)((c->code_ttl_ms + 999) / 1000));
+    send_admitted(app, ex, &job);
     memset(&job, 0, sizeof job);
-    respond_json(ex, 202, body, (size_t)n);
 }
 
 static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
                           const ratel_http_request_t *req, const char *ip)
 {
     static const char *const names[] = {"telephone", "code"};
-    char in[2][CAPTCHA_USER_MAX + 1], phone[CAPTCHA_PHONE_MAX];
-    int64_t retry_ms = 0;
+    char in[2][CAPTCHA_USER_MAX + 1], phone[CAPTCHA_PHONE_MAX], why[400];
+    captcha_policy_t which = CAPTCHA_VERIFY_IP;
+    ratel_decision_t denied;
     int rc;
 
-    if (read_body(req, names, 2, in) != 0 || !in[0][0] || !in[1][0]) {
+    rc = read_body(req, names, 2, in, why, sizeof why);
+    if (rc != 0 || !in[0][0] || !in[1][0]) {
         atomic_fetch_add(&app->verifies[VERIFY_BAD_REQUEST], 1);
         respond_error(ex, 400,
-                      "expected {\"telephone\": \"...\", \"code\": \"...\"}");
+                      "%s%sexpected {\"telephone\": \"...\", \"code\": "
+                      "\"...\"}",
+                      rc ? why : "", rc ? "; " : "");
         return;
     }
     if (!phone_canonical(in[0], phone)) {
         atomic_fetch_add(&app->verifies[VERIFY_INVALID], 1);
-        respond_json(ex, 400, invalid_body, sizeof invalid_body - 1);
+        respond_error(ex, 400, INVALID_CODE);
         return;
     }
     rc = acquire_pair(app, CAPTCHA_VERIFY_IP, ip, CAPTCHA_VERIFY_PHONE, phone,
-                      &retry_ms);
+                      &which, &denied);
     if (rc == 0) {
         atomic_fetch_add(&app->verifies[VERIFY_LIMITED], 1);
-        respond_limited(ex, retry_ms);
+        respond_limited(app, ex, which, &denied);
         return;
     }
     if (rc == 1)
@@ -371,7 +479,7 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     if (rc == CAPTCHA_CODE_OK)
         respond_json(ex, 200, "{\"verified\":true}\n", 18);
     else
-        respond_json(ex, 400, invalid_body, sizeof invalid_body - 1);
+        respond_error(ex, 400, INVALID_CODE);
 }
 
 /* /login/fail (acquire) and /login/needs-captcha (peek). */
@@ -380,27 +488,29 @@ static void handle_login(captcha_t *app, ratel_http_exchange_t *ex,
 {
     static const char *const names[] = {"user"};
     char in[1][CAPTCHA_USER_MAX + 1], key[CAPTCHA_USER_MAX + 64], body[200];
+    char why[400] = "";
     ratel_request_t r = RATEL_REQUEST_INIT;
     ratel_decision_t d;
     size_t n;
     long got = -1;
     int rc, needs;
 
+    in[0][0] = '\0';
     if (peek)
-        got = ratel_http_query_param(req->query, "user", in[0], sizeof in[0]);
-    else if (read_body(req, names, 1, in) == 0)
+        got = query_once(req->query, "user", in[0], sizeof in[0], why,
+                         sizeof why);
+    else if (read_body(req, names, 1, in, why, sizeof why) == 0)
         got = (long)strlen(in[0]);
     if (got <= 0) {
-        respond_error(ex, 400,
+        respond_error(ex, 400, "%s%s%s", why, why[0] ? "; " : "",
                       peek ? "expected ?user=NAME (1..128 bytes)"
-                           : "expected {\"user\": \"NAME\"} "
-                             "(1..128 bytes)");
+                           : "expected {\"user\": \"NAME\"} (1..128 bytes)");
         return;
     }
     r.flags = peek ? RATEL_PEEK : 0;
-    n = limit_key(key, sizeof key, CAPTCHA_LOGIN_USER, in[0]);
+    n = policy_key(key, sizeof key, CAPTCHA_LOGIN_USER, in[0]);
     rc = ratel_store_acquire(app->store, key, n,
-                             &app->config->limits[CAPTCHA_LOGIN_USER],
+                             &app->config->policies[CAPTCHA_LOGIN_USER],
                              ratel_clock_now_us(), &r, &d);
     if (rc != 0) {
         respond_error(ex, 503, "the rate-limit store is unavailable");
@@ -445,7 +555,7 @@ static int admin_ok(const captcha_t *app, const ratel_http_request_t *req)
 static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
                            const ratel_http_request_t *req)
 {
-    char raw[64], phone[CAPTCHA_PHONE_MAX], *list, *body;
+    char raw[64], phone[CAPTCHA_PHONE_MAX], *list, *body, why[300] = "";
     long got;
     int n;
 
@@ -455,9 +565,10 @@ static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
                       "TOKEN");
         return;
     }
-    got = ratel_http_query_param(req->query, "telephone", raw, sizeof raw);
+    got = query_once(req->query, "telephone", raw, sizeof raw, why, sizeof why);
     if (got <= 0 || !phone_canonical(raw, phone)) {
-        respond_error(ex, 400, "expected ?telephone=NUMBER");
+        respond_error(ex, 400, "%s%sexpected ?telephone=NUMBER", why,
+                      why[0] ? "; " : "");
         return;
     }
     list = captcha_notices_json(app->notices, phone, 100);
@@ -535,6 +646,7 @@ static void handle_metrics(captcha_t *app, ratel_http_exchange_t *ex)
     static const char *const verifies[] = {"success", "invalid", "limited",
                                            "bad_request", "error"};
     static const char *const results[] = {"success", "failure"};
+    static const char *const recovered[] = {"resent", "failed"};
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
     text_t t = {malloc(4096), 0, 4096};
@@ -550,6 +662,9 @@ static void handle_metrics(captcha_t *app, ratel_http_exchange_t *ex)
     counter(&t, "captcha_sender_results_total",
             "Messages the sender delivered or failed to.", "result", results,
             app->sender_results, SENDER_RESULTS);
+    counter(&t, "captcha_recovered_notices_total",
+            "Notices a crash left unsent, re-sent or failed at start-up.",
+            "action", recovered, app->recovered, RECOVER_ACTIONS);
     gauge(&t, "captcha_refunds_total", "Send permits given back.",
           atomic_load(&app->refunds));
     gauge(&t, "captcha_refund_errors_total", "Refunds the store did not take.",

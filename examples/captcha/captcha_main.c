@@ -124,7 +124,7 @@ static int run(captcha_t *app, const char *path)
     const captcha_config_t *c = app->config;
     ratel_http_options_t o = {.listen = c->listen,
                               .threads = c->threads,
-                              .limits = c->http,
+                              .limits = c->limits,
                               .handler = captcha_handle,
                               .ud = app};
     char err[800];
@@ -141,6 +141,13 @@ static int run(captcha_t *app, const char *path)
     }
     if (captcha_sender_start(&app->sender, app, err, sizeof err) != 0) {
         rateld_log("error", "cannot start the sender", "reason=\"%s\"", err);
+        return 1;
+    }
+    /* Before any request: notices a crash left unsent are re-sent or
+       failed and refunded, none left INIT. */
+    if (captcha_sender_recover(app) != 0) {
+        rateld_log("error", "cannot read the notice database", "path=%s",
+                   c->sqlite_path);
         return 1;
     }
     if (ratel_http_server_new(&app->http, &o, err, sizeof err) != 0) {

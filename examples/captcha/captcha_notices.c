@@ -7,10 +7,17 @@
  * process (an operator's shell) look while captchad writes.
  *
  *   notices(id, target, content, state, created_ms, sent_ms, attempts,
- *           provider_result)
+ *           provider_result, ip)
  *
  * content is the message with the code masked: the code itself is never
- * written to disk.
+ * written to disk. ip is the client address that asked for the message,
+ * kept so that a notice a crash stranded in INIT can have the address's
+ * send permit refunded at the next start (captcha_sender_recover); a
+ * database from before that column gets it added, NULL in old rows.
+ *
+ * States: INIT (written when the send is accepted, before it is queued)
+ * becomes SUCCESS or FAILED when the sender has an answer, or FAILED at
+ * once when the queue is full. INIT is the only state a crash strands.
  */
 #include "examples/captcha/captcha.h"
 
@@ -38,8 +45,33 @@ static const char schema[] =
     "  created_ms INTEGER NOT NULL,"
     "  sent_ms INTEGER,"
     "  attempts INTEGER NOT NULL DEFAULT 0,"
-    "  provider_result TEXT);"
+    "  provider_result TEXT,"
+    "  ip TEXT);"
     "CREATE INDEX IF NOT EXISTS notices_by_target ON notices (target, id);";
+
+/* Run after the schema: databases made before the ip column get it, and
+   the start-up scan for stranded notices reads a small partial index. */
+static const char migrate_ip[] = "ALTER TABLE notices ADD COLUMN ip TEXT;";
+static const char index_init[] =
+    "CREATE INDEX IF NOT EXISTS notices_init ON notices (id) "
+    "WHERE state = 'INIT';";
+
+/* Whether the notices table has column `name`. */
+static int has_column(sqlite3 *db, const char *name)
+{
+    sqlite3_stmt *st = NULL;
+    int found = 0;
+
+    if (sqlite3_prepare_v2(db, "PRAGMA table_info(notices)", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    while (!found && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *col = sqlite3_column_text(st, 1);
+        found = col && !strcmp((const char *)col, name);
+    }
+    sqlite3_finalize(st);
+    return found;
+}
 
 int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
                          size_t errlen)
@@ -59,11 +91,14 @@ int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
                         NULL) != SQLITE_OK)
         goto fail;
     sqlite3_busy_timeout(n->db, 5000);
-    if (sqlite3_exec(n->db, schema, NULL, NULL, &msg) != SQLITE_OK)
+    if (sqlite3_exec(n->db, schema, NULL, NULL, &msg) != SQLITE_OK ||
+        (!has_column(n->db, "ip") &&
+         sqlite3_exec(n->db, migrate_ip, NULL, NULL, &msg) != SQLITE_OK) ||
+        sqlite3_exec(n->db, index_init, NULL, NULL, &msg) != SQLITE_OK)
         goto fail;
     if (sqlite3_prepare_v2(n->db,
                            "INSERT INTO notices (target, content, state, "
-                           "created_ms) VALUES (?, ?, 'INIT', ?)",
+                           "created_ms, ip) VALUES (?, ?, 'INIT', ?, ?)",
                            -1, &n->insert, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(n->db,
                            "UPDATE notices SET state = ?, sent_ms = ?, "
@@ -89,7 +124,8 @@ fail:
 }
 
 int captcha_notices_add(captcha_notices_t *n, const char *target,
-                        const char *content, int64_t now_ms, int64_t *id)
+                        const char *ip, const char *content, int64_t now_ms,
+                        int64_t *id)
 {
     int rc;
 
@@ -97,6 +133,7 @@ int captcha_notices_add(captcha_notices_t *n, const char *target,
     sqlite3_bind_text(n->insert, 1, target, -1, SQLITE_STATIC);
     sqlite3_bind_text(n->insert, 2, content, -1, SQLITE_STATIC);
     sqlite3_bind_int64(n->insert, 3, now_ms);
+    sqlite3_bind_text(n->insert, 4, ip, -1, SQLITE_STATIC);
     rc = sqlite3_step(n->insert);
     if (rc == SQLITE_DONE)
         *id = sqlite3_last_insert_rowid(n->db);
@@ -128,6 +165,60 @@ int captcha_notices_finish(captcha_notices_t *n, int64_t id, int ok,
     sqlite3_clear_bindings(n->finish);
     pthread_mutex_unlock(&n->lock);
     return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Copies text column `col` of `st` into out (cap bytes); NULL reads "". */
+static void column_copy(sqlite3_stmt *st, int col, char *out, size_t cap)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(out, cap, "%s", t ? (const char *)t : "");
+}
+
+int captcha_notices_stranded(captcha_notices_t *n, captcha_stranded_t **out,
+                             size_t *count)
+{
+    sqlite3_stmt *st = NULL;
+    captcha_stranded_t *list = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+
+    *out = NULL;
+    *count = 0;
+    pthread_mutex_lock(&n->lock);
+    rc = sqlite3_prepare_v2(n->db,
+                            "SELECT id, created_ms, target, ip FROM notices "
+                            "WHERE state = 'INIT' ORDER BY id",
+                            -1, &st, NULL);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t bigger = cap ? cap * 2 : 64;
+            captcha_stranded_t *l = realloc(list, bigger * sizeof *l);
+            if (!l) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            list = l;
+            cap = bigger;
+        }
+        list[len].id = sqlite3_column_int64(st, 0);
+        list[len].created_ms = sqlite3_column_int64(st, 1);
+        column_copy(st, 2, list[len].target, sizeof list[len].target);
+        column_copy(st, 3, list[len].ip, sizeof list[len].ip);
+        len++;
+    }
+    if (rc != SQLITE_DONE)
+        rateld_log("error", "sqlite select failed", "reason=\"%s\"",
+                   rc == SQLITE_NOMEM ? "out of memory"
+                                      : sqlite3_errmsg(n->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&n->lock);
+    if (rc != SQLITE_DONE) {
+        free(list);
+        return -1;
+    }
+    *out = list;
+    *count = len;
+    return 0;
 }
 
 /* A column as a JSON string, or null. */

@@ -4,6 +4,10 @@
  * worker thread takes jobs in order, hands each to the configured sender,
  * and records the provider's answer on the notice row.
  *
+ * A crash (kill -9, power loss) leaves the notices of queued jobs in INIT:
+ * at the next start captcha_sender_recover() re-sends the young ones and
+ * fails and refunds the others, so none stays INIT forever.
+ *
  * The queue is a fixed ring of queue_size jobs: when the gateway is slow
  * and the ring is full, a send is refused with 503 (and its permits
  * refunded) instead of memory growing without bound. When a sender fails,
@@ -183,6 +187,70 @@ static void *worker(void *arg)
         deliver(s->app, &job);
         memset(&job, 0, sizeof job); /* no code left on the stack */
     }
+}
+
+/*
+ * One notice a previous process left in INIT. A young one gets a new code
+ * (its old one never reached the user, and a memory code store died with
+ * that process) and goes back on the queue, keeping the permits it was
+ * charged. An old one, or a young one that cannot be queued, has its send
+ * permits refunded and becomes FAILED. Returns RECOVER_RESENT or
+ * RECOVER_FAILED; *refunded says whether the store took the refund.
+ */
+static int recover_one(captcha_t *app, const captcha_stranded_t *st,
+                       int64_t now_ms, int *refunded)
+{
+    const captcha_config_t *c = app->config;
+    const char *why = "not sent: captchad stopped before sending; failed "
+                      "at the next start, permits refunded";
+    captcha_job_t job;
+
+    *refunded = 0;
+    if (now_ms - st->created_ms < c->resend_max_age_ms) {
+        memset(&job, 0, sizeof job);
+        job.notice_id = st->id;
+        snprintf(job.phone, sizeof job.phone, "%s", st->target);
+        snprintf(job.ip, sizeof job.ip, "%s", st->ip);
+        if (captcha_code_new(c->code_length, job.code) == 0 &&
+            captcha_codes_put(app->codes, job.phone, job.code, now_ms,
+                              c->code_ttl_ms) == 0 &&
+            captcha_sender_enqueue(app->sender, &job) == 0) {
+            memset(&job, 0, sizeof job);
+            return RECOVER_RESENT;
+        }
+        captcha_codes_discard(app->codes, job.phone, job.code);
+        memset(&job, 0, sizeof job);
+        why = "not sent: captchad stopped before sending, and it could not "
+              "be queued again at the next start; permits refunded";
+    }
+    /* As in deliver(): the permits come back before the row says FAILED. */
+    *refunded = captcha_refund_send(app, st->target, st->ip) == 0;
+    captcha_notices_finish(app->notices, st->id, 0, why, now_ms);
+    return RECOVER_FAILED;
+}
+
+int captcha_sender_recover(captcha_t *app)
+{
+    captcha_stranded_t *list = NULL;
+    unsigned long long count[RECOVER_ACTIONS] = {0}, refunded = 0;
+    int64_t now_ms = ratel_clock_now_us() / 1000;
+    size_t n = 0;
+
+    if (captcha_notices_stranded(app->notices, &list, &n) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int ok, action = recover_one(app, &list[i], now_ms, &ok);
+        count[action]++;
+        refunded += (unsigned long long)ok;
+        atomic_fetch_add(&app->recovered[action], 1);
+    }
+    free(list);
+    rateld_log(n ? "warn" : "info", "recovered stranded notices",
+               "stranded=%zu resent=%llu failed=%llu refunded=%llu "
+               "resend_max_age_ms=%lld",
+               n, count[RECOVER_RESENT], count[RECOVER_FAILED], refunded,
+               (long long)app->config->resend_max_age_ms);
+    return 0;
 }
 
 int captcha_sender_start(captcha_sender_t **out, captcha_t *app, char *err,

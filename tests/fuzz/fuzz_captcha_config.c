@@ -16,8 +16,9 @@
  *   - on -1, *out is NULL and the message is "fuzz.yaml:LINE: ..." with
  *     LINE >= 1, identical on the second parse;
  *   - on 0, every field is in its documented range: code length 4..10,
- *     TTL, attempts, entries, queue size, threads, 1..8 rules per limit
- *     that ratel_policy_init accepts again, a webhook URL exactly when the
+ *     TTL, attempts, entries, queue size, threads, the resend age, the
+ *     HTTP limits, 1..8 rules per policy that ratel_policy_init accepts
+ *     again, a webhook URL exactly when the
  *     sender is a webhook, a Redis URL exactly when the store is Redis.
  *
  * The parser is compiled in (it is one file of the example, not a library)
@@ -57,12 +58,15 @@ static void check_loaded(const captcha_config_t *c)
     ASSERT(c->proxies && c->proxies->ntrusted <= RATELD_TRUSTED_MAX);
     ASSERT(c->sqlite_path[0] && c->log_file[0]);
     ASSERT(!strchr(c->admin_token, ' '));
-    for (int i = 0; i < CAPTCHA_LIMITS; i++) {
+    ASSERT(c->resend_max_age_ms >= 0 && c->resend_max_age_ms <= 86400000);
+    ASSERT(c->limits.max_body_bytes <= 16777216);
+    ASSERT(c->limits.max_pipeline <= 1024);
+    for (int i = 0; i < CAPTCHA_POLICIES; i++) {
         ratel_policy_t again;
-        ASSERT(c->limits[i].nrules >= 1 &&
-               c->limits[i].nrules <= RATEL_MAX_RULES);
-        ASSERT(ratel_policy_init(&again, c->limits[i].rules,
-                                 c->limits[i].nrules, err, sizeof err) == 0);
+        ASSERT(c->policies[i].nrules >= 1 &&
+               c->policies[i].nrules <= RATEL_MAX_RULES);
+        ASSERT(ratel_policy_init(&again, c->policies[i].rules,
+                                 c->policies[i].nrules, err, sizeof err) == 0);
     }
     ASSERT((c->sender == CAPTCHA_SENDER_WEBHOOK) ==
            (c->webhook_url[0] != '\0'));
@@ -106,8 +110,9 @@ static const char *const fragments[] = {
     "admin_token: \"a b\"\n",
     "trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n",
     "trusted_proxies: [10.0.0.1/8]\n",
+    "limits:\n  max_body_bytes: 4KiB\n",
+    "limits:\n  max_body_bytes: 0\n  max_pipeline: 8\n",
     "http:\n  max_body_bytes: 4KiB\n",
-    "http:\n  max_body_bytes: 1\n",
     "store:\n  type: memory\n  max_bytes: 1MiB\n",
     "store:\n  type: redis\n  url: redis://127.0.0.1:6379\n",
     "store:\n  type: redis\n",
@@ -119,6 +124,7 @@ static const char *const fragments[] = {
     "code_max_attempts: 5\n",
     "code_max_entries: 16\n",
     "code_max_entries: 15\n",
+    "policies:\n",
     "limits:\n",
     "  send_phone: [1/60s, 5/1h, 10/1d]\n",
     "  send_ip: 20/1h\n",
@@ -130,6 +136,7 @@ static const char *const fragments[] = {
     "sender:\n  type: webhook\n  url: http://127.0.0.1:9/sms\n",
     "sender:\n  type: webhook\n  url: ftp://x\n",
     "  queue_size: 8\n",
+    "  resend_max_age_ms: 0\n",
     "  timeout_ms: 50\n",
     "sqlite_path: n.db\n",
     "sqlite_path: \"\"\n",

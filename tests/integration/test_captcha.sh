@@ -32,7 +32,7 @@ listen: 127.0.0.1:$port
 threads: 2
 admin_token: "$token"
 trusted_proxies: [127.0.0.1]
-http:
+limits:
   max_body_bytes: 64KiB
 sqlite_path: $tmp/$name.db
 code_max_entries: 1000
@@ -139,15 +139,31 @@ same version "$("$captchad" --version)" "captchad $(sed -n 's/^#define RATEL_VER
 contains help "$("$captchad" --help)" '--check-config'
 contains check_config "$("$captchad" --check-config "$tmp/main.yaml")" ': ok:'
 contains check_example "$("$captchad" --check-config "$root/examples/captcha/captchad.yaml")" ': ok:'
-printf 'listen: 127.0.0.1:1\nlimits:\n  send_phone: [1/60s]\n  colour: red\n' >"$tmp/bad1.yaml"
+printf 'listen: 127.0.0.1:1\npolicies:\n  send_phone: [1/60s]\n  colour: red\n' >"$tmp/bad1.yaml"
 same bad_unknown_field "$("$captchad" --check-config "$tmp/bad1.yaml" 2>&1)" \
-    "captchad: $tmp/bad1.yaml:4: limits.colour: unknown field; accepted: send_phone, send_ip, verify_phone, verify_ip, login_user"
+    "captchad: $tmp/bad1.yaml:4: policies.colour: unknown field; accepted: send_phone, send_ip, verify_phone, verify_ip, login_user"
 printf 'code_length: 3\n' >"$tmp/bad2.yaml"
 contains bad_code_length "$("$captchad" --check-config "$tmp/bad2.yaml" 2>&1)" "bad2.yaml:1: code_length: 3 is out of range"
 printf 'sender:\n  type: webhook\n' >"$tmp/bad3.yaml"
 contains bad_webhook_url "$("$captchad" --check-config "$tmp/bad3.yaml" 2>&1)" "bad3.yaml:2: sender.url: required"
-printf 'limits:\n  send_ip: [20/1x]\n' >"$tmp/bad4.yaml"
-contains bad_rule "$("$captchad" --check-config "$tmp/bad4.yaml" 2>&1)" "bad4.yaml:2: limits.send_ip[0]:"
+printf 'policies:\n  send_ip: [20/1x]\n' >"$tmp/bad4.yaml"
+contains bad_rule "$("$captchad" --check-config "$tmp/bad4.yaml" 2>&1)" "bad4.yaml:2: policies.send_ip[0]:"
+# `limits:` means what it means in rateld (HTTP sizes and times); the old
+# meanings of `limits:` (rate limits) and `http:` are refused, naming the
+# new section.
+printf 'listen: 127.0.0.1:1\nlimits:\n  max_body_bytes: 8KiB\n  send_phone: [1/60s]\n' >"$tmp/old1.yaml"
+same old_limits_section "$("$captchad" --check-config "$tmp/old1.yaml" 2>&1)" \
+    "captchad: $tmp/old1.yaml:4: limits.send_phone: rate-limit rules are now under policies: (write policies: send_phone: [...]); limits: means HTTP sizes and times, as in rateld"
+printf 'http:\n  max_body_bytes: 8KiB\n' >"$tmp/old2.yaml"
+same old_http_section "$("$captchad" --check-config "$tmp/old2.yaml" 2>&1)" \
+    "captchad: $tmp/old2.yaml:1: http: is now called limits: (HTTP sizes and times, as in rateld); the rate-limit rules are under policies:"
+"$captchad" --check-config "$tmp/old2.yaml" >/dev/null 2>&1
+same old_http_exit "$?" 1
+# rateld's whole limits section is accepted, with rateld's ranges.
+printf 'limits:\n  max_header_bytes: 8KiB\n  max_body_bytes: 16KiB\n  max_connections: 100\n  max_pipeline: 8\n  request_timeout_ms: 5000\n  idle_timeout_ms: 60000\npolicies:\n  send_phone: [1/60s, 5/1h]\n' >"$tmp/new1.yaml"
+contains new_sections "$("$captchad" --check-config "$tmp/new1.yaml" 2>&1)" ': ok:'
+printf 'limits:\n  max_pipeline: 1025\n' >"$tmp/bad6.yaml"
+contains limits_range "$("$captchad" --check-config "$tmp/bad6.yaml" 2>&1)" "bad6.yaml:2: limits.max_pipeline: 1025 is out of range"
 printf 'store:\n  type: memory\n  url: redis://x\n' >"$tmp/bad5.yaml"
 contains bad_store_field "$("$captchad" --check-config "$tmp/bad5.yaml" 2>&1)" "bad5.yaml:3: store.url: applies to type: redis only"
 "$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
