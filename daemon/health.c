@@ -45,8 +45,8 @@ void rateld_health_log_look(rateld_health_log_t *log,
                              sizeof log->state, now_us, &one, &d) != 0 ||
         !d.allowed) {
         /* Out of budget (or a clock out of range): try again later. */
-        line->retry_us = now_us + (d.retry_after_ms > 0 ? d.retry_after_ms
-                                                        : 1000) * 1000;
+        line->retry_us =
+            now_us + (d.retry_after_ms > 0 ? d.retry_after_ms : 1000) * 1000;
         return;
     }
     line->what = h->up ? RATELD_HEALTH_UP : RATELD_HEALTH_DOWN;

@@ -34,9 +34,9 @@
 
 /* What the log has said so far. Plain data, no I/O, time injected. */
 typedef struct rateld_health_log_s {
-    int logged_up;      /* the state the last line gave (1 before any) */
-    uint64_t seen;      /* the store's `transitions` at the last look */
-    uint64_t unlogged;  /* changes no line has reported yet */
+    int logged_up;     /* the state the last line gave (1 before any) */
+    uint64_t seen;     /* the store's `transitions` at the last look */
+    uint64_t unlogged; /* changes no line has reported yet */
     ratel_policy_t budget;
     uint8_t state[256]; /* the budget's state blob */
     size_t state_len;
@@ -46,11 +46,11 @@ enum { RATELD_HEALTH_NONE, RATELD_HEALTH_DOWN, RATELD_HEALTH_UP };
 
 /* The line a look asks for. */
 typedef struct rateld_health_line_s {
-    int what;          /* RATELD_HEALTH_NONE, _DOWN or _UP */
-    uint64_t changes;  /* changes this line stands for (1 normally) */
-    int64_t down_ms;   /* _UP: how long the outage lasted */
-    int64_t retry_us;  /* _NONE with a change unreported: look again at
-                          this time (the caller's clock); else 0 */
+    int what;         /* RATELD_HEALTH_NONE, _DOWN or _UP */
+    uint64_t changes; /* changes this line stands for (1 normally) */
+    int64_t down_ms;  /* _UP: how long the outage lasted */
+    int64_t retry_us; /* _NONE with a change unreported: look again at
+                         this time (the caller's clock); else 0 */
 } rateld_health_line_t;
 
 /*

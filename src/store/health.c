@@ -25,8 +25,8 @@ static void set_cause(ratel_health_t *h, const char *cause)
              cause && cause[0] ? cause : "unknown failure");
 }
 
-int ratel__health_set(ratel_health_t *h, int *flag, int down,
-                      const char *cause, int64_t now_us)
+int ratel__health_set(ratel_health_t *h, int *flag, int down, const char *cause,
+                      int64_t now_us)
 {
     int changed = 0;
 
@@ -73,8 +73,7 @@ void ratel__health_get(ratel_health_t *h, ratel_store_health_t *out)
     pthread_mutex_unlock(&h->lock);
 }
 
-void ratel__health_watch(ratel_health_t *h, ratel_store_health_fn fn,
-                         void *ud)
+void ratel__health_watch(ratel_health_t *h, ratel_store_health_fn fn, void *ud)
 {
     pthread_mutex_lock(&h->lock);
     h->fn = fn;

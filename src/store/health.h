@@ -47,15 +47,14 @@ void ratel__health_destroy(ratel_health_t *h);
  * Returns 1 when the store's state changed: the caller then calls
  * ratel__health_notify() after letting go of its own locks.
  */
-int ratel__health_set(ratel_health_t *h, int *flag, int down,
-                      const char *cause, int64_t now_us);
+int ratel__health_set(ratel_health_t *h, int *flag, int down, const char *cause,
+                      int64_t now_us);
 
 /* Copies the current state into *out. */
 void ratel__health_get(ratel_health_t *h, ratel_store_health_t *out);
 
 /* Sets who is told of changes (fn NULL: nobody). */
-void ratel__health_watch(ratel_health_t *h, ratel_store_health_fn fn,
-                         void *ud);
+void ratel__health_watch(ratel_health_t *h, ratel_store_health_fn fn, void *ud);
 
 /* Calls the registered function, if any, outside the lock. */
 void ratel__health_notify(ratel_health_t *h);

@@ -54,8 +54,7 @@ TEST(health_one_source_down_and_up)
     int node = 0;
     ratel__health_init(&h);
 
-    CHECK_EQ(ratel__health_set(&h, &node, 1, "a:1: Connection refused", T0),
-             1);
+    CHECK_EQ(ratel__health_set(&h, &node, 1, "a:1: Connection refused", T0), 1);
     CHECK_EQ(node, 1);
     ratel_store_health_t v = get(&h);
     CHECK_EQ(v.up, 0);
@@ -150,8 +149,7 @@ TEST(health_memory_store_is_always_up)
     memset(&v, 0x55, sizeof v);
     CHECK_EQ(ratel_store_health(NULL, &v), RATEL_EINVAL);
     CHECK_EQ(v.up, 0); /* zeroed */
-    CHECK_EQ(ratel_store_watch_health(NULL, count_notify, &one),
-             RATEL_EINVAL);
+    CHECK_EQ(ratel_store_watch_health(NULL, count_notify, &one), RATEL_EINVAL);
     ratel_store_free(s);
 }
 
@@ -270,8 +268,7 @@ RATEL_SUITE(health) = {
     {"health_one_source_down_and_up", test_health_one_source_down_and_up},
     {"health_down_while_any_source_is", test_health_down_while_any_source_is},
     {"health_notify_calls_the_watcher", test_health_notify_calls_the_watcher},
-    {"health_memory_store_is_always_up",
-     test_health_memory_store_is_always_up},
+    {"health_memory_store_is_always_up", test_health_memory_store_is_always_up},
     {"health_log_one_line_per_change", test_health_log_one_line_per_change},
     {"health_log_folds_changes_between_looks",
      test_health_log_folds_changes_between_looks},
