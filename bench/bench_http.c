@@ -12,6 +12,9 @@
  *       'http://127.0.0.1:8091/v1/acquire?policy=ping&key=1.2.3.4'
  *   /work/shared/peers/run-peers.sh nginx 8092
  *
+ * It also answers a gateway's /v1/auth at once, without deciding (the
+ * trivial responder bench/gateway.sh puts behind nginx and Caddy).
+ *
  * Links with the HTTP library:
  *   cc -Iinclude -Isrc -O2 bench/bench_http.c build/libratel_http.a \
  *      -levent -lhttp_parser -pthread
@@ -60,15 +63,56 @@ static void answer(ratel_http_exchange_t *ex, int ok)
         ratel_http_respond(ex, 400, NULL, 0, "bad request\n", 12);
 }
 
+/*
+ * A gateway's auth request (/v1/auth): the trivial responder of
+ * bench/gateway.sh, the protocol's ceiling. No decision: 200 with no
+ * body, or, when the original URI (X-Original-URI or X-Forwarded-Uri)
+ * starts with /deny, the refusal rateld would send (DENY_STATUS, 429 by
+ * default, with Retry-After and X-Ratel-Reason).
+ */
+static void answer_auth(ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req)
+{
+#define S(text)                                                                \
+    {                                                                          \
+        text, sizeof text - 1                                                  \
+    }
+    static const ratel_http_header_t deny[] = {
+        {S("Retry-After"), S("3600")},
+        {S("RateLimit"), S("\"deny-0\";r=0;t=3600")},
+        {S("X-Ratel-Reason"), S("rate-limited")},
+    };
+#undef S
+    static int deny_status;
+    const ratel_http_str_t *uri = ratel_http_header(req, "X-Original-URI");
+
+    if (!deny_status) {
+        const char *e = getenv("DENY_STATUS");
+        deny_status = e && atoi(e) == 403 ? 403 : 429;
+    }
+    if (!uri)
+        uri = ratel_http_header(req, "X-Forwarded-Uri");
+    if (uri && uri->n >= 5 && memcmp(uri->p, "/deny", 5) == 0)
+        ratel_http_respond(ex, deny_status, deny, 3, "", 0);
+    else
+        ratel_http_respond(ex, 200, NULL, 0, NULL, 0);
+}
+
 /* Reads the parameters rateld would read, then waits for the flush. */
 static void handler(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req)
 {
     pending_t *p = &((pending_t *)ud)[req->thread];
     char policy[64], key[256];
-    int ok = ratel_http_query_param(req->query, "policy", policy,
-                                    sizeof policy) > 0 &&
-             ratel_http_query_param(req->query, "key", key, sizeof key) > 0;
+    int ok;
+
+    if (req->path.n == 8 && memcmp(req->path.p, "/v1/auth", 8) == 0) {
+        answer_auth(ex, req);
+        return;
+    }
+    ok = ratel_http_query_param(req->query, "policy", policy,
+                                sizeof policy) > 0 &&
+         ratel_http_query_param(req->query, "key", key, sizeof key) > 0;
 
     if (!ok)
         p->bad++;

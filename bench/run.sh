@@ -99,3 +99,11 @@ if [ "${RATELD:-1}" != 0 ] && [ -x "$build/rateld" ]; then
     echo
     BUILD="$build" PEERS_DIR="$peers_dir" "$here/rateld.sh"
 fi
+
+# Gateways (issue 14): nginx auth_request and Caddy forward_auth in front
+# of rateld, of a trivial responder, and nginx limit_req alone, in one run.
+# GATEWAY=0 skips it.
+if [ "${GATEWAY:-1}" != 0 ] && [ -x "$build/rateld" ]; then
+    echo
+    BUILD="$build" PEERS_DIR="$peers_dir" "$here/gateway.sh"
+fi

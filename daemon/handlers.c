@@ -722,7 +722,12 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     if (denied)
         a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Reason", 14},
                                            {"rate-limited", 12}};
-    status = denied ? gen->config->auth.deny_status : 200;
+    if (!denied) {
+        /* The gateway reads only the status and the fields: no body. */
+        respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
+        return;
+    }
+    status = gen->config->auth.deny_status;
     respond(d, head->ex, thread, status, a.h, a.n, body,
             decision_body(body, sizeof body, w->pending[binding].policy,
                           &w->items[binding].decision, 0));
