@@ -185,11 +185,14 @@ int captcha_notices_stranded(captcha_notices_t *n, captcha_stranded_t **out,
     *out = NULL;
     *count = 0;
     pthread_mutex_lock(&n->lock);
-    rc = sqlite3_prepare_v2(n->db,
-                            "SELECT id, created_ms, target, ip FROM notices "
-                            "WHERE state = 'INIT' ORDER BY id",
-                            -1, &st, NULL);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (sqlite3_prepare_v2(n->db,
+                           "SELECT id, created_ms, target, ip FROM notices "
+                           "WHERE state = 'INIT' ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        rc = SQLITE_ERROR;
+    else
+        rc = SQLITE_ROW;
+    while (rc == SQLITE_ROW && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (len == cap) {
             size_t bigger = cap ? cap * 2 : 64;
             captcha_stranded_t *l = realloc(list, bigger * sizeof *l);
