@@ -10,8 +10,10 @@
  * Fields are checked in the order the file gives them, except that routes
  * come after policies, which they name.
  */
+#include "app/ratelimit.h"
 #include "daemon/config.h"
 #include "daemon/config_yaml.h"
+#include "daemon/request.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -315,6 +317,13 @@ static int qchar(unsigned char ch)
     return ch > 0x20 && ch < 0x7f && !strchr("&=#", ch);
 }
 
+/* A JSON field name of a key source: visible ASCII but quotes and
+   backslashes (which would need escapes). */
+static int jchar(unsigned char ch)
+{
+    return ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+}
+
 static int read_key_part(reader_t *r, const rateld__node_t *node,
                          const char *path, rateld_key_part_t *part)
 {
@@ -325,10 +334,14 @@ static int read_key_part(reader_t *r, const rateld__node_t *node,
     } kinds[] = {{"ip", RATELD_KEY_IP, 0},
                  {"global", RATELD_KEY_GLOBAL, 0},
                  {"path", RATELD_KEY_PATH, 0},
+                 {"host", RATELD_KEY_HOST, 0},
                  {"header", RATELD_KEY_HEADER, 1},
-                 {"query", RATELD_KEY_QUERY, 1}};
+                 {"query", RATELD_KEY_QUERY, 1},
+                 {"cookie", RATELD_KEY_COOKIE, 1},
+                 {"json", RATELD_KEY_JSON, 1}};
     static const char accepted[] =
-        "accepted: ip, global, path, header:NAME, query:NAME";
+        "accepted: ip, global, path, host, header:NAME, query:NAME, "
+        "cookie:NAME, json:FIELD";
     char what[96];
     const char *text = node->text, *colon;
     size_t klen, i;
@@ -367,18 +380,24 @@ static int read_key_part(reader_t *r, const rateld__node_t *node,
         return rateld__fail(
             &r->ctx, node->line, "%s: %s: needs a name, e.g. %s:%s", path,
             kinds[i].word, kinds[i].word,
-            part->kind == RATELD_KEY_HEADER ? "X-User-Id" : "telephone");
+            part->kind == RATELD_KEY_HEADER   ? "X-User-Id"
+            : part->kind == RATELD_KEY_COOKIE ? "session"
+                                              : "telephone");
     if (strlen(colon + 1) >= RATELD_FIELD_MAX)
         return rateld__fail(&r->ctx, node->line,
                             "%s: the %s name is longer than %d bytes", path,
                             kinds[i].word, RATELD_FIELD_MAX - 1);
     for (const char *p = colon + 1; *p; p++) {
         unsigned char ch = (unsigned char)*p;
-        if (part->kind == RATELD_KEY_HEADER ? !tchar(ch) : !qchar(ch))
-            return rateld__fail(
-                &r->ctx, node->line, "%s: %s is not a valid %s name", path,
-                rateld__describe(node, what, sizeof what),
-                part->kind == RATELD_KEY_HEADER ? "header" : "query parameter");
+        int query = part->kind == RATELD_KEY_QUERY,
+            json = part->kind == RATELD_KEY_JSON;
+        if (query ? !qchar(ch) : json ? !jchar(ch) : !tchar(ch))
+            return rateld__fail(&r->ctx, node->line,
+                                "%s: %s is not a valid %s name", path,
+                                rateld__describe(node, what, sizeof what),
+                                query  ? "query parameter"
+                                : json ? "JSON field"
+                                       : kinds[i].word);
     }
     memcpy(part->name, colon + 1, strlen(colon + 1) + 1);
     return 0;
@@ -398,8 +417,9 @@ static int read_key(reader_t *r, const rateld__node_t *node, const char *path,
         if (node->n == 0)
             return rateld__fail(&r->ctx, node->line,
                                 "%s: an empty list; give at least one key "
-                                "source (ip, global, path, header:NAME, "
-                                "query:NAME)",
+                                "source (ip, global, path, host, "
+                                "header:NAME, query:NAME, cookie:NAME, "
+                                "json:FIELD)",
                                 path);
         items = (const rateld__node_t *const *)node->items;
         n = node->n;
@@ -428,7 +448,7 @@ static int read_key(reader_t *r, const rateld__node_t *node, const char *path,
 }
 
 static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
-                      rateld_policy_t *p)
+                      ratel_policy_t *out)
 {
     ratel_rule_t rules[RATEL_MAX_RULES];
     char item[320], why[400], what[96];
@@ -469,7 +489,7 @@ static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
             return rateld__fail(&r->ctx, it->line, "%s: %s", item, why);
         }
     }
-    if (ratel_policy_init(&p->policy, rules, n, why, sizeof why) != 0) {
+    if (ratel_policy_init(out, rules, n, why, sizeof why) != 0) {
         /* The one error left is a rule given twice: point at it. */
         int line = node->line;
         for (size_t i = 0; i < n; i++)
@@ -484,10 +504,142 @@ static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
     return 0;
 }
 
+/* ------------------------------------------------------------ overrides */
+
+static int compare_string(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* is: [VALUE, ...]: 1..RATELD_OVERRIDE_VALUES_MAX strings, none twice,
+   kept sorted for a binary search. */
+static int read_override_values(reader_t *r, const rateld__node_t *node,
+                                const char *path, rateld_override_t *o)
+{
+    char item[440], value[RATELD_KEY_MAX + 1];
+
+    if (rateld__list(&r->ctx, node, path, RATELD_OVERRIDE_VALUES_MAX,
+                     "values"))
+        return -1;
+    if (node->n == 0)
+        return rateld__fail(&r->ctx, node->line,
+                            "%s: an empty list; give the values this "
+                            "override applies to",
+                            path);
+    o->values = calloc(node->n, sizeof *o->values);
+    if (!o->values)
+        return rateld__fail(&r->ctx, node->line, "out of memory");
+    for (size_t i = 0; i < node->n; i++) {
+        snprintf(item, sizeof item, "%s[%zu]", path, i);
+        if (rateld__string(&r->ctx, node->items[i], item, value,
+                           sizeof value))
+            return -1;
+        if (!value[0])
+            return rateld__fail(&r->ctx, node->items[i]->line,
+                                "%s: empty (an absent key source matches "
+                                "no override)",
+                                item);
+        if (!(o->values[o->nvalues++] = strdup(value)))
+            return rateld__fail(&r->ctx, node->line, "out of memory");
+    }
+    qsort(o->values, o->nvalues, sizeof *o->values, compare_string);
+    for (size_t i = 1; i < o->nvalues; i++)
+        if (!strcmp(o->values[i - 1], o->values[i]))
+            return rateld__fail(&r->ctx, node->line, "%s: \"%.60s\" given twice",
+                                path, o->values[i]);
+    return 0;
+}
+
+/* {when: SOURCE|key, is: [...], rules: [...] | exempt: true} */
+static int read_override(reader_t *r, const rateld__node_t *node,
+                         const char *path, const char *policy,
+                         rateld_override_t *o)
+{
+    static const char *const names[] = {"when", "is", "rules", "exempt"};
+    const rateld__node_t *v[COUNT(names)];
+    char field[400];
+
+    o->line = node->line;
+    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+        return -1;
+    if (!v[0] || !v[1] || (!v[2] == !v[3]))
+        return rateld__fail(&r->ctx, node->line,
+                            "%s: needs when: (a key source, or key for the "
+                            "policy's own key), is: [values], and either "
+                            "rules: [...] or exempt: true",
+                            path);
+    snprintf(field, sizeof field, "%s.when", path);
+    if (v[0]->type == RATELD__SCALAR && !strcmp(v[0]->text, "key"))
+        o->when.kind = RATELD_KEY_SELF;
+    else if (read_key_part(r, v[0], field, &o->when))
+        return -1;
+    snprintf(field, sizeof field, "%s.is", path);
+    if (read_override_values(r, v[1], field, o))
+        return -1;
+    snprintf(field, sizeof field, "%s.%s", path, v[2] ? "rules" : "exempt");
+    if (v[2]) {
+        if (read_rules(r, v[2], field, &o->policy))
+            return -1;
+        ratel__header_policy(policy, &o->policy, o->field, sizeof o->field);
+        return 0;
+    }
+    if (rateld__bool(&r->ctx, v[3], field, &o->exempt))
+        return -1;
+    if (!o->exempt)
+        return rateld__fail(&r->ctx, v[3]->line,
+                            "%s: false; leave the override out, or give "
+                            "rules",
+                            field);
+    return 0;
+}
+
+static int read_overrides(reader_t *r, const rateld__node_t *node,
+                          const char *path, rateld_policy_t *p)
+{
+    char item[320];
+
+    if (rateld__list(&r->ctx, node, path, RATELD_OVERRIDES_MAX, "overrides"))
+        return -1;
+    p->overrides = calloc(node->n ? node->n : 1, sizeof *p->overrides);
+    if (!p->overrides)
+        return rateld__fail(&r->ctx, node->line, "out of memory");
+    for (size_t i = 0; i < node->n; i++) {
+        snprintf(item, sizeof item, "%s[%zu]", path, i);
+        p->noverrides++;
+        if (read_override(r, node->items[i], item, p->name,
+                          &p->overrides[i]))
+            return -1;
+    }
+    return 0;
+}
+
+static void free_overrides(rateld_policy_t *p)
+{
+    for (size_t i = 0; i < p->noverrides; i++) {
+        for (size_t k = 0; k < p->overrides[i].nvalues; k++)
+            free(p->overrides[i].values[k]);
+        free(p->overrides[i].values);
+    }
+    free(p->overrides);
+}
+
+/* Whether the policy reads the JSON body (a key part or an override). */
+static int reads_json(const rateld_policy_t *p)
+{
+    for (size_t i = 0; i < p->nkey; i++)
+        if (p->key[i].kind == RATELD_KEY_JSON)
+            return 1;
+    for (size_t i = 0; i < p->noverrides; i++)
+        if (p->overrides[i].when.kind == RATELD_KEY_JSON)
+            return 1;
+    return 0;
+}
+
 static int read_policy(reader_t *r, const rateld__node_t *key,
                        const rateld__node_t *node, rateld_policy_t *p)
 {
-    static const char *const names[] = {"rules", "key", "on_missing", "shadow"};
+    static const char *const names[] = {"rules", "key", "on_missing", "shadow",
+                                        "overrides"};
     static const char *const missing[] = {"reject", "shared"};
     const rateld__node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -511,14 +663,16 @@ static int read_policy(reader_t *r, const rateld__node_t *key,
         int rc = 0, word = 0;
         snprintf(field, sizeof field, "%s.%s", path, names[i]);
         if (i == 0)
-            rc = read_rules(r, v[i], field, p);
+            rc = read_rules(r, v[i], field, &p->policy);
         else if (i == 1)
             rc = read_key(r, v[i], field, p);
         else if (i == 2)
             rc = rateld__word(&r->ctx, v[i], field, missing, COUNT(missing),
                               &word);
-        else
+        else if (i == 3)
             rc = rateld__bool(&r->ctx, v[i], field, &p->shadow);
+        else
+            rc = read_overrides(r, v[i], field, p);
         if (rc)
             return -1;
         if (i == 2)
@@ -530,6 +684,7 @@ static int read_policy(reader_t *r, const rateld__node_t *key,
                             "%s.rules: required (a rule such as 10/1m, or a "
                             "list of up to %d)",
                             path, RATEL_MAX_RULES);
+    p->uses_json = reads_json(p);
     return 0;
 }
 
@@ -584,6 +739,7 @@ static int read_policies(reader_t *r, const rateld__node_t *node)
                                &c->policies[i]) == 0) {
             c->npolicies++;
         } else {
+            free_overrides(&c->policies[i]); /* what it read before failing */
             rc = -1;
         }
     }
@@ -1025,6 +1181,8 @@ void rateld_config_free(rateld_config_t *config)
 {
     if (!config)
         return;
+    for (size_t i = 0; config->policies && i < config->npolicies; i++)
+        free_overrides(&config->policies[i]);
     free(config->policies);
     free(config->routes);
     free(config);

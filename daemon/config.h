@@ -28,7 +28,11 @@ typedef enum rateld_key_kind_e {
     RATELD_KEY_HEADER, /* a request header's value */
     RATELD_KEY_QUERY,  /* a query parameter's decoded value */
     RATELD_KEY_PATH,   /* the request path (without the query) */
-    RATELD_KEY_GLOBAL  /* one bucket for everyone */
+    RATELD_KEY_GLOBAL, /* one bucket for everyone */
+    RATELD_KEY_HOST,   /* the original Host (lower case, no port) */
+    RATELD_KEY_COOKIE, /* a cookie's value */
+    RATELD_KEY_JSON,   /* a top-level field of a JSON body */
+    RATELD_KEY_SELF    /* overrides only: the policy's own key */
 } rateld_key_kind_t;
 
 typedef struct rateld_key_part_s {
@@ -42,6 +46,26 @@ typedef enum rateld_missing_e {
     RATELD_MISSING_SHARED      /* share one bucket named "-" */
 } rateld_missing_t;
 
+#define RATELD_OVERRIDES_MAX 16
+#define RATELD_OVERRIDE_VALUES_MAX 4096
+
+/*
+ * An override: when key source `when` (or the policy's own key, kind
+ * RATELD_KEY_SELF) reads one of `values`, the request is exempt or
+ * limited by `policy` instead of the policy's rules. The store key stays
+ * the policy's: a key that moves between rule sets keeps the counts of
+ * the rules both have (the core converts the state).
+ */
+typedef struct rateld_override_s {
+    rateld_key_part_t when;
+    char **values; /* sorted (strcmp), malloc'd with the config */
+    size_t nvalues;
+    int exempt;            /* allowed without a decision */
+    ratel_policy_t policy; /* unless exempt */
+    char field[512];       /* its RateLimit-Policy value */
+    int line;
+} rateld_override_t;
+
 typedef struct rateld_policy_s {
     char name[RATELD_NAME_MAX];
     ratel_policy_t policy;
@@ -50,6 +74,9 @@ typedef struct rateld_policy_s {
     rateld_missing_t on_missing;
     int shadow; /* decide, log and count, but always allow */
     int line;   /* where it was defined, for messages */
+    int uses_json; /* a key part or an override reads json: */
+    rateld_override_t *overrides; /* first match wins */
+    size_t noverrides;
 } rateld_policy_t;
 
 #define RATELD_ROUTE_HEADERS_MAX 8

@@ -251,6 +251,14 @@ static int syntax_error(builder_t *b, const yaml_parser_t *p)
         return rateld__fail(b->ctx, line_of(&p->problem_mark),
                             "not YAML: %s (%s at line %d)", problem, p->context,
                             line_of(&p->context_mark));
+    if (strstr(problem, "mapping values are not allowed"))
+        return rateld__fail(b->ctx, line_of(&p->problem_mark),
+                            "not YAML: %s (a second ':' followed by a space "
+                            "or the end of the line starts a mapping: write "
+                            "key sources as header:NAME, with no space "
+                            "after the colon, or quote the value, e.g. "
+                            "key: \"query:telephone\")",
+                            problem);
     return rateld__fail(b->ctx, line_of(&p->problem_mark), "not YAML: %s",
                         problem);
 }

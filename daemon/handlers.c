@@ -281,17 +281,17 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
 }
 
 /* Cost larger than a rule can ever admit: the store's ECOST, named. */
-static int check_cost(const rateld_policy_t *pol, long long cost, char *err,
-                      size_t errlen)
+static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
+                      long long cost, char *err, size_t errlen)
 {
     ratel_request_t req = RATEL_REQUEST_INIT;
     size_t i = 0;
     char text[64];
 
     req.cost = (uint64_t)cost;
-    if (ratel_policy_check_request(&pol->policy, &req, &i) != RATEL_ECOST)
+    if (ratel_policy_check_request(rules, &req, &i) != RATEL_ECOST)
         return 0;
-    ratel_rule_format(&pol->policy.rules[i], text, sizeof text);
+    ratel_rule_format(&rules->rules[i], text, sizeof text);
     snprintf(err, errlen,
              "cost %lld is more than rule %s of policy %s can ever admit",
              cost, text, pol->name);
@@ -321,7 +321,16 @@ static void set_key(rateld_pending_t *p, const char *policy, const char *key,
     p->keylen = n + 1 + keylen;
 }
 
-/* The decision API: check, then queue for the flush. */
+static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
+                     const rateld_policy_t *pol, size_t index,
+                     const rateld_view_t *view);
+static void api_view(const rateld_config_t *c,
+                     const ratel_http_request_t *req, rateld_view_t *view,
+                     char *client, char *host, size_t hostlen);
+
+/* The decision API: check, then queue for the flush. Overrides read the
+   API request itself (its headers, its client address; `key` is the
+   key given). */
 static void acquire_api(rateld_t *d, rateld_worker_t *w,
                         ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, int64_t start)
@@ -329,19 +338,30 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t *p;
-    char err[400];
+    char err[400], client[RATELD_ADDR_MAX], host[256];
+    rateld_view_t view;
     params_t prm;
 
     if (!(pol = params_policy(d, gen, ex, req, &prm)))
         return;
-    if (check_cost(pol, prm.cost, err, sizeof err) != 0) {
+    p = enqueue(d, w, req->thread, 1);
+    set_key(p, pol->name, prm.key, prm.keylen);
+    api_view(gen->config, req, &view, client, host, sizeof host);
+    if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies),
+                  &view)) {
+        static const ratel_http_header_t json[] = {JSON_TYPE};
+        char body[160];
+        int m = snprintf(body, sizeof body,
+                         "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
+                         pol->name);
+        respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
+        return;
+    }
+    if (check_cost(pol, p->rules, prm.cost, err, sizeof err) != 0) {
         respond_error(d, ex, req->thread, 400, "%s", err);
         return;
     }
-    p = enqueue(d, w, req->thread, 1);
     p->ex = ex;
-    p->policy = pol;
-    p->policy_index = (size_t)(pol - gen->config->policies);
     p->kind = KIND_ACQUIRE;
     p->first = (int)w->npending;
     p->count = 1;
@@ -349,7 +369,6 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     p->request.cost = (uint64_t)prm.cost;
     p->request.flags = prm.peek ? RATEL_PEEK : 0;
     p->start_us = start;
-    set_key(p, pol->name, prm.key, prm.keylen);
     w->npending++;
 }
 
@@ -472,8 +491,31 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
 }
 
-/* Queues the route's policies for the flush; 0, or -1 after answering a
-   request whose key cannot be built. */
+/*
+ * Fills pending item `p` for policy `pol` (index `index`) and its key
+ * (already in p->key): the rules of the first override that applies, or
+ * the policy's own. Returns 1 when an override exempts the request.
+ */
+static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
+                     const rateld_policy_t *pol, size_t index,
+                     const rateld_view_t *view)
+{
+    size_t prefix = strlen(pol->name) + 1;
+    const rateld_override_t *ov =
+        pol->noverrides ? rateld_policy_override(pol, view, p->key + prefix,
+                                                 p->keylen - prefix)
+                        : NULL;
+
+    p->policy = pol;
+    p->policy_index = index;
+    p->rules = ov ? &ov->policy : &pol->policy;
+    p->field = ov ? ov->field : gen->policy_field[index];
+    return ov && ov->exempt;
+}
+
+/* Queues the route's policies for the flush (those an override exempts
+   left out; 200 at once when that is all of them); 0, or -1 after
+   answering a request whose key cannot be built. */
 static int queue_route(rateld_t *d, rateld_worker_t *w,
                        ratel_http_exchange_t *ex,
                        const ratel_http_request_t *req,
@@ -482,17 +524,17 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
 {
     rateld_gen_t *gen = w->gen;
     int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
-    size_t first;
+    size_t first, k = 0;
 
     enqueue(d, w, req->thread, route->npolicies);
     first = w->npending;
     for (size_t i = 0; i < route->npolicies; i++) {
-        const rateld_policy_t *pol = &gen->config->policies[route->policies[i]];
-        rateld_pending_t *p = &w->pending[first + i];
+        size_t index = route->policies[i];
+        const rateld_policy_t *pol = &gen->config->policies[index];
+        rateld_pending_t *p = &w->pending[first + k];
         long n = rateld_policy_key(pol, view, p->key, sizeof p->key);
         if (n <= 0) {
-            rateld_metrics_count(d->metrics, req->thread,
-                                 gen->metric[route->policies[i]],
+            rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
                                  RATELD_OUTCOME_REJECTED, RATEL_SOURCE_STORE,
                                  ratel_clock_now_us() - start);
             undecided(d, w, ex, req,
@@ -503,17 +545,92 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
             return -1;
         }
         p->keylen = (size_t)n;
-        p->ex = i == 0 ? ex : NULL;
-        p->policy = pol;
-        p->policy_index = route->policies[i];
-        p->kind = i == 0 ? KIND_AUTH : KIND_PART;
-        p->first = (int)first;
-        p->count = (int)route->npolicies;
+        if (set_rules(gen, p, pol, index, view)) {
+            rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
+                                 RATELD_OUTCOME_ALLOWED, RATEL_SOURCE_STORE,
+                                 ratel_clock_now_us() - start);
+            continue;
+        }
         p->request = (ratel_request_t)RATEL_REQUEST_INIT;
         p->start_us = start;
+        k++;
     }
-    w->npending += route->npolicies;
+    if (k == 0) {
+        respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+        return 0;
+    }
+    for (size_t j = 0; j < k; j++) {
+        rateld_pending_t *p = &w->pending[first + j];
+        p->ex = j == 0 ? ex : NULL;
+        p->kind = j == 0 ? KIND_AUTH : KIND_PART;
+        p->first = (int)first;
+        p->count = (int)k;
+    }
+    w->npending += k;
     return 0;
+}
+
+/* The host part of a Host value, lower case, without ":PORT" or a final
+   dot ("[::1]:80" keeps its brackets), into buf. */
+static ratel_http_str_t host_of(ratel_http_str_t in, char *buf, size_t len)
+{
+    size_t n = in.n;
+
+    if (n > 0 && in.p[0] != '[') {
+        const char *colon = memchr(in.p, ':', n);
+        if (colon)
+            n = (size_t)(colon - in.p);
+    } else if (n > 0) {
+        const char *end = memchr(in.p, ']', n);
+        n = end ? (size_t)(end - in.p) + 1 : n;
+    }
+    if (n > 0 && in.p[n - 1] == '.')
+        n--;
+    if (n >= len)
+        n = len - 1;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (char)(in.p[i] >= 'A' && in.p[i] <= 'Z' ? in.p[i] + 32
+                                                         : in.p[i]);
+    buf[n] = '\0';
+    return (ratel_http_str_t){buf, n};
+}
+
+/* What overrides of the decision API read: the API request itself. */
+static void api_view(const rateld_config_t *c,
+                     const ratel_http_request_t *req, rateld_view_t *view,
+                     char *client, char *host, size_t hostlen)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, "Host");
+
+    memset(view, 0, sizeof *view);
+    view->req = req;
+    view->path = req->path;
+    view->query = req->query;
+    view->host = host_of(h ? *h : (ratel_http_str_t){"", 0}, host, hostlen);
+    rateld_client_address(c, req, client, RATELD_ADDR_MAX);
+    view->client = client;
+}
+
+/* Parses the body for json: key sources when a policy of the route reads
+   them (the caller deletes view->json). */
+static void view_json(const rateld_config_t *c, const rateld_route_t *route,
+                      const ratel_http_request_t *req, rateld_view_t *view)
+{
+    cJSON *root = NULL;
+    int wanted = 0;
+
+    for (size_t i = 0; i < route->npolicies; i++)
+        wanted |= c->policies[route->policies[i]].uses_json;
+    if (!wanted || req->body.n == 0)
+        return;
+    if (ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, NULL,
+                                 0) != 0 ||
+        !cJSON_IsObject(root))
+        view->json_error = 1;
+    else
+        view->json = root;
+    if (!view->json)
+        cJSON_Delete(root);
 }
 
 /* Gateway auth: the forwarded request's route and identity. */
@@ -524,7 +641,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
-    char client[RATELD_ADDR_MAX];
+    char client[RATELD_ADDR_MAX], host[256];
     const char *why = "";
     rateld_route_query_t q;
     rateld_view_t view;
@@ -545,11 +662,15 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
         return;
     }
     rateld_client_address(c, req, client, sizeof client);
+    memset(&view, 0, sizeof view);
     view.req = req;
     view.path = o.path;
     view.query = o.query;
+    view.host = host_of(o.host, host, sizeof host);
     view.client = client;
+    view_json(c, route, req, &view);
     queue_route(d, w, ex, req, route, &view, start);
+    cJSON_Delete((cJSON *)view.json);
 }
 
 /* Headers of a decision: RateLimit-Policy, RateLimit, Retry-After. */
@@ -559,12 +680,11 @@ typedef struct answer_s {
     char limit[256], retry[24];
 } answer_t;
 
-static void decision_headers(answer_t *a, const rateld_gen_t *gen,
-                             const rateld_pending_t *p,
+static void decision_headers(answer_t *a, const rateld_pending_t *p,
                              const ratel_decision_t *dec, int denied)
 {
-    const char *pf = gen->policy_field[p->policy_index];
-    size_t n = ratel__header_ratelimit(p->policy->name, &p->policy->policy, dec, a->limit,
+    const char *pf = p->field;
+    size_t n = ratel__header_ratelimit(p->policy->name, p->rules, dec, a->limit,
                                        sizeof a->limit);
     a->n = 0;
     a->h[a->n++] = (ratel_http_header_t){{"Content-Type", 12},
@@ -624,7 +744,7 @@ static void answer_acquire(rateld_t *d, unsigned thread,
     if (shadow_denied)
         rateld_log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
                    p->policy->name, (long long)dec->retry_after_ms);
-    decision_headers(&a, gen, p, dec, denied);
+    decision_headers(&a, p, dec, denied);
     respond(d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
             decision_body(body, sizeof body, p->policy, dec, shadow_denied));
 }
@@ -652,8 +772,7 @@ static int count_auth_item(rateld_t *d, unsigned thread,
  * the route's order (the items are named POLICY-INDEX, so they never
  * clash). Returns the length written into buf (cut to fit).
  */
-static size_t route_policy_field(const rateld_gen_t *gen,
-                                 const rateld_pending_t *items, size_t count,
+static size_t route_policy_field(const rateld_pending_t *items, size_t count,
                                  char *buf, size_t len)
 {
     size_t n = 0;
@@ -661,7 +780,7 @@ static size_t route_policy_field(const rateld_gen_t *gen,
     buf[0] = '\0';
     for (size_t i = 0; i < count; i++) {
         int m = snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
-                         gen->policy_field[items[i].policy_index]);
+                         items[i].field);
         if (m < 0 || (size_t)m >= len - n)
             return n;
         n += (size_t)m;
@@ -715,9 +834,9 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
                                    it->policy, now, it->request.cost, &back);
         }
     }
-    decision_headers(&a, gen, &w->pending[binding],
+    decision_headers(&a, &w->pending[binding],
                      &w->items[binding].decision, denied);
-    n = route_policy_field(gen, head, count, policies, sizeof policies);
+    n = route_policy_field(head, count, policies, sizeof policies);
     a.h[1].value = (ratel_http_str_t){policies, n};
     if (denied)
         a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Reason", 14},
@@ -745,7 +864,7 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
         rateld_pending_t *p = &w->pending[i];
         w->items[i] = (ratel_batch_item_t){.key = p->key,
                                            .keylen = p->keylen,
-                                           .policy = &p->policy->policy,
+                                           .policy = p->rules,
                                            .request = p->request};
     }
     now = ratel_clock_now_us();
@@ -785,7 +904,8 @@ static void refund_api(rateld_t *d, rateld_worker_t *w,
     const rateld_policy_t *pol;
     rateld_pending_t p;
     ratel_decision_t dec;
-    char body[512];
+    char body[512], client[RATELD_ADDR_MAX], host[256];
+    rateld_view_t view;
     params_t prm;
     answer_t a;
     int rc;
@@ -793,16 +913,22 @@ static void refund_api(rateld_t *d, rateld_worker_t *w,
     if (!(pol = params_policy(d, gen, ex, req, &prm)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
-    p.policy = pol;
-    p.policy_index = (size_t)(pol - gen->config->policies);
-    rc = ratel_store_refund(d->store, p.key, p.keylen, &pol->policy,
+    api_view(gen->config, req, &view, client, host, sizeof host);
+    if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies),
+                  &view)) {
+        respond_error(d, ex, req->thread, 400,
+                      "policy %s: this key is exempt; nothing to refund",
+                      pol->name);
+        return;
+    }
+    rc = ratel_store_refund(d->store, p.key, p.keylen, p.rules,
                             ratel_clock_now_us(), (uint64_t)prm.cost, &dec);
     if (rc != 0) {
         respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
                       "the store failed: %s", ratel_strerror(rc));
         return;
     }
-    decision_headers(&a, gen, &p, &dec, 0);
+    decision_headers(&a, &p, &dec, 0);
     respond(d, ex, req->thread, 200, a.h, a.n, body,
             decision_body(body, sizeof body, pol, &dec, 0));
 }

@@ -48,6 +48,8 @@ typedef struct rateld_pending_s {
     ratel_http_exchange_t *ex;
     const rateld_policy_t *policy;
     size_t policy_index;
+    const ratel_policy_t *rules; /* the policy's, or an override's */
+    const char *field;           /* their RateLimit-Policy value */
     int kind;          /* what answers it: the decision API or auth */
     int first, count;  /* auth: its items are batch[first .. first+count) */
     ratel_request_t request;

@@ -43,19 +43,34 @@ size_t rateld_client_address(const rateld_config_t *config,
                              size_t len);
 
 /* What a policy's key sources read: for /v1/auth, the forwarded request's
-   path and query (X-Original-URI), not rateld's own. */
+   path, query and host (X-Original-URI, ...), not rateld's own. */
 typedef struct rateld_view_s {
-    const ratel_http_request_t *req; /* headers */
+    const ratel_http_request_t *req; /* headers (cookies too) */
     ratel_http_str_t path;           /* not decoded */
     ratel_http_str_t query;          /* not decoded */
+    ratel_http_str_t host;           /* lower case, without the port */
     const char *client;              /* rateld_client_address() */
+    const struct cJSON *json;        /* the body, when it is a JSON object
+                                        and a policy reads json: */
+    int json_error;                  /* ... the body is not one */
 } rateld_view_t;
+
+/*
+ * The value key source `part` reads from the view: into *value / *n
+ * (pointing into the request, or into buf, len bytes, for decoded query
+ * values and numbers). Returns 0 when present, 1 when absent or empty,
+ * -1 when malformed (a bad %-escape, a parameter or cookie given twice, a
+ * JSON body that is not an object, a value longer than RATELD_KEY_MAX).
+ */
+int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
+                      char *buf, size_t len, const char **value, size_t *n);
 
 /*
  * The store key for policy `p` and the request seen through `v`:
  * "POLICY:" then each key part's value (ip: the client address; header:
- * the header's value, trimmed; query: the decoded parameter; path: the
- * path; global: "*"), parts joined by '|', and '|' and '\\' inside a value
+ * the header's value, trimmed; query: the decoded parameter; cookie: the
+ * cookie's value; json: the body's top-level field; host: the host; path:
+ * the path; global: "*"), parts joined by '|', and '|' and '\\' inside a value
  * escaped with '\\' so that different parts never give the same key.
  * Returns the key's length; 0 when a part is absent or empty and the
  * policy's on_missing is reject; -1 when the key would be longer than len
@@ -64,5 +79,16 @@ typedef struct rateld_view_s {
  */
 long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
                        char *buf, size_t len);
+
+/*
+ * The first of the policy's overrides that applies to the request seen
+ * through `v` whose key value (without the "POLICY:" prefix) is
+ * key[0..keylen); NULL when none does. An override whose key source is
+ * absent or malformed does not apply.
+ */
+const rateld_override_t *rateld_policy_override(const rateld_policy_t *p,
+                                                const rateld_view_t *v,
+                                                const char *key,
+                                                size_t keylen);
 
 #endif /* RATELD_REQUEST_H */

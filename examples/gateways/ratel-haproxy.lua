@@ -32,6 +32,7 @@ local skip = {
     ["x-forwarded-for"] = true, ["x-forwarded-host"] = true,
     ["x-original-uri"] = true, ["x-original-method"] = true,
     ["x-forwarded-uri"] = true, ["x-forwarded-method"] = true,
+    ["content-encoding"] = true,
 }
 
 -- rateld's answer headers the client should see.
@@ -85,7 +86,11 @@ local function ask(addr, ms, txn)
             lines[#lines + 1] = name .. ": " .. v:gsub("[\r\n]", " ")
         end
     end
-    if not s:send(table.concat(lines, "\r\n") .. "\r\n\r\n") then
+    -- The body, for json: key sources, when HAProxy buffered it
+    -- (option http-buffer-request).
+    local body = txn.sf:req_body() or ""
+    lines[#lines + 1] = "Content-Length: " .. #body
+    if not s:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. body) then
         s:close()
         return nil
     end

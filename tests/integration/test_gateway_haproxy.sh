@@ -46,6 +46,12 @@ wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
 start_rateld 429 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy closed || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
 check_demo haproxy
+# The body reaches rateld (option http-buffer-request): json:telephone.
+form() { code -X POST -H 'Content-Type: application/json' --data-binary "$1" "http://127.0.0.1:$gport/sendCode"; }
+c1=$(form '{"telephone":"13800138000"}')
+if [ "$c1" != 429 ] && [ "$c1" != 400 ] && [ "$c1" != 403 ]; then ok haproxy_json_first; else fail haproxy_json_first "[$c1]"; fi
+same haproxy_json_second "$(form '{"telephone":"13800138000"}')" 429
+same haproxy_json_missing "$(form '{"captcha":"x"}')" 400
 same haproxy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
 check_down haproxy_closed 503 503
 

@@ -449,7 +449,8 @@ static const bad_case_t bad_cases[] = {
      2, "a policy name is 1..63"},
     {"policies:\n  p: 1/1s\n", 2,
      "policies.p: expected a mapping of fields "
-     "(rules, key, on_missing, shadow)"},
+     "(rules, key, on_missing, shadow, "
+     "overrides)"},
     {"policies:\n  p:\n    key: ip\n", 3, "policies.p.rules: required"},
     {"policies:\n  sms:\n    rules: [1/60s, 10/1x]\n", 3,
      "policies.sms.rules[1]: rule \"10/1x\": "},
@@ -466,8 +467,8 @@ static const bad_case_t bad_cases[] = {
      4, "policies.p.rules: more than 8 rules"},
     {"policies:\n  p:\n    rules: [[1/1s]]\n", 3,
      "policies.p.rules[0]: expected a rule"},
-    {"policies:\n  p:\n    rules: 1/1s\n    key: cookie\n", 4,
-     "policies.p.key: unknown key source \"cookie\"; accepted: ip, global"},
+    {"policies:\n  p:\n    rules: 1/1s\n    key: biscuit\n", 4,
+     "policies.p.key: unknown key source \"biscuit\"; accepted: ip, global"},
     {"policies:\n  p:\n    rules: 1/1s\n    key: 'header:'\n", 4,
      "policies.p.key: header: needs a name, e.g. header:X-User-Id"},
     {"policies:\n  p:\n    rules: 1/1s\n    key: [ip, 'query:']\n", 4,

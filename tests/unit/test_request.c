@@ -9,6 +9,8 @@
 #include "daemon/request.h"
 #include "ratel.h"
 
+#include <cjson/cJSON.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -314,7 +316,7 @@ static long key_of(const rateld_policy_t *p, const rateld_view_t *v, char *buf,
 TEST(request_key_every_kind)
 {
     static ratel_http_request_t req;
-    rateld_view_t v;
+    rateld_view_t v = {0};
     char buf[RATELD_KEY_MAX + 1];
     rateld_policy_t p;
 
@@ -362,6 +364,102 @@ TEST(request_key_every_kind)
     add_part(&p, RATELD_KEY_GLOBAL, NULL);
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "combo:203.0.113.5|abc123|/v1/items/7|*") == 0);
+}
+
+TEST(request_key_host_cookie_json)
+{
+    static ratel_http_request_t req;
+    rateld_view_t v = {0};
+    char buf[RATELD_KEY_MAX + 1];
+    const char *value;
+    size_t n;
+    rateld_policy_t p;
+    cJSON *json =
+        cJSON_Parse("{\"tel\":\"13800138000\",\"n\":42,\"f\":1.5,"
+                    "\"b\":true,\"o\":{},\"z\":null}");
+
+    REQUIRE(json != NULL);
+    memset(&req, 0, sizeof req);
+    add_header(&req, "Cookie", "theme=dark; session = \"s|1\" ;lang=en");
+    add_header(&req, "cookie", "other=1");
+    v.req = &req;
+    v.host = str("shop.example");
+    v.json = json;
+
+    p = make_policy("c", RATELD_MISSING_REJECT);
+    add_part(&p, RATELD_KEY_COOKIE, "session");
+    add_part(&p, RATELD_KEY_HOST, NULL);
+    CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
+    CHECK(strcmp(buf, "c:s\\|1|shop.example") == 0);
+
+    p = make_policy("c2", RATELD_MISSING_REJECT);
+    add_part(&p, RATELD_KEY_COOKIE, "other");
+    CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
+    CHECK(strcmp(buf, "c2:1") == 0);
+    p = make_policy("c3", RATELD_MISSING_REJECT);
+    add_part(&p, RATELD_KEY_COOKIE, "sess"); /* a prefix is not the name */
+    CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
+
+    /* json: strings, numbers as integers or shortest doubles, booleans;
+       null and absent are missing; an object is malformed. */
+    static const struct {
+        const char *field, *want;
+        long rc;
+    } cases[] = {{"tel", "j:13800138000", 1}, {"n", "j:42", 1},
+                 {"f", "j:1.5", 1},           {"b", "j:true", 1},
+                 {"z", NULL, 0},              {"absent", NULL, 0},
+                 {"o", NULL, -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long rc;
+        p = make_policy("j", RATELD_MISSING_REJECT);
+        add_part(&p, RATELD_KEY_JSON, cases[i].field);
+        rc = key_of(&p, &v, buf, sizeof buf);
+        CHECK_EQ(rc > 0 ? 1 : rc, cases[i].rc);
+        if (cases[i].want)
+            CHECK(strcmp(buf, cases[i].want) == 0);
+    }
+    /* A body that is not an object: every json: part is malformed. */
+    v.json = NULL;
+    v.json_error = 1;
+    CHECK_EQ(rateld_part_value(&p.key[0], &v, buf, sizeof buf, &value, &n),
+             -1);
+    /* A cookie given twice is malformed. */
+    add_header(&req, "Cookie", "session=s2");
+    p = make_policy("c", RATELD_MISSING_REJECT);
+    add_part(&p, RATELD_KEY_COOKIE, "session");
+    CHECK_EQ(key_of(&p, &v, buf, sizeof buf), -1);
+    cJSON_Delete(json);
+}
+
+TEST(request_override_first_match_wins)
+{
+    static ratel_http_request_t req;
+    static char *gold[] = {"gold", "platinum"}, *keys[] = {"a", "b", "c"};
+    rateld_override_t ov[2];
+    rateld_view_t v = {0};
+    rateld_policy_t p = make_policy("api", RATELD_MISSING_REJECT);
+
+    memset(&req, 0, sizeof req);
+    memset(ov, 0, sizeof ov);
+    add_header(&req, "X-Tenant", "gold");
+    v.req = &req;
+    ov[0].when.kind = RATELD_KEY_SELF;
+    ov[0].values = keys;
+    ov[0].nvalues = 3;
+    ov[0].exempt = 1;
+    ov[1].when.kind = RATELD_KEY_HEADER;
+    strcpy(ov[1].when.name, "X-Tenant");
+    ov[1].values = gold;
+    ov[1].nvalues = 2;
+    p.overrides = ov;
+    p.noverrides = 2;
+    CHECK(rateld_policy_override(&p, &v, "b", 1) == &ov[0]);
+    CHECK(rateld_policy_override(&p, &v, "c", 1) == &ov[0]);
+    CHECK(rateld_policy_override(&p, &v, "bb", 2) == &ov[1]);
+    CHECK(rateld_policy_override(&p, &v, "", 0) == &ov[1]);
+    req.nheaders = 0; /* no tenant: only the key list applies */
+    CHECK(rateld_policy_override(&p, &v, "a", 1) == &ov[0]);
+    CHECK(rateld_policy_override(&p, &v, "d", 1) == NULL);
 }
 
 TEST(request_key_escaping_keeps_parts_apart)
@@ -412,7 +510,7 @@ TEST(request_key_escaping_keeps_parts_apart)
 TEST(request_key_missing_reject_or_shared)
 {
     static ratel_http_request_t req;
-    rateld_view_t v;
+    rateld_view_t v = {0};
     char buf[RATELD_KEY_MAX + 1];
     rateld_policy_t p;
 
@@ -471,7 +569,7 @@ TEST(request_key_too_long_never_overflows)
     static ratel_http_request_t req;
     static char value[RATELD_KEY_MAX + 100];
     static char big[RATELD_KEY_MAX + 200];
-    rateld_view_t v;
+    rateld_view_t v = {0};
     char small[32];
     rateld_policy_t p = make_policy("login", RATELD_MISSING_REJECT);
 
@@ -679,6 +777,9 @@ RATEL_SUITE(request) = {
     {"request_client_address_header_name_case_and_null_config",
      test_request_client_address_header_name_case_and_null_config},
     {"request_key_every_kind", test_request_key_every_kind},
+    {"request_key_host_cookie_json", test_request_key_host_cookie_json},
+    {"request_override_first_match_wins",
+     test_request_override_first_match_wins},
     {"request_key_escaping_keeps_parts_apart",
      test_request_key_escaping_keeps_parts_apart},
     {"request_key_missing_reject_or_shared",
