@@ -54,6 +54,8 @@ static void respond_json(ratel_http_exchange_t *ex, int status,
 static void __attribute__((format(printf, 3, 4)))
 respond_error(ratel_http_exchange_t *ex, int status, const char *fmt, ...)
 {
+    /* Building a body needs memory; without it, this constant (valid
+       JSON, no input in it) says so. */
     static const char fallback[] = "{\"error\":\"out of memory\"}\n";
     char msg[600], *body;
     size_t len = 0;
