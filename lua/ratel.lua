@@ -860,7 +860,7 @@ local function parse_rule(text)
     if over then
         rule_fail(text, 'PERIOD must be from 1ms to 30d')
     end
-    local unit_ms = 0
+    local unit_ms, ustart = 0, pos
     for u = 1, #UNITS do
         local name = UNITS[u][1]
         if sub(text, pos, pos + #name - 1) == name then
@@ -871,6 +871,11 @@ local function parse_rule(text)
     end
     if unit_ms == 0 then
         rule_fail(text, 'PERIOD needs a unit: ms, s, m, h or d')
+    end
+    if find(sub(text, pos, pos), '^%a') then
+        local word = match(text, '^%a+', ustart)
+        rule_fail(text, 'unknown unit "' .. cstr(sub(word, 1, 16)) ..
+            '"; the units are ms, s, m, h and d (e.g. 20/1m, 20/60s)')
     end
     if count == 0 then
         rule_fail(text, 'PERIOD must be at least 1ms')

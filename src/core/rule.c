@@ -155,10 +155,15 @@ int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen)
     return check_rule(rule, text, len, errbuf, errlen);
 }
 
+static int is_letter(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                      char *errbuf, size_t errlen)
 {
-    size_t pos = 0, digits;
+    size_t pos = 0, digits, ustart;
     uint64_t limit, count = 1, burst = 0;
     uint32_t unit_ms = 0;
     int overflow, have_burst = 0;
@@ -189,6 +194,7 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
     if (overflow)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be from 1ms to 30d");
+    ustart = pos;
     for (size_t u = 0; u < NUNITS; u++) {
         size_t ulen = strlen(units[u].name);
         if (len - pos >= ulen && memcmp(text + pos, units[u].name, ulen) == 0) {
@@ -200,6 +206,18 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
     if (unit_ms == 0)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD needs a unit: ms, s, m, h or d");
+    if (pos < len && is_letter(text[pos])) {
+        /* "20/minute", "1/sec": a word, not one of the units. */
+        char word[16 * 4 + 8];
+        size_t end = pos;
+        while (end < len && is_letter(text[end]))
+            end++;
+        quote_into(word, sizeof word, text + ustart, end - ustart, 16);
+        return rule_error(errbuf, errlen, text, len,
+                          "unknown unit \"%s\"; the units are ms, s, m, h "
+                          "and d (e.g. 20/1m, 20/60s)",
+                          word);
+    }
     if (count == 0)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be at least 1ms");

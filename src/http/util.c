@@ -4,6 +4,8 @@
  */
 #include "http/http.h"
 
+#include <http_parser.h>
+
 #include <string.h>
 
 static unsigned char lower(unsigned char c)
@@ -133,92 +135,14 @@ long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
 
 const char *ratel_http_reason(int status)
 {
-    switch (status) {
-    case 100:
-        return "Continue";
-    case 101:
-        return "Switching Protocols";
-    case 200:
-        return "OK";
-    case 201:
-        return "Created";
-    case 202:
-        return "Accepted";
-    case 204:
-        return "No Content";
-    case 206:
-        return "Partial Content";
-    case 301:
-        return "Moved Permanently";
-    case 302:
-        return "Found";
-    case 303:
-        return "See Other";
-    case 304:
-        return "Not Modified";
-    case 307:
-        return "Temporary Redirect";
-    case 308:
-        return "Permanent Redirect";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 406:
-        return "Not Acceptable";
-    case 408:
-        return "Request Timeout";
-    case 409:
-        return "Conflict";
-    case 410:
-        return "Gone";
-    case 411:
-        return "Length Required";
-    case 412:
-        return "Precondition Failed";
-    case 413:
-        return "Payload Too Large";
-    case 414:
-        return "URI Too Long";
-    case 415:
-        return "Unsupported Media Type";
-    case 416:
-        return "Range Not Satisfiable";
-    case 417:
-        return "Expectation Failed";
-    case 422:
-        return "Unprocessable Entity";
-    case 425:
-        return "Too Early";
-    case 426:
-        return "Upgrade Required";
-    case 428:
-        return "Precondition Required";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 501:
-        return "Not Implemented";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    case 505:
-        return "HTTP Version Not Supported";
-    default:
-        break;
-    }
+    /* http-parser's table of registered statuses; a status it does not
+       name gets its class's name (RFC 9110 allows any reason phrase). */
+    const char *name = status >= 100 && status <= 599
+                           ? http_status_str((enum http_status)status)
+                           : "<unknown>";
+
+    if (name[0] != '<')
+        return name;
     switch (status / 100) {
     case 1:
         return "Informational";

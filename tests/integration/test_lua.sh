@@ -112,6 +112,8 @@ same "too deep" "$(ev e ACQUIRE 1/30d:gcra,burst=1000)" \
     "$E rule \"1/30d:gcra,burst=1000\": burst x period / limit must be at most 10 years (the bucket would never drain); $G"
 same "trailing bytes" "$(ev e ACQUIRE '10/1s"x')" \
     "$E rule \"10/1s\\\"x\": unexpected \"\"x\" at byte 6; $G"
+same "unit spelt out" "$(ev e ACQUIRE 20/minute)" \
+    "$E rule \"20/minute\": unknown unit \"minute\"; the units are ms, s, m, h and d (e.g. 20/1m, 20/60s); $G"
 same "empty rule" "$(ev e ACQUIRE '')" "$E rule \"\": empty rule; $G"
 same "no rule" "$(ev e ACQUIRE COST 2)" "$E at least one rule is needed"
 same "nine rules" "$(ev e ACQUIRE 1/1s 2/1s 3/1s 4/1s 5/1s 6/1s 7/1s 8/1s 9/1s)" \

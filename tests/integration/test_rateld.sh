@@ -137,6 +137,7 @@ strict escaped_nul '{"policy":"ping","key":"13811110001\\u0000evil"}'
 strict twice '{"policy":"ping","key":"a","key":"b"}'
 contains strict_names_problem "$(printf '{"policy":"ping","key":"ab"}xyz' | curl -s -X POST --data-binary @- "$base/v1/acquire")" 'trailing'
 same query_twice "$(code "$base/v1/acquire?policy=ping&key=a&key=b")" 400
+contains unknown_policy_lists "$(curl -s "$base/v1/acquire?policy=nope&key=a")" 'no policy named \"nope\"; defined: ping, sms, multi'
 same not_utf8_404_is_json "$(curl -s "$base/v1/%ff%fe" | isjson)" json
 same unknown_policy "$(code "$base/v1/acquire?policy=nope&key=a")" 404
 same missing_key "$(code "$base/v1/acquire?policy=ping")" 400

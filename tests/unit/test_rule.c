@@ -54,6 +54,22 @@ TEST(rule_parse_valid)
     }
 }
 
+TEST(rule_parse_spelt_out_unit_names_the_units)
+{
+    static const char *const words[][2] = {{"20/minute", "\"minute\""},
+                                          {"1/sec", "\"sec\""},
+                                          {"5/1hour", "\"hour\""},
+                                          {"10/1msx", "\"msx\""}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        ratel_rule_t r;
+        char err[512] = "";
+        CHECK_EQ(parse(words[i][0], &r, err, sizeof err), RATEL_ERULE);
+        CHECK(strstr(err, "unknown unit ") != NULL);
+        CHECK(strstr(err, words[i][1]) != NULL);
+        CHECK(strstr(err, "ms, s, m, h and d") != NULL);
+    }
+}
+
 TEST(rule_parse_malformed_names_rule_and_grammar)
 {
     static const char *const bad[] = {
@@ -214,6 +230,8 @@ TEST(rule_error_names)
 
 RATEL_SUITE(rule) = {
     {"rule_parse_valid", test_rule_parse_valid},
+    {"rule_parse_spelt_out_unit_names_the_units",
+     test_rule_parse_spelt_out_unit_names_the_units},
     {"rule_parse_malformed_names_rule_and_grammar",
      test_rule_parse_malformed_names_rule_and_grammar},
     {"rule_parse_hostile_bytes_are_escaped",
