@@ -801,7 +801,8 @@ static size_t route_policy_field(const rateld_pending_t *items, size_t count,
 }
 
 /*
- * auth: all of the route's policies admit, or none is charged. Allowed:
+ * auth: all of the route's policies admit, or none is charged (the store
+ * decided them as one group, ratel_store_acquire_batch). Allowed:
  * 200. Denied: auth.deny_status (429, or 403 for nginx) with Retry-After,
  * X-Ratel-Reason: rate-limited and the decision as JSON. The RateLimit
  * field names the binding rule over all the policies: denied, the one
@@ -836,16 +837,6 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
         respond(d, head->ex, thread, 500, store_error, 2, msg, sizeof msg - 1);
         return;
     }
-    if (denied) {
-        /* Give back what the other policies of the route charged. */
-        for (size_t i = first; i < first + count; i++) {
-            ratel_batch_item_t *it = &w->items[i];
-            ratel_decision_t back;
-            if (it->decision.allowed)
-                ratel_store_refund(d->store, it->key, it->keylen,
-                                   it->policy, now, it->request.cost, &back);
-        }
-    }
     decision_headers(&a, &w->pending[binding],
                      &w->items[binding].decision, denied);
     n = route_policy_field(head, count, policies, sizeof policies);
@@ -874,10 +865,14 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
         return;
     for (size_t i = 0; i < n; i++) {
         rateld_pending_t *p = &w->pending[i];
-        w->items[i] = (ratel_batch_item_t){.key = p->key,
-                                           .keylen = p->keylen,
-                                           .policy = p->rules,
-                                           .request = p->request};
+        /* A route's policies are one all-or-nothing group: the store
+           charges none of them unless all admit. */
+        w->items[i] = (ratel_batch_item_t){
+            .key = p->key,
+            .keylen = p->keylen,
+            .policy = p->rules,
+            .request = p->request,
+            .group = p->count > 1 ? (uint32_t)p->first + 1 : 0};
     }
     now = ratel_clock_now_us();
     if (ratel_store_acquire_batch(d->store, w->items, n, now) != 0)

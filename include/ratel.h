@@ -427,21 +427,39 @@ RATEL_API int ratel_store_inspect(ratel_store_t *store, const char *key,
 RATEL_API void ratel_store_stats(ratel_store_t *store,
                                  ratel_store_stats_t *out);
 
+/* Most items one all-or-nothing group of a batch may hold. */
+#define RATEL_GROUP_MAX 16
+
 /* One request of a batch: inputs, then what was decided. */
 typedef struct ratel_batch_item_s {
     const char *key;
     size_t keylen;
     const ratel_policy_t *policy;
     ratel_request_t request;
+    uint32_t group;            /* 0: on its own; else all-or-nothing with
+                                  the consecutive items of the same group */
     ratel_decision_t decision; /* out */
     int rc;                    /* out: 0 or a RATEL_E* code for this item */
 } ratel_batch_item_t;
 
 /*
  * ratel_store_acquire() for `n` items at once, all at `now_us`; a Redis
- * store sends them in one pipelined round trip per node. Items are
- * independent (no atomicity across them). Returns 0 when every item was
- * looked at (see each item's rc), RATEL_EINVAL for bad arguments.
+ * store sends them in one pipelined round trip per node.
+ *
+ * Items with group 0 are independent. Consecutive items with the same
+ * non-zero group (2..RATEL_GROUP_MAX of them; several keys and policies,
+ * e.g. the policies of one gateway route) are all-or-nothing: when one is
+ * denied or fails, none is charged. Each reports its own decision (a
+ * member that alone would have been admitted says allowed; it was not
+ * charged). The memory store decides a group atomically (its shards
+ * locked together: nothing else sees a partial charge); the Redis store
+ * charges the group with the rest of the batch and, when a member is
+ * denied, gives the others back in a second round trip (another client
+ * may see the charge in between; docs/deployment.md).
+ *
+ * Returns 0 when every item was looked at (see each item's rc),
+ * RATEL_EINVAL for bad arguments (a group longer than RATEL_GROUP_MAX, or
+ * with a bad member, marks all its items RATEL_EINVAL).
  */
 RATEL_API int ratel_store_acquire_batch(ratel_store_t *store,
                                         ratel_batch_item_t *items, size_t n,

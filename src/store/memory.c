@@ -608,13 +608,26 @@ static int decide_expired(memory_store_t *m, shard_t *s, entry_t **link,
     return rc;
 }
 
+/* Decides `c` for the key of hash `h` in shard `s`, which is locked. */
+static int decide_locked(memory_store_t *m, shard_t *s, uint64_t h,
+                         const char *key, size_t keylen,
+                         const memory_call_t *c)
+{
+    entry_t **link = find_link(s, h, key, keylen);
+
+    if (!link)
+        return decide_new(m, s, h, key, keylen, c);
+    if ((*link)->expire_at_us > c->now_us)
+        return decide_live(m, s, link, c);
+    return decide_expired(m, s, link, h, key, keylen, c);
+}
+
 /* acquire and refund: find the key's shard and entry, then decide. */
 static int memory_decide(memory_store_t *m, const char *key, size_t keylen,
                          const memory_call_t *c)
 {
     uint64_t h;
     shard_t *s;
-    entry_t **link;
     int rc;
 
     if (keylen > MEMORY_KEY_MAX)
@@ -622,15 +635,91 @@ static int memory_decide(memory_store_t *m, const char *key, size_t keylen,
     h = key_hash(m->seed, key, keylen);
     s = shard_of(m, h);
     shard_lock(&s->lock);
-    link = find_link(s, h, key, keylen);
-    if (!link)
-        rc = decide_new(m, s, h, key, keylen, c);
-    else if ((*link)->expire_at_us > c->now_us)
-        rc = decide_live(m, s, link, c);
-    else
-        rc = decide_expired(m, s, link, h, key, keylen, c);
+    rc = decide_locked(m, s, h, key, keylen, c);
     shard_unlock(&s->lock);
     return rc;
+}
+
+static int compare_shard(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (shard_t *const *)a,
+              y = (uintptr_t) * (shard_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Runs the group's items as peeks (phase 0) or as themselves (phase 1),
+ * their shards already locked; returns whether every one was decided and
+ * admitted. In phase 1 a member denied after all (the same key twice in
+ * the group) has the members charged before it given back.
+ */
+static int group_pass(memory_store_t *m, ratel_batch_item_t *items, size_t n,
+                      const uint64_t *h, shard_t *const *of, int phase,
+                      int64_t now_us)
+{
+    int all = 1;
+
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &items[i];
+        ratel_request_t peek = it->request;
+        memory_call_t c = {it->policy, phase ? &it->request : &peek, 0,
+                           now_us, &it->decision};
+        peek.flags |= RATEL_PEEK;
+        it->rc = decide_locked(m, of[i], h[i], it->key, it->keylen, &c);
+        if (it->rc == 0 && it->decision.allowed)
+            continue;
+        all = 0;
+        if (!phase)
+            continue; /* every member gets its own decision */
+        for (size_t j = 0; j < i; j++) {
+            ratel_decision_t back;
+            memory_call_t r = {items[j].policy, NULL, items[j].request.cost,
+                               now_us, &back};
+            if (!(items[j].request.flags & RATEL_PEEK))
+                decide_locked(m, of[j], h[j], items[j].key, items[j].keylen,
+                              &r);
+        }
+        return 0;
+    }
+    return all;
+}
+
+/*
+ * One all-or-nothing group: every member's shard is locked (in address
+ * order, so that two groups never wait for each other), all are decided
+ * as peeks, and only when all are admitted are they decided for real -
+ * at the same instant, under the same locks, so the peeks hold. Nothing
+ * else can see a member charged and another not.
+ */
+static void memory_acquire_group(ratel_store_t *store,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us)
+{
+    memory_store_t *m = (memory_store_t *)store;
+    uint64_t h[RATEL_GROUP_MAX] = {0};
+    shard_t *of[RATEL_GROUP_MAX] = {0}, *lock[RATEL_GROUP_MAX];
+    size_t nlock = 0;
+
+    if (n > RATEL_GROUP_MAX) /* store.c refuses such groups */
+        return;
+
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].keylen > MEMORY_KEY_MAX) {
+            items[i].rc = RATEL_ERANGE;
+            return;
+        }
+        h[i] = key_hash(m->seed, items[i].key, items[i].keylen);
+        of[i] = lock[nlock++] = shard_of(m, h[i]);
+    }
+    qsort(lock, nlock, sizeof *lock, compare_shard);
+    for (size_t i = 0; i < nlock; i++)
+        if (i == 0 || lock[i] != lock[i - 1])
+            shard_lock(&lock[i]->lock);
+    if (group_pass(m, items, n, h, of, 0, now_us))
+        group_pass(m, items, n, h, of, 1, now_us);
+    for (size_t i = nlock; i-- > 0;)
+        if (i == 0 || lock[i] != lock[i - 1])
+            shard_unlock(&lock[i]->lock);
 }
 
 static int memory_acquire(ratel_store_t *store, const char *key, size_t keylen,
@@ -761,6 +850,7 @@ static const ratel_store_ops_t memory_ops = {
     .refund = memory_refund,
     .reset = memory_reset,
     .inspect = memory_inspect,
+    .acquire_group = memory_acquire_group,
     .stats = memory_stats,
     .free = memory_free,
 };

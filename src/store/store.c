@@ -79,10 +79,62 @@ void ratel_store_stats(ratel_store_t *store, ratel_store_stats_t *out)
         store->ops->stats(store, out);
 }
 
+/* The length of the group starting at items[i] (1 for group 0). */
+static size_t group_len(const ratel_batch_item_t *items, size_t n, size_t i)
+{
+    size_t k = 1;
+
+    if (items[i].group == 0)
+        return 1;
+    while (i + k < n && items[i + k].group == items[i].group)
+        k++;
+    return k;
+}
+
+/*
+ * Marks RATEL_EINVAL the items of groups that are too long or hold a bad
+ * member: nothing of such a group is decided.
+ */
+static void check_groups(ratel_batch_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = group_len(items, n, i), bad = k > RATEL_GROUP_MAX;
+        for (size_t j = i; j < i + k; j++)
+            bad |= items[j].rc != 0;
+        for (size_t j = i; j < i + k && bad && k > 1; j++)
+            items[j].rc = RATEL_EINVAL;
+        i += k;
+    }
+}
+
+/* A group a member of which was denied or failed: give back what the
+   others were charged (the backend decided them one by one). */
+static void refund_denied_groups(ratel_store_t *store,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = group_len(items, n, i);
+        int denied = 0;
+        for (size_t j = i; j < i + k && k > 1; j++)
+            denied |= items[j].rc != 0 || !items[j].decision.allowed;
+        for (size_t j = i; j < i + k && denied; j++) {
+            ratel_batch_item_t *it = &items[j];
+            ratel_decision_t back;
+            if (it->rc == 0 && it->decision.allowed &&
+                !(it->request.flags & RATEL_PEEK))
+                store->ops->refund(store, it->key, it->keylen, it->policy,
+                                   now_us, it->request.cost, &back);
+        }
+        i += k;
+    }
+}
+
 int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
                               size_t n, int64_t now_us)
 {
     size_t todo = 0;
+    int grouped = 0;
 
     if (!store || (!items && n > 0) || bad_time(now_us))
         return RATEL_EINVAL;
@@ -91,17 +143,40 @@ int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
         ratel_batch_item_t *it = &items[i];
         memset(&it->decision, 0, sizeof it->decision);
         it->rc = (!it->key || bad_policy(it->policy)) ? RATEL_EINVAL : 0;
-        todo += it->rc == 0;
+        grouped |= it->group != 0;
     }
+    if (grouped)
+        check_groups(items, n);
+    for (size_t i = 0; i < n; i++)
+        todo += items[i].rc == 0;
     if (todo == 0)
         return 0;
-    if (store->ops->acquire_batch)
-        return store->ops->acquire_batch(store, items, n, now_us);
+    if (grouped && store->ops->acquire_group) {
+        for (size_t i = 0; i < n;) {
+            size_t k = group_len(items, n, i);
+            if (k > 1 && items[i].rc == 0)
+                store->ops->acquire_group(store, items + i, k, now_us);
+            else if (items[i].rc == 0)
+                items[i].rc = store->ops->acquire(
+                    store, items[i].key, items[i].keylen, items[i].policy,
+                    now_us, &items[i].request, &items[i].decision);
+            i += k;
+        }
+        return 0;
+    }
+    if (store->ops->acquire_batch) {
+        int rc = store->ops->acquire_batch(store, items, n, now_us);
+        if (rc == 0 && grouped)
+            refund_denied_groups(store, items, n, now_us);
+        return rc;
+    }
     for (size_t i = 0; i < n; i++)
         if (items[i].rc == 0)
             items[i].rc = store->ops->acquire(
                 store, items[i].key, items[i].keylen, items[i].policy, now_us,
                 &items[i].request, &items[i].decision);
+    if (grouped)
+        refund_denied_groups(store, items, n, now_us);
     return 0;
 }
 

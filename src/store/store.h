@@ -42,9 +42,15 @@ typedef struct ratel_store_ops_s {
     int (*inspect)(ratel_store_t *store, const char *key, size_t keylen,
                    int64_t now_us, ratel_rule_status_t *out, size_t max,
                    size_t *n);
-    /* As ratel_store_acquire_batch(), items checked; NULL: one by one. */
+    /* As ratel_store_acquire_batch(), items checked; NULL: one by one.
+       Groups are then given back by store.c where a member was denied. */
     int (*acquire_batch)(ratel_store_t *store, ratel_batch_item_t *items,
                          size_t n, int64_t now_us);
+    /* Decides the n (2..RATEL_GROUP_MAX) items of one group atomically,
+       charging none unless all are admitted; NULL: the batch path and
+       refunds. */
+    void (*acquire_group)(ratel_store_t *store, ratel_batch_item_t *items,
+                          size_t n, int64_t now_us);
     /* As ratel_store_errstr(); NULL: never fails that way. */
     void (*errstr)(ratel_store_t *store, char *buf, size_t len);
     /* As ratel_store_ping(); NULL: always reachable. */

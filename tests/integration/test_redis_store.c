@@ -399,6 +399,24 @@ static void test_batch(void)
     CHECK_EQ(ratel_store_acquire_batch(s, items, 10, T0), 0);
     CHECK_EQ(items[3].rc, RATEL_EINVAL);
     CHECK_EQ(items[4].rc, 0);
+    {
+        /* A group: g1 (5/1m) and b0 (exhausted above) - denied, and g1,
+           charged with the batch, is given back. */
+        ratel_batch_item_t g[2] = {items[0], items[0]};
+        ratel_decision_t d;
+        g[0].key = "g1";
+        g[0].keylen = 2;
+        g[1].key = "b0";
+        g[1].keylen = 2;
+        g[0].group = g[1].group = 1;
+        CHECK_EQ(ratel_store_acquire_batch(s, g, 2, T0), 0);
+        CHECK(g[0].rc == 0 && g[0].decision.allowed);
+        CHECK(g[1].rc == 0 && !g[1].decision.allowed);
+        g[0].request.flags = RATEL_PEEK;
+        CHECK_EQ(ratel_store_acquire(s, "g1", 2, &p, T0, &g[0].request, &d),
+                 0);
+        CHECK_EQ(d.remaining, 5);
+    }
     ratel_store_free(s);
     ratel_store_free(mem);
     test_redis_free(&r);

@@ -392,6 +392,128 @@ TEST(memory_store_threads_one_key_exact)
     }
 }
 
+/* A batch item of group `group` for key `key` under `p`. */
+static ratel_batch_item_t item(const char *key, const ratel_policy_t *p,
+                               uint32_t group)
+{
+    ratel_batch_item_t it;
+    memset(&it, 0, sizeof it);
+    it.key = key;
+    it.keylen = strlen(key);
+    it.policy = p;
+    it.request = (ratel_request_t)RATEL_REQUEST_INIT;
+    it.group = group;
+    return it;
+}
+
+/* remaining of `key` under `p` as a peek at T0_US (full: the limit). */
+static int64_t remaining_of(ratel_store_t *s, const char *key,
+                            const ratel_policy_t *p)
+{
+    ratel_request_t peek = RATEL_REQUEST_INIT;
+    ratel_decision_t d;
+    peek.flags = RATEL_PEEK;
+    CHECK_EQ(ratel_store_acquire(s, key, strlen(key), p, T0_US, &peek, &d), 0);
+    return d.remaining;
+}
+
+/* A group of a batch is all-or-nothing; every member reports its own
+   decision; a group with the same key twice, or too long, is handled. */
+TEST(memory_store_group_all_or_nothing)
+{
+    ratel_policy_t two, one;
+    ratel_store_t *s = new_store(0, 0);
+    ratel_batch_item_t it[RATEL_GROUP_MAX + 1];
+
+    REQUIRE(s);
+    parse_policy(&two, "2/1m", NULL);
+    parse_policy(&one, "1/1m", NULL);
+    memset(it, 0, sizeof it);
+    it[0] = item("a", &two, 7);
+    it[1] = item("b", &one, 7);
+    it[2] = item("c", &one, 0);
+    CHECK_EQ(ratel_store_acquire_batch(s, it, 3, T0_US), 0);
+    CHECK(it[0].decision.allowed && it[1].decision.allowed);
+    CHECK_EQ(remaining_of(s, "a", &two), 1);
+    CHECK_EQ(remaining_of(s, "b", &one), 0);
+    /* b is exhausted: the group is denied and a is not charged; a alone
+       would have been admitted and says so. */
+    CHECK_EQ(ratel_store_acquire_batch(s, it, 2, T0_US), 0);
+    CHECK(it[0].rc == 0 && it[0].decision.allowed);
+    CHECK(it[1].rc == 0 && !it[1].decision.allowed);
+    CHECK(it[1].decision.retry_after_ms > 0);
+    CHECK_EQ(remaining_of(s, "a", &two), 1);
+    /* The same key twice: the second member is denied after the first
+       was charged; the first is given back. */
+    it[0] = item("d", &one, 9);
+    it[1] = item("d", &one, 9);
+    CHECK_EQ(ratel_store_acquire_batch(s, it, 2, T0_US), 0);
+    CHECK_EQ(remaining_of(s, "d", &one), 1);
+    /* Too long a group: refused whole. */
+    for (int i = 0; i <= RATEL_GROUP_MAX; i++)
+        it[i] = item("e", &two, 3);
+    CHECK_EQ(ratel_store_acquire_batch(s, it, RATEL_GROUP_MAX + 1, T0_US), 0);
+    for (int i = 0; i <= RATEL_GROUP_MAX; i++)
+        CHECK_EQ(it[i].rc, RATEL_EINVAL);
+    CHECK_EQ(remaining_of(s, "e", &two), 2);
+    ratel_store_free(s);
+}
+
+typedef struct grouper_s {
+    ratel_store_t *store;
+    const ratel_policy_t *policy;
+    pthread_barrier_t *start;
+    int reverse; /* the other order of the same two keys */
+    long groups_allowed;
+} grouper_t;
+
+static void *group_hammer(void *arg)
+{
+    grouper_t *g = arg;
+    pthread_barrier_wait(g->start);
+    for (int i = 0; i < 3000; i++) {
+        ratel_batch_item_t it[2] = {item(g->reverse ? "y" : "x", g->policy, 1),
+                                    item(g->reverse ? "x" : "y", g->policy, 1)};
+        ratel_store_acquire_batch(g->store, it, 2, T0_US);
+        g->groups_allowed += it[0].decision.allowed && it[1].decision.allowed;
+    }
+    return NULL;
+}
+
+/*
+ * Threads deciding groups of the same two keys, in both orders, in a
+ * store of a few shards: no deadlock, and every admitted group charged
+ * both keys, every refused one neither - x and y end equal, at the limit,
+ * with exactly `limit` groups admitted.
+ */
+TEST(memory_store_group_atomic_under_threads)
+{
+    enum { NTHREADS = 4 };
+    ratel_policy_t p;
+    ratel_store_t *s = new_store(0, 2);
+    pthread_barrier_t start;
+    pthread_t tid[NTHREADS];
+    grouper_t g[NTHREADS];
+    long total = 0;
+
+    REQUIRE(s);
+    parse_policy(&p, "5000/1h", NULL);
+    pthread_barrier_init(&start, NULL, NTHREADS);
+    for (int t = 0; t < NTHREADS; t++) {
+        g[t] = (grouper_t){s, &p, &start, t % 2, 0};
+        REQUIRE(pthread_create(&tid[t], NULL, group_hammer, &g[t]) == 0);
+    }
+    for (int t = 0; t < NTHREADS; t++) {
+        pthread_join(tid[t], NULL);
+        total += g[t].groups_allowed;
+    }
+    CHECK_EQ(total, 5000);
+    CHECK_EQ(remaining_of(s, "x", &p), 0);
+    CHECK_EQ(remaining_of(s, "y", &p), 0);
+    pthread_barrier_destroy(&start);
+    ratel_store_free(s);
+}
+
 #define DISTINCT_KEYS 8
 #define DISTINCT_STEPS 3000
 
@@ -819,6 +941,10 @@ RATEL_SUITE(memory_store) = {
      test_memory_store_expiry_at_reset_time},
     {"memory_store_threads_one_key_exact",
      test_memory_store_threads_one_key_exact},
+    {"memory_store_group_all_or_nothing",
+     test_memory_store_group_all_or_nothing},
+    {"memory_store_group_atomic_under_threads",
+     test_memory_store_group_atomic_under_threads},
     {"memory_store_threads_distinct_keys_agree",
      test_memory_store_threads_distinct_keys_agree},
     {"memory_store_unique_key_flood_is_bounded",
