@@ -19,6 +19,12 @@
 
 /* ------------------------------------------------------------- pools */
 
+void ratel__http_release(ratel__http_ctx_t *ctx, void *p, size_t bytes)
+{
+    free(p);
+    ctx->released_bytes += bytes;
+}
+
 static ratel__http_rbuf_t *rbuf_get(ratel__http_ctx_t *ctx, size_t cap)
 {
     ratel__http_rbuf_t *b = ctx->free_bufs;
@@ -48,7 +54,7 @@ static void rbuf_unref(ratel__http_ctx_t *ctx, ratel__http_rbuf_t *b)
         ctx->free_bufs = b;
         ctx->nfree_bufs++;
     } else {
-        free(b);
+        ratel__http_release(ctx, b, sizeof *b + b->cap);
     }
 }
 
@@ -87,7 +93,7 @@ void ratel__http_exchange_release(ratel_http_exchange_t *ex)
 
     rbuf_unref(ctx, ex->buf);
     if (ex->resp_cap > KEEP_RESP) {
-        free(ex->resp);
+        ratel__http_release(ctx, ex->resp, ex->resp_cap);
         ex->resp = NULL;
         ex->resp_cap = 0;
     }
@@ -96,6 +102,7 @@ void ratel__http_exchange_release(ratel_http_exchange_t *ex)
         ctx->free_exchanges = ex;
         ctx->nfree_exchanges++;
     } else {
+        ctx->released_bytes += sizeof *ex + ex->resp_cap;
         exchange_free(ex);
     }
     conn_unref(c);
@@ -125,6 +132,10 @@ void ratel__http_limits_fill(ratel_http_limits_t *out,
         out->request_timeout_ms = 10000;
     if (!out->idle_timeout_ms)
         out->idle_timeout_ms = 60000;
+    if (!out->max_output_bytes)
+        out->max_output_bytes = 1 << 20;
+    if (out->max_output_bytes < MIN_OUTPUT_LIMIT)
+        out->max_output_bytes = MIN_OUTPUT_LIMIT;
 }
 
 void ratel__http_ctx_init(ratel__http_ctx_t *ctx,
@@ -230,12 +241,12 @@ static void conn_unref(ratel__http_conn_t *c)
     if (c->next)
         c->next->prev = c->prev;
     if (c->out_cap > KEEP_OUT || ctx->nfree_conns >= POOL_CONNS) {
-        free(c->out);
+        ratel__http_release(ctx, c->out, c->out_cap);
         c->out = NULL;
         c->out_cap = 0;
     }
     if (ctx->nfree_conns >= POOL_CONNS) {
-        free(c);
+        ratel__http_release(ctx, c, sizeof *c);
         return;
     }
     c->next = ctx->free_conns;
@@ -282,6 +293,14 @@ void ratel__http_conn_close(ratel__http_conn_t *c)
     }
     c->start = c->parsed = c->len = 0;
     c->out_off = c->out_len = 0;
+    c->out_answers = 0;
+    if (c->out_cap > KEEP_OUT) {
+        /* Output a client left unread: give it back now, not when the
+           handler answers the exchanges it still holds. */
+        ratel__http_release(c->ctx, c->out, c->out_cap);
+        c->out = NULL;
+        c->out_cap = 0;
+    }
     conn_unref(c);
 }
 
@@ -571,14 +590,27 @@ static void dispatch(ratel__http_conn_t *c)
     ctx->handler(ctx->ud, ex, req);
 }
 
-/* Parses what is buffered, dispatching each complete request, up to the
-   pipeline limit unless `all`. */
+/*
+ * 1 if another request may be dispatched: the requests in flight and the
+ * answers the socket has not taken stay below max_pipeline, and the
+ * unsent output below the high-water mark. Answers given at once leave
+ * inflight at 0, so without counting the unsent ones a client that never
+ * reads would have every request in its buffer answered into memory.
+ */
+static int may_dispatch(const ratel__http_conn_t *c)
+{
+    return c->inflight + c->out_answers < c->ctx->limits.max_pipeline &&
+           c->out_len - c->out_off < OUT_HIGH;
+}
+
+/* Parses what is buffered, dispatching each complete request, while
+   may_dispatch() allows unless `all`. */
 static void parse(ratel__http_conn_t *c, int all)
 {
     const ratel_http_limits_t *lim = &c->ctx->limits;
 
     while (!c->dead && !c->no_more && !c->abort && c->parsed < c->len &&
-           (all || c->inflight < lim->max_pipeline)) {
+           (all || may_dispatch(c))) {
         size_t k =
             http_parser_execute(&c->parser, &settings, c->buf->data + c->parsed,
                                 c->len - c->parsed);
@@ -725,9 +757,14 @@ void ratel__http_conn_process(ratel__http_conn_t *c, int64_t now_ms)
 
 int ratel__http_conn_wants_read(const ratel__http_conn_t *c)
 {
-    return !c->dead && !c->no_more && !c->abort &&
-           c->inflight < c->ctx->limits.max_pipeline && c->parsed == c->len &&
-           c->out_len - c->out_off <= OUT_HIGH;
+    return !c->dead && !c->no_more && !c->abort && c->parsed == c->len &&
+           may_dispatch(c);
+}
+
+int ratel__http_conn_pending(const ratel__http_conn_t *c)
+{
+    return !c->dead && !c->no_more && !c->abort && c->parsed < c->len &&
+           may_dispatch(c);
 }
 
 int ratel__http_conn_tick(ratel__http_conn_t *c, int64_t now_ms)
@@ -771,5 +808,11 @@ void ratel__http_conn_trim(ratel__http_conn_t *c)
         rbuf_unref(c->ctx, c->buf);
         c->buf = NULL;
         c->start = c->parsed = c->len = 0;
+    }
+    if (c->out_cap > KEEP_OUT && c->out_off == c->out_len) {
+        ratel__http_release(c->ctx, c->out, c->out_cap);
+        c->out = NULL;
+        c->out_cap = 0;
+        c->out_off = c->out_len = 0;
     }
 }

@@ -71,6 +71,10 @@ struct ratel__http_ctx_s {
     ratel__http_conn_t *free_conns;
     unsigned nfree_conns;
     ratel__http_conn_t *conns; /* live and closed-but-referenced */
+    /* Bytes freed that the pools did not keep (big buffers, or past a
+       pool's size) since the driver last reset it: memory that
+       malloc_trim() could give back to the system. */
+    size_t released_bytes;
 };
 
 /* Fills `ctx` (zeroed first) with limits (0 fields take the defaults of
@@ -101,7 +105,8 @@ void ratel__http_conn_set_user(ratel__http_conn_t *c, void *user);
 /*
  * Where to read the next bytes: sets *room (> 0) and returns the space,
  * or returns NULL when the connection does not take bytes now (requests
- * in flight at max_pipeline, output piling up, closing, or out of
+ * in flight and unsent answers at max_pipeline, unsent output above the
+ * high-water mark, requests buffered but held back, closing, or out of
  * memory, in which case an error response is queued).
  */
 char *ratel__http_conn_read_space(ratel__http_conn_t *c, size_t *room);
@@ -115,9 +120,14 @@ void ratel__http_conn_received(ratel__http_conn_t *c, size_t n, int64_t now_ms);
 size_t ratel__http_conn_feed(ratel__http_conn_t *c, const char *data, size_t n,
                              int64_t now_ms);
 
-/* Parses requests already buffered but held back (pipeline limit) if
-   they may go now. The driver calls it after answers went out. */
+/* Parses requests already buffered but held back (pipeline limit,
+   unsent output) if they may go now. The driver calls it after answers
+   went out. */
 void ratel__http_conn_process(ratel__http_conn_t *c, int64_t now_ms);
+
+/* 1 if requests are buffered that ratel__http_conn_process() would parse
+   now (the socket took the output that held them back). */
+int ratel__http_conn_pending(const ratel__http_conn_t *c);
 
 /* Bytes waiting to be sent (*n 0 when none) and how many were sent. */
 const char *ratel__http_conn_output(const ratel__http_conn_t *c, size_t *n);
@@ -129,6 +139,10 @@ int ratel__http_conn_wants_read(const ratel__http_conn_t *c);
 /* 1 when the connection is done: its last response is written and it
    must be closed. */
 int ratel__http_conn_finished(const ratel__http_conn_t *c);
+
+/* 1 when it is done without its output (out of memory, or its unsent
+   output passed max_output_bytes): close it at once, nothing to send. */
+int ratel__http_conn_aborted(const ratel__http_conn_t *c);
 
 /*
  * Applies the timeouts at `now_ms`: a request started more than
@@ -155,7 +169,8 @@ void ratel__http_conn_close(ratel__http_conn_t *c);
 void ratel__http_conn_error(ratel__http_conn_t *c, int status);
 
 /* Returns the read buffer to the pool if nothing needs it (an idle
-   keep-alive connection holds no buffer). */
+   keep-alive connection holds no buffer), and frees an empty output
+   buffer bigger than a pooled connection keeps. */
 void ratel__http_conn_trim(ratel__http_conn_t *c);
 
 /* Requests dispatched and not yet answered. */

@@ -10,7 +10,11 @@
 
 #include <http_parser.h>
 
-#define OUT_HIGH (256 << 10) /* stop reading while this much output waits */
+/* Requests are not read or parsed while more unsent output than this
+   waits: the kernel's socket buffer already holds what keeps the client
+   busy, and a client that does not read must not make us hold more. */
+#define OUT_HIGH (16 << 10)
+#define MIN_OUTPUT_LIMIT (64 << 10) /* max_output_bytes at least */
 #define POOL_EXCHANGES 1024  /* free exchanges kept per thread */
 #define POOL_BUFS 256        /* free read buffers kept per thread */
 #define POOL_CONNS 256       /* free connections kept per thread */
@@ -68,9 +72,12 @@ struct ratel__http_conn_s {
     ratel_http_exchange_t *head, *tail;
     unsigned inflight;
 
-    /* Output waiting for the socket. */
+    /* Output waiting for the socket. out_answers counts the answers put
+       into it since it was last empty: until the socket has taken all of
+       it, they count against max_pipeline like requests in flight. */
     char *out;
     size_t out_off, out_len, out_cap;
+    unsigned out_answers;
     int64_t out_progress_ms;
 
     int err_status;          /* an error response owed after the queue */
@@ -92,6 +99,11 @@ void ratel__http_exchange_release(ratel_http_exchange_t *ex);
 /* Appends n bytes to the connection's output; without memory the
    connection aborts (respond.c). */
 void ratel__http_out_append(ratel__http_conn_t *c, const char *p, size_t n);
+
+/* Frees a block the pools do not keep (a big buffer, or one past the
+   pool's size) and counts its bytes for the driver's malloc_trim()
+   (conn.c). */
+void ratel__http_release(ratel__http_ctx_t *ctx, void *p, size_t bytes);
 
 /* Takes an exchange out of its connection's queue. */
 static inline void ratel__http_unlink_exchange(ratel__http_conn_t *c,

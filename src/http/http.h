@@ -22,6 +22,24 @@
  * connection, the time to send a whole request (slowloris) and idle time.
  * A request past a limit gets its status (400, 408, 413, 431, 503) and the
  * connection is closed; nothing is ever answered twice or lost.
+ *
+ * Clients that do not read their answers. A connection's answers that the
+ * socket has not taken count against max_pipeline like requests in
+ * flight, and while more than 16 KiB of them wait, the connection's
+ * requests are neither read nor parsed (no read event is armed: a blocked
+ * connection costs no CPU). So a client pipelining requests without
+ * reading gets at most max_pipeline answers generated ahead of what it
+ * reads. Answers to requests already in flight are still added; if that
+ * makes the unsent output pass max_output_bytes the connection is closed
+ * at once (an answer alone is never refused for its size). The kernel
+ * is asked to keep at most 16 KiB unsent per socket (TCP_NOTSENT_LOWAT),
+ * so its buffers do not make the server generate answers nobody reads.
+ *
+ * One server per address. ratel_http_server_new() refuses an address that
+ * another socket already listens on ("listen 127.0.0.1:8080: already
+ * served by another process"), although the workers' own sockets share
+ * it with SO_REUSEPORT: two rateld on one port would each count half of
+ * the requests and double every limit.
  */
 #ifndef RATEL_HTTP_H
 #define RATEL_HTTP_H
@@ -86,6 +104,9 @@ typedef struct ratel_http_limits_s {
     unsigned request_timeout_ms; /* a started request must be complete
                                     within; 0: 10,000 (408) */
     unsigned idle_timeout_ms;    /* keep-alive idle; 0: 60,000 (close) */
+    size_t max_output_bytes;     /* answers the socket has not taken, per
+                                    connection; 0: 1 MiB, at least 64 KiB
+                                    (past it: close, see above) */
 } ratel_http_limits_t;
 
 typedef struct ratel_http_options_s {
@@ -153,7 +174,10 @@ const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
  * ('+' is a space) into buf (at most len bytes, NUL-terminated). Returns
  * the decoded length, -1 if absent, -2 if malformed (a '%' without two
  * hex digits, or "%00": a NUL would cut the value short for C strings) or
- * longer than len-1. A parameter without '=' has the empty value.
+ * longer than len-1, -3 if given more than once ("k=1&k=2": frameworks
+ * disagree on which one counts, so a limiter keyed on the first could be
+ * dodged by an application reading the last). A parameter without '='
+ * has the empty value.
  */
 long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
                             size_t len);

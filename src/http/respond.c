@@ -182,13 +182,29 @@ static int format_response(char **buf, size_t *len, size_t *cap, int status,
     return 0;
 }
 
+/*
+ * An answer was added to the output, which held `before` unsent bytes:
+ * it counts against max_pipeline until the socket takes it, and if the
+ * output was not empty and is now past max_output_bytes, the client is
+ * not reading: close at once (abort) and let its memory go. An answer
+ * into empty output always goes, however big.
+ */
+static void answer_added(ratel__http_conn_t *c, size_t before)
+{
+    c->out_answers++;
+    if (before && c->out_len - c->out_off > c->ctx->limits.max_output_bytes)
+        c->abort = 1;
+}
+
 /* Moves the answers that waited for the head into the output. */
 static void flush_answered(ratel__http_conn_t *c)
 {
     ratel_http_exchange_t *ex;
 
     while ((ex = c->head) && ex->answered) {
+        size_t before = c->out_len - c->out_off;
         ratel__http_out_append(c, ex->resp, ex->resp_len);
+        answer_added(c, before);
         if (ex->close) {
             c->closing = 1;
             c->close_out = 1;
@@ -206,6 +222,7 @@ void ratel_http_respond(ratel_http_exchange_t *ex, int status,
 {
     ratel__http_conn_t *c;
     int close, mode;
+    size_t before;
 
     if (!ex)
         return;
@@ -231,11 +248,13 @@ void ratel_http_respond(ratel_http_exchange_t *ex, int status,
         ex->close = (unsigned char)close;
         return;
     }
-    if (c->out_off == c->out_len)
+    before = c->out_len - c->out_off;
+    if (!before)
         c->out_progress_ms = c->now_ms;
     if (format_response(&c->out, &c->out_len, &c->out_cap, status, headers, n,
                         body, len, ex->head, mode) != 0)
         c->abort = 1;
+    answer_added(c, before);
     if (close) {
         c->closing = 1;
         c->close_out = 1;
@@ -261,8 +280,10 @@ void ratel__http_conn_written(ratel__http_conn_t *c, size_t n, int64_t now_ms)
     if (n > c->out_len - c->out_off)
         n = c->out_len - c->out_off;
     c->out_off += n;
-    if (c->out_off == c->out_len)
+    if (c->out_off == c->out_len) {
         c->out_off = c->out_len = 0;
+        c->out_answers = 0; /* all taken: they no longer hold requests */
+    }
     if (n)
         c->out_progress_ms = c->active_ms = now_ms;
     c->now_ms = now_ms;
@@ -272,4 +293,9 @@ int ratel__http_conn_finished(const ratel__http_conn_t *c)
 {
     return c->abort || (c->closing && !c->head && !c->err_status &&
                         c->out_off == c->out_len);
+}
+
+int ratel__http_conn_aborted(const ratel__http_conn_t *c)
+{
+    return c->abort;
 }

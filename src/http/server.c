@@ -11,7 +11,8 @@
  *   flush    after a pass that dispatched requests: the user's flush hook
  *   output   answers given outside the above (rare), written in one go
  *   write    a socket that would block became writable
- *   sweep    every 100 ms: timeouts, lingering closes, the drain deadline
+ *   sweep    every 100 ms: timeouts, lingering closes, the drain deadline,
+ *            malloc_trim() after big buffers were freed
  *   stop     the eventfd: stop accepting, drain, close, leave the loop
  *
  * Responses are not written inside ratel_http_respond(): answering marks
@@ -33,6 +34,7 @@
 #include <event2/event_struct.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <malloc.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,6 +44,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +52,17 @@
 #define LINGER_MS 2000      /* read and discard after our close, at most */
 #define ACCEPT_PAUSE_MS 100 /* out of descriptors: retry after */
 #define POOL_SOCKS 256
+/* The kernel keeps at most this much unsent per socket (TCP_NOTSENT_LOWAT:
+   send() says EAGAIN past it). Without it a client that does not read
+   lets the send buffer grow to megabytes, all answers generated for
+   nobody. */
+#define NOTSENT_LOWAT (16 << 10)
+/* malloc_trim() once this much was freed outside the pools, at most once
+   per TRIM_INTERVAL_MS for the whole server. glibc keeps freed memory in
+   its per-thread arenas; without a trim, the memory of clients that left
+   stays in the process. */
+#define TRIM_BYTES (1 << 20)
+#define TRIM_INTERVAL_MS 1000
 
 typedef struct worker_s worker_t;
 
@@ -88,7 +102,14 @@ struct ratel_http_server_s {
     int running;
     atomic_uint nconns;
     atomic_uint drain_ms;
+    atomic_llong trim_ms; /* the last malloc_trim() */
+    /* The claim on the address (an abstract AF_UNIX socket, see
+       claim_address), held until the last worker stops listening. */
+    atomic_int claim_fd;
+    atomic_uint listening; /* workers with an open listening socket */
 };
+
+static void release_claim(ratel_http_server_t *server);
 
 static int64_t now_ms(void)
 {
@@ -212,42 +233,64 @@ static void linger_read(sock_t *s)
     }
 }
 
+/* Sends the connection's output (one send() in the common case; EV_WRITE
+   for the rest). Returns -1 if the socket failed and is gone. */
+static int send_output(sock_t *s, int64_t now)
+{
+    ratel__http_conn_t *c = s->conn;
+    size_t n;
+    const char *out = ratel__http_conn_output(c, &n);
+
+    while (n && !s->write_wait) {
+        ssize_t k = send(s->fd, out, n, MSG_NOSIGNAL);
+        if (k > 0) {
+            ratel__http_conn_written(c, (size_t)k, now);
+            if ((size_t)k < n) {
+                event_add(&s->wev, NULL);
+                s->write_wait = 1;
+            }
+            break;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_add(&s->wev, NULL);
+            s->write_wait = 1;
+            break;
+        }
+        sock_teardown(s);
+        return -1;
+    }
+    return 0;
+}
+
 /*
- * Brings a socket up to date with its connection: parses requests the
- * pipeline limit held back, sends the output (one send() in the common
- * case; EV_WRITE for the rest), closes a finished connection and turns
- * reading on or off.
+ * Brings a socket up to date with its connection: parses requests held
+ * back (pipeline limit, unsent output), sends the output, closes a
+ * finished connection and turns reading on or off.
+ *
+ * Requests held back only because answers waited unsent may go once the
+ * socket took them, so parse and send alternate until nothing buffered
+ * may go (the socket full, the limits reached, or nothing left). While
+ * pending() holds, each round dispatches a request, meets the end of the
+ * buffered bytes or an error, so the loop ends; it never reads from the
+ * socket, so it handles at most one read buffer of requests.
  */
 static void service(sock_t *s, int64_t now)
 {
     ratel__http_conn_t *c = s->conn;
-    const char *out;
-    size_t n;
     int want;
 
-    ratel__http_conn_process(c, now);
-    if (!s->write_wait) {
-        out = ratel__http_conn_output(c, &n);
-        while (n) {
-            ssize_t k = send(s->fd, out, n, MSG_NOSIGNAL);
-            if (k > 0) {
-                ratel__http_conn_written(c, (size_t)k, now);
-                if ((size_t)k < n) {
-                    event_add(&s->wev, NULL);
-                    s->write_wait = 1;
-                }
-                break;
-            }
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                event_add(&s->wev, NULL);
-                s->write_wait = 1;
-                break;
-            }
-            sock_teardown(s);
+    do {
+        ratel__http_conn_process(c, now);
+        if (!s->write_wait && send_output(s, now) != 0)
             return;
-        }
+    } while (ratel__http_conn_pending(c));
+    if (ratel__http_conn_aborted(c)) {
+        /* Out of memory, or a client that does not read past
+           max_output_bytes: nothing is owed to it. */
+        sock_teardown(s);
+        return;
     }
     if (ratel__http_conn_finished(c)) {
         sock_finish(s, now);
@@ -448,7 +491,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        int one = 1;
+        int one = 1, lowat = NOTSENT_LOWAT;
         int fd = accept4(lfd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -470,6 +513,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
         if (!sock_new(w, fd, (struct sockaddr *)&ss, len, now)) {
             atomic_fetch_sub(&server->nconns, 1);
             close(fd);
@@ -478,6 +522,26 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 }
 
 /* ------------------------------------------------------ sweep, stop */
+
+/*
+ * Gives freed memory back to the system: glibc keeps what a thread frees
+ * in that thread's arena, so after clients that made us hold megabytes
+ * leave, the process would stay that big. Rate-limited across the
+ * workers: malloc_trim() walks every arena under its lock.
+ */
+static void maybe_trim(worker_t *w, int64_t now)
+{
+    long long last;
+
+    if (w->ctx.released_bytes < TRIM_BYTES)
+        return;
+    last = atomic_load(&w->server->trim_ms);
+    if (now - last < TRIM_INTERVAL_MS ||
+        !atomic_compare_exchange_strong(&w->server->trim_ms, &last, now))
+        return;
+    w->ctx.released_bytes = 0;
+    malloc_trim(0);
+}
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -504,6 +568,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     }
     process_dirty(w);
     w->in_callback--;
+    maybe_trim(w, now);
     check_done(w);
 }
 
@@ -524,6 +589,10 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         event_del(&w->listen_ev);
         close(w->listen_fd);
         w->listen_fd = -1;
+        /* No longer served by us: a new server may start while we
+           drain. */
+        if (atomic_fetch_sub(&w->server->listening, 1) == 1)
+            release_claim(w->server);
     }
     w->in_callback++;
     for (s = w->socks; s; s = next) {
@@ -624,6 +693,100 @@ bad:
     return -1;
 }
 
+/* The address as text ("127.0.0.1:8080", "[::1]:8080"), whatever its
+   spelling in the configuration. */
+static void address_text(const struct sockaddr_storage *ss, char *buf,
+                         size_t len)
+{
+    char host[INET6_ADDRSTRLEN];
+
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+    } else {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+    }
+}
+
+static int claim_failed(const char *text, char *err, size_t errlen)
+{
+    if (errno == EADDRINUSE)
+        snprintf(err, errlen, "listen %s: already served by another process",
+                 text);
+    else
+        snprintf(err, errlen, "listen %s: %s", text, strerror(errno));
+    return -1;
+}
+
+/*
+ * One server per address. The workers' sockets use SO_REUSEPORT to share
+ * the port, which would also let a second server (another rateld) join
+ * it silently and take half of the connections: every limit doubled. So
+ * first a probe socket is bound without SO_REUSEPORT: it fails with
+ * EADDRINUSE if anything listens there (SO_REUSEADDR only forgives old
+ * TIME_WAIT connections of a previous run). Two servers starting at the
+ * same moment could both pass the probe before either listens; the
+ * abstract AF_UNIX socket "ratel-http-listen ADDRESS" closes that race:
+ * binding it is atomic, the kernel frees it when the process dies, and
+ * it is held until this server stops listening. Port 0 is never shared.
+ */
+static int claim_address(ratel_http_server_t *server, const char *text,
+                         const struct sockaddr_storage *ss, socklen_t len,
+                         char *err, size_t errlen)
+{
+    struct sockaddr_un un;
+    char addr[INET6_ADDRSTRLEN + 8];
+    int n, one = 1, fd, probe;
+
+    address_text(ss, addr, sizeof addr);
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    /* sun_path[0] stays NUL: the abstract namespace, no file. */
+    n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1,
+                 "ratel-http-listen %s", addr);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return claim_failed(text, err, errlen);
+    if (bind(fd, (struct sockaddr *)&un,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                         (size_t)n)) != 0) {
+        claim_failed(text, err, errlen);
+        close(fd);
+        return -1;
+    }
+    atomic_store(&server->claim_fd, fd);
+    probe = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0 ||
+        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(probe, (const struct sockaddr *)ss, len) != 0) {
+        claim_failed(text, err, errlen);
+        if (probe >= 0)
+            close(probe);
+        return -1;
+    }
+    close(probe);
+    return 0;
+}
+
+/* Lets another server have the address (safe from any thread). */
+static void release_claim(ratel_http_server_t *server)
+{
+    int fd = atomic_exchange(&server->claim_fd, -1);
+
+    if (fd >= 0)
+        close(fd);
+}
+
+static unsigned port_of(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+}
+
 static int open_listener(const char *text, struct sockaddr_storage *ss,
                          socklen_t len, char *err, size_t errlen)
 {
@@ -715,6 +878,7 @@ int ratel_http_server_new(ratel_http_server_t **out,
         snprintf(err, errlen, "http server: out of memory");
         return -1;
     }
+    atomic_store(&server->claim_fd, -1);
     server->options = *options;
     server->options.listen = strdup(options->listen);
     ratel__http_limits_fill(&server->options.limits, &options->limits);
@@ -727,6 +891,11 @@ int ratel_http_server_new(ratel_http_server_t **out,
     }
     for (unsigned i = 0; i < server->nworkers; i++)
         server->workers[i].listen_fd = -1;
+    if (port_of(&ss) != 0 &&
+        claim_address(server, options->listen, &ss, len, err, errlen) != 0) {
+        ratel_http_server_free(server);
+        return -1;
+    }
     for (unsigned i = 0; i < server->nworkers; i++) {
         worker_t *w = &server->workers[i];
         w->listen_fd = open_listener(options->listen, &ss, len, err, errlen);
@@ -734,6 +903,7 @@ int ratel_http_server_new(ratel_http_server_t **out,
             ratel_http_server_free(server);
             return -1;
         }
+        atomic_fetch_add(&server->listening, 1);
         if (i == 0) {
             /* Port 0: the others bind to the port the kernel chose. */
             struct sockaddr_storage bound;
@@ -850,6 +1020,7 @@ void ratel_http_server_free(ratel_http_server_t *server)
     for (unsigned i = 0; server->workers && i < server->nworkers; i++)
         worker_free(&server->workers[i]);
     free(server->workers);
+    release_claim(server);
     free((char *)server->options.listen);
     free(server);
 }

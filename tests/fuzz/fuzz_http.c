@@ -10,7 +10,10 @@
  *                     request in flight
  *           bit 2     the peer goes away midway (held requests answered
  *                     after it)
- *           bit 3     the socket takes part of the output at a time
+ *           bit 3     the socket takes part of the output at a time,
+ *                     sometimes none of it (a client that stops reading),
+ *                     and answers carry up to 4 KiB of padding (the
+ *                     high-water mark and max_output_bytes, 64 KiB here)
  *           bits 4-5  answers: by request number / all at once / all at
  *                     the flush / alternating
  *           bit 6     the flush answers its requests newest first
@@ -31,7 +34,12 @@
  *     interim response;
  *   - every answer carries X-Seq: answers leave in request order, each
  *     once, never more than the requests dispatched, and when the peer
- *     stays, every dispatched request is answered in the end;
+ *     stays, every dispatched request is answered in the end (unless its
+ *     unsent output passed max_output_bytes: then the connection aborts,
+ *     sends nothing more and dispatches nothing more);
+ *   - a request is dispatched only while fewer than max_pipeline earlier
+ *     ones are unanswered or answered but not completely taken by the
+ *     socket (except when draining, which answers what was received);
  *   - a response without X-Seq is an error the server made (400, 408, 413,
  *     431, 503, 505) and says Connection: close; after a response saying
  *     Connection: close nothing more is sent and no request dispatched;
@@ -78,6 +86,9 @@ static struct {
     size_t out_len, out_cap, checked;
     unsigned next_seq; /* the X-Seq the next answer must carry */
     int closed_by_response;
+    unsigned max_pipeline;
+    int draining;
+    ratel__http_conn_t *conn;
 } fz;
 
 static uint64_t rng;
@@ -115,7 +126,8 @@ static uint64_t digest(const ratel_http_request_t *req)
 
 static void answer(const held_t *h)
 {
-    char seq[16], body[64];
+    static const char pad[4096] = {0};
+    char seq[16], body[64 + sizeof pad];
     ratel_http_header_t headers[2] = {
         {{"X-Seq", 5}, {seq, 0}},
         {{"X-Inject", 8}, {"a\r\nb", 4}},
@@ -125,8 +137,13 @@ static void answer(const held_t *h)
 
     ASSERT(digest(h->req) == fz.digest[h->seq % SEQ_MAX]);
     headers[0].value.n = (size_t)snprintf(seq, sizeof seq, "%u", h->seq);
-    n = snprintf(body, sizeof body, "seq=%u path=%zu body=%zu", h->seq,
-                 h->req->path.n, h->req->body.n);
+    n = snprintf(body, 64, "seq=%u path=%zu body=%zu", h->seq, h->req->path.n,
+                 h->req->body.n);
+    if (fz.mode & 0x08) {
+        size_t k = (h->req->path.n * 97 + h->seq * 31) % sizeof pad;
+        memcpy(body + n, pad, k);
+        n += (int)k;
+    }
     ratel_http_respond(h->ex, status, headers, 2, body, (size_t)n);
 }
 
@@ -139,6 +156,9 @@ static void handler(void *ud, ratel_http_exchange_t *ex,
 
     (void)ud;
     ASSERT(!fz.closed_by_response);
+    ASSERT(!ratel__http_conn_aborted(fz.conn));
+    /* The answers not completely taken yet, this one's earlier ones. */
+    ASSERT(fz.draining || h.seq - fz.next_seq < fz.max_pipeline);
     ASSERT(req->nheaders <= RATEL_HTTP_MAX_HEADERS);
     ASSERT(req->http_minor == 0 || req->http_minor == 1);
     ASSERT(req->path.n > 0 && req->method.n > 0);
@@ -263,7 +283,7 @@ static void take_output(ratel__http_conn_t *c, int64_t now)
     const char *p = ratel__http_conn_output(c, &n);
 
     if (n && (fz.mode & 0x08))
-        n = (size_t)(next_rand() % (n + 1));
+        n = next_rand() % 4 == 0 ? 0 : (size_t)(next_rand() % (n + 1));
     if (!n)
         return;
     if (fz.out_len + n > fz.out_cap) {
@@ -278,6 +298,16 @@ static void take_output(ratel__http_conn_t *c, int64_t now)
     fz.out_len += n;
     ratel__http_conn_written(c, n, now);
     check_output();
+}
+
+/* What server.c's service() does: parse what was held back and send,
+   again while the socket's taking the output lets more requests go. */
+static void service(ratel__http_conn_t *c, int64_t now)
+{
+    do {
+        ratel__http_conn_process(c, now);
+        take_output(c, now);
+    } while (ratel__http_conn_pending(c));
 }
 
 static void limits_for(unsigned mode, ratel_http_limits_t *lim)
@@ -318,10 +348,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz.mode = data[0];
     rng = data[1] & 0x1f;
     limits_for(fz.mode, &lim);
+    if (fz.mode & 0x08)
+        lim.max_output_bytes = 64 << 10;
     ratel__http_ctx_init(&ctx, &lim, handler, NULL, 0);
+    fz.max_pipeline = ctx.limits.max_pipeline;
     if (data[1] & 0x60)
         ctx.buf_size = (size_t)16 << (2 * ((data[1] >> 5) & 3));
-    c = ratel__http_conn_new(&ctx, NULL, 0, now);
+    c = fz.conn = ratel__http_conn_new(&ctx, NULL, 0, now);
     ASSERT(c != NULL);
     gone_at = (fz.mode & 0x04) ? 2 + next_rand() % size : UINT64_MAX;
     drain_at = (data[1] & 0x80) ? 2 + next_rand() % size : UINT64_MAX;
@@ -346,11 +379,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
         flush();
-        ratel__http_conn_process(c, now);
-        take_output(c, now);
+        service(c, now);
         ratel__http_conn_trim(c);
+        if (ratel__http_conn_aborted(c)) {
+            gone = 1; /* the driver closes it at once */
+            break;
+        }
         if (!drain && pos >= drain_at) {
-            drain = 1;
+            drain = fz.draining = 1;
             ratel__http_conn_drain(c, now);
             flush();
             take_output(c, now);
@@ -359,7 +395,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             take_output(c, now);
             break;
         }
-        if (took == 0 && ++stalls > 64)
+        if (took)
+            stalls = 0;
+        else if (++stalls > 64)
             break; /* the connection takes nothing more (closing) */
     }
     if (gone) {
@@ -373,16 +411,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < 1000; i++) {
             size_t n;
             flush();
-            ratel__http_conn_process(c, now);
-            take_output(c, now);
+            service(c, now);
             ratel__http_conn_output(c, &n);
-            if (!n && !fz.nheld && ratel__http_conn_inflight(c) == 0)
+            if (!n && !fz.nheld && ratel__http_conn_inflight(c) == 0 &&
+                !ratel__http_conn_pending(c))
                 break;
         }
-        /* Everything dispatched was answered, in order, exactly once. */
-        ASSERT(fz.checked == fz.out_len);
-        ASSERT(fz.next_seq == fz.dispatched);
+        /* Everything dispatched was answered, in order, exactly once,
+           unless the output limit closed the connection. */
+        if (!ratel__http_conn_aborted(c)) {
+            ASSERT(fz.checked == fz.out_len);
+            ASSERT(fz.next_seq == fz.dispatched);
+        }
         ratel__http_conn_close(c);
+        flush(); /* answers to a closed connection are dropped */
         ASSERT(ctx.conns == NULL); /* all answered: nothing held */
     }
     ratel__http_ctx_destroy(&ctx); /* frees anything still held */

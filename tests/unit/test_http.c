@@ -464,7 +464,10 @@ TEST(http_query_param)
         {"k=12345", "k", 6, 5, "12345"},
         {"k=123456", "k", 6, -2, NULL},
         {"kk=1&k=2", "k", 16, 1, "2"},
-        {"k=1&k=2", "k", 16, 1, "1"},
+        {"k=1&k=2", "k", 16, -3, NULL},
+        {"k=1&k", "k", 16, -3, NULL},
+        {"k=1&%6b=2", "k", 16, -3, NULL},
+        {"k=%zz&k=1", "k", 16, -3, NULL},
         {"a%20b=x", "a b", 16, 1, "x"},
         {"a+b=y", "a b", 16, 1, "y"},
         {"a=1&&b=2", "b", 16, 1, "2"},
@@ -614,6 +617,222 @@ TEST(http_conn_buffer_moves)
     CHECK_EQ(paths_in_order(out, olen, count), 0);
     CHECK(memmem(out, olen, "h:X-N=399\nbody=b399!", 20) != NULL);
     ratel__http_conn_close(c);
+    ratel__http_ctx_destroy(&ctx);
+}
+
+/* How many responses ("HTTP/1.1 ") out holds. */
+static int count_responses(const char *out, size_t len)
+{
+    const char *p = out, *end = out + len;
+    int n = 0;
+    while ((p = memmem(p, (size_t)(end - p), "HTTP/1.1 ", 9))) {
+        n++;
+        p += 9;
+    }
+    return n;
+}
+
+/* Every "path=/now/NNN" in out, in order, must count from 0 up to
+   expected - 1. */
+static int now_paths_in_order(const char *out, size_t len, int expected)
+{
+    const char *p = out, *end = out + len;
+    int i = 0;
+    while ((p = memmem(p, (size_t)(end - p), "path=/now/", 10))) {
+        if (atoi(p + 10) != i++)
+            return -1;
+        p += 10;
+    }
+    return i == expected ? 0 : -1;
+}
+
+/*
+ * A client pipelining 1,000 requests answered at once and reading none of
+ * the answers: answers the socket has not taken count against
+ * max_pipeline, so only max_pipeline are generated; then the connection
+ * takes no bytes, parses nothing and its output stops growing, whatever
+ * it is offered. Once the output is written, the next ones go.
+ */
+TEST(http_conn_unread_answers_bounded)
+{
+    static char in[64 << 10], out[1 << 20];
+    ratel_http_limits_t lim = {0};
+    ratel__http_ctx_t ctx;
+    ratel__http_conn_t *c;
+    size_t n = 0, fed = 0, olen = 0, pending;
+    const int count = 1000;
+    int rounds = 0;
+
+    lim.max_pipeline = 8;
+    REQUIRE((c = machine(&ctx, &lim)) != NULL);
+    for (int i = 0; i < count; i++)
+        n += (size_t)snprintf(in + n, sizeof in - n,
+                              "GET /now/%03d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+    fed = ratel__http_conn_feed(c, in, n, 0);
+    CHECK(fed < n);
+    CHECK_EQ(atomic_load(&st.requests), 8);
+    CHECK_EQ(ratel__http_conn_inflight(c), 0); /* answered, not sent */
+    ratel__http_conn_output(c, &pending);
+    CHECK(pending > 0);
+    /* Offered more, processed again: nothing moves. */
+    for (int i = 0; i < 5; i++) {
+        size_t again;
+        CHECK_EQ(ratel__http_conn_feed(c, in + fed, n - fed, 0), 0);
+        ratel__http_conn_process(c, 0);
+        CHECK(!ratel__http_conn_wants_read(c));
+        CHECK(!ratel__http_conn_pending(c));
+        ratel__http_conn_output(c, &again);
+        CHECK_EQ(again, pending);
+    }
+    CHECK_EQ(atomic_load(&st.requests), 8);
+    /* The client reads: 8 more answers at a time, then it reads on. */
+    while (olen < sizeof out && rounds++ < 2 * count) {
+        int before = atomic_load(&st.requests);
+        drain_output(c, out, &olen, sizeof out);
+        CHECK(ratel__http_conn_pending(c) || ratel__http_conn_wants_read(c));
+        ratel__http_conn_process(c, 0);
+        fed += ratel__http_conn_feed(c, in + fed, n - fed, 0);
+        CHECK(atomic_load(&st.requests) - before <= 8);
+        if (atomic_load(&st.requests) == count && fed == n) {
+            drain_output(c, out, &olen, sizeof out);
+            break;
+        }
+    }
+    CHECK_EQ(fed, n);
+    CHECK_EQ(count_responses(out, olen), count);
+    CHECK_EQ(now_paths_in_order(out, olen, count), 0);
+    CHECK(ratel__http_conn_wants_read(c));
+    ratel__http_conn_close(c);
+    ratel__http_ctx_destroy(&ctx);
+}
+
+/* Requests in flight and unsent answers share max_pipeline: with 4 of 8
+   answered and unsent, only 4 more are dispatched. */
+TEST(http_conn_inflight_and_unsent_share_pipeline)
+{
+    static char out[1 << 16];
+    ratel_http_limits_t lim = {0};
+    ratel__http_ctx_t ctx;
+    ratel__http_conn_t *c;
+    char in[4096];
+    size_t n = 0, olen = 0;
+
+    lim.max_pipeline = 8;
+    REQUIRE((c = machine(&ctx, &lim)) != NULL);
+    for (int i = 0; i < 20; i++)
+        n += (size_t)snprintf(in + n, sizeof in - n,
+                              "GET /defer/%03d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+    ratel__http_conn_feed(c, in, n, 0);
+    CHECK_EQ(ratel__http_conn_inflight(c), 8);
+    flush(NULL, 0); /* 8 answers, none sent */
+    ratel__http_conn_process(c, 0);
+    CHECK_EQ(ratel__http_conn_inflight(c), 0);
+    CHECK_EQ(atomic_load(&st.requests), 8);
+    drain_output(c, out, &olen, sizeof out);
+    ratel__http_conn_process(c, 0);
+    CHECK_EQ(ratel__http_conn_inflight(c), 8);
+    flush(NULL, 0);
+    drain_output(c, out, &olen, sizeof out);
+    ratel__http_conn_process(c, 0);
+    CHECK_EQ(ratel__http_conn_inflight(c), 4);
+    flush(NULL, 0);
+    drain_output(c, out, &olen, sizeof out);
+    CHECK_EQ(paths_in_order(out, olen, 20), 0);
+    ratel__http_conn_close(c);
+    ratel__http_ctx_destroy(&ctx);
+}
+
+/* A pipelined request with a `size`-byte body, answered with the echo
+   (a little more than `size` bytes). */
+static size_t post_of(char *buf, size_t cap, const char *path, size_t size)
+{
+    int n = snprintf(buf, cap,
+                     "POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu"
+                     "\r\n\r\n",
+                     path, size);
+    memset(buf + n, 'b', size);
+    return (size_t)n + size;
+}
+
+/* Big answers: parsing stops while more than the high-water mark (16 KiB)
+   waits unsent, far below max_pipeline answers. */
+TEST(http_conn_output_high_water)
+{
+    static char in[1 << 20], out[1 << 20];
+    ratel_http_limits_t lim = {0};
+    ratel__http_ctx_t ctx;
+    ratel__http_conn_t *c;
+    size_t n = 0, fed, olen = 0, pending, again;
+
+    lim.max_pipeline = 1000;
+    REQUIRE((c = machine(&ctx, &lim)) != NULL);
+    for (int i = 0; i < 50; i++)
+        n += post_of(in + n, sizeof in - n, "/big", 6000);
+    fed = ratel__http_conn_feed(c, in, n, 0);
+    CHECK(fed < n);
+    ratel__http_conn_output(c, &pending);
+    /* The third 6 KB answer passes 16 KiB: no fourth. */
+    CHECK_EQ(atomic_load(&st.requests), 3);
+    CHECK(pending > 16384 && pending < 16384 + 7000);
+    CHECK_EQ(ratel__http_conn_feed(c, in + fed, n - fed, 0), 0);
+    ratel__http_conn_process(c, 0);
+    ratel__http_conn_output(c, &again);
+    CHECK_EQ(again, pending);
+    for (int i = 0; i < 200 && fed < n; i++) {
+        drain_output(c, out, &olen, sizeof out);
+        ratel__http_conn_process(c, 0);
+        fed += ratel__http_conn_feed(c, in + fed, n - fed, 0);
+    }
+    for (int i = 0; i < 50 && atomic_load(&st.requests) < 50; i++) {
+        drain_output(c, out, &olen, sizeof out);
+        ratel__http_conn_process(c, 0);
+    }
+    drain_output(c, out, &olen, sizeof out);
+    CHECK_EQ(atomic_load(&st.requests), 50);
+    CHECK_EQ(count_responses(out, olen), 50);
+    ratel__http_conn_close(c);
+    ratel__http_ctx_destroy(&ctx);
+}
+
+/* Answers to requests already in flight that pile up unsent past
+   max_output_bytes close the connection; one answer alone bigger than the
+   limit still goes. */
+TEST(http_conn_output_cap)
+{
+    static char in[1 << 20];
+    ratel_http_limits_t lim = {0};
+    ratel__http_ctx_t ctx;
+    ratel__http_conn_t *c;
+    size_t n = 0, pending;
+    char path[32];
+
+    lim.max_output_bytes = 64 << 10;
+    lim.max_body_bytes = 100000;
+    REQUIRE((c = machine(&ctx, &lim)) != NULL);
+    n = post_of(in, sizeof in, "/alone", 70000);
+    CHECK_EQ(ratel__http_conn_feed(c, in, n, 0), n);
+    ratel__http_conn_output(c, &pending);
+    CHECK(pending > 70000);
+    CHECK(!ratel__http_conn_aborted(c));
+    ratel__http_conn_written(c, pending, 0);
+    /* 20 deferred answers of 5 KB: 100 KB at the flush, none taken. */
+    n = 0;
+    for (int i = 0; i < 20; i++) {
+        snprintf(path, sizeof path, "/defer/%03d", i);
+        n += post_of(in + n, sizeof in - n, path, 5000);
+    }
+    CHECK_EQ(ratel__http_conn_feed(c, in, n, 0), n);
+    CHECK_EQ(ratel__http_conn_inflight(c), 20);
+    CHECK(!ratel__http_conn_aborted(c));
+    flush(NULL, 0);
+    CHECK(ratel__http_conn_aborted(c));
+    CHECK(ratel__http_conn_finished(c));
+    ratel__http_conn_output(c, &pending);
+    CHECK_EQ(pending, 0);
+    CHECK(!ratel__http_conn_wants_read(c));
+    ratel__http_conn_close(c);
+    CHECK(ctx.conns == NULL);
+    CHECK(ctx.released_bytes > 64 << 10); /* the output went back */
     ratel__http_ctx_destroy(&ctx);
 }
 
@@ -971,6 +1190,57 @@ TEST(http_threads_and_ipv6)
     }
 }
 
+/* A loopback port nobody listens on now (the kernel's choice). */
+static int unused_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* One server per address: the threads of one share it (SO_REUSEPORT),
+   a second server on it is refused with the address in the message,
+   and once the first stops the address is free again. */
+TEST(http_listen_once)
+{
+    ratel_http_options_t o;
+    ratel_http_server_t *other = NULL;
+    server_t s;
+    char listen[64], want[128], err[256];
+    int port = unused_port();
+
+    REQUIRE(port > 0);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    REQUIRE(start_on(&s, listen, NULL, 2) == 0);
+    CHECK_EQ(s.port, port);
+    memset(&o, 0, sizeof o);
+    o.handler = handler;
+    o.listen = listen;
+    err[0] = '\0';
+    CHECK_EQ(ratel_http_server_new(&other, &o, err, sizeof err), -1);
+    CHECK(other == NULL);
+    snprintf(want, sizeof want, "listen %s: already served by another process",
+             listen);
+    CHECK(strcmp(err, want) == 0);
+    /* The same address spelled otherwise, and all addresses. */
+    snprintf(listen, sizeof listen, ":%d", port);
+    CHECK_EQ(ratel_http_server_new(&other, &o, err, sizeof err), -1);
+    CHECK(strstr(err, "already served by another process") != NULL);
+    CHECK_EQ(get_status(s.port, "/still", NULL, 0), 200);
+    stop(&s);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    CHECK_EQ(ratel_http_server_new(&other, &o, err, sizeof err), 0);
+    ratel_http_server_free(other);
+}
+
 RATEL_SUITE(http) = {
     {"http_reason_phrases", test_http_reason_phrases},
     {"http_header_lookup", test_http_header_lookup},
@@ -978,6 +1248,11 @@ RATEL_SUITE(http) = {
     {"http_listen_errors", test_http_listen_errors},
     {"http_conn_pipeline_limit", test_http_conn_pipeline_limit},
     {"http_conn_buffer_moves", test_http_conn_buffer_moves},
+    {"http_conn_unread_answers_bounded", test_http_conn_unread_answers_bounded},
+    {"http_conn_inflight_and_unsent_share_pipeline",
+     test_http_conn_inflight_and_unsent_share_pipeline},
+    {"http_conn_output_high_water", test_http_conn_output_high_water},
+    {"http_conn_output_cap", test_http_conn_output_cap},
     {"http_get_keep_alive", test_http_get_keep_alive},
     {"http_version_rules", test_http_version_rules},
     {"http_pipelined_in_order", test_http_pipelined_in_order},
@@ -990,5 +1265,6 @@ RATEL_SUITE(http) = {
     {"http_client_gone", test_http_client_gone},
     {"http_stop_drains", test_http_stop_drains},
     {"http_threads_and_ipv6", test_http_threads_and_ipv6},
+    {"http_listen_once", test_http_listen_once},
     {0, 0},
 };
