@@ -126,13 +126,15 @@ static int read_limits(reader_t *r, const rateld__node_t *node)
 {
     static const char *const names[] = {
         "max_header_bytes", "max_body_bytes",     "max_connections",
-        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms"};
+        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms",
+        "max_output_bytes"};
     /* Ranges; 0 (or absent) always means http.h's default. */
     static const struct {
         uint64_t min, max;
         int size;
     } range[] = {{1024, 1048576, 1}, {1, 16777216, 1}, {1, 1000000, 0},
-                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0}};
+                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0},
+                 {65536, 1073741824, 1}};
     const rateld__node_t *v[COUNT(names)];
     ratel_http_limits_t *l = &r->config->limits;
     uint64_t x[COUNT(names)] = {0};
@@ -159,6 +161,7 @@ static int read_limits(reader_t *r, const rateld__node_t *node)
     l->max_pipeline = (unsigned)x[3];
     l->request_timeout_ms = (unsigned)x[4];
     l->idle_timeout_ms = (unsigned)x[5];
+    l->max_output_bytes = (size_t)x[6];
     return 0;
 }
 

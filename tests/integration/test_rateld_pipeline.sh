@@ -33,6 +33,8 @@ conf=$tmp/rateld.yaml
 cat >"$conf" <<EOF
 listen: 127.0.0.1:$port
 threads: 2
+limits:
+  max_output_bytes: 256KiB
 store:
   type: memory
   max_bytes: 8MiB
@@ -71,6 +73,9 @@ fi
 contains second_rateld_names_address "$out" \
     "listen 127.0.0.1:$port: already served by another process"
 same first_rateld_still_serves "$(curl -s "$base/healthz")" "ok"
+sed 's/256KiB/1000/' "$conf" >"$tmp/bad.yaml"
+contains max_output_bytes_range "$("$rateld" --check-config "$tmp/bad.yaml" 2>&1)" \
+    "limits.max_output_bytes: 1000 is out of range; accepted: 0 (the default) or 65536..1073741824"
 
 # --- 100 clients that never read ----------------------------------------
 flood_cpu0=$(cpu_ticks)
