@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make valgrind`: the unit suite, the CLI suite and the Redis store's
-# integration test, under valgrind with
+# `make valgrind`: the unit suite, the CLI suites, rateld's and captchad's
+# end-to-end suites and the Redis store's integration test, under valgrind
+# with
 # every error and every leak fatal. Property tests run at
 # RATEL_TEST_SCALE=0.05 (valgrind is ~50x slower). Prints the suites' own
 # "ok"/"FAIL" lines, a FAIL line for a run valgrind objected to, and the
@@ -93,6 +94,10 @@ wrapped_suite() {
     wrapped_suite "CLI store commands" RATEL_CLI_WRAP "$here/cli/test_cli_store.sh"
 [ -x "$build/rateld" ] &&
     wrapped_suite rateld RATELD_WRAP "$here/integration/test_rateld.sh"
+[ -x "$build/rateld" ] &&
+    wrapped_suite "rateld keys and overrides" RATELD_WRAP "$here/integration/test_rateld_keys.sh"
+[ -x "$build/rateld" ] &&
+    wrapped_suite "rateld on Redis" RATELD_WRAP "$here/integration/test_rateld_redis.sh"
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 

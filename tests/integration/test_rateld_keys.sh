@@ -71,11 +71,14 @@ routes:
 EOF
 }
 
+# RATELD_WRAP (make valgrind: "valgrind ... --error-exitcode=99")
+# prefixes rateld; an error or a leak then fails sigterm_exit.
+read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
 write_config "[5/1m]"
-"$build/rateld" --config "$conf" >"$tmp/rateld.log" 2>&1 &
+"${rateld_wrap[@]}" "$build/rateld" --config "$conf" >"$tmp/rateld.log" 2>&1 &
 rateld_pid=$!
 echo "$rateld_pid" >"$tmp/pids/rateld"
-for _ in $(seq 100); do curl -s -o /dev/null "$base/healthz" && break; sleep 0.05; done
+for _ in $(seq 400); do curl -s -o /dev/null "$base/healthz" && break; sleep 0.05; done
 
 auth() { code "${@:2}" "$base/v1/auth$1"; }
 
@@ -132,7 +135,7 @@ contains api_stricter_retry "$(cat "$tmp/h")" 'RateLimit: "api-0";r=0;t=3'
 # --- reload: gold gets [5/1m, 100/1h]; k2 used 5 of 5/1m, which is kept
 write_config "[5/1m, 100/1h]"
 kill -HUP "$rateld_pid"
-for _ in $(seq 100); do [ "$(metric ratel_config_reloads_total)" = 1 ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ "$(metric ratel_config_reloads_total)" = 1 ] && break; sleep 0.05; done
 same reload_done "$(metric ratel_config_reloads_total)" 1
 same reload_kept_count "$(auth /api -H 'X-Api-Key: k2' -H 'X-Tenant: gold')" 429
 same reload_new_key "$(auth /api -H 'X-Api-Key: k3' -H 'X-Tenant: platinum')" 200
@@ -146,6 +149,16 @@ printf 'policies:\n  a:\n    rules: [1/1m]\n    key: "cookie:"\n' >"$tmp/bad.yam
 contains cookie_needs_name "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" 'cookie: needs a name'
 printf 'policies:\n  a:\n    rules: [1/1m]\n    key: query: x\n' >"$tmp/bad.yaml"
 contains yaml_colon_hint "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" 'with no space after the colon'
+
+# --- SIGTERM: exits 0 (under valgrind: no error, no leak)
+kill -TERM "$rateld_pid"
+status=
+for _ in $(seq 400); do
+    if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
+    sleep 0.05
+done
+same sigterm_exit "$status" 0
+[ "$status" = 99 ] && grep '^==' "$tmp/rateld.log" | head -40
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log"
 finish
