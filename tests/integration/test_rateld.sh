@@ -190,6 +190,12 @@ if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 55 ] && [ "$ra" -le 60 ]; then ok auth_r
 same auth_denied_reason "$(header X-Ratel-Reason "$tmp/h")" rate-limited
 contains auth_denied_body "$(cat "$tmp/b")" '"allowed":false,"policy":"sms"'
 same auth_other_phone "$(auth '/sendCaptcha?telephone=13900139000')" 200
+# Allowed: RateLimit names the rule closest to exhaustion with ITS r and t
+# (1/60s is used up for a minute; the day's reset is not its t).
+curl -s -D "$tmp/h" -o /dev/null "$base/v1/auth/sendCaptcha?telephone=13100131000"
+same auth_allowed_ratelimit "$(header RateLimit "$tmp/h")" '"sms-0";r=0;t=60'
+same auth_allowed_policy "$(header RateLimit-Policy "$tmp/h")" '"sms-0";q=1;w=60, "sms-1";q=10;w=86400'
+same auth_allowed_acquire_limit "$(curl -s -D - -o /dev/null "$base/v1/acquire?policy=sms&key=13200132000" | grep -i '^RateLimit:' | tr -d '\r')" 'RateLimit: "sms-0";r=0;t=60'
 # A missing key source is the client's error (400), with its reason.
 same auth_missing_key "$(auth '/sendCaptcha')" 400
 contains auth_missing_reason "$(curl -s -D - -o /dev/null "$base/v1/auth/sendCaptcha")" 'X-Ratel-Reason: missing-key'
