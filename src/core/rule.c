@@ -160,32 +160,18 @@ static int is_letter(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
-                     char *errbuf, size_t errlen)
+/*
+ * PERIOD at text[*pos]: an optional count and a unit (a bare unit means
+ * one of it). Returns 0 with the period in *period_ms and *pos past it,
+ * or RATEL_ERULE with the message.
+ */
+static int read_period(const char *text, size_t len, size_t *at,
+                       uint32_t *period_ms, char *errbuf, size_t errlen)
 {
-    size_t pos = 0, digits, ustart;
-    uint64_t limit, count = 1, burst = 0;
+    size_t pos = *at, digits, ustart;
+    uint64_t count = 1;
     uint32_t unit_ms = 0;
-    int overflow, have_burst = 0;
-    ratel_rule_t rule;
-
-    if (!text || !out)
-        return rule_error(errbuf, errlen, "", 0, "no rule given");
-    if (len == 0)
-        return rule_error(errbuf, errlen, text, len, "empty rule");
-
-    digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &limit, &overflow);
-    if (digits == 0)
-        return rule_error(errbuf, errlen, text, len,
-                          "LIMIT must be a whole number from 1 to %u",
-                          RATEL_LIMIT_MAX);
-    if (overflow || limit == 0)
-        return rule_error(errbuf, errlen, text, len,
-                          "LIMIT must be from 1 to %u", RATEL_LIMIT_MAX);
-    if (pos >= len || text[pos] != '/')
-        return rule_error(errbuf, errlen, text, len,
-                          "expected '/' after the limit");
-    pos++;
+    int overflow;
 
     digits =
         read_number(text, len, &pos, RATEL_PERIOD_MAX_MS, &count, &overflow);
@@ -224,6 +210,42 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
     if (count * unit_ms > RATEL_PERIOD_MAX_MS)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be at most 30d");
+
+    *period_ms = (uint32_t)(count * unit_ms);
+    *at = pos;
+    return 0;
+}
+
+
+int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
+                     char *errbuf, size_t errlen)
+{
+    size_t pos = 0, digits;
+    uint64_t limit, burst = 0;
+    uint32_t period_ms = 0;
+    int overflow, have_burst = 0;
+    ratel_rule_t rule;
+
+    if (!text || !out)
+        return rule_error(errbuf, errlen, "", 0, "no rule given");
+    if (len == 0)
+        return rule_error(errbuf, errlen, text, len, "empty rule");
+
+    digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &limit, &overflow);
+    if (digits == 0)
+        return rule_error(errbuf, errlen, text, len,
+                          "LIMIT must be a whole number from 1 to %u",
+                          RATEL_LIMIT_MAX);
+    if (overflow || limit == 0)
+        return rule_error(errbuf, errlen, text, len,
+                          "LIMIT must be from 1 to %u", RATEL_LIMIT_MAX);
+    if (pos >= len || text[pos] != '/')
+        return rule_error(errbuf, errlen, text, len,
+                          "expected '/' after the limit");
+    pos++;
+
+    if (read_period(text, len, &pos, &period_ms, errbuf, errlen) != 0)
+        return RATEL_ERULE;
 
     rule.algo = RATEL_ALGO_SLIDING;
     if (pos < len && text[pos] == ':') {
@@ -279,7 +301,7 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                           "burst applies to gcra rules only (add :gcra)");
 
     rule.limit = (uint32_t)limit;
-    rule.period_ms = (uint32_t)(count * unit_ms);
+    rule.period_ms = period_ms;
     rule.burst = rule.algo == RATEL_ALGO_GCRA
                      ? (have_burst ? (uint32_t)burst : rule.limit)
                      : 0;
