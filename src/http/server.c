@@ -10,6 +10,7 @@
  *   read     recv() into the connection's buffer, parse, dispatch
  *   flush    after a pass that dispatched requests: the user's flush hook
  *   output   answers given outside the above (rare), written in one go
+ *   later    connections that used their share of a pass (see service)
  *   write    a socket that would block became writable
  *   sweep    every 100 ms: timeouts, lingering closes, the drain deadline,
  *            malloc_trim() after big buffers were freed
@@ -52,6 +53,9 @@
 #define LINGER_MS 2000      /* read and discard after our close, at most */
 #define ACCEPT_PAUSE_MS 100 /* out of descriptors: retry after */
 #define POOL_SOCKS 256
+/* Parse-and-send rounds one connection gets per pass of the loop (each up
+   to max_pipeline answers or 16 KiB of output); then the others go. */
+#define SERVICE_ROUNDS 4
 /* The kernel keeps at most this much unsent per socket (TCP_NOTSENT_LOWAT:
    send() says EAGAIN past it). Without it a client that does not read
    lets the send buffer grow to megabytes, all answers generated for
@@ -74,6 +78,7 @@ typedef struct sock_s {
     ratel__http_conn_t *conn; /* NULL once lingering */
     int fd;
     unsigned char in_dirty, reading, write_wait, lingering;
+    unsigned char later; /* used its rounds: serviced at the next pass */
     int64_t linger_deadline_ms;
     struct event rev, wev;
 } sock_t;
@@ -83,12 +88,13 @@ struct worker_s {
     unsigned index;
     struct event_base *base;
     int listen_fd, stop_fd;
-    struct event listen_ev, stop_ev, flush_ev, output_ev, sweep_ev;
+    struct event listen_ev, stop_ev, flush_ev, output_ev, sweep_ev, later_ev;
     ratel__http_ctx_t ctx;
     sock_t *socks, *dirty, *free_socks;
     unsigned nfree_socks;
     int in_callback; /* the dirty list is written before returning */
-    unsigned char flush_pending, output_pending, stopping, accept_paused;
+    unsigned char flush_pending, output_pending, later_pending;
+    unsigned char stopping, accept_paused;
     int64_t deadline_ms, accept_resume_ms;
     pthread_t tid;
     int started;
@@ -274,14 +280,26 @@ static int send_output(sock_t *s, int64_t now)
  * may go (the socket full, the limits reached, or nothing left). While
  * pending() holds, each round dispatches a request, meets the end of the
  * buffered bytes or an error, so the loop ends; it never reads from the
- * socket, so it handles at most one read buffer of requests.
+ * socket, so it handles at most one read buffer of requests. After
+ * SERVICE_ROUNDS the connection waits for the next pass (on_later), so
+ * that a client filling its socket buffers with answers it never reads
+ * does not delay everyone else's.
  */
 static void service(sock_t *s, int64_t now)
 {
     ratel__http_conn_t *c = s->conn;
-    int want;
+    worker_t *w = s->w;
+    int want, rounds = 0;
 
     do {
+        if (++rounds > SERVICE_ROUNDS) {
+            s->later = 1;
+            if (!w->later_pending) {
+                w->later_pending = 1;
+                event_active(&w->later_ev, 0, 0);
+            }
+            break;
+        }
         ratel__http_conn_process(c, now);
         if (!s->write_wait && send_output(s, now) != 0)
             return;
@@ -428,6 +446,26 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
     (void)what;
     w->output_pending = 0;
     w->in_callback++;
+    process_dirty(w);
+    w->in_callback--;
+}
+
+/* Services the connections that used their rounds in the last pass. */
+static void on_later(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+
+    (void)fd;
+    (void)what;
+    w->later_pending = 0;
+    w->in_callback++;
+    for (sock_t *s = w->socks; s; s = s->next) {
+        if (s->later) {
+            s->later = 0;
+            if (s->conn)
+                mark_dirty(s);
+        }
+    }
     process_dirty(w);
     w->in_callback--;
 }
@@ -843,6 +881,7 @@ static int worker_init(worker_t *w, ratel_http_server_t *server, unsigned index,
                  on_stop, w);
     event_assign(&w->flush_ev, w->base, -1, 0, on_flush, w);
     event_assign(&w->output_ev, w->base, -1, 0, on_output, w);
+    event_assign(&w->later_ev, w->base, -1, 0, on_later, w);
     event_assign(&w->sweep_ev, w->base, -1, EV_PERSIST, on_sweep, w);
     if (event_add(&w->listen_ev, NULL) != 0 ||
         event_add(&w->stop_ev, NULL) != 0 ||
@@ -999,6 +1038,7 @@ static void worker_free(worker_t *w)
         event_del(&w->stop_ev);
         event_del(&w->flush_ev);
         event_del(&w->output_ev);
+        event_del(&w->later_ev);
         event_del(&w->sweep_ev);
         ratel__http_ctx_destroy(&w->ctx);
         event_base_free(w->base);
