@@ -38,7 +38,8 @@ SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson 2>/dev/null 
 
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
 HTTP_SRC  := $(sort $(wildcard src/http/*.c))
-# Code rateld and captchad share as equals (src/app/: strict JSON, ...).
+# Code rateld and captchad share as equals (src/app/: YAML readers, log,
+# client address, main skeleton, strict JSON, RateLimit headers).
 APP_SRC   := $(sort $(wildcard src/app/*.c))
 DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
 LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
@@ -195,19 +196,18 @@ demo: all
 
 # ---------------------------------------------------------------- captchad
 # The SMS verification-code service (examples/captcha/): libratel, the
-# shared HTTP server, rateld's YAML readers, log line and client-address
-# code, SQLite for notices and libcurl for the webhook sender.
+# shared HTTP server, the code it shares with rateld as an equal (src/app/:
+# YAML readers, log, client address, main skeleton), SQLite for notices
+# and libcurl for the webhook sender.
 CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
 CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(BUILD)/%.o)
-CAPTCHA_DAEMON_OBJ := $(BUILD)/daemon/config_yaml.o $(BUILD)/daemon/log.o \
-                      $(BUILD)/daemon/request.o
 CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
 
 $(BUILD)/examples/captcha/%.o: examples/captcha/%.c examples/captcha/captcha.h $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/captchad: $(CAPTCHA_OBJ) $(CAPTCHA_DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+$(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
 
 all: $(BUILD)/captchad
@@ -215,5 +215,5 @@ test: $(BUILD)/captchad
 
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
-$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(BUILD)/daemon/config_yaml.o $(BUILD)/libratel.a
+$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)

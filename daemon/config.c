@@ -1,8 +1,7 @@
 /*
  * config.c - rateld's configuration: the schema of docs/config.md checked
- * over the tree daemon/config_yaml.c builds, loading, and the policy and
- * route look-ups. (rateld_cidr_parse is in config_yaml.c, with the other
- * readers of typed values.)
+ * over the tree src/app/yaml.c builds, loading, and the policy and route
+ * look-ups.
  *
  * Every field is checked where it stands and the first problem is
  * reported as "FILE:LINE: PATH: reason", PATH naming the field the way a
@@ -11,8 +10,8 @@
  * come after policies, which they name.
  */
 #include "app/ratelimit.h"
+#include "app/yaml.h"
 #include "daemon/config.h"
-#include "daemon/config_yaml.h"
 #include "daemon/request.h"
 
 #include <errno.h>
@@ -38,7 +37,7 @@ typedef struct name_ref_s {
 
 /* Messages, and the configuration being filled. */
 typedef struct reader_s {
-    rateld__ctx_t ctx;
+    ratel__yaml_ctx_t ctx;
     rateld_config_t *config;
     name_ref_t *names; /* policy names sorted (read_policies), for routes */
     size_t nnames;
@@ -64,94 +63,70 @@ static int compare_name_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static int read_listen(reader_t *r, const rateld__node_t *node)
+static int read_listen(reader_t *r, const ratel__yaml_node_t *node)
 {
     rateld_config_t *c = r->config;
     char q[96];
 
-    if (rateld__string(&r->ctx, node, "listen", c->listen, sizeof c->listen))
+    if (ratel__yaml_string(&r->ctx, node, "listen", c->listen,
+                           sizeof c->listen))
         return -1;
-    if (!rateld__listen_valid(c->listen)) {
-        rateld__quote(c->listen, strlen(c->listen), q, sizeof q);
-        return rateld__fail(&r->ctx, node->line,
-                            "listen: \"%s\" is not HOST:PORT, [IPV6]:PORT "
-                            "or :PORT (e.g. 127.0.0.1:8080, [::1]:8080, "
-                            ":8080); port 0..65535",
-                            q);
+    if (!ratel__listen_valid(c->listen)) {
+        ratel__yaml_quote(c->listen, strlen(c->listen), q, sizeof q);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "listen: \"%s\" is not HOST:PORT, [IPV6]:PORT "
+                                "or :PORT (e.g. 127.0.0.1:8080, [::1]:8080, "
+                                ":8080); port 0..65535",
+                                q);
     }
     return 0;
 }
 
-static int read_admin_token(reader_t *r, const rateld__node_t *node)
+static int read_admin_token(reader_t *r, const ratel__yaml_node_t *node)
 {
     rateld_config_t *c = r->config;
 
-    if (rateld__string(&r->ctx, node, "admin_token", c->admin_token,
-                       sizeof c->admin_token))
+    if (ratel__yaml_string(&r->ctx, node, "admin_token", c->admin_token,
+                           sizeof c->admin_token))
         return -1;
     if (strchr(c->admin_token, ' '))
-        return rateld__fail(&r->ctx, node->line,
-                            "admin_token: contains a space; a token is sent "
-                            "in a header and must be one word");
+        return ratel__yaml_fail(
+            &r->ctx, node->line,
+            "admin_token: contains a space; a token is sent "
+            "in a header and must be one word");
     return 0;
 }
 
-static int read_trusted(reader_t *r, const rateld__node_t *node)
+static int read_limits(reader_t *r, const ratel__yaml_node_t *node)
 {
-    rateld_config_t *c = r->config;
-    char path[64], text[80], why[256];
-
-    if (rateld__list(&r->ctx, node, "trusted_proxies", RATELD_TRUSTED_MAX,
-                     "addresses or CIDR blocks"))
-        return -1;
-    for (size_t i = 0; i < node->n; i++) {
-        const rateld__node_t *item = node->items[i];
-        rateld_cidr_t *block = &c->trusted[c->ntrusted];
-        snprintf(path, sizeof path, "trusted_proxies[%zu]", i);
-        if (rateld__string(&r->ctx, item, path, text, sizeof text))
-            return -1;
-        if (rateld_cidr_parse(text, block, why, sizeof why) != 0)
-            return rateld__fail(&r->ctx, item->line, "%s: %s", path, why);
-        for (size_t j = 0; j < c->ntrusted; j++)
-            if (memcmp(&c->trusted[j], block, sizeof *block) == 0)
-                return rateld__fail(&r->ctx, item->line,
-                                    "%s: repeats trusted_proxies[%zu]", path,
-                                    j);
-        c->ntrusted++;
-    }
-    return 0;
-}
-
-static int read_limits(reader_t *r, const rateld__node_t *node)
-{
-    static const char *const names[] = {
-        "max_header_bytes", "max_body_bytes",     "max_connections",
-        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms",
-        "max_output_bytes"};
+    static const char *const names[] = {"max_header_bytes",   "max_body_bytes",
+                                        "max_connections",    "max_pipeline",
+                                        "request_timeout_ms", "idle_timeout_ms",
+                                        "max_output_bytes"};
     /* Ranges; 0 (or absent) always means http.h's default. */
     static const struct {
         uint64_t min, max;
         int size;
-    } range[] = {{1024, 1048576, 1}, {1, 16777216, 1}, {1, 1000000, 0},
-                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0},
+    } range[] = {{1024, 1048576, 1},    {1, 16777216, 1}, {1, 1000000, 0},
+                 {1, 1024, 0},          {1, 3600000, 0},  {1, 86400000, 0},
                  {65536, 1073741824, 1}};
-    const rateld__node_t *v[COUNT(names)];
+    const ratel__yaml_node_t *v[COUNT(names)];
     ratel_http_limits_t *l = &r->config->limits;
     uint64_t x[COUNT(names)] = {0};
     size_t order[COUNT(names)], n;
     char path[64];
 
-    if (rateld__fields(&r->ctx, node, "limits", names, COUNT(names), v))
+    if (ratel__yaml_fields(&r->ctx, node, "limits", names, COUNT(names), v))
         return -1;
-    n = rateld__by_line(v, COUNT(names), order);
+    n = ratel__yaml_by_line(v, COUNT(names), order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
         int rc;
         snprintf(path, sizeof path, "limits.%s", names[i]);
-        rc = range[i].size ? rateld__size(&r->ctx, v[i], path, range[i].min,
-                                          range[i].max, 1, &x[i])
-                           : rateld__uint(&r->ctx, v[i], path, range[i].min,
-                                          range[i].max, 1, &x[i]);
+        rc = range[i].size ? ratel__yaml_size(&r->ctx, v[i], path, range[i].min,
+                                              range[i].max, 1, &x[i])
+                           : ratel__yaml_uint(&r->ctx, v[i], path, range[i].min,
+                                              range[i].max, 1, &x[i]);
         if (rc)
             return -1;
     }
@@ -179,7 +154,7 @@ enum {
 };
 
 /* One field of `store:` other than type (already read). */
-static int read_store_field(reader_t *r, int field, const rateld__node_t *v)
+static int read_store_field(reader_t *r, int field, const ratel__yaml_node_t *v)
 {
     static const char *const failures[] = {"open", "closed", "local"};
     static const ratel_failure_t failure_of[] = {
@@ -194,35 +169,35 @@ static int read_store_field(reader_t *r, int field, const rateld__node_t *v)
 
     switch (field) {
     case S_MAX_BYTES:
-        if (rateld__size(&r->ctx, v, "store.max_bytes", (uint64_t)64 << 10,
-                         (uint64_t)1 << 40, 0, &x))
+        if (ratel__yaml_size(&r->ctx, v, "store.max_bytes", (uint64_t)64 << 10,
+                             (uint64_t)1 << 40, 0, &x))
             return -1;
         c->memory_max_bytes = (size_t)x;
         /* Redis: it bounds the `local` failure policy's store. */
         o->local.max_bytes = c->memory_max_bytes;
         return 0;
     case S_URL:
-        if (rateld__string(&r->ctx, v, "store.url", c->redis_url,
-                           sizeof c->redis_url))
+        if (ratel__yaml_string(&r->ctx, v, "store.url", c->redis_url,
+                               sizeof c->redis_url))
             return -1;
         if (!c->redis_url[0])
-            return rateld__fail(&r->ctx, v->line,
-                                "store.url: is empty (e.g. "
-                                "redis://127.0.0.1:6379)");
+            return ratel__yaml_fail(&r->ctx, v->line,
+                                    "store.url: is empty (e.g. "
+                                    "redis://127.0.0.1:6379)");
         o->url = c->redis_url;
         return 0;
     case S_ON_FAILURE:
-        if (rateld__word(&r->ctx, v, "store.on_failure", failures,
-                         COUNT(failures), &word))
+        if (ratel__yaml_word(&r->ctx, v, "store.on_failure", failures,
+                             COUNT(failures), &word))
             return -1;
         o->on_failure = failure_of[word];
         return 0;
     case S_TIMEOUT:
     case S_CONNECT_TIMEOUT:
-        if (rateld__uint(&r->ctx, v,
-                         field == S_TIMEOUT ? "store.timeout_ms"
-                                            : "store.connect_timeout_ms",
-                         1, 60000, 0, &x))
+        if (ratel__yaml_uint(&r->ctx, v,
+                             field == S_TIMEOUT ? "store.timeout_ms"
+                                                : "store.connect_timeout_ms",
+                             1, 60000, 0, &x))
             return -1;
         if (field == S_TIMEOUT)
             o->command_timeout_ms = (int)x;
@@ -230,17 +205,18 @@ static int read_store_field(reader_t *r, int field, const rateld__node_t *v)
             o->connect_timeout_ms = (int)x;
         return 0;
     case S_POOL:
-        if (rateld__uint(&r->ctx, v, "store.pool", 1, 64, 0, &x))
+        if (ratel__yaml_uint(&r->ctx, v, "store.pool", 1, 64, 0, &x))
             return -1;
         o->pool_size = (unsigned)x;
         return 0;
     case S_MODE:
-        if (rateld__word(&r->ctx, v, "store.mode", modes, COUNT(modes), &word))
+        if (ratel__yaml_word(&r->ctx, v, "store.mode", modes, COUNT(modes),
+                             &word))
             return -1;
         o->mode = mode_of[word];
         return 0;
     default: /* S_DENY_CACHE */
-        if (rateld__uint(&r->ctx, v, "store.deny_cache", 0, 1048576, 0, &x))
+        if (ratel__yaml_uint(&r->ctx, v, "store.deny_cache", 0, 1048576, 0, &x))
             return -1;
         /* In the options 0 means the default and negative means off. */
         o->deny_cache_entries = x ? (long)x : -1;
@@ -248,35 +224,35 @@ static int read_store_field(reader_t *r, int field, const rateld__node_t *v)
     }
 }
 
-static int read_store(reader_t *r, const rateld__node_t *node)
+static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
     static const char *const names[S_COUNT] = {
         "type",       "max_bytes",  "url",
         "on_failure", "timeout_ms", "connect_timeout_ms",
         "pool",       "mode",       "deny_cache"};
     static const char *const types[] = {"memory", "redis"};
-    const rateld__node_t *v[S_COUNT];
+    const ratel__yaml_node_t *v[S_COUNT];
     size_t order[S_COUNT], n;
     rateld_config_t *c = r->config;
     int type = 0;
 
-    if (rateld__fields(&r->ctx, node, "store", names, S_COUNT, v))
+    if (ratel__yaml_fields(&r->ctx, node, "store", names, S_COUNT, v))
         return -1;
     /* The type first: what else may be given depends on it. */
-    if (v[S_TYPE] && rateld__word(&r->ctx, v[S_TYPE], "store.type", types,
-                                  COUNT(types), &type))
+    if (v[S_TYPE] && ratel__yaml_word(&r->ctx, v[S_TYPE], "store.type", types,
+                                      COUNT(types), &type))
         return -1;
     c->store = type ? RATELD_STORE_REDIS : RATELD_STORE_MEMORY;
-    n = rateld__by_line(v, S_COUNT, order);
+    n = ratel__yaml_by_line(v, S_COUNT, order);
     for (size_t k = 0; k < n; k++) {
         int field = (int)order[k];
         if (field == S_TYPE)
             continue;
         if (c->store == RATELD_STORE_MEMORY && field > S_MAX_BYTES)
-            return rateld__fail(&r->ctx, v[field]->line,
-                                "store.%s: applies to type: redis only "
-                                "(this store is memory)",
-                                names[field]);
+            return ratel__yaml_fail(&r->ctx, v[field]->line,
+                                    "store.%s: applies to type: redis only "
+                                    "(this store is memory)",
+                                    names[field]);
         if (read_store_field(r, field, v[field]))
             return -1;
     }
@@ -285,16 +261,16 @@ static int read_store(reader_t *r, const rateld__node_t *node)
         return 0;
     }
     if (!v[S_URL])
-        return rateld__fail(&r->ctx, node->line,
-                            "store.url: required with type: redis (e.g. "
-                            "redis://127.0.0.1:6379)");
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "store.url: required with type: redis (e.g. "
+                                "redis://127.0.0.1:6379)");
     c->redis.local.max_bytes = c->memory_max_bytes;
     return 0;
 }
 
 /* ------------------------------------------------------------- policies */
 
-static int name_valid(const rateld__node_t *key)
+static int name_valid(const ratel__yaml_node_t *key)
 {
     if (key->len == 0 || key->len >= RATELD_NAME_MAX)
         return 0;
@@ -327,21 +303,18 @@ static int jchar(unsigned char ch)
     return ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
 }
 
-static int read_key_part(reader_t *r, const rateld__node_t *node,
+static int read_key_part(reader_t *r, const ratel__yaml_node_t *node,
                          const char *path, rateld_key_part_t *part)
 {
     static const struct {
         const char *word;
         rateld_key_kind_t kind;
         int named;
-    } kinds[] = {{"ip", RATELD_KEY_IP, 0},
-                 {"global", RATELD_KEY_GLOBAL, 0},
-                 {"path", RATELD_KEY_PATH, 0},
-                 {"host", RATELD_KEY_HOST, 0},
-                 {"header", RATELD_KEY_HEADER, 1},
-                 {"query", RATELD_KEY_QUERY, 1},
-                 {"cookie", RATELD_KEY_COOKIE, 1},
-                 {"json", RATELD_KEY_JSON, 1}};
+    } kinds[] = {
+        {"ip", RATELD_KEY_IP, 0},         {"global", RATELD_KEY_GLOBAL, 0},
+        {"path", RATELD_KEY_PATH, 0},     {"host", RATELD_KEY_HOST, 0},
+        {"header", RATELD_KEY_HEADER, 1}, {"query", RATELD_KEY_QUERY, 1},
+        {"cookie", RATELD_KEY_COOKIE, 1}, {"json", RATELD_KEY_JSON, 1}};
     static const char accepted[] =
         "accepted: ip, global, path, host, header:NAME, query:NAME, "
         "cookie:NAME, json:FIELD";
@@ -349,17 +322,17 @@ static int read_key_part(reader_t *r, const rateld__node_t *node,
     const char *text = node->text, *colon;
     size_t klen, i;
 
-    if (node->type == RATELD__MAP)
-        return rateld__fail(&r->ctx, node->line,
-                            "%s: expected a key source, got a mapping "
-                            "(write header:NAME with no space after ':'); "
-                            "%s",
-                            path, accepted);
-    if (node->type != RATELD__SCALAR || rateld__is_null(node) ||
+    if (node->type == RATEL__YAML_MAP)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: expected a key source, got a mapping "
+                                "(write header:NAME with no space after ':'); "
+                                "%s",
+                                path, accepted);
+    if (node->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(node) ||
         memchr(text, '\0', node->len))
-        return rateld__fail(
+        return ratel__yaml_fail(
             &r->ctx, node->line, "%s: expected a key source, got %s; %s", path,
-            rateld__describe(node, what, sizeof what), accepted);
+            ratel__yaml_describe(node, what, sizeof what), accepted);
     colon = strchr(text, ':');
     klen = colon ? (size_t)(colon - text) : node->len;
     for (i = 0; i < COUNT(kinds); i++)
@@ -367,69 +340,69 @@ static int read_key_part(reader_t *r, const rateld__node_t *node,
             memcmp(kinds[i].word, text, klen) == 0)
             break;
     if (i == COUNT(kinds))
-        return rateld__fail(
+        return ratel__yaml_fail(
             &r->ctx, node->line, "%s: unknown key source %s; %s", path,
-            rateld__describe(node, what, sizeof what), accepted);
+            ratel__yaml_describe(node, what, sizeof what), accepted);
     memset(part, 0, sizeof *part);
     part->kind = kinds[i].kind;
     if (!kinds[i].named) {
         if (colon)
-            return rateld__fail(
+            return ratel__yaml_fail(
                 &r->ctx, node->line, "%s: %s takes no name (got %s)", path,
-                kinds[i].word, rateld__describe(node, what, sizeof what));
+                kinds[i].word, ratel__yaml_describe(node, what, sizeof what));
         return 0;
     }
     if (!colon || !colon[1])
-        return rateld__fail(
+        return ratel__yaml_fail(
             &r->ctx, node->line, "%s: %s: needs a name, e.g. %s:%s", path,
             kinds[i].word, kinds[i].word,
             part->kind == RATELD_KEY_HEADER   ? "X-User-Id"
             : part->kind == RATELD_KEY_COOKIE ? "session"
                                               : "telephone");
     if (strlen(colon + 1) >= RATELD_FIELD_MAX)
-        return rateld__fail(&r->ctx, node->line,
-                            "%s: the %s name is longer than %d bytes", path,
-                            kinds[i].word, RATELD_FIELD_MAX - 1);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: the %s name is longer than %d bytes", path,
+                                kinds[i].word, RATELD_FIELD_MAX - 1);
     for (const char *p = colon + 1; *p; p++) {
         unsigned char ch = (unsigned char)*p;
         int query = part->kind == RATELD_KEY_QUERY,
             json = part->kind == RATELD_KEY_JSON;
         if (query ? !qchar(ch) : json ? !jchar(ch) : !tchar(ch))
-            return rateld__fail(&r->ctx, node->line,
-                                "%s: %s is not a valid %s name", path,
-                                rateld__describe(node, what, sizeof what),
-                                query  ? "query parameter"
-                                : json ? "JSON field"
-                                       : kinds[i].word);
+            return ratel__yaml_fail(
+                &r->ctx, node->line, "%s: %s is not a valid %s name", path,
+                ratel__yaml_describe(node, what, sizeof what),
+                query  ? "query parameter"
+                : json ? "JSON field"
+                       : kinds[i].word);
     }
     memcpy(part->name, colon + 1, strlen(colon + 1) + 1);
     return 0;
 }
 
-static int read_key(reader_t *r, const rateld__node_t *node, const char *path,
-                    rateld_policy_t *p)
+static int read_key(reader_t *r, const ratel__yaml_node_t *node,
+                    const char *path, rateld_policy_t *p)
 {
     char item[320];
-    const rateld__node_t *const *items = &node;
+    const ratel__yaml_node_t *const *items = &node;
     size_t n = 1;
 
-    if (node->type == RATELD__LIST) {
-        if (rateld__list(&r->ctx, node, path, RATELD_KEY_PARTS_MAX,
-                         "key sources"))
+    if (node->type == RATEL__YAML_LIST) {
+        if (ratel__yaml_list(&r->ctx, node, path, RATELD_KEY_PARTS_MAX,
+                             "key sources"))
             return -1;
         if (node->n == 0)
-            return rateld__fail(&r->ctx, node->line,
-                                "%s: an empty list; give at least one key "
-                                "source (ip, global, path, host, "
-                                "header:NAME, query:NAME, cookie:NAME, "
-                                "json:FIELD)",
-                                path);
-        items = (const rateld__node_t *const *)node->items;
+            return ratel__yaml_fail(&r->ctx, node->line,
+                                    "%s: an empty list; give at least one key "
+                                    "source (ip, global, path, host, "
+                                    "header:NAME, query:NAME, cookie:NAME, "
+                                    "json:FIELD)",
+                                    path);
+        items = (const ratel__yaml_node_t *const *)node->items;
         n = node->n;
     }
     for (size_t i = 0; i < n; i++) {
         rateld_key_part_t *part = &p->key[i];
-        if (node->type == RATELD__LIST)
+        if (node->type == RATEL__YAML_LIST)
             snprintf(item, sizeof item, "%s[%zu]", path, i);
         else
             snprintf(item, sizeof item, "%s", path);
@@ -438,58 +411,60 @@ static int read_key(reader_t *r, const rateld__node_t *node, const char *path,
         for (size_t j = 0; j < i; j++)
             if (p->key[j].kind == part->kind &&
                 strcmp(p->key[j].name, part->name) == 0)
-                return rateld__fail(&r->ctx, items[i]->line,
-                                    "%s: repeats %s[%zu]", item, path, j);
+                return ratel__yaml_fail(&r->ctx, items[i]->line,
+                                        "%s: repeats %s[%zu]", item, path, j);
         if (part->kind == RATELD_KEY_GLOBAL && n > 1)
-            return rateld__fail(&r->ctx, items[i]->line,
-                                "%s: global is one bucket for everyone; it "
-                                "cannot be combined with other key sources",
-                                item);
+            return ratel__yaml_fail(&r->ctx, items[i]->line,
+                                    "%s: global is one bucket for everyone; it "
+                                    "cannot be combined with other key sources",
+                                    item);
     }
     p->nkey = n;
     return 0;
 }
 
-static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
-                      ratel_policy_t *out)
+static int read_rules(reader_t *r, const ratel__yaml_node_t *node,
+                      const char *path, ratel_policy_t *out)
 {
     ratel_rule_t rules[RATEL_MAX_RULES];
     char item[320], why[400], what[96];
-    const rateld__node_t *const *items = &node;
+    const ratel__yaml_node_t *const *items = &node;
     size_t n = 1;
 
-    if (node->type == RATELD__LIST) {
-        if (rateld__list(&r->ctx, node, path, RATEL_MAX_RULES, "rules"))
+    if (node->type == RATEL__YAML_LIST) {
+        if (ratel__yaml_list(&r->ctx, node, path, RATEL_MAX_RULES, "rules"))
             return -1;
         if (node->n == 0)
-            return rateld__fail(&r->ctx, node->line,
-                                "%s: an empty list; a policy needs at least "
-                                "one rule, e.g. 10/1m",
-                                path);
-        items = (const rateld__node_t *const *)node->items;
+            return ratel__yaml_fail(
+                &r->ctx, node->line,
+                "%s: an empty list; a policy needs at least "
+                "one rule, e.g. 10/1m",
+                path);
+        items = (const ratel__yaml_node_t *const *)node->items;
         n = node->n;
     }
     for (size_t i = 0; i < n; i++) {
-        const rateld__node_t *it = items[i];
-        if (node->type == RATELD__LIST)
+        const ratel__yaml_node_t *it = items[i];
+        if (node->type == RATEL__YAML_LIST)
             snprintf(item, sizeof item, "%s[%zu]", path, i);
         else
             snprintf(item, sizeof item, "%s", path);
-        if (it->type != RATELD__SCALAR || rateld__is_null(it))
-            return rateld__fail(&r->ctx, it->line,
-                                "%s: expected a rule such as 10/1m or "
-                                "100/1s:gcra,burst=200, got %s",
-                                item, rateld__describe(it, what, sizeof what));
+        if (it->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(it))
+            return ratel__yaml_fail(
+                &r->ctx, it->line,
+                "%s: expected a rule such as 10/1m or "
+                "100/1s:gcra,burst=200, got %s",
+                item, ratel__yaml_describe(it, what, sizeof what));
         if (ratel_rule_parse(it->text, it->len, &rules[i], why, sizeof why)) {
             /* [100/1s:gcra,burst=200] is two items in a YAML flow list. */
             if (it->len >= 6 && memcmp(it->text, "burst=", 6) == 0)
-                return rateld__fail(&r->ctx, it->line,
-                                    "%s: \"%.*s\" is not a rule: YAML split "
-                                    "a rule at its comma; quote it: "
-                                    "[\"100/1s:gcra,burst=200\"]",
-                                    item, (int)(it->len > 40 ? 40 : it->len),
-                                    it->text);
-            return rateld__fail(&r->ctx, it->line, "%s: %s", item, why);
+                return ratel__yaml_fail(
+                    &r->ctx, it->line,
+                    "%s: \"%.*s\" is not a rule: YAML split "
+                    "a rule at its comma; quote it: "
+                    "[\"100/1s:gcra,burst=200\"]",
+                    item, (int)(it->len > 40 ? 40 : it->len), it->text);
+            return ratel__yaml_fail(&r->ctx, it->line, "%s: %s", item, why);
         }
     }
     if (ratel_policy_init(out, rules, n, why, sizeof why) != 0) {
@@ -502,7 +477,7 @@ static int read_rules(reader_t *r, const rateld__node_t *node, const char *path,
                     rules[i].period_ms == rules[j].period_ms &&
                     rules[i].burst == rules[j].burst)
                     line = items[i]->line;
-        return rateld__fail(&r->ctx, line, "%s: %s", path, why);
+        return ratel__yaml_fail(&r->ctx, line, "%s: %s", path, why);
     }
     return 0;
 }
@@ -516,63 +491,64 @@ static int compare_string(const void *a, const void *b)
 
 /* is: [VALUE, ...]: 1..RATELD_OVERRIDE_VALUES_MAX strings, none twice,
    kept sorted for a binary search. */
-static int read_override_values(reader_t *r, const rateld__node_t *node,
+static int read_override_values(reader_t *r, const ratel__yaml_node_t *node,
                                 const char *path, rateld_override_t *o)
 {
     char item[440], value[RATELD_KEY_MAX + 1];
 
-    if (rateld__list(&r->ctx, node, path, RATELD_OVERRIDE_VALUES_MAX,
-                     "values"))
+    if (ratel__yaml_list(&r->ctx, node, path, RATELD_OVERRIDE_VALUES_MAX,
+                         "values"))
         return -1;
     if (node->n == 0)
-        return rateld__fail(&r->ctx, node->line,
-                            "%s: an empty list; give the values this "
-                            "override applies to",
-                            path);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: an empty list; give the values this "
+                                "override applies to",
+                                path);
     o->values = calloc(node->n, sizeof *o->values);
     if (!o->values)
-        return rateld__fail(&r->ctx, node->line, "out of memory");
+        return ratel__yaml_fail(&r->ctx, node->line, "out of memory");
     for (size_t i = 0; i < node->n; i++) {
         snprintf(item, sizeof item, "%s[%zu]", path, i);
-        if (rateld__string(&r->ctx, node->items[i], item, value,
-                           sizeof value))
+        if (ratel__yaml_string(&r->ctx, node->items[i], item, value,
+                               sizeof value))
             return -1;
         if (!value[0])
-            return rateld__fail(&r->ctx, node->items[i]->line,
-                                "%s: empty (an absent key source matches "
-                                "no override)",
-                                item);
+            return ratel__yaml_fail(&r->ctx, node->items[i]->line,
+                                    "%s: empty (an absent key source matches "
+                                    "no override)",
+                                    item);
         if (!(o->values[o->nvalues++] = strdup(value)))
-            return rateld__fail(&r->ctx, node->line, "out of memory");
+            return ratel__yaml_fail(&r->ctx, node->line, "out of memory");
     }
     qsort(o->values, o->nvalues, sizeof *o->values, compare_string);
     for (size_t i = 1; i < o->nvalues; i++)
         if (!strcmp(o->values[i - 1], o->values[i]))
-            return rateld__fail(&r->ctx, node->line, "%s: \"%.60s\" given twice",
-                                path, o->values[i]);
+            return ratel__yaml_fail(&r->ctx, node->line,
+                                    "%s: \"%.60s\" given twice", path,
+                                    o->values[i]);
     return 0;
 }
 
 /* {when: SOURCE|key, is: [...], rules: [...] | exempt: true} */
-static int read_override(reader_t *r, const rateld__node_t *node,
+static int read_override(reader_t *r, const ratel__yaml_node_t *node,
                          const char *path, const char *policy,
                          rateld_override_t *o)
 {
     static const char *const names[] = {"when", "is", "rules", "exempt"};
-    const rateld__node_t *v[COUNT(names)];
+    const ratel__yaml_node_t *v[COUNT(names)];
     char field[400];
 
     o->line = node->line;
-    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+    if (ratel__yaml_fields(&r->ctx, node, path, names, COUNT(names), v))
         return -1;
     if (!v[0] || !v[1] || (!v[2] == !v[3]))
-        return rateld__fail(&r->ctx, node->line,
-                            "%s: needs when: (a key source, or key for the "
-                            "policy's own key), is: [values], and either "
-                            "rules: [...] or exempt: true",
-                            path);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: needs when: (a key source, or key for the "
+                                "policy's own key), is: [values], and either "
+                                "rules: [...] or exempt: true",
+                                path);
     snprintf(field, sizeof field, "%s.when", path);
-    if (v[0]->type == RATELD__SCALAR && !strcmp(v[0]->text, "key"))
+    if (v[0]->type == RATEL__YAML_SCALAR && !strcmp(v[0]->text, "key"))
         o->when.kind = RATELD_KEY_SELF;
     else if (read_key_part(r, v[0], field, &o->when))
         return -1;
@@ -586,31 +562,31 @@ static int read_override(reader_t *r, const rateld__node_t *node,
         ratel__header_policy(policy, &o->policy, o->field, sizeof o->field);
         return 0;
     }
-    if (rateld__bool(&r->ctx, v[3], field, &o->exempt))
+    if (ratel__yaml_bool(&r->ctx, v[3], field, &o->exempt))
         return -1;
     if (!o->exempt)
-        return rateld__fail(&r->ctx, v[3]->line,
-                            "%s: false; leave the override out, or give "
-                            "rules",
-                            field);
+        return ratel__yaml_fail(&r->ctx, v[3]->line,
+                                "%s: false; leave the override out, or give "
+                                "rules",
+                                field);
     return 0;
 }
 
-static int read_overrides(reader_t *r, const rateld__node_t *node,
+static int read_overrides(reader_t *r, const ratel__yaml_node_t *node,
                           const char *path, rateld_policy_t *p)
 {
     char item[320];
 
-    if (rateld__list(&r->ctx, node, path, RATELD_OVERRIDES_MAX, "overrides"))
+    if (ratel__yaml_list(&r->ctx, node, path, RATELD_OVERRIDES_MAX,
+                         "overrides"))
         return -1;
     p->overrides = calloc(node->n ? node->n : 1, sizeof *p->overrides);
     if (!p->overrides)
-        return rateld__fail(&r->ctx, node->line, "out of memory");
+        return ratel__yaml_fail(&r->ctx, node->line, "out of memory");
     for (size_t i = 0; i < node->n; i++) {
         snprintf(item, sizeof item, "%s[%zu]", path, i);
         p->noverrides++;
-        if (read_override(r, node->items[i], item, p->name,
-                          &p->overrides[i]))
+        if (read_override(r, node->items[i], item, p->name, &p->overrides[i]))
             return -1;
     }
     return 0;
@@ -638,29 +614,29 @@ static int reads_json(const rateld_policy_t *p)
     return 0;
 }
 
-static int read_policy(reader_t *r, const rateld__node_t *key,
-                       const rateld__node_t *node, rateld_policy_t *p)
+static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
+                       const ratel__yaml_node_t *node, rateld_policy_t *p)
 {
     static const char *const names[] = {"rules", "key", "on_missing", "shadow",
                                         "overrides"};
     static const char *const missing[] = {"reject", "shared"};
-    const rateld__node_t *v[COUNT(names)];
+    const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
     char path[128], field[160];
 
-    rateld__join(path, sizeof path, "policies", key);
+    ratel__yaml_join(path, sizeof path, "policies", key);
     if (!name_valid(key))
-        return rateld__fail(&r->ctx, key->line,
-                            "%s: a policy name is 1..%d characters of "
-                            "A-Z a-z 0-9 _ . -",
-                            path, RATELD_NAME_MAX - 1);
+        return ratel__yaml_fail(&r->ctx, key->line,
+                                "%s: a policy name is 1..%d characters of "
+                                "A-Z a-z 0-9 _ . -",
+                                path, RATELD_NAME_MAX - 1);
     memcpy(p->name, key->text, key->len + 1);
     p->line = key->line;
-    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+    if (ratel__yaml_fields(&r->ctx, node, path, names, COUNT(names), v))
         return -1;
     p->nkey = 1;
     p->key[0].kind = RATELD_KEY_IP;
-    n = rateld__by_line(v, COUNT(names), order);
+    n = ratel__yaml_by_line(v, COUNT(names), order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
         int rc = 0, word = 0;
@@ -670,10 +646,10 @@ static int read_policy(reader_t *r, const rateld__node_t *key,
         else if (i == 1)
             rc = read_key(r, v[i], field, p);
         else if (i == 2)
-            rc = rateld__word(&r->ctx, v[i], field, missing, COUNT(missing),
-                              &word);
+            rc = ratel__yaml_word(&r->ctx, v[i], field, missing, COUNT(missing),
+                                  &word);
         else if (i == 3)
-            rc = rateld__bool(&r->ctx, v[i], field, &p->shadow);
+            rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->shadow);
         else
             rc = read_overrides(r, v[i], field, p);
         if (rc)
@@ -683,39 +659,40 @@ static int read_policy(reader_t *r, const rateld__node_t *key,
                 word ? RATELD_MISSING_SHARED : RATELD_MISSING_REJECT;
     }
     if (!v[0])
-        return rateld__fail(&r->ctx, node->line,
-                            "%s.rules: required (a rule such as 10/1m, or a "
-                            "list of up to %d)",
-                            path, RATEL_MAX_RULES);
+        return ratel__yaml_fail(
+            &r->ctx, node->line,
+            "%s.rules: required (a rule such as 10/1m, or a "
+            "list of up to %d)",
+            path, RATEL_MAX_RULES);
     p->uses_json = reads_json(p);
     return 0;
 }
 
-static int read_policies(reader_t *r, const rateld__node_t *node)
+static int read_policies(reader_t *r, const ratel__yaml_node_t *node)
 {
     rateld_config_t *c = r->config;
     size_t n, *first;
     char what[96];
     int rc = 0;
 
-    if (node->type != RATELD__MAP)
-        return rateld__fail(&r->ctx, node->line,
-                            "policies: expected a mapping of policy names "
-                            "to policies, got %s",
-                            rateld__describe(node, what, sizeof what));
+    if (node->type != RATEL__YAML_MAP)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "policies: expected a mapping of policy names "
+                                "to policies, got %s",
+                                ratel__yaml_describe(node, what, sizeof what));
     n = node->n / 2;
     if (n == 0)
-        return rateld__fail(&r->ctx, node->line,
-                            "policies: none defined; define at least one");
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "policies: none defined; define at least one");
     if (n > POLICIES_MAX)
-        return rateld__fail(&r->ctx, node->items[2 * POLICIES_MAX]->line,
-                            "policies: more than %d", POLICIES_MAX);
+        return ratel__yaml_fail(&r->ctx, node->items[2 * POLICIES_MAX]->line,
+                                "policies: more than %d", POLICIES_MAX);
     c->policies = calloc(n, sizeof *c->policies);
     r->names = calloc(n, sizeof *r->names);
     first = calloc(n, sizeof *first);
     if (!c->policies || !r->names || !first) {
         free(first);
-        return rateld__fail(&r->ctx, node->line, "out of memory");
+        return ratel__yaml_fail(&r->ctx, node->line, "out of memory");
     }
     /* Names sorted once: repeats are neighbours, and routes find their
        policies by binary search (a file may define thousands). */
@@ -731,13 +708,13 @@ static int read_policies(reader_t *r, const rateld__node_t *node)
             first[r->names[i].index] = first[r->names[i - 1].index];
     r->nnames = n;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        const rateld__node_t *key = node->items[2 * i];
+        const ratel__yaml_node_t *key = node->items[2 * i];
         if (first[i] != i) {
             char path[128];
-            rateld__join(path, sizeof path, "policies", key);
-            rc = rateld__fail(&r->ctx, key->line,
-                              "%s: defined twice (first at line %d)", path,
-                              node->items[2 * first[i]]->line);
+            ratel__yaml_join(path, sizeof path, "policies", key);
+            rc = ratel__yaml_fail(&r->ctx, key->line,
+                                  "%s: defined twice (first at line %d)", path,
+                                  node->items[2 * first[i]]->line);
         } else if (read_policy(r, key, node->items[2 * i + 1],
                                &c->policies[i]) == 0) {
             c->npolicies++;
@@ -752,24 +729,24 @@ static int read_policies(reader_t *r, const rateld__node_t *node)
 
 /* --------------------------------------------------------------- routes */
 
-static int read_route_policies(reader_t *r, const rateld__node_t *node,
+static int read_route_policies(reader_t *r, const ratel__yaml_node_t *node,
                                const char *path, rateld_route_t *route)
 {
     const rateld_config_t *c = r->config;
     char item[160], what[96];
 
-    if (rateld__list(&r->ctx, node, path, RATELD_ROUTE_POLICIES_MAX,
-                     "policy names"))
+    if (ratel__yaml_list(&r->ctx, node, path, RATELD_ROUTE_POLICIES_MAX,
+                         "policy names"))
         return -1;
     if (node->n == 0)
-        return rateld__fail(&r->ctx, node->line,
-                            "%s: an empty list; name at least one policy",
-                            path);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: an empty list; name at least one policy",
+                                path);
     for (size_t i = 0; i < node->n; i++) {
-        const rateld__node_t *it = node->items[i];
+        const ratel__yaml_node_t *it = node->items[i];
         const rateld_policy_t *p = NULL;
         snprintf(item, sizeof item, "%s[%zu]", path, i);
-        if (it->type == RATELD__SCALAR) {
+        if (it->type == RATEL__YAML_SCALAR) {
             name_ref_t want = {it->text, it->len, 0};
             const name_ref_t *found =
                 bsearch(&want, r->names, r->nnames, sizeof want, compare_name);
@@ -784,79 +761,82 @@ static int read_route_policies(reader_t *r, const rateld__node_t *node,
                                  k ? ", " : "", c->policies[k].name);
                 q += w > 0 ? (size_t)w : 0;
             }
-            return rateld__fail(&r->ctx, it->line,
-                                "%s: no policy named %s; defined: %s", item,
-                                rateld__describe(it, what, sizeof what), names);
+            return ratel__yaml_fail(
+                &r->ctx, it->line, "%s: no policy named %s; defined: %s", item,
+                ratel__yaml_describe(it, what, sizeof what), names);
         }
         route->policies[i] = (size_t)(p - c->policies);
         for (size_t j = 0; j < i; j++)
             if (route->policies[j] == route->policies[i])
-                return rateld__fail(&r->ctx, it->line, "%s: repeats %s[%zu]",
-                                    item, path, j);
+                return ratel__yaml_fail(&r->ctx, it->line,
+                                        "%s: repeats %s[%zu]", item, path, j);
     }
     route->npolicies = node->n;
     return 0;
 }
 
-static int read_route_path(reader_t *r, const rateld__node_t *v,
+static int read_route_path(reader_t *r, const ratel__yaml_node_t *v,
                            const char *field, rateld_route_t *route)
 {
     char q[96];
 
-    if (rateld__string(&r->ctx, v, field, route->prefix, sizeof route->prefix))
+    if (ratel__yaml_string(&r->ctx, v, field, route->prefix,
+                           sizeof route->prefix))
         return -1;
-    rateld__quote(route->prefix, strlen(route->prefix), q, sizeof q);
+    ratel__yaml_quote(route->prefix, strlen(route->prefix), q, sizeof q);
     if (route->prefix[0] != '/')
-        return rateld__fail(&r->ctx, v->line, "%s: \"%s\" must start with '/'",
-                            field, q);
+        return ratel__yaml_fail(&r->ctx, v->line,
+                                "%s: \"%s\" must start with '/'", field, q);
     if (strpbrk(route->prefix, " ?#"))
-        return rateld__fail(&r->ctx, v->line,
-                            "%s: \"%s\": a path prefix has no spaces, query "
-                            "or fragment",
-                            field, q);
+        return ratel__yaml_fail(
+            &r->ctx, v->line,
+            "%s: \"%s\": a path prefix has no spaces, query "
+            "or fragment",
+            field, q);
     return 0;
 }
 
-static int read_route_method(reader_t *r, const rateld__node_t *v,
+static int read_route_method(reader_t *r, const ratel__yaml_node_t *v,
                              const char *field, rateld_route_t *route)
 {
     char q[96];
 
-    if (rateld__string(&r->ctx, v, field, route->method, sizeof route->method))
+    if (ratel__yaml_string(&r->ctx, v, field, route->method,
+                           sizeof route->method))
         return -1;
-    rateld__quote(route->method, strlen(route->method), q, sizeof q);
+    ratel__yaml_quote(route->method, strlen(route->method), q, sizeof q);
     if (!route->method[0])
-        return rateld__fail(&r->ctx, v->line,
-                            "%s: is empty (leave it out to match any "
-                            "method)",
-                            field);
+        return ratel__yaml_fail(&r->ctx, v->line,
+                                "%s: is empty (leave it out to match any "
+                                "method)",
+                                field);
     for (const char *m = route->method; *m; m++)
         if (!(*m >= 'A' && *m <= 'Z') && !(*m >= '0' && *m <= '9') &&
             *m != '-' && *m != '_')
-            return rateld__fail(&r->ctx, v->line,
-                                "%s: \"%s\" is not an upper-case method "
-                                "such as GET or POST",
-                                field, q);
+            return ratel__yaml_fail(&r->ctx, v->line,
+                                    "%s: \"%s\" is not an upper-case method "
+                                    "such as GET or POST",
+                                    field, q);
     return 0;
 }
 
 /* A host name to match: "api.example.com" or "*.example.com", stored in
    lower case; no port, no spaces. */
-static int read_route_host(reader_t *r, const rateld__node_t *v,
+static int read_route_host(reader_t *r, const ratel__yaml_node_t *v,
                            const char *field, rateld_route_t *route)
 {
     char q[96];
     char *h = route->host;
 
-    if (rateld__string(&r->ctx, v, field, route->host, sizeof route->host))
+    if (ratel__yaml_string(&r->ctx, v, field, route->host, sizeof route->host))
         return -1;
-    rateld__quote(h, strlen(h), q, sizeof q);
+    ratel__yaml_quote(h, strlen(h), q, sizeof q);
     if (!h[0] || !strcmp(h, "*") || !strcmp(h, "*."))
-        return rateld__fail(&r->ctx, v->line,
-                            "%s: \"%s\": give a host name such as "
-                            "api.example.com or *.example.com (leave host "
-                            "out to match any)",
-                            field, q);
+        return ratel__yaml_fail(&r->ctx, v->line,
+                                "%s: \"%s\": give a host name such as "
+                                "api.example.com or *.example.com (leave host "
+                                "out to match any)",
+                                field, q);
     for (char *c = h; *c; c++) {
         unsigned char ch = (unsigned char)*c;
         if (ch >= 'A' && ch <= 'Z')
@@ -864,67 +844,69 @@ static int read_route_host(reader_t *r, const rateld__node_t *v,
         else if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
                    ch == '.' || ch == '-' || ch == '_' ||
                    (ch == '*' && c == h && c[1] == '.')))
-            return rateld__fail(&r->ctx, v->line,
-                                "%s: \"%s\" is not a host name: letters, "
-                                "digits, '.', '-', and '*.' only at the "
-                                "start; no port",
-                                field, q);
+            return ratel__yaml_fail(&r->ctx, v->line,
+                                    "%s: \"%s\" is not a host name: letters, "
+                                    "digits, '.', '-', and '*.' only at the "
+                                    "start; no port",
+                                    field, q);
     }
     return 0;
 }
 
 /* headers: {NAME: VALUE, ...}: each must be sent with exactly VALUE. */
-static int read_route_headers(reader_t *r, const rateld__node_t *v,
+static int read_route_headers(reader_t *r, const ratel__yaml_node_t *v,
                               const char *field, rateld_route_t *route)
 {
     char item[320], what[96];
 
-    if (v->type != RATELD__MAP)
-        return rateld__fail(&r->ctx, v->line,
-                            "%s: expected a mapping of header names to "
-                            "values (e.g. {X-Tenant: gold}), got %s",
-                            field, rateld__describe(v, what, sizeof what));
+    if (v->type != RATEL__YAML_MAP)
+        return ratel__yaml_fail(&r->ctx, v->line,
+                                "%s: expected a mapping of header names to "
+                                "values (e.g. {X-Tenant: gold}), got %s",
+                                field,
+                                ratel__yaml_describe(v, what, sizeof what));
     if (v->n / 2 > RATELD_ROUTE_HEADERS_MAX)
-        return rateld__fail(&r->ctx, v->line, "%s: more than %d headers",
-                            field, RATELD_ROUTE_HEADERS_MAX);
+        return ratel__yaml_fail(&r->ctx, v->line, "%s: more than %d headers",
+                                field, RATELD_ROUTE_HEADERS_MAX);
     for (size_t i = 0; i < v->n / 2; i++) {
-        const rateld__node_t *k = v->items[2 * i], *val = v->items[2 * i + 1];
+        const ratel__yaml_node_t *k = v->items[2 * i],
+                                 *val = v->items[2 * i + 1];
         rateld_match_header_t *h = &route->headers[i];
-        rateld__join(item, sizeof item, field, k);
+        ratel__yaml_join(item, sizeof item, field, k);
         if (k->len == 0 || k->len >= sizeof h->name)
-            return rateld__fail(&r->ctx, k->line,
-                                "%s: a header name is 1..%zu characters",
-                                item, sizeof h->name - 1);
+            return ratel__yaml_fail(&r->ctx, k->line,
+                                    "%s: a header name is 1..%zu characters",
+                                    item, sizeof h->name - 1);
         for (size_t j = 0; j < k->len; j++)
             if (!tchar((unsigned char)k->text[j]))
-                return rateld__fail(&r->ctx, k->line,
-                                    "%s: not a valid header name", item);
+                return ratel__yaml_fail(&r->ctx, k->line,
+                                        "%s: not a valid header name", item);
         memcpy(h->name, k->text, k->len + 1);
-        if (rateld__string(&r->ctx, val, item, h->value, sizeof h->value))
+        if (ratel__yaml_string(&r->ctx, val, item, h->value, sizeof h->value))
             return -1;
         for (size_t j = 0; j < i; j++)
             if (strcasecmp(route->headers[j].name, h->name) == 0)
-                return rateld__fail(&r->ctx, k->line,
-                                    "%s: header named twice (any case)",
-                                    item);
+                return ratel__yaml_fail(&r->ctx, k->line,
+                                        "%s: header named twice (any case)",
+                                        item);
     }
     route->nheaders = v->n / 2;
     return 0;
 }
 
-static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
+static int read_route(reader_t *r, const ratel__yaml_node_t *node, size_t index,
                       rateld_route_t *route)
 {
     static const char *const names[] = {"path", "method", "policies", "host",
                                         "headers"};
-    const rateld__node_t *v[COUNT(names)];
+    const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
     char path[64], field[96];
 
     snprintf(path, sizeof path, "routes[%zu]", index);
-    if (rateld__fields(&r->ctx, node, path, names, COUNT(names), v))
+    if (ratel__yaml_fields(&r->ctx, node, path, names, COUNT(names), v))
         return -1;
-    n = rateld__by_line(v, COUNT(names), order);
+    n = ratel__yaml_by_line(v, COUNT(names), order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
         int rc;
@@ -938,14 +920,14 @@ static int read_route(reader_t *r, const rateld__node_t *node, size_t index,
             return -1;
     }
     if (!v[0])
-        return rateld__fail(&r->ctx, node->line,
-                            "%s.path: required (a path prefix such as "
-                            "/api/ping)",
-                            path);
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s.path: required (a path prefix such as "
+                                "/api/ping)",
+                                path);
     if (!v[2])
-        return rateld__fail(&r->ctx, node->line,
-                            "%s.policies: required (a list of policy names)",
-                            path);
+        return ratel__yaml_fail(
+            &r->ctx, node->line,
+            "%s.policies: required (a list of policy names)", path);
     return 0;
 }
 
@@ -963,27 +945,27 @@ static int same_match(const rateld_route_t *a, const rateld_route_t *b)
     return 1;
 }
 
-static int read_routes(reader_t *r, const rateld__node_t *node)
+static int read_routes(reader_t *r, const ratel__yaml_node_t *node)
 {
     rateld_config_t *c = r->config;
 
-    if (rateld__list(&r->ctx, node, "routes", ROUTES_MAX, "routes"))
+    if (ratel__yaml_list(&r->ctx, node, "routes", ROUTES_MAX, "routes"))
         return -1;
     if (node->n == 0)
         return 0;
     c->routes = calloc(node->n, sizeof *c->routes);
     if (!c->routes)
-        return rateld__fail(&r->ctx, node->line, "out of memory");
+        return ratel__yaml_fail(&r->ctx, node->line, "out of memory");
     for (size_t i = 0; i < node->n; i++) {
         rateld_route_t *route = &c->routes[i];
         if (read_route(r, node->items[i], i, route))
             return -1;
         for (size_t j = 0; j < i; j++)
             if (same_match(&c->routes[j], route))
-                return rateld__fail(&r->ctx, node->items[i]->line,
-                                    "routes[%zu]: same path, method, host "
-                                    "and headers as routes[%zu]",
-                                    i, j);
+                return ratel__yaml_fail(&r->ctx, node->items[i]->line,
+                                        "routes[%zu]: same path, method, host "
+                                        "and headers as routes[%zu]",
+                                        i, j);
         c->nroutes++;
     }
     return 0;
@@ -991,32 +973,32 @@ static int read_routes(reader_t *r, const rateld__node_t *node)
 
 /* ----------------------------------------------------------------- auth */
 
-static int read_auth(reader_t *r, const rateld__node_t *node)
+static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
 {
     static const char *const names[] = {"deny_status", "unmatched"};
     static const char *const unmatched[] = {"deny", "allow"};
-    const rateld__node_t *v[COUNT(names)];
+    const ratel__yaml_node_t *v[COUNT(names)];
     rateld_auth_t *a = &r->config->auth;
     uint64_t status;
     int word;
 
-    if (rateld__fields(&r->ctx, node, "auth", names, COUNT(names), v))
+    if (ratel__yaml_fields(&r->ctx, node, "auth", names, COUNT(names), v))
         return -1;
     if (v[0]) {
-        if (rateld__uint(&r->ctx, v[0], "auth.deny_status", 403, 429, 0,
-                         &status))
+        if (ratel__yaml_uint(&r->ctx, v[0], "auth.deny_status", 403, 429, 0,
+                             &status))
             return -1;
         if (status != 403 && status != 429)
-            return rateld__fail(&r->ctx, v[0]->line,
-                                "auth.deny_status: %llu; accepted: 429 "
-                                "(Caddy, Traefik, HAProxy, Envoy pass it "
-                                "on) or 403 (nginx auth_request)",
-                                (unsigned long long)status);
+            return ratel__yaml_fail(&r->ctx, v[0]->line,
+                                    "auth.deny_status: %llu; accepted: 429 "
+                                    "(Caddy, Traefik, HAProxy, Envoy pass it "
+                                    "on) or 403 (nginx auth_request)",
+                                    (unsigned long long)status);
         a->deny_status = (int)status;
     }
     if (v[1]) {
-        if (rateld__word(&r->ctx, v[1], "auth.unmatched", unmatched,
-                         COUNT(unmatched), &word))
+        if (ratel__yaml_word(&r->ctx, v[1], "auth.unmatched", unmatched,
+                             COUNT(unmatched), &word))
             return -1;
         a->unmatched = word ? RATELD_UNMATCHED_ALLOW : RATELD_UNMATCHED_DENY;
     }
@@ -1038,44 +1020,46 @@ enum {
     T_COUNT
 };
 
-static int read_top(reader_t *r, const rateld__node_t *root)
+static int read_top(reader_t *r, const ratel__yaml_node_t *root)
 {
     static const char *const names[T_COUNT] = {
-        "listen", "threads", "admin_token", "trusted_proxies",
-        "limits", "store",   "policies",    "routes", "auth"};
-    const rateld__node_t *v[T_COUNT];
+        "listen",          "threads", "admin_token",
+        "trusted_proxies", "limits",  "store",
+        "policies",        "routes",  "auth"};
+    const ratel__yaml_node_t *v[T_COUNT];
     size_t order[T_COUNT], n;
     rateld_config_t *c = r->config;
     uint64_t x = 1;
 
-    if (root->type != RATELD__MAP) {
+    if (root->type != RATEL__YAML_MAP) {
         char what[96];
-        return rateld__fail(&r->ctx, root->line,
-                            "the top level must be a mapping of fields "
-                            "(listen:, store:, policies:, routes:, ...), "
-                            "got %s",
-                            rateld__describe(root, what, sizeof what));
+        return ratel__yaml_fail(&r->ctx, root->line,
+                                "the top level must be a mapping of fields "
+                                "(listen:, store:, policies:, routes:, ...), "
+                                "got %s",
+                                ratel__yaml_describe(root, what, sizeof what));
     }
-    if (rateld__fields(&r->ctx, root, "", names, T_COUNT, v))
+    if (ratel__yaml_fields(&r->ctx, root, "", names, T_COUNT, v))
         return -1;
     /* In the file's order, but routes last: they name policies. */
-    n = rateld__by_line(v, T_COUNT, order);
+    n = ratel__yaml_by_line(v, T_COUNT, order);
     for (size_t k = 0; k < n; k++) {
-        const rateld__node_t *node = v[order[k]];
+        const ratel__yaml_node_t *node = v[order[k]];
         int rc = 0;
         switch (order[k]) {
         case T_LISTEN:
             rc = read_listen(r, node);
             break;
         case T_THREADS:
-            rc = rateld__uint(&r->ctx, node, "threads", 1, 64, 0, &x);
+            rc = ratel__yaml_uint(&r->ctx, node, "threads", 1, 64, 0, &x);
             c->threads = (unsigned)x;
             break;
         case T_ADMIN_TOKEN:
             rc = read_admin_token(r, node);
             break;
         case T_TRUSTED:
-            rc = read_trusted(r, node);
+            rc = ratel__yaml_trusted(&r->ctx, node, "trusted_proxies",
+                                     &c->trusted);
             break;
         case T_LIMITS:
             rc = read_limits(r, node);
@@ -1096,9 +1080,9 @@ static int read_top(reader_t *r, const rateld__node_t *root)
             return -1;
     }
     if (!v[T_POLICIES])
-        return rateld__fail(&r->ctx, root->line,
-                            "policies: required; define at least one "
-                            "policy (docs/config.md)");
+        return ratel__yaml_fail(&r->ctx, root->line,
+                                "policies: required; define at least one "
+                                "policy (docs/config.md)");
     if (v[T_ROUTES] && read_routes(r, v[T_ROUTES]))
         return -1;
     return 0;
@@ -1108,7 +1092,7 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
                         rateld_config_t **out, char *err, size_t errlen)
 {
     reader_t r;
-    rateld__node_t *root = NULL;
+    ratel__yaml_node_t *root = NULL;
     rateld_config_t *c;
     int rc;
 
@@ -1119,27 +1103,27 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     if (err && errlen)
         err[0] = '\0';
     if (!out)
-        return rateld__fail(&r.ctx, 1, "no place for the result");
+        return ratel__yaml_fail(&r.ctx, 1, "no place for the result");
     *out = NULL;
     if (!text && len)
-        return rateld__fail(&r.ctx, 1, "no text");
-    if (len > RATELD__CONFIG_MAX_BYTES)
-        return rateld__fail(&r.ctx, 1,
-                            "the file is %zu bytes; a configuration may be "
-                            "at most 1 MiB",
-                            len);
-    if (rateld__yaml_load(&r.ctx, text ? text : "", len, &root))
+        return ratel__yaml_fail(&r.ctx, 1, "no text");
+    if (len > RATEL__CONFIG_MAX_BYTES)
+        return ratel__yaml_fail(&r.ctx, 1,
+                                "the file is %zu bytes; a configuration may be "
+                                "at most 1 MiB",
+                                len);
+    if (ratel__yaml_load(&r.ctx, text ? text : "", len, &root))
         return -1;
-    if (!root || rateld__is_null(root)) {
-        rateld__node_free(root);
-        return rateld__fail(&r.ctx, 1,
-                            "the file is empty; it needs at least a "
-                            "policies: mapping (docs/config.md)");
+    if (!root || ratel__yaml_is_null(root)) {
+        ratel__yaml_free(root);
+        return ratel__yaml_fail(&r.ctx, 1,
+                                "the file is empty; it needs at least a "
+                                "policies: mapping (docs/config.md)");
     }
     c = calloc(1, sizeof *c);
     if (!c) {
-        rateld__node_free(root);
-        return rateld__fail(&r.ctx, 1, "out of memory");
+        ratel__yaml_free(root);
+        return ratel__yaml_fail(&r.ctx, 1, "out of memory");
     }
     snprintf(c->path, sizeof c->path, "%s", r.ctx.name);
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
@@ -1149,7 +1133,7 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     c->auth.deny_status = 429;
     r.config = c;
     rc = read_top(&r, root);
-    rateld__node_free(root);
+    ratel__yaml_free(root);
     free(r.names);
     if (rc) {
         rateld_config_free(c);
@@ -1173,7 +1157,7 @@ int rateld_config_load(const char *path, rateld_config_t **out, char *err,
             snprintf(err, errlen, "config: no file given");
         return -1;
     }
-    if (rateld__read_file(path, &text, &len, err, errlen) != 0)
+    if (ratel__config_read_file(path, &text, &len, err, errlen) != 0)
         return -1;
     rc = rateld_config_parse(text, len, path, out, err, errlen);
     free(text);
@@ -1275,9 +1259,8 @@ const rateld_route_t *rateld_config_route(const rateld_config_t *config,
         size_t n = strlen(r->prefix);
         if (!prefix_matches(r->prefix, n, q->path))
             continue;
-        if (r->method[0] &&
-            (!q->method.p || strlen(r->method) != q->method.n ||
-             memcmp(r->method, q->method.p, q->method.n) != 0))
+        if (r->method[0] && (!q->method.p || strlen(r->method) != q->method.n ||
+                             memcmp(r->method, q->method.p, q->method.n) != 0))
             continue;
         if (r->host[0] && !host_matches(r->host, q->host))
             continue;

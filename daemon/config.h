@@ -10,17 +10,17 @@
 #ifndef RATELD_CONFIG_H
 #define RATELD_CONFIG_H
 
+#include "app/address.h"
 #include "http/http.h"
 #include "ratel.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define RATELD_NAME_MAX 64       /* policy names: [A-Za-z0-9_.-]{1,63} */
-#define RATELD_KEY_PARTS_MAX 8   /* parts of one key source list */
-#define RATELD_FIELD_MAX 128     /* header / query parameter names */
+#define RATELD_NAME_MAX 64     /* policy names: [A-Za-z0-9_.-]{1,63} */
+#define RATELD_KEY_PARTS_MAX 8 /* parts of one key source list */
+#define RATELD_FIELD_MAX 128   /* header / query parameter names */
 #define RATELD_ROUTE_POLICIES_MAX 8
-#define RATELD_TRUSTED_MAX 64
 
 /* Where a policy's key comes from. */
 typedef enum rateld_key_kind_e {
@@ -72,9 +72,9 @@ typedef struct rateld_policy_s {
     rateld_key_part_t key[RATELD_KEY_PARTS_MAX];
     size_t nkey;
     rateld_missing_t on_missing;
-    int shadow; /* decide, log and count, but always allow */
-    int line;   /* where it was defined, for messages */
-    int uses_json; /* a key part or an override reads json: */
+    int shadow;                   /* decide, log and count, but always allow */
+    int line;                     /* where it was defined, for messages */
+    int uses_json;                /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */
     size_t noverrides;
 } rateld_policy_t;
@@ -93,7 +93,7 @@ typedef struct rateld_route_s {
     char host[256];   /* "" any; "api.example.com" exactly (no port, any
                          case); "*.example.com" any name under it */
     rateld_match_header_t headers[RATELD_ROUTE_HEADERS_MAX];
-    size_t nheaders;  /* all must be present with their values */
+    size_t nheaders; /* all must be present with their values */
     size_t policies[RATELD_ROUTE_POLICIES_MAX]; /* indices in policies */
     size_t npolicies;
 } rateld_route_t;
@@ -114,20 +114,13 @@ typedef struct rateld_auth_s {
     rateld_unmatched_t unmatched; /* a request no route matches */
 } rateld_auth_t;
 
-/* An address block: `family` AF_INET or AF_INET6, `bits` prefix length. */
-typedef struct rateld_cidr_s {
-    int family;
-    uint8_t addr[16];
-    unsigned bits;
-} rateld_cidr_t;
-
 typedef enum rateld_store_kind_e {
     RATELD_STORE_MEMORY = 0,
     RATELD_STORE_REDIS
 } rateld_store_kind_t;
 
 typedef struct rateld_config_s {
-    char path[512]; /* the file it came from */
+    char path[512];              /* the file it came from */
     char listen[256];            /* default "127.0.0.1:8080" */
     unsigned threads;            /* default 1 */
     ratel_http_limits_t limits;  /* `limits:` section; 0 = http.h default */
@@ -135,9 +128,8 @@ typedef struct rateld_config_s {
     size_t memory_max_bytes;     /* default 64 MiB; "64MiB", "1GiB", bytes */
     ratel_redis_options_t redis; /* url etc.; strings point into redis_url */
     char redis_url[1024];
-    char admin_token[256];       /* "" : reset is refused (403) */
-    rateld_cidr_t trusted[RATELD_TRUSTED_MAX];
-    size_t ntrusted;
+    char admin_token[256];    /* "" : reset is refused (403) */
+    ratel__trusted_t trusted; /* trusted_proxies */
     rateld_policy_t *policies;
     size_t npolicies;
     rateld_route_t *routes;
@@ -180,12 +172,5 @@ typedef struct rateld_route_query_s {
  */
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
                                           const rateld_route_query_t *q);
-
-/*
- * Parses "10.0.0.0/8", "2001:db8::/32" or a bare address (a /32 or /128).
- * Returns 0 or -1 with a message naming the text in err.
- */
-int rateld_cidr_parse(const char *text, rateld_cidr_t *out, char *err,
-                      size_t errlen);
 
 #endif /* RATELD_CONFIG_H */

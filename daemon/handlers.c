@@ -350,7 +350,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t *p;
-    char err[400], client[RATELD_ADDR_MAX], host[256];
+    char err[400], client[RATEL__ADDR_MAX], host[256];
     rateld_view_t view;
     params_t prm;
 
@@ -447,7 +447,7 @@ static int original_request(const rateld_config_t *c,
                "after /v1/auth/";
         return 0;
     }
-    if (!rateld_peer_trusted(c, req)) {
+    if (!ratel__peer_trusted(&c->trusted, req)) {
         *why = "forwarded-request headers from a peer not in "
                "trusted_proxies are ignored";
         return 0;
@@ -488,7 +488,7 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     va_end(ap);
     rateld_metrics_undecided(d->metrics, req->thread, reason);
     if (now - w->undecided_logged_us[reason] >= 10000000) {
-        rateld_log(status == 200 ? "info" : "warn", "auth request undecided",
+        ratel__log(status == 200 ? "info" : "warn", "auth request undecided",
                    "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
                    status, msg,
                    (unsigned long long)w->undecided_quiet[reason]);
@@ -619,7 +619,7 @@ static void api_view(const rateld_config_t *c,
     view->path = req->path;
     view->query = req->query;
     view->host = host_of(h ? *h : (ratel_http_str_t){"", 0}, host, hostlen);
-    rateld_client_address(c, req, client, RATELD_ADDR_MAX);
+    ratel__client_address(&c->trusted, req, client, RATEL__ADDR_MAX);
     view->client = client;
 }
 
@@ -653,7 +653,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
-    char client[RATELD_ADDR_MAX], host[256];
+    char client[RATEL__ADDR_MAX], host[256];
     const char *why = "";
     rateld_route_query_t q;
     rateld_view_t view;
@@ -673,7 +673,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
                   o.method.p, (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
         return;
     }
-    rateld_client_address(c, req, client, sizeof client);
+    ratel__client_address(&c->trusted, req, client, sizeof client);
     memset(&view, 0, sizeof view);
     view.req = req;
     view.path = o.path;
@@ -754,7 +754,7 @@ static void answer_acquire(rateld_t *d, unsigned thread,
                                          : RATELD_OUTCOME_ALLOWED,
                          dec->source, now - p->start_us);
     if (shadow_denied)
-        rateld_log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
+        ratel__log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
                    p->policy->name, (long long)dec->retry_after_ms);
     decision_headers(&a, p, dec, denied);
     respond(d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
@@ -911,7 +911,7 @@ static void refund_api(rateld_t *d, rateld_worker_t *w,
     const rateld_policy_t *pol;
     rateld_pending_t p;
     ratel_decision_t dec;
-    char body[512], client[RATELD_ADDR_MAX], host[256];
+    char body[512], client[RATEL__ADDR_MAX], host[256];
     rateld_view_t view;
     params_t prm;
     answer_t a;
@@ -996,7 +996,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
                       "the store failed: %s", ratel_strerror(rc));
         return;
     }
-    rateld_log("info", "reset", "policy=%s", pol->name);
+    ratel__log("info", "reset", "policy=%s", pol->name);
     respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
 }
 

@@ -109,10 +109,10 @@ static void write_line(rateld_health_t *w, const rateld_health_line_t *line,
                  (unsigned long long)line->changes);
     if (line->what == RATELD_HEALTH_DOWN) {
         clean(h->cause, cause, sizeof cause);
-        rateld_log("warn", "store down", "store=%s cause=\"%s\"%s", w->name,
+        ratel__log("warn", "store down", "store=%s cause=\"%s\"%s", w->name,
                    cause, changes);
     } else if (line->what == RATELD_HEALTH_UP) {
-        rateld_log("info", "store up", "store=%s down_ms=%lld%s", w->name,
+        ratel__log("info", "store up", "store=%s down_ms=%lld%s", w->name,
                    (long long)line->down_ms, changes);
     }
 }
@@ -172,7 +172,7 @@ rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name)
     pthread_condattr_t attr;
 
     if (!w || rateld_health_log_init(&w->log, NULL) != 0) {
-        rateld_log("error", "cannot watch the store's health",
+        ratel__log("error", "cannot watch the store's health",
                    "reason=\"out of memory\"");
         free(w);
         return NULL;
@@ -186,7 +186,7 @@ rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name)
     pthread_condattr_destroy(&attr);
     ratel_store_watch_health(store, poke, w);
     if (pthread_create(&w->tid, NULL, watch_main, w) != 0) {
-        rateld_log("error", "cannot watch the store's health",
+        ratel__log("error", "cannot watch the store's health",
                    "reason=\"cannot start a thread\"");
         ratel_store_watch_health(store, NULL, NULL);
         pthread_cond_destroy(&w->cv);

@@ -77,7 +77,7 @@ typedef struct rateld_health_s rateld_health_t;
  * Starts the thread that watches `store` (named `name` in the log, e.g.
  * "redis"; both must outlive it): it registers itself with
  * ratel_store_watch_health(), PINGs every RATELD_HEALTH_INTERVAL_MS and
- * logs changes with rateld_log(). Returns it, or NULL (logged) when the
+ * logs changes with ratel__log(). Returns it, or NULL (logged) when the
  * thread could not start: rateld then runs without it.
  */
 rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name);

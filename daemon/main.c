@@ -10,13 +10,12 @@
  * configuration kept, with the reason logged); SIGTERM and SIGINT stop
  * taking connections, answer what was received (up to 5 s) and exit 0.
  */
+#include "app/program.h"
 #include "app/ratelimit.h"
 #include "daemon/health.h"
 #include "daemon/rateld.h"
 
 #include <errno.h>
-#include <getopt.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +36,7 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
         d->store_name = "memory";
         rc = ratel_store_memory_new(&d->store, &o);
         if (rc != 0) {
-            rateld_log("error", "cannot create the memory store",
+            ratel__log("error", "cannot create the memory store",
                        "reason=\"%s\"", ratel_strerror(rc));
             return -1;
         }
@@ -52,7 +51,7 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
         o.lazy_connect = 1;
         rc = ratel_store_redis_new(&d->store, &o, err, sizeof err);
         if (rc != 0) {
-            rateld_log("error", "cannot create the redis store",
+            ratel__log("error", "cannot create the redis store",
                        "reason=\"%s\"", err);
             return -1;
         }
@@ -65,36 +64,20 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
 
 /* ------------------------------------------------------------ signals */
 
-static void *signal_thread(void *arg)
+/* SIGHUP, on the signal thread: the configuration file again. */
+static void reload(void *ud)
 {
-    rateld_t *d = arg;
-    sigset_t set;
-    int sig;
+    rateld_t *d = ud;
+    char err[800];
 
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    for (;;) {
-        if (sigwait(&set, &sig) != 0)
-            continue;
-        if (sig == SIGHUP) {
-            char err[800];
-            if (rateld_reload(d, err, sizeof err) == 0) {
-                rateld_gen_t *g = atomic_load(&d->current);
-                rateld_log("info", "configuration reloaded",
-                           "path=%s policies=%zu routes=%zu", d->config_path,
-                           g->config->npolicies, g->config->nroutes);
-            } else {
-                rateld_log("error", "reload refused, running configuration kept",
-                           "reason=\"%s\"", err);
-            }
-            continue;
-        }
-        rateld_log("info", "stopping", "signal=%s drain_ms=%d",
-                   sig == SIGTERM ? "TERM" : "INT", DRAIN_MS);
-        ratel_http_server_stop(d->http, DRAIN_MS);
-        return NULL;
+    if (rateld_reload(d, err, sizeof err) == 0) {
+        rateld_gen_t *g = atomic_load(&d->current);
+        ratel__log("info", "configuration reloaded",
+                   "path=%s policies=%zu routes=%zu", d->config_path,
+                   g->config->npolicies, g->config->nroutes);
+    } else {
+        ratel__log("error", "reload refused, running configuration kept",
+                   "reason=\"%s\"", err);
     }
 }
 
@@ -140,69 +123,33 @@ static int check_config(const char *path)
     printf("%s: ok: %zu policies, %zu routes, store %s, listen %s, %u "
            "thread%s\n",
            path, c->npolicies, c->nroutes,
-           c->store == RATELD_STORE_MEMORY ? "memory" : c->redis_url,
-           c->listen, c->threads, c->threads == 1 ? "" : "s");
+           c->store == RATELD_STORE_MEMORY ? "memory" : c->redis_url, c->listen,
+           c->threads, c->threads == 1 ? "" : "s");
     rateld_config_free(c);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"check-config", required_argument, NULL, 't'},
-        {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    const char *path = NULL;
+    static const ratel__program_t program = {"rateld", RATELD_VERSION, usage,
+                                             check_config};
+    const char *path;
     rateld_config_t *config;
     rateld_t d;
     char err[800];
-    pthread_t sig_tid;
+    ratel__signals_t signals = {.name = "rateld", .drain_ms = DRAIN_MS};
     rateld_health_t *watch = NULL;
-    sigset_t set;
-    int opt, rc = 1;
+    int rc = ratel__program_args(&program, argc, argv, &path);
 
-    while ((opt = getopt_long(argc, argv, "c:t:Vh", longs, NULL)) != -1) {
-        switch (opt) {
-        case 'c':
-            path = optarg;
-            break;
-        case 't':
-            return check_config(optarg);
-        case 'V':
-            printf("rateld %s\n", RATELD_VERSION);
-            return 0;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "rateld: unexpected argument \"%s\"\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if (!path) {
-        fprintf(stderr, "rateld: --config FILE is required\n");
-        usage(stderr);
-        return 2;
-    }
+    if (rc >= 0)
+        return rc;
+    rc = 1;
     if (rateld_config_load(path, &config, err, sizeof err) != 0) {
         fprintf(stderr, "rateld: %s\n", err);
         return 1;
     }
-
     /* Signals go to the signal thread only: block them everywhere first. */
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    ratel__signals_block();
 
     memset(&d, 0, sizeof d);
     pthread_mutex_init(&d.reload_lock, NULL);
@@ -241,10 +188,10 @@ int main(int argc, char **argv)
         o.listen = g->config->listen;
         o.limits = g->config->limits;
         if (ratel_http_server_new(&d.http, &o, err, sizeof err) != 0) {
-            rateld_log("error", "cannot listen", "reason=\"%s\"", err);
+            ratel__log("error", "cannot listen", "reason=\"%s\"", err);
             goto out;
         }
-        rateld_log("info", "rateld started",
+        ratel__log("info", "rateld started",
                    "version=%s listen=%s port=%d threads=%u store=%s "
                    "policies=%zu routes=%zu config=%s",
                    RATELD_VERSION, g->config->listen,
@@ -254,17 +201,18 @@ int main(int argc, char **argv)
     /* Only a Redis store changes health (a memory store is always up). */
     if (strcmp(d.store_name, "memory") != 0)
         watch = rateld_health_start(d.store, d.store_name);
-    if (pthread_create(&sig_tid, NULL, signal_thread, &d) != 0) {
+    signals.http = d.http;
+    signals.reload = reload;
+    signals.ud = &d;
+    if (ratel__signals_start(&signals) != 0) {
         fprintf(stderr, "rateld: cannot start the signal thread\n");
         goto out;
     }
     rc = ratel_http_server_run(d.http) == 0 ? 0 : 1;
-    /* The signal thread ends after a stop; if the server ended otherwise,
-       wake it so that it does. Joined, it is gone before everything is
-       freed (a thread still running at exit leaks its stack). */
-    pthread_kill(sig_tid, SIGTERM);
-    pthread_join(sig_tid, NULL);
-    rateld_log("info", "rateld stopped", "status=%d", rc);
+    /* Joined, the signal thread is gone before everything is freed (a
+       thread still running at exit leaks its stack). */
+    ratel__signals_stop(&signals);
+    ratel__log("info", "rateld stopped", "status=%d", rc);
 out:
     ratel_http_server_free(d.http);
     /* No worker uses the store any more: stop watching it before it goes. */

@@ -20,6 +20,7 @@
 #ifndef RATELD_RATELD_H
 #define RATELD_RATELD_H
 
+#include "app/log.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
 #include "daemon/request.h"
@@ -107,10 +108,5 @@ void rateld_gen_free(rateld_gen_t *gen);
  * or -1 with the reason in err (the running configuration stays).
  */
 int rateld_reload(rateld_t *d, char *err, size_t errlen);
-
-/* One structured log line: `ts=... level=LEVEL msg="..."` then fmt's
-   key=value pairs. */
-void rateld_log(const char *level, const char *msg, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif /* RATELD_RATELD_H */

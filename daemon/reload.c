@@ -110,7 +110,7 @@ int rateld_reload(rateld_t *d, char *err, size_t errlen)
         goto fail;
     }
     if (!same_server(old->config, c))
-        rateld_log("warn", "listen, threads and limits take effect on restart",
+        ratel__log("warn", "listen, threads and limits take effect on restart",
                    "path=%s", d->config_path);
     g = rateld_gen_new(d, c);
     if (!g) {

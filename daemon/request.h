@@ -1,46 +1,18 @@
 /*
- * request.h - what rateld reads from a request: who the client is and the
- * key a policy limits.
+ * request.h - what rateld reads from a request: the key a policy limits
+ * and the overrides that apply (who the client is: app/address.h).
  */
 #ifndef RATELD_REQUEST_H
 #define RATELD_REQUEST_H
 
+#include "app/address.h"
 #include "daemon/config.h"
 #include "http/http.h"
 
 #include <stddef.h>
 
-/* Longest client address text ("ffff:...:255.255.255.255") + NUL. */
-#define RATELD_ADDR_MAX 64
 /* Longest key rateld builds (longer key sources are refused with 400). */
 #define RATELD_KEY_MAX 1024
-
-/*
- * Whether the address `family` (AF_INET / AF_INET6) `addr` (4 or 16 bytes)
- * lies in one of the n blocks. An IPv4-mapped IPv6 address
- * (::ffff:a.b.c.d) is matched as the IPv4 address.
- */
-int rateld_cidr_match(const rateld_cidr_t *blocks, size_t n, int family,
-                      const void *addr);
-
-/* Whether the TCP peer of `req` is one of the config's trusted proxies:
-   only then are its forwarded-request headers believed. */
-int rateld_peer_trusted(const rateld_config_t *config,
-                        const ratel_http_request_t *req);
-
-/*
- * The client's address as text into buf (at least RATELD_ADDR_MAX bytes):
- * the TCP peer, unless the peer is in the config's trusted proxies; then
- * the X-Forwarded-For entries are read from the right, and the first one
- * that is not a trusted proxy is the client (if all are trusted, the
- * leftmost). An entry that is not an address ends the walk: the last
- * trusted hop before it is taken. Several X-Forwarded-For headers count as
- * one list, in order. IPv4-mapped IPv6 peers are written as IPv4. Returns
- * the text's length.
- */
-size_t rateld_client_address(const rateld_config_t *config,
-                             const ratel_http_request_t *req, char *buf,
-                             size_t len);
 
 /* What a policy's key sources read: for /v1/auth, the forwarded request's
    path, query and host (X-Original-URI, ...), not rateld's own. */
@@ -49,7 +21,7 @@ typedef struct rateld_view_s {
     ratel_http_str_t path;           /* not decoded */
     ratel_http_str_t query;          /* not decoded */
     ratel_http_str_t host;           /* lower case, without the port */
-    const char *client;              /* rateld_client_address() */
+    const char *client;              /* ratel__client_address() */
     const struct cJSON *json;        /* the body, when it is a JSON object
                                         and a policy reads json: */
     int json_error;                  /* ... the body is not one */
@@ -88,7 +60,6 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
  */
 const rateld_override_t *rateld_policy_override(const rateld_policy_t *p,
                                                 const rateld_view_t *v,
-                                                const char *key,
-                                                size_t keylen);
+                                                const char *key, size_t keylen);
 
 #endif /* RATELD_REQUEST_H */

@@ -2,7 +2,7 @@
  * captcha.h - captchad, the SMS verification-code service built on
  * libratel: the shared state of its parts.
  *
- *   captcha_config.c    the YAML file (rateld's readers, FILE:LINE errors)
+ *   captcha_config.c    the YAML file (src/app's readers, FILE:LINE errors)
  *   captcha_codes.c     the code store: memory (bounded, TTL) or Redis
  *   captcha_notices.c   the notice table in SQLite
  *   captcha_sender.c    the bounded queue, the worker thread, the senders
@@ -18,8 +18,8 @@
 #ifndef CAPTCHA_H
 #define CAPTCHA_H
 
-#include "daemon/config.h"
-#include "daemon/request.h"
+#include "app/address.h"
+#include "app/log.h"
 #include "http/http.h"
 #include "ratel.h"
 
@@ -63,7 +63,7 @@ typedef struct captcha_config_s {
     ratel_http_limits_t limits;  /* `limits:` HTTP sizes and times, as in
                                     rateld; max_body_bytes default 16 KiB */
     char admin_token[256];       /* "": /notices always 403 */
-    rateld_config_t *proxies;    /* trusted_proxies (only those fields set) */
+    ratel__trusted_t trusted;    /* trusted_proxies */
     int store_redis;             /* store.type: 0 memory, 1 redis */
     size_t memory_max_bytes;     /* store.max_bytes, default 64 MiB */
     ratel_redis_options_t redis; /* url points into redis_url */
@@ -181,7 +181,7 @@ typedef struct captcha_stranded_s {
     int64_t id;
     int64_t created_ms;
     char target[CAPTCHA_PHONE_MAX];
-    char ip[RATELD_ADDR_MAX]; /* "" for rows written before ip existed */
+    char ip[RATEL__ADDR_MAX]; /* "" for rows written before ip existed */
 } captcha_stranded_t;
 
 /* Every notice in INIT, oldest first, into a malloc'd *out (free());
@@ -206,7 +206,7 @@ typedef struct captcha_job_s {
     int64_t notice_id;
     char phone[CAPTCHA_PHONE_MAX];
     char code[CAPTCHA_CODE_MAX];
-    char ip[RATELD_ADDR_MAX];
+    char ip[RATEL__ADDR_MAX];
 } captcha_job_t;
 
 /* Starts the worker thread. 0 or -1 with a message. */
@@ -282,9 +282,5 @@ int captcha_refund_send(captcha_t *app, const char *phone, const char *ip);
  * one summary line. 0, or -1 when the notices cannot be read.
  */
 int captcha_sender_recover(captcha_t *app);
-
-/* One log line (daemon/log.c): ts=... level=... msg="..." key=value... */
-void rateld_log(const char *level, const char *msg, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif /* CAPTCHA_H */

@@ -319,7 +319,7 @@ static redisReply *eval(captcha_codes_t *c, const char *script,
            : redisCommand(ctx, "EVAL %s 1 %s %s", script, key, a1);
     if (!r || r->type == REDIS_REPLY_ERROR) {
         if (r)
-            rateld_log("error", "redis code store", "reason=\"%s\"", r->str);
+            ratel__log("error", "redis code store", "reason=\"%s\"", r->str);
         freeReplyObject(r);
         c->errors++;
         return NULL;

@@ -335,7 +335,7 @@ int captcha_refund_send(captcha_t *app, const char *phone, const char *ip)
     }
     atomic_fetch_add(rc ? &app->refund_errors : &app->refunds, 1);
     if (rc)
-        rateld_log("error", "refund failed", "reason=\"%s\"",
+        ratel__log("error", "refund failed", "reason=\"%s\"",
                    ratel_strerror(rc));
     return rc ? -1 : 0;
 }
@@ -365,7 +365,7 @@ static void send_admitted(captcha_t *app, ratel_http_exchange_t *ex,
     }
     job->notice_id = id;
     /* Logged first: the sender may have delivered it before we return. */
-    rateld_log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
+    ratel__log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
                job->ip);
     if (captcha_sender_enqueue(app->sender, job) != 0) {
         captcha_codes_discard(app->codes, job->phone, job->code);
@@ -373,7 +373,7 @@ static void send_admitted(captcha_t *app, ratel_http_exchange_t *ex,
                                now_ms);
         captcha_refund_send(app, job->phone, job->ip);
         atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
-        rateld_log("warn", "send queue full", "notice=%lld", (long long)id);
+        ratel__log("warn", "send queue full", "notice=%lld", (long long)id);
         respond_error(ex, 503, "too busy to send now; try again");
         return;
     }
@@ -413,14 +413,14 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                       &which, &denied);
     if (rc < 0) {
         atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        rateld_log("error", "store failed", "op=send reason=\"%s\"",
+        ratel__log("error", "store failed", "op=send reason=\"%s\"",
                    ratel_strerror(rc));
         respond_error(ex, 503, "the rate-limit store is unavailable");
         return;
     }
     if (rc == 0) {
         atomic_fetch_add(&app->sends[SEND_LIMITED], 1);
-        rateld_log(
+        ratel__log(
             "info", "send limited", "ip=%s policy=%s retry_after_ms=%lld", ip,
             captcha_policy_names[which], (long long)denied.retry_after_ms);
         respond_limited(app, ex, which, &denied);
@@ -468,7 +468,7 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     memset(in, 0, sizeof in);
     if (rc < 0) {
         atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
-        rateld_log("error", "verify failed", "reason=\"%s\"",
+        ratel__log("error", "verify failed", "reason=\"%s\"",
                    ratel_strerror(rc));
         respond_error(ex, 503, "the store is unavailable; try again");
         return;
@@ -476,7 +476,7 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     atomic_fetch_add(
         &app->verifies[rc == CAPTCHA_CODE_OK ? VERIFY_SUCCESS : VERIFY_INVALID],
         1);
-    rateld_log("info", rc == CAPTCHA_CODE_OK ? "verified" : "verify refused",
+    ratel__log("info", rc == CAPTCHA_CODE_OK ? "verified" : "verify refused",
                "ip=%s", ip);
     if (rc == CAPTCHA_CODE_OK)
         respond_json(ex, 200, "{\"verified\":true}\n", 18);
@@ -708,11 +708,11 @@ void captcha_handle(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req)
 {
     captcha_t *app = ud;
-    char ip[RATELD_ADDR_MAX];
+    char ip[RATEL__ADDR_MAX];
     int post = str_is(req->method, "POST");
     int get = str_is(req->method, "GET") || str_is(req->method, "HEAD");
 
-    rateld_client_address(app->config->proxies, req, ip, sizeof ip);
+    ratel__client_address(&app->config->trusted, req, ip, sizeof ip);
     if (str_is(req->path, "/captcha/send") && post)
         handle_send(app, ex, req, ip);
     else if (str_is(req->path, "/captcha/verify") && post)

@@ -7,35 +7,19 @@
  *   captchad --version | --help
  *
  * SIGTERM and SIGINT stop taking connections, answer what was received
- * (up to 5 s), deliver the messages already queued, and exit 0.
+ * (up to 5 s), deliver the messages already queued, and exit 0. SIGHUP is
+ * logged and ignored: captchad does not reload its configuration.
  */
 #include "examples/captcha/captcha.h"
 
+#include "app/program.h"
+
 #include <curl/curl.h>
-#include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DRAIN_MS 5000
-
-static void *signal_thread(void *arg)
-{
-    captcha_t *app = arg;
-    sigset_t set;
-    int sig = 0;
-
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    while (sigwait(&set, &sig) != 0)
-        ;
-    rateld_log("info", "stopping", "signal=%s drain_ms=%d",
-               sig == SIGTERM ? "TERM" : "INT", DRAIN_MS);
-    ratel_http_server_stop(app->http, DRAIN_MS);
-    return NULL;
-}
 
 static void usage(FILE *out)
 {
@@ -96,7 +80,7 @@ static int open_stores(captcha_t *app)
             rc = captcha_codes_memory_new(&app->codes, c->code_max_entries,
                                           c->code_max_attempts);
         if (rc != 0)
-            rateld_log("error", "cannot create the memory stores",
+            ratel__log("error", "cannot create the memory stores",
                        "reason=\"%s\"", ratel_strerror(rc));
         return rc ? -1 : 0;
     }
@@ -110,12 +94,12 @@ static int open_stores(captcha_t *app)
                                      c->redis.command_timeout_ms,
                                      c->code_max_attempts, err, sizeof err);
     if (rc != 0) {
-        rateld_log("error", "cannot create the redis stores", "reason=\"%s\"",
+        ratel__log("error", "cannot create the redis stores", "reason=\"%s\"",
                    err);
         return -1;
     }
     if (ratel_store_ping(app->store, err, sizeof err) != 0)
-        rateld_log("warn", "redis does not answer yet", "reason=\"%s\"", err);
+        ratel__log("warn", "redis does not answer yet", "reason=\"%s\"", err);
     return 0;
 }
 
@@ -127,38 +111,40 @@ static int run(captcha_t *app, const char *path)
                               .limits = c->limits,
                               .handler = captcha_handle,
                               .ud = app};
+    ratel__signals_t signals = {
+        .name = "captchad", .drain_ms = DRAIN_MS, .ud = app};
     char err[800];
-    pthread_t sig_tid;
     int rc;
 
     if (open_stores(app) != 0)
         return 1;
     if (captcha_notices_open(&app->notices, c->sqlite_path, err, sizeof err) !=
         0) {
-        rateld_log("error", "cannot open the notice database", "reason=\"%s\"",
+        ratel__log("error", "cannot open the notice database", "reason=\"%s\"",
                    err);
         return 1;
     }
     if (captcha_sender_start(&app->sender, app, err, sizeof err) != 0) {
-        rateld_log("error", "cannot start the sender", "reason=\"%s\"", err);
+        ratel__log("error", "cannot start the sender", "reason=\"%s\"", err);
         return 1;
     }
     /* Before any request: notices a crash left unsent are re-sent or
        failed and refunded, none left INIT. */
     if (captcha_sender_recover(app) != 0) {
-        rateld_log("error", "cannot read the notice database", "path=%s",
+        ratel__log("error", "cannot read the notice database", "path=%s",
                    c->sqlite_path);
         return 1;
     }
     if (ratel_http_server_new(&app->http, &o, err, sizeof err) != 0) {
-        rateld_log("error", "cannot listen", "reason=\"%s\"", err);
+        ratel__log("error", "cannot listen", "reason=\"%s\"", err);
         return 1;
     }
-    if (pthread_create(&sig_tid, NULL, signal_thread, app) != 0) {
-        rateld_log("error", "cannot start the signal thread", "%s", "");
+    signals.http = app->http;
+    if (ratel__signals_start(&signals) != 0) {
+        ratel__log("error", "cannot start the signal thread", "%s", "");
         return 1;
     }
-    rateld_log("info", "captchad started",
+    ratel__log("info", "captchad started",
                "version=%s listen=%s port=%d threads=%u store=%s sender=%s "
                "sqlite=%s config=%s",
                CAPTCHA_VERSION, c->listen, ratel_http_server_port(app->http),
@@ -166,52 +152,23 @@ static int run(captcha_t *app, const char *path)
                c->sender == CAPTCHA_SENDER_LOG ? "log" : "webhook",
                c->sqlite_path, path);
     rc = ratel_http_server_run(app->http) == 0 ? 0 : 1;
-    /* The signal thread ends after a stop; if the server ended otherwise,
-       wake it. Joined, it is gone before the program frees what it uses. */
-    pthread_kill(sig_tid, SIGTERM);
-    pthread_join(sig_tid, NULL);
+    /* Joined, the signal thread is gone before the program frees what it
+       uses. */
+    ratel__signals_stop(&signals);
     return rc;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"check-config", required_argument, NULL, 't'},
-        {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    const char *path = NULL;
+    static const ratel__program_t program = {"captchad", CAPTCHA_VERSION, usage,
+                                             check_config};
+    const char *path;
     captcha_t app;
     char err[800];
-    sigset_t set;
-    int opt, rc;
+    int rc = ratel__program_args(&program, argc, argv, &path);
 
-    while ((opt = getopt_long(argc, argv, "c:t:Vh", longs, NULL)) != -1) {
-        switch (opt) {
-        case 'c':
-            path = optarg;
-            break;
-        case 't':
-            return check_config(optarg);
-        case 'V':
-            printf("captchad %s\n", CAPTCHA_VERSION);
-            return 0;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc || !path) {
-        fprintf(stderr, optind < argc ? "captchad: unexpected argument\n"
-                                      : "captchad: --config FILE is "
-                                        "required\n");
-        usage(stderr);
-        return 2;
-    }
+    if (rc >= 0)
+        return rc;
     memset(&app, 0, sizeof app);
     if (captcha_config_load(path, &app.config, err, sizeof err) != 0) {
         fprintf(stderr, "captchad: %s\n", err);
@@ -219,11 +176,7 @@ int main(int argc, char **argv)
     }
     /* Signals go to the signal thread only: block them before any thread
        starts (the sender, libcurl, the HTTP workers). */
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    ratel__signals_block();
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
     rc = run(&app, path);
@@ -234,7 +187,7 @@ int main(int argc, char **argv)
     captcha_notices_close(app.notices);
     captcha_codes_free(app.codes);
     ratel_store_free(app.store);
-    rateld_log("info", "captchad stopped", "status=%d", rc);
+    ratel__log("info", "captchad stopped", "status=%d", rc);
     captcha_config_free(app.config);
     curl_global_cleanup();
     return rc;

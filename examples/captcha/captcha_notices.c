@@ -138,7 +138,7 @@ int captcha_notices_add(captcha_notices_t *n, const char *target,
     if (rc == SQLITE_DONE)
         *id = sqlite3_last_insert_rowid(n->db);
     else
-        rateld_log("error", "sqlite insert failed", "reason=\"%s\"",
+        ratel__log("error", "sqlite insert failed", "reason=\"%s\"",
                    sqlite3_errmsg(n->db));
     sqlite3_reset(n->insert);
     sqlite3_clear_bindings(n->insert);
@@ -159,7 +159,7 @@ int captcha_notices_finish(captcha_notices_t *n, int64_t id, int ok,
     sqlite3_bind_int64(n->finish, 4, id);
     rc = sqlite3_step(n->finish);
     if (rc != SQLITE_DONE)
-        rateld_log("error", "sqlite update failed", "id=%lld reason=\"%s\"",
+        ratel__log("error", "sqlite update failed", "id=%lld reason=\"%s\"",
                    (long long)id, sqlite3_errmsg(n->db));
     sqlite3_reset(n->finish);
     sqlite3_clear_bindings(n->finish);
@@ -210,7 +210,7 @@ int captcha_notices_stranded(captcha_notices_t *n, captcha_stranded_t **out,
         len++;
     }
     if (rc != SQLITE_DONE)
-        rateld_log("error", "sqlite select failed", "reason=\"%s\"",
+        ratel__log("error", "sqlite select failed", "reason=\"%s\"",
                    rc == SQLITE_NOMEM ? "out of memory"
                                       : sqlite3_errmsg(n->db));
     sqlite3_finalize(st);
@@ -267,7 +267,7 @@ char *captcha_notices_json(captcha_notices_t *n, const char *target,
         cJSON_AddItemToArray(list, o);
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        rateld_log("error", "sqlite select failed", "reason=\"%s\"",
+        ratel__log("error", "sqlite select failed", "reason=\"%s\"",
                    sqlite3_errmsg(n->db));
     sqlite3_reset(n->list);
     sqlite3_clear_bindings(n->list);

@@ -157,12 +157,12 @@ static void deliver(captcha_t *app, const captcha_job_t *job)
     atomic_fetch_add(&app->sender_results[ok ? SENDER_SUCCESS : SENDER_FAILURE],
                      1);
     if (ok) {
-        rateld_log("info", "sent", "notice=%lld ms=%lld result=\"%s\"",
+        ratel__log("info", "sent", "notice=%lld ms=%lld result=\"%s\"",
                    (long long)job->notice_id, (long long)(end - start) / 1000,
                    result);
         return;
     }
-    rateld_log("warn", "send failed, permits refunded",
+    ratel__log("warn", "send failed, permits refunded",
                "notice=%lld ms=%lld result=\"%s\"", (long long)job->notice_id,
                (long long)(end - start) / 1000, result);
 }
@@ -245,7 +245,7 @@ int captcha_sender_recover(captcha_t *app)
         atomic_fetch_add(&app->recovered[action], 1);
     }
     free(list);
-    rateld_log(n ? "warn" : "info", "recovered stranded notices",
+    ratel__log(n ? "warn" : "info", "recovered stranded notices",
                "stranded=%zu resent=%llu failed=%llu refunded=%llu "
                "resend_max_age_ms=%lld",
                n, count[RECOVER_RESENT], count[RECOVER_FAILED], refunded,

@@ -1,8 +1,8 @@
 /*
- * log.c - rateld's log: one line per event on stderr, key=value (logfmt),
- * written whole under a lock so that threads never interleave.
+ * log.c - the log of rateld and captchad (log.h): one line per event on
+ * stderr, key=value (logfmt), written whole under a lock.
  */
-#include "daemon/rateld.h"
+#include "app/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void rateld_log(const char *level, const char *msg, const char *fmt, ...)
+void ratel__log(const char *level, const char *msg, const char *fmt, ...)
 {
     struct timespec ts;
     struct tm tm;
@@ -39,4 +39,3 @@ void rateld_log(const char *level, const char *msg, const char *fmt, ...)
     fflush(stderr);
     pthread_mutex_unlock(&log_lock);
 }
-

@@ -1,7 +1,7 @@
 /*
- * config_yaml.c - libyaml events to a tree of nodes with lines, and the
- * typed readers rateld's configuration is checked with: numbers, sizes,
- * words, strings, and addresses (listen, CIDR blocks).
+ * yaml.c - libyaml events to a tree of nodes with lines, and the typed
+ * readers rateld's and captchad's configurations are checked with:
+ * numbers, sizes, words, strings, lists (addresses are in address.c).
  *
  * libyaml (Debian's libyaml-dev) is the C YAML library of the YAML
  * project; its event API gives every value's position, which is all a
@@ -9,19 +9,17 @@
  * than with yaml_parser_load() so that an alias is refused where it stands
  * instead of being resolved into a shared (possibly cyclic) node.
  */
-#include "daemon/config_yaml.h"
-#include "daemon/config.h"
+#include "app/yaml.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <yaml.h>
 
-int rateld__fail(const rateld__ctx_t *ctx, int line, const char *fmt, ...)
+int ratel__yaml_fail(const ratel__yaml_ctx_t *ctx, int line, const char *fmt,
+                     ...)
 {
     va_list ap;
     int n;
@@ -39,23 +37,23 @@ int rateld__fail(const rateld__ctx_t *ctx, int line, const char *fmt, ...)
 
 /* ------------------------------------------------------------- the tree */
 
-void rateld__node_free(rateld__node_t *node)
+void ratel__yaml_free(ratel__yaml_node_t *node)
 {
     if (!node)
         return;
     for (size_t i = 0; i < node->n; i++)
-        rateld__node_free(node->items[i]);
+        ratel__yaml_free(node->items[i]);
     free(node->items);
     free(node->text);
     free(node);
 }
 
 typedef struct builder_s {
-    const rateld__ctx_t *ctx;
+    const ratel__yaml_ctx_t *ctx;
     const char *text; /* the input, to place reader errors */
     size_t len;
-    rateld__node_t *root;
-    rateld__node_t *stack[RATELD__DEPTH_MAX];
+    ratel__yaml_node_t *root;
+    ratel__yaml_node_t *stack[RATEL__YAML_DEPTH_MAX];
     size_t depth;
     size_t nodes;
     int documents;
@@ -79,10 +77,10 @@ static int check_props(builder_t *b, const yaml_mark_t *mark,
     char q[80];
 
     if (anchor) {
-        rateld__quote((const char *)anchor, strlen((const char *)anchor), q,
-                      sizeof q);
-        return rateld__fail(b->ctx, line_of(mark), "anchor &%s: %s", q,
-                            REFUSE_REFERENCES);
+        ratel__yaml_quote((const char *)anchor, strlen((const char *)anchor), q,
+                          sizeof q);
+        return ratel__yaml_fail(b->ctx, line_of(mark), "anchor &%s: %s", q,
+                                REFUSE_REFERENCES);
     }
     if (tag) {
         /* "tag:yaml.org,2002:int" is spelt "!!int" in a file. */
@@ -91,38 +89,40 @@ static int check_props(builder_t *b, const yaml_mark_t *mark,
         int core_tag = strncmp(t, core, sizeof core - 1) == 0;
         if (core_tag)
             t += sizeof core - 1;
-        rateld__quote(t, strlen(t), q, sizeof q);
-        return rateld__fail(b->ctx, line_of(mark),
-                            "tag %s%s: tags are not used in rateld's "
-                            "configuration; write the value without it",
-                            core_tag ? "!!" : "", q);
+        ratel__yaml_quote(t, strlen(t), q, sizeof q);
+        return ratel__yaml_fail(b->ctx, line_of(mark),
+                                "tag %s%s: tags are not used in this "
+                                "configuration; write the value without it",
+                                core_tag ? "!!" : "", q);
     }
     return 0;
 }
 
 /* Adds `node` under the open container (or as the root); takes it. */
-static int attach(builder_t *b, rateld__node_t *node)
+static int attach(builder_t *b, ratel__yaml_node_t *node)
 {
-    rateld__node_t *parent;
+    ratel__yaml_node_t *parent;
 
     if (b->depth == 0) {
         b->root = node;
         return 0;
     }
     parent = b->stack[b->depth - 1];
-    if (parent->type == RATELD__MAP && parent->n % 2 == 0 &&
-        node->type != RATELD__SCALAR) {
-        rateld__fail(b->ctx, node->line, "a key must be a plain name, not a %s",
-                     node->type == RATELD__MAP ? "mapping" : "list");
-        rateld__node_free(node);
+    if (parent->type == RATEL__YAML_MAP && parent->n % 2 == 0 &&
+        node->type != RATEL__YAML_SCALAR) {
+        ratel__yaml_fail(b->ctx, node->line,
+                         "a key must be a plain name, not a %s",
+                         node->type == RATEL__YAML_MAP ? "mapping" : "list");
+        ratel__yaml_free(node);
         return -1;
     }
     if (parent->n == parent->cap) {
         size_t cap = parent->cap ? parent->cap * 2 : 8;
-        rateld__node_t **items = realloc(parent->items, cap * sizeof *items);
+        ratel__yaml_node_t **items =
+            realloc(parent->items, cap * sizeof *items);
         if (!items) {
-            rateld__node_free(node);
-            return rateld__fail(b->ctx, node->line, "out of memory");
+            ratel__yaml_free(node);
+            return ratel__yaml_fail(b->ctx, node->line, "out of memory");
         }
         parent->items = items;
         parent->cap = cap;
@@ -131,19 +131,20 @@ static int attach(builder_t *b, rateld__node_t *node)
     return 0;
 }
 
-static rateld__node_t *node_new(builder_t *b, rateld__node_type_t type,
-                                const yaml_mark_t *mark)
+static ratel__yaml_node_t *node_new(builder_t *b, ratel__yaml_type_t type,
+                                    const yaml_mark_t *mark)
 {
-    rateld__node_t *node;
+    ratel__yaml_node_t *node;
 
-    if (++b->nodes > RATELD__NODES_MAX) {
-        rateld__fail(b->ctx, line_of(mark), "more than %d values in one file",
-                     RATELD__NODES_MAX);
+    if (++b->nodes > RATEL__YAML_NODES_MAX) {
+        ratel__yaml_fail(b->ctx, line_of(mark),
+                         "more than %d values in one file",
+                         RATEL__YAML_NODES_MAX);
         return NULL;
     }
     node = calloc(1, sizeof *node);
     if (!node) {
-        rateld__fail(b->ctx, line_of(mark), "out of memory");
+        ratel__yaml_fail(b->ctx, line_of(mark), "out of memory");
         return NULL;
     }
     node->type = type;
@@ -153,20 +154,21 @@ static rateld__node_t *node_new(builder_t *b, rateld__node_type_t type,
 
 static int on_scalar(builder_t *b, const yaml_event_t *ev)
 {
-    rateld__node_t *node;
+    ratel__yaml_node_t *node;
 
     if (check_props(b, &ev->start_mark, ev->data.scalar.anchor,
                     ev->data.scalar.tag))
         return -1;
-    node = node_new(b, RATELD__SCALAR, &ev->start_mark);
+    node = node_new(b, RATEL__YAML_SCALAR, &ev->start_mark);
     if (!node)
         return -1;
     node->len = ev->data.scalar.length;
     node->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
     node->text = malloc(node->len + 1);
     if (!node->text) {
-        rateld__node_free(node);
-        return rateld__fail(b->ctx, line_of(&ev->start_mark), "out of memory");
+        ratel__yaml_free(node);
+        return ratel__yaml_fail(b->ctx, line_of(&ev->start_mark),
+                                "out of memory");
     }
     memcpy(node->text, ev->data.scalar.value, node->len);
     node->text[node->len] = '\0';
@@ -175,7 +177,7 @@ static int on_scalar(builder_t *b, const yaml_event_t *ev)
 
 static int on_start(builder_t *b, const yaml_event_t *ev, int map)
 {
-    rateld__node_t *node;
+    ratel__yaml_node_t *node;
     const yaml_char_t *anchor =
         map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor;
     const yaml_char_t *tag =
@@ -183,12 +185,13 @@ static int on_start(builder_t *b, const yaml_event_t *ev, int map)
 
     if (check_props(b, &ev->start_mark, anchor, tag))
         return -1;
-    if (b->depth == RATELD__DEPTH_MAX)
-        return rateld__fail(b->ctx, line_of(&ev->start_mark),
-                            "mappings and lists nested deeper than %d "
-                            "levels",
-                            RATELD__DEPTH_MAX);
-    node = node_new(b, map ? RATELD__MAP : RATELD__LIST, &ev->start_mark);
+    if (b->depth == RATEL__YAML_DEPTH_MAX)
+        return ratel__yaml_fail(b->ctx, line_of(&ev->start_mark),
+                                "mappings and lists nested deeper than %d "
+                                "levels",
+                                RATEL__YAML_DEPTH_MAX);
+    node =
+        node_new(b, map ? RATEL__YAML_MAP : RATEL__YAML_LIST, &ev->start_mark);
     if (!node || attach(b, node))
         return -1;
     b->stack[b->depth++] = node;
@@ -202,9 +205,9 @@ static int on_event(builder_t *b, const yaml_event_t *ev)
     switch (ev->type) {
     case YAML_DOCUMENT_START_EVENT:
         if (++b->documents > 1)
-            return rateld__fail(b->ctx, line_of(&ev->start_mark),
-                                "a second YAML document; the configuration "
-                                "is one document (one mapping)");
+            return ratel__yaml_fail(b->ctx, line_of(&ev->start_mark),
+                                    "a second YAML document; the configuration "
+                                    "is one document (one mapping)");
         return 0;
     case YAML_SCALAR_EVENT:
         return on_scalar(b, ev);
@@ -218,10 +221,11 @@ static int on_event(builder_t *b, const yaml_event_t *ev)
             b->depth--;
         return 0;
     case YAML_ALIAS_EVENT:
-        rateld__quote((const char *)ev->data.alias.anchor,
-                      strlen((const char *)ev->data.alias.anchor), q, sizeof q);
-        return rateld__fail(b->ctx, line_of(&ev->start_mark), "alias *%s: %s",
-                            q, REFUSE_REFERENCES);
+        ratel__yaml_quote((const char *)ev->data.alias.anchor,
+                          strlen((const char *)ev->data.alias.anchor), q,
+                          sizeof q);
+        return ratel__yaml_fail(b->ctx, line_of(&ev->start_mark),
+                                "alias *%s: %s", q, REFUSE_REFERENCES);
     case YAML_STREAM_END_EVENT:
         b->done = 1;
         return 0;
@@ -236,35 +240,37 @@ static int syntax_error(builder_t *b, const yaml_parser_t *p)
     const char *problem = p->problem ? p->problem : "cannot be parsed";
 
     if (p->error == YAML_MEMORY_ERROR)
-        return rateld__fail(b->ctx, 1, "out of memory");
+        return ratel__yaml_fail(b->ctx, 1, "out of memory");
     if (p->error == YAML_READER_ERROR) {
         /* Reader errors carry a byte offset, not a mark. */
         int line = 1;
         for (size_t i = 0; i < p->problem_offset && i < b->len; i++)
             line += b->text[i] == '\n';
         if (p->problem_value >= 0)
-            return rateld__fail(b->ctx, line, "not YAML: %s (byte 0x%02x)",
-                                problem, (unsigned)p->problem_value & 0xffu);
-        return rateld__fail(b->ctx, line, "not YAML: %s", problem);
+            return ratel__yaml_fail(b->ctx, line, "not YAML: %s (byte 0x%02x)",
+                                    problem,
+                                    (unsigned)p->problem_value & 0xffu);
+        return ratel__yaml_fail(b->ctx, line, "not YAML: %s", problem);
     }
     if (p->context)
-        return rateld__fail(b->ctx, line_of(&p->problem_mark),
-                            "not YAML: %s (%s at line %d)", problem, p->context,
-                            line_of(&p->context_mark));
+        return ratel__yaml_fail(b->ctx, line_of(&p->problem_mark),
+                                "not YAML: %s (%s at line %d)", problem,
+                                p->context, line_of(&p->context_mark));
     if (strstr(problem, "mapping values are not allowed"))
-        return rateld__fail(b->ctx, line_of(&p->problem_mark),
-                            "not YAML: %s (a second ':' followed by a space "
-                            "or the end of the line starts a mapping: write "
-                            "key sources as header:NAME, with no space "
-                            "after the colon, or quote the value, e.g. "
-                            "key: \"query:telephone\")",
+        return ratel__yaml_fail(
+            b->ctx, line_of(&p->problem_mark),
+            "not YAML: %s (a second ':' followed by a space "
+            "or the end of the line starts a mapping: write "
+            "key sources as header:NAME, with no space "
+            "after the colon, or quote the value, e.g. "
+            "key: \"query:telephone\")",
+            problem);
+    return ratel__yaml_fail(b->ctx, line_of(&p->problem_mark), "not YAML: %s",
                             problem);
-    return rateld__fail(b->ctx, line_of(&p->problem_mark), "not YAML: %s",
-                        problem);
 }
 
-int rateld__yaml_load(const rateld__ctx_t *ctx, const char *text, size_t len,
-                      rateld__node_t **root)
+int ratel__yaml_load(const ratel__yaml_ctx_t *ctx, const char *text, size_t len,
+                     ratel__yaml_node_t **root)
 {
     yaml_parser_t parser;
     yaml_event_t ev;
@@ -277,7 +283,7 @@ int rateld__yaml_load(const rateld__ctx_t *ctx, const char *text, size_t len,
     b.len = len;
     *root = NULL;
     if (!yaml_parser_initialize(&parser))
-        return rateld__fail(ctx, 1, "out of memory");
+        return ratel__yaml_fail(ctx, 1, "out of memory");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_parser_set_encoding(&parser, YAML_UTF8_ENCODING);
     while (!b.done) {
@@ -292,7 +298,7 @@ int rateld__yaml_load(const rateld__ctx_t *ctx, const char *text, size_t len,
     }
     yaml_parser_delete(&parser);
     if (rc) {
-        rateld__node_free(b.root);
+        ratel__yaml_free(b.root);
         return -1;
     }
     *root = b.root;
@@ -301,16 +307,16 @@ int rateld__yaml_load(const rateld__ctx_t *ctx, const char *text, size_t len,
 
 /* ------------------------------------------------------------- messages */
 
-int rateld__is_null(const rateld__node_t *node)
+int ratel__yaml_is_null(const ratel__yaml_node_t *node)
 {
-    if (!node || node->type != RATELD__SCALAR || node->quoted)
+    if (!node || node->type != RATEL__YAML_SCALAR || node->quoted)
         return 0;
     return node->len == 0 || strcmp(node->text, "~") == 0 ||
            strcmp(node->text, "null") == 0 || strcmp(node->text, "Null") == 0 ||
            strcmp(node->text, "NULL") == 0;
 }
 
-void rateld__quote(const char *text, size_t len, char *out, size_t cap)
+void ratel__yaml_quote(const char *text, size_t len, char *out, size_t cap)
 {
     size_t q = 0;
 
@@ -341,27 +347,28 @@ void rateld__quote(const char *text, size_t len, char *out, size_t cap)
     out[q] = '\0';
 }
 
-const char *rateld__describe(const rateld__node_t *node, char *buf, size_t cap)
+const char *ratel__yaml_describe(const ratel__yaml_node_t *node, char *buf,
+                                 size_t cap)
 {
     char q[72];
 
     if (!node)
         snprintf(buf, cap, "nothing");
-    else if (node->type == RATELD__MAP)
+    else if (node->type == RATEL__YAML_MAP)
         snprintf(buf, cap, "a mapping");
-    else if (node->type == RATELD__LIST)
+    else if (node->type == RATEL__YAML_LIST)
         snprintf(buf, cap, "a list");
-    else if (rateld__is_null(node))
+    else if (ratel__yaml_is_null(node))
         snprintf(buf, cap, "nothing (null)");
     else {
-        rateld__quote(node->text, node->len, q, sizeof q);
+        ratel__yaml_quote(node->text, node->len, q, sizeof q);
         snprintf(buf, cap, "\"%s\"", q);
     }
     return buf;
 }
 
 /* Whether a key can stand in a path unquoted. */
-static int plain_name(const rateld__node_t *key)
+static int plain_name(const ratel__yaml_node_t *key)
 {
     if (key->len == 0 || key->len > 63)
         return 0;
@@ -374,8 +381,8 @@ static int plain_name(const rateld__node_t *key)
     return 1;
 }
 
-void rateld__join(char *out, size_t cap, const char *parent,
-                  const rateld__node_t *key)
+void ratel__yaml_join(char *out, size_t cap, const char *parent,
+                      const ratel__yaml_node_t *key)
 {
     char q[72];
     const char *dot = parent[0] ? "." : "";
@@ -384,7 +391,7 @@ void rateld__join(char *out, size_t cap, const char *parent,
         snprintf(out, cap, "%s%s%s", parent, dot, key->text);
         return;
     }
-    rateld__quote(key->text, key->len, q, sizeof q);
+    ratel__yaml_quote(key->text, key->len, q, sizeof q);
     snprintf(out, cap, "%s%s\"%s\"", parent, dot, q);
 }
 
@@ -402,47 +409,48 @@ static void name_list(const char *const *names, size_t n, char *out, size_t cap)
     }
 }
 
-int rateld__fields(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                   const char *path, const char *const *names, size_t n,
-                   const rateld__node_t **values)
+int ratel__yaml_fields(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const char *const *names, size_t n,
+                       const ratel__yaml_node_t **values)
 {
     char accepted[256], field[320], what[96];
-    const rateld__node_t *keys[32];
+    const ratel__yaml_node_t *keys[32];
 
     if (n > sizeof keys / sizeof keys[0])
-        return rateld__fail(ctx, node->line, "%s: too many fields", path);
+        return ratel__yaml_fail(ctx, node->line, "%s: too many fields", path);
     name_list(names, n, accepted, sizeof accepted);
     for (size_t i = 0; i < n; i++) {
         values[i] = NULL;
         keys[i] = NULL;
     }
-    if (node->type != RATELD__MAP)
-        return rateld__fail(
+    if (node->type != RATEL__YAML_MAP)
+        return ratel__yaml_fail(
             ctx, node->line, "%s: expected a mapping of fields (%s), got %s",
-            path, accepted, rateld__describe(node, what, sizeof what));
+            path, accepted, ratel__yaml_describe(node, what, sizeof what));
     for (size_t e = 0; e + 1 < node->n; e += 2) {
-        const rateld__node_t *key = node->items[e];
+        const ratel__yaml_node_t *key = node->items[e];
         size_t i = 0;
         while (i < n && !(strlen(names[i]) == key->len &&
                           memcmp(names[i], key->text, key->len) == 0))
             i++;
-        rateld__join(field, sizeof field, path, key);
+        ratel__yaml_join(field, sizeof field, path, key);
         if (i == n)
-            return rateld__fail(ctx, key->line,
-                                "%s: unknown field; accepted: %s", field,
-                                accepted);
+            return ratel__yaml_fail(ctx, key->line,
+                                    "%s: unknown field; accepted: %s", field,
+                                    accepted);
         if (keys[i])
-            return rateld__fail(ctx, key->line,
-                                "%s: given twice (first at line %d)", field,
-                                keys[i]->line);
+            return ratel__yaml_fail(ctx, key->line,
+                                    "%s: given twice (first at line %d)", field,
+                                    keys[i]->line);
         keys[i] = key;
         values[i] = node->items[e + 1];
     }
     return 0;
 }
 
-size_t rateld__by_line(const rateld__node_t *const *values, size_t n,
-                       size_t *order)
+size_t ratel__yaml_by_line(const ratel__yaml_node_t *const *values, size_t n,
+                           size_t *order)
 {
     size_t m = 0;
 
@@ -464,15 +472,17 @@ size_t rateld__by_line(const rateld__node_t *const *values, size_t n,
 /* ------------------------------------------------------------- scalars */
 
 /* A scalar that holds something; else a message saying what it is. */
-static int want_scalar(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                       const char *path, const char *expected)
+static int want_scalar(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const char *expected)
 {
     char what[96];
 
-    if (node->type == RATELD__SCALAR && !rateld__is_null(node))
+    if (node->type == RATEL__YAML_SCALAR && !ratel__yaml_is_null(node))
         return 0;
-    return rateld__fail(ctx, node->line, "%s: expected %s, got %s", path,
-                        expected, rateld__describe(node, what, sizeof what));
+    return ratel__yaml_fail(ctx, node->line, "%s: expected %s, got %s", path,
+                            expected,
+                            ratel__yaml_describe(node, what, sizeof what));
 }
 
 /* Digits at text[*i..] as a number (no overflow past 2^64-1). */
@@ -494,21 +504,21 @@ static int digits(const char *text, size_t len, size_t *i, uint64_t *out)
     return 0;
 }
 
-static int in_range(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                    const char *path, uint64_t v, uint64_t min, uint64_t max,
-                    int zero_ok)
+static int in_range(const ratel__yaml_ctx_t *ctx,
+                    const ratel__yaml_node_t *node, const char *path,
+                    uint64_t v, uint64_t min, uint64_t max, int zero_ok)
 {
     if ((v == 0 && zero_ok) || (v >= min && v <= max))
         return 0;
-    return rateld__fail(
+    return ratel__yaml_fail(
         ctx, node->line, "%s: %llu is out of range; accepted: %s%llu..%llu",
         path, (unsigned long long)v, zero_ok ? "0 (the default) or " : "",
         (unsigned long long)min, (unsigned long long)max);
 }
 
-int rateld__uint(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                 const char *path, uint64_t min, uint64_t max, int zero_ok,
-                 uint64_t *out)
+int ratel__yaml_uint(const ratel__yaml_ctx_t *ctx,
+                     const ratel__yaml_node_t *node, const char *path,
+                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
 {
     char what[96];
     size_t i = 0;
@@ -517,23 +527,24 @@ int rateld__uint(const rateld__ctx_t *ctx, const rateld__node_t *node,
     if (want_scalar(ctx, node, path, "a whole number"))
         return -1;
     if (digits(node->text, node->len, &i, &v) != 0 || i != node->len)
-        return rateld__fail(ctx, node->line,
-                            "%s: expected a whole number, got %s", path,
-                            rateld__describe(node, what, sizeof what));
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: expected a whole number, got %s", path,
+                                ratel__yaml_describe(node, what, sizeof what));
     if (node->quoted)
-        return rateld__fail(ctx, node->line,
-                            "%s: expected a number, got the string %s "
-                            "(write it without quotes)",
-                            path, rateld__describe(node, what, sizeof what));
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: expected a number, got the string %s "
+                                "(write it without quotes)",
+                                path,
+                                ratel__yaml_describe(node, what, sizeof what));
     if (in_range(ctx, node, path, v, min, max, zero_ok))
         return -1;
     *out = v;
     return 0;
 }
 
-int rateld__size(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                 const char *path, uint64_t min, uint64_t max, int zero_ok,
-                 uint64_t *out)
+int ratel__yaml_size(const ratel__yaml_ctx_t *ctx,
+                     const ratel__yaml_node_t *node, const char *path,
+                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
 {
     static const struct {
         const char *unit;
@@ -558,29 +569,30 @@ int rateld__size(const rateld__ctx_t *ctx, const rateld__node_t *node,
     if (u == sizeof units / sizeof units[0])
         goto bad;
     if (v > (UINT64_MAX >> units[u].shift))
-        return rateld__fail(ctx, node->line, "%s: %s is too large", path,
-                            rateld__describe(node, what, sizeof what));
+        return ratel__yaml_fail(ctx, node->line, "%s: %s is too large", path,
+                                ratel__yaml_describe(node, what, sizeof what));
     v <<= units[u].shift;
     if (in_range(ctx, node, path, v, min, max, zero_ok))
         return -1;
     *out = v;
     return 0;
 bad:
-    return rateld__fail(ctx, node->line,
-                        "%s: %s is not a size; write bytes (65536) or a "
-                        "number with KiB, MiB, GiB or TiB (k, M, G, T are "
-                        "the same powers of 1024)",
-                        path, rateld__describe(node, what, sizeof what));
+    return ratel__yaml_fail(ctx, node->line,
+                            "%s: %s is not a size; write bytes (65536) or a "
+                            "number with KiB, MiB, GiB or TiB (k, M, G, T are "
+                            "the same powers of 1024)",
+                            path,
+                            ratel__yaml_describe(node, what, sizeof what));
 }
 
-int rateld__bool(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                 const char *path, int *out)
+int ratel__yaml_bool(const ratel__yaml_ctx_t *ctx,
+                     const ratel__yaml_node_t *node, const char *path, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE"};
     static const char *const no[] = {"false", "False", "FALSE"};
     char what[96];
 
-    if (node->type == RATELD__SCALAR && !node->quoted) {
+    if (node->type == RATEL__YAML_SCALAR && !node->quoted) {
         for (size_t i = 0; i < 3; i++) {
             if (strcmp(node->text, yes[i]) == 0) {
                 *out = 1;
@@ -592,18 +604,20 @@ int rateld__bool(const rateld__ctx_t *ctx, const rateld__node_t *node,
             }
         }
     }
-    return rateld__fail(ctx, node->line, "%s: expected true or false, got %s%s",
-                        path, rateld__describe(node, what, sizeof what),
-                        node->quoted ? " (in quotes, a string)" : "");
+    return ratel__yaml_fail(ctx, node->line,
+                            "%s: expected true or false, got %s%s", path,
+                            ratel__yaml_describe(node, what, sizeof what),
+                            node->quoted ? " (in quotes, a string)" : "");
 }
 
-int rateld__word(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                 const char *path, const char *const *words, size_t n, int *out)
+int ratel__yaml_word(const ratel__yaml_ctx_t *ctx,
+                     const ratel__yaml_node_t *node, const char *path,
+                     const char *const *words, size_t n, int *out)
 {
     char what[96], accepted[160];
     size_t q = 0;
 
-    if (node->type == RATELD__SCALAR && !rateld__is_null(node)) {
+    if (node->type == RATEL__YAML_SCALAR && !ratel__yaml_is_null(node)) {
         for (size_t i = 0; i < n; i++) {
             if (strlen(words[i]) == node->len &&
                 memcmp(words[i], node->text, node->len) == 0) {
@@ -620,182 +634,57 @@ int rateld__word(const rateld__ctx_t *ctx, const rateld__node_t *node,
             break;
         q += (size_t)w;
     }
-    return rateld__fail(ctx, node->line, "%s: expected %s, got %s", path,
-                        accepted, rateld__describe(node, what, sizeof what));
+    return ratel__yaml_fail(ctx, node->line, "%s: expected %s, got %s", path,
+                            accepted,
+                            ratel__yaml_describe(node, what, sizeof what));
 }
 
-int rateld__string(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                   const char *path, char *out, size_t cap)
+int ratel__yaml_string(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       char *out, size_t cap)
 {
-    if (node->type == RATELD__SCALAR && rateld__is_null(node))
-        return rateld__fail(ctx, node->line,
-                            "%s: has no value (write \"\" for an empty "
-                            "string)",
-                            path);
+    if (node->type == RATEL__YAML_SCALAR && ratel__yaml_is_null(node))
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: has no value (write \"\" for an empty "
+                                "string)",
+                                path);
     if (want_scalar(ctx, node, path, "a string"))
         return -1;
     if (node->len >= cap)
-        return rateld__fail(ctx, node->line,
-                            "%s: %zu bytes long; at most %zu are accepted",
-                            path, node->len, cap - 1);
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: %zu bytes long; at most %zu are accepted",
+                                path, node->len, cap - 1);
     for (size_t i = 0; i < node->len; i++) {
         unsigned char c = (unsigned char)node->text[i];
         if (c < 0x20 || c == 0x7f)
-            return rateld__fail(ctx, node->line,
-                                "%s: contains the control character 0x%02x",
-                                path, c);
+            return ratel__yaml_fail(ctx, node->line,
+                                    "%s: contains the control character 0x%02x",
+                                    path, c);
     }
     memcpy(out, node->text, node->len + 1);
     return 0;
 }
 
-int rateld__list(const rateld__ctx_t *ctx, const rateld__node_t *node,
-                 const char *path, size_t max, const char *what)
+int ratel__yaml_list(const ratel__yaml_ctx_t *ctx,
+                     const ratel__yaml_node_t *node, const char *path,
+                     size_t max, const char *what)
 {
     char got[96];
 
-    if (node->type != RATELD__LIST)
-        return rateld__fail(ctx, node->line,
-                            "%s: expected a list of %s, got %s", path, what,
-                            rateld__describe(node, got, sizeof got));
+    if (node->type != RATEL__YAML_LIST)
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: expected a list of %s, got %s", path, what,
+                                ratel__yaml_describe(node, got, sizeof got));
     if (node->n > max)
-        return rateld__fail(ctx, node->items[max]->line, "%s: more than %zu %s",
-                            path, max, what);
+        return ratel__yaml_fail(ctx, node->items[max]->line,
+                                "%s: more than %zu %s", path, max, what);
     return 0;
 }
 
-/* ------------------------------------------------------------ addresses */
-
-/* "HOST:PORT", "[V6]:PORT" or ":PORT"; host a name or an IPv4 address. */
-int rateld__listen_valid(const char *s)
+int ratel__config_read_file(const char *path, char **text, size_t *len,
+                            char *err, size_t errlen)
 {
-    const char *colon, *port;
-    unsigned long p = 0;
-    size_t n;
-
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        char v6[INET6_ADDRSTRLEN];
-        unsigned char bin[16];
-        if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof v6)
-            return 0;
-        memcpy(v6, s + 1, (size_t)(close - s - 1));
-        v6[close - s - 1] = '\0';
-        if (inet_pton(AF_INET6, v6, bin) != 1)
-            return 0;
-        colon = close + 1;
-    } else {
-        colon = strchr(s, ':');
-        if (!colon || strchr(colon + 1, ':'))
-            return 0;
-        for (const char *h = s; h < colon; h++)
-            if (!(*h >= 'a' && *h <= 'z') && !(*h >= 'A' && *h <= 'Z') &&
-                !(*h >= '0' && *h <= '9') && *h != '.' && *h != '-')
-                return 0;
-    }
-    port = colon + 1;
-    n = strlen(port);
-    if (n == 0 || n > 5)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (port[i] < '0' || port[i] > '9')
-            return 0;
-        p = p * 10 + (unsigned long)(port[i] - '0');
-    }
-    return p <= 65535;
-}
-
-static int cidr_error(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int cidr_error(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-int rateld_cidr_parse(const char *text, rateld_cidr_t *out, char *err,
-                      size_t errlen)
-{
-    char addr[INET6_ADDRSTRLEN + 8], q[96];
-    const char *slash;
-    size_t len, alen;
-    unsigned max, bits;
-    rateld_cidr_t c;
-
-    if (!text || !out)
-        return cidr_error(err, errlen, "no address given");
-    len = strlen(text);
-    rateld__quote(text, len, q, sizeof q);
-    slash = strchr(text, '/');
-    alen = slash ? (size_t)(slash - text) : len;
-    if (alen == 0 || alen >= sizeof addr)
-        return cidr_error(err, errlen,
-                          "\"%s\" is not an address or CIDR block (write "
-                          "10.0.0.0/8, 192.168.1.10, ::1 or 2001:db8::/32)",
-                          q);
-    memcpy(addr, text, alen);
-    addr[alen] = '\0';
-    memset(&c, 0, sizeof c);
-    c.family = strchr(addr, ':') ? AF_INET6 : AF_INET;
-    if (inet_pton(c.family, addr, c.addr) != 1)
-        return cidr_error(err, errlen,
-                          "\"%s\" is not an IPv4 or IPv6 address (write "
-                          "10.0.0.0/8, 192.168.1.10, ::1 or 2001:db8::/32)",
-                          q);
-    max = c.family == AF_INET ? 32 : 128;
-    bits = max;
-    if (slash) {
-        const char *p = slash + 1;
-        size_t n = strlen(p);
-        bits = 0;
-        for (size_t i = 0; i < n && n <= 3; i++) {
-            if (p[i] < '0' || p[i] > '9') {
-                n = 0;
-                break;
-            }
-            bits = bits * 10 + (unsigned)(p[i] - '0');
-        }
-        if (n == 0 || n > 3)
-            return cidr_error(err, errlen,
-                              "\"%s\": the prefix length after '/' must be "
-                              "a number 0..%u",
-                              q, max);
-        if (bits > max)
-            return cidr_error(err, errlen,
-                              "\"%s\": prefix length %u is more than %u", q,
-                              bits, max);
-    }
-    c.bits = bits;
-    {
-        rateld_cidr_t net = c;
-        char fixed[INET6_ADDRSTRLEN];
-        for (unsigned i = 0; i < 16; i++) {
-            unsigned keep = bits > i * 8 ? bits - i * 8 : 0;
-            if (keep < 8)
-                net.addr[i] &= (uint8_t)(0xff00u >> keep);
-        }
-        if (memcmp(net.addr, c.addr, sizeof c.addr) != 0) {
-            inet_ntop(c.family, net.addr, fixed, sizeof fixed);
-            return cidr_error(err, errlen,
-                              "\"%s\" has host bits set; write %s/%u", q, fixed,
-                              bits);
-        }
-    }
-    *out = c;
-    return 0;
-}
-
-int rateld__read_file(const char *path, char **text, size_t *len, char *err,
-                      size_t errlen)
-{
-    size_t cap = RATELD__CONFIG_MAX_BYTES + 1, n = 0, got;
+    size_t cap = RATEL__CONFIG_MAX_BYTES + 1, n = 0, got;
     char *buf;
     FILE *f;
 
@@ -817,7 +706,7 @@ int rateld__read_file(const char *path, char **text, size_t *len, char *err,
     /* One byte past the limit tells a file that is too large. */
     while (n < cap && (got = fread(buf + n, 1, cap - n, f)) > 0)
         n += got;
-    if (ferror(f) || n > RATELD__CONFIG_MAX_BYTES) {
+    if (ferror(f) || n > RATEL__CONFIG_MAX_BYTES) {
         if (err && errlen && ferror(f))
             snprintf(err, errlen, "%s: %s", path, strerror(errno));
         else if (err && errlen)

@@ -46,7 +46,7 @@ static void check_loaded(const captcha_config_t *c)
     char err[512];
 
     ASSERT(memchr(c->listen, '\0', sizeof c->listen));
-    ASSERT(rateld__listen_valid(c->listen));
+    ASSERT(ratel__listen_valid(c->listen));
     ASSERT(c->threads >= 1 && c->threads <= 256);
     ASSERT(c->code_length >= CAPTCHA_CODE_MIN_LEN &&
            c->code_length <= CAPTCHA_CODE_MAX_LEN);
@@ -55,7 +55,7 @@ static void check_loaded(const captcha_config_t *c)
     ASSERT(c->code_max_entries >= 16);
     ASSERT(c->queue_size >= 1 && c->queue_size <= 1000000);
     ASSERT(c->webhook_timeout_ms >= 1);
-    ASSERT(c->proxies && c->proxies->ntrusted <= RATELD_TRUSTED_MAX);
+    ASSERT(c->trusted.n <= RATEL__TRUSTED_MAX);
     ASSERT(c->sqlite_path[0] && c->log_file[0]);
     ASSERT(!strchr(c->admin_token, ' '));
     ASSERT(c->resend_max_age_ms >= 0 && c->resend_max_age_ms <= 86400000);

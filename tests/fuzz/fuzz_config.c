@@ -9,7 +9,7 @@
  *      sources, routes; mostly valid, some near misses) assembled into a
  *      file, so that loaded configurations, which byte mutations of YAML
  *      rarely produce, are checked often;
- *   3. its first line as a CIDR block (rateld_cidr_parse).
+ *   3. its first line as a CIDR block (ratel__cidr_parse).
  *
  * Invariants (a violation aborts, which the fuzzer reports):
  *
@@ -26,7 +26,7 @@
  *     token or none, 1..8 distinct policy indices < npolicies, no two
  *     alike; rateld_config_policy finds each policy by name and
  *     rateld_config_route gives each route back for its own prefix;
- *   - rateld_cidr_parse gives 0 and a block in range without host bits,
+ *   - ratel__cidr_parse gives 0 and a block in range without host bits,
  *     or -1 and a non-empty message.
  */
 #include "daemon/config.h"
@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* The whole of a fixed-size char field is NUL-terminated. */
 #define TERMINATED(field) (memchr((field), '\0', sizeof(field)) != NULL)
 
-static void check_cidr(const rateld_cidr_t *c)
+static void check_cidr(const ratel__cidr_t *c)
 {
     unsigned max;
 
@@ -141,9 +141,9 @@ static void check_route(const rateld_config_t *c, size_t i)
     /* Its own prefix, asked with its method (or one no route has), finds
        exactly it: nothing longer can match, and a twin would be refused. */
     n = strlen(r->prefix);
-    back = r->method[0] ? route_of(c, r->method, strlen(r->method),
-                                              r->prefix, n)
-                        : route_of(c, "\x01", 1, r->prefix, n);
+    back = r->method[0]
+               ? route_of(c, r->method, strlen(r->method), r->prefix, n)
+               : route_of(c, "\x01", 1, r->prefix, n);
     ASSERT(back == r);
 }
 
@@ -182,12 +182,12 @@ static void check_config(const rateld_config_t *c)
                c->redis.deny_cache_entries <= 1048576);
         ASSERT(c->redis.local.max_bytes == c->memory_max_bytes);
     }
-    ASSERT(c->ntrusted <= RATELD_TRUSTED_MAX);
-    for (size_t i = 0; i < c->ntrusted; i++) {
-        check_cidr(&c->trusted[i]);
+    ASSERT(c->trusted.n <= RATEL__TRUSTED_MAX);
+    for (size_t i = 0; i < c->trusted.n; i++) {
+        check_cidr(&c->trusted.blocks[i]);
         for (size_t j = 0; j < i; j++)
-            ASSERT(memcmp(&c->trusted[i], &c->trusted[j],
-                          sizeof c->trusted[i]) != 0);
+            ASSERT(memcmp(&c->trusted.blocks[i], &c->trusted.blocks[j],
+                          sizeof c->trusted.blocks[i]) != 0);
     }
     ASSERT(c->npolicies >= 1 && c->policies != NULL);
     for (size_t i = 0; i < c->npolicies; i++)
@@ -360,7 +360,7 @@ static size_t build_file(const uint8_t *data, size_t size, char *buf,
 static void check_cidr_text(const uint8_t *data, size_t size)
 {
     char text[80], err[256];
-    rateld_cidr_t c;
+    ratel__cidr_t c;
     size_t n = 0;
 
     while (n < size && n < sizeof text - 1 && data[n] != '\n')
@@ -368,11 +368,11 @@ static void check_cidr_text(const uint8_t *data, size_t size)
     memcpy(text, data, n);
     text[n] = '\0';
     memset(err, 'X', sizeof err);
-    if (rateld_cidr_parse(text, &c, err, sizeof err) == 0) {
+    if (ratel__cidr_parse(text, &c, err, sizeof err) == 0) {
         check_cidr(&c);
     } else {
         ASSERT(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0');
-        ASSERT(rateld_cidr_parse(text, &c, NULL, 0) == -1);
+        ASSERT(ratel__cidr_parse(text, &c, NULL, 0) == -1);
     }
 }
 

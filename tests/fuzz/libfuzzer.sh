@@ -31,7 +31,8 @@ for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 # The Redis store embeds lua/ratel.lua and links hiredis.
 scripts/embed-lua.sh lua/ratel.lua "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
-# rateld's parsers (config, HTTP) and what they need.
+# rateld's and captchad's parsers (config, HTTP) and what they need:
+# the code they share (src/app/) and rateld's (daemon/, without main).
 for f in src/http/*.c src/app/*.c daemon/*.c; do
     [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
 done

@@ -74,13 +74,13 @@ TEST(config_example_file)
     CHECK(c->admin_token[0] != '\0');
     CHECK_EQ(c->store, RATELD_STORE_MEMORY);
     CHECK_EQ(c->memory_max_bytes, 64 << 20);
-    REQUIRE(c->ntrusted == 2);
-    CHECK_EQ(c->trusted[0].family, AF_INET);
-    CHECK_EQ(c->trusted[0].bits, 32);
-    CHECK(memcmp(c->trusted[0].addr, "\x7f\0\0\x01", 4) == 0);
-    CHECK_EQ(c->trusted[1].family, AF_INET6);
-    CHECK_EQ(c->trusted[1].bits, 128);
-    CHECK(memcmp(c->trusted[1].addr, v6_loopback, 16) == 0);
+    REQUIRE(c->trusted.n == 2);
+    CHECK_EQ(c->trusted.blocks[0].family, AF_INET);
+    CHECK_EQ(c->trusted.blocks[0].bits, 32);
+    CHECK(memcmp(c->trusted.blocks[0].addr, "\x7f\0\0\x01", 4) == 0);
+    CHECK_EQ(c->trusted.blocks[1].family, AF_INET6);
+    CHECK_EQ(c->trusted.blocks[1].bits, 128);
+    CHECK(memcmp(c->trusted.blocks[1].addr, v6_loopback, 16) == 0);
     CHECK_EQ(c->limits.max_header_bytes, 0);
 
     REQUIRE(c->npolicies == 4);
@@ -144,7 +144,7 @@ TEST(config_defaults)
     CHECK(strcmp(c->listen, "127.0.0.1:8080") == 0);
     CHECK_EQ(c->threads, 1);
     CHECK(c->admin_token[0] == '\0');
-    CHECK_EQ(c->ntrusted, 0);
+    CHECK_EQ(c->trusted.n, 0);
     CHECK_EQ(c->store, RATELD_STORE_MEMORY);
     CHECK_EQ(c->memory_max_bytes, 64 << 20);
     CHECK_EQ(c->limits.max_header_bytes, 0);
@@ -200,18 +200,18 @@ TEST(config_server_fields)
     c = parse_ok("admin_token: \"\"\ntrusted_proxies: []\n" P);
     REQUIRE(c);
     CHECK(c->admin_token[0] == '\0');
-    CHECK_EQ(c->ntrusted, 0);
+    CHECK_EQ(c->trusted.n, 0);
     rateld_config_free(c);
 
     c = parse_ok("trusted_proxies: [10.0.0.0/8, 192.168.1.7, '::1', "
                  "2001:db8::/32, 0.0.0.0/0]\n" P);
     REQUIRE(c);
-    REQUIRE(c->ntrusted == 5);
-    CHECK_EQ(c->trusted[0].bits, 8);
-    CHECK_EQ(c->trusted[1].bits, 32);
-    CHECK_EQ(c->trusted[3].family, AF_INET6);
-    CHECK_EQ(c->trusted[3].bits, 32);
-    CHECK_EQ(c->trusted[4].bits, 0);
+    REQUIRE(c->trusted.n == 5);
+    CHECK_EQ(c->trusted.blocks[0].bits, 8);
+    CHECK_EQ(c->trusted.blocks[1].bits, 32);
+    CHECK_EQ(c->trusted.blocks[3].family, AF_INET6);
+    CHECK_EQ(c->trusted.blocks[3].bits, 32);
+    CHECK_EQ(c->trusted.blocks[4].bits, 0);
     rateld_config_free(c);
 }
 
@@ -671,8 +671,8 @@ TEST(config_route_matching)
     REQUIRE(c);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const rateld_route_t *r =
-            route_of(c, cases[i].method, strlen(cases[i].method),
-                                cases[i].path, strlen(cases[i].path));
+            route_of(c, cases[i].method, strlen(cases[i].method), cases[i].path,
+                     strlen(cases[i].path));
         long got = r ? (long)(r - c->routes) : -1;
         if (got != cases[i].route) {
             char m[160];
@@ -744,14 +744,14 @@ TEST(config_cidr_parse)
         {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
          "is not an address"},
     };
-    rateld_cidr_t c;
+    ratel__cidr_t c;
     char err[256];
 
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         uint8_t want[16] = {0};
         memset(&c, 0xa5, sizeof c);
         err[0] = '\0';
-        CHECK_EQ(rateld_cidr_parse(good[i].text, &c, err, sizeof err), 0);
+        CHECK_EQ(ratel__cidr_parse(good[i].text, &c, err, sizeof err), 0);
         CHECK_EQ(c.family, good[i].family);
         CHECK_EQ(c.bits, good[i].bits);
         inet_pton(good[i].family, good[i].addr, want);
@@ -759,16 +759,16 @@ TEST(config_cidr_parse)
     }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
-        CHECK_EQ(rateld_cidr_parse(bad[i].text, &c, err, sizeof err), -1);
+        CHECK_EQ(ratel__cidr_parse(bad[i].text, &c, err, sizeof err), -1);
         if (!strstr(err, bad[i].phrase)) {
             char m[400];
             snprintf(m, sizeof m, "%s: got \"%s\"", bad[i].text, err);
             ratel_test_fail(__FILE__, __LINE__, m);
         }
     }
-    CHECK_EQ(rateld_cidr_parse(NULL, &c, err, sizeof err), -1);
-    CHECK_EQ(rateld_cidr_parse("10.0.0.0/8", &c, NULL, 0), 0);
-    CHECK_EQ(rateld_cidr_parse("10.0.0.1/8", &c, NULL, 0), -1);
+    CHECK_EQ(ratel__cidr_parse(NULL, &c, err, sizeof err), -1);
+    CHECK_EQ(ratel__cidr_parse("10.0.0.0/8", &c, NULL, 0), 0);
+    CHECK_EQ(ratel__cidr_parse("10.0.0.1/8", &c, NULL, 0), -1);
 }
 
 RATEL_SUITE(config) = {

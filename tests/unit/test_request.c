@@ -18,9 +18,9 @@
 #include <string.h>
 
 /* "10.0.0.0/8", "2001:db8::/32", "1.2.3.4" (a /32) as a block. */
-static rateld_cidr_t cidr(const char *text)
+static ratel__cidr_t cidr(const char *text)
 {
-    rateld_cidr_t c;
+    ratel__cidr_t c;
     char addr[64];
     const char *slash = strchr(text, '/');
     size_t n = slash ? (size_t)(slash - text) : strlen(text);
@@ -42,16 +42,16 @@ static rateld_cidr_t cidr(const char *text)
     return c;
 }
 
-/* Sets the config's trusted blocks from a comma-separated list. */
-static void set_trusted(rateld_config_t *config, const char *list)
+/* Sets the trusted blocks from a comma-separated list. */
+static void set_trusted(ratel__trusted_t *trusted, const char *list)
 {
     char copy[512], *save = NULL;
 
-    config->ntrusted = 0;
+    trusted->n = 0;
     snprintf(copy, sizeof copy, "%s", list);
     for (char *tok = strtok_r(copy, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save))
-        config->trusted[config->ntrusted++] = cidr(tok);
+        trusted->blocks[trusted->n++] = cidr(tok);
 }
 
 static void set_peer(ratel_http_request_t *req, const char *addr)
@@ -130,14 +130,14 @@ TEST(request_cidr_match_table)
         {"::/96", "1.2.3.4", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rateld_cidr_t block = cidr(cases[i].block);
+        ratel__cidr_t block = cidr(cases[i].block);
         uint8_t addr[16];
         int family = AF_INET;
         if (inet_pton(AF_INET, cases[i].addr, addr) != 1) {
             family = AF_INET6;
             REQUIRE(inet_pton(AF_INET6, cases[i].addr, addr) == 1);
         }
-        int got = rateld_cidr_match(&block, 1, family, addr);
+        int got = ratel__cidr_match(&block, 1, family, addr);
         if (got != cases[i].match) {
             char m[160];
             snprintf(m, sizeof m, "%s in %s: got %d", cases[i].addr,
@@ -149,17 +149,17 @@ TEST(request_cidr_match_table)
 
 TEST(request_cidr_match_lists)
 {
-    rateld_cidr_t blocks[3] = {cidr("10.0.0.0/8"), cidr("2001:db8::/32"),
+    ratel__cidr_t blocks[3] = {cidr("10.0.0.0/8"), cidr("2001:db8::/32"),
                                cidr("192.168.0.0/16")};
     uint8_t a4[4], a6[16];
 
     inet_pton(AF_INET, "192.168.4.4", a4);
-    CHECK_EQ(rateld_cidr_match(blocks, 3, AF_INET, a4), 1);
-    CHECK_EQ(rateld_cidr_match(blocks, 2, AF_INET, a4), 0);
-    CHECK_EQ(rateld_cidr_match(blocks, 0, AF_INET, a4), 0);
+    CHECK_EQ(ratel__cidr_match(blocks, 3, AF_INET, a4), 1);
+    CHECK_EQ(ratel__cidr_match(blocks, 2, AF_INET, a4), 0);
+    CHECK_EQ(ratel__cidr_match(blocks, 0, AF_INET, a4), 0);
     inet_pton(AF_INET6, "2001:db8::5", a6);
-    CHECK_EQ(rateld_cidr_match(blocks, 3, AF_INET6, a6), 1);
-    CHECK_EQ(rateld_cidr_match(blocks, 3, AF_UNIX, a6), 0);
+    CHECK_EQ(ratel__cidr_match(blocks, 3, AF_INET6, a6), 1);
+    CHECK_EQ(ratel__cidr_match(blocks, 3, AF_UNIX, a6), 0);
 }
 
 /* ------------------------------------------------------ client address */
@@ -237,9 +237,9 @@ TEST(request_client_address_table)
         {"", "::ffff:198.51.100.7", {NULL}, "198.51.100.7"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        static rateld_config_t config;
+        static ratel__trusted_t config;
         static ratel_http_request_t req;
-        char buf[RATELD_ADDR_MAX];
+        char buf[RATEL__ADDR_MAX];
         memset(&config, 0, sizeof config);
         memset(&req, 0, sizeof req);
         set_trusted(&config, cases[i].trusted);
@@ -249,7 +249,7 @@ TEST(request_client_address_table)
             add_header(&req, "X-Forwarded-For", cases[i].xff[k]);
             add_header(&req, "Accept", "*/*"); /* fields in between */
         }
-        size_t n = rateld_client_address(&config, &req, buf, sizeof buf);
+        size_t n = ratel__client_address(&config, &req, buf, sizeof buf);
         CHECK_EQ(n, strlen(buf));
         if (strcmp(buf, cases[i].client) != 0) {
             char m[200];
@@ -262,24 +262,24 @@ TEST(request_client_address_table)
 
 TEST(request_client_address_header_name_case_and_null_config)
 {
-    static rateld_config_t config;
+    static ratel__trusted_t config;
     static ratel_http_request_t req;
-    char buf[RATELD_ADDR_MAX];
+    char buf[RATEL__ADDR_MAX];
 
     memset(&config, 0, sizeof config);
     memset(&req, 0, sizeof req);
     set_trusted(&config, "127.0.0.1/32,::1");
     set_peer(&req, "::1");
     add_header(&req, "x-forwarded-for", "198.51.100.20");
-    CHECK_EQ(rateld_client_address(&config, &req, buf, sizeof buf), 13);
+    CHECK_EQ(ratel__client_address(&config, &req, buf, sizeof buf), 13);
     CHECK(strcmp(buf, "198.51.100.20") == 0);
-    /* Without a config nothing is trusted. */
-    rateld_client_address(NULL, &req, buf, sizeof buf);
+    /* Without trusted proxies nothing is trusted. */
+    ratel__client_address(NULL, &req, buf, sizeof buf);
     CHECK(strcmp(buf, "::1") == 0);
     /* A peer that is not an IP address gives "". */
     memset(&req.peer, 0, sizeof req.peer);
     req.peer.ss_family = AF_UNIX;
-    CHECK_EQ(rateld_client_address(&config, &req, buf, sizeof buf), 0);
+    CHECK_EQ(ratel__client_address(&config, &req, buf, sizeof buf), 0);
     CHECK(buf[0] == '\0');
 }
 
@@ -374,9 +374,8 @@ TEST(request_key_host_cookie_json)
     const char *value;
     size_t n;
     rateld_policy_t p;
-    cJSON *json =
-        cJSON_Parse("{\"tel\":\"13800138000\",\"n\":42,\"f\":1.5,"
-                    "\"b\":true,\"o\":{},\"z\":null}");
+    cJSON *json = cJSON_Parse("{\"tel\":\"13800138000\",\"n\":42,\"f\":1.5,"
+                              "\"b\":true,\"o\":{},\"z\":null}");
 
     REQUIRE(json != NULL);
     memset(&req, 0, sizeof req);
@@ -405,9 +404,12 @@ TEST(request_key_host_cookie_json)
     static const struct {
         const char *field, *want;
         long rc;
-    } cases[] = {{"tel", "j:13800138000", 1}, {"n", "j:42", 1},
-                 {"f", "j:1.5", 1},           {"b", "j:true", 1},
-                 {"z", NULL, 0},              {"absent", NULL, 0},
+    } cases[] = {{"tel", "j:13800138000", 1},
+                 {"n", "j:42", 1},
+                 {"f", "j:1.5", 1},
+                 {"b", "j:true", 1},
+                 {"z", NULL, 0},
+                 {"absent", NULL, 0},
                  {"o", NULL, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         long rc;
@@ -421,8 +423,7 @@ TEST(request_key_host_cookie_json)
     /* A body that is not an object: every json: part is malformed. */
     v.json = NULL;
     v.json_error = 1;
-    CHECK_EQ(rateld_part_value(&p.key[0], &v, buf, sizeof buf, &value, &n),
-             -1);
+    CHECK_EQ(rateld_part_value(&p.key[0], &v, buf, sizeof buf, &value, &n), -1);
     /* A cookie given twice is malformed. */
     add_header(&req, "Cookie", "session=s2");
     p = make_policy("c", RATELD_MISSING_REJECT);
@@ -681,7 +682,8 @@ TEST(request_header_policy_truncates_like_snprintf)
 
     for (size_t len = 0; len <= strlen(full) + 1; len++) {
         memset(buf, 'Z', sizeof buf);
-        size_t n = ratel__header_policy(p.name, &p.policy, len ? buf : NULL, len);
+        size_t n =
+            ratel__header_policy(p.name, &p.policy, len ? buf : NULL, len);
         CHECK_EQ(n, strlen(full));
         if (len > 0) {
             CHECK_EQ(strlen(buf), len - 1 < n ? len - 1 : n);
@@ -742,7 +744,8 @@ TEST(request_header_ratelimit_field)
     d.allowed = 1;
     d.remaining = 123;
     d.rule_reset_ms = 1000;
-    CHECK_EQ(ratel__header_ratelimit(p.name, &p.policy, &d, buf, 8), 17); /* r=123;t=1 */
+    CHECK_EQ(ratel__header_ratelimit(p.name, &p.policy, &d, buf, 8),
+             17); /* r=123;t=1 */
     check_text(buf, "\"sms-0\"", __LINE__);
 }
 

@@ -1,0 +1,107 @@
+/*
+ * program.c - the command line and the signal thread of rateld and
+ * captchad (program.h).
+ */
+#include "app/program.h"
+
+#include "app/log.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+
+int ratel__program_args(const ratel__program_t *p, int argc, char **argv,
+                        const char **path)
+{
+    static const struct option longs[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, 't'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int opt;
+
+    *path = NULL;
+    while ((opt = getopt_long(argc, argv, "c:t:Vh", longs, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            *path = optarg;
+            break;
+        case 't':
+            return p->check(optarg);
+        case 'V':
+            printf("%s %s\n", p->name, p->version);
+            return 0;
+        case 'h':
+            p->usage(stdout);
+            return 0;
+        default:
+            p->usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc)
+        fprintf(stderr, "%s: unexpected argument \"%s\"\n", p->name,
+                argv[optind]);
+    else if (!*path)
+        fprintf(stderr, "%s: --config FILE is required\n", p->name);
+    else
+        return -1;
+    p->usage(stderr);
+    return 2;
+}
+
+/* The signals the signal thread takes. */
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+}
+
+void ratel__signals_block(void)
+{
+    sigset_t set;
+
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void *signal_thread(void *arg)
+{
+    ratel__signals_t *s = arg;
+    sigset_t set;
+    int sig = 0;
+
+    signal_set(&set);
+    for (;;) {
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        if (s->reload)
+            s->reload(s->ud);
+        else
+            ratel__log("warn", "SIGHUP ignored",
+                       "program=%s reason=\"it does not reload its "
+                       "configuration; restart it\"",
+                       s->name);
+    }
+    ratel__log("info", "stopping", "signal=%s drain_ms=%u",
+               sig == SIGTERM ? "TERM" : "INT", s->drain_ms);
+    ratel_http_server_stop(s->http, s->drain_ms);
+    return NULL;
+}
+
+int ratel__signals_start(ratel__signals_t *s)
+{
+    return pthread_create(&s->tid, NULL, signal_thread, s) == 0 ? 0 : -1;
+}
+
+void ratel__signals_stop(ratel__signals_t *s)
+{
+    pthread_kill(s->tid, SIGTERM);
+    pthread_join(s->tid, NULL);
+}

@@ -1,0 +1,66 @@
+/*
+ * program.h - the `main` skeleton rateld and captchad share: the command
+ * line (--config FILE, --check-config FILE, --version, --help) and the
+ * signal thread (HUP reloads, TERM and INT drain the HTTP server).
+ *
+ * Each program keeps its own usage text, its check, what it starts and
+ * what it frees; this is only what both would otherwise write out alike.
+ */
+#ifndef RATEL_APP_PROGRAM_H
+#define RATEL_APP_PROGRAM_H
+
+#include "http/http.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+/* What a program's command line runs. */
+typedef struct ratel__program_s {
+    const char *name;               /* "rateld": messages, --version */
+    const char *version;            /* RATEL_VERSION */
+    void (*usage)(FILE *out);       /* --help (stdout), mistakes (stderr) */
+    int (*check)(const char *path); /* --check-config FILE: exit status */
+} ratel__program_t;
+
+/*
+ * Reads the command line: -c/--config FILE sets *path and returns -1 (the
+ * program runs); -t/--check-config FILE returns p->check's status;
+ * -V/--version and -h/--help print and return 0; anything else (an
+ * unknown option, an extra argument, no --config) prints the usage to
+ * stderr and returns 2.
+ */
+int ratel__program_args(const ratel__program_t *p, int argc, char **argv,
+                        const char **path);
+
+/*
+ * Blocks SIGHUP, SIGTERM and SIGINT in the calling thread, and so in every
+ * thread it starts afterwards (call it before the first one), so that only
+ * the signal thread takes them; ignores SIGPIPE (a peer that hangs up is
+ * an error on the write, not the end of the process).
+ */
+void ratel__signals_block(void);
+
+/* The signal thread: sigwait() for HUP, TERM and INT. */
+typedef struct ratel__signals_s {
+    const char *name;          /* the program, for the log */
+    ratel_http_server_t *http; /* TERM / INT: stopped, draining drain_ms */
+    unsigned drain_ms;
+    /* HUP: called on the signal thread; NULL: the signal is logged and
+       ignored (the program does not reload). */
+    void (*reload)(void *ud);
+    void *ud;
+    pthread_t tid; /* set by ratel__signals_start */
+} ratel__signals_t;
+
+/* Starts the signal thread on *s (which must outlive it). 0 or -1. */
+int ratel__signals_start(ratel__signals_t *s);
+
+/*
+ * Ends the signal thread and joins it, so that it is gone before the
+ * program frees what it uses: after a TERM or INT it has ended already;
+ * if the server stopped otherwise, it is woken with a TERM first (which
+ * stops a server that is already stopped: a no-op).
+ */
+void ratel__signals_stop(ratel__signals_t *s);
+
+#endif /* RATEL_APP_PROGRAM_H */
