@@ -148,104 +148,125 @@ static int parse_bool(const char *s, int *out)
     return 0;
 }
 
+/* One field of a JSON body into p; -1 with a message for a 400. */
+static int read_json_field(const cJSON *item, params_t *p, char *err,
+                           size_t errlen)
+{
+    const char *name = item->string ? item->string : "";
+
+    if (!strcmp(name, "policy") && cJSON_IsString(item) &&
+        strlen(item->valuestring) < sizeof p->policy) {
+        strcpy(p->policy, item->valuestring);
+    } else if (!strcmp(name, "key") && cJSON_IsString(item)) {
+        size_t n = strlen(item->valuestring);
+        if (n > RATELD_KEY_MAX) {
+            snprintf(err, errlen, "key is longer than %d bytes",
+                     RATELD_KEY_MAX);
+            return -1;
+        }
+        memcpy(p->key, item->valuestring, n + 1);
+        p->keylen = n;
+        p->has_key = 1;
+    } else if (!strcmp(name, "cost") && cJSON_IsNumber(item) &&
+               item->valuedouble >= 1 && item->valuedouble <= 1e9 &&
+               item->valuedouble == (double)(long long)item->valuedouble) {
+        p->cost = (long long)item->valuedouble;
+    } else if (!strcmp(name, "peek") && cJSON_IsBool(item)) {
+        p->peek = cJSON_IsTrue(item);
+    } else {
+        snprintf(err, errlen,
+                 "field \"%.60s\" is unknown or of the wrong type "
+                 "(policy: string, key: string, cost: integer "
+                 "1..1000000000, peek: boolean)",
+                 name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The parameters from a strict JSON body (POST). */
+static int read_params_json(const ratel_http_request_t *req, params_t *p,
+                            char *err, size_t errlen)
+{
+    cJSON *root, *item;
+    char why[200];
+    int rc;
+
+    if (req->body.n == 0) {
+        snprintf(err, errlen, "POST needs a JSON body {\"policy\": ..., "
+                              "\"key\": ..., \"cost\": 1, \"peek\": false}");
+        return -1;
+    }
+    rc = ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, why,
+                                  sizeof why);
+    if (rc != 0 || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        snprintf(err, errlen, "the body is not one strict JSON object: %s",
+                 rc == 0 ? "not an object" : why);
+        return -1;
+    }
+    rc = 0;
+    cJSON_ArrayForEach(item, root)
+    {
+        if ((rc = read_json_field(item, p, err, errlen)) != 0)
+            break;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The parameters from the query (GET); each at most once. */
+static int read_params_query(const ratel_http_request_t *req, params_t *p,
+                             char *err, size_t errlen)
+{
+    char buf[32];
+    long n = ratel_http_query_param(req->query, "policy", p->policy,
+                                    sizeof p->policy);
+    if (n < -1) {
+        snprintf(err, errlen, "policy is %s",
+                 n == -3 ? "given twice" : "malformed or too long");
+        return -1;
+    }
+    n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
+    if (n < -1) {
+        snprintf(err, errlen, n == -3 ? "key is given twice"
+                                      : "key is malformed (bad %%-escape) or "
+                                        "longer than %d bytes",
+                 RATELD_KEY_MAX);
+        return -1;
+    }
+    if (n >= 0) {
+        p->keylen = (size_t)n;
+        p->has_key = 1;
+    }
+    n = ratel_http_query_param(req->query, "cost", buf, sizeof buf);
+    if (n < -1 || (n >= 0 && !(p->cost = parse_count(buf, 1000000000)))) {
+        snprintf(err, errlen, "cost must be an integer 1..1000000000%s",
+                 n == -3 ? ", given once" : "");
+        return -1;
+    }
+    n = ratel_http_query_param(req->query, "peek", buf, sizeof buf);
+    if (n < -1 || (n >= 0 && !parse_bool(buf, &p->peek))) {
+        snprintf(err, errlen, "peek must be true, false, 1 or 0%s",
+                 n == -3 ? ", given once" : "");
+        return -1;
+    }
+    return 0;
+}
+
 /*
- * The decision API's parameters, from the query (GET) or a JSON body
- * (POST). Returns 0, or -1 with a message for a 400 in err.
+ * The decision API's parameters, from the query (GET) or a strict JSON
+ * body (POST). Returns 0, or -1 with a message for a 400 in err.
  */
 static int read_params(const ratel_http_request_t *req, params_t *p,
                        char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
     p->cost = 1;
-    if (str_is(req->method, "POST")) {
-        cJSON *root, *item;
-        if (req->body.n == 0) {
-            snprintf(err, errlen, "POST needs a JSON body {\"policy\": ..., "
-                                  "\"key\": ..., \"cost\": 1, \"peek\": false}");
-            return -1;
-        }
-        char why[200];
-        int rc = ratel__json_parse_strict(req->body.p, req->body.n, &root,
-                                          NULL, why, sizeof why);
-        if (rc != 0 || !cJSON_IsObject(root)) {
-            cJSON_Delete(root);
-            snprintf(err, errlen, "the body is not %s: %s",
-                     "one strict JSON object",
-                     rc == 0 ? "not an object" : why);
-            return -1;
-        }
-        cJSON_ArrayForEach(item, root)
-        {
-            const char *name = item->string ? item->string : "";
-            if (!strcmp(name, "policy") && cJSON_IsString(item) &&
-                strlen(item->valuestring) < sizeof p->policy) {
-                strcpy(p->policy, item->valuestring);
-            } else if (!strcmp(name, "key") && cJSON_IsString(item)) {
-                size_t n = strlen(item->valuestring);
-                if (n > RATELD_KEY_MAX) {
-                    snprintf(err, errlen, "key is longer than %d bytes",
-                             RATELD_KEY_MAX);
-                    cJSON_Delete(root);
-                    return -1;
-                }
-                memcpy(p->key, item->valuestring, n + 1);
-                p->keylen = n;
-                p->has_key = 1;
-            } else if (!strcmp(name, "cost") && cJSON_IsNumber(item) &&
-                       item->valuedouble >= 1 && item->valuedouble <= 1e9 &&
-                       item->valuedouble == (double)(long long)item->valuedouble) {
-                p->cost = (long long)item->valuedouble;
-            } else if (!strcmp(name, "peek") && cJSON_IsBool(item)) {
-                p->peek = cJSON_IsTrue(item);
-            } else {
-                snprintf(err, errlen,
-                         "field \"%.60s\" is unknown or of the wrong type "
-                         "(policy: string, key: string, cost: integer "
-                         "1..1000000000, peek: boolean)",
-                         name);
-                cJSON_Delete(root);
-                return -1;
-            }
-        }
-        cJSON_Delete(root);
-    } else {
-        char buf[32];
-        long n = ratel_http_query_param(req->query, "policy", p->policy,
-                                        sizeof p->policy);
-        if (n < -1) {
-            snprintf(err, errlen, "policy is %s",
-                     n == -3 ? "given twice" : "malformed or too long");
-            return -1;
-        }
-        n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
-        if (n == -3) {
-            snprintf(err, errlen, "key is given twice");
-            return -1;
-        }
-        if (n == -2) {
-            snprintf(err, errlen,
-                     "key is malformed (bad %%-escape) or longer than %d "
-                     "bytes",
-                     RATELD_KEY_MAX);
-            return -1;
-        }
-        if (n >= 0) {
-            p->keylen = (size_t)n;
-            p->has_key = 1;
-        }
-        n = ratel_http_query_param(req->query, "cost", buf, sizeof buf);
-        if (n < -1 || (n >= 0 && !(p->cost = parse_count(buf, 1000000000)))) {
-            snprintf(err, errlen, "cost must be an integer 1..1000000000%s",
-                     n == -3 ? ", given once" : "");
-            return -1;
-        }
-        n = ratel_http_query_param(req->query, "peek", buf, sizeof buf);
-        if (n < -1 || (n >= 0 && !parse_bool(buf, &p->peek))) {
-            snprintf(err, errlen, "peek must be true, false, 1 or 0%s",
-                     n == -3 ? ", given once" : "");
-            return -1;
-        }
-    }
+    if ((str_is(req->method, "POST") ? read_params_json
+                                      : read_params_query)(req, p, err,
+                                                           errlen) != 0)
+        return -1;
     if (!p->policy[0]) {
         snprintf(err, errlen, "policy is required");
         return -1;
@@ -1006,11 +1027,14 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex,
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
     ratel_store_stats_t st;
+    ratel_store_health_t health;
     size_t len = 0;
     char *body;
 
     ratel_store_stats(d->store, &st);
-    body = rateld_metrics_render(d->metrics, &st, atomic_load(&d->reloads),
+    ratel_store_health(d->store, &health);
+    body = rateld_metrics_render(d->metrics, &st, &health,
+                                 atomic_load(&d->reloads),
                                  atomic_load(&d->reload_failures), &len);
     if (!body) {
         respond_error(d, ex, thread, 500, "out of memory");

@@ -420,6 +420,7 @@ static void render_store(text_t *t, const ratel_store_stats_t *st)
 }
 
 char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
+                            const ratel_store_health_t *health,
                             uint64_t reloads, uint64_t reload_failures,
                             size_t *len)
 {
@@ -444,6 +445,14 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     render_undecided(&t, m);
     if (st)
         render_store(&t, st);
+    if (health) {
+        render_one(&t, "ratel_store_up", "gauge",
+                   "1 while the store answers (from its health, as /readyz).",
+                   (uint64_t)(health->up != 0));
+        render_one(&t, "ratel_store_health_changes_total", "counter",
+                   "Times the store went down or came back up.",
+                   health->transitions);
+    }
     render_one(&t, "ratel_config_reloads_total", "counter",
                "Configuration reloads that took effect.", reloads);
     render_one(&t, "ratel_config_reload_failures_total", "counter",

@@ -90,7 +90,7 @@ static char *render(rateld_metrics_t *m, const ratel_store_stats_t *st)
 {
     size_t len = 0;
     char why[64];
-    char *text = rateld_metrics_render(m, st, 0, 0, &len);
+    char *text = rateld_metrics_render(m, st, NULL, 0, 0, &len);
     if (!text) {
         ratel_test_fail(__FILE__, __LINE__, "render returned NULL");
         return NULL;
@@ -183,6 +183,7 @@ TEST(metrics_exact_text_small_case)
 {
     rateld_metrics_t *m = rateld_metrics_new(1);
     ratel_store_stats_t st;
+    ratel_store_health_t health;
     size_t len = 0;
 
     REQUIRE(m != NULL);
@@ -210,7 +211,9 @@ TEST(metrics_exact_text_small_case)
     st.cache_hits = 8;
     st.round_trips = 9;
     st.breaker_open = 1;
-    char *text = rateld_metrics_render(m, &st, 2, 1, &len);
+    memset(&health, 0, sizeof health);
+    health.transitions = 3; /* down, up, down */
+    char *text = rateld_metrics_render(m, &st, &health, 2, 1, &len);
     REQUIRE(text != NULL);
     static const char want[] =
         "# HELP ratel_decisions_total Decisions by policy, outcome and the "
@@ -316,6 +319,14 @@ TEST(metrics_exact_text_small_case)
         "# HELP ratel_store_breaker_open 1 while Redis is considered down.\n"
         "# TYPE ratel_store_breaker_open gauge\n"
         "ratel_store_breaker_open 1\n"
+        "# HELP ratel_store_up 1 while the store answers (from its health, as "
+        "/readyz).\n"
+        "# TYPE ratel_store_up gauge\n"
+        "ratel_store_up 0\n"
+        "# HELP ratel_store_health_changes_total Times the store went down or "
+        "came back up.\n"
+        "# TYPE ratel_store_health_changes_total counter\n"
+        "ratel_store_health_changes_total 3\n"
         "# HELP ratel_config_reloads_total Configuration reloads that took "
         "effect.\n"
         "# TYPE ratel_config_reloads_total counter\n"
