@@ -9,10 +9,12 @@
  * Fields are checked in the order the file gives them, except that routes
  * come after policies, which they name.
  */
+#include "app/options.h"
 #include "app/ratelimit.h"
 #include "app/yaml.h"
 #include "daemon/config.h"
 #include "daemon/request.h"
+#include "store/redis_url.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +26,9 @@
 #define POLICIES_MAX 4096
 #define ROUTES_MAX 4096
 
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#define COUNT(a) RATEL__COUNT(a)
+/* A field of the configuration, for a table entry. */
+#define CONFIG(f) RATEL__FIELD(rateld_config_t, f)
 
 /* -------------------------------------------------------------- reading */
 
@@ -63,207 +67,53 @@ static int compare_name_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static int read_listen(reader_t *r, const ratel__yaml_node_t *node)
-{
-    rateld_config_t *c = r->config;
-    char q[96];
-
-    if (ratel__yaml_string(&r->ctx, node, "listen", c->listen,
-                           sizeof c->listen))
-        return -1;
-    if (!ratel__listen_valid(c->listen)) {
-        ratel__yaml_quote(c->listen, strlen(c->listen), q, sizeof q);
-        return ratel__yaml_fail(&r->ctx, node->line,
-                                "listen: \"%s\" is not HOST:PORT, [IPV6]:PORT "
-                                "or :PORT (e.g. 127.0.0.1:8080, [::1]:8080, "
-                                ":8080); port 0..65535",
-                                q);
-    }
-    return 0;
-}
-
-static int read_admin_token(reader_t *r, const ratel__yaml_node_t *node)
-{
-    rateld_config_t *c = r->config;
-
-    if (ratel__yaml_string(&r->ctx, node, "admin_token", c->admin_token,
-                           sizeof c->admin_token))
-        return -1;
-    if (strchr(c->admin_token, ' '))
-        return ratel__yaml_fail(
-            &r->ctx, node->line,
-            "admin_token: contains a space; a token is sent "
-            "in a header and must be one word");
-    return 0;
-}
-
-static int read_limits(reader_t *r, const ratel__yaml_node_t *node)
-{
-    static const char *const names[] = {"max_header_bytes",   "max_body_bytes",
-                                        "max_connections",    "max_pipeline",
-                                        "request_timeout_ms", "idle_timeout_ms",
-                                        "max_output_bytes"};
-    /* Ranges; 0 (or absent) always means http.h's default. */
-    static const struct {
-        uint64_t min, max;
-        int size;
-    } range[] = {{1024, 1048576, 1},    {1, 16777216, 1}, {1, 1000000, 0},
-                 {1, 1024, 0},          {1, 3600000, 0},  {1, 86400000, 0},
-                 {65536, 1073741824, 1}};
-    const ratel__yaml_node_t *v[COUNT(names)];
-    ratel_http_limits_t *l = &r->config->limits;
-    uint64_t x[COUNT(names)] = {0};
-    size_t order[COUNT(names)], n;
-    char path[64];
-
-    if (ratel__yaml_fields(&r->ctx, node, "limits", names, COUNT(names), v))
-        return -1;
-    n = ratel__yaml_by_line(v, COUNT(names), order);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = order[k];
-        int rc;
-        snprintf(path, sizeof path, "limits.%s", names[i]);
-        rc = range[i].size ? ratel__yaml_size(&r->ctx, v[i], path, range[i].min,
-                                              range[i].max, 1, &x[i])
-                           : ratel__yaml_uint(&r->ctx, v[i], path, range[i].min,
-                                              range[i].max, 1, &x[i]);
-        if (rc)
-            return -1;
-    }
-    l->max_header_bytes = (size_t)x[0];
-    l->max_body_bytes = (size_t)x[1];
-    l->max_connections = (unsigned)x[2];
-    l->max_pipeline = (unsigned)x[3];
-    l->request_timeout_ms = (unsigned)x[4];
-    l->idle_timeout_ms = (unsigned)x[5];
-    l->max_output_bytes = (size_t)x[6];
-    return 0;
-}
-
-enum {
-    S_TYPE,
-    S_MAX_BYTES,
-    S_URL,
-    S_ON_FAILURE,
-    S_TIMEOUT,
-    S_CONNECT_TIMEOUT,
-    S_POOL,
-    S_MODE,
-    S_DENY_CACHE,
-    S_COUNT
+/* `store:` fields other than the Redis store's settings (which are in
+   ratel__redis_query_options, the table a store URL's query reads too). */
+static const char *const store_types[] = {"memory", "redis", NULL};
+static const int store_kinds[] = {RATELD_STORE_MEMORY, RATELD_STORE_REDIS};
+static const ratel__option_t store_options[] = {
+    {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(store), store_types,
+     store_kinds, NULL},
+    {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
+     CONFIG(memory_max_bytes), NULL, NULL, NULL},
+    {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL,
+     ratel__check_nonempty},
 };
-
-/* One field of `store:` other than type (already read). */
-static int read_store_field(reader_t *r, int field, const ratel__yaml_node_t *v)
-{
-    static const char *const failures[] = {"open", "closed", "local"};
-    static const ratel_failure_t failure_of[] = {
-        RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED, RATEL_FAILURE_LOCAL};
-    static const char *const modes[] = {"auto", "module", "lua"};
-    static const ratel_redis_mode_t mode_of[] = {
-        RATEL_REDIS_AUTO, RATEL_REDIS_MODULE, RATEL_REDIS_LUA};
-    rateld_config_t *c = r->config;
-    ratel_redis_options_t *o = &c->redis;
-    int word;
-    uint64_t x;
-
-    switch (field) {
-    case S_MAX_BYTES:
-        if (ratel__yaml_size(&r->ctx, v, "store.max_bytes", (uint64_t)64 << 10,
-                             (uint64_t)1 << 40, 0, &x))
-            return -1;
-        c->memory_max_bytes = (size_t)x;
-        /* Redis: it bounds the `local` failure policy's store. */
-        o->local.max_bytes = c->memory_max_bytes;
-        return 0;
-    case S_URL:
-        if (ratel__yaml_string(&r->ctx, v, "store.url", c->redis_url,
-                               sizeof c->redis_url))
-            return -1;
-        if (!c->redis_url[0])
-            return ratel__yaml_fail(&r->ctx, v->line,
-                                    "store.url: is empty (e.g. "
-                                    "redis://127.0.0.1:6379)");
-        o->url = c->redis_url;
-        return 0;
-    case S_ON_FAILURE:
-        if (ratel__yaml_word(&r->ctx, v, "store.on_failure", failures,
-                             COUNT(failures), &word))
-            return -1;
-        o->on_failure = failure_of[word];
-        return 0;
-    case S_TIMEOUT:
-    case S_CONNECT_TIMEOUT:
-        if (ratel__yaml_uint(&r->ctx, v,
-                             field == S_TIMEOUT ? "store.timeout_ms"
-                                                : "store.connect_timeout_ms",
-                             1, 60000, 0, &x))
-            return -1;
-        if (field == S_TIMEOUT)
-            o->command_timeout_ms = (int)x;
-        else
-            o->connect_timeout_ms = (int)x;
-        return 0;
-    case S_POOL:
-        if (ratel__yaml_uint(&r->ctx, v, "store.pool", 1, 64, 0, &x))
-            return -1;
-        o->pool_size = (unsigned)x;
-        return 0;
-    case S_MODE:
-        if (ratel__yaml_word(&r->ctx, v, "store.mode", modes, COUNT(modes),
-                             &word))
-            return -1;
-        o->mode = mode_of[word];
-        return 0;
-    default: /* S_DENY_CACHE */
-        if (ratel__yaml_uint(&r->ctx, v, "store.deny_cache", 0, 1048576, 0, &x))
-            return -1;
-        /* In the options 0 means the default and negative means off. */
-        o->deny_cache_entries = x ? (long)x : -1;
-        return 0;
-    }
-}
 
 static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
-    static const char *const names[S_COUNT] = {
-        "type",       "max_bytes",  "url",
-        "on_failure", "timeout_ms", "connect_timeout_ms",
-        "pool",       "mode",       "deny_cache"};
-    static const char *const types[] = {"memory", "redis"};
-    const ratel__yaml_node_t *v[S_COUNT];
-    size_t order[S_COUNT], n;
     rateld_config_t *c = r->config;
-    int type = 0;
+    ratel_redis_url_t query;
+    const ratel__yaml_group_t groups[] = {
+        {store_options, COUNT(store_options), c, NULL, NULL},
+        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
+         NULL}};
+    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
+    size_t order[RATEL__YAML_FIELDS_MAX],
+        n = COUNT(store_options) + ratel__redis_query_noptions;
 
-    if (ratel__yaml_fields(&r->ctx, node, "store", names, S_COUNT, v))
+    ratel__redis_query_init(&query);
+    if (ratel__yaml_groups(&r->ctx, node, "store", groups, COUNT(groups), v))
         return -1;
-    /* The type first: what else may be given depends on it. */
-    if (v[S_TYPE] && ratel__yaml_word(&r->ctx, v[S_TYPE], "store.type", types,
-                                      COUNT(types), &type))
-        return -1;
-    c->store = type ? RATELD_STORE_REDIS : RATELD_STORE_MEMORY;
-    n = ratel__yaml_by_line(v, S_COUNT, order);
-    for (size_t k = 0; k < n; k++) {
-        int field = (int)order[k];
-        if (field == S_TYPE)
-            continue;
-        if (c->store == RATELD_STORE_MEMORY && field > S_MAX_BYTES)
-            return ratel__yaml_fail(&r->ctx, v[field]->line,
-                                    "store.%s: applies to type: redis only "
-                                    "(this store is memory)",
-                                    names[field]);
-        if (read_store_field(r, field, v[field]))
-            return -1;
-    }
     if (c->store == RATELD_STORE_MEMORY) {
+        /* Everything after max_bytes is for Redis: the first one given. */
+        if (ratel__yaml_by_line(v + 2, n - 2, order) > 0)
+            return ratel__yaml_fail(
+                &r->ctx, v[2 + order[0]]->line,
+                "store.%s: applies to type: redis only (this store is "
+                "memory)",
+                order[0] == 0 ? "url"
+                              : ratel__redis_query_options[order[0] - 1].name);
         memset(&c->redis, 0, sizeof c->redis);
         return 0;
     }
-    if (!v[S_URL])
+    if (!v[2])
         return ratel__yaml_fail(&r->ctx, node->line,
                                 "store.url: required with type: redis (e.g. "
                                 "redis://127.0.0.1:6379)");
+    c->redis.url = c->redis_url;
+    ratel__redis_query_to_options(&query, &c->redis);
+    /* Redis: max_bytes bounds the `local` failure policy's store. */
     c->redis.local.max_bytes = c->memory_max_bytes;
     return 0;
 }
@@ -973,63 +823,84 @@ static int read_routes(reader_t *r, const ratel__yaml_node_t *node)
 
 /* ----------------------------------------------------------------- auth */
 
+static const char *const unmatched_words[] = {"deny", "allow", NULL};
+static const int unmatched_values[] = {RATELD_UNMATCHED_DENY,
+                                       RATELD_UNMATCHED_ALLOW};
+/* deny_status is 429 or 403 (checked after: see read_auth). */
+static const ratel__option_t auth_options[] = {
+    {"deny_status", RATEL__OPTION_UINT, 403, 429, 0,
+     RATEL__FIELD(rateld_auth_t, deny_status), NULL, NULL, NULL},
+    {"unmatched", RATEL__OPTION_ENUM, 0, 0, 0,
+     RATEL__FIELD(rateld_auth_t, unmatched), unmatched_words, unmatched_values,
+     NULL},
+};
+
 static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
 {
-    static const char *const names[] = {"deny_status", "unmatched"};
-    static const char *const unmatched[] = {"deny", "allow"};
-    const ratel__yaml_node_t *v[COUNT(names)];
     rateld_auth_t *a = &r->config->auth;
-    uint64_t status;
-    int word;
+    const ratel__yaml_node_t *v[COUNT(auth_options)];
 
-    if (ratel__yaml_fields(&r->ctx, node, "auth", names, COUNT(names), v))
+    if (ratel__yaml_options(&r->ctx, node, "auth", auth_options,
+                            COUNT(auth_options), a, v))
         return -1;
-    if (v[0]) {
-        if (ratel__yaml_uint(&r->ctx, v[0], "auth.deny_status", 403, 429, 0,
-                             &status))
-            return -1;
-        if (status != 403 && status != 429)
-            return ratel__yaml_fail(&r->ctx, v[0]->line,
-                                    "auth.deny_status: %llu; accepted: 429 "
-                                    "(Caddy, Traefik, HAProxy, Envoy pass it "
-                                    "on) or 403 (nginx auth_request)",
-                                    (unsigned long long)status);
-        a->deny_status = (int)status;
-    }
-    if (v[1]) {
-        if (ratel__yaml_word(&r->ctx, v[1], "auth.unmatched", unmatched,
-                             COUNT(unmatched), &word))
-            return -1;
-        a->unmatched = word ? RATELD_UNMATCHED_ALLOW : RATELD_UNMATCHED_DENY;
-    }
+    if (a->deny_status != 403 && a->deny_status != 429)
+        return ratel__yaml_fail(&r->ctx, v[0]->line,
+                                "auth.deny_status: %d; accepted: 429 (Caddy, "
+                                "Traefik, HAProxy, Envoy pass it on) or 403 "
+                                "(nginx auth_request)",
+                                a->deny_status);
     return 0;
 }
 
 /* ------------------------------------------------------------ the file */
 
-enum {
-    T_LISTEN,
-    T_THREADS,
-    T_ADMIN_TOKEN,
-    T_TRUSTED,
-    T_LIMITS,
-    T_STORE,
-    T_POLICIES,
-    T_ROUTES,
-    T_AUTH,
-    T_COUNT
+/* The top level's own options. */
+static const ratel__option_t top_options[] = {
+    {"listen", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(listen), NULL, NULL,
+     ratel__check_listen},
+    {"threads", RATEL__OPTION_UINT, 1, 64, 0, CONFIG(threads), NULL, NULL,
+     NULL},
+    {"admin_token", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(admin_token), NULL,
+     NULL, ratel__check_token},
 };
+
+/* The top level's sections, read by read_section. */
+enum { T_TRUSTED, T_LIMITS, T_STORE, T_POLICIES, T_ROUTES, T_AUTH, T_COUNT };
+static const ratel__option_t top_sections[T_COUNT] = {
+    {.name = "trusted_proxies"}, {.name = "limits"}, {.name = "store"},
+    {.name = "policies"},        {.name = "routes"}, {.name = "auth"}};
+
+static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
+{
+    reader_t *r = ud;
+    rateld_config_t *c = r->config;
+
+    switch (i) {
+    case T_TRUSTED:
+        return ratel__yaml_trusted(&r->ctx, node, "trusted_proxies",
+                                   &c->trusted);
+    case T_LIMITS:
+        return ratel__yaml_options(&r->ctx, node, "limits",
+                                   ratel__limits_options,
+                                   ratel__limits_noptions, &c->limits, NULL);
+    case T_STORE:
+        return read_store(r, node);
+    case T_POLICIES:
+        return read_policies(r, node);
+    case T_AUTH:
+        return read_auth(r, node);
+    default: /* T_ROUTES: after the policies they name (read_top) */
+        return 0;
+    }
+}
 
 static int read_top(reader_t *r, const ratel__yaml_node_t *root)
 {
-    static const char *const names[T_COUNT] = {
-        "listen",          "threads", "admin_token",
-        "trusted_proxies", "limits",  "store",
-        "policies",        "routes",  "auth"};
-    const ratel__yaml_node_t *v[T_COUNT];
-    size_t order[T_COUNT], n;
-    rateld_config_t *c = r->config;
-    uint64_t x = 1;
+    const ratel__yaml_group_t groups[] = {
+        {top_options, COUNT(top_options), r->config, NULL, NULL},
+        {top_sections, T_COUNT, NULL, read_section, r}};
+    const ratel__yaml_node_t *v[COUNT(top_options) + T_COUNT];
+    const ratel__yaml_node_t *const *sections = v + COUNT(top_options);
 
     if (root->type != RATEL__YAML_MAP) {
         char what[96];
@@ -1039,51 +910,13 @@ static int read_top(reader_t *r, const ratel__yaml_node_t *root)
                                 "got %s",
                                 ratel__yaml_describe(root, what, sizeof what));
     }
-    if (ratel__yaml_fields(&r->ctx, root, "", names, T_COUNT, v))
+    if (ratel__yaml_groups(&r->ctx, root, "", groups, COUNT(groups), v))
         return -1;
-    /* In the file's order, but routes last: they name policies. */
-    n = ratel__yaml_by_line(v, T_COUNT, order);
-    for (size_t k = 0; k < n; k++) {
-        const ratel__yaml_node_t *node = v[order[k]];
-        int rc = 0;
-        switch (order[k]) {
-        case T_LISTEN:
-            rc = read_listen(r, node);
-            break;
-        case T_THREADS:
-            rc = ratel__yaml_uint(&r->ctx, node, "threads", 1, 64, 0, &x);
-            c->threads = (unsigned)x;
-            break;
-        case T_ADMIN_TOKEN:
-            rc = read_admin_token(r, node);
-            break;
-        case T_TRUSTED:
-            rc = ratel__yaml_trusted(&r->ctx, node, "trusted_proxies",
-                                     &c->trusted);
-            break;
-        case T_LIMITS:
-            rc = read_limits(r, node);
-            break;
-        case T_STORE:
-            rc = read_store(r, node);
-            break;
-        case T_POLICIES:
-            rc = read_policies(r, node);
-            break;
-        case T_AUTH:
-            rc = read_auth(r, node);
-            break;
-        default: /* T_ROUTES */
-            break;
-        }
-        if (rc)
-            return -1;
-    }
-    if (!v[T_POLICIES])
+    if (!sections[T_POLICIES])
         return ratel__yaml_fail(&r->ctx, root->line,
                                 "policies: required; define at least one "
                                 "policy (docs/config.md)");
-    if (v[T_ROUTES] && read_routes(r, v[T_ROUTES]))
+    if (sections[T_ROUTES] && read_routes(r, sections[T_ROUTES]))
         return -1;
     return 0;
 }

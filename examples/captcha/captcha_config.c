@@ -6,14 +6,18 @@
  */
 #include "examples/captcha/captcha.h"
 
+#include "app/options.h"
 #include "app/yaml.h"
+#include "store/redis_url.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#define COUNT(a) RATEL__COUNT(a)
+/* A field of the configuration, for a table entry. */
+#define CONFIG(f) RATEL__FIELD(captcha_config_t, f)
 
 const char *const captcha_policy_names[CAPTCHA_POLICIES] = {
     "send_phone", "send_ip", "verify_phone", "verify_ip", "login_user"};
@@ -47,36 +51,6 @@ static void set_defaults(captcha_config_t *c)
     c->redis.url = c->redis_url;
 }
 
-static int read_listen(const ratel__yaml_ctx_t *ctx,
-                       const ratel__yaml_node_t *v, captcha_config_t *c)
-{
-    char q[96];
-
-    if (ratel__yaml_string(ctx, v, "listen", c->listen, sizeof c->listen))
-        return -1;
-    if (ratel__listen_valid(c->listen))
-        return 0;
-    ratel__yaml_quote(c->listen, strlen(c->listen), q, sizeof q);
-    return ratel__yaml_fail(ctx, v->line,
-                            "listen: \"%s\" is not HOST:PORT, [IPV6]:PORT or "
-                            ":PORT (e.g. 127.0.0.1:8090); port 0..65535",
-                            q);
-}
-
-static int read_token(const ratel__yaml_ctx_t *ctx, const ratel__yaml_node_t *v,
-                      captcha_config_t *c)
-{
-    if (ratel__yaml_string(ctx, v, "admin_token", c->admin_token,
-                           sizeof c->admin_token))
-        return -1;
-    if (strchr(c->admin_token, ' '))
-        return ratel__yaml_fail(
-            ctx, v->line,
-            "admin_token: contains a space; a token is sent "
-            "in a header and must be one word");
-    return 0;
-}
-
 /*
  * Refuses a `limits:` section written with its old meaning (captchad's
  * rate-limit rules, now under `policies:`): no silent reinterpretation.
@@ -101,121 +75,55 @@ static int refuse_old_limits(const ratel__yaml_ctx_t *ctx,
     return 0;
 }
 
-/* `limits:`, HTTP sizes and times: rateld's section, names and ranges
-   (daemon/config.c), 0 meaning src/http/http.h's default. */
-static int read_limits(const ratel__yaml_ctx_t *ctx,
-                       const ratel__yaml_node_t *node, captcha_config_t *c)
+/* The code store is one primary: it does not route Redis Cluster. */
+static int check_code_url(const char *text, char *why, size_t whylen)
 {
-    static const char *const names[] = {
-        "max_header_bytes", "max_body_bytes",     "max_connections",
-        "max_pipeline",     "request_timeout_ms", "idle_timeout_ms"};
-    static const struct {
-        uint64_t min, max;
-        int size;
-    } range[] = {{1024, 1048576, 1}, {1, 16777216, 1}, {1, 1000000, 0},
-                 {1, 1024, 0},       {1, 3600000, 0},  {1, 86400000, 0}};
-    const ratel__yaml_node_t *v[COUNT(names)];
-    size_t order[COUNT(names)], n;
-    ratel_http_limits_t *l = &c->limits;
-    char path[64];
-    uint64_t x;
-
-    if (refuse_old_limits(ctx, node) ||
-        ratel__yaml_fields(ctx, node, "limits", names, COUNT(names), v))
-        return -1;
-    n = ratel__yaml_by_line(v, COUNT(names), order);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = order[k];
-        int rc;
-        snprintf(path, sizeof path, "limits.%s", names[i]);
-        rc = range[i].size ? ratel__yaml_size(ctx, v[i], path, range[i].min,
-                                              range[i].max, 1, &x)
-                           : ratel__yaml_uint(ctx, v[i], path, range[i].min,
-                                              range[i].max, 1, &x);
-        if (rc)
-            return -1;
-        if (i == 0)
-            l->max_header_bytes = (size_t)x;
-        else if (i == 1)
-            l->max_body_bytes = (size_t)x;
-        else if (i == 2)
-            l->max_connections = (unsigned)x;
-        else if (i == 3)
-            l->max_pipeline = (unsigned)x;
-        else if (i == 4)
-            l->request_timeout_ms = (unsigned)x;
-        else
-            l->idle_timeout_ms = (unsigned)x;
-    }
-    return 0;
+    if (strncmp(text, "redis://", 8) == 0)
+        return 0;
+    snprintf(why, whylen,
+             "expected redis://HOST:PORT (one primary; the code "
+             "store does not route Redis Cluster)");
+    return -1;
 }
+
+/* `store:` fields other than the Redis store's settings (which are in
+   ratel__redis_query_options, as in rateld and a store URL's query). */
+static const char *const store_types[] = {"memory", "redis", NULL};
+static const ratel__option_t store_options[] = {
+    {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(store_redis), store_types,
+     NULL, NULL},
+    {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
+     CONFIG(memory_max_bytes), NULL, NULL, NULL},
+    {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL,
+     check_code_url},
+};
 
 static int read_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node, captcha_config_t *c)
 {
-    static const char *const names[] = {"type", "max_bytes", "url",
-                                        "on_failure", "timeout_ms"};
-    static const char *const types[] = {"memory", "redis"};
-    static const char *const failures[] = {"open", "closed", "local"};
-    static const ratel_failure_t failure_of[] = {
-        RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED, RATEL_FAILURE_LOCAL};
-    const ratel__yaml_node_t *v[COUNT(names)];
-    size_t order[COUNT(names)], n;
-    int word = 0;
-    uint64_t x;
+    ratel_redis_url_t query;
+    const ratel__yaml_group_t groups[] = {
+        {store_options, COUNT(store_options), c, NULL, NULL},
+        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
+         NULL}};
+    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
+    size_t order[RATEL__YAML_FIELDS_MAX],
+        n = COUNT(store_options) + ratel__redis_query_noptions;
 
-    if (ratel__yaml_fields(ctx, node, "store", names, COUNT(names), v))
+    ratel__redis_query_init(&query);
+    if (ratel__yaml_groups(ctx, node, "store", groups, COUNT(groups), v))
         return -1;
-    if (v[0] &&
-        ratel__yaml_word(ctx, v[0], "store.type", types, COUNT(types), &word))
-        return -1;
-    c->store_redis = word;
-    n = ratel__yaml_by_line(v, COUNT(names), order);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = order[k];
-        if (i >= 2 && !c->store_redis)
-            return ratel__yaml_fail(
-                ctx, v[i]->line,
-                "store.%s: applies to type: redis only (this "
-                "store is memory)",
-                names[i]);
-        switch (i) {
-        case 0:
-            break;
-        case 1:
-            if (ratel__yaml_size(ctx, v[i], "store.max_bytes",
-                                 (uint64_t)64 << 10, (uint64_t)1 << 40, 0, &x))
-                return -1;
-            c->memory_max_bytes = (size_t)x;
-            break;
-        case 2:
-            if (ratel__yaml_string(ctx, v[i], "store.url", c->redis_url,
-                                   sizeof c->redis_url))
-                return -1;
-            if (strncmp(c->redis_url, "redis://", 8) != 0)
-                return ratel__yaml_fail(ctx, v[i]->line,
-                                        "store.url: expected redis://HOST:PORT "
-                                        "(one primary; the code store does not "
-                                        "route Redis Cluster)");
-            break;
-        case 3:
-            if (ratel__yaml_word(ctx, v[i], "store.on_failure", failures,
-                                 COUNT(failures), &word))
-                return -1;
-            c->redis.on_failure = failure_of[word];
-            break;
-        default:
-            if (ratel__yaml_uint(ctx, v[i], "store.timeout_ms", 1, 60000, 0,
-                                 &x))
-                return -1;
-            c->redis.command_timeout_ms = (int)x;
-            c->redis.connect_timeout_ms = (int)x;
-        }
-    }
+    if (!c->store_redis && ratel__yaml_by_line(v + 2, n - 2, order) > 0)
+        return ratel__yaml_fail(
+            ctx, v[2 + order[0]]->line,
+            "store.%s: applies to type: redis only (this store is memory)",
+            order[0] == 0 ? "url"
+                          : ratel__redis_query_options[order[0] - 1].name);
     if (c->store_redis && !v[2])
         return ratel__yaml_fail(ctx, node->line,
                                 "store.url: required with type: redis (e.g. "
                                 "redis://127.0.0.1:6379)");
+    ratel__redis_query_to_options(&query, &c->redis);
     c->redis.url = c->redis_url;
     c->redis.local.max_bytes = c->memory_max_bytes;
     return 0;
@@ -279,151 +187,111 @@ static int read_policies(const ratel__yaml_ctx_t *ctx,
     return 0;
 }
 
+/* A webhook's URL. */
+static int check_webhook_url(const char *text, char *why, size_t whylen)
+{
+    if (strncmp(text, "http://", 7) == 0 || strncmp(text, "https://", 8) == 0)
+        return 0;
+    snprintf(why, whylen, "expected an http:// or https:// URL");
+    return -1;
+}
+
+static const char *const sender_types[] = {"log", "webhook", NULL};
+static const int sender_kinds[] = {CAPTCHA_SENDER_LOG, CAPTCHA_SENDER_WEBHOOK};
+static const ratel__option_t sender_options[] = {
+    {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(sender), sender_types,
+     sender_kinds, NULL},
+    {"log_file", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(log_file), NULL, NULL,
+     ratel__check_nonempty},
+    {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(webhook_url), NULL, NULL,
+     check_webhook_url},
+    {"timeout_ms", RATEL__OPTION_MSEC, 1, 600000, 0, CONFIG(webhook_timeout_ms),
+     NULL, NULL, NULL},
+    {"queue_size", RATEL__OPTION_UINT, 1, 1000000, 0, CONFIG(queue_size), NULL,
+     NULL, NULL},
+    {"resend_max_age_ms", RATEL__OPTION_MSEC, 0, 86400000, 0,
+     CONFIG(resend_max_age_ms), NULL, NULL, NULL},
+};
+
 static int read_sender(const ratel__yaml_ctx_t *ctx,
                        const ratel__yaml_node_t *node, captcha_config_t *c)
 {
-    static const char *const names[] = {"type",       "log_file",
-                                        "url",        "timeout_ms",
-                                        "queue_size", "resend_max_age_ms"};
-    static const char *const types[] = {"log", "webhook"};
-    const ratel__yaml_node_t *v[COUNT(names)];
-    size_t order[COUNT(names)], n;
-    int word = 0;
-    uint64_t x;
+    const ratel__yaml_node_t *v[COUNT(sender_options)];
+    int webhook;
 
-    if (ratel__yaml_fields(ctx, node, "sender", names, COUNT(names), v))
+    if (ratel__yaml_options(ctx, node, "sender", sender_options,
+                            COUNT(sender_options), c, v))
         return -1;
-    if (v[0] &&
-        ratel__yaml_word(ctx, v[0], "sender.type", types, COUNT(types), &word))
-        return -1;
-    c->sender = word ? CAPTCHA_SENDER_WEBHOOK : CAPTCHA_SENDER_LOG;
-    n = ratel__yaml_by_line(v, COUNT(names), order);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = order[k];
-        if ((i == 1 && c->sender != CAPTCHA_SENDER_LOG) ||
-            ((i == 2 || i == 3) && c->sender != CAPTCHA_SENDER_WEBHOOK))
+    webhook = c->sender == CAPTCHA_SENDER_WEBHOOK;
+    /* log_file is the log sender's, url and timeout_ms the webhook's. */
+    for (size_t i = 1; i <= 3; i++)
+        if (v[i] && (i == 1) == webhook)
             return ratel__yaml_fail(ctx, v[i]->line,
-                                    "sender.%s: applies to type: %s only (this "
-                                    "sender is %s)",
-                                    names[i], i == 1 ? "log" : "webhook",
-                                    types[word]);
-        switch (i) {
-        case 0:
-            break;
-        case 1:
-            if (ratel__yaml_string(ctx, v[i], "sender.log_file", c->log_file,
-                                   sizeof c->log_file))
-                return -1;
-            if (!c->log_file[0])
-                return ratel__yaml_fail(ctx, v[i]->line,
-                                        "sender.log_file: is empty");
-            break;
-        case 2:
-            if (ratel__yaml_string(ctx, v[i], "sender.url", c->webhook_url,
-                                   sizeof c->webhook_url))
-                return -1;
-            if (strncmp(c->webhook_url, "http://", 7) != 0 &&
-                strncmp(c->webhook_url, "https://", 8) != 0)
-                return ratel__yaml_fail(ctx, v[i]->line,
-                                        "sender.url: expected an http:// or "
-                                        "https:// URL");
-            break;
-        case 3:
-            if (ratel__yaml_uint(ctx, v[i], "sender.timeout_ms", 1, 600000, 0,
-                                 &x))
-                return -1;
-            c->webhook_timeout_ms = (unsigned)x;
-            break;
-        case 4:
-            if (ratel__yaml_uint(ctx, v[i], "sender.queue_size", 1, 1000000, 0,
-                                 &x))
-                return -1;
-            c->queue_size = (unsigned)x;
-            break;
-        default:
-            if (ratel__yaml_uint(ctx, v[i], "sender.resend_max_age_ms", 0,
-                                 86400000, 1, &x))
-                return -1;
-            c->resend_max_age_ms = (int64_t)x;
-        }
-    }
-    if (c->sender == CAPTCHA_SENDER_WEBHOOK && !v[2])
+                                    "sender.%s: applies to type: %s only "
+                                    "(this sender is %s)",
+                                    sender_options[i].name,
+                                    i == 1 ? "log" : "webhook",
+                                    sender_types[webhook]);
+    if (webhook && !v[2])
         return ratel__yaml_fail(ctx, node->line,
                                 "sender.url: required with type: webhook (e.g. "
                                 "http://127.0.0.1:9000/sms)");
     return 0;
 }
 
-enum {
-    F_LISTEN,
-    F_THREADS,
-    F_ADMIN_TOKEN,
-    F_TRUSTED,
-    F_LIMITS,
-    F_STORE,
-    F_CODE_LENGTH,
-    F_CODE_TTL,
-    F_CODE_ATTEMPTS,
-    F_CODE_ENTRIES,
-    F_POLICIES,
-    F_SENDER,
-    F_SQLITE,
-    F_COUNT
+/* The top level's own options. */
+static const ratel__option_t top_options[] = {
+    {"listen", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(listen), NULL, NULL,
+     ratel__check_listen},
+    {"threads", RATEL__OPTION_UINT, 1, 256, 0, CONFIG(threads), NULL, NULL,
+     NULL},
+    {"admin_token", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(admin_token), NULL,
+     NULL, ratel__check_token},
+    {"code_length", RATEL__OPTION_UINT, CAPTCHA_CODE_MIN_LEN,
+     CAPTCHA_CODE_MAX_LEN, 0, CONFIG(code_length), NULL, NULL, NULL},
+    {"code_ttl_ms", RATEL__OPTION_MSEC, 100, 86400000, 0, CONFIG(code_ttl_ms),
+     NULL, NULL, NULL},
+    {"code_max_attempts", RATEL__OPTION_UINT, 1, 100, 0,
+     CONFIG(code_max_attempts), NULL, NULL, NULL},
+    {"code_max_entries", RATEL__OPTION_UINT, 16, 100000000, 0,
+     CONFIG(code_max_entries), NULL, NULL, NULL},
+    {"sqlite_path", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(sqlite_path), NULL,
+     NULL, ratel__check_nonempty},
 };
 
-static int read_field(const ratel__yaml_ctx_t *ctx, int f,
-                      const ratel__yaml_node_t *v, captcha_config_t *c)
-{
-    uint64_t x;
+/* The top level's sections, read by read_section. */
+enum { F_TRUSTED, F_LIMITS, F_STORE, F_POLICIES, F_SENDER, F_COUNT };
+static const ratel__option_t top_sections[F_COUNT] = {
+    {.name = "trusted_proxies"},
+    {.name = "limits"},
+    {.name = "store"},
+    {.name = "policies"},
+    {.name = "sender"}};
 
-    switch (f) {
-    case F_LISTEN:
-        return read_listen(ctx, v, c);
-    case F_THREADS:
-        if (ratel__yaml_uint(ctx, v, "threads", 1, 256, 0, &x))
-            return -1;
-        c->threads = (unsigned)x;
-        return 0;
-    case F_ADMIN_TOKEN:
-        return read_token(ctx, v, c);
+/* Where read_section works. */
+typedef struct section_reader_s {
+    const ratel__yaml_ctx_t *ctx;
+    captcha_config_t *c;
+} section_reader_t;
+
+static int read_section(void *ud, size_t i, const ratel__yaml_node_t *v)
+{
+    const section_reader_t *r = ud;
+    captcha_config_t *c = r->c;
+
+    switch (i) {
     case F_TRUSTED:
-        return ratel__yaml_trusted(ctx, v, "trusted_proxies", &c->trusted);
+        return ratel__yaml_trusted(r->ctx, v, "trusted_proxies", &c->trusted);
     case F_LIMITS:
-        return read_limits(ctx, v, c);
+        return refuse_old_limits(r->ctx, v) ||
+               ratel__yaml_options(r->ctx, v, "limits", ratel__limits_options,
+                                   ratel__limits_noptions, &c->limits, NULL);
     case F_STORE:
-        return read_store(ctx, v, c);
-    case F_CODE_LENGTH:
-        if (ratel__yaml_uint(ctx, v, "code_length", CAPTCHA_CODE_MIN_LEN,
-                             CAPTCHA_CODE_MAX_LEN, 0, &x))
-            return -1;
-        c->code_length = (unsigned)x;
-        return 0;
-    case F_CODE_TTL:
-        if (ratel__yaml_uint(ctx, v, "code_ttl_ms", 100, 86400000, 0, &x))
-            return -1;
-        c->code_ttl_ms = (int64_t)x;
-        return 0;
-    case F_CODE_ATTEMPTS:
-        if (ratel__yaml_uint(ctx, v, "code_max_attempts", 1, 100, 0, &x))
-            return -1;
-        c->code_max_attempts = (unsigned)x;
-        return 0;
-    case F_CODE_ENTRIES:
-        if (ratel__yaml_uint(ctx, v, "code_max_entries", 16, 100000000, 0, &x))
-            return -1;
-        c->code_max_entries = (size_t)x;
-        return 0;
+        return read_store(r->ctx, v, c);
     case F_POLICIES:
-        return read_policies(ctx, v, c);
-    case F_SENDER:
-        return read_sender(ctx, v, c);
+        return read_policies(r->ctx, v, c);
     default:
-        if (ratel__yaml_string(ctx, v, "sqlite_path", c->sqlite_path,
-                               sizeof c->sqlite_path))
-            return -1;
-        if (!c->sqlite_path[0])
-            return ratel__yaml_fail(ctx, v->line, "sqlite_path: is empty");
-        return 0;
+        return read_sender(r->ctx, v, c);
     }
 }
 
@@ -448,16 +316,9 @@ static int refuse_old_http(const ratel__yaml_ctx_t *ctx,
 int captcha_config_parse(const char *text, size_t len, const char *name,
                          captcha_config_t **out, char *err, size_t errlen)
 {
-    static const char *const names[F_COUNT] = {
-        "listen",           "threads",     "admin_token",
-        "trusted_proxies",  "limits",      "store",
-        "code_length",      "code_ttl_ms", "code_max_attempts",
-        "code_max_entries", "policies",    "sender",
-        "sqlite_path"};
     ratel__yaml_ctx_t ctx = {name ? name : "config", err, errlen};
-    const ratel__yaml_node_t *v[F_COUNT];
     ratel__yaml_node_t *root = NULL;
-    size_t order[F_COUNT], n;
+    section_reader_t sections = {&ctx, NULL};
     captcha_config_t *c;
     int rc = -1;
 
@@ -472,13 +333,15 @@ int captcha_config_parse(const char *text, size_t len, const char *name,
         rc = 0; /* an empty file: every default */
         goto out;
     }
-    if (refuse_old_http(&ctx, root) ||
-        ratel__yaml_fields(&ctx, root, "configuration", names, F_COUNT, v))
-        goto out;
-    n = ratel__yaml_by_line(v, F_COUNT, order);
-    for (size_t k = 0; k < n; k++)
-        if (read_field(&ctx, (int)order[k], v[order[k]], c))
+    sections.c = c;
+    {
+        const ratel__yaml_group_t groups[] = {
+            {top_options, COUNT(top_options), c, NULL, NULL},
+            {top_sections, F_COUNT, NULL, read_section, &sections}};
+        if (refuse_old_http(&ctx, root) ||
+            ratel__yaml_groups(&ctx, root, "", groups, COUNT(groups), NULL))
             goto out;
+    }
     rc = 0;
 out:
     if (rc == 0 && c->resend_max_age_ms < 0)

@@ -415,7 +415,7 @@ int ratel__yaml_fields(const ratel__yaml_ctx_t *ctx,
                        const ratel__yaml_node_t **values)
 {
     char accepted[256], field[320], what[96];
-    const ratel__yaml_node_t *keys[32];
+    const ratel__yaml_node_t *keys[RATEL__YAML_FIELDS_MAX];
 
     if (n > sizeof keys / sizeof keys[0])
         return ratel__yaml_fail(ctx, node->line, "%s: too many fields", path);
@@ -485,184 +485,176 @@ static int want_scalar(const ratel__yaml_ctx_t *ctx,
                             ratel__yaml_describe(node, what, sizeof what));
 }
 
-/* Digits at text[*i..] as a number (no overflow past 2^64-1). */
-static int digits(const char *text, size_t len, size_t *i, uint64_t *out)
+/* Whether text[0..len) is digits only (a number written in quotes). */
+static int all_digits(const char *text, size_t len)
 {
-    uint64_t v = 0;
-    size_t start = *i;
+    for (size_t i = 0; i < len; i++)
+        if (text[i] < '0' || text[i] > '9')
+            return 0;
+    return len > 0;
+}
 
-    while (*i < len && text[*i] >= '0' && text[*i] <= '9') {
-        unsigned d = (unsigned)(text[*i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-        (*i)++;
-    }
-    if (*i == start)
+int ratel__yaml_option(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const ratel__option_t *opt, void *base)
+{
+    static const char *const expected[] = {
+        [RATEL__OPTION_UINT] = "a whole number",
+        [RATEL__OPTION_SIZE] = "a size in bytes",
+        [RATEL__OPTION_MSEC] = "a whole number of milliseconds",
+        [RATEL__OPTION_BOOL] = "true or false",
+        [RATEL__OPTION_ENUM] = "a word",
+        [RATEL__OPTION_STRING] = "a string"};
+    char what[96], why[400];
+    int number =
+        opt->type == RATEL__OPTION_UINT || opt->type == RATEL__OPTION_MSEC;
+
+    if (opt->type == RATEL__OPTION_STRING && node->type == RATEL__YAML_SCALAR &&
+        ratel__yaml_is_null(node))
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: has no value (write \"\" for an empty "
+                                "string)",
+                                path);
+    if (opt->type != RATEL__OPTION_ENUM &&
+        want_scalar(ctx, node, path, expected[opt->type]))
         return -1;
-    *out = v;
+    if (number && node->quoted && all_digits(node->text, node->len))
+        return ratel__yaml_fail(ctx, node->line,
+                                "%s: expected a number, got the string %s "
+                                "(write it without quotes)",
+                                path,
+                                ratel__yaml_describe(node, what, sizeof what));
+    if (opt->type == RATEL__OPTION_BOOL && node->quoted)
+        return ratel__yaml_fail(
+            ctx, node->line,
+            "%s: expected true or false, got %s (in quotes, "
+            "a string)",
+            path, ratel__yaml_describe(node, what, sizeof what));
+    if (opt->type == RATEL__OPTION_ENUM &&
+        (node->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(node))) {
+        ratel__option_accepted(opt, why, sizeof why);
+        return ratel__yaml_fail(ctx, node->line, "%s: expected %s, got %s",
+                                path, why,
+                                ratel__yaml_describe(node, what, sizeof what));
+    }
+    if (ratel__option_set(opt, node->text, node->len, base, why, sizeof why))
+        return ratel__yaml_fail(ctx, node->line, "%s: %s", path, why);
     return 0;
 }
 
-static int in_range(const ratel__yaml_ctx_t *ctx,
-                    const ratel__yaml_node_t *node, const char *path,
-                    uint64_t v, uint64_t min, uint64_t max, int zero_ok)
+int ratel__yaml_groups(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const ratel__yaml_group_t *groups, size_t ngroups,
+                       const ratel__yaml_node_t **given)
 {
-    if ((v == 0 && zero_ok) || (v >= min && v <= max))
-        return 0;
-    return ratel__yaml_fail(
-        ctx, node->line, "%s: %llu is out of range; accepted: %s%llu..%llu",
-        path, (unsigned long long)v, zero_ok ? "0 (the default) or " : "",
-        (unsigned long long)min, (unsigned long long)max);
+    const char *names[RATEL__YAML_FIELDS_MAX];
+    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
+    size_t order[RATEL__YAML_FIELDS_MAX], group[RATEL__YAML_FIELDS_MAX],
+        entry[RATEL__YAML_FIELDS_MAX], n = 0, m;
+    char field[320];
+
+    for (size_t g = 0; g < ngroups; g++)
+        for (size_t i = 0; i < groups[g].n; i++, n++) {
+            if (n == RATEL__YAML_FIELDS_MAX)
+                return ratel__yaml_fail(ctx, node->line, "%s: too many fields",
+                                        path);
+            names[n] = groups[g].table[i].name;
+            group[n] = g;
+            entry[n] = i;
+        }
+    if (ratel__yaml_fields(ctx, node, path, names, n, v))
+        return -1;
+    m = ratel__yaml_by_line(v, n, order);
+    for (size_t k = 0; k < m; k++) {
+        const ratel__yaml_group_t *g = &groups[group[order[k]]];
+        size_t i = entry[order[k]];
+        int rc;
+        snprintf(field, sizeof field, "%s%s%s", path, path[0] ? "." : "",
+                 g->table[i].name);
+        rc = g->base ? ratel__yaml_option(ctx, v[order[k]], field, &g->table[i],
+                                          g->base)
+                     : g->read(g->ud, i, v[order[k]]);
+        if (rc)
+            return -1;
+    }
+    for (size_t i = 0; given && i < n; i++)
+        given[i] = v[i];
+    return 0;
+}
+
+int ratel__yaml_options(const ratel__yaml_ctx_t *ctx,
+                        const ratel__yaml_node_t *node, const char *path,
+                        const ratel__option_t *table, size_t n, void *base,
+                        const ratel__yaml_node_t **given)
+{
+    ratel__yaml_group_t group = {table, n, base, NULL, NULL};
+
+    return ratel__yaml_groups(ctx, node, path, &group, 1, given);
 }
 
 int ratel__yaml_uint(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path,
                      uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
 {
-    char what[96];
-    size_t i = 0;
-    uint64_t v;
+    ratel__option_t opt = {.name = path,
+                           .type = RATEL__OPTION_UINT,
+                           .min = min,
+                           .max = max,
+                           .zero_default = zero_ok,
+                           .size = sizeof *out};
 
-    if (want_scalar(ctx, node, path, "a whole number"))
-        return -1;
-    if (digits(node->text, node->len, &i, &v) != 0 || i != node->len)
-        return ratel__yaml_fail(ctx, node->line,
-                                "%s: expected a whole number, got %s", path,
-                                ratel__yaml_describe(node, what, sizeof what));
-    if (node->quoted)
-        return ratel__yaml_fail(ctx, node->line,
-                                "%s: expected a number, got the string %s "
-                                "(write it without quotes)",
-                                path,
-                                ratel__yaml_describe(node, what, sizeof what));
-    if (in_range(ctx, node, path, v, min, max, zero_ok))
-        return -1;
-    *out = v;
-    return 0;
+    return ratel__yaml_option(ctx, node, path, &opt, out);
 }
 
 int ratel__yaml_size(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path,
                      uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
 {
-    static const struct {
-        const char *unit;
-        unsigned shift;
-    } units[] = {{"", 0},     {"B", 0},  {"k", 10},   {"K", 10},
-                 {"KiB", 10}, {"M", 20}, {"MiB", 20}, {"G", 30},
-                 {"GiB", 30}, {"T", 40}, {"TiB", 40}};
-    char what[96];
-    size_t i = 0, u;
-    uint64_t v;
+    ratel__option_t opt = {.name = path,
+                           .type = RATEL__OPTION_SIZE,
+                           .min = min,
+                           .max = max,
+                           .zero_default = zero_ok,
+                           .size = sizeof *out};
 
-    if (want_scalar(ctx, node, path, "a size in bytes"))
-        return -1;
-    if (digits(node->text, node->len, &i, &v) != 0)
-        goto bad;
-    while (i < node->len && node->text[i] == ' ')
-        i++;
-    for (u = 0; u < sizeof units / sizeof units[0]; u++)
-        if (strlen(units[u].unit) == node->len - i &&
-            memcmp(units[u].unit, node->text + i, node->len - i) == 0)
-            break;
-    if (u == sizeof units / sizeof units[0])
-        goto bad;
-    if (v > (UINT64_MAX >> units[u].shift))
-        return ratel__yaml_fail(ctx, node->line, "%s: %s is too large", path,
-                                ratel__yaml_describe(node, what, sizeof what));
-    v <<= units[u].shift;
-    if (in_range(ctx, node, path, v, min, max, zero_ok))
-        return -1;
-    *out = v;
-    return 0;
-bad:
-    return ratel__yaml_fail(ctx, node->line,
-                            "%s: %s is not a size; write bytes (65536) or a "
-                            "number with KiB, MiB, GiB or TiB (k, M, G, T are "
-                            "the same powers of 1024)",
-                            path,
-                            ratel__yaml_describe(node, what, sizeof what));
+    return ratel__yaml_option(ctx, node, path, &opt, out);
 }
 
 int ratel__yaml_bool(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path, int *out)
 {
-    static const char *const yes[] = {"true", "True", "TRUE"};
-    static const char *const no[] = {"false", "False", "FALSE"};
-    char what[96];
+    ratel__option_t opt = {
+        .name = path, .type = RATEL__OPTION_BOOL, .size = sizeof *out};
 
-    if (node->type == RATEL__YAML_SCALAR && !node->quoted) {
-        for (size_t i = 0; i < 3; i++) {
-            if (strcmp(node->text, yes[i]) == 0) {
-                *out = 1;
-                return 0;
-            }
-            if (strcmp(node->text, no[i]) == 0) {
-                *out = 0;
-                return 0;
-            }
-        }
-    }
-    return ratel__yaml_fail(ctx, node->line,
-                            "%s: expected true or false, got %s%s", path,
-                            ratel__yaml_describe(node, what, sizeof what),
-                            node->quoted ? " (in quotes, a string)" : "");
+    return ratel__yaml_option(ctx, node, path, &opt, out);
 }
 
 int ratel__yaml_word(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path,
                      const char *const *words, size_t n, int *out)
 {
-    char what[96], accepted[160];
-    size_t q = 0;
+    const char *list[RATEL__YAML_FIELDS_MAX + 1];
+    ratel__option_t opt = {.name = path,
+                           .type = RATEL__OPTION_ENUM,
+                           .size = sizeof *out,
+                           .words = list};
 
-    if (node->type == RATEL__YAML_SCALAR && !ratel__yaml_is_null(node)) {
-        for (size_t i = 0; i < n; i++) {
-            if (strlen(words[i]) == node->len &&
-                memcmp(words[i], node->text, node->len) == 0) {
-                *out = (int)i;
-                return 0;
-            }
-        }
-    }
-    accepted[0] = '\0';
-    for (size_t i = 0; i < n && q < sizeof accepted; i++) {
-        int w = snprintf(accepted + q, sizeof accepted - q, "%s%s",
-                         i ? " | " : "", words[i]);
-        if (w < 0)
-            break;
-        q += (size_t)w;
-    }
-    return ratel__yaml_fail(ctx, node->line, "%s: expected %s, got %s", path,
-                            accepted,
-                            ratel__yaml_describe(node, what, sizeof what));
+    if (n > RATEL__YAML_FIELDS_MAX)
+        return ratel__yaml_fail(ctx, node->line, "%s: too many words", path);
+    for (size_t i = 0; i < n; i++)
+        list[i] = words[i];
+    list[n] = NULL;
+    return ratel__yaml_option(ctx, node, path, &opt, out);
 }
 
 int ratel__yaml_string(const ratel__yaml_ctx_t *ctx,
                        const ratel__yaml_node_t *node, const char *path,
                        char *out, size_t cap)
 {
-    if (node->type == RATEL__YAML_SCALAR && ratel__yaml_is_null(node))
-        return ratel__yaml_fail(ctx, node->line,
-                                "%s: has no value (write \"\" for an empty "
-                                "string)",
-                                path);
-    if (want_scalar(ctx, node, path, "a string"))
-        return -1;
-    if (node->len >= cap)
-        return ratel__yaml_fail(ctx, node->line,
-                                "%s: %zu bytes long; at most %zu are accepted",
-                                path, node->len, cap - 1);
-    for (size_t i = 0; i < node->len; i++) {
-        unsigned char c = (unsigned char)node->text[i];
-        if (c < 0x20 || c == 0x7f)
-            return ratel__yaml_fail(ctx, node->line,
-                                    "%s: contains the control character 0x%02x",
-                                    path, c);
-    }
-    memcpy(out, node->text, node->len + 1);
-    return 0;
+    ratel__option_t opt = {
+        .name = path, .type = RATEL__OPTION_STRING, .size = cap};
+
+    return ratel__yaml_option(ctx, node, path, &opt, out);
 }
 
 int ratel__yaml_list(const ratel__yaml_ctx_t *ctx,

@@ -14,6 +14,8 @@
 #ifndef RATEL_APP_YAML_H
 #define RATEL_APP_YAML_H
 
+#include "store/option.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +26,9 @@
 /* Most values in one file (4,096 policies of a dozen values each fit):
    bounds the memory a hostile 1 MiB file of "[1,1,1,...]" makes. */
 #define RATEL__YAML_NODES_MAX 200000
+
+/* Most fields one mapping read with ratel__yaml_fields may have. */
+#define RATEL__YAML_FIELDS_MAX 32
 
 typedef enum ratel__yaml_type_e {
     RATEL__YAML_SCALAR,
@@ -106,6 +111,51 @@ int ratel__yaml_fields(const ratel__yaml_ctx_t *ctx,
  */
 size_t ratel__yaml_by_line(const ratel__yaml_node_t *const *values, size_t n,
                            size_t *order);
+
+/*
+ * Reads `node` (at `path`) as option `opt` of a descriptor table
+ * (store/option.h) into the struct at `base`: the option's type, grammar
+ * and range, a number not in quotes, a string not null. Returns 0, or -1
+ * with "FILE:LINE: PATH: reason".
+ */
+int ratel__yaml_option(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const ratel__option_t *opt, void *base);
+
+/*
+ * Reads mapping `node` (at `path`; "" for the top level) by the n options
+ * of `table` into the struct at `base`: a field not in the table is
+ * refused with the table's names listed, a field given twice is refused,
+ * and fields are read in the file's order (the first problem reported is
+ * the one nearest the top). given (NULL, or n entries) receives each
+ * option's value node, NULL when absent. Returns 0 or -1 with a message.
+ */
+int ratel__yaml_options(const ratel__yaml_ctx_t *ctx,
+                        const ratel__yaml_node_t *node, const char *path,
+                        const ratel__option_t *table, size_t n, void *base,
+                        const ratel__yaml_node_t **given);
+
+/*
+ * Options of one mapping from several tables: each group's options go to
+ * its own struct (`base`), or, with base NULL, are values its `read`
+ * callback reads (a section inside the mapping: read(ud, i, value) for
+ * entry i, returning 0 or -1 with a message). The accepted names are all
+ * the groups' entries, in order; given (NULL, or one entry per option of
+ * every group, in order) receives the value nodes, NULL when absent.
+ * Fields are read in the file's order.
+ */
+typedef struct ratel__yaml_group_s {
+    const ratel__option_t *table;
+    size_t n;
+    void *base;
+    int (*read)(void *ud, size_t i, const ratel__yaml_node_t *value);
+    void *ud;
+} ratel__yaml_group_t;
+
+int ratel__yaml_groups(const ratel__yaml_ctx_t *ctx,
+                       const ratel__yaml_node_t *node, const char *path,
+                       const ratel__yaml_group_t *groups, size_t ngroups,
+                       const ratel__yaml_node_t **given);
 
 /* A whole number written plainly (no quotes), in min..max; 0 is also
    accepted when zero_ok (it means "the default"). */

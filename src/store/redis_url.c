@@ -15,6 +15,8 @@
  */
 #include "store/redis_url.h"
 
+#include "store/option.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,41 +40,6 @@ static const char host_hint[] =
     "'_') or "
     "an IPv6 address in brackets, e.g. localhost, 10.0.0.1:6380 or "
     "[::1]:6379";
-
-static const char param_names[] =
-    "connect_timeout_ms, timeout_ms, pool, on_failure, mode and deny_cache";
-
-static const char *const failure_words[] = {"open", "closed", "local", NULL};
-static const char *const mode_words[] = {"auto", "module", "lua", NULL};
-
-/* The query parameters, in the order of the header. */
-enum {
-    PARAM_CONNECT_TIMEOUT,
-    PARAM_TIMEOUT,
-    PARAM_POOL,
-    PARAM_ON_FAILURE,
-    PARAM_MODE,
-    PARAM_DENY_CACHE,
-    NPARAMS
-};
-
-static const struct {
-    const char *name;
-    long min, max;            /* integers */
-    const char *const *words; /* or one of these words (NULL-terminated) */
-    const char *accepts;      /* what the value may be, for messages */
-} params[NPARAMS] = {
-    {"connect_timeout_ms", 1, 60000, NULL,
-     "a whole number of milliseconds from 1 to 60000"},
-    {"timeout_ms", 1, 60000, NULL,
-     "a whole number of milliseconds from 1 to 60000"},
-    {"pool", 1, 256, NULL,
-     "a whole number of connections per node from 1 to 256"},
-    {"on_failure", 0, 0, failure_words, "open, closed or local"},
-    {"mode", 0, 0, mode_words, "auto, module or lua"},
-    {"deny_cache", 0, 16777216, NULL,
-     "a whole number of entries from 0 (no deny cache) to 16777216"},
-};
 
 typedef struct parser_s {
     const char *url;
@@ -515,72 +482,42 @@ static int parse_db(const parser_t *p, size_t start, size_t end,
     return 0;
 }
 
-/* Parses one NAME=VALUE pair, s[0..n), into u; `seen` marks names given. */
+/*
+ * Parses one NAME=VALUE pair, s[0..n), into u by the store's option table
+ * (option.c: the names, types and ranges a configuration's store: section
+ * has too); `seen` marks names given.
+ */
 static int parse_param(const parser_t *p, const char *s, size_t n,
                        ratel_redis_url_t *u, unsigned *seen)
 {
-    char qname[QUOTED_SIZE(PIECE_QUOTE_MAX)];
-    char qvalue[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+    char qname[QUOTED_SIZE(PIECE_QUOTE_MAX)], names[200], why[300];
     const char *eq = memchr(s, '=', n);
     size_t nlen = eq ? (size_t)(eq - s) : n;
     const char *value = eq ? eq + 1 : s + n;
-    size_t vlen = n - nlen - (eq != NULL);
-    size_t k;
-    long v = 0;
+    size_t vlen = n - nlen - (eq != NULL), k;
+    const ratel__option_t *opt;
 
     quote_bytes(qname, s, nlen, PIECE_QUOTE_MAX);
     if (n == 0)
         return fail(p, "empty query parameter (\"&&\", or '&' at an end); "
                        "expected NAME=VALUE pairs joined by '&'");
-    for (k = 0; k < NPARAMS; k++)
-        if (strlen(params[k].name) == nlen &&
-            memcmp(params[k].name, s, nlen) == 0)
-            break;
-    if (k == NPARAMS)
+    opt = ratel__option_find(ratel__redis_query_options,
+                             ratel__redis_query_noptions, s, nlen);
+    if (!opt) {
+        ratel__option_names(ratel__redis_query_options,
+                            ratel__redis_query_noptions, names, sizeof names);
         return fail(p, "unknown query parameter \"%s\"; the parameters are %s",
-                    qname, param_names);
+                    qname, names);
+    }
+    k = (size_t)(opt - ratel__redis_query_options);
     if (*seen & (1u << k))
         return fail(p, "query parameter %s is given twice; give it once",
-                    params[k].name);
+                    opt->name);
     *seen |= 1u << k;
     if (vlen == 0)
-        return fail(p, "query parameter %s has no value; %s takes %s",
-                    params[k].name, params[k].name, params[k].accepts);
-
-    quote_bytes(qvalue, value, vlen, PIECE_QUOTE_MAX);
-    if (params[k].words) {
-        size_t w;
-        for (w = 0; params[k].words[w]; w++)
-            if (strlen(params[k].words[w]) == vlen &&
-                memcmp(params[k].words[w], value, vlen) == 0)
-                break;
-        if (!params[k].words[w])
-            return fail(p, "%s=\"%s\" is not accepted; %s takes %s",
-                        params[k].name, qvalue, params[k].name,
-                        params[k].accepts);
-        if (k == PARAM_ON_FAILURE)
-            u->on_failure = (ratel_failure_t)(RATEL_FAILURE_OPEN + (int)w);
-        else
-            u->mode = (ratel_redis_mode_t)(RATEL_REDIS_AUTO + (int)w);
-        return 0;
-    }
-    if (read_number(value, vlen, params[k].max, &v) != 0 || v < params[k].min)
-        return fail(p, "%s=\"%s\" is not accepted; %s takes %s", params[k].name,
-                    qvalue, params[k].name, params[k].accepts);
-    switch (k) {
-    case PARAM_CONNECT_TIMEOUT:
-        u->connect_timeout_ms = (int)v;
-        break;
-    case PARAM_TIMEOUT:
-        u->timeout_ms = (int)v;
-        break;
-    case PARAM_POOL:
-        u->pool = (unsigned)v;
-        break;
-    default:
-        u->deny_cache = v;
-        break;
-    }
+        return fail(p, "query parameter %s has no value", opt->name);
+    if (ratel__option_set(opt, value, vlen, u, why, sizeof why) != 0)
+        return fail(p, "query parameter %s: %s", opt->name, why);
     return 0;
 }
 
@@ -589,12 +526,16 @@ static int parse_query(const parser_t *p, size_t start, ratel_redis_url_t *u)
 {
     unsigned seen = 0;
     size_t s = start;
+    char names[200];
 
-    if (start == p->len)
+    if (start == p->len) {
+        ratel__option_names(ratel__redis_query_options,
+                            ratel__redis_query_noptions, names, sizeof names);
         return fail(p,
                     "empty query after '?'; expected NAME=VALUE pairs "
                     "joined by '&' (the names are %s), or no '?'",
-                    param_names);
+                    names);
+    }
     for (;;) {
         size_t e = s;
         int rc;
@@ -779,13 +720,36 @@ int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
         return fail(&p, "nowhere to write the result (out is NULL)");
     }
 
-    memset(&u, 0, sizeof u);
-    u.on_failure = RATEL_FAILURE_DEFAULT;
-    u.mode = RATEL_REDIS_AUTO;
-    u.deny_cache = -1;
+    ratel__redis_query_init(&u);
     rc = parse(&p, &u);
     if (rc == 0)
         memcpy(out, &u, sizeof u);
     wipe(u.password, sizeof u.password);
     return rc;
+}
+
+void ratel__redis_query_init(ratel_redis_url_t *u)
+{
+    memset(u, 0, sizeof *u);
+    u->on_failure = RATEL_FAILURE_DEFAULT;
+    u->mode = RATEL_REDIS_AUTO;
+    u->deny_cache = -1;
+}
+
+void ratel__redis_query_to_options(const ratel_redis_url_t *u,
+                                   ratel_redis_options_t *o)
+{
+    if (u->connect_timeout_ms)
+        o->connect_timeout_ms = u->connect_timeout_ms;
+    if (u->timeout_ms)
+        o->command_timeout_ms = u->timeout_ms;
+    if (u->pool)
+        o->pool_size = u->pool;
+    if (u->on_failure != RATEL_FAILURE_DEFAULT)
+        o->on_failure = u->on_failure;
+    if (u->mode != RATEL_REDIS_AUTO)
+        o->mode = u->mode;
+    /* In the options 0 means the default and negative means off. */
+    if (u->deny_cache >= 0)
+        o->deny_cache_entries = u->deny_cache ? u->deny_cache : -1;
 }

@@ -9,14 +9,16 @@
  * one primary and its possible successors (the store follows a failover);
  * for redis+cluster:// they are seed nodes. USER and PASSWORD are
  * percent-decoded. DB is 0..15 (not allowed with cluster, which has only
- * db 0). QUERY is NAME=VALUE pairs joined by '&':
+ * db 0). QUERY is NAME=VALUE pairs joined by '&', read by the store's
+ * option table (option.h: a configuration's store: section has the same
+ * names, grammar and ranges):
  *
  *   connect_timeout_ms  1..60000
  *   timeout_ms          1..60000
  *   pool                1..256 connections per node
  *   on_failure          open | closed | local
  *   mode                auto | module | lua
- *   deny_cache          0..16777216 entries (0: no deny cache)
+ *   deny_cache          0..1048576 entries (0: no deny cache)
  *
  * Every error names the URL part that is wrong and says what is accepted;
  * the password is never copied into a message.
@@ -60,5 +62,16 @@ typedef struct ratel_redis_url_s {
  */
 int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
                            char *errbuf, size_t errlen);
+
+/*
+ * The query fields of `u` (as a URL's query or a configuration's store:
+ * section gave them; others not given) as store options in *o: a value
+ * given replaces o's, deny_cache 0 becomes "no deny cache" (negative).
+ */
+void ratel__redis_query_to_options(const ratel_redis_url_t *u,
+                                   ratel_redis_options_t *o);
+
+/* The query fields of a ratel_redis_url_t with nothing given. */
+void ratel__redis_query_init(ratel_redis_url_t *u);
 
 #endif /* RATEL_REDIS_URL_H */

@@ -177,7 +177,7 @@ static void check_config(const rateld_config_t *c)
                c->redis.command_timeout_ms <= 60000);
         ASSERT(c->redis.connect_timeout_ms >= 0 &&
                c->redis.connect_timeout_ms <= 60000);
-        ASSERT(c->redis.pool_size <= 64);
+        ASSERT(c->redis.pool_size <= 256);
         ASSERT(c->redis.deny_cache_entries >= -1 &&
                c->redis.deny_cache_entries <= 1048576);
         ASSERT(c->redis.local.max_bytes == c->memory_max_bytes);

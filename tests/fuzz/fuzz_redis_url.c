@@ -137,7 +137,7 @@ static void check_parsed(const char *url, const ratel_redis_url_t *u)
     ASSERT(u->on_failure >= RATEL_FAILURE_DEFAULT &&
            u->on_failure <= RATEL_FAILURE_LOCAL);
     ASSERT(u->mode >= RATEL_REDIS_AUTO && u->mode <= RATEL_REDIS_LUA);
-    ASSERT(u->deny_cache >= -1 && u->deny_cache <= 16777216);
+    ASSERT(u->deny_cache >= -1 && u->deny_cache <= 1048576);
     /* Nothing of a valid URL is a space, a control byte or a '#'. */
     for (const char *p = url; *p; p++)
         ASSERT((unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f);

@@ -174,14 +174,14 @@ TEST(redis_url_query_options)
     ratel_redis_url_t u;
 
     REQUIRE(parse_ok("redis://h?connect_timeout_ms=1&timeout_ms=60000&pool=256"
-                     "&on_failure=open&mode=module&deny_cache=16777216",
+                     "&on_failure=open&mode=module&deny_cache=1048576",
                      &u) == 0);
     CHECK_EQ(u.connect_timeout_ms, 1);
     CHECK_EQ(u.timeout_ms, 60000);
     CHECK_EQ(u.pool, 256);
     CHECK_EQ(u.on_failure, RATEL_FAILURE_OPEN);
     CHECK_EQ(u.mode, RATEL_REDIS_MODULE);
-    CHECK_EQ(u.deny_cache, 16777216);
+    CHECK_EQ(u.deny_cache, 1048576);
 
     REQUIRE(parse_ok("redis://h/2?deny_cache=0&mode=lua&on_failure=closed"
                      "&pool=1&timeout_ms=1&connect_timeout_ms=60000",
@@ -288,31 +288,37 @@ TEST(redis_url_malformed_names_the_problem)
         {"redis://h?pool=1&&mode=lua", "empty query parameter"},
         {"redis://h?foo=1",
          "unknown query parameter \"foo\"; the parameters are "
-         "connect_timeout_ms, timeout_ms, pool, on_failure, mode and "
+         "connect_timeout_ms, timeout_ms, pool, on_failure, mode, "
          "deny_cache"},
         {"redis://h?POOL=1", "unknown query parameter \"POOL\""},
         {"redis://h?=1", "unknown query parameter \"\""},
         {"redis://h?pool", "pool has no value"},
         {"redis://h?pool=", "pool has no value"},
         {"redis://h?pool=1&pool=1", "pool is given twice"},
-        {"redis://h?pool=0", "from 1 to 256"},
-        {"redis://h?pool=257", "from 1 to 256"},
-        {"redis://h?pool=-1", "from 1 to 256"},
-        {"redis://h?pool=+1", "from 1 to 256"},
-        {"redis://h?pool=1x", "from 1 to 256"},
-        {"redis://h?pool=99999999999999999999999", "from 1 to 256"},
-        {"redis://h?pool=1=2", "from 1 to 256"},
-        {"redis://h?connect_timeout_ms=0", "from 1 to 60000"},
-        {"redis://h?connect_timeout_ms=60001", "from 1 to 60000"},
-        {"redis://h?timeout_ms=0", "from 1 to 60000"},
-        {"redis://h?timeout_ms=1.5", "from 1 to 60000"},
-        {"redis://h?deny_cache=16777217", "from 0 (no deny cache) to 16777216"},
-        {"redis://h?deny_cache=-1", "from 0 (no deny cache) to 16777216"},
+        {"redis://h?pool=0",
+         "query parameter pool: 0 is out of range; accepted: 1..256"},
+        {"redis://h?pool=257",
+         "query parameter pool: 257 is out of range; accepted: 1..256"},
+        {"redis://h?pool=-1", "pool: expected a whole number, got \"-1\""},
+        {"redis://h?pool=+1", "pool: expected a whole number, got \"+1\""},
+        {"redis://h?pool=1x", "pool: expected a whole number, got \"1x\""},
+        {"redis://h?pool=99999999999999999999999",
+         "pool: \"99999999999999999999999\" is out of range; accepted: "
+         "1..256"},
+        {"redis://h?pool=1=2", "pool: expected a whole number, got \"1=2\""},
+        {"redis://h?connect_timeout_ms=0", "accepted: 1..60000"},
+        {"redis://h?connect_timeout_ms=60001", "accepted: 1..60000"},
+        {"redis://h?timeout_ms=0", "accepted: 1..60000"},
+        {"redis://h?timeout_ms=1.5",
+         "timeout_ms: expected a whole number of milliseconds, got \"1.5\""},
+        {"redis://h?deny_cache=1048577",
+         "deny_cache: 1048577 is out of range; accepted: 0..1048576"},
+        {"redis://h?deny_cache=-1", "deny_cache: expected a whole number"},
         {"redis://h?on_failure=", "on_failure has no value"},
         {"redis://h?on_failure=Open",
-         "on_failure=\"Open\" is not accepted; on_failure takes open, "
-         "closed or local"},
-        {"redis://h?mode=redis", "mode takes auto, module or lua"},
+         "query parameter on_failure: expected open | closed | local, got "
+         "\"Open\""},
+        {"redis://h?mode=redis", "mode: expected auto | module | lua"},
         {"redis://h?mode=lua&mode=lua", "mode is given twice"},
         {"redis://h#frag", "fragment"},
         {"redis://h/0#", "fragment"},
