@@ -138,6 +138,9 @@ $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integratio
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
+# The runner lists the suites: a new one in suites.def rebuilds it.
+$(BUILD)/tests/unit/main.o: tests/unit/suites.def
+
 $(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
