@@ -134,7 +134,9 @@ echo "# cpu: ${flood_cpu} ticks over the whole flood (ceiling ${FLOOD_CPU_CEILIN
 if [ "$flood_cpu" -lt "$FLOOD_CPU_CEILING_TICKS" ]; then ok flood_cpu_bounded; else fail flood_cpu_bounded "$flood_cpu ticks"; fi
 
 # --- after they left ----------------------------------------------------
-# Their memory comes back within the sweep's trim (at most a second or so).
+# Their memory comes back by the sweep's malloc_trim(), at most once a
+# second: wait for one before the figure.
+sleep 1.5
 after=$(rss_kb)
 for _ in $(seq 30); do
     [ "$after" -lt "$RSS_AFTER_KB" ] || [ "$asan" = 1 ] && break
