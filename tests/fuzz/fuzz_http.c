@@ -310,6 +310,30 @@ static void service(ratel__http_conn_t *c, int64_t now)
     } while (ratel__http_conn_pending(c));
 }
 
+/* The peer stays to the end: everything dispatched is answered, in
+   order, exactly once (unless the output limit closed the connection),
+   then the connection closes. */
+static void answer_the_rest(ratel__http_conn_t *c, ratel__http_ctx_t *ctx,
+                            int64_t now)
+{
+    for (int i = 0; i < 1000; i++) {
+        size_t n;
+        flush();
+        service(c, now);
+        ratel__http_conn_output(c, &n);
+        if (!n && !fz.nheld && ratel__http_conn_inflight(c) == 0 &&
+            !ratel__http_conn_pending(c))
+            break;
+    }
+    if (!ratel__http_conn_aborted(c)) {
+        ASSERT(fz.checked == fz.out_len);
+        ASSERT(fz.next_seq == fz.dispatched);
+    }
+    ratel__http_conn_close(c);
+    flush(); /* answers to a closed connection are dropped */
+    ASSERT(ctx->conns == NULL); /* all answered: nothing held */
+}
+
 static void limits_for(unsigned mode, ratel_http_limits_t *lim)
 {
     memset(lim, 0, sizeof *lim);
@@ -408,24 +432,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ASSERT(ctx.conns == NULL); /* all answered: nothing held */
         }
     } else {
-        for (int i = 0; i < 1000; i++) {
-            size_t n;
-            flush();
-            service(c, now);
-            ratel__http_conn_output(c, &n);
-            if (!n && !fz.nheld && ratel__http_conn_inflight(c) == 0 &&
-                !ratel__http_conn_pending(c))
-                break;
-        }
-        /* Everything dispatched was answered, in order, exactly once,
-           unless the output limit closed the connection. */
-        if (!ratel__http_conn_aborted(c)) {
-            ASSERT(fz.checked == fz.out_len);
-            ASSERT(fz.next_seq == fz.dispatched);
-        }
-        ratel__http_conn_close(c);
-        flush(); /* answers to a closed connection are dropped */
-        ASSERT(ctx.conns == NULL); /* all answered: nothing held */
+        answer_the_rest(c, &ctx, now);
     }
     ratel__http_ctx_destroy(&ctx); /* frees anything still held */
     free(fz.out);
