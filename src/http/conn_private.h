@@ -14,12 +14,13 @@
    waits: the kernel's socket buffer already holds what keeps the client
    busy, and a client that does not read must not make us hold more. */
 #define OUT_HIGH (16 << 10)
-#define MIN_OUTPUT_LIMIT (64 << 10) /* max_output_bytes at least */
-#define POOL_EXCHANGES 1024  /* free exchanges kept per thread */
-#define POOL_BUFS 256        /* free read buffers kept per thread */
-#define POOL_CONNS 256       /* free connections kept per thread */
-#define KEEP_RESP 4096       /* a pooled exchange keeps this much buffer */
-#define KEEP_OUT 16384       /* a pooled connection keeps this much */
+/* max_output_bytes is at least this much. */
+#define MIN_OUTPUT_LIMIT (64 << 10)
+#define POOL_EXCHANGES 1024       /* free exchanges kept per thread */
+#define POOL_BUFS 256             /* free read buffers kept per thread */
+#define POOL_CONNS 256            /* free connections kept per thread */
+#define KEEP_RESP 4096            /* a pooled exchange keeps this much buffer */
+#define KEEP_OUT 16384            /* a pooled connection keeps this much */
 #define MAX_BODY_LIMIT (1u << 30) /* offsets are 32-bit */
 
 struct ratel__http_rbuf_s {

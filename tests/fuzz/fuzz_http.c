@@ -330,8 +330,9 @@ static void answer_the_rest(ratel__http_conn_t *c, ratel__http_ctx_t *ctx,
         ASSERT(fz.next_seq == fz.dispatched);
     }
     ratel__http_conn_close(c);
-    flush(); /* answers to a closed connection are dropped */
-    ASSERT(ctx->conns == NULL); /* all answered: nothing held */
+    /* Answers to a closed connection are dropped; then nothing is held. */
+    flush();
+    ASSERT(ctx->conns == NULL);
 }
 
 static void limits_for(unsigned mode, ratel_http_limits_t *lim)
