@@ -121,7 +121,9 @@ typedef struct ratel_http_options_s {
 /*
  * Binds the listening sockets (one per thread) and prepares the workers;
  * nothing runs yet. Returns 0, or -1 with a message in err ("listen
- * 127.0.0.1:80: Permission denied", "listen \"x\": expected HOST:PORT").
+ * 127.0.0.1:80: Permission denied", "listen \"x\": expected HOST:PORT",
+ * "listen 127.0.0.1:8080: already served by another process" when another
+ * socket listens there: see "One server per address" above).
  */
 int ratel_http_server_new(ratel_http_server_t **out,
                           const ratel_http_options_t *options, char *err,
