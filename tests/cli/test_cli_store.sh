@@ -273,7 +273,7 @@ unreachable() {
 # the part that is wrong.
 bad_urls() {
     ratel acquire --store 'redis://127.0.0.1:6379?mode=bogus' --rule 1/1m k
-    expect bad_url_query 2 "" 'mode="bogus" is not accepted'
+    expect bad_url_query 2 "" 'query parameter mode: expected auto | module | lua, got "bogus"'
     ratel acquire --store 'http://127.0.0.1:6379' --rule 1/1m k
     expect bad_url_scheme 2 "" 'unknown scheme "http"'
     ratel ping --store 'localhost:6379'
