@@ -65,10 +65,13 @@ static void answer(ratel_http_exchange_t *ex, int ok)
 
 /*
  * A gateway's auth request (/v1/auth): the trivial responder of
- * bench/gateway.sh, the protocol's ceiling. No decision: 200 with no
- * body, or, when the original URI (X-Original-URI or X-Forwarded-Uri)
- * starts with /deny, the refusal rateld would send (DENY_STATUS, 429 by
- * default, with Retry-After and X-Ratel-Reason).
+ * bench/gateway.sh, the protocol's ceiling. No decision, no batching: an
+ * answer at once with the same fields (and, refusing with 429, the same
+ * size of JSON body) rateld sends for bench/gateway.sh's policies, so
+ * that the gateway does the same work for both and the ratio measures
+ * rateld. 200, or, when the original URI (X-Original-URI or
+ * X-Forwarded-Uri) starts with /deny, DENY_STATUS (429 by default; 403
+ * for nginx, without a body as rateld does).
  */
 static void answer_auth(ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req)
@@ -77,12 +80,22 @@ static void answer_auth(ratel_http_exchange_t *ex,
     {                                                                          \
         text, sizeof text - 1                                                  \
     }
+    static const ratel_http_header_t allow[] = {
+        {S("RateLimit-Policy"), S("\"allow-0\";q=1000000000;w=60")},
+        {S("RateLimit"), S("\"allow-0\";r=999999999;t=60")},
+    };
     static const ratel_http_header_t deny[] = {
-        {S("Retry-After"), S("3600")},
+        {S("Content-Type"), S("application/json")},
+        {S("RateLimit-Policy"), S("\"deny-0\";q=1;w=3600")},
         {S("RateLimit"), S("\"deny-0\";r=0;t=3600")},
+        {S("Retry-After"), S("3600")},
         {S("X-Ratel-Reason"), S("rate-limited")},
     };
 #undef S
+    static const char body[] =
+        "{\"allowed\":false,\"policy\":\"deny\",\"limit\":1,"
+        "\"remaining\":0,\"retry_after_ms\":3599000,\"reset_after_ms\":"
+        "3599000,\"rule\":0,\"wait_ms\":0,\"source\":\"store\"}\n";
     static int deny_status;
     const ratel_http_str_t *uri = ratel_http_header(req, "X-Original-URI");
 
@@ -92,10 +105,12 @@ static void answer_auth(ratel_http_exchange_t *ex,
     }
     if (!uri)
         uri = ratel_http_header(req, "X-Forwarded-Uri");
-    if (uri && uri->n >= 5 && memcmp(uri->p, "/deny", 5) == 0)
-        ratel_http_respond(ex, deny_status, deny, 3, "", 0);
+    if (!uri || uri->n < 5 || memcmp(uri->p, "/deny", 5) != 0)
+        ratel_http_respond(ex, 200, allow, 2, NULL, 0);
+    else if (deny_status == 403)
+        ratel_http_respond(ex, 403, deny + 1, 4, NULL, 0);
     else
-        ratel_http_respond(ex, 200, NULL, 0, NULL, 0);
+        ratel_http_respond(ex, 429, deny, 5, body, sizeof body - 1);
 }
 
 /* Reads the parameters rateld would read, then waits for the flush. */

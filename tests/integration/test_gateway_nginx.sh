@@ -65,6 +65,12 @@ open_variant() {
 start_rateld 403 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_nginx snippet nginx || fail nginx_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
 check_demo nginx
+# For nginx (deny_status 403) a refusal has no body: nginx never shows it,
+# and would close its keep-alive connection to rateld to skip one.
+curl -s -D "$tmp/h" -o "$tmp/b" "http://127.0.0.1:$rport/v1/auth/sendCaptcha?telephone=13800138000"
+same nginx_refusal_status "$(head -1 "$tmp/h" | cut -d' ' -f2)" 403
+same nginx_refusal_reason "$(header X-Ratel-Reason "$tmp/h")" rate-limited
+same nginx_refusal_no_body "$(header Content-Length "$tmp/h")/$(wc -c <"$tmp/b")" 0/0
 # Allowed answers carry the fields too.
 curl -s -D "$tmp/h" -o /dev/null --interface 127.0.0.5 "http://127.0.0.1:$gport/api/ping"
 same nginx_allowed_ratelimit "$(header RateLimit "$tmp/h")" '"ping-0";r=19;t=60'
