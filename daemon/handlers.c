@@ -815,22 +815,27 @@ static int count_auth_item(rateld_t *d, unsigned thread,
 /*
  * RateLimit-Policy for a route: every rule of each of its policies, in
  * the route's order (the items are named POLICY-INDEX, so they never
- * clash). Returns the length written into buf (cut to fit).
+ * clash): the one policy's own field, or the fields joined in buf (cut to
+ * fit).
  */
-static size_t route_policy_field(const rateld_pending_t *items, size_t count,
-                                 char *buf, size_t len)
+static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
+                                           size_t count, char *buf,
+                                           size_t len)
 {
     size_t n = 0;
+
+    if (count == 1) /* the usual route: its policy's field as it is */
+        return (ratel_http_str_t){items[0].field, strlen(items[0].field)};
 
     buf[0] = '\0';
     for (size_t i = 0; i < count; i++) {
         int m = snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
                          items[i].field);
         if (m < 0 || (size_t)m >= len - n)
-            return n;
+            break;
         n += (size_t)m;
     }
-    return n;
+    return (ratel_http_str_t){buf, n};
 }
 
 /*
@@ -847,7 +852,7 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     static const ratel_http_header_t store_error[] = {
         JSON_TYPE, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
     rateld_pending_t *head = &w->pending[first];
-    size_t count = (size_t)head->count, binding = first, n;
+    size_t count = (size_t)head->count, binding = first;
     int denied = 0, failed = 0, status;
     char policies[4096], body[512];
     answer_t a;
@@ -872,8 +877,7 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     }
     decision_headers(&a, &w->pending[binding],
                      &w->items[binding].decision, denied);
-    n = route_policy_field(head, count, policies, sizeof policies);
-    a.h[1].value = (ratel_http_str_t){policies, n};
+    a.h[1].value = route_policy_field(head, count, policies, sizeof policies);
     if (denied)
         a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Reason", 14},
                                            {"rate-limited", 12}};

@@ -83,6 +83,26 @@ static void add_char(field_t *f, char c)
     f->n++;
 }
 
+static void add_text(field_t *f, const char *text)
+{
+    for (; *text; text++)
+        add_char(f, *text);
+}
+
+/* A non-negative integer in decimal (the decision path: no printf). */
+static void add_integer(field_t *f, long long v)
+{
+    char digits[24];
+    int n = 0;
+
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 && n < (int)sizeof digits);
+    while (n > 0)
+        add_char(f, digits[--n]);
+}
+
 /*
  * The item "NAME-INDEX" as an sf-string: '"' and '\\' escaped; bytes an
  * sf-string cannot hold (controls, non-ASCII) are left out. Policy names
@@ -157,7 +177,10 @@ size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
     t = d->allowed ? ceil_seconds(d->rule_reset_ms)
                    : ceil_seconds(d->retry_after_ms);
     add_item_name(&f, name, rule);
-    add(&f, ";r=%lld;t=%lld", clamp_integer(d->remaining), t);
+    add_text(&f, ";r=");
+    add_integer(&f, clamp_integer(d->remaining));
+    add_text(&f, ";t=");
+    add_integer(&f, t);
     terminate(&f);
     return f.n;
 }
