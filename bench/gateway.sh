@@ -179,16 +179,26 @@ for k in $(printf '%s\n' "${!got[@]}" | sort); do
     printf '%s\tgateway_%s_rps\t%s\treq/s\t(rounds:%s)\n' "$who" "$k" "${med[$k]}" "${got[$k]}"
 done
 
+# ratio A B: median of A / median of B. paired A B: the median of the
+# per-round ratios (each round's two figures were taken seconds apart, so
+# this one follows the machine's drift less).
 ratio() { awk -v a="${med[$1]:-0}" -v b="${med[$2]:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+paired() {
+    paste <(tr ' ' '\n' <<<"${got[$1]:-}" | grep -v '^$') <(tr ' ' '\n' <<<"${got[$2]:-}" | grep -v '^$') |
+        awk '$2 > 0 { print $1 / $2 }' | median | awk '{ printf "%.2f", $1 }'
+}
 echo
-echo "| gateway, traffic | via rateld (req/s) | via trivial responder | rateld / trivial | nginx limit_req alone | rateld / limit_req |"
+echo "| gateway, traffic | via rateld (req/s) | via trivial responder | rateld / trivial (medians; per round) | nginx limit_req alone | rateld / limit_req (medians; per round) |"
 echo "|---|---|---|---|---|---|"
 for t in allowed denied; do
-    printf '| nginx auth_request, %s | %s | %s | %s | %s | %s |\n' "$t" "${med[nginx_rateld_$t]}" \
+    printf '| nginx auth_request, %s | %s | %s | %s; %s | %s | %s; %s |\n' "$t" "${med[nginx_rateld_$t]}" \
         "${med[nginx_trivial_$t]}" "$(ratio nginx_rateld_$t nginx_trivial_$t)" \
-        "${med[limit_req_$t]:-n/a}" "$(ratio nginx_rateld_$t limit_req_$t)"
+        "$(paired nginx_rateld_$t nginx_trivial_$t)" \
+        "${med[limit_req_$t]:-n/a}" "$(ratio nginx_rateld_$t limit_req_$t)" \
+        "$(paired nginx_rateld_$t limit_req_$t)"
 done
 for t in allowed denied; do
-    printf '| Caddy forward_auth, %s | %s | %s | %s | | |\n' "$t" "${med[caddy_rateld_$t]}" \
-        "${med[caddy_trivial_$t]}" "$(ratio caddy_rateld_$t caddy_trivial_$t)"
+    printf '| Caddy forward_auth, %s | %s | %s | %s; %s | | |\n' "$t" "${med[caddy_rateld_$t]}" \
+        "${med[caddy_trivial_$t]}" "$(ratio caddy_rateld_$t caddy_trivial_$t)" \
+        "$(paired caddy_rateld_$t caddy_trivial_$t)"
 done
