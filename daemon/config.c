@@ -856,12 +856,7 @@ static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
 
 /* The top level's own options. */
 static const ratel__option_t top_options[] = {
-    {"listen", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(listen), NULL, NULL,
-     ratel__check_listen},
-    {"threads", RATEL__OPTION_UINT, 1, 64, 0, CONFIG(threads), NULL, NULL,
-     NULL},
-    {"admin_token", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(admin_token), NULL,
-     NULL, ratel__check_token},
+    RATEL__SERVER_OPTIONS(rateld_config_t),
 };
 
 /* The top level's sections, read by read_section. */

@@ -241,12 +241,7 @@ static int read_sender(const ratel__yaml_ctx_t *ctx,
 
 /* The top level's own options. */
 static const ratel__option_t top_options[] = {
-    {"listen", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(listen), NULL, NULL,
-     ratel__check_listen},
-    {"threads", RATEL__OPTION_UINT, 1, 256, 0, CONFIG(threads), NULL, NULL,
-     NULL},
-    {"admin_token", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(admin_token), NULL,
-     NULL, ratel__check_token},
+    RATEL__SERVER_OPTIONS(captcha_config_t),
     {"code_length", RATEL__OPTION_UINT, CAPTCHA_CODE_MIN_LEN,
      CAPTCHA_CODE_MAX_LEN, 0, CONFIG(code_length), NULL, NULL, NULL},
     {"code_ttl_ms", RATEL__OPTION_MSEC, 100, 86400000, 0, CONFIG(code_ttl_ms),

@@ -25,6 +25,20 @@ int ratel__check_token(const char *text, char *why, size_t whylen);
 /* Anything but "". */
 int ratel__check_nonempty(const char *text, char *why, size_t whylen);
 
+/*
+ * The options every server program's top level has, for a config struct
+ * `type` with fields listen, threads and admin_token: one name, type and
+ * range in rateld and captchad alike (threads: 1..64, one event loop per
+ * thread; a 2-core machine wants 1 or 2).
+ */
+#define RATEL__SERVER_OPTIONS(type)                                           \
+    {"listen", RATEL__OPTION_STRING, 0, 0, 0, RATEL__FIELD(type, listen),      \
+     NULL, NULL, ratel__check_listen},                                         \
+        {"threads", RATEL__OPTION_UINT, 1, 64, 0,                              \
+         RATEL__FIELD(type, threads), NULL, NULL, NULL},                       \
+        {"admin_token", RATEL__OPTION_STRING, 0, 0, 0,                         \
+         RATEL__FIELD(type, admin_token), NULL, NULL, ratel__check_token}
+
 /* An option table's entry count. */
 #define RATEL__COUNT(a) (sizeof(a) / sizeof((a)[0]))
 /* offsetof and sizeof a field of `type`, for a table entry. */
