@@ -19,30 +19,9 @@
 #
 # Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines, then a summary.
 #   BUILD=build bench/gateway.sh      SECONDS_EACH=5 ROUNDS=3 by default
-set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/.." && pwd)
-build=${BUILD:-build}
-case $build in /*) ;; *) build=$top/$build ;; esac
-peers_dir=${PEERS_DIR:-$top/../shared/peers}
+. "$(dirname "$0")/http_lib.sh"
 secs=${SECONDS_EACH:-5}
 rounds=${ROUNDS:-3}
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_http() {
-    for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
-    return 1
-}
 rps() { # URL: requests/s under wrk -t1 -c50
     wrk -t1 -c50 -d"${secs}s" "$1" 2>&1 | awk '/Requests\/sec/ {print $2}'
 }
@@ -52,9 +31,7 @@ for cmd in nginx caddy wrk; do
     command -v "$cmd" >/dev/null || { echo "# gateway bench skipped: $cmd missing (scripts/setup.sh)"; exit 0; }
 done
 
-echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+machine_header
 echo "# wrk -t1 -c50 -d${secs}s, $rounds interleaved rounds; one nginx worker; rateld threads: 1"
 
 # rateld_config PORT DENY_STATUS

@@ -13,29 +13,8 @@
 #
 # Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines, then a summary.
 #   BUILD=build bench/rateld.sh         SECONDS_EACH=8 by default
-set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/.." && pwd)
-build=${BUILD:-build}
-case $build in /*) ;; *) build=$top/$build ;; esac
-peers_dir=${PEERS_DIR:-$top/../shared/peers}
+. "$(dirname "$0")/http_lib.sh"
 secs=${SECONDS_EACH:-8}
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_http() {
-    for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
-    return 1
-}
 
 # run_wrk NAME URL [wrk args]: requests/s and latency percentiles
 run_wrk() {
@@ -51,9 +30,7 @@ run_wrk() {
     fi
 }
 
-echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+machine_header
 echo "# wrk -t1 -c50 -d${secs}s; rateld with threads: 1"
 
 port=$(free_port)

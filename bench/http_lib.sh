@@ -1,0 +1,31 @@
+# bench/http_lib.sh - what the HTTP benchmarks (rateld.sh, gateway.sh)
+# share: paths, a temporary folder and the processes to stop on exit, a
+# free port, waiting for a server, the machine header. Sourced; the
+# caller sets `secs` itself.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$top/$build ;; esac
+peers_dir=${PEERS_DIR:-$top/../shared/peers}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_http() {
+    for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
+    return 1
+}
+machine_header() {
+    echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+}
