@@ -604,13 +604,7 @@ static int read_route_policies(reader_t *r, const ratel__yaml_node_t *node,
         }
         if (!p) {
             char names[200];
-            size_t q = 0;
-            names[0] = '\0';
-            for (size_t k = 0; k < c->npolicies && q < sizeof names; k++) {
-                int w = snprintf(names + q, sizeof names - q, "%s%s",
-                                 k ? ", " : "", c->policies[k].name);
-                q += w > 0 ? (size_t)w : 0;
-            }
+            rateld_config_policy_names(c, names, sizeof names);
             return ratel__yaml_fail(
                 &r->ctx, it->line, "%s: no policy named %s; defined: %s", item,
                 ratel__yaml_describe(it, what, sizeof what), names);
@@ -1004,6 +998,27 @@ void rateld_config_free(rateld_config_t *config)
 }
 
 /* ------------------------------------------------------------- look-ups */
+
+void rateld_config_policy_names(const rateld_config_t *config, char *buf,
+                                size_t len)
+{
+    size_t n = 0;
+
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; config && i < config->npolicies; i++) {
+        int m = snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
+                         config->policies[i].name);
+        if (m < 0 || (size_t)m >= len - n) {
+            /* Cut: end with "..." where it fits. */
+            if (len >= 4)
+                memcpy(buf + len - 4, "...", 4);
+            return;
+        }
+        n += (size_t)m;
+    }
+}
 
 const rateld_policy_t *rateld_config_policy(const rateld_config_t *config,
                                             const char *name, size_t len)

@@ -151,6 +151,11 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
 
 void rateld_config_free(rateld_config_t *config);
 
+/* The names of the config's policies, ", " between them, into buf (cut
+   with "..." when they do not fit): for messages naming what exists. */
+void rateld_config_policy_names(const rateld_config_t *config, char *buf,
+                                size_t len);
+
 /* The policy named `name` (len bytes), or NULL. */
 const rateld_policy_t *rateld_config_policy(const rateld_config_t *config,
                                             const char *name, size_t len);

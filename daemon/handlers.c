@@ -296,19 +296,11 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
     }
     pol = rateld_config_policy(gen->config, prm->policy, strlen(prm->policy));
     if (!pol) {
-        /* Name the policies there are (as many as fit). */
-        const rateld_config_t *c = gen->config;
         char names[300];
-        size_t n = 0;
-        names[0] = '\0';
-        for (size_t i = 0; i < c->npolicies && n < sizeof names; i++) {
-            int m = snprintf(names + n, sizeof names - n, "%s%s",
-                             i ? ", " : "", c->policies[i].name);
-            n = m < 0 ? sizeof names : n + (size_t)m;
-        }
+        rateld_config_policy_names(gen->config, names, sizeof names);
         respond_error(d, ex, req->thread, 404,
-                      "no policy named \"%s\"; defined: %s%s", prm->policy,
-                      names, n >= sizeof names ? "..." : "");
+                      "no policy named \"%s\"; defined: %s", prm->policy,
+                      names);
     }
     return pol;
 }
