@@ -82,40 +82,9 @@ static const ratel__option_t store_options[] = {
 
 static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
-    rateld_config_t *c = r->config;
-    ratel_redis_url_t query;
-    const ratel__yaml_group_t groups[] = {
-        {store_options, COUNT(store_options), c, NULL, NULL},
-        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
-         NULL}};
-    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
-    size_t order[RATEL__YAML_FIELDS_MAX],
-        n = COUNT(store_options) + ratel__redis_query_noptions;
-
-    ratel__redis_query_init(&query);
-    if (ratel__yaml_groups(&r->ctx, node, "store", groups, COUNT(groups), v))
-        return -1;
-    if (c->store == RATELD_STORE_MEMORY) {
-        /* Everything after max_bytes is for Redis: the first one given. */
-        if (ratel__yaml_by_line(v + 2, n - 2, order) > 0)
-            return ratel__yaml_fail(
-                &r->ctx, v[2 + order[0]]->line,
-                "store.%s: applies to type: redis only (this store is "
-                "memory)",
-                order[0] == 0 ? "url"
-                              : ratel__redis_query_options[order[0] - 1].name);
-        memset(&c->redis, 0, sizeof c->redis);
-        return 0;
-    }
-    if (!v[2])
-        return ratel__yaml_fail(&r->ctx, node->line,
-                                "store.url: required with type: redis (e.g. "
-                                "redis://127.0.0.1:6379)");
-    c->redis.url = c->redis_url;
-    ratel__redis_query_to_options(&query, &c->redis);
-    /* Redis: max_bytes bounds the `local` failure policy's store. */
-    c->redis.local.max_bytes = c->memory_max_bytes;
-    return 0;
+    return ratel__yaml_store(&r->ctx, node, store_options,
+                             COUNT(store_options), r->config,
+                             &r->config->redis);
 }
 
 /* ------------------------------------------------------------- policies */

@@ -48,7 +48,6 @@ static void set_defaults(captcha_config_t *c)
     c->queue_size = 1024;
     c->resend_max_age_ms = -1; /* code_ttl_ms unless the file says */
     snprintf(c->sqlite_path, sizeof c->sqlite_path, "captchad.db");
-    c->redis.url = c->redis_url;
 }
 
 /*
@@ -101,32 +100,8 @@ static const ratel__option_t store_options[] = {
 static int read_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node, captcha_config_t *c)
 {
-    ratel_redis_url_t query;
-    const ratel__yaml_group_t groups[] = {
-        {store_options, COUNT(store_options), c, NULL, NULL},
-        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
-         NULL}};
-    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
-    size_t order[RATEL__YAML_FIELDS_MAX],
-        n = COUNT(store_options) + ratel__redis_query_noptions;
-
-    ratel__redis_query_init(&query);
-    if (ratel__yaml_groups(ctx, node, "store", groups, COUNT(groups), v))
-        return -1;
-    if (!c->store_redis && ratel__yaml_by_line(v + 2, n - 2, order) > 0)
-        return ratel__yaml_fail(
-            ctx, v[2 + order[0]]->line,
-            "store.%s: applies to type: redis only (this store is memory)",
-            order[0] == 0 ? "url"
-                          : ratel__redis_query_options[order[0] - 1].name);
-    if (c->store_redis && !v[2])
-        return ratel__yaml_fail(ctx, node->line,
-                                "store.url: required with type: redis (e.g. "
-                                "redis://127.0.0.1:6379)");
-    ratel__redis_query_to_options(&query, &c->redis);
-    c->redis.url = c->redis_url;
-    c->redis.local.max_bytes = c->memory_max_bytes;
-    return 0;
+    return ratel__yaml_store(ctx, node, store_options, COUNT(store_options),
+                             c, &c->redis);
 }
 
 /* One limit: a rule ("1/60s") or a list of rules. */

@@ -5,6 +5,7 @@
 #include "app/options.h"
 
 #include "app/address.h"
+#include "store/redis_url.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -62,4 +63,65 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen)
         return 0;
     snprintf(why, whylen, "is empty");
     return -1;
+}
+
+/* The value of `field` of `config` as an int (an enum or a size_t). */
+static uint64_t field_value(const void *config, const ratel__option_t *field)
+{
+    uint64_t v = 0;
+    const char *at = (const char *)config + field->offset;
+
+    if (field->size == sizeof(int)) {
+        int i;
+        memcpy(&i, at, sizeof i);
+        v = (uint64_t)i;
+    } else if (field->size == sizeof(size_t)) {
+        size_t z;
+        memcpy(&z, at, sizeof z);
+        v = z;
+    }
+    return v;
+}
+
+int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
+                      const ratel__yaml_node_t *node,
+                      const ratel__option_t *own, size_t nown, void *config,
+                      ratel_redis_options_t *redis)
+{
+    ratel_redis_url_t query;
+    const ratel__yaml_group_t groups[] = {
+        {own, nown, config, NULL, NULL},
+        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
+         NULL}};
+    const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
+    size_t order[RATEL__YAML_FIELDS_MAX], n = nown + ratel__redis_query_noptions;
+
+    if (nown < 3 || n > RATEL__YAML_FIELDS_MAX ||
+        own[0].size != sizeof(int) || own[1].size != sizeof(size_t))
+        return ratel__yaml_fail(ctx, node->line, "store: bad option table");
+    ratel__redis_query_init(&query);
+    if (ratel__yaml_groups(ctx, node, "store", groups, 2, v))
+        return -1;
+    if (field_value(config, &own[0]) == 0) { /* memory */
+        /* Everything after max_bytes is for Redis: the first one given. */
+        if (ratel__yaml_by_line(v + 2, n - 2, order) > 0)
+            return ratel__yaml_fail(
+                ctx, v[2 + order[0]]->line,
+                "store.%s: applies to type: redis only (this store is "
+                "memory)",
+                order[0] + 2 < nown
+                    ? own[2 + order[0]].name
+                    : ratel__redis_query_options[order[0] + 2 - nown].name);
+        memset(redis, 0, sizeof *redis);
+        return 0;
+    }
+    if (!v[2])
+        return ratel__yaml_fail(ctx, node->line,
+                                "store.url: required with type: redis (e.g. "
+                                "redis://127.0.0.1:6379)");
+    redis->url = (const char *)config + own[2].offset;
+    ratel__redis_query_to_options(&query, redis);
+    /* Redis: max_bytes bounds the `local` failure policy's store. */
+    redis->local.max_bytes = (size_t)field_value(config, &own[1]);
+    return 0;
 }

@@ -6,7 +6,9 @@
 #ifndef RATEL_APP_OPTIONS_H
 #define RATEL_APP_OPTIONS_H
 
+#include "app/yaml.h"
 #include "http/http.h"
+#include "ratel.h"
 #include "store/option.h"
 
 #include <stddef.h>
@@ -38,6 +40,21 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
          RATEL__FIELD(type, threads), NULL, NULL, NULL},                       \
         {"admin_token", RATEL__OPTION_STRING, 0, 0, 0,                         \
          RATEL__FIELD(type, admin_token), NULL, NULL, ratel__check_token}
+
+/*
+ * A `store:` section, the same in both programs: the program's own table
+ * `own` (its first three entries type - words memory, redis -, max_bytes
+ * and url, fields of `config`) and the Redis URL's query options (pool,
+ * timeouts, mode, ...) in one mapping. For a Redis store, url is required
+ * and *redis gets the query options, its url pointing at the url field and
+ * the `local` failure policy's store bounded by max_bytes; a memory store
+ * refuses the Redis fields, naming the first one given, and zeroes
+ * *redis. Returns 0, or -1 with "FILE:LINE: store.FIELD: reason".
+ */
+int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
+                      const ratel__yaml_node_t *node,
+                      const ratel__option_t *own, size_t nown, void *config,
+                      ratel_redis_options_t *redis);
 
 /* An option table's entry count. */
 #define RATEL__COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -72,7 +72,9 @@ static void check_loaded(const captcha_config_t *c)
            (c->webhook_url[0] != '\0'));
     ASSERT(c->store_redis == 0 || c->store_redis == 1);
     ASSERT(c->store_redis == !strncmp(c->redis_url, "redis://", 8));
-    ASSERT(c->redis.url == c->redis_url);
+    /* Redis options exist for a Redis store only (as rateld's). */
+    ASSERT(c->store_redis ? c->redis.url == c->redis_url
+                          : c->redis.url == NULL);
 }
 
 static void parse_twice(const char *text, size_t len)
