@@ -592,34 +592,6 @@ int ratel__yaml_options(const ratel__yaml_ctx_t *ctx,
     return ratel__yaml_groups(ctx, node, path, &group, 1, given);
 }
 
-int ratel__yaml_uint(const ratel__yaml_ctx_t *ctx,
-                     const ratel__yaml_node_t *node, const char *path,
-                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
-{
-    ratel__option_t opt = {.name = path,
-                           .type = RATEL__OPTION_UINT,
-                           .min = min,
-                           .max = max,
-                           .zero_default = zero_ok,
-                           .size = sizeof *out};
-
-    return ratel__yaml_option(ctx, node, path, &opt, out);
-}
-
-int ratel__yaml_size(const ratel__yaml_ctx_t *ctx,
-                     const ratel__yaml_node_t *node, const char *path,
-                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out)
-{
-    ratel__option_t opt = {.name = path,
-                           .type = RATEL__OPTION_SIZE,
-                           .min = min,
-                           .max = max,
-                           .zero_default = zero_ok,
-                           .size = sizeof *out};
-
-    return ratel__yaml_option(ctx, node, path, &opt, out);
-}
-
 int ratel__yaml_bool(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path, int *out)
 {

@@ -157,18 +157,6 @@ int ratel__yaml_groups(const ratel__yaml_ctx_t *ctx,
                        const ratel__yaml_group_t *groups, size_t ngroups,
                        const ratel__yaml_node_t **given);
 
-/* A whole number written plainly (no quotes), in min..max; 0 is also
-   accepted when zero_ok (it means "the default"). */
-int ratel__yaml_uint(const ratel__yaml_ctx_t *ctx,
-                     const ratel__yaml_node_t *node, const char *path,
-                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out);
-
-/* Bytes: a number, or a number with B, KiB, MiB, GiB, TiB (k, K, M, G, T
-   are the same powers of 1024), in min..max; 0 as for ratel__yaml_uint. */
-int ratel__yaml_size(const ratel__yaml_ctx_t *ctx,
-                     const ratel__yaml_node_t *node, const char *path,
-                     uint64_t min, uint64_t max, int zero_ok, uint64_t *out);
-
 /* true / false (also True, TRUE, False, FALSE). */
 int ratel__yaml_bool(const ratel__yaml_ctx_t *ctx,
                      const ratel__yaml_node_t *node, const char *path,
