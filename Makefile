@@ -62,16 +62,24 @@ HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h 
 
 RATELD := $(if $(wildcard daemon/main.c),$(BUILD)/rateld)
 
-.PHONY: all test asan valgrind bench fuzz clean format module
-all: $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(RATELD)
+.PHONY: all test asan valgrind bench fuzz clean format module lua
+all: lua $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(RATELD)
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-# lua/ratel.lua, compiled in as a string for the Redis store's Lua mode.
-$(BUILD)/gen/lua_script.c: lua/ratel.lua scripts/embed-lua.sh
-	scripts/embed-lua.sh $< $@
+# The Functions library and the EVAL script, joined from lua/*.lua by a
+# POSIX shell script (docs/lua.md), and compiled into libratel as strings
+# for the Redis store.
+LUA_OUT := $(BUILD)/lua/ratel.lib.lua $(BUILD)/lua/ratel.eval.lua
+lua: $(LUA_OUT)
+
+$(LUA_OUT) &: $(wildcard lua/*.lua) scripts/lua-build.sh include/ratel.h
+	sh scripts/lua-build.sh $(BUILD)/lua
+
+$(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
+	scripts/embed-lua.sh $(LUA_OUT) $@
 
 $(BUILD)/gen/lua_script.o: $(BUILD)/gen/lua_script.c
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@

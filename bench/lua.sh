@@ -27,7 +27,7 @@ reps=${REPS:-3}
 seed_file=${SEED_LUA:-$top/../shared/peers/seed-fixed-window.lua}
 cli="redis-cli -p $port"
 
-ratel=$($cli SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/lua/ratel.lua}")") || exit 1
+ratel=$($cli SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/build/lua/ratel.eval.lua}")") || exit 1
 seed=$($cli SCRIPT LOAD "$(cat "$seed_file")") || exit 1
 # The Redis calls every ratel.lua decision makes (GET, TIME, SET ... PXAT)
 # and its seven-integer reply, with no decision at all: the fastest any

@@ -28,8 +28,9 @@ cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -Wpointer-arith -Wvla)
 lib=(src/core/*.c)
 for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
-# The Redis store embeds lua/ratel.lua and links hiredis.
-scripts/embed-lua.sh lua/ratel.lua "$out/gen/lua_script.c"
+# The Redis store embeds the Lua artefacts and links hiredis.
+sh scripts/lua-build.sh "$out/lua"
+scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
 # rateld's and captchad's parsers (config, HTTP) and what they need:
 # the code they share (src/app/) and rateld's (daemon/, without main).

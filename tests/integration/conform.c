@@ -1,9 +1,13 @@
 /*
- * conform.c - the conformance driver: the core, the Lua script and the Redis
- * module must answer every request alike (docs/commands.md).
+ * conform.c - the conformance driver: the core, the Lua Functions library,
+ * the Lua EVAL script and the Redis module must answer every request alike
+ * (docs/commands.md).
  *
  *   build/conform -p PORT [-h HOST] [-n TRACES] [-s SEED] [-t TRACE]
- *                 [--backends core,lua,module] [--lua lua/ratel.lua] [-v]
+ *                 [--backends core,eval,lib,module] [--lua DIR] [-v]
+ *
+ * --lua names the directory of ratel.eval.lua and ratel.lib.lua
+ * (default build/lua).
  *
  * It generates random traces, one key each: explicit AT times that mostly
  * move forward (sometimes back), policies of 1-3 rules of all algorithms
@@ -17,11 +21,12 @@
  *   core    ratel_policy_acquire/refund/ratel_state_inspect in this process
  *           on a blob of its own, with the reply, the write and the expiry
  *           docs/commands.md prescribes: the reference;
- *   lua     EVALSHA of lua/ratel.lua on key "lua:..." of the server;
+ *   eval    EVALSHA of ratel.eval.lua on key "eval:..." of the server;
+ *   lib     FCALL of the library ratel.lib.lua on key "lib:...";
  *   module  RATEL.* on key "mod:..." (when the server has the module).
  *
  * After each operation the replies (types included), the stored bytes (GET)
- * and the expiries (PEXPIRETIME) must be equal. A fourth key, "mix:...",
+ * and the expiries (PEXPIRETIME) must be equal. A last key, "mix:...",
  * takes each operation from a randomly chosen backend - the core working on
  * the bytes it GETs and SETting its result back - so every backend keeps
  * reading what another one wrote.
@@ -173,7 +178,22 @@ static void reply_text(buf_t *b, const redisReply *r)
 
 static redisContext *redis;
 static char lua_sha[41];
-static const char *lua_path = "lua/ratel.lua";
+static const char *lua_dir = "build/lua";
+
+static void read_file(const char *name, buf_t *out)
+{
+    char path[4096], chunk[4096];
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "%s/%s", lua_dir, name);
+    f = fopen(path, "rb");
+    if (!f)
+        die("cannot open %s (make lua, or give --lua DIR)", path);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        buf_add(out, chunk, n);
+    fclose(f);
+}
 
 static redisReply *command(int argc, const char **argv, const size_t *lens)
 {
@@ -190,28 +210,39 @@ static redisReply *command1(const char *a, const char *b)
     return command(b ? 2 : 1, argv, lens);
 }
 
+/* SCRIPT LOAD of the EVAL script (again after NOSCRIPT). */
 static void load_script(void)
 {
-    FILE *f = fopen(lua_path, "rb");
     buf_t src = {0};
-    char chunk[4096];
-    size_t n;
     redisReply *r;
     const char *argv[3] = {"SCRIPT", "LOAD", NULL};
     size_t lens[3] = {6, 4, 0};
 
-    if (!f)
-        die("cannot open %s (run from the repository root or give --lua)",
-            lua_path);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        buf_add(&src, chunk, n);
-    fclose(f);
+    read_file("ratel.eval.lua", &src);
     argv[2] = src.p;
     lens[2] = src.len;
     r = command(3, argv, lens);
     if (r->type != REDIS_REPLY_STRING || r->len != 40)
         die("SCRIPT LOAD failed: %s", r->str ? r->str : "?");
     memcpy(lua_sha, r->str, 40);
+    freeReplyObject(r);
+    free(src.p);
+}
+
+/* FUNCTION LOAD REPLACE of the library. */
+static void load_library(void)
+{
+    buf_t src = {0};
+    redisReply *r;
+    const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", NULL};
+    size_t lens[4] = {8, 4, 7, 0};
+
+    read_file("ratel.lib.lua", &src);
+    argv[3] = src.p;
+    lens[3] = src.len;
+    r = command(4, argv, lens);
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, "ratel") != 0)
+        die("FUNCTION LOAD failed: %s", r->str ? r->str : "?");
     freeReplyObject(r);
     free(src.p);
 }
@@ -533,6 +564,11 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     int rc;
 
     if (op->kind == OP_RESET) {
+        /* What ACQUIRE refuses, RESET refuses too, and keeps. */
+        if (k->len > 0 && (rc = ratel_state_validate(k->blob, k->len)) != 0) {
+            core_error(reply, rc);
+            return;
+        }
         buf_printf(reply, "%d", k->len > 0);
         k->len = 0;
         k->pxat = -2;
@@ -650,8 +686,8 @@ static void write_raw(const char *key, const uint8_t *p, size_t len,
 
 /* The op through the script (EVALSHA sha 1 key OP args), and the key's
    state after it. */
-static void lua_run(const op_t *op, const char *key, buf_t *reply,
-                    outcome_t *out)
+static void eval_run(const op_t *op, const char *key, buf_t *reply,
+                     outcome_t *out)
 {
     const char *argv[MAX_ARGS + 5];
     size_t lens[MAX_ARGS + 5];
@@ -673,6 +709,25 @@ static void lua_run(const op_t *op, const char *key, buf_t *reply,
     }
     reply_text(reply, r);
     freeReplyObject(r);
+}
+
+/* The op through the library (FCALL ratel_op 1 key args). */
+static void lib_run(const op_t *op, const char *key, buf_t *reply,
+                    outcome_t *out)
+{
+    static const char *const names[] = {"ratel_acquire", "ratel_refund",
+                                        "ratel_info", "ratel_reset"};
+    const char *argv[MAX_ARGS + 4];
+    size_t lens[MAX_ARGS + 4];
+    int argc = 0;
+
+    argv[argc] = "FCALL", lens[argc++] = 5;
+    argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
+    argv[argc] = "1", lens[argc++] = 1;
+    argv[argc] = key, lens[argc++] = strlen(key);
+    for (int i = 0; i < op->argc; i++)
+        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
+    with_read_back(argc, argv, lens, key, reply, out);
 }
 
 /* The op through the module (RATEL.OP key args), and the key after it. */
@@ -706,7 +761,7 @@ static void core_on_key_run(const op_t *op, const char *key, buf_t *reply)
     k.pxat = old_pxat = cur.pxat;
     core_run(op, &k, reply);
     if (op->kind == OP_RESET) {
-        if (cur.exists)
+        if (cur.exists && k.len == 0) /* refused state is kept */
             write_raw(key, NULL, 0, 0);
         return;
     }
@@ -717,10 +772,17 @@ static void core_on_key_run(const op_t *op, const char *key, buf_t *reply)
 
 /* ------------------------------------------------------------- traces */
 
-enum { B_CORE, B_LUA, B_MODULE, B_MIX, NBACKENDS };
-static const char *const backend_names[] = {"core", "lua", "module", "mixed"};
-static int use_lua = 1, use_module = 0, verbose = 0;
-static const char *key_prefix[] = {"", "lua:", "mod:", "mix:"};
+enum { B_CORE, B_EVAL, B_LIB, B_MODULE, B_MIX, NBACKENDS };
+static const char *const backend_names[] = {"core", "eval", "lib", "module",
+                                            "mixed"};
+static const char *key_prefix[] = {"", "eval:", "lib:", "mod:", "mix:"};
+/* Which backends run (the core and the mixed key always do). */
+static int use[NBACKENDS] = {1, 1, 1, 0, 1};
+static int verbose = 0;
+
+typedef void backend_run_t(const op_t *, const char *, buf_t *, outcome_t *);
+static backend_run_t *const runners[NBACKENDS] = {
+    [B_EVAL] = eval_run, [B_LIB] = lib_run, [B_MODULE] = module_run};
 
 typedef struct trace_s {
     uint64_t seed;
@@ -745,10 +807,20 @@ static void op_text(buf_t *b, const op_t *op)
     }
 }
 
+/* The earliest instant a trace may use: a year past the server's clock,
+   so that no key it writes expires while it runs. */
+static int64_t floor_ms;
+#define AT_MAX_MS 9007199254740LL
+
 static void next_time(trace_t *tr)
 {
     int p = (int)between(0, 99);
     int64_t step;
+    if (!tr->dense && rnd() % 400 == 0) {
+        /* A clock stepped back by decades (gcra's slow path in Lua). */
+        tr->t_ms = floor_ms + between(0, 86400000);
+        return;
+    }
     if (tr->dense)
         step = rnd() % 500 == 0 ? between(0, tr->max_period) : between(1, 3);
     else if (tr->small_steps && p < 80)
@@ -764,8 +836,10 @@ static void next_time(trace_t *tr)
     else
         step = -between(0, tr->max_period);
     tr->t_ms += step;
-    if (tr->t_ms < tr->anchor_ms)
-        tr->t_ms = tr->anchor_ms;
+    if (tr->t_ms < floor_ms)
+        tr->t_ms = floor_ms;
+    if (tr->t_ms > AT_MAX_MS)
+        tr->t_ms = AT_MAX_MS;
 }
 
 static uint64_t capacity_of(const gen_policy_t *p)
@@ -920,9 +994,9 @@ static int compare(trace_t *tr, buf_t *why)
 {
     const outcome_t *ref = &tr->out[B_CORE];
     int ok = 1;
-    for (int b = B_LUA; b < NBACKENDS; b++) {
+    for (int b = B_EVAL; b < NBACKENDS; b++) {
         const outcome_t *o = &tr->out[b];
-        if ((b == B_LUA && !use_lua) || (b == B_MODULE && !use_module))
+        if (!use[b])
             continue;
         if (!same_reply(o->reply.p, ref->reply.p)) {
             buf_printf(why, "  reply differs: %s: %s\n                 core: ",
@@ -963,31 +1037,22 @@ static int run_op(trace_t *tr, const op_t *op)
     tr->out[B_CORE].len = tr->core.len;
     tr->out[B_CORE].exists = tr->core.len > 0;
     tr->out[B_CORE].pxat = tr->core.pxat;
-    if (use_lua)
-        lua_run(op, tr->key[B_LUA], &tr->out[B_LUA].reply, &tr->out[B_LUA]);
-    if (use_module)
-        module_run(op, tr->key[B_MODULE], &tr->out[B_MODULE].reply,
-                   &tr->out[B_MODULE]);
+    for (int b = B_EVAL; b < B_MIX; b++)
+        if (use[b])
+            runners[b](op, tr->key[b], &tr->out[b].reply, &tr->out[b]);
     {
         /* The mixed key: whichever backend, on whatever the last wrote. */
-        int choices[3], n = 0;
-        choices[n++] = B_CORE;
-        if (use_lua)
-            choices[n++] = B_LUA;
-        if (use_module)
-            choices[n++] = B_MODULE;
-        switch (choices[between(0, n - 1)]) {
-        case B_LUA:
-            lua_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply,
-                    &tr->out[B_MIX]);
-            break;
-        case B_MODULE:
-            module_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply,
-                       &tr->out[B_MIX]);
-            break;
-        default:
+        int choices[NBACKENDS], n = 0, b;
+        for (b = B_CORE; b < B_MIX; b++)
+            if (use[b])
+                choices[n++] = b;
+        b = choices[between(0, n - 1)];
+        if (b == B_CORE) {
             core_on_key_run(op, tr->key[B_MIX], &tr->out[B_MIX].reply);
             read_back(tr->key[B_MIX], &tr->out[B_MIX]);
+        } else {
+            runners[b](op, tr->key[B_MIX], &tr->out[B_MIX].reply,
+                       &tr->out[B_MIX]);
         }
     }
     {
@@ -1015,8 +1080,8 @@ static void set_everywhere(trace_t *tr, const uint8_t *p, size_t len,
     memcpy(tr->core.blob, p, len);
     tr->core.len = len;
     tr->core.pxat = len ? pxat : -2;
-    for (int b = B_LUA; b < NBACKENDS; b++)
-        if (!((b == B_LUA && !use_lua) || (b == B_MODULE && !use_module)))
+    for (int b = B_EVAL; b < NBACKENDS; b++)
+        if (use[b])
             write_raw(tr->key[b], p, len, pxat);
     buf_add(&tr->log, "SETRAW \"", 8);
     buf_bytes(&tr->log, p, len);
@@ -1125,7 +1190,10 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     nops = tr.dense                     ? (int)between(500, 1000)
            : tr.small_steps && chance(50) ? (int)between(300, 700)
                                           : (int)between(20, 120);
-    tr.anchor_ms = anchor_ms + between(0, 86400000);
+    /* Some traces run past 2^52 us (the year 2112), where Lua's gcra
+       takes its slow path, up to the largest AT. */
+    tr.anchor_ms = chance(10) ? between(4503599627371LL, AT_MAX_MS - 86400000)
+                              : anchor_ms + between(0, 86400000);
     tr.t_ms = tr.anchor_ms;
     for (int i = 0; i < nops && ok; i++) {
         if (tr.core.len > 0 && chance(2)) {
@@ -1143,12 +1211,32 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     return ok;
 }
 
+/* --backends: a comma-separated list of core, eval, lib and module. */
+static void backends(const char *list)
+{
+    char copy[256], *save = NULL;
+
+    snprintf(copy, sizeof copy, "%s", list);
+    for (int b = B_EVAL; b < B_MIX; b++)
+        use[b] = 0;
+    for (char *w = strtok_r(copy, ",", &save); w;
+         w = strtok_r(NULL, ",", &save)) {
+        int b = B_CORE;
+        while (b < B_MIX && strcmp(w, backend_names[b]) != 0)
+            b++;
+        if (b == B_MIX)
+            die("unknown backend \"%s\" (core, eval, lib or module)", w);
+        use[b] = 1;
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: conform -p PORT [-h HOST] [-n TRACES] [-s SEED] "
             "[-t TRACE]\n"
-            "               [--backends core,lua,module] [--lua PATH] [-v]\n");
+            "               [--backends core,eval,lib,module] [--lua DIR] "
+            "[-v]\n");
     exit(2);
 }
 
@@ -1181,11 +1269,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-t"))
             only = atol(v);
         else if (!strcmp(a, "--lua"))
-            lua_path = v;
-        else if (!strcmp(a, "--backends")) {
-            use_lua = strstr(v, "lua") != NULL;
-            use_module = strstr(v, "module") != NULL;
-        } else
+            lua_dir = v;
+        else if (!strcmp(a, "--backends"))
+            backends(v);
+        else
             usage();
     }
     if (port <= 0)
@@ -1194,16 +1281,19 @@ int main(int argc, char **argv)
     if (!redis || redis->err)
         die("cannot connect to %s:%d: %s", host, port,
             redis ? redis->errstr : "?");
-    if (use_lua)
+    if (use[B_EVAL])
         load_script();
+    if (use[B_LIB])
+        load_library();
     /*
      * Traces start in 2100 (plus up to a day), far ahead of the server's
      * clock: no key expires while a trace runs, and a trace rerun with the
      * same seed sees the same instants.
      */
     anchor = 4102444800000LL;
-    if (server_ms() >= anchor)
-        die("the server's clock is past 2100");
+    floor_ms = server_ms() + 365 * 86400000LL;
+    if (floor_ms >= anchor)
+        die("the server's clock is past 2099");
     for (long t = only >= 0 ? only : 0; t < (only >= 0 ? only + 1 : ntraces);
          t++) {
         if (run_trace(seed, t, anchor))

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# test_lua.sh - lua/ratel.lua on a real redis-server: replies, errors,
-# stored bytes and expiry, then build/conform comparing it with the core on
-# random traces. Time is injected with AT; nothing sleeps.
+# test_lua.sh - the Lua artefacts (build/lua/ratel.eval.lua for EVAL and
+# build/lua/ratel.lib.lua for FUNCTION LOAD) on a real redis-server:
+# replies, errors, stored bytes and expiry, each case through both, then
+# build/conform comparing them with the core on random traces. Time is
+# injected with AT; nothing sleeps.
 #
-#   bash tests/integration/test_lua.sh        (needs build/conform)
+#   bash tests/integration/test_lua.sh        (needs make lua, build/conform)
 #
 # The module is loaded when it is built (lib.sh), but nothing here needs it.
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,170 +15,200 @@ if [ ! -e "${RATEL_MODULE:-${BUILD:-build}/ratel.so}" ] &&
 fi
 . "$here/lib.sh"
 
+lua=$build/lua
 port=$(redis_start) || { echo "0 passed, 1 failed"; exit 1; }
-sha=$(rcli "$port" SCRIPT LOAD "$(cat "$root/lua/ratel.lua")")
-same "script loads" "${#sha}" 40
 
-# ev KEY OP ARGS...: the script's reply, one line per element.
+# The artefacts come from lua/*.lua with a POSIX shell alone.
+sh "$root/scripts/lua-build.sh" "$tmp/lua"
+same "artefacts rebuilt by sh alike" \
+    "$(cmp "$tmp/lua/ratel.lib.lua" "$lua/ratel.lib.lua" && cmp "$tmp/lua/ratel.eval.lua" "$lua/ratel.eval.lua" && echo same)" same
+same "library starts with its shebang" "$(head -1 "$lua/ratel.lib.lua")" '#!lua name=ratel'
+
+sha=$(rcli "$port" SCRIPT LOAD "$(cat "$lua/ratel.eval.lua")")
+same "script loads" "${#sha}" 40
+same "library loads" "$(rcli "$port" FUNCTION LOAD REPLACE "$(cat "$lua/ratel.lib.lua")")" ratel
+
+# ev KEY OP ARGS...: the reply through the artefact under test ($via: eval
+# or lib), one line per element.
 ev() {
-    local key=$1; shift
-    echo $(rcli "$port" EVALSHA "$sha" 1 "$key" "$@" 2>&1)
+    local key=$1 op=$2; shift 2
+    if [ "$via" = eval ]; then
+        echo $(rcli "$port" EVALSHA "$sha" 1 "$key" "$op" "$@" 2>&1)
+    else
+        op=$(printf '%s' "$op" | tr 'A-Z' 'a-z')
+        echo $(rcli "$port" FCALL "ratel_$op" 1 "$key" "$@" 2>&1)
+    fi
 }
 hex() { rcli "$port" --raw GET "$1" | head -c -1 | od -An -tx1 | tr -d ' \n'; }
 
+# The cases, run once through each artefact on an empty database.
+cases() {
 # Traces start far in the future so no key expires while the test runs.
 t=4102444800000 # 2100-01-01
 
 # ------------------------------------------------------------- decisions
 
 # The sms example of docs/commands.md: 1 per minute and 10 per day.
-same "sms first" "$(ev sms ACQUIRE AT $t 1/60s 10/1d)" \
+same "$via: sms first" "$(ev sms ACQUIRE AT $t 1/60s 10/1d)" \
     "1 1 0 0 86400000 0 0"
-same "sms again 2 ms later" "$(ev sms ACQUIRE AT $((t + 2)) 1/60s 10/1d)" \
+same "$via: sms again 2 ms later" "$(ev sms ACQUIRE AT $((t + 2)) 1/60s 10/1d)" \
     "0 1 0 59998 86399998 0 0"
-same "sms after a minute" "$(ev sms ACQUIRE AT $((t + 60000)) 1/60s 10/1d)" \
+same "$via: sms after a minute" "$(ev sms ACQUIRE AT $((t + 60000)) 1/60s 10/1d)" \
     "1 1 0 0 86400000 0 0"
-same "sms ttl" "$(rcli "$port" PEXPIRETIME sms)" "$((t + 60000 + 86400000))"
+same "$via: sms ttl" "$(rcli "$port" PEXPIRETIME sms)" "$((t + 60000 + 86400000))"
 
 # The layout of docs/state-format.md: "RT", version 1, one rule; sliding,
 # shift 0, limit 2, period 1000; base_ms = t; one run, total 1; (0, 1).
 ev fmt2 ACQUIRE AT $t 2/1s >/dev/null
-same "blob bytes" "$(hex fmt2)" \
+same "$via: blob bytes" "$(hex fmt2)" \
     "52540101000002000000e803000000d8c32cbb0300000100010000000000000001000000"
-same "blob ttl" "$(rcli "$port" PEXPIRETIME fmt2)" "$((t + 1000))"
+same "$via: blob ttl" "$(rcli "$port" PEXPIRETIME fmt2)" "$((t + 1000))"
 
-same "peek writes nothing" "$(echo $(ev pk ACQUIRE PEEK AT $t 1/1s; rcli "$port" EXISTS pk))" \
+same "$via: peek writes nothing" "$(echo $(ev pk ACQUIRE PEEK AT $t 1/1s; rcli "$port" EXISTS pk))" \
     "1 1 1 0 0 0 0 0"
 ev den ACQUIRE AT $t 1/1m >/dev/null
 before=$(hex den)
-same "denied" "$(ev den ACQUIRE AT $((t + 1)) 1/1m)" "0 1 0 59999 59999 0 0"
-same "denied writes nothing" "$(hex den)" "$before"
-same "case-insensitive op and options" \
+same "$via: denied" "$(ev den ACQUIRE AT $((t + 1)) 1/1m)" "0 1 0 59999 59999 0 0"
+same "$via: denied writes nothing" "$(hex den)" "$before"
+same "$via: case-insensitive op and options" \
     "$(ev ci acquire cost 2 peek at $t 5/1s)" "1 5 5 0 0 0 0"
-same "fixed" "$(ev fx ACQUIRE COST 3 AT $((t + 500)) 5/1s:fixed)" \
+same "$via: fixed" "$(ev fx ACQUIRE COST 3 AT $((t + 500)) 5/1s:fixed)" \
     "1 5 2 0 500 0 0"
-same "approx" "$(ev ap ACQUIRE AT $t 5/1s:approx)" "1 5 4 0 2000 0 0"
-same "gcra" "$(ev gc ACQUIRE AT $t 10/1s:gcra,burst=2)" "1 10 1 0 100 0 0"
-same "gcra reservation" \
+same "$via: approx" "$(ev ap ACQUIRE AT $t 5/1s:approx)" "1 5 4 0 2000 0 0"
+same "$via: gcra" "$(ev gc ACQUIRE AT $t 10/1s:gcra,burst=2)" "1 10 1 0 100 0 0"
+same "$via: gcra reservation" \
     "$(echo $(ev gr ACQUIRE COST 2 AT $t 1/1s:gcra,burst=2; ev gr ACQUIRE MAXWAIT 1500 AT $t 1/1s:gcra,burst=2))" \
     "1 1 0 0 2000 0 0 1 1 0 0 3000 0 1000"
-same "gcra 1e9/30d" "$(ev big ACQUIRE COST 999999999 AT $t 1000000000/30d:gcra)" \
+same "$via: gcra 1e9/30d" "$(ev big ACQUIRE COST 999999999 AT $t 1000000000/30d:gcra)" \
     "1 1000000000 1 0 2591999998 0 0"
 # One permit every 2.592 us: two need one more, 3 ms rounded up.
-same "gcra 1e9/30d again" \
+same "$via: gcra 1e9/30d again" \
     "$(ev big ACQUIRE COST 2 AT $t 1000000000/30d:gcra)" \
     "0 1000000000 1 3 2591999998 0 0"
 # 1e8/1m: tau = 6e15 units of 1/LIMIT us, past 2^52; the fast path
 # computes it in doubles as long as each value stays below 2^53.
-same "gcra 1e8/1m" "$(echo $(ev g8 ACQUIRE COST 99999999 AT $t 100000000/1m:gcra; \
+same "$via: gcra 1e8/1m" "$(echo $(ev g8 ACQUIRE COST 99999999 AT $t 100000000/1m:gcra; \
     ev g8 ACQUIRE COST 2 AT $t 100000000/1m:gcra; \
     ev g8 ACQUIRE COST 2 MAXWAIT 1 AT $t 100000000/1m:gcra))" \
     "1 100000000 1 0 60000 0 0 0 100000000 1 1 60000 0 0 1 100000000 0 0 60001 0 1"
-same "gcra 1e8/1m bytes" "$(hex g8) $(rcli "$port" PEXPIRETIME g8)" \
+same "$via: gcra 1e8/1m bytes" "$(hex g8) $(rcli "$port" PEXPIRETIME g8)" \
     "52540101030000e1f50560ea000000e1f505004797e026930e0000879303 $((t + 60001))"
 # The newest permit goes back: 10/1d keeps the one at t.
-same "refund" "$(ev sms REFUND AT $((t + 60001)) 1/60s 10/1d)" \
+same "$via: refund" "$(ev sms REFUND AT $((t + 60001)) 1/60s 10/1d)" \
     "1 1 1 0 86339999 0 0"
-same "refund of everything deletes" \
+same "$via: refund of everything deletes" \
     "$(echo $(ev gc REFUND COST 5 AT $t 10/1s:gcra,burst=2; rcli "$port" EXISTS gc))" \
     "1 10 2 0 0 0 0 0"
-same "info" "$(ev sms INFO AT $((t + 60001)))" \
+same "$via: info" "$(ev sms INFO AT $((t + 60001)))" \
     "rule 1/1m algo sliding used 0 remaining 1 reset_after_ms 0 runs 0 granularity_ms 1 rule 10/1d algo sliding used 1 remaining 9 reset_after_ms 86339999 runs 1 granularity_ms 1"
-same "info of a missing key" "$(ev nokey INFO)" ""
-same "reset" "$(echo $(ev sms RESET; ev sms RESET; rcli "$port" EXISTS sms))" "1 0 0"
+same "$via: info of a missing key" "$(ev nokey INFO)" ""
+same "$via: reset" "$(echo $(ev sms RESET; ev sms RESET; rcli "$port" EXISTS sms))" "1 0 0"
 # Rules changed: the old key's counts carry over to the same algorithm
 # and period, and a denial still writes the converted state.
 ev cv ACQUIRE COST 3 AT $t 3/1m >/dev/null
-same "converted on denial" "$(ev cv ACQUIRE AT $((t + 1)) 2/1m 5/1h)" \
+same "$via: converted on denial" "$(ev cv ACQUIRE AT $((t + 1)) 2/1m 5/1h)" \
     "0 2 0 59999 59999 0 0"
-same "converted bytes stored" "$(ev cv INFO AT $((t + 1)) | cut -d' ' -f1-4)" \
+same "$via: converted bytes stored" "$(ev cv INFO AT $((t + 1)) | cut -d' ' -f1-4)" \
     "rule 2/1m algo sliding"
-same "ttl from the server clock" \
+same "$via: ttl from the server clock" \
     "$(ev now ACQUIRE 1/1h >/dev/null; r=$(rcli "$port" PTTL now); [ "$r" -gt 3599000 ] && [ "$r" -le 3600000 ] && echo ok)" "ok"
 
 # --------------------------------------------------------------- errors
 
 E='ERR ratel:'
 G='expected LIMIT/PERIOD[:ALGO][,burst=N], e.g. 10/1m, 1000/1d:fixed or 100/1s:gcra,burst=200'
-same "bad rule" "$(ev e ACQUIRE 10/1x)" \
+same "$via: bad rule" "$(ev e ACQUIRE 10/1x)" \
     "$E rule \"10/1x\": PERIOD needs a unit: ms, s, m, h or d; $G"
-same "bad limit" "$(ev e ACQUIRE 0/1s)" \
+same "$via: bad limit" "$(ev e ACQUIRE 0/1s)" \
     "$E rule \"0/1s\": LIMIT must be from 1 to 1000000000; $G"
-same "long period" "$(ev e ACQUIRE 1/31d)" \
+same "$via: long period" "$(ev e ACQUIRE 1/31d)" \
     "$E rule \"1/31d\": PERIOD must be at most 30d; $G"
-same "burst on sliding" "$(ev e ACQUIRE 1/1s,burst=2)" \
+same "$via: burst on sliding" "$(ev e ACQUIRE 1/1s,burst=2)" \
     "$E rule \"1/1s,burst=2\": burst applies to gcra rules only (add :gcra); $G"
-same "unknown algorithm" "$(ev e ACQUIRE 1/1s:leaky)" \
+same "$via: unknown algorithm" "$(ev e ACQUIRE 1/1s:leaky)" \
     "$E rule \"1/1s:leaky\": unknown algorithm \"leaky\" (use sliding, fixed, approx or gcra); $G"
-same "too deep" "$(ev e ACQUIRE 1/30d:gcra,burst=1000)" \
+same "$via: too deep" "$(ev e ACQUIRE 1/30d:gcra,burst=1000)" \
     "$E rule \"1/30d:gcra,burst=1000\": burst x period / limit must be at most 10 years (the bucket would never drain); $G"
-same "trailing bytes" "$(ev e ACQUIRE '10/1s"x')" \
-    "$E rule \"10/1s\\\"x\": unexpected \"\"x\" at byte 6; $G"
-same "unit spelt out" "$(ev e ACQUIRE 20/minute)" \
+same "$via: trailing bytes" "$(ev e ACQUIRE '10/1s"x')" \
+    "$E rule \"10/1s\\\"x\": unexpected \"\\\"x\" at byte 6; $G"
+same "$via: unit spelt out" "$(ev e ACQUIRE 20/minute)" \
     "$E rule \"20/minute\": unknown unit \"minute\"; the units are ms, s, m, h and d (e.g. 20/1m, 20/60s); $G"
-same "empty rule" "$(ev e ACQUIRE '')" "$E rule \"\": empty rule; $G"
-same "no rule" "$(ev e ACQUIRE COST 2)" "$E at least one rule is needed"
-same "nine rules" "$(ev e ACQUIRE 1/1s 2/1s 3/1s 4/1s 5/1s 6/1s 7/1s 8/1s 9/1s)" \
+same "$via: empty rule" "$(ev e ACQUIRE '')" "$E rule \"\": empty rule; $G"
+same "$via: no rule" "$(ev e ACQUIRE COST 2)" "$E at least one rule is needed"
+same "$via: nine rules" "$(ev e ACQUIRE 1/1s 2/1s 3/1s 4/1s 5/1s 6/1s 7/1s 8/1s 9/1s)" \
     "$E at most 8 rules"
-same "repeated rule" "$(ev e ACQUIRE 10/1s 10/1000ms)" \
+same "$via: repeated rule" "$(ev e ACQUIRE 10/1s 10/1000ms)" \
     "$E policy: rule 2 (\"10/1s\") repeats rule 1"
 for c in 0 -1 x 1000000001; do
-    same "COST $c" "$(ev e ACQUIRE COST "$c" 1/1s)" \
+    same "$via: COST $c" "$(ev e ACQUIRE COST "$c" 1/1s)" \
         "$E COST must be an integer from 1 to 1000000000"
 done
-same "cost above capacity" "$(ev e ACQUIRE COST 11 10/1s)" \
+same "$via: cost above capacity" "$(ev e ACQUIRE COST 11 10/1s)" \
     "$E COST 11 is more than rule 1 (\"10/1s\") can ever admit (10)"
-same "cost above burst" "$(ev e ACQUIRE COST 3 5/1s 5/1s:gcra,burst=2)" \
+same "$via: cost above burst" "$(ev e ACQUIRE COST 3 5/1s 5/1s:gcra,burst=2)" \
     "$E COST 3 is more than rule 2 (\"5/1s:gcra,burst=2\") can ever admit (2)"
-same "MAXWAIT range" "$(ev e ACQUIRE MAXWAIT 2592000001 1/1s:gcra)" \
+same "$via: MAXWAIT range" "$(ev e ACQUIRE MAXWAIT 2592000001 1/1s:gcra)" \
     "$E MAXWAIT must be an integer from 0 to 2592000000"
-same "MAXWAIT on sliding" "$(ev e ACQUIRE MAXWAIT 10 1/1s:gcra 1/1s)" \
+same "$via: MAXWAIT on sliding" "$(ev e ACQUIRE MAXWAIT 10 1/1s:gcra 1/1s)" \
     "$E MAXWAIT needs every rule to be gcra"
-same "AT range" "$(ev e ACQUIRE AT 9007199254741 1/1s)" \
+same "$via: AT range" "$(ev e ACQUIRE AT 9007199254741 1/1s)" \
     "$E AT must be an integer from 0 to 9007199254740"
-same "AT missing" "$(ev e INFO AT)" \
+same "$via: AT missing" "$(ev e INFO AT)" \
     "$E AT must be an integer from 0 to 9007199254740"
-same "unknown option" "$(ev e ACQUIRE FOO 1/1s)" \
+same "$via: unknown option" "$(ev e ACQUIRE FOO 1/1s)" \
     "$E unknown or repeated option \"FOO\"; options are COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules"
-same "repeated option" "$(ev e ACQUIRE PEEK PEEK 1/1s)" \
+same "$via: repeated option" "$(ev e ACQUIRE PEEK PEEK 1/1s)" \
     "$E unknown or repeated option \"PEEK\"; options are COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules"
-same "PEEK on refund" "$(ev e REFUND PEEK 1/1s)" \
+same "$via: PEEK on refund" "$(ev e REFUND PEEK 1/1s)" \
     "$E unknown or repeated option \"PEEK\"; options are COST n, AT unix_ms, then the rules"
-same "rule on info" "$(ev e INFO 1/1s)" \
+same "$via: rule on info" "$(ev e INFO 1/1s)" \
     "$E unknown or repeated option \"1/1s\"; options are AT unix_ms"
-same "no arguments" "$(ev e ACQUIRE)" \
+same "$via: no arguments" "$(ev e ACQUIRE)" \
     "ERR wrong number of arguments for 'ratel.acquire' command"
-same "reset with arguments" "$(ev e RESET 1/1s)" \
+same "$via: reset with arguments" "$(ev e RESET 1/1s)" \
     "ERR wrong number of arguments for 'ratel.reset' command"
-same "unknown operation" "$(ev e FLUSH)" \
-    "$E unknown operation \"FLUSH\"; use ACQUIRE, REFUND, RESET or INFO"
-same "no key" "$(rcli "$port" EVALSHA "$sha" 0 ACQUIRE 1/1s 2>&1)" \
-    "ERR wrong number of arguments for 'ratel.acquire' command"
 
 rcli "$port" RPUSH alist x >/dev/null
 W='WRONGTYPE Operation against a key holding the wrong kind of value'
-same "WRONGTYPE acquire" "$(ev alist ACQUIRE 1/1s)" "$W"
-same "WRONGTYPE refund" "$(ev alist REFUND 1/1s)" "$W"
-same "WRONGTYPE info" "$(ev alist INFO)" "$W"
-same "list untouched" "$(rcli "$port" LRANGE alist 0 -1)" "x"
+same "$via: WRONGTYPE acquire" "$(ev alist ACQUIRE 1/1s)" "$W"
+same "$via: WRONGTYPE refund" "$(ev alist REFUND 1/1s)" "$W"
+same "$via: WRONGTYPE info" "$(ev alist INFO)" "$W"
+same "$via: WRONGTYPE reset" "$(ev alist RESET)" "$W"
+same "$via: list untouched" "$(rcli "$port" LRANGE alist 0 -1)" "x"
 
 rcli "$port" SET junk hello >/dev/null
-same "not ratel state" "$(ev junk ACQUIRE 1/1s)" \
+same "$via: not ratel state" "$(ev junk ACQUIRE 1/1s)" \
     "$E key holds a value that is not ratel state"
-same "not ratel state, info" "$(ev junk INFO)" \
+same "$via: not ratel state, info" "$(ev junk INFO)" \
     "$E key holds a value that is not ratel state"
-same "junk untouched" "$(rcli "$port" GET junk)" "hello"
+same "$via: not ratel state, reset" "$(ev junk RESET)" \
+    "$E key holds a value that is not ratel state"
+same "$via: junk untouched" "$(rcli "$port" GET junk)" "hello"
+rcli "$port" SET empty "" >/dev/null
+same "$via: empty string is not ratel state" "$(ev empty ACQUIRE 1/1s)" \
+    "$E key holds a value that is not ratel state"
+same "$via: empty string, reset" "$(ev empty RESET)" \
+    "$E key holds a value that is not ratel state"
+same "$via: empty string untouched" "$(rcli "$port" STRLEN empty)" 0
+# A rule with a NUL byte (bash cannot pass one: redis-cli -x reads it).
+if [ "$via" = eval ]; then
+    nul=$(printf '10/1s\0x' | rcli "$port" -x EVALSHA "$sha" 1 e ACQUIRE 2>&1)
+else
+    nul=$(printf '10/1s\0x' | rcli "$port" -x FCALL ratel_acquire 1 e 2>&1)
+fi
+same "$via: a NUL byte in a rule" "$nul" \
+    "$E rule \"10/1s\\x00x\": unexpected \"\\x00x\" at byte 6; $G"
 printf 'RT\x02\x01' | rcli "$port" -x SET newer >/dev/null
-same "unknown version" "$(ev newer ACQUIRE 1/1s)" \
+same "$via: unknown version" "$(ev newer ACQUIRE 1/1s)" \
     "$E key holds ratel state of an unknown version"
 # Corrupt blobs: a count of zero, a truncation, a trailing byte, a total
 # that does not match the runs, a shift past 30, a gcra remainder >= limit.
 good=52540101000002000000e803000000d8c32cbb0300000100010000000000000001000000
 corrupt() { # NAME HEX
     printf '%s' "$2" | xxd -r -p | rcli "$port" -x SET "bad-$1" >/dev/null
-    same "corrupt $1" "$(ev "bad-$1" ACQUIRE AT $t 2/1s)" \
+    same "$via: corrupt $1" "$(ev "bad-$1" ACQUIRE AT $t 2/1s)" \
         "$E key holds a value that is not ratel state"
-    same "corrupt $1 untouched" "$(hex "bad-$1")" "$2"
+    same "$via: corrupt $1 untouched" "$(hex "bad-$1")" "$2"
 }
 corrupt truncated "${good:0:70}"
 corrupt trailing "${good}00"
@@ -186,18 +218,63 @@ corrupt shift "${good:0:10}1f${good:12}"
 corrupt gcra-rem 5254010103000a000000e80300000a00000000000000000000000a000000
 corrupt no-rules 52540100
 printf '%s' "$good" | xxd -r -p | rcli "$port" -x SET ok-blob >/dev/null
-same "valid foreign blob" "$(ev ok-blob ACQUIRE AT $t 2/1s)" "1 2 0 0 1000 0 0"
+same "$via: valid foreign blob" "$(ev ok-blob ACQUIRE AT $t 2/1s)" "1 2 0 0 1000 0 0"
+
+}
+
+for via in eval lib; do
+    rcli "$port" FLUSHALL >/dev/null
+    cases
+done
+
+# ------------------------------------------------- one artefact only
+
+via=eval
+same "unknown operation" "$(ev e FLUSH)" \
+    "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RESET or INFO"
+same "no key" "$(rcli "$port" EVALSHA "$sha" 0 ACQUIRE 1/1s 2>&1)" \
+    "ERR wrong number of arguments for 'ratel.acquire' command"
+same "PEEK as an operation, read-only" \
+    "$(echo $(rcli "$port" EVALSHA_RO "$sha" 1 pk2 PEEK AT $t 2/1s; rcli "$port" EXISTS pk2))" \
+    "1 2 2 0 0 0 0 0"
+
+same "library: no key" "$(rcli "$port" FCALL ratel_acquire 0 1/1s 2>&1)" \
+    "ERR wrong number of arguments for 'ratel.acquire' command"
+same "library: two keys" "$(rcli "$port" FCALL ratel_info 2 a b 2>&1)" \
+    "ERR wrong number of arguments for 'ratel.info' command"
+version=$(sed -n "s/^local RATEL_LIBRARY_VERSION = '\(.*\)'$/\1/p" "$lua/ratel.lib.lua")
+same "library: ratel_version" "$(rcli "$port" FCALL_RO ratel_version 0)" "$version"
+rcli "$port" FCALL ratel_acquire 1 ro AT $t 2/1s >/dev/null
+same "library: FCALL_RO ratel_peek" \
+    "$(echo $(rcli "$port" FCALL_RO ratel_peek 1 ro AT $t 2/1s))" "1 2 1 0 1000 0 0"
+same "library: FCALL_RO ratel_info" \
+    "$(echo $(rcli "$port" FCALL_RO ratel_info 1 ro AT $t) | cut -d' ' -f1-6)" "rule 2/1s algo sliding used 1"
+same "library: FCALL_RO refuses a write" \
+    "$(rcli "$port" FCALL_RO ratel_acquire 1 ro AT $t 2/1s 2>&1 | cut -c1-40)" \
+    "ERR Can not execute a script with write "
+same "library: PEEK on ratel_peek" "$(rcli "$port" FCALL ratel_peek 1 ro PEEK 2/1s 2>&1)" \
+    "$E unknown or repeated option \"PEEK\"; options are COST n, MAXWAIT ms, AT unix_ms, then the rules"
+# docs/lua.md's first example, on the server's clock.
+rcli "$port" FCALL ratel_acquire 1 sms:13800138000 1/60s 10/1d >/dev/null
+second=$(echo $(rcli "$port" FCALL ratel_acquire 1 sms:13800138000 1/60s 10/1d))
+same "library: sms denied" "${second%% *}" 0
+retry=$(echo "$second" | cut -d' ' -f4)
+same "library: sms retry near 60000" "$([ "$retry" -gt 59000 ] && [ "$retry" -le 60000 ] && echo yes)" yes
+# After FUNCTION FLUSH the library is gone, and comes back with a load.
+rcli "$port" FUNCTION FLUSH >/dev/null
+same "library: flushed" "$(rcli "$port" FCALL ratel_version 0 2>&1 | cut -c1-22)" "ERR Function not found"
+rcli "$port" FUNCTION LOAD "$(cat "$lua/ratel.lib.lua")" >/dev/null
 
 # --------------------------------------------------- the conformance run
 
 conform=$build/conform
 if [ -x "$conform" ]; then
     out=$("$conform" -p "$port" -n "${CONFORM_TRACES:-300}" \
-        -s "${CONFORM_SEED:-1}" --lua "$root/lua/ratel.lua" 2>&1)
+        -s "${CONFORM_SEED:-1}" --lua "$lua" 2>&1)
     last=$(printf '%s\n' "$out" | tail -1)
     case $last in
-    *" passed, 0 failed") ok "conform core vs lua ($last)" ;;
-    *) printf '%s\n' "$out" | tail -40; fail "conform core vs lua" "$last" ;;
+    *" passed, 0 failed") ok "conform core, eval, lib ($last)" ;;
+    *) printf '%s\n' "$out" | tail -40; fail "conform core, eval, lib" "$last" ;;
     esac
 else
     fail "conform" "$conform is not built (make build/conform)"

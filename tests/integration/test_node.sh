@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_node.sh - ratel.so and lua/ratel.lua from Node through ioredis (npm),
+# test_node.sh - ratel.so and the Lua artefacts (build/lua) from Node through ioredis (npm),
 # a real client library of another ecosystem, against a real redis-server.
 #
 #   BUILD=build bash tests/integration/test_node.sh
@@ -55,7 +55,7 @@ while IFS= read -r line; do
     "# "*" checks") expected=${line#\# }; expected=${expected% checks} ;;
     *) echo "$line" ;;
     esac
-done < <(NODE_PATH=$cache/node_modules timeout 120 node "$node_dir/test.js" "$port" "$root/lua/ratel.lua" 2>&1)
+done < <(NODE_PATH=$cache/node_modules timeout 120 node "$node_dir/test.js" "$port" "$build/lua" 2>&1)
 
 if [ -z "$expected" ]; then
     fail node_finished "node test.js ended without its closing line"

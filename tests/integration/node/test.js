@@ -1,7 +1,8 @@
-// test.js - ratel's module and Lua script called from Node through ioredis,
-// a client library of another ecosystem, against a real redis-server.
+// test.js - ratel's module, Lua script and Lua Functions library called
+// from Node through ioredis, a client library of another ecosystem, against
+// a real redis-server.
 //
-//   node test.js PORT [path/to/lua/ratel.lua]
+//   node test.js PORT [path/to/build/lua]
 //
 // tests/integration/test_node.sh starts the server (module loaded) and runs
 // this with ioredis on NODE_PATH. Prints "ok NAME" or "FAIL NAME: why" per
@@ -17,8 +18,9 @@ const path = require('node:path');
 const Redis = require('ioredis');
 
 const port = Number(process.argv[2]);
-const scriptPath = process.argv[3] || path.join(__dirname, '..', '..', '..', 'lua', 'ratel.lua');
-const source = fs.readFileSync(scriptPath, 'utf8');
+const luaDir = process.argv[3] || path.join(__dirname, '..', '..', '..', 'build', 'lua');
+const source = fs.readFileSync(path.join(luaDir, 'ratel.eval.lua'), 'utf8');
+const library = fs.readFileSync(path.join(luaDir, 'ratel.lib.lua'), 'utf8');
 
 let checks = 0;
 
@@ -180,6 +182,26 @@ async function main() {
     await redis.script('FLUSH');
     assert.deepEqual(await redis.ratel('n:f', 'ACQUIRE', 'AT', T, '1/1s'), [1, 1, 0, 0, 1000, 0, 0]);
   });
+
+  // ---------------------------------------------------- the library
+  // docs/lua.md's ioredis example: FUNCTION LOAD once, then FCALL.
+  await check('library_loads', async () =>
+    assert.equal(await redis.call('FUNCTION', 'LOAD', 'REPLACE', library), 'ratel'));
+  await check('library_same_as_module', async () => {
+    const steps = [[0, 'acquire'], [5, 'acquire'], [9, 'acquire'], [20, 'refund'], [30, 'acquire']];
+    for (const [dt, op] of steps) {
+      const viaLib = await redis.call('FCALL', `ratel_${op}`, 1, 'n:fl', 'AT', T + dt, '3/1m', '20/1h:gcra');
+      const viaModule = await redis.call(`RATEL.${op.toUpperCase()}`, 'n:fm', 'AT', T + dt, '3/1m', '20/1h:gcra');
+      assert.deepEqual(viaLib, viaModule, `${op} at +${dt}`);
+    }
+    assert.ok((await redis.getBuffer('n:fl')).equals(await redis.getBuffer('n:fm')), 'stored bytes differ');
+    assert.equal(await redis.call('PEXPIRETIME', 'n:fl'), await redis.call('PEXPIRETIME', 'n:fm'));
+  });
+  await check('library_read_only_info', async () =>
+    assert.deepEqual(await redis.call('FCALL_RO', 'ratel_info', 1, 'n:fl', 'AT', T + 30),
+      await redis.call('RATEL.INFO', 'n:fm', 'AT', T + 30)));
+  await check('library_error_is_reply_error', () =>
+    rejects(redis.call('FCALL', 'ratel_acquire', 1, 'n:e', '10/1x'), 'ratel: rule "10/1x"'));
 
   await redis.quit();
 }

@@ -1,0 +1,300 @@
+-- commands.lua - the calls: arguments as module/args.c parses them, and
+-- ACQUIRE, PEEK, REFUND, RESET and INFO as module/ratel.c runs them. Each
+-- command takes the key and the arguments after the operation, args[first..].
+
+-- quote() of module/args.c: 40 bytes at most, unprintable bytes, quotes
+-- and backslashes as \xNN.
+local function quote_arg(a)
+    local q = a:sub(1, 40):gsub('[%z\1-\31\34\92\127-\255]', function(c)
+        return fmt('\\x%02x', byte(c))
+    end)
+    if #a > 40 then
+        q = q .. '...'
+    end
+    return q
+end
+
+local OPTION_LISTS = {
+    ACQUIRE = 'COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules',
+    PEEK = 'COST n, MAXWAIT ms, AT unix_ms, then the rules',
+    REFUND = 'COST n, AT unix_ms, then the rules',
+    INFO = 'AT unix_ms',
+}
+local OPTIONS = {
+    ACQUIRE = { COST = true, PEEK = true, MAXWAIT = true, AT = true },
+    PEEK = { COST = true, MAXWAIT = true, AT = true },
+    REFUND = { COST = true, AT = true },
+    INFO = { AT = true },
+}
+
+local function parse_int(a, min, max)
+    if not a or #a == 0 or #a > 18 or a:find('[^0-9]') then
+        return nil
+    end
+    local v = tonumber(a)
+    if v < min or v > max then
+        return nil
+    end
+    return v
+end
+
+-- ratel__cmd_parse(): options (any order, case-insensitive, once each)
+-- until the first argument starting with a digit, then the rules. Returns
+-- the policy, cost, peek, max wait and AT (nil when not given).
+local function parse_args(op, args, first)
+    local argc = #args
+    if argc - first + 1 > 2 * MAX_RULES + 16 then
+        fail('at most 8 rules')
+    end
+    local allowed, seen = OPTIONS[op], {}
+    local cost, peek, max_wait, at = 1, op == 'PEEK', 0, nil
+    local i = first
+    while i <= argc do
+        local a = args[i]
+        local c = byte(a, 1)
+        if not c or (c >= 48 and c <= 57) then
+            break
+        end
+        local opt = upper(a)
+        if not allowed[opt] or seen[opt] then
+            fail('unknown or repeated option "' .. quote_arg(a) ..
+                '"; options are ' .. OPTION_LISTS[op])
+        end
+        seen[opt] = true
+        if opt == 'PEEK' then
+            peek = true
+        else
+            i = i + 1
+            local v = args[i]
+            if opt == 'COST' then
+                cost = parse_int(v, 1, LIMIT_MAX)
+                if not cost then
+                    fail('COST must be an integer from 1 to 1000000000')
+                end
+            elseif opt == 'MAXWAIT' then
+                max_wait = parse_int(v, 0, MAX_WAIT_MS)
+                if not max_wait then
+                    fail('MAXWAIT must be an integer from 0 to 2592000000')
+                end
+            else
+                at = parse_int(v, 0, AT_MAX)
+                if not at then
+                    fail('AT must be an integer from 0 to 9007199254740')
+                end
+            end
+        end
+        i = i + 1
+    end
+    if op == 'INFO' then
+        if i <= argc then
+            fail('unknown or repeated option "' .. quote_arg(args[i]) ..
+                '"; options are ' .. OPTION_LISTS[op])
+        end
+        return nil, cost, peek, max_wait, at
+    end
+    local n = argc - i + 1
+    if n <= 0 then
+        fail('at least one rule is needed')
+    end
+    if n > MAX_RULES then
+        fail('at most 8 rules')
+    end
+    local policy = {}
+    for j = 1, n do
+        policy[j] = rule_of(args[i + j - 1])
+    end
+    for j = 2, n do
+        for k = 1, j - 1 do
+            if rule_equal(policy[j], policy[k]) then
+                fail(fmt('policy: rule %d ("%s") repeats rule %d', j,
+                    format_rule(policy[j]), k))
+            end
+        end
+    end
+    if op ~= 'REFUND' then
+        for j = 1, n do
+            local r = policy[j]
+            local cap = r.algo == ALGO_GCRA and r.burst or r.limit
+            if cost > cap then
+                fail(fmt('COST %d is more than rule %d ("%s") can ever admit (%d)',
+                    cost, j, format_rule(r), cap))
+            end
+            if max_wait > 0 and r.algo ~= ALGO_GCRA then
+                fail('MAXWAIT needs every rule to be gcra')
+            end
+        end
+    end
+    return policy, cost, peek, max_wait, at
+end
+
+-- ------------------------------------------------------------- commands
+
+-- The key's bytes, false for no key; WRONGTYPE for other types, and an
+-- empty string is not ratel state.
+local function read_key(key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+        raise(v)
+    end
+    if v == '' then
+        corrupt()
+    end
+    return v
+end
+
+local function now_of(at)
+    if at then
+        return at * 1000
+    end
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The records for `policy`: the key's own when it holds exactly these
+-- rules, else converted from what it holds. Also whether they were
+-- converted from another policy's records.
+local function records_of(policy, old, now_us)
+    if not old then
+        return convert(policy, {}, now_us), false
+    end
+    local olds = parse_blob(old)
+    if rules_match(policy, olds) then
+        return olds, false
+    end
+    return convert(policy, olds, now_us), true
+end
+
+-- Writes the new bytes when they differ from the old, with the absolute
+-- expiry at the instant the state is empty again (or deletes the key).
+local function write_key(key, old, new, now_us, reset_ms)
+    if new == old or (not old and not new) then
+        return
+    end
+    if not new then
+        redis.call('DEL', key)
+    else
+        redis.call('SET', key, new, 'PXAT',
+            fmt('%d', cdiv(now_us, 1000) + reset_ms))
+    end
+end
+
+-- ACQUIRE, and PEEK (ACQUIRE PEEK, which never writes).
+local function acquire(op, key, args, first)
+    local policy, cost, peek, max_wait, at = parse_args(op, args, first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    local recs, converted = records_of(policy, old, now_us)
+    local allowed, at_us, wait_us = decide_all(recs, now_us, cost, max_wait)
+    local new = old
+    if not allowed or peek then
+        for i = 1, #recs do
+            STATUS[recs[i].algo](recs[i], now_us)
+        end
+        -- A denied key written under other rules keeps its converted state
+        -- so that a retry decides on the same state; new keys stay unstored.
+        if converted and not peek then
+            new = serialize(recs)
+        end
+    else
+        for i = 1, #recs do
+            commit(recs[i], now_us, at_us, cost)
+        end
+        new = serialize(recs)
+    end
+    local d = report(policy, recs, allowed, wait_us)
+    write_key(key, old, new, now_us, d[5])
+    return d
+end
+
+local function refund(op, key, args, first)
+    local policy, cost, _, _, at = parse_args(op, args, first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    local recs = records_of(policy, old, now_us)
+    for i = 1, #recs do
+        REFUND[recs[i].algo](recs[i], now_us, cost)
+    end
+    local allowed = decide_all(recs, now_us, 1, 0)
+    local empty = true
+    for i = 1, #recs do
+        STATUS[recs[i].algo](recs[i], now_us)
+        empty = empty and recs[i].reset_ms == 0
+    end
+    local d = report(policy, recs, allowed, 0)
+    write_key(key, old, not empty and serialize(recs) or nil, now_us, d[5])
+    return d
+end
+
+-- Deletes the key's state: 1, or 0 when there was none. A key that holds
+-- anything else is refused as ACQUIRE refuses it, and kept.
+local function reset(op, key, args, first)
+    if #args >= first then
+        wrong_arity(op)
+    end
+    local old = read_key(key)
+    if not old then
+        return 0
+    end
+    parse_blob(old)
+    return redis.call('DEL', key)
+end
+
+local function info(op, key, args, first)
+    local _, _, _, _, at = parse_args(op, args, first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    if not old then
+        return {}
+    end
+    local recs, out = parse_blob(old), {}
+    for i = 1, #recs do
+        local r = recs[i]
+        local stored_runs = r.n
+        STATUS[r.algo](r, now_us)
+        local e = { { ok = 'rule' }, { ok = format_rule(r) }, { ok = 'algo' },
+            { ok = ALGO_NAMES[r.algo] }, { ok = 'used' }, r.used,
+            { ok = 'remaining' }, r.remaining, { ok = 'reset_after_ms' },
+            r.reset_ms }
+        if r.algo == ALGO_SLIDING then
+            e[11], e[12] = { ok = 'runs' }, stored_runs
+            e[13], e[14] = { ok = 'granularity_ms' }, 2 ^ r.shift
+        elseif r.algo == ALGO_GCRA then
+            e[11], e[12] = { ok = 'tat_us' }, r.tat_hi * TWO32 + r.tat_lo
+        else
+            e[11], e[12] = { ok = 'window_start_ms' }, r.start
+        end
+        out[i] = e
+    end
+    return out
+end
+
+-- Each operation: its function and the fewest arguments after the key
+-- (the module's arity).
+local COMMANDS = {
+    ACQUIRE = { acquire, 1 }, PEEK = { acquire, 1 }, REFUND = { refund, 1 },
+    RESET = { reset, 0 }, INFO = { info, 0 },
+}
+
+-- Runs the operation named `name` (any case) on keys[1] with
+-- args[first..]: its reply, or its error reply with nothing written.
+local function run(name, keys, args, first)
+    local op = upper(name)
+    local command = COMMANDS[op]
+    if not command then
+        return { err = 'ERR ratel: unknown operation "' .. quote_arg(name) ..
+            '"; use ACQUIRE, PEEK, REFUND, RESET or INFO' }
+    end
+    if #keys ~= 1 or #args - first + 1 < command[2] then
+        return { err = "ERR wrong number of arguments for 'ratel." ..
+            string.lower(op) .. "' command" }
+    end
+    failure = nil
+    local ok, result = pcall(command[1], op, keys[1], args, first)
+    if ok then
+        return result
+    end
+    if failure then
+        return failure
+    end
+    return { err = 'ERR ratel: internal error in ratel.lua: ' .. tostring(result) }
+end

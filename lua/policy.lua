@@ -1,0 +1,108 @@
+-- policy.lua - several rules decided together (mirrors src/core/policy.c).
+
+local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status }
+local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide }
+local REFUND = { [0] = sl_refund, fx_refund, ap_refund, gc_refund }
+
+local function commit(r, now_us, at_us, cost)
+    local algo = r.algo
+    if algo == ALGO_SLIDING then
+        sl_commit(r, now_us, cost)
+    elseif algo == ALGO_FIXED then
+        fx_commit(r, now_us, cost)
+    elseif algo == ALGO_APPROX then
+        ap_commit(r, now_us, cost)
+    else
+        gc_commit(r, now_us, at_us, cost)
+    end
+end
+
+local function rules_match(policy, recs)
+    if #recs ~= #policy then
+        return false
+    end
+    for i = 1, #policy do
+        if not rule_equal(recs[i], policy[i]) then
+            return false
+        end
+    end
+    return true
+end
+
+-- convert() of policy.c: for each rule of the policy, the same rule's
+-- record, else one of the same algorithm and period (counts kept, the new
+-- limit applies; gcra converts), else an empty one.
+local function convert(policy, old, now_us)
+    local taken, recs = {}, {}
+    for i = 1, #policy do
+        local rule, from = policy[i], nil
+        for j = 1, #old do
+            if not taken[j] and rule_equal(old[j], rule) then
+                from = j
+                break
+            end
+        end
+        if not from then
+            for j = 1, #old do
+                if not taken[j] and old[j].algo == rule.algo and
+                    old[j].period == rule.period then
+                    from = j
+                    break
+                end
+            end
+        end
+        if not from then
+            recs[i] = empty_record(rule)
+        else
+            taken[from] = true
+            if rule.algo == ALGO_GCRA then
+                recs[i] = gc_convert(old[from], rule, now_us)
+            else
+                old[from].limit = rule.limit
+                recs[i] = old[from]
+            end
+        end
+    end
+    return recs
+end
+
+-- decide_all(): every rule's verdict; with MAXWAIT, a denied request whose
+-- latest conforming instant lies within it is admitted at that instant.
+local function decide_all(recs, now_us, cost, max_wait_ms)
+    local all, at = true, now_us
+    for i = 1, #recs do
+        local r = recs[i]
+        DECIDE[r.algo](r, now_us, cost)
+        all = all and r.ok
+        if r.algo == ALGO_GCRA and r.allow_at > at then
+            at = r.allow_at
+        end
+    end
+    if not all and max_wait_ms > 0 and at - now_us <= max_wait_ms * 1000 then
+        return true, at, at - now_us
+    end
+    return all, now_us, 0
+end
+
+-- report(): the seven integers. The binding rule denies longest, or when
+-- admitted has the fewest permits left.
+local function report(policy, recs, allowed, wait_us)
+    local rule, retry_us, retry_ms, remaining, reset_ms = 0, 0, 0, math.huge, 0
+    for i = 1, #recs do
+        local r = recs[i]
+        if not allowed and r.retry_us > retry_us then
+            retry_us, retry_ms, rule = r.retry_us, r.retry_ms, i - 1
+        end
+        if r.remaining < remaining then
+            remaining = r.remaining
+            if allowed then
+                rule = i - 1
+            end
+        end
+        if r.reset_ms > reset_ms then
+            reset_ms = r.reset_ms
+        end
+    end
+    return { allowed and 1 or 0, policy[rule + 1].limit, remaining,
+        allowed and 0 or retry_ms, reset_ms, rule, cdiv(wait_us, 1000) }
+end

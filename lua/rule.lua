@@ -1,0 +1,232 @@
+-- rule.lua - rules: LIMIT/PERIOD[:ALGO][,burst=N] (mirrors src/core/rule.c).
+
+local GRAMMAR_HINT = 'expected LIMIT/PERIOD[:ALGO][,burst=N], e.g. 10/1m, ' ..
+    '1000/1d:fixed or 100/1s:gcra,burst=200'
+
+local UNITS = {
+    { 'ms', 1 }, { 's', 1000 }, { 'm', 60000 }, { 'h', 3600000 },
+    { 'd', 86400000 },
+}
+
+-- quote_into() of rule.c: at most max bytes of text, quotes and
+-- backslashes escaped, other unprintable bytes as \xNN, "..." marking a cut.
+local function quote_into(text, max)
+    local q, n = {}, #text
+    for i = 1, (n < max and n or max) do
+        local c = byte(text, i)
+        if c == 34 or c == 92 then
+            q[i] = '\\' .. string.char(c)
+        elseif c < 32 or c >= 127 then
+            q[i] = fmt('\\x%02x', c)
+        else
+            q[i] = string.char(c)
+        end
+    end
+    if n > max then
+        q[#q + 1] = '...'
+    end
+    return table.concat(q)
+end
+
+-- rule_error() of rule.c: the rule quoted (64 bytes at most), the
+-- reason (cut as the core's 200-byte buffer cuts it), the grammar; cut as
+-- the module's 400-byte buffer cuts it.
+local function rule_fail(text, reason)
+    fail(sub('rule "' .. quote_into(text, 64) .. '": ' .. sub(reason, 1, 199) ..
+        '; ' .. GRAMMAR_HINT, 1, 399))
+end
+
+-- Whether burst x period / limit exceeds ten years, exactly: the products
+-- reach 2^62, so doubles decide only when they are clearly apart.
+local function too_deep(burst, period, limit)
+    local a, b = burst * period, DEPTH_MAX_MS * limit
+    if a < b * (1 - 1e-9) then
+        return false
+    elseif a > b * (1 + 1e-9) then
+        return true
+    end
+    return big_cmp(big_mul(big(period), burst), big_mul(big(DEPTH_MAX_MS),
+        limit)) > 0
+end
+
+-- check_rule() of rule.c for a rule read from a blob: true when valid.
+local function rule_ok(algo, limit, period, burst)
+    if limit < 1 or limit > LIMIT_MAX or period < 1 or period > PERIOD_MAX_MS then
+        return false
+    end
+    if algo == ALGO_GCRA then
+        return burst >= 1 and burst <= LIMIT_MAX and
+            not too_deep(burst, period, limit)
+    end
+    return burst == 0
+end
+
+-- Decimal digits at text[pos]: value (stops growing past max), the number
+-- of digits, whether it passed max, and the position after them.
+local function read_number(text, pos, max)
+    local v, start, over = 0, pos, false
+    local c = byte(text, pos)
+    while c and c >= 48 and c <= 57 do
+        if not over then
+            v = v * 10 + c - 48
+            if v > max then
+                over = true
+            end
+        end
+        pos = pos + 1
+        c = byte(text, pos)
+    end
+    return v, pos - start, over, pos
+end
+
+-- ratel_rule_parse(): LIMIT/PERIOD[:ALGO][,burst=N] with its messages.
+local function parse_rule(text)
+    local len = #text
+    if len == 0 then
+        rule_fail(text, 'empty rule')
+    end
+    local limit, digits, over, pos = read_number(text, 1, LIMIT_MAX)
+    if digits == 0 then
+        rule_fail(text, 'LIMIT must be a whole number from 1 to 1000000000')
+    end
+    if over or limit == 0 then
+        rule_fail(text, 'LIMIT must be from 1 to 1000000000')
+    end
+    if byte(text, pos) ~= 47 then
+        rule_fail(text, "expected '/' after the limit")
+    end
+    local count
+    count, digits, over, pos = read_number(text, pos + 1, PERIOD_MAX_MS)
+    if digits == 0 then
+        count = 1
+    end
+    if over then
+        rule_fail(text, 'PERIOD must be from 1ms to 30d')
+    end
+    local unit_ms, ustart = 0, pos
+    for u = 1, #UNITS do
+        local name = UNITS[u][1]
+        if sub(text, pos, pos + #name - 1) == name then
+            unit_ms = UNITS[u][2]
+            pos = pos + #name
+            break
+        end
+    end
+    if unit_ms == 0 then
+        rule_fail(text, 'PERIOD needs a unit: ms, s, m, h or d')
+    end
+    if find(sub(text, pos, pos), '^%a') then
+        local word = match(text, '^%a+', ustart)
+        rule_fail(text, 'unknown unit "' .. quote_into(word, 16) ..
+            '"; the units are ms, s, m, h and d (e.g. 20/1m, 20/60s)')
+    end
+    if count == 0 then
+        rule_fail(text, 'PERIOD must be at least 1ms')
+    end
+    if count * unit_ms > PERIOD_MAX_MS then
+        rule_fail(text, 'PERIOD must be at most 30d')
+    end
+    local algo = ALGO_SLIDING
+    if byte(text, pos) == 58 then
+        local start = pos + 1
+        pos = start
+        while pos <= len and byte(text, pos) ~= 44 do
+            pos = pos + 1
+        end
+        local name, found = sub(text, start, pos - 1), false
+        for a = 0, 3 do
+            if ALGO_NAMES[a] == name then
+                algo, found = a, true
+            end
+        end
+        if not found then
+            rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
+                '" (use sliding, fixed, approx or gcra)')
+        end
+    end
+    local burst, have_burst = 0, false
+    while byte(text, pos) == 44 do
+        pos = pos + 1
+        if sub(text, pos, pos + 5) ~= 'burst=' then
+            rule_fail(text, 'unknown option at byte ' .. pos ..
+                ' (the only option is burst=N, for gcra)')
+        end
+        if have_burst then
+            rule_fail(text, 'burst is given twice')
+        end
+        burst, digits, over, pos = read_number(text, pos + 6, LIMIT_MAX)
+        if digits == 0 or over or burst == 0 then
+            rule_fail(text, 'burst must be a whole number from 1 to 1000000000')
+        end
+        have_burst = true
+    end
+    if pos <= len then
+        rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
+            '" at byte ' .. pos)
+    end
+    if have_burst and algo ~= ALGO_GCRA then
+        rule_fail(text, 'burst applies to gcra rules only (add :gcra)')
+    end
+    local period = count * unit_ms
+    if algo == ALGO_GCRA then
+        if not have_burst then
+            burst = limit
+        end
+        if too_deep(burst, period, limit) then
+            rule_fail(text, 'burst x period / limit must be at most 10 years ' ..
+                '(the bucket would never drain)')
+        end
+    else
+        burst = 0
+    end
+    return { algo = algo, limit = limit, period = period, burst = burst }
+end
+
+-- ratel_rule_format(): the canonical text, in the largest exact unit.
+local function format_rule(r)
+    local best = UNITS[1]
+    for u = 1, #UNITS do
+        if r.period % UNITS[u][2] == 0 then
+            best = UNITS[u]
+        end
+    end
+    local s = fmt('%d/%d%s', r.limit, r.period / best[2], best[1])
+    if r.algo ~= ALGO_SLIDING then
+        s = s .. ':' .. ALGO_NAMES[r.algo]
+    end
+    if r.algo == ALGO_GCRA and r.burst ~= r.limit then
+        s = s .. ',burst=' .. fmt('%d', r.burst)
+    end
+    return s
+end
+
+local function rule_equal(a, b)
+    return a.algo == b.algo and a.limit == b.limit and a.period == b.period and
+        a.burst == b.burst
+end
+
+--[[
+Parsed rules, kept between calls by the Functions library (the EVAL script
+starts afresh each call): keyed by the rule's text, at most RULE_CACHE_MAX
+texts of at most 64 bytes (a longer text is valid only with leading
+zeros, and is parsed every time), emptied when full. A parsed rule is
+never modified. Errors are not kept: a malformed rule is parsed, and
+refused, every time.
+]]
+local RULE_CACHE_MAX = 1024
+local rule_cache, rule_cache_n = {}, 0
+
+local function rule_of(text)
+    local r = rule_cache[text]
+    if r then
+        return r
+    end
+    r = parse_rule(text)
+    if #text <= 64 then
+        if rule_cache_n == RULE_CACHE_MAX then
+            rule_cache, rule_cache_n = {}, 0
+        end
+        rule_cache[text], rule_cache_n = r, rule_cache_n + 1
+    end
+    return r
+end
