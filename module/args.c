@@ -3,6 +3,9 @@
  * each at most once), then the rules. A rule always starts with a digit and
  * an option never does, so the first argument starting with a digit ends the
  * options. Every message names the bad input and says what is accepted.
+ *
+ * Parsed rule lists are kept in a small cache keyed by their exact bytes
+ * (args.h): a policy's rules are parsed and checked once, not per call.
  */
 #include "args.h"
 
@@ -118,6 +121,120 @@ static int parse_rules(int argc, const char *const *argv, const size_t *lens,
     return rc != 0 ? fail(err, errlen, rc, msg) : 0;
 }
 
+/*
+ * The policy cache (args.h). A set's entries are compared in full (hash,
+ * length and bytes), so a collision costs a parse, never a wrong policy.
+ */
+#define CACHE_WAYS 4
+#define CACHE_SETS (RATEL_POLICY_CACHE_SIZE / CACHE_WAYS)
+
+typedef struct cache_entry_s {
+    uint64_t hash;
+    uint64_t used;   /* tick of the last use; 0: a free entry */
+    uint32_t keylen; /* bytes of key */
+    uint8_t key[RATEL_POLICY_CACHE_KEY_MAX];
+    ratel_policy_t policy;
+} cache_entry_t;
+
+static cache_entry_t cache[RATEL_POLICY_CACHE_SIZE];
+static uint64_t cache_tick;
+static ratel_policy_cache_stats_t cache_stats;
+
+void ratel__policy_cache_stats(ratel_policy_cache_stats_t *out)
+{
+    *out = cache_stats;
+}
+
+/*
+ * A rule list's cache key, written to key: each rule's length (one byte)
+ * and bytes, so that ("1/1s", "2/1m") and ("1/1s2/1m") differ. Returns its
+ * length, or 0 for a list that is not cached (no rule, too many, too long).
+ */
+static size_t cache_key(int argc, const char *const *argv, const size_t *lens,
+                        uint8_t *key)
+{
+    size_t n = 0;
+
+    if (argc < 1 || argc > RATEL_MAX_RULES)
+        return 0;
+    for (int i = 0; i < argc; i++) {
+        if (lens[i] > 255 || n + 1 + lens[i] > RATEL_POLICY_CACHE_KEY_MAX)
+            return 0;
+        key[n++] = (uint8_t)lens[i];
+        memcpy(key + n, argv[i], lens[i]);
+        n += lens[i];
+    }
+    return n;
+}
+
+/* A 64-bit hash of len bytes, eight at a time (not for untrusted tables:
+   here a collision only costs a parse). */
+static uint64_t hash_bytes(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ len, w;
+
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (len > 0) {
+        w = 0;
+        memcpy(&w, p, len);
+        h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    }
+    return h ^ (h >> 32);
+}
+
+/* The entry holding key, or NULL with the entry to replace in *victim. */
+static cache_entry_t *cache_find(const uint8_t *key, size_t len, uint64_t hash,
+                                 cache_entry_t **victim)
+{
+    cache_entry_t *set = &cache[(hash % CACHE_SETS) * CACHE_WAYS];
+
+    *victim = set;
+    for (int w = 0; w < CACHE_WAYS; w++) {
+        cache_entry_t *e = &set[w];
+        if (e->used && e->hash == hash && e->keylen == len &&
+            memcmp(e->key, key, len) == 0)
+            return e;
+        if (e->used < (*victim)->used)
+            *victim = e;
+    }
+    return NULL;
+}
+
+/* parse_rules through the cache: a hit skips parsing and checking. */
+static int parse_rules_cached(int argc, const char *const *argv,
+                              const size_t *lens, ratel_policy_t *policy,
+                              char *err, size_t errlen)
+{
+    uint8_t key[RATEL_POLICY_CACHE_KEY_MAX];
+    size_t len = cache_key(argc, argv, lens, key);
+    uint64_t hash = len > 0 ? hash_bytes(key, len) : 0;
+    cache_entry_t *e = NULL, *victim = NULL;
+    int rc;
+
+    if (len > 0 && (e = cache_find(key, len, hash, &victim)) != NULL) {
+        e->used = ++cache_tick;
+        cache_stats.hits++;
+        *policy = e->policy;
+        return 0;
+    }
+    cache_stats.misses++;
+    rc = parse_rules(argc, argv, lens, policy, err, errlen);
+    if (rc == 0 && len > 0) {
+        if (!victim->used)
+            cache_stats.entries++;
+        victim->hash = hash;
+        victim->used = ++cache_tick;
+        victim->keylen = (uint32_t)len;
+        memcpy(victim->key, key, len);
+        victim->policy = *policy;
+    }
+    return rc;
+}
+
 /* Acquire's checks that need the rules: cost within every rule's reach,
    MAXWAIT on gcra rules only. */
 static int check_request(const ratel_cmd_args_t *a, char *err, size_t errlen)
@@ -195,7 +312,8 @@ int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
         return i < argc ? unknown_option(argv[i], lens[i], cmd, err, errlen)
                         : 0;
     }
-    rc = parse_rules(argc - i, argv + i, lens + i, &out->policy, err, errlen);
+    rc = parse_rules_cached(argc - i, argv + i, lens + i, &out->policy, err,
+                            errlen);
     if (rc != 0)
         return rc;
     return cmd == RATEL_CMD_ACQUIRE ? check_request(out, err, errlen) : 0;

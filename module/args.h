@@ -28,13 +28,37 @@ typedef struct ratel_cmd_args_s {
 #define RATEL_CMD_AT_MAX ((RATEL_TIME_MAX_US - 1) / 1000)
 
 /*
+ * Parsed rule lists kept across calls: a call whose rule arguments are
+ * byte for byte those of an earlier successful call takes its policy from
+ * here instead of parsing and checking the rules again. At most this many
+ * lists (4-way set-associative, the least recently used of a set replaced);
+ * a list longer than RATEL_POLICY_CACHE_KEY_MAX bytes (rules plus one
+ * length byte each) is parsed every time. Errors are never kept.
+ */
+#define RATEL_POLICY_CACHE_SIZE 256
+#define RATEL_POLICY_CACHE_KEY_MAX 160
+
+/*
  * Parses the arguments that follow the key: `argc` strings, argv[i] of
  * lens[i] bytes (any bytes; not NUL-terminated). Returns 0 and fills `out`,
  * or a negative RATEL_E* code with a message for the client in err (without
  * the "ERR " prefix), as docs/commands.md lists them.
+ *
+ * The result is the same whether the rules come from the cache above or
+ * not. The cache is process-wide and unlocked: call from one thread (the
+ * module: Redis's main thread).
  */
 int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
                      const size_t *lens, ratel_cmd_args_t *out, char *err,
                      size_t errlen);
+
+typedef struct ratel_policy_cache_stats_s {
+    uint64_t hits;    /* calls whose rules were found */
+    uint64_t misses;  /* calls that parsed their rules (errors included) */
+    uint32_t entries; /* rule lists held, at most RATEL_POLICY_CACHE_SIZE */
+} ratel_policy_cache_stats_t;
+
+/* The cache's counters since the process started. */
+void ratel__policy_cache_stats(ratel_policy_cache_stats_t *out);
 
 #endif /* RATEL_MODULE_ARGS_H */

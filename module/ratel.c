@@ -11,12 +11,16 @@
  *   with its absolute expiry at the instant its state is empty again.
  * - What is written is replicated as its effect - SET key blob PXAT t, or
  *   DEL key - never as the command, so replicas and AOF replay hold exactly
- *   the primary's bytes whatever their own clocks say.
- * - Nothing is written when a command fails.
+ *   the primary's bytes whatever their own clocks say (module/effects.c).
+ * - A key that holds anything but ratel state (another type, an empty or
+ *   foreign string, a newer version) is refused by every command, RESET
+ *   included. Nothing is written when a command fails.
+ * - A policy's rules are parsed once and kept (module/args.c).
  */
 #include "redismodule.h"
 
 #include "args.h"
+#include "effects.h"
 #include "ratel.h"
 
 #include <stdio.h>
@@ -103,8 +107,8 @@ static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d)
  * Opens `name` in `mode` into *key (NULL for a missing key opened to read)
  * and copies its bytes to buf (*len of them); *value (if not NULL) points
  * at them in the key, valid until the key is written or closed. A key of
- * another type, or a string longer than any blob, gets its error reply and
- * REDISMODULE_ERR.
+ * another type, or a string that is empty or longer than any blob, gets
+ * its error reply and REDISMODULE_ERR.
  */
 static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
                       RedisModuleKey **key, uint8_t *buf, size_t *len,
@@ -126,7 +130,9 @@ static int open_state(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
         return REDISMODULE_ERR;
     }
     p = RedisModule_StringDMA(*key, len, REDISMODULE_READ);
-    if (*len > RATEL_STATE_MAX) {
+    /* An empty string is not a ratel key with no state (that key does not
+       exist): something else wrote it. */
+    if (*len == 0 || *len > RATEL_STATE_MAX) {
         RedisModule_CloseKey(*key);
         reply_core_error(ctx, RATEL_ECORRUPT);
         return REDISMODULE_ERR;
@@ -146,44 +152,6 @@ static int state_changed(const uint8_t *buf, size_t len, const char *value,
                          size_t value_len)
 {
     return len != value_len || memcmp(buf, value, len) != 0;
-}
-
-/*
- * Stores `len` bytes of state in `key` expiring at `expire_ms` (or deletes
- * the key when len is 0), and replicates the effect.
- */
-static void write_state(RedisModuleCtx *ctx, RedisModuleKey *key,
-                        RedisModuleString *name, const uint8_t *buf, size_t len,
-                        int64_t expire_ms)
-{
-    size_t have;
-    char *p;
-
-    if (len == 0) {
-        RedisModule_DeleteKey(key);
-        RedisModule_Replicate(ctx, "DEL", "s", name);
-    } else {
-        p = RedisModule_StringDMA(key, &have, REDISMODULE_WRITE);
-        if (p && have == len) {
-            memcpy(p, buf, len); /* the usual case: same size, in place */
-        } else {
-            /* A new value of exactly this size (StringTruncate would grow
-               the string greedily: an 828-byte blob held 1,328 bytes). */
-            RedisModuleString *s =
-                RedisModule_CreateString(ctx, (const char *)buf, len);
-            RedisModule_StringSet(key, s);
-            RedisModule_FreeString(ctx, s);
-            /* A short value is now an embedded string (robj and bytes in
-               one block: 96 bytes of MEMORY USAGE for a gcra key); opening
-               it for writing makes it a plain string of exactly len bytes
-               (80), as every later in-place write keeps it. */
-            RedisModule_StringDMA(key, &have, REDISMODULE_WRITE);
-        }
-        RedisModule_SetAbsExpire(key, expire_ms);
-        RedisModule_Replicate(ctx, "SET", "sbcl", name, (const char *)buf, len,
-                              "PXAT", (long long)expire_ms);
-    }
-    RedisModule_SignalModifiedKey(ctx, name);
 }
 
 /* The instant the state is empty again: never early. */
@@ -207,15 +175,16 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
 
     if (argc < 3)
         return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, &a) != REDISMODULE_OK)
+    if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, &a) !=
+        REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
                    buf, &old_len, &value) != REDISMODULE_OK)
         return REDISMODULE_OK;
     now = now_of(&a);
     len = old_len;
-    rc = ratel_policy_acquire(&a.policy, buf, &len, sizeof buf, now,
-                              &a.request, &d);
+    rc = ratel_policy_acquire(&a.policy, buf, &len, sizeof buf, now, &a.request,
+                              &d);
     if (rc != 0) {
         RedisModule_CloseKey(key);
         return reply_core_error(ctx, rc);
@@ -228,7 +197,7 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     else
         changed = state_changed(buf, len, value, old_len);
     if (changed)
-        write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+        ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
     return reply_decision(ctx, &d);
 }
@@ -262,26 +231,35 @@ static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         return reply_core_error(ctx, rc);
     }
     if (state_changed(buf, len, value, old_len))
-        write_state(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+        ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
     return reply_decision(ctx, &d);
 }
 
-/* RATEL.RESET key */
+/* RATEL.RESET key: deletes ratel state, and refuses what ACQUIRE and INFO
+   refuse (a key of another type, a string that is not ratel state). */
 static int reset_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                          int argc)
 {
+    static uint8_t buf[RATEL_STATE_MAX];
     RedisModuleKey *key;
-    int existed;
+    size_t len;
+    int rc;
 
     if (argc != 2)
         return RedisModule_WrongArity(ctx);
-    key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    existed = RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY;
-    if (existed)
-        write_state(ctx, key, argv[1], NULL, 0, 0);
+    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
+                   buf, &len, NULL) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    rc = ratel_state_validate(buf, len);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        return reply_core_error(ctx, rc);
+    }
+    if (len > 0)
+        ratel__effects_write(ctx, key, argv[1], NULL, 0, 0);
     RedisModule_CloseKey(key);
-    return RedisModule_ReplyWithLongLong(ctx, existed);
+    return RedisModule_ReplyWithLongLong(ctx, len > 0);
 }
 
 static void reply_field(RedisModuleCtx *ctx, const char *name, long long v)
@@ -291,8 +269,7 @@ static void reply_field(RedisModuleCtx *ctx, const char *name, long long v)
 }
 
 /* RATEL.INFO key [AT ms] */
-static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv,
-                        int argc)
+static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     static uint8_t buf[RATEL_STATE_MAX];
     ratel_rule_status_t st[RATEL_MAX_RULES];
@@ -321,7 +298,8 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         RedisModule_ReplyWithSimpleString(ctx, "rule");
         RedisModule_ReplyWithSimpleString(ctx, text);
         RedisModule_ReplyWithSimpleString(ctx, "algo");
-        RedisModule_ReplyWithSimpleString(ctx, ratel_algo_name(st[i].rule.algo));
+        RedisModule_ReplyWithSimpleString(ctx,
+                                          ratel_algo_name(st[i].rule.algo));
         reply_field(ctx, "used", st[i].used);
         reply_field(ctx, "remaining", st[i].remaining);
         reply_field(ctx, "reset_after_ms", st[i].reset_after_ms);
@@ -337,8 +315,31 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     return REDISMODULE_OK;
 }
 
-static int create(RedisModuleCtx *ctx, const char *name,
-                  RedisModuleCmdFunc fn, const char *flags)
+/* INFO ratel (or INFO modules, INFO everything): the policy cache and the
+   propagation of writes. */
+static void info_section(RedisModuleInfoCtx *ctx, int for_crash_report)
+{
+    ratel_policy_cache_stats_t cache;
+    ratel_effects_stats_t effects;
+
+    (void)for_crash_report;
+    ratel__policy_cache_stats(&cache);
+    ratel__effects_stats(&effects);
+    RedisModule_InfoAddSection(ctx, "");
+    RedisModule_InfoAddFieldULongLong(ctx, "policy_cache_entries",
+                                      cache.entries);
+    RedisModule_InfoAddFieldULongLong(ctx, "policy_cache_hits", cache.hits);
+    RedisModule_InfoAddFieldULongLong(ctx, "policy_cache_misses", cache.misses);
+    RedisModule_InfoAddFieldULongLong(ctx, "writes_propagated",
+                                      effects.propagated);
+    RedisModule_InfoAddFieldULongLong(ctx, "writes_unobserved",
+                                      effects.unobserved);
+    RedisModule_InfoAddFieldLongLong(ctx, "nobody_listens",
+                                     effects.nobody_listens);
+}
+
+static int create(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
+                  const char *flags)
 {
     /* One key, the first argument: cluster routing and ACLs see it. */
     return RedisModule_CreateCommand(ctx, name, fn, flags, 1, 1, 1);
@@ -361,7 +362,11 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     }
     /* Keys are signalled modified only when their bytes change (a PEEK or
        a denial must not break other clients' WATCH). */
-    RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+    RedisModule_SetModuleOptions(
+        ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+    if (ratel__effects_init(ctx) != REDISMODULE_OK ||
+        RedisModule_RegisterInfoFunc(ctx, info_section) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
     if (create(ctx, "ratel.acquire", acquire_command, "write deny-oom fast") ||
         create(ctx, "ratel.refund", refund_command, "write deny-oom fast") ||
         create(ctx, "ratel.reset", reset_command, "write fast") ||

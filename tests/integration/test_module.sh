@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_module.sh - ratel.so in real redis-servers: every command and error
-# path, TTLs, a replica (and its promotion), RDB and AOF restarts, a 3-master
-# cluster, and client processes racing on one key.
+# path, foreign values, the policy cache, TTLs, a replica (and its
+# promotion, and one attaching late or through the backlog), what reaches
+# the AOF, RDB and AOF restarts, a 3-master cluster, and client processes
+# racing on one key.
 #
 #   BUILD=build bash tests/integration/test_module.sh
 #
@@ -16,6 +18,44 @@ now_ms() { date +%s%3N; }
 acq() {
     local port=$1; shift
     rcli "$port" RATEL.ACQUIRE "$@" | tr '\n' ' ' | sed 's/ $//'
+}
+
+# info_field PORT FIELD: a field of INFO (ratel's section included).
+info_field() {
+    rcli "$1" INFO everything | tr -d '\r' | awk -F: -v f="$2" '$1 == f { print $2 }'
+}
+
+# wait_quiet PORT: until the module sees no replica, backlog or AOF (its
+# view is refreshed by the server cron, 10 times a second).
+wait_quiet() {
+    for _ in $(seq 50); do
+        [ "$(info_field "$1" ratel_nobody_listens)" = 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait_link PORT: until the replica on PORT is linked to its primary.
+wait_link() {
+    for _ in $(seq 100); do
+        [ "$(info_field "$1" master_link_status)" = up ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# in_sync PRIMARY REPLICA: until the replica holds everything the primary
+# has sent. (WAIT would not do: it waits for the writes of its own
+# connection, and redis-cli opens one per command. After a diskless sync
+# the stream starts at the replica's first ACK, a second or so later.)
+in_sync() {
+    local want
+    want=$(info_field "$1" master_repl_offset)
+    for _ in $(seq 100); do
+        [ "$(info_field "$2" slave_repl_offset)" -ge "$want" ] 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
 }
 
 # ------------------------------------------------------------- commands
@@ -78,36 +118,157 @@ same err_not_state_untouched "$(rcli "$port" GET str)" "hello"
 rcli "$port" SET ver "$(printf 'RT\x09\x01')" >/dev/null
 contains err_version "$(err RATEL.ACQUIRE ver 1/1s)" "unknown version"
 same errors_wrote_nothing "$(rcli "$port" EXISTS e)" "0"
+# A rule holding a NUL byte is named by the core's text (redis-cli
+# unescapes \x00 in a quoted argument read from stdin).
+contains err_rule_nul "$(printf 'RATEL.ACQUIRE e "1/1s\\x00"\n' | rcli "$port" 2>&1 | head -1)" \
+    'ERR ratel: rule "1/1s\x00": unexpected "\x00"'
+
+# ------------------------------------------------------- foreign values
+# Every command refuses a key that is not ratel state - RESET included -
+# and leaves it as it was; an empty string is foreign too (a ratel key
+# with no state does not exist).
+contains reset_wrongtype "$(err RATEL.RESET list)" "WRONGTYPE"
+same reset_wrongtype_untouched "$(rcli "$port" LRANGE list 0 -1)" "x"
+contains reset_not_state "$(err RATEL.RESET str)" "ERR ratel: key holds a value that is not ratel state"
+same reset_not_state_untouched "$(rcli "$port" GET str)" "hello"
+contains reset_version "$(err RATEL.RESET ver)" "ERR ratel: key holds ratel state of an unknown version"
+same reset_version_untouched "$(rcli "$port" STRLEN ver)" "4"
+rcli "$port" SET empty "" >/dev/null
+for c in "RATEL.ACQUIRE empty 1/1s" "RATEL.ACQUIRE empty PEEK 1/1s" \
+    "RATEL.REFUND empty 1/1s" "RATEL.INFO empty" "RATEL.RESET empty"; do
+    # shellcheck disable=SC2086
+    contains "empty_string_refused_${c// /_}" "$(err $c)" "ERR ratel: key holds a value that is not ratel state"
+done
+same empty_string_untouched "$(rcli "$port" EXISTS empty) $(rcli "$port" STRLEN empty)" "1 0"
+acq "$port" st AT "$T" 5/1m >/dev/null
+same reset_state_then_missing "$(rcli "$port" RATEL.RESET st) $(rcli "$port" RATEL.RESET st) $(rcli "$port" EXISTS st)" "1 0 0"
+
+# ---------------------------------------------------------- policy cache
+# Rule lists are parsed once and kept (256 of them): a repeated list is a
+# hit, answers exactly as parsing would, and errors are never kept.
+hits=$(info_field "$port" ratel_policy_cache_hits)
+acq "$port" pc AT "$T" 3/1m 9/1h >/dev/null
+same cache_hit_same_reply "$(acq "$port" pc AT "$T" 3/1m 9/1h)" "1 3 1 0 3600000 0 0"
+same cache_hit_counted "$(($(info_field "$port" ratel_policy_cache_hits) - hits))" "1"
+contains cache_hit_cost_still_checked "$(err RATEL.ACQUIRE pc COST 4 3/1m 9/1h)" 'COST 4 is more than rule 1 ("3/1m") can ever admit (3)'
+contains cache_hit_maxwait_still_checked "$(err RATEL.ACQUIRE pc MAXWAIT 5 3/1m 9/1h)" "MAXWAIT needs every rule to be gcra"
+# The same bytes split differently are another list.
+contains cache_key_split "$(err RATEL.ACQUIRE pc "3/1m 9/1h")" 'ERR ratel: rule "3/1m 9/1h"'
+entries=$(info_field "$port" ratel_policy_cache_entries)
+err RATEL.ACQUIRE pc 10/1x >/dev/null
+contains cache_error_again "$(err RATEL.ACQUIRE pc 10/1x)" 'ERR ratel: rule "10/1x"'
+same cache_errors_not_kept "$(info_field "$port" ratel_policy_cache_entries)" "$entries"
+# 300 lists, twice over: the cache stays bounded and every reply is what
+# the rule says, hit or evicted.
+for round in 1 2; do
+    for n in $(seq 1 300); do
+        echo "RATEL.ACQUIRE pcl:$n AT $T $((n + 1))/1m"
+    done | rcli "$port" | awk 'NR % 7 == 3' >"$tmp/cache.$round"
+done
+same cache_evicts_and_still_answers "$(paste -sd' ' "$tmp/cache.1") / $(paste -sd' ' "$tmp/cache.2")" \
+    "$(seq 1 300 | paste -sd' ') / $(seq 0 299 | paste -sd' ')"
+# (4-way sets: some may hold fewer than 4 when others overflow.)
+entries=$(info_field "$port" ratel_policy_cache_entries)
+same cache_bounded "$((entries >= 128 && entries <= 256))" "1"
 same server_alive "$(rcli "$port" PING)" "PONG"
 
 # ------------------------------------------ replica, promotion, persistence
-primary=$(redis_start --appendonly yes --appendfsync always) || exit 1
-replica=$(redis_start --replicaof 127.0.0.1 "$primary") || exit 1
-for _ in $(seq 100); do
-    [ "$(rcli "$replica" INFO replication | tr -d '\r' | grep -c 'master_link_status:up')" = 1 ] && break
-    sleep 0.1
-done
-T=$(($(now_ms) + 1000))
-i=0
-for rule in "5/1m" "5/1m:fixed" "5/1m:approx" "5/1m:gcra" "3/1m 7/1h"; do
-    for t in 0 10 20 30 40 50 60; do
+# Writes reach replicas and the AOF as SET key blob PXAT t / DEL key, never
+# as RATEL.* (a replica must not decide with its own clock). With no AOF,
+# no replica and no backlog the module builds no effect at all; every case
+# must end with the same bytes and expiries.
+
+# traffic PORT T PREFIX: every algorithm, admitted, denied and refunded,
+# on keys PREFIX:0..4; prints the replies.
+traffic() {
+    local i=0 rule t
+    # (fixed: a day, so that no window ends while the test runs and takes
+    # the key with it.)
+    for rule in "5/1m" "5/1d:fixed" "5/1m:approx" "5/1m:gcra" "3/1m 7/1h"; do
+        for t in 0 10 20 30 40 50 60; do
+            # shellcheck disable=SC2086
+            acq "$1" "$3:$i" AT $(($2 + t)) $rule
+        done
         # shellcheck disable=SC2086
-        acq "$primary" "rep:$i" AT $((T + t)) $rule >/dev/null
+        rcli "$1" RATEL.REFUND "$3:$i" AT $(($2 + 70)) $rule | tr '\n' ' '
+        echo
+        i=$((i + 1))
     done
-    rcli "$primary" RATEL.REFUND "rep:$i" AT $((T + 70)) $rule >/dev/null
-    i=$((i + 1))
-done
-rcli "$primary" WAIT 1 2000 >/dev/null
-state_of() { # PORT: every rep:* key's bytes and expiry, sorted
+    rcli "$1" RATEL.RESET "$3:4" >/dev/null
+    acq "$1" "$3:4" AT $(($2 + 80)) 3/1m 7/1h
+}
+state_of() { # PORT [PREFIX]: every PREFIX:* key's bytes and expiry, sorted
     local k
-    for k in $(rcli "$1" --scan --pattern 'rep:*' | sort); do
+    for k in $(rcli "$1" --scan --pattern "${2:-rep}:*" | sort); do
         echo "$k $(rcli "$1" GET "$k" | od -An -tx1 | tr -d ' \n') $(rcli "$1" PEXPIRETIME "$k")"
     done
 }
+ratel_commands() { # PORT: how many RATEL.* commands the server ran
+    rcli "$1" INFO commandstats | grep -c '^cmdstat_ratel'
+}
+
+primary=$(redis_start --appendonly yes --appendfsync always --repl-diskless-sync-delay 0) || exit 1
+replica=$(redis_start --replicaof 127.0.0.1 "$primary") || exit 1
+wait_link "$replica" || fail replica_link "no link to $primary"
+T=$(($(now_ms) + 1000))
+traffic "$primary" "$T" rep >"$tmp/replies.primary"
+in_sync "$primary" "$replica" || fail replica_in_sync "not after 10 s"
 want=$(state_of "$primary")
 same replica_same_bytes_and_ttl "$(state_of "$replica")" "$want"
+same replica_ran_no_ratel_command "$(ratel_commands "$replica")" "0"
 same replica_info_equal "$(rcli "$replica" RATEL.INFO rep:4 AT $((T + 80)) | md5sum)" \
     "$(rcli "$primary" RATEL.INFO rep:4 AT $((T + 80)) | md5sum)"
+aof=$(cat "$tmp/redis-$primary"/appendonlydir/*.incr.aof | tr -d '\r\0')
+contains aof_holds_set_pxat "$aof" $'SET\n$5\nrep:0\n'
+contains aof_holds_expiry "$aof" $'PXAT\n$13\n'"$(rcli "$primary" PEXPIRETIME rep:0)"
+contains aof_holds_del "$aof" $'DEL\n$5\nrep:4'
+same aof_holds_no_ratel_command "$(grep -ci 'ratel\.' <<<"$aof")" "0"
+
+# The same traffic where nobody listens: the same replies, bytes and
+# expiries; no effect built, but every write counted for the save points.
+quiet=$(redis_start --repl-diskless-sync-delay 0) || exit 1
+wait_quiet "$quiet" || fail quiet_detected "ratel_nobody_listens stays 0"
+changes=$(info_field "$quiet" rdb_changes_since_last_save)
+traffic "$quiet" "$T" rep >"$tmp/replies.quiet"
+same quiet_same_replies "$(cat "$tmp/replies.quiet")" "$(cat "$tmp/replies.primary")"
+same quiet_same_bytes_and_ttl "$(state_of "$quiet")" "$want"
+same quiet_builds_no_effect "$(info_field "$quiet" ratel_writes_propagated)" "0"
+same quiet_counts_changes "$(($(info_field "$quiet" rdb_changes_since_last_save) - changes))" \
+    "$(info_field "$quiet" ratel_writes_unobserved)"
+# A replica attaching later gets those keys and every write after it.
+late=$(redis_start --replicaof 127.0.0.1 "$quiet") || exit 1
+wait_link "$late" || fail late_link "no link to $quiet"
+same late_replica_ends_quiet "$(info_field "$quiet" ratel_nobody_listens)" "0"
+traffic "$quiet" $((T + 100)) late >/dev/null
+in_sync "$quiet" "$late" || fail late_in_sync "not after 10 s"
+same late_replica_same_bytes_and_ttl "$(state_of "$late"; state_of "$late" late)" \
+    "$(state_of "$quiet"; state_of "$quiet" late)"
+# A replica gone leaves the backlog behind: writes still go there, and
+# the replica restarted from its RDB catches up from it (a partial resync).
+late_pid=$(cat "$tmp/redis-$late/pid")
+rcli "$late" SHUTDOWN SAVE >/dev/null 2>&1
+for _ in $(seq 100); do kill -0 "$late_pid" 2>/dev/null || break; sleep 0.1; done
+sleep 0.3 # server crons run meanwhile: the backlog keeps the module writing
+same backlog_keeps_effects "$(info_field "$quiet" ratel_nobody_listens) $(info_field "$quiet" connected_slaves)" "0 0"
+traffic "$quiet" $((T + 200)) gap >/dev/null
+redis_start_on "$late" --replicaof 127.0.0.1 "$quiet" || exit 1
+wait_link "$late" || fail gap_link "no link to $quiet"
+in_sync "$quiet" "$late" || fail gap_in_sync "not after 10 s"
+contains gap_partial_resync "$(cat "$tmp/redis-$quiet/log")" "Partial resynchronization request from"
+same gap_writes_reached_replica "$(state_of "$late" gap)" "$(state_of "$quiet" gap)"
+same gap_replica_ran_no_ratel_command "$(ratel_commands "$late")" "0"
+# AOF switched on at run time: the next write is in it.
+aofq=$(redis_start) || exit 1
+wait_quiet "$aofq" || fail aofq_quiet "ratel_nobody_listens stays 0"
+rcli "$aofq" CONFIG SET appendonly yes >/dev/null
+acq "$aofq" aofon AT "$T" 5/1m >/dev/null
+for _ in $(seq 100); do
+    [ "$(info_field "$aofq" aof_rewrite_in_progress)$(info_field "$aofq" aof_rewrite_scheduled)" = 00 ] &&
+        [ -n "$(ls "$tmp/redis-$aofq"/appendonlydir/*.incr.aof 2>/dev/null)" ] && break
+    sleep 0.1
+done
+contains aof_config_set_gets_write "$(cat "$tmp/redis-$aofq"/appendonlydir/*.incr.aof | tr -d '\r\0')" \
+    $'SET\n$5\naofon\n'
 # Promote the replica: the limit continues, no fresh burst (rep:0 holds 4 of
 # 5 after the refund: one more fits, then nothing).
 rcli "$replica" REPLICAOF NO ONE >/dev/null
@@ -128,17 +289,18 @@ same rdb_restart_same_bytes "$(rcli "$rdb" GET snap | od -An -tx1)" "$before"
 same rdb_restart_still_denies "$(acq "$rdb" snap AT $((T + 3)) 3/1m | cut -d' ' -f1)" "0"
 
 # ------------------------------------------------------------ conformance
-# The core in-process, the module and lua/ratel.lua on the same random
-# traces: identical replies, stored bytes and expiry after every operation,
+# Four backends on the same random traces - the core in-process, the
+# module, the Lua Functions library and the Lua EVAL script (build/lua):
+# identical replies, stored bytes and expiry after every operation,
 # and keys written by one continued by the others (tests/integration/
 # conform.c). CONFORM_TRACES / CONFORM_SEED change the run.
 out=$("$build/conform" -p "$port" -n "${CONFORM_TRACES:-200}" -s "${CONFORM_SEED:-1}" \
-    --backends core,lua,module 2>&1)
+    --backends core,eval,lib,module --lua "$build/lua" 2>&1)
 line=$(printf '%s\n' "$out" | tail -1)
 if [[ $line == *" passed, 0 failed" ]]; then
-    ok "conform_core_module_lua ($line)"
+    ok "conform_core_module_lib_eval ($line)"
 else
-    fail conform_core_module_lua "$(printf '%s\n' "$out" | tail -15 | tr '\n' ' ')"
+    fail conform_core_module_lib_eval "$(printf '%s\n' "$out" | tail -15 | tr '\n' ' ')"
 fi
 
 # ------------------------------------------- random argument vectors
