@@ -20,12 +20,9 @@ local OPTION_LISTS = {
     REFUND = 'COST n, AT unix_ms, then the rules',
     INFO = 'AT unix_ms',
 }
-local OPTIONS = {
-    ACQUIRE = { COST = true, PEEK = true, MAXWAIT = true, AT = true },
-    PEEK = { COST = true, MAXWAIT = true, AT = true },
-    REFUND = { COST = true, AT = true },
-    INFO = { AT = true },
-}
+-- Each option's bit, and the options each operation takes.
+local OPTION_BIT = { COST = 1, PEEK = 2, MAXWAIT = 4, AT = 8 }
+local OPTIONS = { ACQUIRE = 15, PEEK = 13, REFUND = 9, INFO = 8 }
 
 local function parse_int(a, min, max)
     if not a or #a == 0 or #a > 18 or a:find('[^0-9]') then
@@ -46,7 +43,7 @@ local function parse_args(op, args, first)
     if argc - first + 1 > 2 * MAX_RULES + 16 then
         fail('at most 8 rules')
     end
-    local allowed, seen = OPTIONS[op], {}
+    local allowed, seen = OPTIONS[op], 0
     local cost, peek, max_wait, at = 1, op == 'PEEK', 0, nil
     local i = first
     while i <= argc do
@@ -56,11 +53,13 @@ local function parse_args(op, args, first)
             break
         end
         local opt = upper(a)
-        if not allowed[opt] or seen[opt] then
+        local bit = OPTION_BIT[opt]
+        if not bit or floor(allowed / bit) % 2 == 0 or
+            floor(seen / bit) % 2 == 1 then
             fail('unknown or repeated option "' .. quote_arg(a) ..
                 '"; options are ' .. OPTION_LISTS[op])
         end
-        seen[opt] = true
+        seen = seen + bit
         if opt == 'PEEK' then
             peek = true
         else
@@ -159,6 +158,9 @@ local function records_of(policy, old, now_us)
     end
     local olds = parse_blob(old)
     if rules_match(policy, olds) then
+        for i = 1, #olds do
+            olds[i].rule = policy[i]
+        end
         return olds, false
     end
     return convert(policy, olds, now_us), true

@@ -44,19 +44,28 @@ local function mul_qr(c, b, L)
     return (q * TWO18 + q1) * TWO18 + q0, p - q0 * L
 end
 
--- T and tau as pairs, once per record: T = Tq L + Tr, tau = tq L + tr.
+-- T and tau as pairs: T = Tq L + Tr, tau = tq L + tr; computed once per
+-- parsed rule (kept between calls with it, lua/rule.lua) and copied into
+-- the record.
 local function gc_consts(r)
     if not r.Tq then
-        local L, T = r.limit, r.period * 1000
-        local Tq = idiv(T, L)
-        local Tr = T - Tq * L
-        local q, rem = mul_qr(r.burst, Tr, L)
-        r.Tq, r.Tr, r.tq, r.tr = Tq, Tr, r.burst * Tq + q, rem
+        local c = r.rule or r
+        if not c.Tq then
+            local L, T = c.limit, c.period * 1000
+            local Tq = idiv(T, L)
+            local Tr = T - Tq * L
+            local q, rem = mul_qr(c.burst, Tr, L)
+            c.Tq, c.Tr, c.tq, c.tr = Tq, Tr, c.burst * Tq + q, rem
+        end
+        r.Tq, r.Tr, r.tq, r.tr = c.Tq, c.Tr, c.tq, c.tr
     end
 end
 
 -- c x T as a pair (c x T / LIMIT below 2^53 us).
 local function times_T(r, c)
+    if c == 1 then
+        return r.Tq, r.Tr
+    end
     local q, rem = mul_qr(c, r.Tr, r.limit)
     return c * r.Tq + q, rem
 end

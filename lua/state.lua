@@ -3,7 +3,9 @@
 
 --[[
 A record is a table with the rule (algo, limit, period, burst) and its
-state. sliding: shift, base, runs in R as flat (offset, count) pairs with
+state, and `rule`, the parsed rule it was made for or found to match
+(where lua/gcra.lua keeps a rule's constants between calls). sliding:
+shift, base, runs in R as flat (offset, count) pairs with
 the live ones at run indices first .. first+n-1, and sum (the stored
 total). fixed: start, count. approx: start, cur, prev. gcra: tat_lo and
 tat_hi (the i64 TAT in two halves: it may pass 2^53) and rem, and once
@@ -14,7 +16,7 @@ status in used, remaining and reset_ms.
 
 local function empty_record(rule)
     local r = { algo = rule.algo, limit = rule.limit, period = rule.period,
-        burst = rule.burst }
+        burst = rule.burst, rule = rule }
     if rule.algo == ALGO_SLIDING then
         r.shift, r.base, r.R, r.first, r.n, r.sum = 0, 0, {}, 0, 0, 0
     elseif rule.algo == ALGO_GCRA then
@@ -163,8 +165,14 @@ local function pack_i64(v)
     return v - hi * TWO32, hi
 end
 
+-- The blob's header for 1 .. MAX_RULES records.
+local HEADERS = {}
+for n = 1, MAX_RULES do
+    HEADERS[n] = string.char(0x52, 0x54, 1, n)
+end
+
 local function serialize(recs)
-    local out = { string.char(0x52, 0x54, 1, #recs) }
+    local out = { HEADERS[#recs] }
     for i = 1, #recs do
         local r = recs[i]
         local algo = r.algo
