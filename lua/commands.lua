@@ -172,6 +172,9 @@ local function write_key(key, old, new, now_us, reset_ms)
     if new == old or (not old and not new) then
         return
     end
+    if old then
+        untrust(old)
+    end
     if not new then
         redis.call('DEL', key)
     else

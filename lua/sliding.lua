@@ -1,18 +1,51 @@
 -- sliding.lua - the sliding log in runs (mirrors src/core/sliding.c).
+--
+-- A record keeps its runs as the stored bytes (r.runs: n runs of u32
+-- offset_ms, u32 count, docs/state-format.md), read where a step needs a
+-- run and cut or appended to where it changes one: a call touches the runs
+-- that expire and the newest, not the 128-256 a busy key holds.
 
 local function round_up(t, shift)
     local g = 2 ^ shift
     return floor((t + g - 1) / g) * g
 end
 
+-- Run i (0-based): its offset and count.
+local function run_at(runs, i)
+    return sunpack('<I4I4', runs, 8 * i + 1)
+end
+
+-- The offset of the newest run (n > 0).
+local function last_offset(r)
+    return (sunpack('<I4', r.runs, 8 * r.n - 7))
+end
+
+-- Every run as one array {offset, count, offset, count, ...}.
+local function runs_array(runs, n)
+    local R = { sunpack(run_format(n), runs) }
+    R[2 * n + 1] = nil
+    return R
+end
+
+local function runs_bytes(R, n)
+    if n == 0 then
+        return ''
+    end
+    return spack(run_format(n), unpack_(R, 1, 2 * n))
+end
+
 -- scan() of sliding.c: expired runs at the head, and the permits the
 -- others count.
 local function sl_scan(r, now_ms)
-    local R, f, n, base = r.R, r.first, r.n, r.base
+    local runs, n, base = r.runs, r.n, r.base
     local cutoff = now_ms - r.period
     local i, gone = 0, 0
-    while i < n and base + R[2 * (f + i) + 1] <= cutoff do
-        gone = gone + R[2 * (f + i) + 2]
+    while i < n do
+        local off, c = run_at(runs, i)
+        if base + off > cutoff then
+            break
+        end
+        gone = gone + c
         i = i + 1
     end
     return i, r.sum - gone
@@ -22,7 +55,7 @@ local function sl_reset_us(r, now_us)
     if r.n == 0 then
         return 0
     end
-    local d = (r.base + r.R[2 * (r.first + r.n) - 1] + r.period) * 1000 - now_us
+    local d = (r.base + last_offset(r) + r.period) * 1000 - now_us
     return d > 0 and d or 0
 end
 
@@ -44,7 +77,7 @@ local function sl_plan(r, now_ms, drop)
     elseif n <= SLIDING_CAP / 8 and shift > 0 then
         shift = shift - 1
     end
-    if round_up(now_ms, shift) <= r.base + r.R[2 * (r.first + r.n) - 1] then
+    if round_up(now_ms, shift) <= r.base + last_offset(r) then
         return 0, shift
     end
     return n == SLIDING_CAP and 2 or 1, shift
@@ -59,12 +92,13 @@ local function sl_decide(r, now_us, cost)
         return
     end
     r.ok, r.retry_us, r.retry_ms = false, 0, 0
-    local R, f, base = r.R, r.first, r.base
+    local runs, base = r.runs, r.base
     local need, acc = total + cost - limit, 0
     for i = drop, r.n - 1 do
-        acc = acc + R[2 * (f + i) + 2]
+        local off, c = run_at(runs, i)
+        acc = acc + c
         if acc >= need then
-            r.retry_us = (base + R[2 * (f + i) + 1] + r.period) * 1000 - now_us
+            r.retry_us = (base + off + r.period) * 1000 - now_us
             r.retry_ms = cdiv(r.retry_us, 1000)
             return
         end
@@ -75,13 +109,14 @@ end
 -- CAP/2 runs; runs rounded up to it, equal times merged, offsets rebased
 -- on the first run's time.
 local function sl_coarsen(r, shift)
-    local R, f, n, base = r.R, r.first, r.n, r.base
-    local first = base + R[2 * f + 1]
+    local n, base = r.n, r.base
+    local R = runs_array(r.runs, n)
+    local first = base + R[1]
     shift = shift + 1
     while shift < 30 do
         local distinct, prev = 1, round_up(first, shift)
         for i = 1, n - 1 do
-            local t = round_up(base + R[2 * (f + i) + 1], shift)
+            local t = round_up(base + R[2 * i + 1], shift)
             if t ~= prev then
                 distinct = distinct + 1
             end
@@ -94,53 +129,55 @@ local function sl_coarsen(r, shift)
     end
     local out = 0
     for i = 0, n - 1 do
-        local t = round_up(base + R[2 * (f + i) + 1], shift)
-        local c = R[2 * (f + i) + 2]
-        if out > 0 and first + R[2 * (f + out) - 1] == t then
-            R[2 * (f + out)] = R[2 * (f + out)] + c
+        local t = round_up(base + R[2 * i + 1], shift)
+        local c = R[2 * i + 2]
+        if out > 0 and first + R[2 * out - 1] == t then
+            R[2 * out] = R[2 * out] + c
         else
-            R[2 * (f + out) + 1] = t - first
-            R[2 * (f + out) + 2] = c
+            R[2 * out + 1] = t - first
+            R[2 * out + 2] = c
             out = out + 1
         end
     end
-    r.base, r.n = first, out
+    r.base, r.n, r.runs = first, out, runs_bytes(R, out)
     return shift
+end
+
+-- The runs rebased on the first one's time (the window spans < 2^32 ms).
+local function sl_rebase(r)
+    local n = r.n
+    local R = runs_array(r.runs, n)
+    local first = R[1]
+    for i = 1, 2 * n, 2 do
+        R[i] = R[i] - first
+    end
+    r.base, r.runs = r.base + first, runs_bytes(R, n)
 end
 
 local function sl_commit(r, now_us, cost)
     local now_ms = floor(now_us / 1000)
     local kind, shift = sl_plan(r, now_ms, r.v_drop)
-    local R = r.R
-    r.first, r.n = r.first + r.v_drop, r.n - r.v_drop
-    if r.n == 0 then
-        r.first = 0
+    if r.v_drop > 0 then
+        r.runs, r.n = sub(r.runs, 8 * r.v_drop + 1), r.n - r.v_drop
     end
     local t
     if kind == 2 then
         shift = sl_coarsen(r, shift)
         t = round_up(now_ms, shift)
-        kind = t <= r.base + R[2 * (r.first + r.n) - 1] and 0 or 1
+        kind = t <= r.base + last_offset(r) and 0 or 1
     end
     t = round_up(now_ms, shift)
-    local f, n = r.first, r.n
+    local n = r.n
     if kind == 0 then
-        R[2 * (f + n)] = R[2 * (f + n)] + cost
+        local off, c = run_at(r.runs, n - 1)
+        r.runs = sub(r.runs, 1, 8 * n - 8) .. spack('<I4I4', off, c + cost)
     else
-        local base = r.base
         if n == 0 then
-            base = t
-        elseif t - base > TWO32 - 1 then
-            -- Rebase on the first run; the window spans < 2^32 ms.
-            local first = R[2 * f + 1]
-            for i = 0, n - 1 do
-                R[2 * (f + i) + 1] = R[2 * (f + i) + 1] - first
-            end
-            base = base + first
+            r.base = t
+        elseif t - r.base > TWO32 - 1 then
+            sl_rebase(r)
         end
-        r.base = base
-        R[2 * (f + n) + 1] = t - base
-        R[2 * (f + n) + 2] = cost
+        r.runs = r.runs .. spack('<I4I4', t - r.base, cost)
         r.n = n + 1
     end
     r.shift = shift
@@ -152,25 +189,19 @@ end
 
 -- Gives back the newest permits first: they would have expired last.
 local function sl_refund(r, now_us, cost)
-    local drop, total = sl_scan(r, floor(now_us / 1000))
-    local R = r.R
-    r.first, r.n = r.first + drop, r.n - drop
-    local sum, n = total, r.n
+    local drop, sum = sl_scan(r, floor(now_us / 1000))
+    local runs, n = sub(r.runs, 8 * drop + 1), r.n - drop
     while cost > 0 and n > 0 do
-        local i = 2 * (r.first + n)
-        local c = R[i]
+        local off, c = run_at(runs, n - 1)
         if c <= cost then
-            cost = cost - c
-            sum = sum - c
-            n = n - 1
+            cost, sum, n = cost - c, sum - c, n - 1
         else
-            sum = sum - cost
-            R[i] = c - cost
-            cost = 0
+            runs = sub(runs, 1, 8 * n - 8) .. spack('<I4I4', off, c - cost)
+            sum, cost = sum - cost, 0
         end
     end
     if n == 0 then
-        r.shift, r.first = 0, 0
+        r.shift = 0
     end
-    r.n, r.sum = n, sum
+    r.runs, r.n, r.sum = sub(runs, 1, 8 * n), n, sum
 end

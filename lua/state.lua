@@ -5,24 +5,38 @@
 A record is a table with the rule (algo, limit, period, burst) and its
 state, and `rule`, the parsed rule it was made for or found to match
 (where lua/gcra.lua keeps a rule's constants between calls). sliding:
-shift, base, runs in R as flat (offset, count) pairs with
-the live ones at run indices first .. first+n-1, and sum (the stored
-total). fixed: start, count. approx: start, cur, prev. gcra: tat_lo and
-tat_hi (the i64 TAT in two halves: it may pass 2^53) and rem, and once
-used, the rule's constants as pairs (lua/gcra.lua). Deciding leaves its plan and
-verdict in the record (v_* fields, ok, retry_us, retry_ms, allow_at) and a
-status in used, remaining and reset_ms.
+shift, base, n runs as their stored bytes (runs, lua/sliding.lua) and
+sum (the stored total). fixed: start, count. approx: start, cur, prev.
+gcra: tat_lo and tat_hi (the i64 TAT in two halves: it may pass 2^53)
+and rem, and once used, the rule's constants as pairs. Deciding leaves
+its plan and verdict in the record (v_* fields, ok, retry_us, retry_ms,
+allow_at) and a status in used, remaining and reset_ms.
 ]]
 
+-- A record with every field its algorithm will use (nil ones too): a
+-- table made at its final size is not rehashed as it fills.
+local function new_record(algo, limit, period, burst, rule)
+    if algo == ALGO_SLIDING then
+        return { algo = algo, limit = limit, period = period, burst = burst,
+            rule = rule, shift = 0, base = 0, runs = nil, n = 0,
+            sum = 0, v_drop = nil, v_total = nil, used = nil, remaining = nil,
+            reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
+    elseif algo == ALGO_GCRA then
+        return { algo = algo, limit = limit, period = period, burst = burst,
+            rule = rule, tat_lo = 0, tat_hi = 0, rem = 0, Tq = nil, Tr = nil,
+            tq = nil, tr = nil, allow_at = nil, used = nil, remaining = nil,
+            reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
+    end
+    return { algo = algo, limit = limit, period = period, burst = burst,
+        rule = rule, start = 0, count = 0, cur = 0, prev = 0, v_ws = nil,
+        v_cur = nil, v_prev = nil, v_w = nil, used = nil, remaining = nil,
+        reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
+end
+
 local function empty_record(rule)
-    local r = { algo = rule.algo, limit = rule.limit, period = rule.period,
-        burst = rule.burst, rule = rule }
+    local r = new_record(rule.algo, rule.limit, rule.period, rule.burst, rule)
     if rule.algo == ALGO_SLIDING then
-        r.shift, r.base, r.R, r.first, r.n, r.sum = 0, 0, {}, 0, 0, 0
-    elseif rule.algo == ALGO_GCRA then
-        r.tat_lo, r.tat_hi, r.rem = 0, 0, 0
-    else
-        r.start, r.count, r.cur, r.prev = 0, 0, 0, 0
+        r.runs = ''
     end
     return r
 end
@@ -40,7 +54,7 @@ end
 -- Reads and validates one record at pos (ratel__state_parse's rules:
 -- anything the core would not have written is corrupt). Returns the
 -- record and the position after it.
-local function parse_record(s, pos, len)
+local function parse_record(s, pos, len, trusted)
     local avail = len - pos + 1
     if avail < 10 then
         corrupt()
@@ -66,7 +80,7 @@ local function parse_record(s, pos, len)
     elseif flags ~= 0 then
         corrupt()
     end
-    local r = { algo = algo, limit = limit, period = period, burst = burst }
+    local r = new_record(algo, limit, period, burst, nil)
     if algo == ALGO_SLIDING then
         if avail < 24 then
             corrupt()
@@ -78,11 +92,9 @@ local function parse_record(s, pos, len)
             corrupt()
         end
         local base = hi * TWO32 + lo
-        local R = {}
-        if n > 0 then
-            R = { sunpack(run_format(n), s, pos + 24) }
-            R[2 * n + 1] = nil
-            local prev, sum = -1, 0
+        local runs = sub(s, pos + 24, pos + size - 1)
+        if n > 0 and not trusted then
+            local R, prev, sum = { sunpack(run_format(n), runs) }, -1, 0
             for i = 1, 2 * n, 2 do
                 local off, c = R[i], R[i + 1]
                 if off <= prev or c == 0 then
@@ -95,7 +107,7 @@ local function parse_record(s, pos, len)
                 corrupt()
             end
         end
-        r.shift, r.base, r.R, r.first, r.n, r.sum = flags, base, R, 0, n, total
+        r.shift, r.base, r.runs, r.n, r.sum = flags, base, runs, n, total
         return r, pos + size
     elseif algo == ALGO_FIXED then
         if avail < 22 then
@@ -130,9 +142,38 @@ local function parse_record(s, pos, len)
     return r, pos + 26
 end
 
+--[[
+Blobs known to be valid, kept between calls by the Functions library:
+those it wrote (serialize) and those it checked. A call that reads back
+the bytes the last one wrote skips checking every run of its sliding
+records again (a busy key holds 128-256 of them); the other checks
+still run. A key's old bytes are forgotten when new ones replace them
+(lua/commands.lua), so the set holds about one blob per busy key; it is
+bounded at TRUSTED_BYTES in all and emptied at once when that is passed.
+]]
+local TRUSTED_BYTES = 1048576
+local trusted_blobs, trusted_bytes = {}, 0
+
+local function trust(s)
+    if not trusted_blobs[s] then
+        if trusted_bytes + #s > TRUSTED_BYTES then
+            trusted_blobs, trusted_bytes = {}, 0
+        end
+        trusted_blobs[s], trusted_bytes = true, trusted_bytes + #s
+    end
+    return s
+end
+
+local function untrust(s)
+    if trusted_blobs[s] then
+        trusted_blobs[s], trusted_bytes = nil, trusted_bytes - #s
+    end
+end
+
 -- The records of a non-empty blob, or an error reply.
 local function parse_blob(s)
     local len = #s
+    local trusted = trusted_blobs[s]
     if len > STATE_MAX or len < 4 or byte(s, 1) ~= 0x52 or byte(s, 2) ~= 0x54 then
         corrupt()
     end
@@ -146,7 +187,7 @@ local function parse_blob(s)
     local recs, pos = {}, 5
     for i = 1, nrules do
         local r
-        r, pos = parse_record(s, pos, len)
+        r, pos = parse_record(s, pos, len, trusted)
         for j = 1, i - 1 do
             if rule_equal(r, recs[j]) then
                 corrupt()
@@ -157,6 +198,7 @@ local function parse_blob(s)
     if pos ~= len + 1 then
         corrupt()
     end
+    trust(s)
     return recs
 end
 
@@ -171,31 +213,35 @@ for n = 1, MAX_RULES do
     HEADERS[n] = string.char(0x52, 0x54, 1, n)
 end
 
-local function serialize(recs)
-    local out = { HEADERS[#recs] }
-    for i = 1, #recs do
-        local r = recs[i]
-        local algo = r.algo
-        if algo == ALGO_SLIDING then
-            local lo, hi = pack_i64(r.base)
-            out[#out + 1] = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit,
-                r.period, lo, hi, r.n, r.sum)
-            if r.n > 0 then
-                out[#out + 1] = spack(run_format(r.n),
-                    unpack_(r.R, 2 * r.first + 1, 2 * (r.first + r.n)))
-            end
-        elseif algo == ALGO_FIXED then
-            local lo, hi = pack_i64(r.start)
-            out[#out + 1] = spack('<BBI4I4I4I4I4', 1, 0, r.limit, r.period,
-                lo, hi, r.count)
-        elseif algo == ALGO_APPROX then
-            local lo, hi = pack_i64(r.start)
-            out[#out + 1] = spack('<BBI4I4I4I4I4I4', 2, 0, r.limit, r.period,
-                lo, hi, r.cur, r.prev)
-        else
-            out[#out + 1] = spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period,
-                r.burst, r.tat_lo, r.tat_hi, r.rem)
-        end
+-- One record's bytes.
+local function record_bytes(r)
+    local algo = r.algo
+    if algo == ALGO_SLIDING then
+        local lo, hi = pack_i64(r.base)
+        local head = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period,
+            lo, hi, r.n, r.sum)
+        return head .. r.runs
+    elseif algo == ALGO_FIXED then
+        local lo, hi = pack_i64(r.start)
+        return spack('<BBI4I4I4I4I4', 1, 0, r.limit, r.period, lo, hi,
+            r.count)
+    elseif algo == ALGO_APPROX then
+        local lo, hi = pack_i64(r.start)
+        return spack('<BBI4I4I4I4I4I4', 2, 0, r.limit, r.period, lo, hi,
+            r.cur, r.prev)
     end
-    return table.concat(out)
+    return spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period, r.burst,
+        r.tat_lo, r.tat_hi, r.rem)
+end
+
+local function serialize(recs)
+    local n = #recs
+    if n == 1 then
+        return trust(HEADERS[1] .. record_bytes(recs[1]))
+    end
+    local out = { HEADERS[n] }
+    for i = 1, n do
+        out[i + 1] = record_bytes(recs[i])
+    end
+    return trust(table.concat(out))
 end
