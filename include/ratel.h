@@ -333,12 +333,21 @@ typedef enum ratel_failure_e {
                                   Redis answers again */
 } ratel_failure_t;
 
-/* How a Redis store runs the core inside Redis. */
+/*
+ * How a Redis store runs the core inside Redis (docs/deployment.md), the
+ * fastest way each server allows unless told otherwise. Values are kept
+ * across versions (FUNCTION came last).
+ */
 typedef enum ratel_redis_mode_e {
-    RATEL_REDIS_AUTO = 0, /* the module where loaded, else the Lua script */
+    RATEL_REDIS_AUTO = 0, /* the module where loaded; else the Functions
+                             library (loaded, or replaced when of another
+                             version, by FUNCTION LOAD REPLACE); else, where
+                             FUNCTION LOAD is refused, the EVAL script */
     RATEL_REDIS_MODULE,   /* RATEL.* commands only (error if not loaded) */
-    RATEL_REDIS_LUA       /* lua/ratel.lua via EVALSHA, even if the module is
-                             there */
+    RATEL_REDIS_LUA,      /* the EVAL script via EVALSHA, even if the module
+                             or the library is there */
+    RATEL_REDIS_FUNCTION  /* the library only (FCALL ratel_*): error where
+                             it is absent and FUNCTION LOAD is refused */
 } ratel_redis_mode_t;
 
 /*
@@ -348,7 +357,8 @@ typedef enum ratel_redis_mode_e {
  * addresses: the store follows a failover to whichever is primary), or
  * `redis+cluster://host:port[,host:port...]` for Redis Cluster. Its query
  * may set connect_timeout_ms, timeout_ms, pool, on_failure
- * (open|closed|local), mode (auto|module|lua) and deny_cache (entries).
+ * (open|closed|local), mode (auto|module|function|lua) and deny_cache
+ * (entries).
  */
 typedef struct ratel_redis_options_s {
     const char *url;           /* required */
@@ -376,12 +386,13 @@ typedef struct ratel_redis_options_s {
 /*
  * Creates a store that keeps every key's state in Redis (docs/deployment.md):
  * pooled connections, requests of concurrent callers pipelined together,
- * the module or the Lua script, cluster routing, a failure policy and a
- * local cache of denials. Connects before returning (unless lazy_connect)
- * so that a wrong address, password or a server that is not Redis is
- * reported here. On error returns RATEL_EINVAL (bad options or URL),
- * RATEL_EIO (unreachable), RATEL_EPROTO (not Redis, refused the password,
- * module required but absent) or RATEL_ENOMEM, with a message in errbuf.
+ * the module, the Functions library or the EVAL script, cluster routing, a
+ * failure policy and a local cache of denials. Connects before returning
+ * (unless lazy_connect) so that a wrong address, password or a server that
+ * is not Redis is reported here. On error returns RATEL_EINVAL (bad options
+ * or URL), RATEL_EIO (unreachable), RATEL_EPROTO (not Redis, refused the
+ * password, module or library required but absent) or RATEL_ENOMEM, with a
+ * message in errbuf.
  *
  * `now_us` given to the store's calls drives only what is decided in this
  * process (the deny cache, the breaker, the `local` fallback); Redis decides

@@ -281,9 +281,10 @@ int ratel__option_set(const ratel__option_t *opt, const char *text, size_t len,
 static const char *const failure_words[] = {"open", "closed", "local", NULL};
 static const int failure_values[] = {RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED,
                                      RATEL_FAILURE_LOCAL};
-static const char *const mode_words[] = {"auto", "module", "lua", NULL};
+static const char *const mode_words[] = {"auto", "module", "function", "lua",
+                                         NULL};
 static const int mode_values[] = {RATEL_REDIS_AUTO, RATEL_REDIS_MODULE,
-                                  RATEL_REDIS_LUA};
+                                  RATEL_REDIS_FUNCTION, RATEL_REDIS_LUA};
 
 #define FIELD(f)                                                               \
     offsetof(ratel_redis_url_t, f), sizeof(((ratel_redis_url_t *)0)->f)

@@ -1,6 +1,7 @@
 /*
  * redis.c - the Redis store: every key's state lives in Redis, decided
- * there by the ratel module or the Lua script (same core, same bytes).
+ * there by the ratel module, the Functions library or the EVAL script
+ * (same core, same bytes; redis_node.h says how a node's way is chosen).
  *
  * This file routes requests and interprets answers; redis_node.c talks to
  * one server (pool, shared pipeline, breaker). Here:
@@ -14,8 +15,11 @@
  *   followed, ASK is followed once with ASKING. A policy's key is one Redis
  *   key, so every decision is one command on one slot.
  * - Answers. Seven integers become a decision; error replies become
- *   RATEL_E* codes; NOSCRIPT reloads the script; a module that disappeared
- *   (restart without it) is detected again.
+ *   RATEL_E* codes; NOSCRIPT reloads the script and "Function not found"
+ *   the library; a module or library that disappeared (a restart without
+ *   it, a failover to an older server) is detected again.
+ * - The library on demand: ratel__redis_load_library() (redis.h) loads it
+ *   on every primary for `ratel lua-load`.
  * - Failure policy. When Redis cannot decide (down, timeout, breaker open,
  *   LOADING, CLUSTERDOWN...), `open` allows, `closed` denies until the
  *   breaker lets the next attempt through, `local` decides with an embedded
@@ -30,6 +34,7 @@
  */
 #include "store/deny_cache.h"
 #include "store/health.h"
+#include "store/redis.h"
 #include "store/redis_node.h"
 #include "store/redis_url.h"
 #include "store/store.h"
@@ -52,8 +57,10 @@
 /* Redirections, reloads and failovers followed for one request. */
 #define REDIS_MAX_ATTEMPTS 5
 
-
-
+/* The Functions library and the EVAL script (build/gen/lua_script.c). */
+extern const char ratel__lua_library[];
+extern const size_t ratel__lua_library_len;
+extern const char ratel__lua_library_version[];
 extern const char ratel__lua_script[];
 extern const size_t ratel__lua_script_len;
 
@@ -69,7 +76,7 @@ typedef struct redis_store_s {
     pthread_mutex_t lock; /* nodes, primary, refresh and failover times */
     node_t *nodes[REDIS_MAX_NODES];
     size_t nnodes;
-    size_t primary;                     /* standalone: index in nodes */
+    size_t primary;                      /* standalone: index in nodes */
     _Atomic uint16_t slots[REDIS_SLOTS]; /* cluster: node index + 1, 0 none */
     int64_t last_map_us, last_failover_us;
 
@@ -132,6 +139,12 @@ static void set_error(redis_store_t *s, const char *fmt, const char *what)
     pthread_mutex_lock(&s->err_lock);
     ratel__msg(s->errstr, sizeof s->errstr, fmt, what);
     pthread_mutex_unlock(&s->err_lock);
+}
+
+/* A node's note (node_config_t.note): the store's error text says it. */
+static void note(void *ud, const char *message)
+{
+    set_error(ud, "%s", message);
 }
 
 static void count(_Atomic uint64_t *c)
@@ -207,8 +220,8 @@ static int apply_slots(redis_store_t *s, redisContext *c, const char *host)
  * then the URL's seeds), at most once per 100 ms of callers' time unless
  * `force`. Returns 1 when a map was read.
  */
-static int refresh_slots(redis_store_t *s, int64_t now_us, int force,
-                         char *err, size_t errlen)
+static int refresh_slots(redis_store_t *s, int64_t now_us, int force, char *err,
+                         size_t errlen)
 {
     char hosts[REDIS_MAX_NODES + RATEL_REDIS_MAX_ADDRS][256];
     int ports[REDIS_MAX_NODES + RATEL_REDIS_MAX_ADDRS];
@@ -234,17 +247,17 @@ static int refresh_slots(redis_store_t *s, int64_t now_us, int force,
         ratel__msg(err, errlen, "no cluster node answered");
     for (size_t i = 0; i < n; i++) {
         int proto;
-        redisContext *c = ratel__node_connect(&s->cfg, hosts[i], ports[i],
-                                              err, errlen, &proto);
+        redisContext *c = ratel__node_connect(&s->cfg, hosts[i], ports[i], err,
+                                              errlen, &proto);
         int ok;
         if (!c)
             continue;
         ok = apply_slots(s, c, hosts[i]);
         if (!ok && err && errlen)
             ratel__msg(err, errlen,
-                     "%s:%d does not answer CLUSTER SLOTS (is it a cluster "
-                     "node? use redis:// for a standalone server)",
-                     hosts[i], ports[i]);
+                       "%s:%d does not answer CLUSTER SLOTS (is it a cluster "
+                       "node? use redis:// for a standalone server)",
+                       hosts[i], ports[i]);
         redisFree(c);
         if (ok)
             return 1;
@@ -265,8 +278,8 @@ static node_t *route(redis_store_t *s, const char *key, size_t keylen,
         return nd;
     }
     for (int attempt = 0; attempt < 2; attempt++) {
-        unsigned idx = atomic_load_explicit(
-            &s->slots[key_slot(key, keylen)], memory_order_relaxed);
+        unsigned idx = atomic_load_explicit(&s->slots[key_slot(key, keylen)],
+                                            memory_order_relaxed);
         if (idx) {
             pthread_mutex_lock(&s->lock);
             nd = s->nodes[idx - 1];
@@ -371,32 +384,29 @@ static int failover(redis_store_t *s, int64_t now_us)
 
 /* ------------------------------------------------------------ answers */
 
-static int starts(const redisReply *r, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    return r->len >= n && memcmp(r->str, prefix, n) == 0;
-}
-
 /* What went wrong, as a RATEL_E* code, for an error reply. */
 static int error_code(const redisReply *r)
 {
-    if (starts(r, "WRONGTYPE"))
+    if (ratel__reply_starts(r, "WRONGTYPE"))
         return RATEL_ECORRUPT;
-    if (starts(r, "ERR ratel: key holds a value that is not"))
+    if (ratel__reply_starts(r, "ERR ratel: key holds a value that is not"))
         return RATEL_ECORRUPT;
-    if (starts(r, "ERR ratel: key holds ratel state of an unknown"))
+    if (ratel__reply_starts(r,
+                            "ERR ratel: key holds ratel state of an unknown"))
         return RATEL_EVERSION;
-    if (starts(r, "ERR ratel: COST") && strstr(r->str, "can ever admit"))
+    if (ratel__reply_starts(r, "ERR ratel: COST") &&
+        strstr(r->str, "can ever admit"))
         return RATEL_ECOST;
-    if (starts(r, "ERR ratel: at most"))
+    if (ratel__reply_starts(r, "ERR ratel: at most"))
         return RATEL_ETOOMANY;
-    if (starts(r, "ERR ratel:"))
+    if (ratel__reply_starts(r, "ERR ratel:"))
         return RATEL_EINVAL;
-    /* The server cannot decide now: the failure policy will. */
-    if (starts(r, "LOADING") || starts(r, "BUSY") ||
-        starts(r, "MASTERDOWN") || starts(r, "CLUSTERDOWN") ||
-        starts(r, "TRYAGAIN") || starts(r, "OOM") || starts(r, "READONLY") ||
-        starts(r, "NOSCRIPT") || starts(r, "MOVED") || starts(r, "ASK "))
+    /* The server cannot decide now (or still lacks the library or the
+       script, or still redirects, after every attempt): the failure
+       policy will. */
+    if (ratel__reply_unavailable(r) || ratel__reply_starts(r, "NOSCRIPT") ||
+        ratel__reply_starts(r, "ERR Function not found") ||
+        ratel__reply_starts(r, "MOVED") || ratel__reply_starts(r, "ASK "))
         return RATEL_EIO;
     return RATEL_EPROTO;
 }
@@ -428,9 +438,104 @@ static int parse_decision(const redisReply *r, ratel_decision_t *d)
 }
 
 /*
+ * Routes pending[0..n) (target[i]: a node a redirection named, else NULL)
+ * and runs each node's share in one ratel__node_run() call. Returns 1 when
+ * an op failed with RATEL_EIO (a failover may help).
+ */
+static int run_shares(redis_store_t *s, op_t **pending, node_t **target,
+                      op_t **share, size_t n, int64_t now_us)
+{
+    int eio = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        op_t *op = pending[i];
+        if (!target[i])
+            target[i] = route(s, op->key, op->keylen, now_us);
+        if (!target[i]) {
+            op->rc = RATEL_EIO;
+            op->reply = NULL;
+            set_error(s, "%s", "no cluster node answered");
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        node_t *nd = target[i];
+        size_t k = 0;
+        if (!nd)
+            continue;
+        for (size_t j = i; j < n; j++) {
+            if (target[j] == nd) {
+                share[k++] = pending[j];
+                if (j != i)
+                    target[j] = NULL;
+            }
+        }
+        target[i] = NULL;
+        ratel__node_run(nd, share, k, now_us);
+        for (size_t j = 0; j < k; j++) {
+            if (share[j]->rc != 0) {
+                char why[256];
+                ratel__node_error(nd, why, sizeof why);
+                set_error(s, "%s", why[0] ? why : "redis unreachable");
+                eio |= share[j]->rc == RATEL_EIO;
+            }
+        }
+    }
+    return eio;
+}
+
+/*
+ * Whether a finished op should be sent again: a transport failure after
+ * the store followed a failover; MOVED / ASK (*again: the node named, *ask
+ * for ASK); NOSCRIPT or "Function not found" (the server lost the script
+ * or the library: a restart, a failover, a flush; the node loads it
+ * again); an unknown command where the module or the library was used
+ * (the node finds its mode again); READONLY (the primary changed).
+ */
+static int needs_retry(redis_store_t *s, op_t *op, int failed_over,
+                       int64_t now_us, node_t **again, int *ask)
+{
+    redisReply *r = op->reply;
+    char host[256];
+    unsigned slot;
+    size_t idx;
+    int port;
+
+    if (op->rc != 0)
+        return failed_over;
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    if ((ratel__reply_starts(r, "MOVED ") || ratel__reply_starts(r, "ASK ")) &&
+        parse_redirect(r->str, r->len, &slot, host, sizeof host, &port)) {
+        count(&s->redirects);
+        pthread_mutex_lock(&s->lock);
+        *again = node_at_locked(s, host, port, &idx);
+        if (*again && r->str[0] == 'M')
+            atomic_store_explicit(&s->slots[slot], (uint16_t)(idx + 1),
+                                  memory_order_relaxed);
+        pthread_mutex_unlock(&s->lock);
+        *ask = r->str[0] == 'A';
+        if (r->str[0] == 'M')
+            refresh_slots(s, now_us, 0, NULL, 0);
+        return *again != NULL;
+    }
+    if (ratel__reply_starts(r, "NOSCRIPT") ||
+        ratel__reply_starts(r, "ERR Function not found")) {
+        ratel__node_forget(op->node, 0, 1);
+        return 1;
+    }
+    if (ratel__reply_starts(r, "ERR unknown command") &&
+        op->mode != NODE_MODE_LUA) {
+        ratel__node_forget(op->node, 1, 1);
+        return 1;
+    }
+    if (ratel__reply_starts(r, "READONLY"))
+        return failover(s, now_us);
+    return 0;
+}
+
+/*
  * Runs ops[0..n) to completion: routes each to its node, runs every node's
- * share, then follows MOVED / ASK, reloads the script on NOSCRIPT, detects
- * the module again after "unknown command", and follows a failover, up to
+ * share, then sends again what needs_retry() says, up to
  * REDIS_MAX_ATTEMPTS times per op. On return every op has rc 0 with a
  * reply that is not one of those, or a transport error.
  */
@@ -438,7 +543,7 @@ static void execute(redis_store_t *s, op_t **ops, size_t n, int64_t now_us)
 {
     node_t *stack_targets[8], **target = stack_targets;
     op_t *stack_pending[8], **pending = stack_pending, *stack_share[8],
-        **share = stack_share;
+                            **share = stack_share;
     size_t npending = n;
 
     if (n > 8) {
@@ -461,87 +566,19 @@ static void execute(redis_store_t *s, op_t **ops, size_t n, int64_t now_us)
     for (int attempt = 0; attempt < REDIS_MAX_ATTEMPTS && npending > 0;
          attempt++) {
         size_t next = 0;
-        int failed_over = 0, eio = 0;
+        int failed_over = 0;
 
-        /* Route, then run each node's share in one call. */
-        for (size_t i = 0; i < npending; i++) {
-            op_t *op = pending[i];
-            if (!target[i])
-                target[i] = route(s, op->key, op->keylen, now_us);
-            if (!target[i]) {
-                op->rc = RATEL_EIO;
-                op->reply = NULL;
-                set_error(s, "%s", "no cluster node answered");
-            }
-        }
-        for (size_t i = 0; i < npending; i++) {
-            node_t *nd = target[i];
-            size_t k = 0;
-            if (!nd)
-                continue;
-            for (size_t j = i; j < npending; j++) {
-                if (target[j] == nd) {
-                    share[k++] = pending[j];
-                    if (j != i)
-                        target[j] = NULL;
-                }
-            }
-            target[i] = NULL;
-            ratel__node_run(nd, share, k, now_us);
-            for (size_t j = 0; j < k; j++) {
-                if (share[j]->rc != 0) {
-                    char why[256];
-                    ratel__node_error(nd, why, sizeof why);
-                    set_error(s, "%s", why[0] ? why : "redis unreachable");
-                    eio |= share[j]->rc == RATEL_EIO;
-                }
-            }
-        }
-        if (eio && !s->url.cluster)
+        if (run_shares(s, pending, target, share, npending, now_us) &&
+            !s->url.cluster)
             failed_over = failover(s, now_us);
-
         /* Keep what needs another attempt. */
         for (size_t i = 0; i < npending; i++) {
             op_t *op = pending[i];
-            node_t *nd = op->node;
-            redisReply *r = op->reply;
             node_t *again = NULL;
-            int retry = 0, ask = 0;
+            int ask = 0;
 
-            if (op->rc != 0) {
-                retry = failed_over;
-            } else if (r->type == REDIS_REPLY_ERROR) {
-                char host[256];
-                unsigned slot;
-                int port;
-                if ((starts(r, "MOVED ") || starts(r, "ASK ")) &&
-                    parse_redirect(r->str, r->len, &slot, host, sizeof host,
-                                   &port)) {
-                    size_t idx;
-                    count(&s->redirects);
-                    pthread_mutex_lock(&s->lock);
-                    again = node_at_locked(s, host, port, &idx);
-                    if (again && r->str[0] == 'M')
-                        atomic_store_explicit(&s->slots[slot],
-                                              (uint16_t)(idx + 1),
-                                              memory_order_relaxed);
-                    pthread_mutex_unlock(&s->lock);
-                    ask = r->str[0] == 'A';
-                    if (r->str[0] == 'M')
-                        refresh_slots(s, now_us, 0, NULL, 0);
-                    retry = again != NULL;
-                } else if (starts(r, "NOSCRIPT")) {
-                    ratel__node_forget(nd, 0, 1);
-                    retry = 1;
-                } else if (starts(r, "ERR unknown command") &&
-                           op->mode == NODE_MODE_MODULE) {
-                    ratel__node_forget(nd, 1, 1);
-                    retry = 1;
-                } else if (starts(r, "READONLY")) {
-                    retry = failover(s, now_us);
-                }
-            }
-            if (retry && attempt + 1 < REDIS_MAX_ATTEMPTS) {
+            if (needs_retry(s, op, failed_over, now_us, &again, &ask) &&
+                attempt + 1 < REDIS_MAX_ATTEMPTS) {
                 freeReplyObject(op->reply);
                 op->reply = NULL;
                 op->asking = ask;
@@ -561,7 +598,6 @@ out:
 }
 
 /* --------------------------------------------------- failure policy */
-
 
 /*
  * Decides a request Redis could not decide, by the failure policy. Returns
@@ -621,8 +657,8 @@ static int64_t latest(redis_store_t *s)
     return t > 0 ? t : ratel_clock_now_us();
 }
 
-static void op_init(redis_store_t *s, op_t *op, op_kind_t kind,
-                    const char *key, size_t keylen, int64_t now_us)
+static void op_init(redis_store_t *s, op_t *op, op_kind_t kind, const char *key,
+                    size_t keylen, int64_t now_us)
 {
     if (kind != OP_PING)
         atomic_store_explicit(&s->last_now_us, now_us, memory_order_relaxed);
@@ -651,8 +687,9 @@ static int finish_acquire(redis_store_t *s, op_t *op, uint64_t fingerprint,
         } else {
             rc = parse_decision(r, d);
             if (rc != 0)
-                set_error(s, "%s", "Redis answered ACQUIRE with something "
-                                   "else than seven integers");
+                set_error(s, "%s",
+                          "Redis answered ACQUIRE with something "
+                          "else than seven integers");
         }
         freeReplyObject(r);
         op->reply = NULL;
@@ -802,8 +839,7 @@ static int redis_refund(ratel_store_t *store, const char *key, size_t keylen,
        the caller still learns that Redis did not take it. */
     if (s->local) {
         ratel_decision_t local;
-        ratel_store_refund(s->local, key, keylen, policy, now_us, cost,
-                           &local);
+        ratel_store_refund(s->local, key, keylen, policy, now_us, cost, &local);
     }
     return rc == RATEL_EPROTO && op.rc != 0 ? RATEL_EIO : rc;
 }
@@ -856,8 +892,8 @@ static int redis_inspect(ratel_store_t *store, const char *key, size_t keylen,
  * that owns a cluster slot), the others into idle[]. Returns how many
  * serve; *nidle is set to how many do not.
  */
-static size_t serving_nodes(redis_store_t *s, node_t **serving,
-                            node_t **idle, size_t *nidle)
+static size_t serving_nodes(redis_store_t *s, node_t **serving, node_t **idle,
+                            size_t *nidle)
 {
     unsigned char owns[REDIS_MAX_NODES] = {0};
     size_t n = 0;
@@ -865,8 +901,8 @@ static size_t serving_nodes(redis_store_t *s, node_t **serving,
     *nidle = 0;
     if (s->url.cluster)
         for (size_t slot = 0; slot < REDIS_SLOTS; slot++) {
-            unsigned idx = atomic_load_explicit(&s->slots[slot],
-                                                memory_order_relaxed);
+            unsigned idx =
+                atomic_load_explicit(&s->slots[slot], memory_order_relaxed);
             if (idx > 0 && idx <= REDIS_MAX_NODES)
                 owns[idx - 1] = 1;
         }
@@ -936,9 +972,9 @@ static int redis_ping(ratel_store_t *store, char *errbuf, size_t errlen)
         for (size_t i = 0; i < n && rc == 0; i++)
             rc = ping_node(s, serving[i], err, sizeof err, &transport);
     }
-    changed |= ratel__health_set(&s->health, &s->check_down,
-                                 rc != 0 && !transport, err,
-                                 ratel_clock_now_us());
+    changed |=
+        ratel__health_set(&s->health, &s->check_down, rc != 0 && !transport,
+                          err, ratel_clock_now_us());
     if (changed)
         ratel__health_notify(&s->health);
     if (rc != 0 && errbuf && errlen)
@@ -1021,6 +1057,72 @@ static const ratel_store_ops_t redis_ops = {
     .free = redis_free,
 };
 
+/* ------------------------------------------------------ the library */
+
+const char *ratel__redis_library_version(void)
+{
+    return ratel__lua_library_version;
+}
+
+/* The library on one primary, on a connection of its own; tells `fn`. */
+static int load_library_on(redis_store_t *s, node_t *nd, ratel__library_fn fn,
+                           void *ud)
+{
+    ratel__library_report_t report = {nd->name, "", NULL, 0, 0, ""};
+    char found[80] = "", why[300] = "";
+    int proto = 0;
+    redisContext *c = ratel__node_connect(&s->cfg, nd->host, nd->port, why,
+                                          sizeof why, &proto);
+
+    if (c)
+        report.rc =
+            ratel__node_library(c, &s->cfg, nd->name, found, sizeof found,
+                                &report.refused, why, sizeof why);
+    else
+        report.rc = proto ? RATEL_EPROTO : RATEL_EIO;
+    redisFree(c);
+    report.found = found;
+    report.error = why;
+    if (report.rc == 0) {
+        report.loaded = s->cfg.library_version;
+        /* A node that fell back to the script uses the library now. */
+        ratel__node_forget(nd, 1, 1);
+    }
+    if (fn)
+        fn(ud, &report);
+    return report.rc;
+}
+
+int ratel__redis_load_library(ratel_store_t *store, ratel__library_fn fn,
+                              void *ud, char *errbuf, size_t errlen)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    node_t *serving[REDIS_MAX_NODES], *idle[REDIS_MAX_NODES];
+    size_t n, nidle;
+    char err[300] = "";
+    int rc = 0;
+
+    if (!store || store->ops != &redis_ops) {
+        ratel__msg(errbuf, errlen, "not a Redis store");
+        return RATEL_EINVAL;
+    }
+    /* Which nodes are primaries now. */
+    if (s->url.cluster &&
+        !refresh_slots(s, ratel_clock_now_us(), 1, err, sizeof err)) {
+        ratel__msg(errbuf, errlen, "%s", err);
+        return RATEL_EIO;
+    }
+    if (!s->url.cluster)
+        failover(s, ratel_clock_now_us());
+    n = serving_nodes(s, serving, idle, &nidle);
+    for (size_t i = 0; i < n; i++) {
+        int one = load_library_on(s, serving[i], fn, ud);
+        if (rc == 0)
+            rc = one;
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------------- create */
 
 static int pick(int option, int from_url, int dflt)
@@ -1041,19 +1143,18 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         o->breaker_ms < 0 || o->deny_cache_max_ms < 0 ||
         o->on_failure < RATEL_FAILURE_DEFAULT ||
         o->on_failure > RATEL_FAILURE_LOCAL || o->mode < RATEL_REDIS_AUTO ||
-        o->mode > RATEL_REDIS_LUA || o->pool_size > 256) {
+        o->mode > RATEL_REDIS_FUNCTION || o->pool_size > 256) {
         if (errbuf && errlen)
             ratel__msg(errbuf, errlen,
-                     "redis store: an option is out of range (timeouts, "
-                     "breaker_ms and deny_cache_max_ms >= 0, pool_size "
-                     "<= 256)");
+                       "redis store: an option is out of range (timeouts, "
+                       "breaker_ms and deny_cache_max_ms >= 0, pool_size "
+                       "<= 256, on_failure and mode one of theirs)");
         return RATEL_EINVAL;
     }
-    s->cfg.connect_timeout_ms =
-        pick(o->connect_timeout_ms, u->connect_timeout_ms,
-             REDIS_DEFAULT_TIMEOUT_MS);
-    s->cfg.command_timeout_ms = pick(o->command_timeout_ms, u->timeout_ms,
-                                     REDIS_DEFAULT_TIMEOUT_MS);
+    s->cfg.connect_timeout_ms = pick(
+        o->connect_timeout_ms, u->connect_timeout_ms, REDIS_DEFAULT_TIMEOUT_MS);
+    s->cfg.command_timeout_ms =
+        pick(o->command_timeout_ms, u->timeout_ms, REDIS_DEFAULT_TIMEOUT_MS);
     s->cfg.pool_size =
         (unsigned)pick((int)o->pool_size, (int)u->pool, REDIS_DEFAULT_POOL);
     s->cfg.mode = o->mode != RATEL_REDIS_AUTO ? o->mode : u->mode;
@@ -1067,8 +1168,13 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
     s->cfg.username = u->username;
     s->cfg.password = u->has_password ? u->password : NULL;
     s->cfg.db = u->db;
+    s->cfg.library = ratel__lua_library;
+    s->cfg.library_len = ratel__lua_library_len;
+    s->cfg.library_version = ratel__lua_library_version;
     s->cfg.script = ratel__lua_script;
     s->cfg.script_len = ratel__lua_script_len;
+    s->cfg.note = note;
+    s->cfg.note_ud = s;
     s->cfg.script_sha = s->script_sha;
     s->cfg.sha_lock = &s->sha_lock;
     s->cfg.round_trips = &s->round_trips;
@@ -1085,8 +1191,8 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         if (rc != 0) {
             if (errbuf && errlen)
                 ratel__msg(errbuf, errlen,
-                         "redis store: deny cache of %ld entries: %s", entries,
-                         ratel_strerror(rc));
+                           "redis store: deny cache of %ld entries: %s",
+                           entries, ratel_strerror(rc));
             return rc;
         }
     }
@@ -1095,8 +1201,8 @@ static int configure(redis_store_t *s, const ratel_redis_options_t *o,
         if (rc != 0) {
             if (errbuf && errlen)
                 ratel__msg(errbuf, errlen,
-                         "redis store: the local fallback store: %s",
-                         ratel_strerror(rc));
+                           "redis store: the local fallback store: %s",
+                           ratel_strerror(rc));
             return rc;
         }
     }
@@ -1117,8 +1223,9 @@ int ratel_store_redis_new(ratel_store_t **out,
     *out = NULL;
     if (!options || !options->url) {
         if (errbuf && errlen)
-            ratel__msg(errbuf, errlen, "redis store: a URL is needed, e.g. "
-                                     "redis://127.0.0.1:6379");
+            ratel__msg(errbuf, errlen,
+                       "redis store: a URL is needed, e.g. "
+                       "redis://127.0.0.1:6379");
         return RATEL_EINVAL;
     }
     pthread_once(&crc16_once, crc16_init);

@@ -102,10 +102,10 @@ static redisReply *simple_command(redisContext *c, int argc, const char **argv,
         redisGetReply(c, &reply) != REDIS_OK) {
         *proto = c->err == REDIS_ERR_PROTOCOL;
         ratel__msg(err, errlen, "%s%s",
-                 *proto ? "answered something that is not the Redis "
-                          "protocol (is it Redis?): "
-                        : "",
-                 c->errstr[0] ? c->errstr : "connection lost");
+                   *proto ? "answered something that is not the Redis "
+                            "protocol (is it Redis?): "
+                          : "",
+                   c->errstr[0] ? c->errstr : "connection lost");
         return NULL;
     }
     return reply;
@@ -146,7 +146,8 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
         if (!r || r->type == REDIS_REPLY_ERROR) {
             if (r)
                 reply_text(r, why, sizeof why);
-            ratel__msg(err, errlen, "%s refused the credentials: %s", name, why);
+            ratel__msg(err, errlen, "%s refused the credentials: %s", name,
+                       why);
             *proto = 1;
             freeReplyObject(r);
             redisFree(c);
@@ -163,7 +164,7 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
             if (r)
                 reply_text(r, why, sizeof why);
             ratel__msg(err, errlen, "%s: SELECT %d failed: %s", name, cfg->db,
-                     why);
+                       why);
             *proto = 1;
             freeReplyObject(r);
             redisFree(c);
@@ -174,83 +175,225 @@ redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
     return c;
 }
 
-/*
- * What a node's first connection learns: that it is Redis (PING), whether
- * the module is loaded, and (Lua) that the script is in its cache. Returns
- * 0, or RATEL_EIO / RATEL_EPROTO with err.
- */
-static int prepare(node_t *nd, redisContext *c, node_mode_t *mode,
-                   int *script_loaded, int first, char *err, size_t errlen)
+int ratel__reply_starts(const redisReply *r, const char *prefix)
 {
-    const node_config_t *cfg = nd->cfg;
+    size_t n = strlen(prefix);
+
+    return r->str && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+int ratel__reply_unavailable(const redisReply *r)
+{
+    static const char *const now[] = {"LOADING",     "BUSY",     "MASTERDOWN",
+                                      "CLUSTERDOWN", "TRYAGAIN", "OOM",
+                                      "READONLY"};
+
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    for (size_t i = 0; i < sizeof now / sizeof now[0]; i++)
+        if (ratel__reply_starts(r, now[i]))
+            return 1;
+    return 0;
+}
+
+/* A failed simple_command() (`answered`: with an unexpected reply) as the
+   code a round trip returns. */
+static int lost_code(int answered, int proto)
+{
+    return proto || answered ? RATEL_EPROTO : RATEL_EIO;
+}
+
+/* PING answered PONG: the peer is Redis. 0, or RATEL_E* with err. */
+static int check_pong(node_t *nd, redisContext *c, char *err, size_t errlen)
+{
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
     char why[256];
-    int proto = 0;
+    int proto = 0, rc;
+    redisReply *r = simple_command(c, 1, argv, lens, why, sizeof why, &proto);
+
+    if (r && r->type == REDIS_REPLY_STATUS && r->len == 4 &&
+        strncasecmp(r->str, "PONG", 4) == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    rc = lost_code(r != NULL, proto);
+    if (r)
+        reply_text(r, why, sizeof why);
+    ratel__msg(err, errlen, "%s: %s%s", nd->name, r ? "PING answered: " : "",
+               why);
+    freeReplyObject(r);
+    return rc;
+}
+
+/*
+ * How the node runs the core, as the store's mode asks: given (module,
+ * function, lua), or found (auto: COMMAND INFO ratel.acquire says whether
+ * the module is loaded; without it, the library is tried first).
+ */
+static int detect_mode(node_t *nd, redisContext *c, node_mode_t *mode,
+                       char *err, size_t errlen)
+{
+    const char *argv[3] = {"COMMAND", "INFO", "ratel.acquire"};
+    size_t lens[3] = {7, 4, 13};
+    char why[256];
+    int proto = 0, loaded;
     redisReply *r;
 
-    if (first) {
-        const char *argv[1] = {"PING"};
-        size_t lens[1] = {4};
-        r = simple_command(c, 1, argv, lens, why, sizeof why, &proto);
-        if (!r || r->type != REDIS_REPLY_STATUS || r->len != 4 ||
-            strncasecmp(r->str, "PONG", 4) != 0) {
-            if (r)
-                reply_text(r, why, sizeof why);
-            ratel__msg(err, errlen, "%s: %s%s", nd->name,
-                     r ? "PING answered: " : "", why);
-            freeReplyObject(r);
-            return proto || r ? RATEL_EPROTO : RATEL_EIO;
-        }
-        freeReplyObject(r);
+    if (nd->cfg->mode == RATEL_REDIS_LUA ||
+        nd->cfg->mode == RATEL_REDIS_FUNCTION) {
+        *mode = nd->cfg->mode == RATEL_REDIS_LUA ? NODE_MODE_LUA
+                                                 : NODE_MODE_FUNCTION;
+        return 0;
     }
-    if (*mode == NODE_MODE_UNKNOWN) {
-        const char *argv[3] = {"COMMAND", "INFO", "ratel.acquire"};
-        size_t lens[3] = {7, 4, 13};
-        int loaded;
-        if (cfg->mode == RATEL_REDIS_LUA) {
-            *mode = NODE_MODE_LUA;
-            goto script;
-        }
-        r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
-        if (!r) {
-            ratel__msg(err, errlen, "%s: %s", nd->name, why);
-            return proto ? RATEL_EPROTO : RATEL_EIO;
-        }
-        loaded = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-                 r->element[0]->type == REDIS_REPLY_ARRAY;
-        freeReplyObject(r);
-        if (!loaded && cfg->mode == RATEL_REDIS_MODULE) {
-            ratel__msg(err, errlen,
-                     "%s has no ratel module loaded (load build/ratel.so, "
-                     "or use mode=auto or mode=lua)",
-                     nd->name);
-            return RATEL_EPROTO;
-        }
-        *mode = loaded ? NODE_MODE_MODULE : NODE_MODE_LUA;
+    r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
+    if (!r) {
+        ratel__msg(err, errlen, "%s: %s", nd->name, why);
+        return lost_code(0, proto);
     }
-script:
-    if (*mode == NODE_MODE_LUA && !*script_loaded) {
-        const char *argv[3] = {"SCRIPT", "LOAD", cfg->script};
-        size_t lens[3] = {6, 4, cfg->script_len};
-        r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
-        if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-            if (r)
-                reply_text(r, why, sizeof why);
-            ratel__msg(err, errlen, "%s: SCRIPT LOAD of lua/ratel.lua failed: %s",
-                     nd->name, why);
-            freeReplyObject(r);
-            return proto || r ? RATEL_EPROTO : RATEL_EIO;
-        }
-        pthread_mutex_lock(cfg->sha_lock);
-        memcpy(cfg->script_sha, r->str, 40);
-        cfg->script_sha[40] = '\0';
-        pthread_mutex_unlock(cfg->sha_lock);
+    loaded = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+             r->element[0]->type == REDIS_REPLY_ARRAY;
+    freeReplyObject(r);
+    if (!loaded && nd->cfg->mode == RATEL_REDIS_MODULE) {
+        ratel__msg(err, errlen,
+                   "%s has no ratel module loaded (load build/ratel.so, "
+                   "or use mode=auto, mode=function or mode=lua)",
+                   nd->name);
+        return RATEL_EPROTO;
+    }
+    *mode = loaded ? NODE_MODE_MODULE : NODE_MODE_FUNCTION;
+    return 0;
+}
+
+int ratel__node_library(redisContext *c, const node_config_t *cfg,
+                        const char *name, char *found, size_t foundlen,
+                        int *refused, char *err, size_t errlen)
+{
+    const char *check[3] = {"FCALL_RO", "ratel_version", "0"};
+    size_t check_lens[3] = {8, 13, 1};
+    const char *load[4] = {"FUNCTION", "LOAD", "REPLACE", cfg->library};
+    size_t load_lens[4] = {8, 4, 7, cfg->library_len};
+    const char *what = "FCALL_RO ratel_version";
+    char why[256];
+    int proto = 0, rc;
+    redisReply *r;
+
+    *refused = 0;
+    ratel__msg(found, foundlen, "%s", "");
+    r = simple_command(c, 3, check, check_lens, why, sizeof why, &proto);
+    if (r && r->type == REDIS_REPLY_STRING)
+        ratel__msg(found, foundlen, "%.*s", (int)(r->len > 64 ? 64 : r->len),
+                   r->str);
+    if (r && !ratel__reply_unavailable(r)) {
+        /* Ours, or absent, another version, not answering it: load. */
         freeReplyObject(r);
-        *script_loaded = 1;
+        if (strcmp(found, cfg->library_version) == 0)
+            return 0;
+        what = "FUNCTION LOAD of the ratel library";
+        r = simple_command(c, 4, load, load_lens, why, sizeof why, &proto);
+        if (r && r->type == REDIS_REPLY_STRING && r->len == 5 &&
+            memcmp(r->str, "ratel", 5) == 0) {
+            freeReplyObject(r);
+            return 0;
+        }
+        *refused = r && !ratel__reply_unavailable(r);
+    }
+    rc = !r ? lost_code(0, proto) : *refused ? RATEL_EPROTO : RATEL_EIO;
+    if (r)
+        reply_text(r, why, sizeof why);
+    ratel__msg(err, errlen, "%s: %s %s: %s", name, what,
+               *refused ? "refused" : "failed", why);
+    freeReplyObject(r);
+    return rc;
+}
+
+/*
+ * The library on a node in FUNCTION mode. Refused: mode=function fails;
+ * mode=auto uses the EVAL script instead (*mode becomes LUA) and tells the
+ * store's note once.
+ */
+static int use_library(node_t *nd, redisContext *c, node_mode_t *mode,
+                       int *loaded, char *err, size_t errlen)
+{
+    const node_config_t *cfg = nd->cfg;
+    char found[80], why[300];
+    int refused, rc;
+
+    rc = ratel__node_library(c, cfg, nd->name, found, sizeof found, &refused,
+                             why, sizeof why);
+    if (rc == 0) {
+        *loaded = 1;
+        return 0;
+    }
+    if (!refused || cfg->mode == RATEL_REDIS_FUNCTION) {
+        ratel__msg(err, errlen, "%s%s", why,
+                   refused ? " (mode=function needs the library: allow "
+                             "FUNCTION LOAD, load it with `ratel lua-load`, "
+                             "or use mode=auto or mode=lua)"
+                           : "");
+        return rc;
+    }
+    *mode = NODE_MODE_LUA;
+    *loaded = 0;
+    if (cfg->note) {
+        ratel__msg(why + strlen(why), sizeof why - strlen(why), "%s",
+                   "; using the EVAL script (EVALSHA) there instead");
+        cfg->note(cfg->note_ud, why);
     }
     return 0;
 }
 
-/* Appends `op` to c's output buffer as `mode` asks it. */
+/* SCRIPT LOAD of the EVAL script; its SHA1 becomes the store's. */
+static int load_script(node_t *nd, redisContext *c, char *err, size_t errlen)
+{
+    const node_config_t *cfg = nd->cfg;
+    const char *argv[3] = {"SCRIPT", "LOAD", cfg->script};
+    size_t lens[3] = {6, 4, cfg->script_len};
+    char why[256];
+    int proto = 0, rc;
+    redisReply *r = simple_command(c, 3, argv, lens, why, sizeof why, &proto);
+
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        rc = lost_code(r != NULL, proto);
+        if (r)
+            reply_text(r, why, sizeof why);
+        ratel__msg(err, errlen, "%s: SCRIPT LOAD of the EVAL script failed: %s",
+                   nd->name, why);
+        freeReplyObject(r);
+        return rc;
+    }
+    pthread_mutex_lock(cfg->sha_lock);
+    memcpy(cfg->script_sha, r->str, 40);
+    cfg->script_sha[40] = '\0';
+    pthread_mutex_unlock(cfg->sha_lock);
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * What a round trip on a connection learns before its commands: that the
+ * peer is Redis (PING, on the node's first connection), how the node runs
+ * the core (the mode), and that the library or the script is there.
+ * Returns 0, or RATEL_EIO / RATEL_EPROTO with err.
+ */
+static int prepare(node_t *nd, redisContext *c, node_mode_t *mode, int *loaded,
+                   int first, char *err, size_t errlen)
+{
+    int rc = 0;
+
+    if (first)
+        rc = check_pong(nd, c, err, errlen);
+    if (rc == 0 && *mode == NODE_MODE_UNKNOWN)
+        rc = detect_mode(nd, c, mode, err, errlen);
+    if (rc == 0 && *mode == NODE_MODE_FUNCTION && !*loaded)
+        rc = use_library(nd, c, mode, loaded, err, errlen);
+    if (rc == 0 && *mode == NODE_MODE_LUA && !*loaded) {
+        rc = load_script(nd, c, err, errlen);
+        *loaded = rc == 0;
+    }
+    return rc;
+}
+
 /* The rule texts of the last policy a round trip formatted: a batch
    usually carries many requests of one policy. */
 typedef struct rule_texts_s {
@@ -271,6 +414,13 @@ static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
     t->copy = *p;
 }
 
+/*
+ * Appends `op` to c's output buffer as `mode` asks it: ACQUIRE, REFUND
+ * and RESET as the module's command (RATEL.ACQUIRE KEY ARGS...), the
+ * library's function (FCALL ratel_acquire 1 KEY ARGS...) or the EVAL
+ * script's operation (EVALSHA SHA 1 KEY ACQUIRE ARGS...), with the same
+ * ARGS in all three.
+ */
 static int append_op(redisContext *c, const node_config_t *cfg,
                      node_mode_t mode, const op_t *op, rule_texts_t *rules)
 {
@@ -280,12 +430,13 @@ static int append_op(redisContext *c, const node_config_t *cfg,
     int argc = 0, lua = mode == NODE_MODE_LUA;
     static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
                                              "RATEL.RESET"};
+    static const char *const function[] = {"ratel_acquire", "ratel_refund",
+                                           "ratel_reset"};
     static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET"};
 
 #define ARG(s, n) (argv[argc] = (s), lens[argc] = (n), argc++)
 #define ARGZ(s) ARG((s), strlen(s))
-    if (op->asking &&
-        redisAppendCommand(c, "ASKING") != REDIS_OK)
+    if (op->asking && redisAppendCommand(c, "ASKING") != REDIS_OK)
         return REDIS_ERR;
     switch (op->kind) {
     case OP_GET:
@@ -296,15 +447,19 @@ static int append_op(redisContext *c, const node_config_t *cfg,
         ARGZ("PING");
         break;
     default:
-        if (lua) {
-            ARGZ("EVALSHA");
-            ARG(cfg->script_sha, 40);
-            ARGZ("1");
-            ARG(op->key, op->keylen);
-            ARGZ(lua_op[op->kind]);
-        } else {
+        if (mode == NODE_MODE_MODULE) {
             ARGZ(module_cmd[op->kind]);
             ARG(op->key, op->keylen);
+        } else {
+            ARGZ(lua ? "EVALSHA" : "FCALL");
+            if (lua)
+                ARG(cfg->script_sha, 40);
+            else
+                ARGZ(function[op->kind]);
+            ARGZ("1");
+            ARG(op->key, op->keylen);
+            if (lua)
+                ARGZ(lua_op[op->kind]);
         }
         if (op->kind == OP_RESET)
             break;
@@ -322,8 +477,8 @@ static int append_op(redisContext *c, const node_config_t *cfg,
         }
         if (op->at_ms >= 0) {
             ARGZ("AT");
-            ARG(at, (size_t)snprintf(at, sizeof at, "%lld",
-                                     (long long)op->at_ms));
+            ARG(at,
+                (size_t)snprintf(at, sizeof at, "%lld", (long long)op->at_ms));
         }
         format_rules(rules, op->policy);
         for (uint32_t i = 0; i < op->policy->nrules; i++)
@@ -368,8 +523,8 @@ static int timed_out(const redisContext *c)
  * set to NULL) with the reason in err.
  */
 static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
-                      int *script_loaded, int first, op_t **batch, size_t k,
-                      char *err, size_t errlen)
+                      int *loaded, int first, op_t **batch, size_t k, char *err,
+                      size_t errlen)
 {
     const node_config_t *cfg = nd->cfg;
     redisContext *c = *cp;
@@ -387,13 +542,13 @@ static int round_trip(node_t *nd, redisContext **cp, node_mode_t *mode,
             return rc;
         }
     }
-    rc = prepare(nd, c, mode, script_loaded, first, err, errlen);
+    rc = prepare(nd, c, mode, loaded, first, err, errlen);
     if (rc != 0)
         goto broken;
     for (i = 0; i < k; i++) {
         if (append_op(c, cfg, *mode, batch[i], &rules) != REDIS_OK) {
             ratel__msg(err, errlen, "%s: %s", nd->name,
-                     c->errstr[0] ? c->errstr : "out of memory");
+                       c->errstr[0] ? c->errstr : "out of memory");
             rc = RATEL_EIO;
             i = 0;
             goto broken;
@@ -503,7 +658,7 @@ typedef struct lead_s {
     redisContext *c; /* an idle connection, or NULL: connect */
     node_mode_t mode;
     unsigned gen;
-    int script_loaded, first, fresh, probe, only_forced;
+    int loaded, first, fresh, probe, only_forced;
     char err[300];
 } lead_t;
 
@@ -525,7 +680,7 @@ static void lead_take(node_t *nd, lead_t *l, int probe)
         l->only_forced &= l->batch[i]->force;
     l->gen = nd->generation;
     l->mode = nd->mode;
-    l->script_loaded = nd->script_loaded;
+    l->loaded = nd->code_loaded;
     l->fresh = !l->c;
     l->first = l->fresh && !nd->ever_connected;
     l->probe = probe;
@@ -548,14 +703,13 @@ static int lead_settle(node_t *nd, lead_t *l, int rc, int64_t now_us,
         nd->probing = 0;
     if (rc == 0) {
         if (l->fresh && nd->ever_connected)
-            atomic_fetch_add_explicit(cfg->reconnects, 1,
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(cfg->reconnects, 1, memory_order_relaxed);
         nd->ever_connected = 1;
         nd->down_until_us = 0;
         nd->fail_streak = 0;
         nd->errstr[0] = '\0';
         nd->mode = l->mode;
-        nd->script_loaded = l->script_loaded;
+        nd->code_loaded = l->loaded;
         if (l->gen == nd->generation && nd->nidle < cfg->pool_size)
             nd->idle[nd->nidle++] = l->c;
         else
@@ -576,8 +730,7 @@ static int lead_settle(node_t *nd, lead_t *l, int rc, int64_t now_us,
            that failed in a row, up to 8 times it. */
         if (nd->fail_streak < 3)
             nd->fail_streak++;
-        nd->down_until_us =
-            now_us + (cfg->breaker_us << (nd->fail_streak - 1));
+        nd->down_until_us = now_us + (cfg->breaker_us << (nd->fail_streak - 1));
         if (nd->down_until_us <= 0)
             nd->down_until_us = 1;
     }
@@ -631,8 +784,8 @@ void ratel__node_run(node_t *nd, op_t **ops, size_t n, int64_t now_us)
         {
             sigset_t old_mask;
             int pending = sigpipe_block(&old_mask);
-            rc = round_trip(nd, &l->c, &l->mode, &l->script_loaded, l->first,
-                            l->batch, l->k, l->err, sizeof l->err);
+            rc = round_trip(nd, &l->c, &l->mode, &l->loaded, l->first, l->batch,
+                            l->k, l->err, sizeof l->err);
             sigpipe_restore(&old_mask, pending);
         }
         pthread_mutex_lock(&nd->lock);
@@ -656,20 +809,20 @@ int ratel__node_health_clear(node_t *nd)
     int changed;
 
     pthread_mutex_lock(&nd->lock);
-    changed = nd->health_down &&
-              ratel__health_set(nd->cfg->health, &nd->health_down, 0, NULL,
-                                ratel_clock_now_us());
+    changed =
+        nd->health_down && ratel__health_set(nd->cfg->health, &nd->health_down,
+                                             0, NULL, ratel_clock_now_us());
     pthread_mutex_unlock(&nd->lock);
     return changed;
 }
 
-void ratel__node_forget(node_t *nd, int mode, int script)
+void ratel__node_forget(node_t *nd, int mode, int code)
 {
     pthread_mutex_lock(&nd->lock);
     if (mode)
         nd->mode = NODE_MODE_UNKNOWN;
-    if (script || mode)
-        nd->script_loaded = 0;
+    if (code || mode)
+        nd->code_loaded = 0;
     pthread_mutex_unlock(&nd->lock);
 }
 

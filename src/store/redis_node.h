@@ -20,6 +20,15 @@
  * the probe: its round trip reconnects, and success brings the node back;
  * each probe that fails doubles the interval, up to 8 x breaker_us.
  *
+ * Preparation. A node's first round trip on a connection learns how to run
+ * the core there (prepare() in redis_node.c): the module when it is loaded;
+ * else the Functions library (FCALL ratel_*), checked with FCALL_RO
+ * ratel_version 0 and loaded (FUNCTION LOAD REPLACE) when absent or of
+ * another version; else, when the server refuses FUNCTION LOAD (Redis 6,
+ * an ACL without it, a managed service), the EVAL script by EVALSHA, which
+ * the store's note says once. What it learnt stays until an answer says it
+ * is gone (NOSCRIPT, "Function not found", an unknown command).
+ *
  * Health. Each node is one source of its store's health (health.h): down
  * from a failed round trip (the breaker opening, or a failed PING, which
  * leaves the breaker alone) until a round trip on it succeeds. The change
@@ -40,8 +49,9 @@
 /* How the node runs the core, as found at its first connection. */
 typedef enum node_mode_e {
     NODE_MODE_UNKNOWN = 0,
-    NODE_MODE_MODULE, /* RATEL.* commands */
-    NODE_MODE_LUA     /* EVALSHA of lua/ratel.lua */
+    NODE_MODE_MODULE,   /* RATEL.* commands */
+    NODE_MODE_FUNCTION, /* FCALL ratel_* of the library (FUNCTION LOAD) */
+    NODE_MODE_LUA       /* EVALSHA of the EVAL script (SCRIPT LOAD) */
 } node_mode_t;
 
 typedef enum op_kind_e {
@@ -64,9 +74,9 @@ typedef struct op_s {
     int asking;                   /* send ASKING first (cluster ASK) */
     int force;                    /* PING: try even if the breaker is open */
     /* Filled by the leader; `done` last, under the node's lock. */
-    int rc;             /* 0: `reply` is set; RATEL_EIO / RATEL_EPROTO */
-    redisReply *reply;  /* the caller frees it */
-    node_mode_t mode;   /* how the node was asked */
+    int rc;              /* 0: `reply` is set; RATEL_EIO / RATEL_EPROTO */
+    redisReply *reply;   /* the caller frees it */
+    node_mode_t mode;    /* how the node was asked */
     struct node_s *node; /* the node it ran on */
     int done;
 } op_t;
@@ -81,10 +91,17 @@ typedef struct node_config_s {
     const char *username; /* "" or NULL: none */
     const char *password; /* NULL: no AUTH */
     int db;               /* SELECT when not 0 */
-    const char *script;   /* lua/ratel.lua */
+    const char *library;  /* the Functions library, `#!lua name=ratel` */
+    size_t library_len;
+    const char *library_version; /* what its ratel_version answers */
+    const char *script;          /* the EVAL script */
     size_t script_len;
-    char *script_sha;         /* 41 bytes, store-wide, set by SCRIPT LOAD */
+    char *script_sha; /* 41 bytes, store-wide, set by SCRIPT LOAD */
     pthread_mutex_t *sha_lock;
+    /* Told, once per node and change, what a user should know that is no
+       failure: FUNCTION LOAD refused, the EVAL script used instead. */
+    void (*note)(void *note_ud, const char *message);
+    void *note_ud;
     _Atomic uint64_t *round_trips; /* store counters */
     _Atomic uint64_t *commands;
     _Atomic uint64_t *reconnects;
@@ -105,7 +122,8 @@ typedef struct node_s {
     unsigned nbusy;      /* slots held by leaders */
     unsigned generation; /* bumped on failure: older connections close */
     node_mode_t mode;
-    int script_loaded;
+    int code_loaded; /* the library (FUNCTION) or the script (LUA) is known
+                        to be on the server */
     int ever_connected;
     int64_t down_until_us; /* breaker: no attempts before this (0: up) */
     int probing;           /* a probe's round trip is in flight */
@@ -127,11 +145,13 @@ void ratel__node_free(node_t *node);
 void ratel__node_run(node_t *node, op_t **ops, size_t n, int64_t now_us);
 
 /*
- * Forgets what was learnt at connect time (the mode, the loaded script) so
- * that the next connection finds it again: after a restart without the
- * module, or NOSCRIPT.
+ * Forgets what was learnt at connect time (the mode, the loaded library or
+ * script) so that the next round trip finds it again: `mode` after an
+ * unknown command (a restart without the module, a failover to an older
+ * server), `code` after NOSCRIPT or "Function not found" (a restart, a
+ * failover, SCRIPT FLUSH, FUNCTION FLUSH).
  */
-void ratel__node_forget(node_t *node, int mode, int script);
+void ratel__node_forget(node_t *node, int mode, int code);
 
 /*
  * Stops counting the node as a down source of its store's health (it no
@@ -155,6 +175,31 @@ int ratel__node_down(node_t *node, int64_t now_us, int64_t *until_us);
 redisContext *ratel__node_connect(const node_config_t *cfg, const char *host,
                                   int port, char *err, size_t errlen,
                                   int *proto);
+
+/*
+ * Makes sure that the server on `c` (`name` in messages) has this build's
+ * Functions library: asks FCALL_RO ratel_version 0 and, unless it answers
+ * cfg->library_version, sends FUNCTION LOAD REPLACE (a library of another
+ * version is replaced, never kept: two builds sharing a server each
+ * replace the other's). Returns 0 with the version found before in `found`
+ * ("" none; equal to ours: nothing was loaded). Else RATEL_EIO / RATEL_EPROTO
+ * with the reason in err, and *refused set when the server refused the
+ * load itself (an unknown command, NOPERM, an error of the library) rather
+ * than failing to answer or being unable to now (LOADING, READONLY, OOM...).
+ */
+int ratel__node_library(redisContext *c, const node_config_t *cfg,
+                        const char *name, char *found, size_t foundlen,
+                        int *refused, char *err, size_t errlen);
+
+/* Whether reply r's text starts with `prefix`. */
+int ratel__reply_starts(const redisReply *r, const char *prefix);
+
+/*
+ * Whether error reply r says the server cannot do it NOW (LOADING, BUSY,
+ * MASTERDOWN, CLUSTERDOWN, TRYAGAIN, OOM, READONLY): a failure to retry
+ * later, which the failure policy decides meanwhile, not a refusal.
+ */
+int ratel__reply_unavailable(const redisReply *r);
 
 /* snprintf into a message buffer, where cutting the text is the intent
    (and gcc's truncation warnings would only be noise). */

@@ -17,7 +17,7 @@
  *   timeout_ms          1..60000
  *   pool                1..256 connections per node
  *   on_failure          open | closed | local
- *   mode                auto | module | lua
+ *   mode                auto | module | function | lua
  *   deny_cache          0..1048576 entries (0: no deny cache)
  *
  * Every error names the URL part that is wrong and says what is accepted;

@@ -172,7 +172,7 @@ static void check_config(const rateld_config_t *c)
         ASSERT(c->redis.url == c->redis_url && c->redis_url[0]);
         ASSERT(TERMINATED(c->redis_url));
         ASSERT((unsigned)c->redis.on_failure <= RATEL_FAILURE_LOCAL);
-        ASSERT((unsigned)c->redis.mode <= RATEL_REDIS_LUA);
+        ASSERT((unsigned)c->redis.mode <= RATEL_REDIS_FUNCTION);
         ASSERT(c->redis.command_timeout_ms >= 0 &&
                c->redis.command_timeout_ms <= 60000);
         ASSERT(c->redis.connect_timeout_ms >= 0 &&

@@ -136,7 +136,7 @@ static void check_parsed(const char *url, const ratel_redis_url_t *u)
     ASSERT(u->pool <= 256);
     ASSERT(u->on_failure >= RATEL_FAILURE_DEFAULT &&
            u->on_failure <= RATEL_FAILURE_LOCAL);
-    ASSERT(u->mode >= RATEL_REDIS_AUTO && u->mode <= RATEL_REDIS_LUA);
+    ASSERT(u->mode >= RATEL_REDIS_AUTO && u->mode <= RATEL_REDIS_FUNCTION);
     ASSERT(u->deny_cache >= -1 && u->deny_cache <= 1048576);
     /* Nothing of a valid URL is a space, a control byte or a '#'. */
     for (const char *p = url; *p; p++)

@@ -1,6 +1,8 @@
 /*
  * test_redis_store.c - the Redis store against real redis-servers: the
- * module and the Lua script deciding alike, batches and shared pipelines,
+ * module, the Functions library and the EVAL script deciding alike, the
+ * library loaded, reloaded, replaced or refused (then the script), batches
+ * and shared pipelines,
  * the deny cache, several processes on one key, the failure policies with a
  * server killed and paused, a primary's failover, a 3-master cluster with a
  * slot migrated mid-run, and bad URLs and servers that are not Redis.
@@ -14,6 +16,7 @@
  */
 #include "ratel.h"
 #include "servers.h"
+#include "store/redis.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -138,9 +141,15 @@ static int open_fds(void)
 static void test_bad_targets(void)
 {
     static const char *const bad_urls[] = {
-        "", "http://127.0.0.1:6379", "redis://", "redis://127.0.0.1:0",
-        "redis://127.0.0.1:99999", "redis://127.0.0.1/99", "rediss://h",
-        "redis://h?pool=0", "redis://h?on_failure=maybe",
+        "",
+        "http://127.0.0.1:6379",
+        "redis://",
+        "redis://127.0.0.1:0",
+        "redis://127.0.0.1:99999",
+        "redis://127.0.0.1/99",
+        "rediss://h",
+        "redis://h?pool=0",
+        "redis://h?on_failure=maybe",
     };
     char url[128], err[512];
     ratel_store_t *s;
@@ -211,17 +220,50 @@ static void test_bad_targets(void)
     }
 }
 
-/*
- * The same random trace through the memory store (the core), the module
- * and the Lua script, with explicit times: identical decisions.
- */
-static void test_module_and_lua_agree(void)
+static long long calls_of(int port, const char *command);
+
+/* Store `s` with one mode, its own key prefix, decisions compared. */
+typedef struct agree_store_s {
+    ratel_store_t *s;
+    const char *prefix;
+    ratel_decision_t d;
+    int rc;
+} agree_store_t;
+
+/* One step of the agreement trace: op 0 refunds, 1 peeks, else acquires. */
+static void agree_step(agree_store_t *a, const char *key,
+                       const ratel_policy_t *p, int64_t now, int op,
+                       const ratel_request_t *req)
 {
-    static const char *const policies[][2] = {
-        {"5/1s", "20/1m"}, {"3/500ms:gcra,burst=5", NULL},
-        {"10/2s:fixed", NULL}, {"4/1s:approx", "6/3s"}};
+    char k[48];
+
+    snprintf(k, sizeof k, "%s%s", a->prefix, key);
+    if (op == 0)
+        a->rc =
+            ratel_store_refund(a->s, k, strlen(k), p, now, req->cost, &a->d);
+    else
+        a->rc = ratel_store_acquire(a->s, k, strlen(k), p, now, req, &a->d);
+}
+
+/*
+ * The same random trace through the memory store (the core), the module,
+ * the Functions library and the EVAL script, with explicit times:
+ * identical decisions.
+ */
+static void test_modes_agree(void)
+{
+    static const char *const policies[][2] = {{"5/1s", "20/1m"},
+                                              {"3/500ms:gcra,burst=5", NULL},
+                                              {"10/2s:fixed", NULL},
+                                              {"4/1s:approx", "6/3s"}};
+    static const ratel_redis_mode_t modes[3] = {
+        RATEL_REDIS_MODULE, RATEL_REDIS_FUNCTION, RATEL_REDIS_LUA};
+    static const char *const names[4] = {"core", "module", "function", "lua"};
     ratel_policy_t p[4];
-    ratel_store_t *mem = NULL, *mod, *lua;
+    agree_store_t st[4] = {{NULL, "", {0}, 0},
+                           {NULL, "", {0}, 0},
+                           {NULL, "fn", {0}, 0},
+                           {NULL, "lua", {0}, 0}};
     test_redis_t r;
     char url[128];
     int64_t now = T0;
@@ -230,74 +272,313 @@ static void test_module_and_lua_agree(void)
         p[i] = policy_of(policies[i][0], policies[i][1]);
     REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
     url_of(url, sizeof url, r.port);
-    mod = open_store((ratel_redis_options_t){.url = url,
-                                             .mode = RATEL_REDIS_MODULE,
-                                             .client_time = 1,
-                                             .deny_cache_entries = -1});
-    lua = open_store((ratel_redis_options_t){.url = url,
-                                             .mode = RATEL_REDIS_LUA,
-                                             .client_time = 1,
-                                             .deny_cache_entries = -1});
-    REQUIRE(mod && lua);
-    REQUIRE(ratel_store_memory_new(&mem, NULL) == 0);
+    for (int m = 0; m < 3; m++) {
+        st[m + 1].s =
+            open_store((ratel_redis_options_t){.url = url,
+                                               .mode = modes[m],
+                                               .client_time = 1,
+                                               .deny_cache_entries = -1});
+        REQUIRE(st[m + 1].s);
+    }
+    REQUIRE(ratel_store_memory_new(&st[0].s, NULL) == 0);
     for (int step = 0; step < 3000 && failures == 0; step++) {
         int pi = (int)(rnd() % 4), op = (int)(rnd() % 10);
-        char key[32], lkey[40];
-        ratel_decision_t dm, dr, dl;
         ratel_request_t req = RATEL_REQUEST_INIT;
-        int rm, rr, rl;
+        char key[32];
 
         now += (int64_t)(rnd() % 300) * 1000;
         snprintf(key, sizeof key, "agree:%d:%d", pi, (int)(rnd() % 3));
-        snprintf(lkey, sizeof lkey, "lua%s", key);
         req.cost = 1 + rnd() % 2;
-        if (op == 0) {
-            rm = ratel_store_refund(mem, key, strlen(key), &p[pi], now,
-                                    req.cost, &dm);
-            rr = ratel_store_refund(mod, key, strlen(key), &p[pi], now,
-                                    req.cost, &dr);
-            rl = ratel_store_refund(lua, lkey, strlen(lkey), &p[pi], now,
-                                    req.cost, &dl);
-        } else {
-            if (op == 1)
-                req.flags = RATEL_PEEK;
-            rm = ratel_store_acquire(mem, key, strlen(key), &p[pi], now, &req,
-                                     &dm);
-            rr = ratel_store_acquire(mod, key, strlen(key), &p[pi], now, &req,
-                                     &dr);
-            rl = ratel_store_acquire(lua, lkey, strlen(lkey), &p[pi], now,
-                                     &req, &dl);
+        req.flags = op == 1 ? RATEL_PEEK : 0;
+        for (int i = 0; i < 4; i++)
+            agree_step(&st[i], key, &p[pi], now, op, &req);
+        for (int i = 0; i < 4; i++) {
+            CHECK_EQ(st[i].rc, 0);
+            CHECK_EQ(st[i].d.source, RATEL_SOURCE_STORE);
+            if (i > 0 && !same_decision(&st[0].d, &st[i].d))
+                fail_at(__LINE__,
+                        "step %d %s: core %d/%lld/%lld/%lld %s "
+                        "%d/%lld/%lld/%lld",
+                        step, key, st[0].d.allowed,
+                        (long long)st[0].d.remaining,
+                        (long long)st[0].d.retry_after_ms,
+                        (long long)st[0].d.reset_after_ms, names[i],
+                        st[i].d.allowed, (long long)st[i].d.remaining,
+                        (long long)st[i].d.retry_after_ms,
+                        (long long)st[i].d.reset_after_ms);
         }
-        CHECK_EQ(rm, 0);
-        CHECK_EQ(rr, 0);
-        CHECK_EQ(rl, 0);
-        CHECK_EQ(dr.source, RATEL_SOURCE_STORE);
-        CHECK_EQ(dl.source, RATEL_SOURCE_STORE);
-        if (!same_decision(&dm, &dr) || !same_decision(&dm, &dl))
-            fail_at(__LINE__,
-                    "step %d %s: core %d/%lld/%lld/%lld module %d/%lld/%lld/"
-                    "%lld lua %d/%lld/%lld/%lld",
-                    step, key, dm.allowed, (long long)dm.remaining,
-                    (long long)dm.retry_after_ms, (long long)dm.reset_after_ms,
-                    dr.allowed, (long long)dr.remaining,
-                    (long long)dr.retry_after_ms, (long long)dr.reset_after_ms,
-                    dl.allowed, (long long)dl.remaining,
-                    (long long)dl.retry_after_ms,
-                    (long long)dl.reset_after_ms);
     }
     /* NOSCRIPT after SCRIPT FLUSH: the store loads the script again. */
     {
         char out[64];
         ratel_decision_t d;
         test_redis_cmd(r.port, out, sizeof out, "SCRIPT FLUSH");
-        CHECK_EQ(acquire(lua, "flushed", &p[0], now, 1, &d), 0);
+        CHECK_EQ(acquire(st[3].s, "flushed", &p[0], now, 1, &d), 0);
         CHECK_EQ(d.allowed, 1);
         CHECK_EQ(d.source, RATEL_SOURCE_STORE);
     }
-    ratel_store_free(mem);
-    ratel_store_free(mod);
-    ratel_store_free(lua);
+    /* Each mode ran as itself. */
+    CHECK(calls_of(r.port, "ratel.acquire") > 1000);
+    CHECK(calls_of(r.port, "fcall") > 1000);
+    CHECK(calls_of(r.port, "evalsha") > 1000);
+    for (int i = 0; i < 4; i++)
+        ratel_store_free(st[i].s);
     test_redis_free(&r);
+}
+
+/* ------------------------------------------------- the Functions library */
+
+/* A library named ratel of another version (another build's, or older). */
+#define FOREIGN_LIBRARY                                                        \
+    "#!lua name=ratel\n"                                                       \
+    "redis.register_function{function_name='ratel_version', "                  \
+    "callback=function() return '0.0.1-other' end, flags={'no-writes'}}"
+
+/* How many times the server on `port` ran COMMAND (INFO commandstats). */
+static long long calls_of(int port, const char *command)
+{
+    char out[8192], field[64];
+    const char *at;
+
+    test_redis_cmd(port, out, sizeof out, "INFO commandstats");
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", command);
+    at = strstr(out, field);
+    return at ? atoll(at + strlen(field)) : 0;
+}
+
+/* Whether the server on `port` holds this build's library. */
+static int has_our_library(int port)
+{
+    char out[128];
+
+    test_redis_cmd(port, out, sizeof out, "FCALL_RO ratel_version 0");
+    return strcmp(out, ratel__redis_library_version()) == 0;
+}
+
+/* Three acquisitions of 2/1s at one instant: allowed, allowed, denied. */
+static void two_then_denied(ratel_store_t *s, const char *key, int64_t t)
+{
+    ratel_policy_t p = policy_of("2/1s", NULL);
+    ratel_decision_t d;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(acquire(s, key, &p, t, 1, &d), 0);
+        CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+        CHECK_EQ(d.allowed, i < 2);
+    }
+}
+
+/* What ratel__redis_load_library() reported. */
+typedef struct load_reports_s {
+    int n, failed, refused;
+    char what[8][96]; /* "node found" */
+} load_reports_t;
+
+static void record_load(void *ud, const ratel__library_report_t *r)
+{
+    load_reports_t *lr = ud;
+
+    if (r->rc != 0)
+        lr->failed++;
+    lr->refused += r->refused;
+    if (lr->n < 8)
+        snprintf(lr->what[lr->n], sizeof lr->what[0], "%s %s", r->node,
+                 r->found[0] ? r->found : "-");
+    lr->n++;
+}
+
+/*
+ * mode=auto on a server without the module: the store loads the library
+ * and every operation is an FCALL (no EVALSHA); after FUNCTION FLUSH or
+ * FUNCTION DELETE the next request loads it again and still decides.
+ */
+static void test_library(void)
+{
+    ratel_policy_t p = policy_of("2/1s", NULL);
+    ratel_rule_status_t rs[1];
+    ratel_decision_t d;
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128], out[256];
+    size_t n = 0;
+
+    REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url, .client_time = 1});
+    REQUIRE(s);
+    CHECK(has_our_library(r.port));
+    test_redis_cmd(r.port, out, sizeof out, "FUNCTION LIST LIBRARYNAME ratel");
+    CHECK(strstr(out, "ratel_acquire") != NULL);
+    two_then_denied(s, "lib", T0);
+    CHECK_EQ(ratel_store_refund(s, "lib", 3, &p, T0, 1, &d), 0);
+    CHECK_EQ(d.remaining, 1);
+    CHECK_EQ(ratel_store_inspect(s, "lib", 3, T0, rs, 1, &n), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(ratel_store_reset(s, "lib", 3), 0);
+    CHECK(calls_of(r.port, "fcall") >= 5);
+    CHECK_EQ(calls_of(r.port, "evalsha"), 0);
+    CHECK_EQ(calls_of(r.port, "eval"), 0);
+    /* Flushed, then deleted: "Function not found", loaded again. */
+    test_redis_cmd(r.port, out, sizeof out, "FUNCTION FLUSH");
+    CHECK(strcmp(out, "OK") == 0);
+    two_then_denied(s, "flushed", T0);
+    CHECK(has_our_library(r.port));
+    test_redis_cmd(r.port, out, sizeof out, "FUNCTION DELETE ratel");
+    CHECK(strcmp(out, "OK") == 0);
+    CHECK_EQ(ratel_store_reset(s, "flushed", 7), 0);
+    CHECK(has_our_library(r.port));
+    CHECK_EQ(calls_of(r.port, "evalsha"), 0);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/*
+ * A library named ratel of another version is replaced, at the store's
+ * first connection and when another build replaces ours meanwhile.
+ */
+static void test_library_replaced(void)
+{
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128], out[256];
+
+    REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    test_redis_cmd(r.port, out, sizeof out, "FUNCTION LOAD %s",
+                   FOREIGN_LIBRARY);
+    CHECK(strcmp(out, "ratel") == 0);
+    s = open_store((ratel_redis_options_t){.url = url, .client_time = 1});
+    REQUIRE(s);
+    CHECK(has_our_library(r.port));
+    two_then_denied(s, "old", T0);
+    /* Another build's library, without ratel_acquire: ours again. */
+    test_redis_cmd(r.port, out, sizeof out, "FUNCTION LOAD REPLACE %s",
+                   FOREIGN_LIBRARY);
+    CHECK(strcmp(out, "ratel") == 0);
+    two_then_denied(s, "other", T0);
+    CHECK(has_our_library(r.port));
+    CHECK_EQ(calls_of(r.port, "evalsha"), 0);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/*
+ * A user who may not run FUNCTION LOAD (ACL -function): mode=auto uses the
+ * EVAL script, says so once in the store's error text, and decides;
+ * mode=function refuses to start with a message naming the cause, and
+ * works once someone else has loaded the library.
+ */
+static void test_library_refused(void)
+{
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[160], out[256], err[512];
+    int rc;
+
+    REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+    test_redis_cmd(r.port, out, sizeof out,
+                   "ACL SETUSER limited on >pw ~* &* +@all -function");
+    CHECK(strcmp(out, "OK") == 0);
+    snprintf(url, sizeof url, "redis://limited:pw@127.0.0.1:%d", r.port);
+    s = open_store((ratel_redis_options_t){.url = url, .client_time = 1});
+    REQUIRE(s);
+    ratel_store_errstr(s, err, sizeof err);
+    if (!strstr(err, "FUNCTION LOAD") || !strstr(err, "NOPERM") ||
+        !strstr(err, "EVAL script"))
+        fail_at(__LINE__, "note [%s]", err);
+    two_then_denied(s, "refused", T0);
+    CHECK(calls_of(r.port, "evalsha") >= 3);
+    CHECK_EQ(calls_of(r.port, "fcall"), 0);
+    CHECK(!has_our_library(r.port));
+    ratel_store_free(s);
+    {
+        ratel_redis_options_t o = {.url = url, .mode = RATEL_REDIS_FUNCTION};
+        rc = ratel_store_redis_new(&s, &o, err, sizeof err);
+        CHECK_EQ(rc, RATEL_EPROTO);
+        if (!strstr(err, "refused") || !strstr(err, "mode=function"))
+            fail_at(__LINE__, "message [%s]", err);
+    }
+    /* ratel__redis_load_library() (`ratel lua-load`) as that user:
+       refused, and said so; as the default user: loaded. */
+    for (int admin = 0; admin < 2; admin++) {
+        load_reports_t lr = {0};
+        char admin_url[128];
+        url_of(admin_url, sizeof admin_url, r.port);
+        s = open_store((ratel_redis_options_t){.url = admin ? admin_url : url,
+                                               .lazy_connect = 1});
+        REQUIRE(s);
+        CHECK_EQ(
+            ratel__redis_load_library(s, record_load, &lr, err, sizeof err),
+            admin ? 0 : RATEL_EPROTO);
+        CHECK_EQ(lr.n, 1);
+        CHECK_EQ(lr.failed, !admin);
+        CHECK_EQ(lr.refused, !admin);
+        ratel_store_free(s);
+    }
+    /* Loaded by an administrator: mode=function only checks it. */
+    CHECK(has_our_library(r.port));
+    s = open_store((ratel_redis_options_t){
+        .url = url, .mode = RATEL_REDIS_FUNCTION, .client_time = 1});
+    REQUIRE(s);
+    two_then_denied(s, "function", T0);
+    CHECK(calls_of(r.port, "fcall") >= 3);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/*
+ * A cluster without the module: the library put on every master by
+ * ratel__redis_load_library() (what `ratel lua-load` runs), and by
+ * the store itself on every master it sends requests to, again after a
+ * flush or another version on any of them.
+ */
+static void test_library_cluster(void)
+{
+    ratel_policy_t p = policy_of("1000000/1h", NULL);
+    load_reports_t lr = {0};
+    test_redis_t nodes[3];
+    ratel_store_t *s;
+    char url[128], out[256], err[256] = "";
+
+    REQUIRE(test_cluster_start(nodes, NULL) == 0);
+    snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", nodes[0].port);
+    s = open_store((ratel_redis_options_t){.url = url, .lazy_connect = 1});
+    REQUIRE(s);
+    CHECK_EQ(ratel__redis_load_library(s, record_load, &lr, err, sizeof err),
+             0);
+    CHECK_EQ(lr.n, 3);
+    CHECK_EQ(lr.failed, 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(has_our_library(nodes[i].port));
+        CHECK(strstr(lr.what[i], " -") != NULL);
+    }
+    ratel_store_free(s);
+    /* One master flushed, one with another version: the store fixes both. */
+    test_redis_cmd(nodes[1].port, out, sizeof out, "FUNCTION FLUSH");
+    test_redis_cmd(nodes[2].port, out, sizeof out, "FUNCTION LOAD REPLACE %s",
+                   FOREIGN_LIBRARY);
+    s = open_store((ratel_redis_options_t){.url = url});
+    REQUIRE(s);
+    for (int i = 0; i < 600; i++) {
+        char key[32];
+        ratel_decision_t d;
+        if (i == 300)
+            for (int j = 0; j < 3; j++)
+                test_redis_cmd(nodes[j].port, out, sizeof out,
+                               "FUNCTION FLUSH");
+        snprintf(key, sizeof key, "lk:%d", i);
+        CHECK_EQ(acquire(s, key, &p, ratel_clock_now_us(), 1, &d), 0);
+        CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+        CHECK_EQ(d.allowed, 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK(has_our_library(nodes[i].port));
+        CHECK(calls_of(nodes[i].port, "fcall") > 50);
+        CHECK_EQ(calls_of(nodes[i].port, "evalsha"), 0);
+    }
+    ratel_store_free(s);
+    for (int i = 0; i < 3; i++)
+        test_redis_free(&nodes[i]);
 }
 
 /* Denials answered locally until their retry time; refund forgets them. */
@@ -413,8 +694,7 @@ static void test_batch(void)
         CHECK(g[0].rc == 0 && g[0].decision.allowed);
         CHECK(g[1].rc == 0 && !g[1].decision.allowed);
         g[0].request.flags = RATEL_PEEK;
-        CHECK_EQ(ratel_store_acquire(s, "g1", 2, &p, T0, &g[0].request, &d),
-                 0);
+        CHECK_EQ(ratel_store_acquire(s, "g1", 2, &p, T0, &g[0].request, &d), 0);
         CHECK_EQ(d.remaining, 5);
     }
     ratel_store_free(s);
@@ -597,7 +877,8 @@ static void failure_policy(ratel_failure_t policy, const char *name)
     clock_gettime(CLOCK_MONOTONIC, &a);
     CHECK_EQ(acquire(s, "g", &p, t, 1, &d), 0);
     clock_gettime(CLOCK_MONOTONIC, &b);
-    took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    took =
+        (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
     CHECK(d.source != RATEL_SOURCE_STORE);
     if (took > 5.0)
         fail_at(__LINE__, "a paused server held the caller %.1f s", took);
@@ -643,11 +924,10 @@ static void test_failover(void)
     REQUIRE(test_redis_start(&primary, module_path, NULL) == 0);
     snprintf(arg, sizeof arg, "127.0.0.1 %d", primary.port);
     REQUIRE(test_redis_start(&replica, module_path, extra) == 0);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d,127.0.0.1:%d",
-             primary.port, replica.port);
-    s = open_store((ratel_redis_options_t){.url = url,
-                                           .on_failure = RATEL_FAILURE_CLOSED,
-                                           .client_time = 1});
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d,127.0.0.1:%d", primary.port,
+             replica.port);
+    s = open_store((ratel_redis_options_t){
+        .url = url, .on_failure = RATEL_FAILURE_CLOSED, .client_time = 1});
     REQUIRE(s);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(acquire(s, "fo", &p, t, 1, &d), 0);
@@ -713,6 +993,25 @@ static void *migrate_load(void *arg)
     return NULL;
 }
 
+/* MIGRATEs every key of `slot` from port `src` to port `dst`. */
+static void migrate_keys(int src, int dst, int slot)
+{
+    char keys[4096], out[256];
+
+    for (int round = 0; round < 1000; round++) {
+        test_redis_cmd(src, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 10",
+                       slot);
+        if (keys[0] == '\0')
+            break;
+        for (char *k = strtok(keys, "\n"); k; k = strtok(NULL, "\n")) {
+            test_redis_cmd(src, out, sizeof out,
+                           "MIGRATE 127.0.0.1 %d %s 0 5000", dst, k);
+            if (strcmp(out, "OK") != 0 && strcmp(out, "NOKEY") != 0)
+                fail_at(__LINE__, "MIGRATE %s: %s", k, out);
+        }
+    }
+}
+
 /* 3 masters: keys in every slot range; a slot migrated under load. */
 static void test_cluster(void)
 {
@@ -772,20 +1071,7 @@ static void test_cluster(void)
     test_redis_cmd(nodes[src].port, out, sizeof out,
                    "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
     CHECK(strcmp(out, "OK") == 0);
-    for (int round = 0; round < 1000; round++) {
-        char keys[4096];
-        test_redis_cmd(nodes[src].port, keys, sizeof keys,
-                       "CLUSTER GETKEYSINSLOT %d 10", slot);
-        if (keys[0] == '\0')
-            break;
-        for (char *k = strtok(keys, "\n"); k; k = strtok(NULL, "\n")) {
-            test_redis_cmd(nodes[src].port, out, sizeof out,
-                           "MIGRATE 127.0.0.1 %d %s 0 5000", nodes[dst].port,
-                           k);
-            if (strcmp(out, "OK") != 0 && strcmp(out, "NOKEY") != 0)
-                fail_at(__LINE__, "MIGRATE %s: %s", k, out);
-        }
-    }
+    migrate_keys(nodes[src].port, nodes[dst].port, slot);
     for (int i = 0; i < 3; i++) {
         test_redis_cmd(nodes[i].port, out, sizeof out,
                        "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
@@ -828,7 +1114,11 @@ static const struct {
     void (*fn)(void);
 } tests[] = {
     {"bad_targets", test_bad_targets},
-    {"module_and_lua_agree", test_module_and_lua_agree},
+    {"modes_agree", test_modes_agree},
+    {"library", test_library},
+    {"library_replaced", test_library_replaced},
+    {"library_refused", test_library_refused},
+    {"library_cluster", test_library_cluster},
     {"deny_cache", test_deny_cache},
     {"batch", test_batch},
     {"shared_pipelines", test_shared_pipelines},

@@ -423,7 +423,7 @@ static const bad_case_t bad_cases[] = {
     {"store:\n  type: redis\n  url: redis://x\n  on_failure: fail\n" P, 4,
      "store.on_failure: expected open | closed | local"},
     {"store:\n  type: redis\n  url: redis://x\n  mode: fast\n" P, 4,
-     "store.mode: expected auto | module | lua"},
+     "store.mode: expected auto | module | function | lua"},
     {"store:\n  type: redis\n  url: redis://x\n  pool: 0\n" P, 4,
      "store.pool: 0 is out of range"},
     {"store:\n  type: redis\n  url: redis://x\n  timeout_ms: 0\n" P, 4,

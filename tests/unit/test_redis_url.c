@@ -201,6 +201,9 @@ TEST(redis_url_query_options)
     CHECK_EQ(u.pool, 4);
     CHECK_EQ(u.deny_cache, -1);
 
+    REQUIRE(parse_ok("redis://h?mode=function", &u) == 0);
+    CHECK_EQ(u.mode, RATEL_REDIS_FUNCTION);
+
     REQUIRE(parse_ok("redis+cluster://a,b?timeout_ms=250", &u) == 0);
     CHECK_EQ(u.cluster, 1);
     CHECK_EQ(u.timeout_ms, 250);
@@ -318,7 +321,8 @@ TEST(redis_url_malformed_names_the_problem)
         {"redis://h?on_failure=Open",
          "query parameter on_failure: expected open | closed | local, got "
          "\"Open\""},
-        {"redis://h?mode=redis", "mode: expected auto | module | lua"},
+        {"redis://h?mode=redis",
+         "mode: expected auto | module | function | lua"},
         {"redis://h?mode=lua&mode=lua", "mode is given twice"},
         {"redis://h#frag", "fragment"},
         {"redis://h/0#", "fragment"},
