@@ -4,7 +4,9 @@
  *   main.c     dispatch, global --help/--version, `ratel explain`
  *   replay.c   `ratel replay`: options, the decision loop, the outputs
  *   store.c    `ratel acquire|refund|reset|inspect|ping`: one request
- *              against a real store (Redis, or the memory store)
+ *              against a real store (Redis, or the memory store);
+ *              `ratel lua-load`: the Functions library on every
+ *              primary of a Redis URL
  *   trace.c    reading trace lines `t_ms key [cost]`, with exact errors
  *   keys.c     per-key records (summary counters, chart windows)
  *   chart.c    what each algorithm would have done: per-bucket counters
@@ -51,7 +53,8 @@ int cli_replay(int argc, char **argv);
 /* Writes `ratel replay --help` to `out`. */
 void cli_replay_usage(FILE *out);
 
-/* Whether `name` is a store command: acquire, refund, reset, inspect, ping. */
+/* Whether `name` is a store command: acquire, refund, reset, inspect, ping,
+   lua-load. */
 int cli_is_store_command(const char *name);
 /* A store command; argv[0] is its name. Returns the exit status. */
 int cli_store_command(int argc, char **argv);

@@ -22,7 +22,8 @@ static const char rule_help[] =
     "100/1s:gcra,burst=200.\n";
 
 static const char command_list[] =
-    "explain, replay, acquire, refund, reset, inspect, ping, help";
+    "explain, replay, acquire, refund, reset, inspect, ping, lua-load, "
+    "help";
 
 static void main_usage(FILE *out)
 {
@@ -50,6 +51,8 @@ static void main_usage(FILE *out)
             "  inspect --store URL KEY  print the state the store holds for "
             "KEY\n"
             "  ping --store URL         check that the store can decide now\n"
+            "  lua-load --store URL     load the Functions library on every "
+            "primary\n"
             "  help [COMMAND]           print this help, or a command's\n"
             "\n"
             "Options:\n"

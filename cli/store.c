@@ -1,6 +1,8 @@
 /*
  * store.c - `ratel acquire`, `refund`, `reset`, `inspect` and `ping`: one
- * request against a real store, to try rules against Redis from a shell.
+ * request against a real store, to try rules against Redis from a shell;
+ * and `ratel lua-load`, which puts the Functions library on every
+ * primary of a Redis URL.
  *
  * The store is a Redis URL, passed unchanged to ratel_store_redis_new()
  * (whose messages name what is wrong with it), or `memory`, an embedded
@@ -11,9 +13,13 @@
  *
  * Exit status: 0 success (acquire: allowed), 3 acquire denied, 1 the
  * store failed, 2 bad usage or input (an unknown option, a malformed rule
- * or URL, a cost the policy can never admit).
+ * or URL, a cost the policy can never admit). When Redis cannot be reached
+ * or does not answer, `acquire` is still decided, by the URL's failure
+ * policy (open: allowed, closed: denied, local: a memory store), as a
+ * service's store would decide it.
  */
 #include "cli.h"
+#include "store/redis.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -34,7 +40,8 @@ typedef enum store_cmd_e {
     CMD_REFUND,
     CMD_RESET,
     CMD_INSPECT,
-    CMD_PING
+    CMD_PING,
+    CMD_LUA_LOAD
 } store_cmd_t;
 
 /* Options each command takes, besides --store and --help. */
@@ -62,13 +69,15 @@ static const char store_help[] =
     "every\n"
     "           run starts from full, so it is only useful for trying a "
     "rule once\n"
-    "OPTIONS are NAME=VALUE joined by '&': mode=auto|module|lua (auto: the "
-    "ratel\n"
-    "module where loaded, else the Lua script), on_failure=open|closed|local"
-    ",\n"
-    "timeout_ms, connect_timeout_ms, pool, deny_cache (docs/deployment.md). "
-    "Redis\n"
-    "decides with its own clock.\n";
+    "OPTIONS are NAME=VALUE joined by '&': mode=auto|module|function|lua "
+    "(auto: the\n"
+    "ratel module where loaded, else the Functions library, else the EVAL "
+    "script\n"
+    "where FUNCTION LOAD is refused), on_failure=open|closed|local, "
+    "timeout_ms,\n"
+    "connect_timeout_ms, pool, deny_cache (docs/deployment.md). Redis "
+    "decides with\n"
+    "its own clock.\n";
 
 static const char key_help[] =
     "KEY is one argument, any bytes (quote it for the shell); put `--` "
@@ -161,11 +170,33 @@ static const store_command_t commands[] = {
     {"ping", CMD_PING, 0, "--store URL",
      "Checks that the store can decide now: connects (every node of a "
      "cluster),\n"
-     "checks the ratel module or loads the Lua script, and prints \"ok\", "
-     "or why\n"
-     "not on standard error with exit status 1.\n",
+     "checks the ratel module or loads the Functions library or the EVAL "
+     "script,\n"
+     "and prints \"ok\", or why not on standard error with exit status "
+     "1.\n",
      "  $ ratel ping --store redis://127.0.0.1:6379\n"
      "  ok\n"},
+    {"lua-load", CMD_LUA_LOAD, 0, "--store URL",
+     "Loads this build's Functions library (FUNCTION LOAD REPLACE) on every "
+     "primary\n"
+     "of a Redis URL: the primary of redis:// (asked for its ROLE when the "
+     "URL lists\n"
+     "several addresses), every master of redis+cluster://. A primary that "
+     "has it\n"
+     "already is left alone; one with another version gets this one. "
+     "Prints one\n"
+     "tab-separated line per primary: address, version, and `loaded`, "
+     "`replaced OLD`\n"
+     "or `already loaded`. For servers where the store's own user may not "
+     "run\n"
+     "FUNCTION LOAD: run this as a user who may, then mode=auto or "
+     "mode=function\n"
+     "finds the library there (mode=auto would otherwise use the EVAL "
+     "script).\n",
+     "  $ ratel lua-load --store redis+cluster://127.0.0.1:7000\n"
+     "  127.0.0.1:7000\t0.1.0+941025487\tloaded\n"
+     "  127.0.0.1:7001\t0.1.0+941025487\treplaced 0.1.0+52230718\n"
+     "  127.0.0.1:7002\t0.1.0+941025487\talready loaded\n"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -225,7 +256,17 @@ static void usage(const store_command_t *c, FILE *out)
               "it), 1 the store\n"
               "failed, 2 bad usage or input (a malformed rule or URL, a cost "
               "the policy can\n"
-              "never admit).\n",
+              "never admit). When Redis cannot be reached or does not answer, "
+              "the URL's\n"
+              "on_failure policy decides: closed denies (3), open and local "
+              "allow (0).\n",
+              out);
+    else if (c->cmd == CMD_LUA_LOAD)
+        fputs("\nExit status: 0 every primary has the library, 1 one could "
+              "not be reached or\n"
+              "refused it (the message says which and why), 2 bad usage or "
+              "input (a\n"
+              "malformed URL, `memory`).\n",
               out);
     else
         fprintf(out,
@@ -275,6 +316,44 @@ static int parse_number(const char *text, uint64_t min, uint64_t max,
     if (errno || *end != '\0' || v < min || v > max)
         return -1;
     *out = v;
+    return 0;
+}
+
+/*
+ * After the options: the KEY operand, what is required (rules, a key, a
+ * store, $RATEL_STORE standing in for --store). Returns 0, or an exit
+ * status after saying what is missing.
+ */
+static int check_operands(const store_command_t *c, int argc, char **argv,
+                          store_options_t *o)
+{
+    if ((c->takes & TAKES_KEY) && optind < argc)
+        o->key = argv[optind++];
+    if (optind < argc) {
+        cli_error(c->name, "unexpected argument '%s'%s", argv[optind],
+                  (c->takes & TAKES_KEY) ? ": give one KEY" : "");
+        return CLI_EXIT_USAGE;
+    }
+    if ((c->takes & TAKES_RULE) && o->nrules == 0) {
+        cli_error(c->name, "no rule given; add --rule RULE, e.g. --rule 10/1m");
+        return CLI_EXIT_USAGE;
+    }
+    if ((c->takes & TAKES_KEY) && !o->key) {
+        cli_error(c->name,
+                  "no key given; e.g. ratel %s --store URL%s "
+                  "user:42",
+                  c->name, (c->takes & TAKES_RULE) ? " --rule 10/1m" : "");
+        return CLI_EXIT_USAGE;
+    }
+    if (!o->store) {
+        const char *env = getenv("RATEL_STORE");
+        if (!env || !*env) {
+            cli_error(c->name, "no store: give --store URL or set "
+                               "RATEL_STORE");
+            return CLI_EXIT_USAGE;
+        }
+        o->store = env;
+    }
     return 0;
 }
 
@@ -364,34 +443,7 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             return cli_bad_option(c->name, opt, argv, mine);
         }
     }
-    if ((c->takes & TAKES_KEY) && optind < argc)
-        o->key = argv[optind++];
-    if (optind < argc) {
-        cli_error(c->name, "unexpected argument '%s'%s", argv[optind],
-                  (c->takes & TAKES_KEY) ? ": give one KEY" : "");
-        return CLI_EXIT_USAGE;
-    }
-    if ((c->takes & TAKES_RULE) && o->nrules == 0) {
-        cli_error(c->name, "no rule given; add --rule RULE, e.g. --rule 10/1m");
-        return CLI_EXIT_USAGE;
-    }
-    if ((c->takes & TAKES_KEY) && !o->key) {
-        cli_error(c->name,
-                  "no key given; e.g. ratel %s --store URL%s "
-                  "user:42",
-                  c->name, (c->takes & TAKES_RULE) ? " --rule 10/1m" : "");
-        return CLI_EXIT_USAGE;
-    }
-    if (!o->store) {
-        const char *env = getenv("RATEL_STORE");
-        if (!env || !*env) {
-            cli_error(c->name, "no store: give --store URL or set "
-                               "RATEL_STORE");
-            return CLI_EXIT_USAGE;
-        }
-        o->store = env;
-    }
-    return 0;
+    return check_operands(c, argc, argv, o);
 }
 
 /*
@@ -433,11 +485,20 @@ static int check_request(const char *cmd, const ratel_policy_t *policy,
 }
 
 /*
- * Opens the store `url` names. Returns 0, or an exit status after saying
- * why: 2 for a URL the store refuses (its message quotes the part that is
- * wrong), 1 when it cannot be reached or is not what it should be.
+ * Opens the store `url` names for command `c`. Returns 0, or an exit
+ * status after saying why: 2 for a URL the store refuses (its message
+ * quotes the part that is wrong), 1 when it cannot be reached or is not
+ * what it should be.
+ *
+ * A Redis store connects first, so that a wrong address, password or mode
+ * is reported. But a request that Redis cannot decide because it cannot be
+ * reached or does not answer (RATEL_EIO) is the failure policy's to decide:
+ * for `acquire` the store is then made without connecting (lazy_connect),
+ * and its request meets the failure and the policy. `lua-load` finds
+ * the primaries itself.
  */
-static int open_store(const char *cmd, const char *url, ratel_store_t **out)
+static int open_store(const store_command_t *c, const char *url,
+                      ratel_store_t **out)
 {
     ratel_redis_options_t ro = {.url = url};
     char err[512];
@@ -445,9 +506,15 @@ static int open_store(const char *cmd, const char *url, ratel_store_t **out)
 
     if (strcmp(url, STORE_MEMORY) == 0) {
         ratel_memory_options_t mo = {STORE_MEMORY_BYTES, 1};
+        if (c->cmd == CMD_LUA_LOAD) {
+            cli_error(c->name, "the memory store has no library to load; "
+                               "give a Redis URL");
+            return CLI_EXIT_USAGE;
+        }
         rc = ratel_store_memory_new(out, &mo);
         if (rc < 0) {
-            cli_error(cmd, "creating the memory store: %s", ratel_strerror(rc));
+            cli_error(c->name, "creating the memory store: %s",
+                      ratel_strerror(rc));
             return CLI_EXIT_FAIL;
         }
         return 0;
@@ -455,9 +522,14 @@ static int open_store(const char *cmd, const char *url, ratel_store_t **out)
     /* The `local` failure policy's store: this command's one key. */
     ro.local.max_bytes = STORE_MEMORY_BYTES;
     ro.local.shards = 1;
+    ro.lazy_connect = c->cmd == CMD_LUA_LOAD;
     rc = ratel_store_redis_new(out, &ro, err, sizeof err);
+    if (rc == RATEL_EIO && c->cmd == CMD_ACQUIRE) {
+        ro.lazy_connect = 1;
+        rc = ratel_store_redis_new(out, &ro, err, sizeof err);
+    }
     if (rc < 0) {
-        cli_error(cmd, "%s", err[0] ? err : ratel_strerror(rc));
+        cli_error(c->name, "%s", err[0] ? err : ratel_strerror(rc));
         if (rc == RATEL_EINVAL && strstr(url, "://") == NULL)
             fprintf(stderr, "The store is a Redis URL such as "
                             "redis://127.0.0.1:6379, or `memory`.\n");
@@ -578,6 +650,46 @@ static int run_decide(const store_command_t *c, const store_options_t *o,
     return CLI_EXIT_OK;
 }
 
+/* One primary's outcome of `ratel lua-load`; counts the failures. */
+static void print_lua_load(void *ud, const ratel__library_report_t *r)
+{
+    int *failed = ud;
+
+    if (r->rc == 0) {
+        if (strcmp(r->found, r->loaded) == 0)
+            printf("%s\t%s\talready loaded\n", r->node, r->loaded);
+        else if (r->found[0])
+            printf("%s\t%s\treplaced %s\n", r->node, r->loaded, r->found);
+        else
+            printf("%s\t%s\tloaded\n", r->node, r->loaded);
+        return;
+    }
+    (*failed)++;
+    cli_error("lua-load", "%s", r->error);
+    if (r->refused)
+        fputs("Run it as a user allowed FUNCTION LOAD (ACL +function), or "
+              "load\n"
+              "build/lua/ratel.lib.lua as docs/lua.md says; until then "
+              "mode=auto uses\n"
+              "the EVAL script there and mode=function fails.\n",
+              stderr);
+}
+
+/* `ratel lua-load`; returns the exit status. */
+static int run_lua_load(const store_command_t *c, ratel_store_t *store)
+{
+    char err[512] = "";
+    int failed = 0, rc;
+
+    rc = ratel__redis_load_library(store, print_lua_load, &failed, err,
+                                   sizeof err);
+    if (rc == 0)
+        return CLI_EXIT_OK;
+    if (failed == 0)
+        cli_error(c->name, "%s", err[0] ? err : ratel_strerror(rc));
+    return CLI_EXIT_FAIL;
+}
+
 /* What inspect prints after the common fields of one rule. */
 static void print_detail(const ratel_rule_status_t *st, int json)
 {
@@ -668,7 +780,7 @@ int cli_store_command(int argc, char **argv)
         if ((status = check_request(c->name, &policy, &o)) != 0)
             return status;
     }
-    if ((status = open_store(c->name, o.store, &store)) != 0)
+    if ((status = open_store(c, o.store, &store)) != 0)
         return status;
 
     switch (c->cmd) {
@@ -692,6 +804,9 @@ int cli_store_command(int argc, char **argv)
         } else {
             puts("ok");
         }
+        break;
+    case CMD_LUA_LOAD:
+        status = run_lua_load(c, store);
         break;
     }
     ratel_store_free(store);

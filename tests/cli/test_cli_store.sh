@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # test_cli_store.sh - the `ratel` store commands (acquire, refund, reset,
-# inspect, ping) end to end against real redis-servers: one with the ratel
-# module, one without it (the Lua script, found by mode=auto), and the
-# embedded `memory` store; help, exit statuses and messages.
+# inspect, ping, lua-load) end to end against real redis-servers: one
+# with the ratel module, one without it (the Functions library, found by
+# mode=auto, and the EVAL script with mode=lua), a user refused FUNCTION
+# LOAD, a primary with its replica, a 3-master cluster, servers that are
+# gone or stopped (the failure policies), and the embedded `memory` store;
+# help, exit statuses and messages.
 #
 #   BUILD=build bash tests/cli/test_cli_store.sh [NAME...]
 #
@@ -11,8 +14,8 @@
 # function names to run only those. Servers are started on free loopback
 # ports by tests/integration/lib.sh and stopped by its EXIT trap. Decisions
 # use the servers' clocks: values that depend on time are checked within
-# a range. Nothing sleeps to make a limiter move; `fallback` waits for a
-# 200 ms command timeout.
+# a range. Nothing sleeps to make a limiter move; `fallback` and
+# `failure_policy` wait for 200 ms command timeouts.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../integration/lib.sh"
@@ -58,7 +61,7 @@ jget() {
 
 help_commands() {
     local cmd
-    for cmd in acquire refund reset inspect ping; do
+    for cmd in acquire refund reset inspect ping lua-load; do
         ratel "$cmd" --help
         if [ $rc = 0 ] && [[ $out == *"usage: ratel $cmd"* ]] &&
             [[ $out == *"Options:"* ]] && [[ $out == *"Example:"* ]] &&
@@ -77,7 +80,7 @@ help_commands() {
     done
     ratel --help
     local missing=""
-    for cmd in acquire refund reset inspect ping; do
+    for cmd in acquire refund reset inspect ping lua-load; do
         [[ $out == *"  $cmd --store URL"* ]] || missing="$missing $cmd"
     done
     [ $rc = 0 ] && [ -z "$missing" ] && ok help_main_lists ||
@@ -91,11 +94,12 @@ help_commands() {
 
 # ------------------------------------------------------ against a server
 
-# scenario NAME PORT: the same requests against one server; prints one
-# normalised line per step (time-dependent values replaced by checks) in
-# $scenario_out, and checks what each step must do.
+# scenario NAME PORT [QUERY]: the same requests against one server (QUERY,
+# e.g. ?mode=lua, appended to its URL); prints one normalised line per step
+# (time-dependent values replaced by checks) in $scenario_out, and checks
+# what each step must do.
 scenario() {
-    local n=$1 port=$2 url=redis://127.0.0.1:$2 key="sms:+15550100"
+    local n=$1 port=$2 url=redis://127.0.0.1:$2${3:-} key="sms:+15550100"
     local rules=(--rule 1/60s --rule 10/1h) lines=()
 
     ratel acquire --store "$url" "${rules[@]}" "$key"
@@ -203,17 +207,34 @@ with_module() {
     contains module_used "$(rcli "$port_module" INFO commandstats)" "cmdstat_ratel.acquire"
 }
 
-# The same against a server without the module: mode=auto finds the Lua
-# script, which gives the same answers.
+# The same against a server without the module: mode=auto loads the
+# Functions library, mode=lua uses the EVAL script, and both give the same
+# answers as the module.
 without_module() {
+    local stats
     port_lua=$(RATEL_NO_MODULE=1 redis_start) || { fail without_module "no redis-server"; return; }
-    scenario lua "$port_lua"
-    contains lua_used "$(rcli "$port_lua" INFO commandstats)" "cmdstat_evalsha"
+    scenario function "$port_lua"
+    stats=$(rcli "$port_lua" INFO commandstats)
+    contains function_used "$stats" "cmdstat_fcall:"
+    [[ $stats != *cmdstat_evalsha* ]] && ok function_not_evalsha ||
+        fail function_not_evalsha "EVALSHA ran: $stats"
+    if [ -n "${module_out:-}" ]; then
+        same function_same_as_module "$scenario_out" "$module_out"
+    fi
+    rcli "$port_lua" FLUSHALL >/dev/null
+    rcli "$port_lua" CONFIG RESETSTAT >/dev/null
+    scenario lua "$port_lua" "?mode=lua"
+    stats=$(rcli "$port_lua" INFO commandstats)
+    contains lua_used "$stats" "cmdstat_evalsha:"
+    [[ $stats != *cmdstat_fcall:* ]] && ok lua_not_fcall ||
+        fail lua_not_fcall "FCALL ran: $stats"
     if [ -n "${module_out:-}" ]; then
         same lua_same_as_module "$scenario_out" "$module_out"
     fi
     ratel acquire --store "redis://127.0.0.1:$port_lua?mode=module" --rule 1/1m k
     expect lua_mode_module_refused 1 "" "no ratel module"
+    ratel acquire --store "redis://127.0.0.1:$port_lua?mode=function" --rule 1/1m fn:k
+    same mode_function "$rc:$(field 1):$(field 7)" "0:1:store"
 }
 
 url_forms() {
@@ -255,6 +276,8 @@ fallback() {
     rcli "$port" CLIENT UNPAUSE >/dev/null
 }
 
+# Nothing listens: ping, reset and refund fail (exit 1, naming the
+# address); acquire is decided by the failure policy, `local` by default.
 unreachable() {
     local port
     port=$(free_port)
@@ -262,9 +285,136 @@ unreachable() {
     expect ping_closed_port 1 "" "127.0.0.1:$port"
     [ -z "$out" ] && ok ping_closed_port_no_ok || fail ping_closed_port_no_ok "stdout: $out"
     ratel acquire --store "redis://127.0.0.1:$port" --rule 1/1m k
-    expect acquire_closed_port 1 "" "127.0.0.1:$port"
+    same acquire_closed_port "$rc:$(field 1):$(field 7)" "0:1:local"
+    contains acquire_closed_port_warns "$err" "127.0.0.1:$port"
     ratel reset --store "redis://127.0.0.1:$port" k
     expect reset_closed_port 1 "" "127.0.0.1:$port"
+    ratel refund --store "redis://127.0.0.1:$port" --rule 1/1m k
+    expect refund_closed_port 1 "" "127.0.0.1:$port"
+}
+
+# The URL's failure policy decides `acquire` when Redis is not there
+# (nothing listens) or does not answer (a SIGSTOPped redis-server): closed
+# denies (exit 3), open allows (exit 0), each with a warning.
+failure_policy() {
+    local free stopped pid url
+    free=$(free_port)
+    stopped=$(redis_start) || { fail failure_policy "no redis-server"; return; }
+    pid=$(cat "$tmp/redis-$stopped/pid")
+    kill -STOP "$pid"
+    for port in "$free" "$stopped"; do
+        local n=closed_port
+        [ "$port" = "$stopped" ] && n=stopped
+        url="redis://127.0.0.1:$port?timeout_ms=200"
+        ratel acquire --store "$url&on_failure=closed" --rule 1/1m k
+        same "policy_closed_$n" "$rc:$(field 1):$(field 7)" "3:0:closed"
+        contains "policy_closed_${n}_warns" "$err" "the failure policy 'closed' did"
+        ratel acquire --json --store "$url&on_failure=open" --rule 1/1m k
+        same "policy_open_$n" "$rc:$(jget 'd["allowed"], d["source"]')" "0:True open"
+        contains "policy_open_${n}_warns" "$err" "127.0.0.1:$port"
+        ratel ping --store "$url&on_failure=open"
+        expect "policy_ping_$n" 1 "" "127.0.0.1:$port"
+    done
+    kill -CONT "$pid"
+    ratel acquire --store "redis://127.0.0.1:$stopped?on_failure=closed" --rule 1/1m k
+    same policy_resumed "$rc:$(field 1):$(field 7)" "0:1:store"
+}
+
+# ------------------------------------------------------------ lua-load
+
+# lib_version: the library version this build loads (from a server).
+lib_version() { rcli "$1" FCALL_RO ratel_version 0; }
+
+foreign_library="#!lua name=ratel
+redis.register_function{function_name='ratel_version', callback=function() return '0.0.1-other' end, flags={'no-writes'}}"
+
+lua_load() {
+    local port url v
+    port=$(RATEL_NO_MODULE=1 redis_start) || { fail lua_load "no redis-server"; return; }
+    url=redis://127.0.0.1:$port
+    ratel lua-load --store "$url"
+    v=$(lib_version "$port")
+    same lua_load_loaded "$rc:$out:$err" "0:127.0.0.1:$port${tab}$v${tab}loaded:"
+    [[ $v == [0-9]*.[0-9]*.[0-9]* ]] && ok lua_load_version || fail lua_load_version "[$v]"
+    ratel lua-load --store "$url"
+    same lua_load_again "$rc:$out" "0:127.0.0.1:$port${tab}$v${tab}already loaded"
+    rcli "$port" FUNCTION LOAD REPLACE "$foreign_library" >/dev/null
+    ratel lua-load --store "$url"
+    same lua_load_replaced "$rc:$out" "0:127.0.0.1:$port${tab}$v${tab}replaced 0.0.1-other"
+    same lua_load_now_ours "$(lib_version "$port")" "$v"
+
+    # A user who may not run FUNCTION LOAD: refused, exit 1, said why; the
+    # store then uses the EVAL script (mode=auto) or refuses (mode=function).
+    rcli "$port" FUNCTION FLUSH >/dev/null
+    rcli "$port" ACL SETUSER limited on '>pw' '~*' '&*' +@all -function >/dev/null
+    url=redis://limited:pw@127.0.0.1:$port
+    ratel lua-load --store "$url"
+    expect lua_load_refused 1 "" "FUNCTION LOAD of the ratel library refused: NOPERM"
+    contains lua_load_refused_hint "$err" "mode=auto uses"
+    [ -z "$out" ] && ok lua_load_refused_no_output || fail lua_load_refused_no_output "$out"
+    rcli "$port" CONFIG RESETSTAT >/dev/null
+    ratel acquire --store "$url" --rule 2/1m refused:k
+    same lua_load_refused_auto "$rc:$(field 1):$(field 7)" "0:1:store"
+    contains lua_load_refused_evalsha "$(rcli "$port" INFO commandstats)" "cmdstat_evalsha:calls=1,"
+    ratel acquire --store "$url?mode=function" --rule 2/1m refused:k
+    expect lua_load_refused_function 1 "" "mode=function needs the library"
+
+    ratel lua-load --store memory
+    expect lua_load_memory 2 "" "no library to load"
+    ratel lua-load --store "redis://127.0.0.1:$(free_port)"
+    expect lua_load_closed_port 1 "" "cannot connect"
+    ratel lua-load --store redis://127.0.0.1:$port k
+    expect lua_load_no_key 2 "" "unexpected argument 'k'"
+}
+
+# A primary and its replica in one URL: the library goes to the primary,
+# whichever address it is, and reaches the replica by replication.
+lua_load_replica() {
+    local primary replica v
+    primary=$(RATEL_NO_MODULE=1 redis_start) || { fail lua_load_replica "no redis-server"; return; }
+    replica=$(RATEL_NO_MODULE=1 redis_start --replicaof 127.0.0.1 "$primary") ||
+        { fail lua_load_replica "no replica"; return; }
+    ratel lua-load --store "redis://127.0.0.1:$replica,127.0.0.1:$primary"
+    v=$(lib_version "$primary")
+    same lua_load_primary "$rc:$out" "0:127.0.0.1:$primary${tab}$v${tab}loaded"
+    for _ in $(seq 50); do
+        [ "$(lib_version "$replica")" = "$v" ] && break
+        rcli "$primary" WAIT 1 100 >/dev/null
+    done
+    same lua_load_replicated "$(lib_version "$replica")" "$v"
+}
+
+# Every master of a cluster.
+lua_load_cluster() {
+    local ports=() p v want
+    for _ in 1 2 3; do
+        p=$(RATEL_NO_MODULE=1 redis_start --cluster-enabled yes --cluster-config-file nodes.conf) ||
+            { fail lua_load_cluster "no redis-server"; return; }
+        ports+=("$p")
+    done
+    if ! redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" \
+        "127.0.0.1:${ports[2]}" --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1; then
+        fail lua_load_cluster "$(tail -3 "$tmp/cluster.log")"
+        return
+    fi
+    for p in "${ports[@]}"; do
+        for _ in $(seq 100); do
+            rcli "$p" CLUSTER INFO | grep -q 'cluster_state:ok' && break
+            sleep 0.1
+        done
+    done
+    rcli "${ports[2]}" FUNCTION LOAD "$foreign_library" >/dev/null
+    ratel lua-load --store "redis+cluster://127.0.0.1:${ports[1]}"
+    v=$(lib_version "${ports[0]}")
+    want=$(printf '%s\n' "127.0.0.1:${ports[0]}${tab}$v${tab}loaded" \
+        "127.0.0.1:${ports[1]}${tab}$v${tab}loaded" \
+        "127.0.0.1:${ports[2]}${tab}$v${tab}replaced 0.0.1-other")
+    same lua_load_every_master "$rc:$(printf '%s\n' "$out" | sort)" "0:$(sort <<<"$want")"
+    for p in "${ports[@]}"; do
+        same "lua_load_master_$p" "$(lib_version "$p")" "$v"
+    done
+    ratel acquire --store "redis+cluster://127.0.0.1:${ports[0]}?mode=function" --rule 1/1m ck
+    same lua_load_cluster_acquire "$rc:$(field 1):$(field 7)" "0:1:store"
 }
 
 # ---------------------------------------------------------- bad usage
@@ -273,7 +423,7 @@ unreachable() {
 # the part that is wrong.
 bad_urls() {
     ratel acquire --store 'redis://127.0.0.1:6379?mode=bogus' --rule 1/1m k
-    expect bad_url_query 2 "" 'query parameter mode: expected auto | module | lua, got "bogus"'
+    expect bad_url_query 2 "" 'query parameter mode: expected auto | module | function | lua, got "bogus"'
     ratel acquire --store 'http://127.0.0.1:6379' --rule 1/1m k
     expect bad_url_scheme 2 "" 'unknown scheme "http"'
     ratel ping --store 'localhost:6379'
@@ -368,7 +518,8 @@ if [ ! -e "$module" ]; then
 fi
 
 for t in help_commands with_module without_module url_forms fallback \
-    unreachable bad_urls bad_usage memory_store; do
+    unreachable failure_policy lua_load lua_load_replica \
+    lua_load_cluster bad_urls bad_usage memory_store; do
     check "$t"
 done
 
