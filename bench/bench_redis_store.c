@@ -19,7 +19,8 @@
  *   threads8     8 threads calling ratel_store_acquire concurrently: their
  *                requests share pipelines (pool of 4 connections)
  *
- * each with the module (RATEL.ACQUIRE) and with the Lua script (mode=lua),
+ * each with the module (RATEL.ACQUIRE), the Lua Functions library
+ * (mode=function, FCALL) and the Lua EVAL script (mode=lua, EVALSHA),
  * and the deny cache: 1,000 keys denied by `1/1h`, answered locally, on 1
  * and 2 threads. Every loop checks its answers (allowed, or denied from the
  * cache) and stops with an error if one is wrong.
@@ -193,9 +194,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < KEYS; i++)
         keylens[i] = (size_t)snprintf(keys[i], sizeof keys[i], "bk%d", i);
 
-    for (int m = 0; m < 2; m++) {
-        ratel_redis_mode_t mode = m ? RATEL_REDIS_LUA : RATEL_REDIS_MODULE;
-        ratel_store_t *store = open_store(url, mode, -1);
+    static const struct {
+        ratel_redis_mode_t mode;
+        const char *name;
+    } modes[] = {{RATEL_REDIS_MODULE, "module"},
+                 {RATEL_REDIS_FUNCTION, "function"},
+                 {RATEL_REDIS_LUA, "lua"}};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        ratel_store_t *store = open_store(url, modes[m].mode, -1);
         for (size_t a = 0; a < 2; a++) {
             char rule[64], name[96];
             const char *text = rule;
@@ -208,7 +214,7 @@ int main(int argc, char **argv)
                 die(err, rc);
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
                 snprintf(name, sizeof name, "redis_store_%s_%s_%s",
-                         m ? "lua" : "module", algos[a], cases[c].name);
+                         modes[m].name, algos[a], cases[c].name);
                 fprintf(stderr, "%s...\n", name);
                 print_rate(name, measure(store, &policy, cases[c].threads,
                                          cases[c].batch, 1));

@@ -76,8 +76,9 @@ awk -F'\t' '
         if (rr > 0) {
             printf "\n| Redis store, 1,000 keys, same redis-server | decisions/s | vs rate-limiter-flexible Redis, 50 concurrent (%d/s) |\n|---|---|---|\n", rr
             n = split("one batch100 batch100_2t threads8", cases, " ")
-            for (m = 0; m < 2; m++) for (a = 0; a < 2; a++) for (i = 1; i <= n; i++) {
-                k = "redis_store_" (m ? "lua" : "module") "_" (a ? "sliding" : "fixed") "_" cases[i]
+            split("module function lua", modes, " ")
+            for (m = 1; m <= 3; m++) for (a = 0; a < 2; a++) for (i = 1; i <= n; i++) {
+                k = "redis_store_" modes[m] "_" (a ? "sliding" : "fixed") "_" cases[i]
                 if (k in v) printf "| %s | %d | %.1fx |\n", k, v[k], v[k] / rr
             }
         }
