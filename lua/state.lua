@@ -155,7 +155,8 @@ local TRUSTED_BYTES = 1048576
 local trusted_blobs, trusted_bytes = {}, 0
 
 local function trust(s)
-    if not trusted_blobs[s] then
+    -- Below 64 bytes a blob has no run to speak of: checking it is cheap.
+    if #s >= 64 and not trusted_blobs[s] then
         if trusted_bytes + #s > TRUSTED_BYTES then
             trusted_blobs, trusted_bytes = {}, 0
         end
