@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/lua.sh PORT - lua/ratel.lua against the seed fixed-window script
+# bench/lua.sh PORT - the EVAL script (build/lua/ratel.eval.lua) against the seed fixed-window script
 # (INCR + EXPIRE) and plain INCR, on the running redis-server at
 # 127.0.0.1:PORT, all in ONE run so that the ratios compare figures measured
 # side by side. Every case is measured REPS times, round-robin (noise from
@@ -9,7 +9,7 @@
 #   REPS=5 LUA_REQUESTS=100000 bench/lua.sh 6379
 #   RATEL_LUA=/tmp/old-ratel.lua bench/lua.sh 6379   another version
 #
-# Output: "ratel<TAB>name<TAB>value<TAB>ops/s" for ratel.lua,
+# Output: "ratel<TAB>name<TAB>value<TAB>ops/s" for the script,
 # "peer<TAB>name<TAB>ops_per_sec" for INCR and the seed (as
 # ../shared/peers/run-peers.sh prints them), and
 # "ratel<TAB>lua_NAME_vs_seed<TAB>ratio<TAB>x" for each ratel case.
@@ -29,7 +29,7 @@ cli="redis-cli -p $port"
 
 ratel=$($cli SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/build/lua/ratel.eval.lua}")") || exit 1
 seed=$($cli SCRIPT LOAD "$(cat "$seed_file")") || exit 1
-# The Redis calls every ratel.lua decision makes (GET, TIME, SET ... PXAT)
+# The Redis calls every Lua decision makes (GET, TIME, SET ... PXAT)
 # and its seven-integer reply, with no decision at all: the fastest any
 # exact script with this contract could be. The seed needs neither TIME
 # nor a seven-element reply.
