@@ -145,8 +145,8 @@ local function now_of(at)
     if at then
         return at * 1000
     end
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local t = redis.call('TIME') -- two decimal strings; arithmetic reads them
+    return t[1] * 1000000 + t[2]
 end
 
 -- The records for `policy`: the key's own when it holds exactly these
@@ -156,11 +156,8 @@ local function records_of(policy, old, now_us)
     if not old then
         return convert(policy, {}, now_us), false
     end
-    local olds = parse_blob(old)
-    if rules_match(policy, olds) then
-        for i = 1, #olds do
-            olds[i].rule = policy[i]
-        end
+    local olds, same = parse_blob(old, policy)
+    if same then
         return olds, false
     end
     return convert(policy, olds, now_us), true
@@ -283,7 +280,7 @@ local COMMANDS = {
 -- Runs the operation named `name` (any case) on keys[1] with
 -- args[first..]: its reply, or its error reply with nothing written.
 local function run(name, keys, args, first)
-    local op = upper(name)
+    local op = COMMANDS[name] and name or upper(name)
     local command = COMMANDS[op]
     if not command then
         return { err = 'ERR ratel: unknown operation "' .. quote_arg(name) ..
@@ -294,6 +291,7 @@ local function run(name, keys, args, first)
             string.lower(op) .. "' command" }
     end
     failure = nil
+    records_reuse()
     local ok, result = pcall(command[1], op, keys[1], args, first)
     if ok then
         return result

@@ -17,18 +17,6 @@ local function commit(r, now_us, at_us, cost)
     end
 end
 
-local function rules_match(policy, recs)
-    if #recs ~= #policy then
-        return false
-    end
-    for i = 1, #policy do
-        if not rule_equal(recs[i], policy[i]) then
-            return false
-        end
-    end
-    return true
-end
-
 -- convert() of policy.c: for each rule of the policy, the same rule's
 -- record, else one of the same algorithm and period (counts kept, the new
 -- limit applies; gcra converts), else an empty one.
@@ -58,7 +46,7 @@ local function convert(policy, old, now_us)
             if rule.algo == ALGO_GCRA then
                 recs[i] = gc_convert(old[from], rule, now_us)
             else
-                old[from].limit = rule.limit
+                old[from].limit, old[from].rule = rule.limit, rule
                 recs[i] = old[from]
             end
         end

@@ -13,24 +13,44 @@ its plan and verdict in the record (v_* fields, ok, retry_us, retry_ms,
 allow_at) and a status in used, remaining and reset_ms.
 ]]
 
--- A record with every field its algorithm will use (nil ones too): a
--- table made at its final size is not rehashed as it fills.
+--[[
+Records are reused. A record is a table of some twenty fields, and making
+one costs more than a whole decision, so the tables of earlier calls are
+kept (the Functions library keeps them between calls; the EVAL script
+starts afresh) and each call takes them again from the first: run()
+(lua/commands.lua) calls records_reuse() before it starts. No record
+outlives the call that took it. A call takes at most 2 x MAX_RULES records
+(the key's own, and those converted from them), so the pool stays that
+small. A table may serve records of several algorithms in turn: each
+reads only its own fields.
+]]
+local record_pool, record_pool_n = {}, 0
+
+local function records_reuse()
+    record_pool_n = 0
+end
+
+-- A record of the rule with an empty state: every field its algorithm
+-- reads before it writes it is set here (decisions and statuses are
+-- written whole before they are read).
 local function new_record(algo, limit, period, burst, rule)
-    if algo == ALGO_SLIDING then
-        return { algo = algo, limit = limit, period = period, burst = burst,
-            rule = rule, shift = 0, base = 0, runs = nil, n = 0,
-            sum = 0, v_drop = nil, v_total = nil, used = nil, remaining = nil,
-            reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
-    elseif algo == ALGO_GCRA then
-        return { algo = algo, limit = limit, period = period, burst = burst,
-            rule = rule, tat_lo = 0, tat_hi = 0, rem = 0, Tq = nil, Tr = nil,
-            tq = nil, tr = nil, allow_at = nil, used = nil, remaining = nil,
-            reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
+    local k = record_pool_n + 1
+    local r = record_pool[k]
+    if not r then
+        r = {}
+        record_pool[k] = r
     end
-    return { algo = algo, limit = limit, period = period, burst = burst,
-        rule = rule, start = 0, count = 0, cur = 0, prev = 0, v_ws = nil,
-        v_cur = nil, v_prev = nil, v_w = nil, used = nil, remaining = nil,
-        reset_ms = nil, ok = nil, retry_us = nil, retry_ms = nil }
+    record_pool_n = k
+    r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
+        rule
+    if algo == ALGO_SLIDING then
+        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
+    elseif algo == ALGO_GCRA then
+        r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
+    else
+        r.start, r.count, r.cur, r.prev = 0, 0, 0, 0
+    end
+    return r
 end
 
 local function empty_record(rule)
@@ -53,8 +73,10 @@ end
 
 -- Reads and validates one record at pos (ratel__state_parse's rules:
 -- anything the core would not have written is corrupt). Returns the
--- record and the position after it.
-local function parse_record(s, pos, len, trusted)
+-- record and the position after it. A record of the rule `want` (a parsed,
+-- hence valid, rule, or nil) is made for it, and its rule is not checked
+-- again.
+local function parse_record(s, pos, len, trusted, want)
     local avail = len - pos + 1
     if avail < 10 then
         corrupt()
@@ -70,8 +92,12 @@ local function parse_record(s, pos, len, trusted)
         end
         burst = sunpack('<I4', s, pos + 10)
     end
-    if not rule_ok(algo, limit, period, burst) then
-        corrupt()
+    if not (want and want.algo == algo and want.limit == limit and
+            want.period == period and want.burst == burst) then
+        want = nil
+        if not rule_ok(algo, limit, period, burst) then
+            corrupt()
+        end
     end
     if algo == ALGO_SLIDING then
         if flags > 30 then
@@ -80,7 +106,7 @@ local function parse_record(s, pos, len, trusted)
     elseif flags ~= 0 then
         corrupt()
     end
-    local r = new_record(algo, limit, period, burst, nil)
+    local r = new_record(algo, limit, period, burst, want)
     if algo == ALGO_SLIDING then
         if avail < 24 then
             corrupt()
@@ -171,8 +197,10 @@ local function untrust(s)
     end
 end
 
--- The records of a non-empty blob, or an error reply.
-local function parse_blob(s)
+-- The records of a non-empty blob, or an error reply; and whether they
+-- are those of `policy` (optional), rule for rule: each then carries its
+-- policy rule as `rule`.
+local function parse_blob(s, policy)
     local len = #s
     local trusted = trusted_blobs[s]
     if len > STATE_MAX or len < 4 or byte(s, 1) ~= 0x52 or byte(s, 2) ~= 0x54 then
@@ -185,22 +213,23 @@ local function parse_blob(s)
     if nrules < 1 or nrules > MAX_RULES then
         corrupt()
     end
-    local recs, pos = {}, 5
+    local recs, pos, same = {}, 5, policy and #policy == nrules
     for i = 1, nrules do
         local r
-        r, pos = parse_record(s, pos, len, trusted)
+        r, pos = parse_record(s, pos, len, trusted, policy and policy[i])
         for j = 1, i - 1 do
             if rule_equal(r, recs[j]) then
                 corrupt()
             end
         end
+        same = same and r.rule ~= nil
         recs[i] = r
     end
     if pos ~= len + 1 then
         corrupt()
     end
     trust(s)
-    return recs
+    return recs, same
 end
 
 local function pack_i64(v)
