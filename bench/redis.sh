@@ -105,6 +105,18 @@ sha=$(cli SCRIPT LOAD "$(cat "$script")") || die "SCRIPT LOAD $script failed"
 [ ${#sha} = 40 ] || die "SCRIPT LOAD $script: $sha"
 got=$(cli FUNCTION LOAD REPLACE "$(cat "$library")")
 [ "$got" = ratel ] || die "FUNCTION LOAD $library: $got"
+# The floor of any exact Lua decision: a library function that makes the
+# Redis calls every decision makes (GET, TIME, SET ... PXAT of a 30-byte
+# value) and answers seven integers, deciding nothing.
+got=$(cli FUNCTION LOAD REPLACE "#!lua name=ratelfloor
+redis.register_function('ratel_floor', function(keys)
+    local old = redis.call('GET', keys[1])
+    local t = redis.call('TIME')
+    redis.call('SET', keys[1], 'RT\\1\\1' .. string.rep('x', 26), 'PXAT',
+        string.format('%d', t[1] * 1000 + 60000))
+    return { 1, 100, 99, 0, 1000, 0, 0 }
+end)")
+[ "$got" = ratelfloor ] || die "FUNCTION LOAD of the floor library: $got"
 seed_mr=$(cli SCRIPT LOAD "$(cat "$peers_dir/seed-multi-rule-zset.lua")") ||
     die "SCRIPT LOAD of the seed multi-rule script failed"
 
@@ -129,6 +141,7 @@ cases=(
     "lib_fixed FCALL ratel_acquire 1 KEY $fixed_rule"
     "lib_gcra FCALL ratel_acquire 1 KEY $gcra_rule"
     "lib_sliding2 FCALL ratel_acquire 1 KEY ${two_rules[*]}"
+    "lib_floor FCALL ratel_floor 1 KEY"
     "eval_gcra EVALSHA $sha 1 KEY ACQUIRE $gcra_rule"
     "eval_sliding EVALSHA $sha 1 KEY ACQUIRE $sliding_rule"
     "seed_multi_uuid EVALSHA $seed_mr 2 KEY __rand_int__-__rand_int__-__rand_int__ 100000000 60000 100000000 3600000"
@@ -365,7 +378,7 @@ awk -F'\t' '
         w = v["redis_sliding_100k_events_worst_call_ok"]; d = v["redis_sliding_100k_events_worst_call_deny"]
         row("worst call, sliding key with 100,000 events (us; admitted / denied; INCR " v["redis_incr_worst_call"] ")", w " / " d, "< 1000", w + 0 < 1000 && d + 0 < 1000)
         printf "\n| ops/s (median) | one key | 1,000 hot keys | server us/call (one key) |\n|---|---|---|---|\n"
-        n = split("incr module_fixed module_gcra module_sliding module_sliding2 lib_fixed lib_gcra lib_sliding2 eval_gcra eval_sliding seed_multi_uuid", c, " ")
+        n = split("incr module_fixed module_gcra module_sliding module_sliding2 lib_fixed lib_gcra lib_sliding2 lib_floor eval_gcra eval_sliding seed_multi_uuid", c, " ")
         for (i = 1; i <= n; i++) {
             k = "redis_" c[i]
             h = (k "_hot1k") in v ? v[k "_hot1k"] : "-"
