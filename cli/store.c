@@ -456,7 +456,7 @@ static int check_request(const char *cmd, const ratel_policy_t *policy,
 {
     for (uint32_t i = 0; i < policy->nrules; i++) {
         const ratel_rule_t *r = &policy->rules[i];
-        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        uint64_t cap = ratel_rule_capacity(r);
         char text[64];
 
         ratel_rule_format(r, text, sizeof text);

@@ -95,11 +95,26 @@ RATEL_API const char *ratel_err_name(int err);
 
 /* ---------------------------------------------------------------- rules */
 
+/*
+ * The algorithms: XX(NAME, name, number) for each, the number being the
+ * byte that marks its records in stored state (docs/state-format.md), so
+ * it never changes. The enum, the names and the core's dispatch are made
+ * from this list; an algorithm is a line here and its file in src/core.
+ *   sliding  exact sliding window log (the default)
+ *   fixed    counter per epoch-aligned window
+ *   approx   two-window weighted counter
+ *   gcra     token bucket as GCRA, with reservations
+ */
+#define RATEL_ALGO_MAP(XX)                                                     \
+    XX(SLIDING, sliding, 0)                                                    \
+    XX(FIXED, fixed, 1)                                                        \
+    XX(APPROX, approx, 2)                                                      \
+    XX(GCRA, gcra, 3)
+
 typedef enum ratel_algo_e {
-    RATEL_ALGO_SLIDING = 0, /* exact sliding window log (default) */
-    RATEL_ALGO_FIXED = 1,   /* counter per epoch-aligned window */
-    RATEL_ALGO_APPROX = 2,  /* two-window weighted counter */
-    RATEL_ALGO_GCRA = 3     /* token bucket as GCRA, with reservations */
+#define RATEL_ALGO_ENUM_(NAME, name, number) RATEL_ALGO_##NAME = number,
+    RATEL_ALGO_MAP(RATEL_ALGO_ENUM_)
+#undef RATEL_ALGO_ENUM_
 } ratel_algo_t;
 
 typedef struct ratel_rule_s {
@@ -135,6 +150,13 @@ RATEL_API int ratel_rule_explain(const ratel_rule_t *rule, char *buf,
 
 /* Name of an algorithm: "sliding", "fixed", "approx", "gcra". */
 RATEL_API const char *ratel_algo_name(ratel_algo_t algo);
+
+/*
+ * The most permits one request may cost under `rule`: its burst for gcra,
+ * its limit otherwise. A request costing more can never be admitted
+ * (ratel_policy_acquire() refuses it with RATEL_EINVAL).
+ */
+RATEL_API uint64_t ratel_rule_capacity(const ratel_rule_t *rule);
 
 /* ------------------------------------------------------------- policies */
 

@@ -241,7 +241,7 @@ static int check_request(const ratel_cmd_args_t *a, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < a->policy.nrules; i++) {
         const ratel_rule_t *r = &a->policy.rules[i];
-        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        uint64_t cap = ratel_rule_capacity(r);
         if (a->request.cost > cap) {
             char text[64];
             ratel_rule_format(r, text, sizeof text);

@@ -100,7 +100,7 @@ static void gcra_status_of(const gcra_view_t *g, ratel__status_t *st)
     st->reset_us = to_us_ceil(g->tat - g->now, g->limit);
 }
 
-void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
+static void gcra_status(const ratel__record_t *r, int64_t now_us,
                         ratel__status_t *st)
 {
     gcra_view_t g;
@@ -108,7 +108,7 @@ void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
     gcra_status_of(&g, st);
 }
 
-void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
+static void gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
                         ratel__verdict_t *v)
 {
     gcra_view_t g;
@@ -123,20 +123,24 @@ void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
     v->allow_at_us = now_us + v->retry_us;
 }
 
-void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
-                        uint64_t cost, ratel__status_t *after)
+static size_t gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                          uint64_t cost, const ratel__verdict_t *v,
+                          ratel__status_t *after)
 {
     gcra_view_t g;
     i128 at;
+
+    (void)v;
 
     gcra_view(r, now_us, &g);
     at = (i128)at_us * g.limit;
     g.tat = (g.tat > at ? g.tat : at) + (i128)cost * g.t;
     after->reset_us = store_tat(r->p, &g, now_us);
     gcra_counts(&g, after);
+    return RATEL__GCRA_SIZE;
 }
 
-void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
+static size_t gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 {
     gcra_view_t g;
     i128 tat;
@@ -145,10 +149,13 @@ void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
     tat = g.tat - (i128)cost * g.t;
     g.tat = tat > g.now ? tat : g.now;
     store_tat(r->p, &g, now_us);
+    return RATEL__GCRA_SIZE;
 }
 
-void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
-                         const ratel_rule_t *rule, int64_t now_us)
+/* The permits owed under the old rule (same period), capped at the new
+   burst, owed again under the new one. */
+static size_t gcra_convert(const ratel__record_t *from, uint8_t *to,
+                           const ratel_rule_t *rule, int64_t now_us)
 {
     gcra_view_t g;
     i128 owed, used;
@@ -166,4 +173,43 @@ void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
         g.tat = g.now + used * g.t;
         store_tat(to, &g, now_us);
     }
+    return RATEL__GCRA_SIZE;
 }
+
+/* 0 <= TAT < 2^54 us, and the remainder is below the limit it counts in. */
+static int gcra_check(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
+                      ratel__record_t *rec, int owned)
+{
+    int64_t tat;
+
+    (void)owned;
+    if (avail < RATEL__GCRA_SIZE)
+        return RATEL_ECORRUPT;
+    tat = ratel__ld64(p + RATEL__GCRA_TAT);
+    if (tat < 0 || tat >= RATEL__STORED_US_MAX ||
+        ratel__ld32(p + RATEL__GCRA_REM) >= rule->limit)
+        return RATEL_ECORRUPT;
+    rec->size = RATEL__GCRA_SIZE;
+    return 0;
+}
+
+static void gcra_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
+{
+    out->tat_us = ratel__ld64(r->p + RATEL__GCRA_TAT);
+}
+
+const ratel__algo_t ratel__algo_gcra = {
+    .rule_size = RATEL__GCRA_RULE_SIZE,
+    .empty_size = RATEL__GCRA_SIZE,
+    .max_size = RATEL__GCRA_SIZE,
+    .max_flags = 0,
+    .reserves = 1,
+    .check = gcra_check,
+    .locate = ratel__locate_fixed_size,
+    .status = gcra_status,
+    .decide = gcra_decide,
+    .commit = gcra_commit,
+    .refund = gcra_refund,
+    .convert = gcra_convert,
+    .inspect = gcra_inspect,
+};

@@ -118,12 +118,6 @@ static inline int ratel__rule_equal(const ratel_rule_t *a,
            a->period_ms == b->period_ms && a->burst == b->burst;
 }
 
-/* Most permits one request may cost under `rule` (limit, or gcra burst). */
-static inline uint64_t ratel__rule_capacity(const ratel_rule_t *rule)
-{
-    return rule->algo == RATEL_ALGO_GCRA ? rule->burst : rule->limit;
-}
-
 /* Checks ranges of a rule; 0 or RATEL_ERULE with a message in errbuf. */
 int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen);
 
@@ -157,8 +151,8 @@ int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,
 int ratel__state_match(const ratel_policy_t *policy, const uint8_t *state,
                        size_t len, ratel__record_t *rec, int owned);
 
-/* Size of an empty record for `rule`, and writing one at p. */
-size_t ratel__record_empty_size(const ratel_rule_t *rule);
+/* Writes an empty record for `rule` at p (ratel__algos[algo]->empty_size
+   bytes). */
 void ratel__record_write_empty(uint8_t *p, const ratel_rule_t *rule);
 
 /* Writes the blob header for `nrules` rules at p. */
@@ -191,42 +185,155 @@ typedef struct ratel__verdict_s {
 } ratel__verdict_t;
 
 /*
- * Per algorithm: status, decide, commit, refund; dispatch in policy.c. A
- * commit follows its verdict's plan and reports the status after it.
+ * One algorithm: its record's sizes and its operations. Each algorithm's
+ * file defines its entry, ratel__algo_<name>; ratel__algos[] (state.c)
+ * holds them by number, made from RATEL_ALGO_MAP, and every dispatch of
+ * the core goes through it. Times are microseconds.
  */
-void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
-                           ratel__status_t *st);
-void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
-                           uint64_t cost, ratel__verdict_t *v);
-size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                             const ratel__verdict_t *v, ratel__status_t *after);
-size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+typedef struct ratel__algo_s {
+    size_t rule_size;  /* the rule's bytes at the record's start */
+    size_t empty_size; /* an empty record */
+    size_t max_size;   /* the largest record */
+    uint8_t max_flags; /* the largest valid flags byte */
+    uint8_t reserves;  /* decides allow_at_us: MAXWAIT can reserve */
+    /* Validates the fields after the rule of a record for `rule` at p
+       (`avail` bytes left in the blob) and locates it in rec (size, sum).
+       With `owned` a blob's own writes are trusted (sliding runs). Returns
+       0 or RATEL_ECORRUPT. */
+    int (*check)(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
+                 ratel__record_t *rec, int owned);
+    /* Sets r->size (and r->sum) of a valid record at r->p. */
+    void (*locate)(ratel__record_t *r);
+    void (*status)(const ratel__record_t *r, int64_t now_us,
+                   ratel__status_t *st);
+    void (*decide)(const ratel__record_t *r, int64_t now_us, uint64_t cost,
+                   ratel__verdict_t *v);
+    /* Charges `cost`, following the verdict's plan, from at_us (now, or
+       the instant a reservation is admitted at); reports the status after
+       it. Returns the record's new size. */
+    size_t (*commit)(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                     uint64_t cost, const ratel__verdict_t *v,
+                     ratel__status_t *after);
+    /* Gives `cost` permits back; returns the record's new size. */
+    size_t (*refund)(ratel__record_t *r, int64_t now_us, uint64_t cost);
+    /* Writes at `to` the record for `rule` made from `from`, a record of
+       the same algorithm and period; returns its size. */
+    size_t (*convert)(const ratel__record_t *from, uint8_t *to,
+                      const ratel_rule_t *rule, int64_t now_us);
+    /* Fills the algorithm's own fields of an inspection. */
+    void (*inspect)(const ratel__record_t *r, ratel_rule_status_t *out);
+} ratel__algo_t;
 
-void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
-                         ratel__status_t *st);
-void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
-                         uint64_t cost, ratel__verdict_t *v);
-void ratel__fixed_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                         const ratel__verdict_t *v, ratel__status_t *after);
-void ratel__fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+#define RATEL__ALGO_DECLARE_(NAME, name, number)                               \
+    extern const ratel__algo_t ratel__algo_##name;
+RATEL_ALGO_MAP(RATEL__ALGO_DECLARE_)
+#undef RATEL__ALGO_DECLARE_
 
-void ratel__approx_status(const ratel__record_t *r, int64_t now_us,
-                          ratel__status_t *st);
-void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
-                          uint64_t cost, ratel__verdict_t *v);
-void ratel__approx_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                          const ratel__verdict_t *v, ratel__status_t *after);
-void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
+#define RATEL__ALGO_COUNT_(NAME, name, number) +1
+enum { RATEL__ALGOS = 0 RATEL_ALGO_MAP(RATEL__ALGO_COUNT_) };
+#undef RATEL__ALGO_COUNT_
 
-void ratel__gcra_status(const ratel__record_t *r, int64_t now_us,
-                        ratel__status_t *st);
-void ratel__gcra_decide(const ratel__record_t *r, int64_t now_us, uint64_t cost,
-                        ratel__verdict_t *v);
-void ratel__gcra_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
-                        uint64_t cost, ratel__status_t *after);
-void ratel__gcra_refund(ratel__record_t *r, int64_t now_us, uint64_t cost);
-/* Converts a gcra record to `rule` (same period) keeping the permits owed. */
-void ratel__gcra_convert(const ratel__record_t *from, uint8_t *to,
-                         const ratel_rule_t *rule, int64_t now_us);
+/* Every algorithm by its number (the stored byte). */
+extern const ratel__algo_t *const ratel__algos[RATEL__ALGOS];
+
+/* The algorithm of `rule` (a valid one). */
+static inline const ratel__algo_t *ratel__algo(const ratel_rule_t *rule)
+{
+    return ratel__algos[rule->algo];
+}
+
+/*
+ * The operations of every decision (reading a record, deciding,
+ * committing, reporting), as direct calls: a switch made from
+ * RATEL_ALGO_MAP on the const entries, which the compiler resolves and
+ * inlines into the hot path (an indirect call through ratel__algos[]
+ * cost the embedded store 13% of its gcra decisions).
+ */
+static inline void ratel__decide(const ratel__record_t *r, int64_t now_us,
+                                 uint64_t cost, ratel__verdict_t *v)
+{
+    switch (r->rule.algo) {
+#define RATEL__DECIDE_(NAME, name, number)                                     \
+    case RATEL_ALGO_##NAME:                                                    \
+        ratel__algo_##name.decide(r, now_us, cost, v);                         \
+        return;
+        RATEL_ALGO_MAP(RATEL__DECIDE_)
+#undef RATEL__DECIDE_
+    }
+}
+
+static inline void ratel__status(const ratel__record_t *r, int64_t now_us,
+                                 ratel__status_t *st)
+{
+    switch (r->rule.algo) {
+#define RATEL__STATUS_(NAME, name, number)                                     \
+    case RATEL_ALGO_##NAME:                                                    \
+        ratel__algo_##name.status(r, now_us, st);                              \
+        return;
+        RATEL_ALGO_MAP(RATEL__STATUS_)
+#undef RATEL__STATUS_
+    }
+}
+
+static inline size_t ratel__commit(ratel__record_t *r, int64_t now_us,
+                                   int64_t at_us, uint64_t cost,
+                                   const ratel__verdict_t *v,
+                                   ratel__status_t *after)
+{
+    switch (r->rule.algo) {
+#define RATEL__COMMIT_(NAME, name, number)                                     \
+    case RATEL_ALGO_##NAME:                                                    \
+        return ratel__algo_##name.commit(r, now_us, at_us, cost, v, after);
+        RATEL_ALGO_MAP(RATEL__COMMIT_)
+#undef RATEL__COMMIT_
+    }
+    return r->size;
+}
+
+static inline void ratel__locate(ratel__record_t *r)
+{
+    switch (r->rule.algo) {
+#define RATEL__LOCATE_(NAME, name, number)                                     \
+    case RATEL_ALGO_##NAME:                                                    \
+        ratel__algo_##name.locate(r);                                          \
+        return;
+        RATEL_ALGO_MAP(RATEL__LOCATE_)
+#undef RATEL__LOCATE_
+    }
+}
+
+static inline int ratel__check(const uint8_t *p, size_t avail,
+                               const ratel_rule_t *rule, ratel__record_t *rec,
+                               int owned)
+{
+    switch (rule->algo) {
+#define RATEL__CHECK_(NAME, name, number)                                      \
+    case RATEL_ALGO_##NAME:                                                    \
+        return p[1] > ratel__algo_##name.max_flags                             \
+                   ? RATEL_ECORRUPT                                            \
+                   : ratel__algo_##name.check(p, avail, rule, rec, owned);
+        RATEL_ALGO_MAP(RATEL__CHECK_)
+#undef RATEL__CHECK_
+    }
+    return RATEL_ECORRUPT;
+}
+
+/* convert for the algorithms whose state counts past requests: the counts
+   stay true under the new limit, so the record is copied with it. */
+size_t ratel__convert_keep(const ratel__record_t *from, uint8_t *to,
+                           const ratel_rule_t *rule, int64_t now_us);
+
+/* locate for the algorithms whose records have one size. */
+static inline void ratel__locate_fixed_size(ratel__record_t *r)
+{
+    r->size = ratel__algo(&r->rule)->empty_size;
+    r->sum = 0;
+}
+
+/* The ranges every stored instant in ms must lie in. */
+static inline int ratel__time_ms_ok(int64_t t)
+{
+    return t >= 0 && t < RATEL__STORED_MS_MAX;
+}
 
 #endif /* RATEL_CORE_INTERNAL_H */

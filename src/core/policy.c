@@ -73,17 +73,11 @@ int ratel_policy_parse(ratel_policy_t *policy, const char *const *texts,
     return ratel_policy_init(policy, rules, n, errbuf, errlen);
 }
 
-static size_t record_max_size(const ratel_rule_t *rule)
-{
-    return rule->algo == RATEL_ALGO_SLIDING ? RATEL__SLIDING_MAX_SIZE
-                                            : ratel__record_empty_size(rule);
-}
-
 size_t ratel_policy_state_max(const ratel_policy_t *policy)
 {
     size_t size = RATEL__HEADER_SIZE;
     for (uint32_t i = 0; policy && i < policy->nrules; i++)
-        size += record_max_size(&policy->rules[i]);
+        size += ratel__algo(&policy->rules[i])->max_size;
     return size;
 }
 
@@ -126,32 +120,13 @@ static size_t convert(const ratel_policy_t *policy, const ratel__record_t *old,
                 from = (int)j;
         if (from < 0) {
             ratel__record_write_empty(out + off, rule);
-            off += ratel__record_empty_size(rule);
+            off += ratel__algo(rule)->empty_size;
             continue;
         }
         used |= 1u << from;
-        if (rule->algo == RATEL_ALGO_GCRA) {
-            ratel__gcra_convert(&old[from], out + off, rule, now_us);
-        } else {
-            /* Counts are facts about past requests: they stay true. */
-            memcpy(out + off, old[from].p, old[from].size);
-            ratel__st32(out + off + 2, rule->limit);
-        }
-        off += ratel__record_empty_size(rule) +
-               (rule->algo == RATEL_ALGO_SLIDING
-                    ? old[from].size - RATEL__SLIDING_RUNS
-                    : 0);
+        off += ratel__algo(rule)->convert(&old[from], out + off, rule, now_us);
     }
     return off;
-}
-
-/* Size of the record at p, which holds `rule`. */
-static size_t record_size(const uint8_t *p, const ratel_rule_t *rule)
-{
-    if (rule->algo == RATEL_ALGO_SLIDING)
-        return RATEL__SLIDING_RUNS +
-               (size_t)ratel__ld16(p + RATEL__SLIDING_NRUNS) * RATEL__RUN_SIZE;
-    return ratel__record_empty_size(rule);
 }
 
 /* Locates the records of a blob this file wrote itself (already valid). */
@@ -162,10 +137,7 @@ static void locate(uint8_t *blob, const ratel_policy_t *policy,
     for (uint32_t i = 0; i < policy->nrules; i++) {
         rec[i].p = p;
         rec[i].rule = policy->rules[i];
-        rec[i].size = record_size(p, &policy->rules[i]);
-        rec[i].sum = policy->rules[i].algo == RATEL_ALGO_SLIDING
-                         ? ratel__ld32(p + RATEL__SLIDING_TOTAL)
-                         : 0;
+        ratel__locate(&rec[i]);
         p += rec[i].size;
     }
 }
@@ -184,39 +156,13 @@ typedef struct plan_s {
 static void decide_rule(const ratel__record_t *r, int64_t now_us, uint64_t cost,
                         ratel__verdict_t *v)
 {
-    switch (r->rule.algo) {
-    case RATEL_ALGO_SLIDING:
-        ratel__sliding_decide(r, now_us, cost, v);
-        break;
-    case RATEL_ALGO_FIXED:
-        ratel__fixed_decide(r, now_us, cost, v);
-        break;
-    case RATEL_ALGO_APPROX:
-        ratel__approx_decide(r, now_us, cost, v);
-        break;
-    case RATEL_ALGO_GCRA:
-        ratel__gcra_decide(r, now_us, cost, v);
-        break;
-    }
+    ratel__decide(r, now_us, cost, v);
 }
 
 static void status_rule(const ratel__record_t *r, int64_t now_us,
                         ratel__status_t *st)
 {
-    switch (r->rule.algo) {
-    case RATEL_ALGO_SLIDING:
-        ratel__sliding_status(r, now_us, st);
-        break;
-    case RATEL_ALGO_FIXED:
-        ratel__fixed_status(r, now_us, st);
-        break;
-    case RATEL_ALGO_APPROX:
-        ratel__approx_status(r, now_us, st);
-        break;
-    case RATEL_ALGO_GCRA:
-        ratel__gcra_status(r, now_us, st);
-        break;
-    }
+    ratel__status(r, now_us, st);
 }
 
 static void decide_all(const ratel__record_t *rec, uint32_t n, int64_t now_us,
@@ -230,7 +176,7 @@ static void decide_all(const ratel__record_t *rec, uint32_t n, int64_t now_us,
         decide_rule(&rec[i], now_us, req->cost, &plan->v[i]);
         all &= plan->v[i].allowed;
         plan->grow += plan->v[i].grow;
-        if (rec[i].rule.algo == RATEL_ALGO_GCRA && plan->v[i].allow_at_us > at)
+        if (ratel__algo(&rec[i].rule)->reserves && plan->v[i].allow_at_us > at)
             at = plan->v[i].allow_at_us;
     }
     plan->allowed = all;
@@ -301,23 +247,7 @@ static void commit_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
         tail_len = (size_t)(buf + end - tail);
         if (v->grow)
             memmove(tail + v->grow, tail, tail_len);
-        switch (r->rule.algo) {
-        case RATEL_ALGO_SLIDING:
-            now_size = ratel__sliding_commit(r, now_us, cost, v, &after[i]);
-            break;
-        case RATEL_ALGO_FIXED:
-            ratel__fixed_commit(r, now_us, cost, v, &after[i]);
-            now_size = old;
-            break;
-        case RATEL_ALGO_APPROX:
-            ratel__approx_commit(r, now_us, cost, v, &after[i]);
-            now_size = old;
-            break;
-        default:
-            ratel__gcra_commit(r, now_us, plan->at_us, cost, &after[i]);
-            now_size = old;
-            break;
-        }
+        now_size = ratel__commit(r, now_us, plan->at_us, cost, v, &after[i]);
         if (now_size != old + v->grow)
             memmove(r->p + now_size, tail + v->grow, tail_len);
         end = end - old + now_size;
@@ -410,21 +340,8 @@ static int finish_one(const ratel_policy_t *policy, ratel__record_t *rec,
             *len += v.grow;
             return RATEL_ENOBUFS;
         }
-        switch (rec->rule.algo) {
-        case RATEL_ALGO_SLIDING:
-            *len = RATEL__HEADER_SIZE +
-                   ratel__sliding_commit(rec, now_us, req->cost, &v, &st);
-            break;
-        case RATEL_ALGO_FIXED:
-            ratel__fixed_commit(rec, now_us, req->cost, &v, &st);
-            break;
-        case RATEL_ALGO_APPROX:
-            ratel__approx_commit(rec, now_us, req->cost, &v, &st);
-            break;
-        default:
-            ratel__gcra_commit(rec, now_us, now_us, req->cost, &st);
-            break;
-        }
+        *len = RATEL__HEADER_SIZE +
+               ratel__commit(rec, now_us, now_us, req->cost, &v, &st);
     }
     d->rule = 0;
     d->limit = policy->rules[0].limit;
@@ -449,8 +366,8 @@ acquire_converted(const ratel_policy_t *policy, const ratel__record_t *old,
     size_t len = convert(policy, old, nold, now_us, scratch);
 
     locate(scratch, policy, rec);
-    return finish_acquire(policy, rec, scratch, len, nold > 0, state,
-                          state_len, state_cap, now_us, req, d);
+    return finish_acquire(policy, rec, scratch, len, nold > 0, state, state_len,
+                          state_cap, now_us, req, d);
 }
 
 int ratel_policy_check_request(const ratel_policy_t *policy,
@@ -461,12 +378,12 @@ int ratel_policy_check_request(const ratel_policy_t *policy,
         req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
         return RATEL_EINVAL;
     for (uint32_t i = 0; i < policy->nrules; i++) {
-        if (req->cost > ratel__rule_capacity(&policy->rules[i])) {
+        if (req->cost > ratel_rule_capacity(&policy->rules[i])) {
             if (rule)
                 *rule = i;
             return RATEL_ECOST;
         }
-        if (req->max_wait_ms > 0 && policy->rules[i].algo != RATEL_ALGO_GCRA)
+        if (req->max_wait_ms > 0 && !ratel__algo(&policy->rules[i])->reserves)
             return RATEL_EINVAL;
     }
     return 0;
@@ -488,8 +405,8 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
     if (*state_len > 0 &&
         ratel__state_match(policy, state, *state_len, rec, owned)) {
         if (policy->nrules == 1 && req->max_wait_ms == 0)
-            return finish_one(policy, rec, state_len, state_cap, now_us,
-                              req, d);
+            return finish_one(policy, rec, state_len, state_cap, now_us, req,
+                              d);
         return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
                               state_cap, now_us, req, d);
     }
@@ -499,12 +416,13 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
      */
     if (*state_len == 0 && policy->nrules == 1 && req->max_wait_ms == 0 &&
         !(req->flags & RATEL_PEEK) &&
-        state_cap >= RATEL__HEADER_SIZE +
-                         ratel__record_empty_size(&policy->rules[0])) {
+        state_cap >=
+            RATEL__HEADER_SIZE + ratel__algo(&policy->rules[0])->empty_size) {
         ratel__header_write(state, 1);
-        ratel__record_write_empty(state + RATEL__HEADER_SIZE, &policy->rules[0]);
-        *state_len = RATEL__HEADER_SIZE +
-                     ratel__record_empty_size(&policy->rules[0]);
+        ratel__record_write_empty(state + RATEL__HEADER_SIZE,
+                                  &policy->rules[0]);
+        *state_len =
+            RATEL__HEADER_SIZE + ratel__algo(&policy->rules[0])->empty_size;
         locate(state, policy, rec);
         /* On ENOBUFS *state_len is the size needed, as everywhere. */
         return finish_one(policy, rec, state_len, state_cap, now_us, req, d);
@@ -548,20 +466,7 @@ static size_t refund_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
 
         r->p += moved;
         tail = r->p + old;
-        switch (r->rule.algo) {
-        case RATEL_ALGO_SLIDING:
-            now_size = ratel__sliding_refund(r, now_us, cost);
-            break;
-        case RATEL_ALGO_FIXED:
-            ratel__fixed_refund(r, now_us, cost);
-            break;
-        case RATEL_ALGO_APPROX:
-            ratel__approx_refund(r, now_us, cost);
-            break;
-        case RATEL_ALGO_GCRA:
-            ratel__gcra_refund(r, now_us, cost);
-            break;
-        }
+        now_size = ratel__algo(&r->rule)->refund(r, now_us, cost);
         if (now_size != old)
             memmove(r->p + now_size, tail, (size_t)(buf + end - tail));
         end = end - old + now_size;

@@ -29,13 +29,22 @@ static const struct {
 };
 #define NUNITS (sizeof units / sizeof units[0])
 
-static const char *const algo_names[] = {"sliding", "fixed", "approx", "gcra"};
+static const char *const algo_names[] = {
+#define ALGO_NAME_(NAME, name, number) [number] = #name,
+    RATEL_ALGO_MAP(ALGO_NAME_)
+#undef ALGO_NAME_
+};
 
 const char *ratel_algo_name(ratel_algo_t algo)
 {
     if ((unsigned)algo < sizeof algo_names / sizeof algo_names[0])
         return algo_names[algo];
     return "unknown";
+}
+
+uint64_t ratel_rule_capacity(const ratel_rule_t *rule)
+{
+    return rule->algo == RATEL_ALGO_GCRA ? rule->burst : rule->limit;
 }
 
 /*
@@ -117,7 +126,7 @@ static size_t read_number(const char *text, size_t len, size_t *pos,
 static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
                       char *errbuf, size_t errlen)
 {
-    if ((unsigned)rule->algo > RATEL_ALGO_GCRA)
+    if ((unsigned)rule->algo >= RATEL__ALGOS)
         return rule_error(errbuf, errlen, text, len, "unknown algorithm %d",
                           (int)rule->algo);
     if (rule->limit < 1 || rule->limit > RATEL_LIMIT_MAX)

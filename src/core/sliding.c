@@ -4,9 +4,10 @@
  *
  * The record keeps the admitted events as (time, count) runs, oldest first,
  * times in milliseconds as offsets from a base, and the sum of their counts,
- * so a decision reads only the runs that expire (amortised O(1)). An event at time t counts at
- * instant `now` while t > now - PERIOD. Requests in the same millisecond
- * share a run, so a window holding few distinct instants is exact and tiny.
+ * so a decision reads only the runs that expire (amortised O(1)). An event at
+ * time t counts at instant `now` while t > now - PERIOD. Requests in the same
+ * millisecond share a run, so a window holding few distinct instants is exact
+ * and tiny.
  *
  * Memory is bounded by RATEL_SLIDING_CAP runs. A new event's time is rounded
  * UP to the record's granularity g = 2^shift ms (1 ms, i.e. exact, until the
@@ -77,7 +78,7 @@ static int64_t reset_us(const uint8_t *p, uint32_t period_ms, int64_t now_us)
                : 0;
 }
 
-void ratel__sliding_status(const ratel__record_t *r, int64_t now_us,
+static void sliding_status(const ratel__record_t *r, int64_t now_us,
                            ratel__status_t *st)
 {
     uint32_t drop;
@@ -114,7 +115,7 @@ static int plan_event(const uint8_t *p, int64_t now_ms, uint32_t drop,
     return n == RATEL_SLIDING_CAP ? 2 : 1;
 }
 
-void ratel__sliding_decide(const ratel__record_t *r, int64_t now_us,
+static void sliding_decide(const ratel__record_t *r, int64_t now_us,
                            uint64_t cost, ratel__verdict_t *v)
 {
     const uint8_t *p = r->p;
@@ -199,13 +200,16 @@ static uint32_t coarsen(uint8_t *p, uint32_t *n, uint32_t shift)
     return shift;
 }
 
-size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                             const ratel__verdict_t *v, ratel__status_t *after)
+static size_t sliding_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                             uint64_t cost, const ratel__verdict_t *v,
+                             ratel__status_t *after)
 {
     uint8_t *p = r->p;
     int64_t now_ms = now_us / 1000, base, t;
     uint32_t shift, n;
     int kind = plan_event(p, now_ms, v->drop, &shift);
+
+    (void)at_us;
 
     n = drop_head(p, v->drop);
     if (kind == 2) {
@@ -244,7 +248,7 @@ size_t ratel__sliding_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
     return r->size;
 }
 
-size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
+static size_t sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 {
     uint8_t *p = r->p;
     uint32_t drop, n;
@@ -273,3 +277,76 @@ size_t ratel__sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
     r->size = RATEL__SLIDING_RUNS + (size_t)n * RATEL__RUN_SIZE;
     return r->size;
 }
+
+/*
+ * The runs' offsets strictly increase, no count is zero, the counts sum to
+ * the total (unless `owned`: the core wrote them), and the last run's time
+ * is a valid instant.
+ */
+static int sliding_check(const uint8_t *p, size_t avail,
+                         const ratel_rule_t *rule, ratel__record_t *rec,
+                         int owned)
+{
+    int64_t base;
+    uint32_t nruns;
+    uint64_t total;
+    size_t size;
+
+    (void)rule;
+    if (avail < RATEL__SLIDING_RUNS)
+        return RATEL_ECORRUPT;
+    base = ratel__ld64(p + RATEL__SLIDING_BASE);
+    nruns = ratel__ld16(p + RATEL__SLIDING_NRUNS);
+    total = ratel__ld32(p + RATEL__SLIDING_TOTAL);
+    size = RATEL__SLIDING_RUNS + (size_t)nruns * RATEL__RUN_SIZE;
+    if (nruns > RATEL_SLIDING_CAP || avail < size || !ratel__time_ms_ok(base) ||
+        total > RATEL_LIMIT_MAX || (nruns == 0) != (total == 0))
+        return RATEL_ECORRUPT;
+    if (nruns > 0 && !owned) {
+        /* Branch-free over the runs. */
+        uint32_t prev = run_off(p, 0), bad = run_count(p, 0) == 0;
+        uint64_t sum = run_count(p, 0);
+        for (uint32_t i = 1; i < nruns; i++) {
+            uint32_t off = run_off(p, i), count = run_count(p, i);
+            bad |= (off <= prev) | (count == 0);
+            sum += count;
+            prev = off;
+        }
+        if (bad || sum != total)
+            return RATEL_ECORRUPT;
+    }
+    if (nruns > 0 && !ratel__time_ms_ok(base + run_off(p, nruns - 1)))
+        return RATEL_ECORRUPT;
+    rec->size = size;
+    rec->sum = (int64_t)total;
+    return 0;
+}
+
+static void sliding_locate(ratel__record_t *r)
+{
+    r->size =
+        RATEL__SLIDING_RUNS +
+        (size_t)ratel__ld16(r->p + RATEL__SLIDING_NRUNS) * RATEL__RUN_SIZE;
+    r->sum = ratel__ld32(r->p + RATEL__SLIDING_TOTAL);
+}
+
+static void sliding_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
+{
+    out->runs = ratel__ld16(r->p + RATEL__SLIDING_NRUNS);
+    out->granularity_ms = 1u << r->p[1];
+}
+
+const ratel__algo_t ratel__algo_sliding = {
+    .rule_size = RATEL__RULE_SIZE,
+    .empty_size = RATEL__SLIDING_RUNS,
+    .max_size = RATEL__SLIDING_MAX_SIZE,
+    .max_flags = 30, /* granularity exponent: a window spans < 2^32 ms */
+    .check = sliding_check,
+    .locate = sliding_locate,
+    .status = sliding_status,
+    .decide = sliding_decide,
+    .commit = sliding_commit,
+    .refund = sliding_refund,
+    .convert = ratel__convert_keep,
+    .inspect = sliding_inspect,
+};

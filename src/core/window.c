@@ -50,7 +50,7 @@ static int64_t fixed_count(const ratel__record_t *r, int64_t now_ms,
     return start == *ws ? ratel__ld32(r->p + RATEL__FIXED_COUNT) : 0;
 }
 
-void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
+static void fixed_status(const ratel__record_t *r, int64_t now_us,
                          ratel__status_t *st)
 {
     int64_t ws, count = fixed_count(r, now_us / 1000, &ws);
@@ -59,7 +59,7 @@ void ratel__fixed_status(const ratel__record_t *r, int64_t now_us,
     st->reset_us = count > 0 ? until_us(ws + r->rule.period_ms, now_us) : 0;
 }
 
-void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
+static void fixed_decide(const ratel__record_t *r, int64_t now_us,
                          uint64_t cost, ratel__verdict_t *v)
 {
     int64_t ws, count = fixed_count(r, now_us / 1000, &ws);
@@ -72,24 +72,62 @@ void ratel__fixed_decide(const ratel__record_t *r, int64_t now_us,
     v->retry_us = v->allowed ? 0 : until_us(ws + r->rule.period_ms, now_us);
 }
 
-void ratel__fixed_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                         const ratel__verdict_t *v, ratel__status_t *after)
+static size_t fixed_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                           uint64_t cost, const ratel__verdict_t *v,
+                           ratel__status_t *after)
 {
     int64_t count = v->cur + (int64_t)cost;
+
+    (void)at_us;
     ratel__st64(r->p + RATEL__FIXED_START, v->window_ms);
     ratel__st32(r->p + RATEL__FIXED_COUNT, (uint32_t)count);
     after->used = count;
     after->remaining = count < r->rule.limit ? r->rule.limit - count : 0;
     after->reset_us = until_us(v->window_ms + r->rule.period_ms, now_us);
+    return RATEL__FIXED_SIZE;
 }
 
-void ratel__fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
+static size_t fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 {
     int64_t ws, count = fixed_count(r, now_us / 1000, &ws);
     count -= (int64_t)cost < count ? (int64_t)cost : count;
     ratel__st64(r->p + RATEL__FIXED_START, ws);
     ratel__st32(r->p + RATEL__FIXED_COUNT, (uint32_t)count);
+    return RATEL__FIXED_SIZE;
 }
+
+static int fixed_check(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
+                       ratel__record_t *rec, int owned)
+{
+    (void)rule;
+    (void)owned;
+    if (avail < RATEL__FIXED_SIZE ||
+        !ratel__time_ms_ok(ratel__ld64(p + RATEL__FIXED_START)) ||
+        ratel__ld32(p + RATEL__FIXED_COUNT) > RATEL_LIMIT_MAX)
+        return RATEL_ECORRUPT;
+    rec->size = RATEL__FIXED_SIZE;
+    return 0;
+}
+
+static void fixed_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
+{
+    out->window_start_ms = ratel__ld64(r->p + RATEL__FIXED_START);
+}
+
+const ratel__algo_t ratel__algo_fixed = {
+    .rule_size = RATEL__RULE_SIZE,
+    .empty_size = RATEL__FIXED_SIZE,
+    .max_size = RATEL__FIXED_SIZE,
+    .max_flags = 0,
+    .check = fixed_check,
+    .locate = ratel__locate_fixed_size,
+    .status = fixed_status,
+    .decide = fixed_decide,
+    .commit = fixed_commit,
+    .refund = fixed_refund,
+    .convert = ratel__convert_keep,
+    .inspect = fixed_inspect,
+};
 
 /* ---------------------------------------------------------------- approx */
 
@@ -139,7 +177,7 @@ static int64_t approx_reset_us(const approx_view_t *a, int64_t period,
     return 0;
 }
 
-void ratel__approx_status(const ratel__record_t *r, int64_t now_us,
+static void approx_status(const ratel__record_t *r, int64_t now_us,
                           ratel__status_t *st)
 {
     approx_view_t a;
@@ -174,7 +212,7 @@ static int64_t approx_first_fit(int64_t prev, int64_t need, int64_t limit,
     return e < 0 ? 0 : e;
 }
 
-void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
+static void approx_decide(const ratel__record_t *r, int64_t now_us,
                           uint64_t cost, ratel__verdict_t *v)
 {
     approx_view_t a;
@@ -202,11 +240,14 @@ void ratel__approx_decide(const ratel__record_t *r, int64_t now_us,
     }
 }
 
-void ratel__approx_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
-                          const ratel__verdict_t *v, ratel__status_t *after)
+static size_t approx_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
+                            uint64_t cost, const ratel__verdict_t *v,
+                            ratel__status_t *after)
 {
     approx_view_t a = {v->window_ms, 0, v->cur + (int64_t)cost, v->prev,
                        v->weight};
+
+    (void)at_us;
     ratel__st64(r->p + RATEL__APPROX_START, v->window_ms);
     ratel__st32(r->p + RATEL__APPROX_CUR, (uint32_t)a.cur);
     ratel__st32(r->p + RATEL__APPROX_PREV, (uint32_t)v->prev);
@@ -214,9 +255,10 @@ void ratel__approx_commit(ratel__record_t *r, int64_t now_us, uint64_t cost,
     after->remaining =
         after->used < r->rule.limit ? r->rule.limit - after->used : 0;
     after->reset_us = approx_reset_us(&a, r->rule.period_ms, now_us);
+    return RATEL__APPROX_SIZE;
 }
 
-void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
+static size_t approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 {
     approx_view_t a;
 
@@ -225,4 +267,40 @@ void ratel__approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
     ratel__st64(r->p + RATEL__APPROX_START, a.ws);
     ratel__st32(r->p + RATEL__APPROX_CUR, (uint32_t)a.cur);
     ratel__st32(r->p + RATEL__APPROX_PREV, (uint32_t)a.prev);
+    return RATEL__APPROX_SIZE;
 }
+
+static int approx_check(const uint8_t *p, size_t avail,
+                        const ratel_rule_t *rule, ratel__record_t *rec,
+                        int owned)
+{
+    (void)rule;
+    (void)owned;
+    if (avail < RATEL__APPROX_SIZE ||
+        !ratel__time_ms_ok(ratel__ld64(p + RATEL__APPROX_START)) ||
+        ratel__ld32(p + RATEL__APPROX_CUR) > RATEL_LIMIT_MAX ||
+        ratel__ld32(p + RATEL__APPROX_PREV) > RATEL_LIMIT_MAX)
+        return RATEL_ECORRUPT;
+    rec->size = RATEL__APPROX_SIZE;
+    return 0;
+}
+
+static void approx_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
+{
+    out->window_start_ms = ratel__ld64(r->p + RATEL__APPROX_START);
+}
+
+const ratel__algo_t ratel__algo_approx = {
+    .rule_size = RATEL__RULE_SIZE,
+    .empty_size = RATEL__APPROX_SIZE,
+    .max_size = RATEL__APPROX_SIZE,
+    .max_flags = 0,
+    .check = approx_check,
+    .locate = ratel__locate_fixed_size,
+    .status = approx_status,
+    .decide = approx_decide,
+    .commit = approx_commit,
+    .refund = approx_refund,
+    .convert = ratel__convert_keep,
+    .inspect = approx_inspect,
+};

@@ -617,7 +617,7 @@ static int fail_decide(redis_store_t *s, node_t *nd, const char *key,
         count(&s->fallback_open);
         for (uint32_t i = 0; i < p->nrules; i++) {
             const ratel_rule_t *r = &p->rules[i];
-            int64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+            int64_t cap = (int64_t)ratel_rule_capacity(r);
             if (cap - (int64_t)req->cost < remaining)
                 remaining = cap - (int64_t)req->cost;
         }

@@ -489,7 +489,7 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
         return 0;
     for (uint32_t i = 0; i < policy->nrules; i++) {
         const ratel_rule_t *r = &policy->rules[i];
-        uint64_t cap = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        uint64_t cap = ratel_rule_capacity(r);
         if (op->cost > cap) {
             char text[64];
             ratel_rule_format(r, text, sizeof text);
@@ -847,7 +847,7 @@ static uint64_t capacity_of(const gen_policy_t *p)
     uint64_t cap = UINT64_MAX;
     for (int i = 0; i < p->n; i++) {
         const ratel_rule_t *r = &p->rules[i].rule;
-        uint64_t c = r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+        uint64_t c = ratel_rule_capacity(r);
         if (c < cap)
             cap = c;
     }
