@@ -42,7 +42,8 @@ HTTP_SRC  := $(sort $(wildcard src/http/*.c))
 # client address, main skeleton, strict JSON, RateLimit headers).
 APP_SRC   := $(sort $(wildcard src/app/*.c))
 DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
-LIB_SRC   := $(sort $(wildcard src/core/*.c src/store/*.c))
+# src/tz reads the system's time-zone database for tz=Area/City rules.
+LIB_SRC   := $(sort $(wildcard src/core/*.c src/tz/*.c src/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
 CLI_SRC   := $(sort $(wildcard cli/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
@@ -125,10 +126,12 @@ $(BUILD)/module/%.o: module/%.c $(HEADERS) $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
-# The core again, its public symbols hidden too.
+# The core again, its public symbols hidden too, and without src/tz: the
+# module takes tz offsets as the Lua script does, not zone names
+# (docs/algorithms.md says why).
 $(BUILD)/modcore/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DRATEL_HIDDEN $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
 $(BUILD)/ratel.so: $(MOD_OBJ)
 	$(CC) $(MOD_CFLAGS) -shared -o $@ $^ $(LDLIBS)

@@ -117,16 +117,44 @@ typedef enum ratel_algo_e {
 #undef RATEL_ALGO_ENUM_
 } ratel_algo_t;
 
+/*
+ * A time zone of the system's database (tz=Area/City), loaded once per
+ * process by ratel_rule_parse() and kept for its life. Opaque.
+ */
+typedef struct ratel_zone_s ratel_zone_t;
+
+/* The zone's name, e.g. "Asia/Shanghai". */
+RATEL_API const char *ratel_zone_name(const ratel_zone_t *zone);
+
+/* ratel_rule_t.calendar: how the windows of fixed and approx are placed. */
+#define RATEL_CALENDAR_TZ 0x01u     /* in a zone: tz_offset_s, or `zone` */
+#define RATEL_CALENDAR_WEEKS 0x02u  /* period_ms is whole weeks from Monday */
+#define RATEL_CALENDAR_MONTHS 0x04u /* `months` calendar months; no period_ms */
+/* Offsets of tz=±HH:MM run from -14:00 to +14:00, as the world's do. */
+#define RATEL_TZ_OFFSET_MAX_S 50400
+/* Longest period in calendar months (tz=, 1mo .. 12mo). */
+#define RATEL_MONTHS_MAX 12u
+
 typedef struct ratel_rule_s {
     ratel_algo_t algo;
     uint32_t limit;     /* permits per period, 1..RATEL_LIMIT_MAX */
-    uint32_t period_ms; /* RATEL_PERIOD_MIN_MS..RATEL_PERIOD_MAX_MS */
+    uint32_t period_ms; /* RATEL_PERIOD_MIN_MS..RATEL_PERIOD_MAX_MS; 0 for a
+                           period of months */
     uint32_t burst;     /* gcra bucket depth in permits (= limit unless set);
                            0 for the other algorithms */
+    /*
+     * Calendar windows (fixed and approx only; docs/algorithms.md). All zero:
+     * windows aligned to the Unix epoch in UTC, as rules without them have.
+     */
+    uint32_t calendar;        /* RATEL_CALENDAR_* */
+    uint32_t months;          /* RATEL_CALENDAR_MONTHS: 1..RATEL_MONTHS_MAX */
+    int32_t tz_offset_s;      /* RATEL_CALENDAR_TZ, no zone: east of UTC */
+    const ratel_zone_t *zone; /* RATEL_CALENDAR_TZ: tz=Area/City, else NULL */
 } ratel_rule_t;
 
 /*
- * Parses `text` (`len` bytes, no NUL needed) as LIMIT/PERIOD[:ALGO][,burst=N].
+ * Parses `text` (`len` bytes, no NUL needed) as
+ * LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] (docs/algorithms.md).
  * On error returns RATEL_ERULE and, when errbuf is not NULL, writes a message
  * that quotes the rule and says what is accepted.
  */

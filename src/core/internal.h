@@ -25,6 +25,17 @@
 /* Every record starts with algo(1) flags(1) limit(4) period_ms(4). */
 #define RATEL__RULE_SIZE 10
 #define RATEL__GCRA_RULE_SIZE 14 /* ... burst(4) */
+/*
+ * A rule with a calendar (fixed, approx) sets this bit of the flags byte and
+ * ends its record with the calendar: u8 calendar bits, u8 months, i32 the
+ * offset east of UTC in seconds or, with RATEL__CAL_ZONE, the zone's id.
+ */
+#define RATEL__FLAG_CALENDAR 0x80
+#define RATEL__CAL_SIZE 6
+#define RATEL__CAL_ZONE 0x80 /* with the rule's RATEL_CALENDAR_* bits */
+/* Zones a process can load, and the longest zone name. */
+#define RATEL__ZONES_MAX 1024
+#define RATEL__ZONE_NAME_MAX 64
 
 #define RATEL__SLIDING_BASE 10  /* i64 base_ms */
 #define RATEL__SLIDING_NRUNS 18 /* u16 number of runs */
@@ -110,16 +121,70 @@ static inline int64_t ratel__ceil_div(int64_t a, int64_t b)
 
 /* ----------------------------------------------------------- rule helpers */
 
-/* Two rules are the same rule: same algorithm, limit, period and burst. */
+/* Two rules count the same windows: same algorithm, period and calendar
+   (zones are registered once, so one zone is one pointer). */
+static inline int ratel__rule_same_period(const ratel_rule_t *a,
+                                          const ratel_rule_t *b)
+{
+    return a->algo == b->algo && a->period_ms == b->period_ms &&
+           a->calendar == b->calendar && a->months == b->months &&
+           a->tz_offset_s == b->tz_offset_s && a->zone == b->zone;
+}
+
+/* Two rules are the same rule: the same period, limit and burst. */
 static inline int ratel__rule_equal(const ratel_rule_t *a,
                                     const ratel_rule_t *b)
 {
-    return a->algo == b->algo && a->limit == b->limit &&
-           a->period_ms == b->period_ms && a->burst == b->burst;
+    return ratel__rule_same_period(a, b) && a->limit == b->limit &&
+           a->burst == b->burst;
 }
 
 /* Checks ranges of a rule; 0 or RATEL_ERULE with a message in errbuf. */
 int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen);
+
+/* -------------------------------------------------------------- calendar */
+
+/*
+ * A zone of the tz database, as src/tz builds it: the instants its offset
+ * changes and the offsets between them, through the core's time range (the
+ * zone's rule for future years already unrolled), so that the core only
+ * searches an array.
+ */
+struct ratel_zone_s {
+    char name[RATEL__ZONE_NAME_MAX + 1];
+    uint32_t id;        /* ratel__zone_id(name): how a record names it */
+    uint32_t n;         /* changes */
+    const int64_t *at;  /* n instants (ms), ascending */
+    const int32_t *off; /* n + 1 offsets east of UTC (s): off[i] holds
+                           before at[i], off[n] after the last change */
+};
+
+/* Registers a zone for the life of the process: 0, or RATEL_ERANGE when
+   the registry is full or another zone has its id. */
+int ratel__zone_register(const ratel_zone_t *zone);
+/* The registered zone of that id, or NULL. */
+const ratel_zone_t *ratel__zone_by_id(uint32_t id);
+/* A zone name's id (32-bit FNV-1a). */
+uint32_t ratel__zone_id(const char *name, size_t len);
+/* The zone's offset east of UTC at instant t (ms), in ms. */
+int64_t ratel__zone_offset_ms(const ratel_zone_t *zone, int64_t t);
+
+/* Days from 1970-01-01 to the 1st of month `mi` (year * 12 + month - 1),
+   proleptic Gregorian; mi may lie before 1970. */
+int64_t ratel__days_before_month(int64_t mi);
+
+/* The window [*start, *end) (ms) of a fixed or approx rule holding t. */
+void ratel__window(const ratel_rule_t *rule, int64_t t, int64_t *start,
+                   int64_t *end);
+
+#ifndef RATEL_NO_TZDB
+/*
+ * Loads (once per process) the zone `name` from the system's tz database,
+ * src/tz/tzdb.c. NULL with a reason in `why` if it cannot.
+ */
+const ratel_zone_t *ratel__tzdb_load(const char *name, size_t len, char *why,
+                                     size_t whylen);
+#endif
 
 /* --------------------------------------------------------------- records */
 
@@ -179,7 +244,8 @@ typedef struct ratel__verdict_s {
     uint32_t drop; /* expired runs at the head */
     int64_t total; /* permits counted in the window (unexpired) */
     /* fixed / approx plan */
-    int64_t window_ms; /* current window start */
+    int64_t window_ms;     /* current window start */
+    int64_t window_end_ms; /* and its end */
     int64_t cur, prev; /* counts after moving to that window */
     int64_t weight;    /* approx: weight of prev, in 1/65536 */
 } ratel__verdict_t;
@@ -196,6 +262,8 @@ typedef struct ratel__algo_s {
     size_t max_size;   /* the largest record */
     uint8_t max_flags; /* the largest valid flags byte */
     uint8_t reserves;  /* decides allow_at_us: MAXWAIT can reserve */
+    uint8_t calendar;  /* its windows may follow a calendar (tz=, weeks,
+                          months): fixed-size records, then the calendar */
     /* Validates the fields after the rule of a record for `rule` at p
        (`avail` bytes left in the blob) and locates it in rec (size, sum).
        With `owned` a blob's own writes are trusted (sliding runs). Returns
@@ -259,6 +327,8 @@ static inline void ratel__decide(const ratel__record_t *r, int64_t now_us,
         return;
         RATEL_ALGO_MAP(RATEL__DECIDE_)
 #undef RATEL__DECIDE_
+    default: /* the policy's rules are valid */
+        __builtin_unreachable();
     }
 }
 
@@ -272,6 +342,8 @@ static inline void ratel__status(const ratel__record_t *r, int64_t now_us,
         return;
         RATEL_ALGO_MAP(RATEL__STATUS_)
 #undef RATEL__STATUS_
+    default: /* the policy's rules are valid */
+        __builtin_unreachable();
     }
 }
 
@@ -299,6 +371,8 @@ static inline void ratel__locate(ratel__record_t *r)
         return;
         RATEL_ALGO_MAP(RATEL__LOCATE_)
 #undef RATEL__LOCATE_
+    default: /* the policy's rules are valid */
+        __builtin_unreachable();
     }
 }
 
@@ -309,7 +383,7 @@ static inline int ratel__check(const uint8_t *p, size_t avail,
     switch (rule->algo) {
 #define RATEL__CHECK_(NAME, name, number)                                      \
     case RATEL_ALGO_##NAME:                                                    \
-        return p[1] > ratel__algo_##name.max_flags                             \
+        return (p[1] & ~RATEL__FLAG_CALENDAR) > ratel__algo_##name.max_flags   \
                    ? RATEL_ECORRUPT                                            \
                    : ratel__algo_##name.check(p, avail, rule, rec, owned);
         RATEL_ALGO_MAP(RATEL__CHECK_)
@@ -326,8 +400,22 @@ size_t ratel__convert_keep(const ratel__record_t *from, uint8_t *to,
 /* locate for the algorithms whose records have one size. */
 static inline void ratel__locate_fixed_size(ratel__record_t *r)
 {
-    r->size = ratel__algo(&r->rule)->empty_size;
+    r->size = ratel__algo(&r->rule)->empty_size +
+              (r->rule.calendar ? RATEL__CAL_SIZE : 0);
     r->sum = 0;
+}
+
+/* The bytes of an empty record for `rule`, and of its largest. */
+static inline size_t ratel__record_empty_size(const ratel_rule_t *rule)
+{
+    return ratel__algo(rule)->empty_size +
+           (rule->calendar ? RATEL__CAL_SIZE : 0);
+}
+
+static inline size_t ratel__record_max_size(const ratel_rule_t *rule)
+{
+    return ratel__algo(rule)->max_size +
+           (rule->calendar ? RATEL__CAL_SIZE : 0);
 }
 
 /* The ranges every stored instant in ms must lie in. */

@@ -77,7 +77,7 @@ size_t ratel_policy_state_max(const ratel_policy_t *policy)
 {
     size_t size = RATEL__HEADER_SIZE;
     for (uint32_t i = 0; policy && i < policy->nrules; i++)
-        size += ratel__algo(&policy->rules[i])->max_size;
+        size += ratel__record_max_size(&policy->rules[i]);
     return size;
 }
 
@@ -115,12 +115,12 @@ static size_t convert(const ratel_policy_t *policy, const ratel__record_t *old,
             if (!(used & (1u << j)) && ratel__rule_equal(&old[j].rule, rule))
                 from = (int)j;
         for (uint32_t j = 0; j < nold && from < 0; j++)
-            if (!(used & (1u << j)) && old[j].rule.algo == rule->algo &&
-                old[j].rule.period_ms == rule->period_ms)
+            if (!(used & (1u << j)) &&
+                ratel__rule_same_period(&old[j].rule, rule))
                 from = (int)j;
         if (from < 0) {
             ratel__record_write_empty(out + off, rule);
-            off += ratel__algo(rule)->empty_size;
+            off += ratel__record_empty_size(rule);
             continue;
         }
         used |= 1u << from;
@@ -417,12 +417,12 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
     if (*state_len == 0 && policy->nrules == 1 && req->max_wait_ms == 0 &&
         !(req->flags & RATEL_PEEK) &&
         state_cap >=
-            RATEL__HEADER_SIZE + ratel__algo(&policy->rules[0])->empty_size) {
+            RATEL__HEADER_SIZE + ratel__record_empty_size(&policy->rules[0])) {
         ratel__header_write(state, 1);
         ratel__record_write_empty(state + RATEL__HEADER_SIZE,
                                   &policy->rules[0]);
         *state_len =
-            RATEL__HEADER_SIZE + ratel__algo(&policy->rules[0])->empty_size;
+            RATEL__HEADER_SIZE + ratel__record_empty_size(&policy->rules[0]);
         locate(state, policy, rec);
         /* On ENOBUFS *state_len is the size needed, as everywhere. */
         return finish_one(policy, rec, state_len, state_cap, now_us, req, d);

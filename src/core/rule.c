@@ -1,13 +1,20 @@
 /*
- * rule.c - the rule grammar: parse, format back, explain in words.
+ * rule.c - the rule grammar: parse, check, format back.
  *
- *   rule   = limit "/" period [ ":" algo ] [ "," "burst=" number ]
+ *   rule   = limit "/" period [ ":" algo ] { "," option }
  *   limit  = 1..1000000000
- *   period = [ number ] unit        unit = "ms" | "s" | "m" | "h" | "d"
+ *   period = [ number ] unit
+ *   unit   = "ms" | "s" | "m" | "h" | "d" | "w" | "mo"
  *   algo   = "sliding" | "fixed" | "approx" | "gcra"
+ *   option = "burst=" number                      (gcra)
+ *          | "tz=" ( "UTC" | ("+"|"-") HH [":" MM] | Area/City )
+ *                                                 (fixed, approx)
  *
- * One parser serves the CLI, the daemon's config, the module's arguments and
- * the docs. Errors quote the rule and say what would be accepted.
+ * Weeks and months are calendar periods for fixed and approx (weeks from
+ * Monday 00:00, months from the 1st); for sliding and gcra a week is 7 days
+ * and months are refused. One parser serves the CLI, the daemon's config,
+ * the module's arguments and the docs; lua/rule.lua mirrors it with the same
+ * messages. Errors quote the rule and say what would be accepted.
  */
 #include "internal.h"
 
@@ -15,8 +22,11 @@
 #include <stdio.h>
 
 static const char grammar_hint[] =
-    "expected LIMIT/PERIOD[:ALGO][,burst=N], e.g. 10/1m, 1000/1d:fixed or "
-    "100/1s:gcra,burst=200";
+    "expected LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE], e.g. 10/1m, "
+    "1000/1d:fixed,tz=+08:00 or 100/1s:gcra,burst=200";
+
+#define WEEK_MS 604800000u
+#define MONTHS 0 /* the `ms` of the month unit: months have no fixed length */
 
 static const struct {
     const char *name;
@@ -24,10 +34,14 @@ static const struct {
     const char *word; /* singular, for explain */
 } units[] = {
     /* Longest first where one unit is a prefix of another ("ms", "m"). */
-    {"ms", 1, "millisecond"}, {"s", 1000, "second"},  {"m", 60000, "minute"},
+    {"ms", 1, "millisecond"}, {"mo", MONTHS, "month"},
+    {"s", 1000, "second"},    {"m", 60000, "minute"},
     {"h", 3600000, "hour"},   {"d", 86400000, "day"},
+    {"w", WEEK_MS, "week"},
 };
 #define NUNITS (sizeof units / sizeof units[0])
+#define UNIT_MONTH 1
+#define UNIT_WEEK 6
 
 static const char *const algo_names[] = {
 #define ALGO_NAME_(NAME, name, number) [number] = #name,
@@ -47,11 +61,6 @@ uint64_t ratel_rule_capacity(const ratel_rule_t *rule)
     return rule->algo == RATEL_ALGO_GCRA ? rule->burst : rule->limit;
 }
 
-/*
- * Writes `rule "TEXT": REASON; HINT` into errbuf. The rule text is quoted
- * with non-printable bytes escaped and cut at 64 bytes, so hostile input
- * cannot flood a log line.
- */
 /*
  * Writes up to `max` bytes of text into out (at least 4 * max + 4 bytes),
  * escaping quotes, backslashes and every byte that is not printable ASCII,
@@ -77,6 +86,11 @@ static void quote_into(char *out, size_t size, const char *text, size_t len,
     out[q] = '\0';
 }
 
+/*
+ * Writes `rule "TEXT": REASON; HINT` into errbuf. The rule text is quoted
+ * with non-printable bytes escaped and cut at 64 bytes, so hostile input
+ * cannot flood a log line.
+ */
 static int rule_error(char *errbuf, size_t errlen, const char *text, size_t len,
                       const char *fmt, ...)
 {
@@ -119,6 +133,41 @@ static size_t read_number(const char *text, size_t len, size_t *pos,
     return *pos - start;
 }
 
+/* The calendar checks of check_rule: the reason, or NULL if valid. */
+static const char *calendar_fault(const ratel_rule_t *rule)
+{
+    uint32_t cal = rule->calendar;
+
+    if (cal & ~(RATEL_CALENDAR_TZ | RATEL_CALENDAR_WEEKS |
+                RATEL_CALENDAR_MONTHS))
+        return "unknown calendar bits";
+    if (cal && !ratel__algos[rule->algo]->calendar)
+        return cal & RATEL_CALENDAR_MONTHS
+                   ? "months are calendar periods: use :fixed or :approx "
+                     "(e.g. 1000/1mo:fixed)"
+                   : "tz applies to the window algorithms, :fixed and "
+                     ":approx";
+    if (cal & RATEL_CALENDAR_MONTHS) {
+        if (rule->months < 1 || rule->months > RATEL_MONTHS_MAX ||
+            rule->period_ms != 0 || (cal & RATEL_CALENDAR_WEEKS))
+            return "a period of months must be from 1mo to 12mo";
+    } else if (rule->months != 0 ||
+               rule->period_ms < RATEL_PERIOD_MIN_MS ||
+               rule->period_ms > RATEL_PERIOD_MAX_MS) {
+        return "period must be from 1ms to 30d";
+    }
+    if ((cal & RATEL_CALENDAR_WEEKS) && rule->period_ms % WEEK_MS != 0)
+        return "a period of weeks must be whole weeks";
+    if (!(cal & RATEL_CALENDAR_TZ) && (rule->zone || rule->tz_offset_s))
+        return "a zone without tz";
+    if (rule->zone ? rule->tz_offset_s != 0
+                   : rule->tz_offset_s % 60 != 0 ||
+                         rule->tz_offset_s < -RATEL_TZ_OFFSET_MAX_S ||
+                         rule->tz_offset_s > RATEL_TZ_OFFSET_MAX_S)
+        return "tz offsets run from -14:00 to +14:00 in whole minutes";
+    return NULL;
+}
+
 /*
  * Range checks shared by the parser (which quotes the user's text) and
  * ratel__rule_check (which quotes the rule's canonical form).
@@ -126,16 +175,16 @@ static size_t read_number(const char *text, size_t len, size_t *pos,
 static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
                       char *errbuf, size_t errlen)
 {
+    const char *fault;
+
     if ((unsigned)rule->algo >= RATEL__ALGOS)
         return rule_error(errbuf, errlen, text, len, "unknown algorithm %d",
                           (int)rule->algo);
     if (rule->limit < 1 || rule->limit > RATEL_LIMIT_MAX)
         return rule_error(errbuf, errlen, text, len,
                           "limit must be from 1 to %u", RATEL_LIMIT_MAX);
-    if (rule->period_ms < RATEL_PERIOD_MIN_MS ||
-        rule->period_ms > RATEL_PERIOD_MAX_MS)
-        return rule_error(errbuf, errlen, text, len,
-                          "period must be from 1ms to 30d");
+    if ((fault = calendar_fault(rule)) != NULL)
+        return rule_error(errbuf, errlen, text, len, "%s", fault);
     if (rule->algo == RATEL_ALGO_GCRA) {
         if (rule->burst < 1 || rule->burst > RATEL_LIMIT_MAX)
             return rule_error(errbuf, errlen, text, len,
@@ -156,11 +205,11 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
 
 int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen)
 {
-    char text[64];
+    char text[128];
     if (!errbuf || errlen == 0) /* validation only: no message to format */
         return check_rule(rule, "", 0, NULL, 0);
     int n = ratel_rule_format(rule, text, sizeof text);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : 63;
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : 127;
     return check_rule(rule, text, len, errbuf, errlen);
 }
 
@@ -169,38 +218,52 @@ static int is_letter(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* What the parser has read of a rule before it builds it. */
+typedef struct parsed_s {
+    uint64_t limit;
+    uint64_t count; /* of the period's unit */
+    size_t unit;    /* index in units[] */
+    ratel_algo_t algo;
+    uint64_t burst; /* 0: not given */
+    int have_tz;
+    int32_t tz_offset_s;
+    const ratel_zone_t *zone;
+} parsed_t;
+
 /*
- * PERIOD at text[*pos]: an optional count and a unit (a bare unit means
- * one of it). Returns 0 with the period in *period_ms and *pos past it,
- * or RATEL_ERULE with the message.
+ * PERIOD at text[*at]: an optional count and a unit (a bare unit means one
+ * of it). Returns 0 with *at past it, or RATEL_ERULE with the message.
  */
-static int read_period(const char *text, size_t len, size_t *at,
-                       uint32_t *period_ms, char *errbuf, size_t errlen)
+static int read_period(const char *text, size_t len, size_t *at, parsed_t *pr,
+                       char *errbuf, size_t errlen)
 {
     size_t pos = *at, digits, ustart;
-    uint64_t count = 1;
-    uint32_t unit_ms = 0;
     int overflow;
 
-    digits =
-        read_number(text, len, &pos, RATEL_PERIOD_MAX_MS, &count, &overflow);
+    digits = read_number(text, len, &pos, RATEL_PERIOD_MAX_MS, &pr->count,
+                         &overflow);
     if (digits == 0)
-        count = 1; /* a bare unit means one of it */
+        pr->count = 1; /* a bare unit means one of it */
     if (overflow)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be from 1ms to 30d");
     ustart = pos;
-    for (size_t u = 0; u < NUNITS; u++) {
+    pr->unit = NUNITS;
+    for (size_t u = 0; u < NUNITS && pr->unit == NUNITS; u++) {
         size_t ulen = strlen(units[u].name);
         if (len - pos >= ulen && memcmp(text + pos, units[u].name, ulen) == 0) {
-            unit_ms = units[u].ms;
+            pr->unit = u;
             pos += ulen;
-            break;
         }
     }
-    if (unit_ms == 0)
+    if (pr->unit == NUNITS)
         return rule_error(errbuf, errlen, text, len,
-                          "PERIOD needs a unit: ms, s, m, h or d");
+                          "PERIOD needs a unit: ms, s, m, h, d, w or mo");
     if (pos < len && is_letter(text[pos])) {
         /* "20/minute", "1/sec": a word, not one of the units. */
         char word[16 * 4 + 8];
@@ -209,156 +272,365 @@ static int read_period(const char *text, size_t len, size_t *at,
             end++;
         quote_into(word, sizeof word, text + ustart, end - ustart, 16);
         return rule_error(errbuf, errlen, text, len,
-                          "unknown unit \"%s\"; the units are ms, s, m, h "
-                          "and d (e.g. 20/1m, 20/60s)",
+                          "unknown unit \"%s\"; the units are ms, s, m, h, "
+                          "d, w and mo (e.g. 20/1m, 20/60s)",
                           word);
     }
-    if (count == 0)
+    if (pr->count == 0)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be at least 1ms");
-    if (count * unit_ms > RATEL_PERIOD_MAX_MS)
+    if (pr->unit == UNIT_MONTH ? pr->count > RATEL_MONTHS_MAX
+                               : pr->count * units[pr->unit].ms >
+                                     RATEL_PERIOD_MAX_MS)
         return rule_error(errbuf, errlen, text, len,
-                          "PERIOD must be at most 30d");
-
-    *period_ms = (uint32_t)(count * unit_ms);
+                          pr->unit == UNIT_MONTH
+                              ? "a period of months must be from 1mo to 12mo"
+                              : "PERIOD must be at most 30d");
     *at = pos;
     return 0;
 }
 
+/* ":ALGO" at text[*at], if there. */
+static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
+                     char *errbuf, size_t errlen)
+{
+    size_t start = *at + 1, pos = start, a;
+    char name[32 * 4 + 8];
+
+    pr->algo = RATEL_ALGO_SLIDING;
+    if (*at >= len || text[*at] != ':')
+        return 0;
+    while (pos < len && text[pos] != ',')
+        pos++;
+    *at = pos;
+    for (a = 0; a < RATEL__ALGOS; a++)
+        if (strlen(algo_names[a]) == pos - start &&
+            memcmp(text + start, algo_names[a], pos - start) == 0) {
+            pr->algo = (ratel_algo_t)a;
+            return 0;
+        }
+    quote_into(name, sizeof name, text + start, pos - start, 32);
+    return rule_error(errbuf, errlen, text, len,
+                      "unknown algorithm \"%s\" (use sliding, fixed, approx "
+                      "or gcra)",
+                      name);
+}
+
+/* burst=N: the value at text[*at]. */
+static int read_burst(const char *text, size_t len, size_t *at, parsed_t *pr,
+                      char *errbuf, size_t errlen)
+{
+    size_t digits;
+    int overflow;
+
+    if (pr->burst)
+        return rule_error(errbuf, errlen, text, len, "burst is given twice");
+    digits =
+        read_number(text, len, at, RATEL_LIMIT_MAX, &pr->burst, &overflow);
+    if (digits == 0 || overflow || pr->burst == 0)
+        return rule_error(errbuf, errlen, text, len,
+                          "burst must be a whole number from 1 to %u",
+                          RATEL_LIMIT_MAX);
+    return 0;
+}
+
+/* ±HH[:MM] in v (n bytes) as seconds east of UTC; -1 if it is not one. */
+static int32_t tz_offset_of(const char *v, size_t n)
+{
+    int32_t h, m = 0, s;
+
+    if ((n != 3 && n != 6) || (v[0] != '+' && v[0] != '-') ||
+        !is_digit(v[1]) || !is_digit(v[2]) ||
+        (n == 6 && (v[3] != ':' || !is_digit(v[4]) || !is_digit(v[5]))))
+        return -1;
+    h = (v[1] - '0') * 10 + (v[2] - '0');
+    if (n == 6)
+        m = (v[4] - '0') * 10 + (v[5] - '0');
+    s = h * 3600 + m * 60;
+    if (m > 59 || s > RATEL_TZ_OFFSET_MAX_S)
+        return -1;
+    return v[0] == '-' ? -s : s;
+}
+
+/* Whether v (n bytes) can be a zone name: Area/City letters, digits, _+-. */
+static int zone_name_ok(const char *v, size_t n)
+{
+    if (n < 1 || n > RATEL__ZONE_NAME_MAX || !is_letter(v[0]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!is_letter(v[i]) && !is_digit(v[i]) && !strchr("/_+-.", v[i]))
+            return 0;
+        else if (v[i] == '.' && i + 1 < n && v[i + 1] == '.')
+            return 0; /* never a path out of the database */
+    return 1;
+}
+
+/* tz=ZONE: the value at text[*at], up to the next ',' or the end. */
+static int read_tz(const char *text, size_t len, size_t *at, parsed_t *pr,
+                   char *errbuf, size_t errlen)
+{
+    const char *v = text + *at;
+    size_t n = 0;
+    char why[160];
+
+    while (*at + n < len && v[n] != ',')
+        n++;
+    *at += n;
+    if (pr->have_tz)
+        return rule_error(errbuf, errlen, text, len, "tz is given twice");
+    pr->have_tz = 1;
+    if (n == 3 && memcmp(v, "UTC", 3) == 0)
+        return 0;
+    if (n > 0 && (v[0] == '+' || v[0] == '-')) {
+        if ((pr->tz_offset_s = tz_offset_of(v, n)) != -1)
+            return 0;
+        return rule_error(errbuf, errlen, text, len,
+                          "tz offsets are +HH:MM or -HH:MM, from -14:00 to "
+                          "+14:00 (e.g. tz=+08:00)");
+    }
+    if (!zone_name_ok(v, n))
+        return rule_error(errbuf, errlen, text, len,
+                          "tz must be UTC, an offset (tz=+08:00) or a zone "
+                          "name (tz=Asia/Shanghai)");
+#ifdef RATEL_NO_TZDB
+    (void)why;
+    return rule_error(errbuf, errlen, text, len,
+                      "zone names need the system's time-zone database, "
+                      "which the Redis module and the Lua script do not "
+                      "read: give the offset (e.g. tz=+08:00)");
+#else
+    if ((pr->zone = ratel__tzdb_load(v, n, why, sizeof why)) == NULL)
+        return rule_error(errbuf, errlen, text, len, "%s", why);
+    return 0;
+#endif
+}
+
+/* The options after the algorithm: name, reader. */
+static const struct {
+    const char *name;
+    int (*read)(const char *text, size_t len, size_t *at, parsed_t *pr,
+                char *errbuf, size_t errlen);
+} options[] = {
+    {"burst=", read_burst},
+    {"tz=", read_tz},
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+/* { "," option } at text[*at]. */
+static int read_options(const char *text, size_t len, size_t *at,
+                        parsed_t *pr, char *errbuf, size_t errlen)
+{
+    while (*at < len && text[*at] == ',') {
+        size_t o, pos = *at + 1;
+        for (o = 0; o < NOPTIONS; o++) {
+            size_t n = strlen(options[o].name);
+            if (len - pos >= n && memcmp(text + pos, options[o].name, n) == 0)
+                break;
+        }
+        if (o == NOPTIONS)
+            return rule_error(errbuf, errlen, text, len,
+                              "unknown option at byte %zu (the options are "
+                              "burst=N, for gcra, and tz=ZONE, for fixed and "
+                              "approx)",
+                              pos + 1);
+        *at = pos + strlen(options[o].name);
+        if (options[o].read(text, len, at, pr, errbuf, errlen) != 0)
+            return RATEL_ERULE;
+    }
+    return 0;
+}
+
+/* The rule `pr` describes, checked; the messages quote `text`. */
+static int build_rule(const parsed_t *pr, const char *text, size_t len,
+                      ratel_rule_t *rule, char *errbuf, size_t errlen)
+{
+    int windows = ratel__algos[pr->algo]->calendar;
+
+    memset(rule, 0, sizeof *rule);
+    rule->algo = pr->algo;
+    rule->limit = (uint32_t)pr->limit;
+    if (pr->burst && pr->algo != RATEL_ALGO_GCRA)
+        return rule_error(errbuf, errlen, text, len,
+                          "burst applies to gcra rules only (add :gcra)");
+    if (pr->unit == UNIT_MONTH) {
+        rule->calendar = RATEL_CALENDAR_MONTHS;
+        rule->months = (uint32_t)pr->count;
+    } else {
+        rule->period_ms = (uint32_t)(pr->count * units[pr->unit].ms);
+        if (pr->unit == UNIT_WEEK && windows)
+            rule->calendar = RATEL_CALENDAR_WEEKS;
+    }
+    if (pr->have_tz) {
+        rule->calendar |= RATEL_CALENDAR_TZ;
+        rule->tz_offset_s = pr->zone ? 0 : pr->tz_offset_s;
+        rule->zone = pr->zone;
+    }
+    if (pr->algo == RATEL_ALGO_GCRA)
+        rule->burst = pr->burst ? (uint32_t)pr->burst : rule->limit;
+    return check_rule(rule, text, len, errbuf, errlen);
+}
 
 int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
                      char *errbuf, size_t errlen)
 {
     size_t pos = 0, digits;
-    uint64_t limit, burst = 0;
-    uint32_t period_ms = 0;
-    int overflow, have_burst = 0;
+    int overflow;
+    parsed_t pr;
     ratel_rule_t rule;
 
     if (!text || !out)
         return rule_error(errbuf, errlen, "", 0, "no rule given");
     if (len == 0)
         return rule_error(errbuf, errlen, text, len, "empty rule");
-
-    digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &limit, &overflow);
+    memset(&pr, 0, sizeof pr);
+    digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &pr.limit,
+                         &overflow);
     if (digits == 0)
         return rule_error(errbuf, errlen, text, len,
                           "LIMIT must be a whole number from 1 to %u",
                           RATEL_LIMIT_MAX);
-    if (overflow || limit == 0)
+    if (overflow || pr.limit == 0)
         return rule_error(errbuf, errlen, text, len,
                           "LIMIT must be from 1 to %u", RATEL_LIMIT_MAX);
     if (pos >= len || text[pos] != '/')
         return rule_error(errbuf, errlen, text, len,
                           "expected '/' after the limit");
     pos++;
-
-    if (read_period(text, len, &pos, &period_ms, errbuf, errlen) != 0)
+    if (read_period(text, len, &pos, &pr, errbuf, errlen) != 0 ||
+        read_algo(text, len, &pos, &pr, errbuf, errlen) != 0 ||
+        read_options(text, len, &pos, &pr, errbuf, errlen) != 0)
         return RATEL_ERULE;
-
-    rule.algo = RATEL_ALGO_SLIDING;
-    if (pos < len && text[pos] == ':') {
-        size_t start = ++pos;
-        int found = 0;
-        while (pos < len && text[pos] != ',')
-            pos++;
-        for (size_t a = 0; a < sizeof algo_names / sizeof algo_names[0]; a++) {
-            if (strlen(algo_names[a]) == pos - start &&
-                memcmp(text + start, algo_names[a], pos - start) == 0) {
-                rule.algo = (ratel_algo_t)a;
-                found = 1;
-            }
-        }
-        if (!found) {
-            char name[32 * 4 + 8];
-            quote_into(name, sizeof name, text + start, pos - start, 32);
-            return rule_error(errbuf, errlen, text, len,
-                              "unknown algorithm \"%s\" (use sliding, "
-                              "fixed, approx or gcra)",
-                              name);
-        }
-    }
-    while (pos < len && text[pos] == ',') {
-        static const char opt[] = "burst=";
-        pos++;
-        if (len - pos < sizeof opt - 1 ||
-            memcmp(text + pos, opt, sizeof opt - 1) != 0)
-            return rule_error(errbuf, errlen, text, len,
-                              "unknown option at byte %zu (the only option "
-                              "is burst=N, for gcra)",
-                              pos + 1);
-        if (have_burst)
-            return rule_error(errbuf, errlen, text, len,
-                              "burst is given twice");
-        pos += sizeof opt - 1;
-        digits =
-            read_number(text, len, &pos, RATEL_LIMIT_MAX, &burst, &overflow);
-        if (digits == 0 || overflow || burst == 0)
-            return rule_error(errbuf, errlen, text, len,
-                              "burst must be a whole number from 1 to %u",
-                              RATEL_LIMIT_MAX);
-        have_burst = 1;
-    }
     if (pos < len) {
         char rest[16 * 4 + 8];
         quote_into(rest, sizeof rest, text + pos, len - pos, 16);
         return rule_error(errbuf, errlen, text, len,
                           "unexpected \"%s\" at byte %zu", rest, pos + 1);
     }
-    if (have_burst && rule.algo != RATEL_ALGO_GCRA)
-        return rule_error(errbuf, errlen, text, len,
-                          "burst applies to gcra rules only (add :gcra)");
-
-    rule.limit = (uint32_t)limit;
-    rule.period_ms = period_ms;
-    rule.burst = rule.algo == RATEL_ALGO_GCRA
-                     ? (have_burst ? (uint32_t)burst : rule.limit)
-                     : 0;
-    if (check_rule(&rule, text, len, errbuf, errlen) != 0)
+    if (build_rule(&pr, text, len, &rule, errbuf, errlen) != 0)
         return RATEL_ERULE;
     *out = rule;
     return 0;
 }
 
-/* The largest unit that divides `period_ms` exactly, as an index. */
-static size_t best_unit(uint32_t period_ms)
+/* The largest unit that divides `period_ms` exactly, as an index; weeks
+   only for a calendar of weeks (7d:fixed is aligned to the epoch). */
+static size_t best_unit(const ratel_rule_t *rule)
 {
+    uint32_t period_ms = rule->period_ms ? rule->period_ms : 1;
     size_t best = 0;
+
+    if (rule->calendar & RATEL_CALENDAR_MONTHS)
+        return UNIT_MONTH;
     for (size_t u = 0; u < NUNITS; u++)
-        if (period_ms % units[u].ms == 0)
+        if (units[u].ms != MONTHS && period_ms % units[u].ms == 0 &&
+            (u != UNIT_WEEK || (rule->calendar & RATEL_CALENDAR_WEEKS)))
             best = u;
     return best;
 }
 
+/* The count of the rule's period in its best unit. */
+static uint32_t period_count(const ratel_rule_t *rule, size_t u)
+{
+    return u == UNIT_MONTH ? rule->months : rule->period_ms / units[u].ms;
+}
+
+/* "+08:00", "-03:30", or the zone's name: the value of tz=. */
+static void tz_text(const ratel_rule_t *rule, char *buf, size_t buflen)
+{
+    int32_t s = rule->tz_offset_s, a = s < 0 ? -s : s;
+
+    if (rule->zone)
+        snprintf(buf, buflen, "%s", rule->zone->name);
+    else
+        snprintf(buf, buflen, "%c%02d:%02d", s < 0 ? '-' : '+', a / 3600,
+                 a / 60 % 60);
+}
+
 int ratel_rule_format(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    size_t u = best_unit(rule->period_ms ? rule->period_ms : 1);
-    char algo[24] = "", burst[24] = "";
+    size_t u = best_unit(rule);
+    char algo[24] = "", burst[24] = "", tz[8 + RATEL__ZONE_NAME_MAX] = "";
 
     if (rule->algo != RATEL_ALGO_SLIDING)
         snprintf(algo, sizeof algo, ":%s", ratel_algo_name(rule->algo));
     if (rule->algo == RATEL_ALGO_GCRA && rule->burst != rule->limit)
         snprintf(burst, sizeof burst, ",burst=%u", rule->burst);
-    return snprintf(buf, buflen, "%u/%u%s%s%s", rule->limit,
-                    rule->period_ms / units[u].ms, units[u].name, algo, burst);
+    if (rule->calendar & RATEL_CALENDAR_TZ) {
+        memcpy(tz, ",tz=", 4);
+        tz_text(rule, tz + 4, sizeof tz - 4);
+    }
+    return snprintf(buf, buflen, "%u/%u%s%s%s%s", rule->limit,
+                    period_count(rule, u), units[u].name, algo, burst, tz);
 }
 
-/* "1-hour", "90-second", "500-millisecond": the period as an adjective. */
-static void period_words(uint32_t period_ms, char *buf, size_t buflen)
+/* "1-hour", "90-second", "3-month": the period as an adjective. */
+static void period_words(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    size_t u = best_unit(period_ms ? period_ms : 1);
-    snprintf(buf, buflen, "%u-%s", period_ms / units[u].ms, units[u].word);
+    size_t u = best_unit(rule);
+    snprintf(buf, buflen, "%u-%s", period_count(rule, u), units[u].word);
 }
 
 /* "hour", "90 seconds": the period as a noun, for "N requests per ...". */
-static void period_noun(uint32_t period_ms, char *buf, size_t buflen)
+static void period_noun(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    size_t u = best_unit(period_ms ? period_ms : 1);
-    uint32_t n = period_ms / units[u].ms;
+    size_t u = best_unit(rule);
+    uint32_t n = period_count(rule, u);
     if (n == 1)
         snprintf(buf, buflen, "%s", units[u].word);
     else
         snprintf(buf, buflen, "%u %ss", n, units[u].word);
+}
+
+/* "January, April, July and October": the months a window of n months
+   (n divides 12) starts in. */
+static void month_list(uint32_t n, char *buf, size_t buflen)
+{
+    static const char *const names[12] = {
+        "January", "February", "March",     "April",   "May",      "June",
+        "July",    "August",   "September", "October", "November", "December"};
+    size_t q = 0;
+
+    buf[0] = '\0';
+    for (uint32_t m = 0; m < 12 && q < buflen; m += n)
+        q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
+                              m == 0 ? "" : m + n >= 12 ? " and " : ", ",
+                              names[m]);
+}
+
+/* Where the windows of a fixed or approx rule start, in its clock:
+   "resetting at 00:00 UTC+08:00", "resetting on Mondays at 00:00 UTC". */
+static void reset_words(const ratel_rule_t *rule, char *buf, size_t buflen)
+{
+    const uint32_t day = 86400000u, p = rule->period_ms;
+    char clock[16 + RATEL__ZONE_NAME_MAX] = "UTC", list[96], every[48];
+
+    if (rule->zone)
+        snprintf(clock, sizeof clock, "%s time", rule->zone->name);
+    else if (rule->tz_offset_s != 0)
+        tz_text(rule, clock + 3, sizeof clock - 3);
+    period_noun(rule, every, sizeof every);
+    if ((rule->calendar & RATEL_CALENDAR_MONTHS) && 12 % rule->months == 0) {
+        month_list(rule->months, list, sizeof list);
+        snprintf(buf, buflen, "resetting on the 1st of %s at 00:00 %s",
+                 rule->months == 1 ? "every month" : list, clock);
+    } else if (rule->calendar & RATEL_CALENDAR_MONTHS) {
+        snprintf(buf, buflen,
+                 "resetting on the 1st at 00:00 %s every %s, counted from "
+                 "January 1970",
+                 clock, every);
+    } else if (rule->calendar & RATEL_CALENDAR_WEEKS) {
+        snprintf(buf, buflen, "resetting on %s at 00:00 %s%s",
+                 p == 604800000u ? "Mondays" : "a Monday", clock,
+                 p == 604800000u ? "" : ", counted from 1970-01-05");
+    } else if (p == day) {
+        snprintf(buf, buflen, "resetting at midnight, 00:00 %s", clock);
+    } else if (day % p == 0) {
+        snprintf(buf, buflen, "resetting at 00:00 %s and every %s after it",
+                 clock, every);
+    } else {
+        snprintf(buf, buflen, "resetting every %s, counted from 1970-01-01 "
+                 "00:00 %s", every, clock);
+    }
 }
 
 /* A duration in microseconds as "6 minutes", "1.5 seconds", "250 us". */
@@ -385,27 +657,28 @@ static void duration_words(double us, char *buf, size_t buflen)
 
 int ratel_rule_explain(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    char period[48], interval[48];
+    char period[48], interval[48], reset[200];
     const char *req = rule->limit == 1 ? "request" : "requests";
 
-    period_words(rule->period_ms, period, sizeof period);
+    period_words(rule, period, sizeof period);
+    reset_words(rule, reset, sizeof reset);
     switch (rule->algo) {
     case RATEL_ALGO_SLIDING:
         return snprintf(buf, buflen, "at most %u %s in any %s window",
                         rule->limit, req, period);
     case RATEL_ALGO_FIXED:
         return snprintf(buf, buflen,
-                        "at most %u %s per %s window aligned to the clock "
-                        "(up to %llu across a window boundary)",
-                        rule->limit, req, period,
+                        "at most %u %s per %s window, %s (up to %llu across "
+                        "a window boundary)",
+                        rule->limit, req, period, reset,
                         2ull * (unsigned long long)rule->limit);
     case RATEL_ALGO_APPROX:
         return snprintf(buf, buflen,
                         "about %u %s in any %s window, estimated from the "
-                        "counts of two fixed windows",
-                        rule->limit, req, period);
+                        "counts of two fixed windows %s",
+                        rule->limit, req, period, reset);
     case RATEL_ALGO_GCRA:
-        period_noun(rule->period_ms, period, sizeof period);
+        period_noun(rule, period, sizeof period);
         duration_words((double)rule->period_ms * 1000.0 / rule->limit, interval,
                        sizeof interval);
         return snprintf(buf, buflen,

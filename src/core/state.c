@@ -25,6 +25,39 @@ const ratel__algo_t *const ratel__algos[RATEL__ALGOS] = {
 #undef ALGO_ENTRY_
 };
 
+/* The calendar that ends the record of `rule` (RATEL__CAL_SIZE bytes). */
+static void calendar_write(uint8_t *c, const ratel_rule_t *rule)
+{
+    c[0] = (uint8_t)(rule->calendar | (rule->zone ? RATEL__CAL_ZONE : 0));
+    c[1] = (uint8_t)rule->months;
+    ratel__st32(c + 2, rule->zone ? rule->zone->id
+                                  : (uint32_t)rule->tz_offset_s);
+}
+
+/* Reads the calendar of the record at p into `rule` (none without the
+   flag). RATEL_ECORRUPT for a zone this process has not loaded. */
+static int calendar_read(const uint8_t *p, size_t avail, ratel_rule_t *rule)
+{
+    const ratel__algo_t *a = ratel__algo(rule);
+    const uint8_t *c = p + a->empty_size;
+
+    rule->calendar = rule->months = 0;
+    rule->tz_offset_s = 0;
+    rule->zone = NULL;
+    if (!(p[1] & RATEL__FLAG_CALENDAR))
+        return 0;
+    if (!a->calendar || avail < a->empty_size + RATEL__CAL_SIZE)
+        return RATEL_ECORRUPT;
+    rule->calendar = c[0] & (uint8_t)~RATEL__CAL_ZONE;
+    rule->months = c[1];
+    if (c[0] & RATEL__CAL_ZONE)
+        return (rule->zone = ratel__zone_by_id(ratel__ld32(c + 2))) != NULL
+                   ? 0
+                   : RATEL_ECORRUPT;
+    rule->tz_offset_s = (int32_t)ratel__ld32(c + 2);
+    return 0;
+}
+
 void ratel__record_write_empty(uint8_t *p, const ratel_rule_t *rule)
 {
     const ratel__algo_t *a = ratel__algo(rule);
@@ -35,6 +68,10 @@ void ratel__record_write_empty(uint8_t *p, const ratel_rule_t *rule)
     ratel__st32(p + 6, rule->period_ms);
     if (a->rule_size > RATEL__RULE_SIZE)
         ratel__st32(p + 10, rule->burst);
+    if (rule->calendar) {
+        p[1] = RATEL__FLAG_CALENDAR;
+        calendar_write(p + a->empty_size, rule);
+    }
 }
 
 size_t ratel__convert_keep(const ratel__record_t *from, uint8_t *to,
@@ -55,8 +92,17 @@ static int check_fields(uint8_t *p, size_t avail, const ratel_rule_t *rule,
                         ratel__record_t *rec, int owned)
 {
     rec->sum = 0;
-    if (ratel__check(p, avail, rule, rec, owned) != 0)
+    if (!(p[1] & RATEL__FLAG_CALENDAR) != !rule->calendar ||
+        ratel__check(p, avail, rule, rec, owned) != 0)
         return RATEL_ECORRUPT;
+    if (rule->calendar) {
+        uint8_t c[RATEL__CAL_SIZE];
+        calendar_write(c, rule);
+        if (avail - rec->size < RATEL__CAL_SIZE ||
+            memcmp(p + rec->size, c, RATEL__CAL_SIZE) != 0)
+            return RATEL_ECORRUPT;
+        rec->size += RATEL__CAL_SIZE;
+    }
     rec->p = p;
     return 0;
 }
@@ -79,7 +125,8 @@ static int parse_record(uint8_t *p, size_t avail, ratel__record_t *rec)
     rule->burst = ratel__algo(rule)->rule_size > RATEL__RULE_SIZE
                       ? ratel__ld32(p + 10)
                       : 0;
-    if (ratel__rule_check(rule, NULL, 0) != 0)
+    if (calendar_read(p, avail, rule) != 0 ||
+        ratel__rule_check(rule, NULL, 0) != 0)
         return RATEL_ECORRUPT;
     return check_fields(p, avail, rule, rec, 0);
 }

@@ -66,7 +66,7 @@ TEST(rule_parse_spelt_out_unit_names_the_units)
         CHECK_EQ(parse(words[i][0], &r, err, sizeof err), RATEL_ERULE);
         CHECK(strstr(err, "unknown unit ") != NULL);
         CHECK(strstr(err, words[i][1]) != NULL);
-        CHECK(strstr(err, "ms, s, m, h and d") != NULL);
+        CHECK(strstr(err, "ms, s, m, h, d, w and mo") != NULL);
     }
 }
 
@@ -102,6 +102,30 @@ TEST(rule_parse_malformed_names_rule_and_grammar)
         "1e3/1s",
         "10/99999999999999999ms",
         "10/1s:gcra,burst=99999999999999999999",
+        /* calendars: hostile zones and offsets, months and weeks misused */
+        "10/1d:fixed,tz=",
+        "10/1d:fixed,tz=+",
+        "10/1d:fixed,tz=+8",
+        "10/1d:fixed,tz=+08:0",
+        "10/1d:fixed,tz=+08:60",
+        "10/1d:fixed,tz=+14:01",
+        "10/1d:fixed,tz=-15:00",
+        "10/1d:fixed,tz=08:00",
+        "10/1d:fixed,tz=utc",
+        "10/1d:fixed,tz=Mars/Olympus_Mons",
+        "10/1d:fixed,tz=../../../etc/passwd",
+        "10/1d:fixed,tz=/etc/passwd",
+        "10/1d:fixed,tz=Europe/../../etc/passwd",
+        "10/1d:fixed,tz=Asia",
+        "10/1d:fixed,tz=right/UTC",
+        "10/1d:fixed,tz=+08:00,tz=+08:00",
+        "10/1d,tz=+08:00",
+        "10/1d:gcra,tz=+08:00",
+        "10/1mo",
+        "10/1mo:gcra",
+        "10/0mo:fixed",
+        "10/13mo:fixed",
+        "10/5w:fixed",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ratel_rule_t r;
@@ -146,6 +170,34 @@ TEST(rule_parse_hostile_bytes_are_escaped)
     CHECK_EQ(ratel_rule_parse("10/1s", 5, &r, NULL, 0), 0);
 }
 
+/* The same rule, field by field (padding is not compared). */
+static int same_rule(const ratel_rule_t *a, const ratel_rule_t *b)
+{
+    return a->algo == b->algo && a->limit == b->limit &&
+           a->period_ms == b->period_ms && a->burst == b->burst &&
+           a->calendar == b->calendar && a->months == b->months &&
+           a->tz_offset_s == b->tz_offset_s && a->zone == b->zone;
+}
+
+/* A random calendar for a fixed or approx rule: months, weeks or a
+   duration, with or without an offset. */
+static void random_calendar(ratel_rule_t *r)
+{
+    int64_t kind = ratel_test_between(0, 2);
+    if (kind == 0) {
+        r->calendar = RATEL_CALENDAR_MONTHS;
+        r->months = (uint32_t)ratel_test_between(1, 12);
+        r->period_ms = 0;
+    } else if (kind == 1) {
+        r->calendar = RATEL_CALENDAR_WEEKS;
+        r->period_ms = (uint32_t)ratel_test_between(1, 4) * 604800000u;
+    }
+    if (ratel_test_rand() % 2) {
+        r->calendar |= RATEL_CALENDAR_TZ;
+        r->tz_offset_s = (int32_t)ratel_test_between(-14 * 60, 14 * 60) * 60;
+    }
+}
+
 TEST(rule_format_round_trips_random_rules)
 {
     long n = ratel_test_iterations(20000);
@@ -153,6 +205,7 @@ TEST(rule_format_round_trips_random_rules)
         ratel_rule_t r, back;
         char text[64], err[256];
         static const uint32_t unit[] = {1, 1000, 60000, 3600000, 86400000};
+        memset(&r, 0, sizeof r);
         r.algo = (ratel_algo_t)ratel_test_between(0, 3);
         r.limit = (uint32_t)ratel_test_between(
             1, ratel_test_rand() % 2 ? 100 : RATEL_LIMIT_MAX);
@@ -163,10 +216,14 @@ TEST(rule_format_round_trips_random_rules)
         r.burst = r.algo == RATEL_ALGO_GCRA
                       ? (uint32_t)ratel_test_between(1, r.limit)
                       : 0;
+        if ((r.algo == RATEL_ALGO_FIXED || r.algo == RATEL_ALGO_APPROX) &&
+            ratel_test_rand() % 2)
+            random_calendar(&r);
         ratel_rule_format(&r, text, sizeof text);
         REQUIRE(ratel_rule_parse(text, strlen(text), &back, err, sizeof err) ==
                 0);
-        CHECK(memcmp(&r, &back, sizeof r) == 0);
+        if (!same_rule(&r, &back))
+            ratel_test_fail(__FILE__, __LINE__, text);
     }
 }
 
@@ -177,8 +234,26 @@ TEST(rule_explain_in_words)
     } cases[] = {
         {"10/1h", "at most 10 requests in any 1-hour window"},
         {"1/60s", "at most 1 request in any 1-minute window"},
-        {"1000/1d:fixed", "at most 1000 requests per 1-day window aligned to "
-                          "the clock (up to 2000 across a window boundary)"},
+        {"1000/1d:fixed", "at most 1000 requests per 1-day window, resetting "
+                          "at midnight, 00:00 UTC (up to 2000 across a "
+                          "window boundary)"},
+        {"10/1d:fixed,tz=+08:00",
+         "at most 10 requests per 1-day window, resetting at midnight, 00:00 "
+         "UTC+08:00 (up to 20 across a window boundary)"},
+        {"1000/1mo:fixed,tz=-03:30",
+         "at most 1000 requests per 1-month window, resetting on the 1st of "
+         "every month at 00:00 UTC-03:30 (up to 2000 across a window "
+         "boundary)"},
+        {"5/3mo:approx",
+         "about 5 requests in any 3-month window, estimated from the counts "
+         "of two fixed windows resetting on the 1st of January, April, July "
+         "and October at 00:00 UTC"},
+        {"7/1w:fixed,tz=Asia/Shanghai",
+         "at most 7 requests per 1-week window, resetting on Mondays at 00:00 "
+         "Asia/Shanghai time (up to 14 across a window boundary)"},
+        {"5/1h:fixed,tz=+05:30",
+         "at most 5 requests per 1-hour window, resetting at 00:00 UTC+05:30 "
+         "and every hour after it (up to 10 across a window boundary)"},
         {"100/1s:gcra,burst=200",
          "100 requests per second at a steady rate (one every 10 "
          "milliseconds), bursts of up to 200"},
@@ -203,7 +278,8 @@ TEST(rule_policy_checks)
     const char *nine[] = {"1/1s", "2/1s", "3/1s", "4/1s", "5/1s",
                           "6/1s", "7/1s", "8/1s", "9/1s"};
     const char *bad[] = {"1/1m", "1/1q"};
-    ratel_rule_t r = {RATEL_ALGO_FIXED, 10, 1000, 7};
+    ratel_rule_t r = {.algo = RATEL_ALGO_FIXED, .limit = 10, .period_ms = 1000,
+                      .burst = 7};
 
     CHECK_EQ(ratel_policy_parse(&p, dup, 3, err, sizeof err), RATEL_EINVAL);
     CHECK(strstr(err, "rule 3") && strstr(err, "repeats rule 1"));
