@@ -1,12 +1,18 @@
--- rule.lua - rules: LIMIT/PERIOD[:ALGO][,burst=N] (mirrors src/core/rule.c).
+-- rule.lua - rules: LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] (mirrors
+-- src/core/rule.c, as the module builds it: calendar windows are refused,
+-- with the module's words, until this file computes them).
 
-local GRAMMAR_HINT = 'expected LIMIT/PERIOD[:ALGO][,burst=N], e.g. 10/1m, ' ..
-    '1000/1d:fixed or 100/1s:gcra,burst=200'
+local GRAMMAR_HINT = 'expected LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE], ' ..
+    'e.g. 10/1m, 1000/1d:fixed,tz=+08:00 or 100/1s:gcra,burst=200'
 
+-- { name, ms }: longest first where one is a prefix of another; months
+-- (ms 0) have no fixed length.
 local UNITS = {
-    { 'ms', 1 }, { 's', 1000 }, { 'm', 60000 }, { 'h', 3600000 },
-    { 'd', 86400000 },
+    { 'ms', 1 }, { 'mo', 0 }, { 's', 1000 }, { 'm', 60000 },
+    { 'h', 3600000 }, { 'd', 86400000 }, { 'w', 604800000 },
 }
+local MONTHS_MAX = 12
+local TZ_OFFSET_MAX_S = 50400
 
 -- quote_into() of rule.c: at most max bytes of text, quotes and
 -- backslashes escaped, other unprintable bytes as \xNN, "..." marking a cut.
@@ -79,7 +85,36 @@ local function read_number(text, pos, max)
     return v, pos - start, over, pos
 end
 
--- ratel_rule_parse(): LIMIT/PERIOD[:ALGO][,burst=N] with its messages.
+-- read_tz() of rule.c for the value v of tz=: an offset or UTC passes; a
+-- zone name is refused as the module refuses it (no tz database here).
+local function tz_check(text, v)
+    if v == 'UTC' then
+        return
+    end
+    local c = byte(v, 1)
+    if c == 43 or c == 45 then
+        local h, m = match(v, '^[+-](%d%d)$'), '00'
+        if not h then
+            h, m = match(v, '^[+-](%d%d):(%d%d)$')
+        end
+        if not h or tonumber(m) > 59 or
+            tonumber(h) * 3600 + tonumber(m) * 60 > TZ_OFFSET_MAX_S then
+            rule_fail(text, 'tz offsets are +HH:MM or -HH:MM, from -14:00 ' ..
+                'to +14:00 (e.g. tz=+08:00)')
+        end
+        return
+    end
+    if #v > 64 or not find(v, '^%a[%w/_+%-%.]*$') or find(v, '..', 1, true) then
+        rule_fail(text, 'tz must be UTC, an offset (tz=+08:00) or a zone ' ..
+            'name (tz=Asia/Shanghai)')
+    end
+    rule_fail(text, "zone names need the system's time-zone database, " ..
+        'which the Redis module and the Lua script do not read: give the ' ..
+        'offset (e.g. tz=+08:00)')
+end
+
+-- ratel_rule_parse(): LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] with its
+-- messages.
 local function parse_rule(text)
     local len = #text
     if len == 0 then
@@ -103,27 +138,31 @@ local function parse_rule(text)
     if over then
         rule_fail(text, 'PERIOD must be from 1ms to 30d')
     end
-    local unit_ms, ustart = 0, pos
+    local unit_ms, ustart, unit = 0, pos, nil
     for u = 1, #UNITS do
         local name = UNITS[u][1]
         if sub(text, pos, pos + #name - 1) == name then
-            unit_ms = UNITS[u][2]
+            unit, unit_ms = name, UNITS[u][2]
             pos = pos + #name
             break
         end
     end
-    if unit_ms == 0 then
-        rule_fail(text, 'PERIOD needs a unit: ms, s, m, h or d')
+    if not unit then
+        rule_fail(text, 'PERIOD needs a unit: ms, s, m, h, d, w or mo')
     end
     if find(sub(text, pos, pos), '^%a') then
         local word = match(text, '^%a+', ustart)
         rule_fail(text, 'unknown unit "' .. quote_into(word, 16) ..
-            '"; the units are ms, s, m, h and d (e.g. 20/1m, 20/60s)')
+            '"; the units are ms, s, m, h, d, w and mo (e.g. 20/1m, 20/60s)')
     end
     if count == 0 then
         rule_fail(text, 'PERIOD must be at least 1ms')
     end
-    if count * unit_ms > PERIOD_MAX_MS then
+    if unit == 'mo' then
+        if count > MONTHS_MAX then
+            rule_fail(text, 'a period of months must be from 1mo to 12mo')
+        end
+    elseif count * unit_ms > PERIOD_MAX_MS then
         rule_fail(text, 'PERIOD must be at most 30d')
     end
     local algo = ALGO_SLIDING
@@ -144,21 +183,32 @@ local function parse_rule(text)
                 '" (use sliding, fixed, approx or gcra)')
         end
     end
-    local burst, have_burst = 0, false
+    local burst, have_burst, have_tz = 0, false, false
     while byte(text, pos) == 44 do
         pos = pos + 1
-        if sub(text, pos, pos + 5) ~= 'burst=' then
+        if sub(text, pos, pos + 5) == 'burst=' then
+            if have_burst then
+                rule_fail(text, 'burst is given twice')
+            end
+            burst, digits, over, pos = read_number(text, pos + 6, LIMIT_MAX)
+            if digits == 0 or over or burst == 0 then
+                rule_fail(text,
+                    'burst must be a whole number from 1 to 1000000000')
+            end
+            have_burst = true
+        elseif sub(text, pos, pos + 2) == 'tz=' then
+            local v = match(text, '^[^,]*', pos + 3)
+            pos = pos + 3 + #v
+            if have_tz then
+                rule_fail(text, 'tz is given twice')
+            end
+            have_tz = true
+            tz_check(text, v)
+        else
             rule_fail(text, 'unknown option at byte ' .. pos ..
-                ' (the only option is burst=N, for gcra)')
+                ' (the options are burst=N, for gcra, and tz=ZONE, for ' ..
+                'fixed and approx)')
         end
-        if have_burst then
-            rule_fail(text, 'burst is given twice')
-        end
-        burst, digits, over, pos = read_number(text, pos + 6, LIMIT_MAX)
-        if digits == 0 or over or burst == 0 then
-            rule_fail(text, 'burst must be a whole number from 1 to 1000000000')
-        end
-        have_burst = true
     end
     if pos <= len then
         rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
@@ -166,6 +216,12 @@ local function parse_rule(text)
     end
     if have_burst and algo ~= ALGO_GCRA then
         rule_fail(text, 'burst applies to gcra rules only (add :gcra)')
+    end
+    local windows = algo == ALGO_FIXED or algo == ALGO_APPROX
+    if (have_tz or unit == 'mo') and not windows then
+        rule_fail(text, unit == 'mo' and 'months are calendar periods: ' ..
+            'use :fixed or :approx (e.g. 1000/1mo:fixed)' or
+            'tz applies to the window algorithms, :fixed and :approx')
     end
     local period = count * unit_ms
     if algo == ALGO_GCRA then
@@ -179,6 +235,11 @@ local function parse_rule(text)
     else
         burst = 0
     end
+    if have_tz or unit == 'mo' or (unit == 'w' and windows) then
+        rule_fail(text, 'calendar windows (tz=, w and mo with fixed and ' ..
+            'approx) are not in the Redis module and the Lua script yet: ' ..
+            'use the embedded store')
+    end
     return { algo = algo, limit = limit, period = period, burst = burst }
 end
 
@@ -186,7 +247,9 @@ end
 local function format_rule(r)
     local best = UNITS[1]
     for u = 1, #UNITS do
-        if r.period % UNITS[u][2] == 0 then
+        local name, ms = UNITS[u][1], UNITS[u][2]
+        -- weeks name only calendar weeks (7d:fixed is aligned to the epoch)
+        if ms > 0 and name ~= 'w' and r.period % ms == 0 then
             best = UNITS[u]
         end
     end

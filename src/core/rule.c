@@ -467,7 +467,18 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
     }
     if (pr->algo == RATEL_ALGO_GCRA)
         rule->burst = pr->burst ? (uint32_t)pr->burst : rule->limit;
-    return check_rule(rule, text, len, errbuf, errlen);
+    if (check_rule(rule, text, len, errbuf, errlen) != 0)
+        return RATEL_ERULE;
+#ifdef RATEL_NO_TZDB
+    /* lua/ does not compute calendar windows yet: the module refuses them
+       too, with the script's words, so both decide alike. */
+    if (rule->calendar)
+        return rule_error(errbuf, errlen, text, len,
+                          "calendar windows (tz=, w and mo with fixed and "
+                          "approx) are not in the Redis module and the Lua "
+                          "script yet: use the embedded store");
+#endif
+    return 0;
 }
 
 int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,

@@ -239,6 +239,7 @@ static void check_raw(const uint8_t *data, size_t size)
     int rc;
 
     memcpy(b, data, size < sizeof b ? size : sizeof b);
+    memset(&rule, 0, sizeof rule); /* no calendar: tested by the text view */
     rule.algo = (ratel_algo_t)(b[0] % 5);
     rule.limit = ld32(b + 1) % (RATEL_LIMIT_MAX + 2);
     rule.period_ms = ld32(b + 5) % (RATEL_PERIOD_MAX_MS + 2);

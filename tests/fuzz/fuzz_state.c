@@ -277,6 +277,8 @@ static void decode(const uint8_t *data, size_t size, input_t *in)
     int64_t now;
     char err[256];
 
+    memset(rules, 0, sizeof rules); /* rules without a calendar */
+
     in->all_gcra = (flags >> 3) & 1;
     in->mutate = (flags >> 4) & 1;
     now = base_times[flags >> 5];
