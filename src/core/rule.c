@@ -668,7 +668,7 @@ static void duration_words(double us, char *buf, size_t buflen)
 
 int ratel_rule_explain(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    char period[48], interval[48], reset[200];
+    char period[48], interval[48], reset[320];
     const char *req = rule->limit == 1 ? "request" : "requests";
 
     period_words(rule, period, sizeof period);
