@@ -4,10 +4,10 @@ allowed. It behaves exactly as the ratel.so module (docs/commands.md):
 same arguments, same replies, same stored bytes (docs/state-format.md),
 same expiry.
 
-The files of lua/ mirror the C core one for one (internal, error, rule,
-state, sliding, window, gcra, policy; commands mirrors module/args.c and
-module/ratel.c), and scripts/lua-build.sh joins them, in that order, into
-one chunk with two entry points:
+The files of lua/ mirror the C core one for one (internal, error,
+calendar, rule, state, sliding, window, gcra, policy; commands mirrors
+module/args.c and module/ratel.c), and scripts/lua-build.sh joins them,
+in that order, into one chunk with two entry points:
 
     build/lua/ratel.lib.lua   a Redis Functions library (FUNCTION LOAD):
                               FCALL ratel_acquire 1 KEY ...   (lua/library.lua)

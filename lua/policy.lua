@@ -18,8 +18,8 @@ local function commit(r, now_us, at_us, cost)
 end
 
 -- convert() of policy.c: for each rule of the policy, the same rule's
--- record, else one of the same algorithm and period (counts kept, the new
--- limit applies; gcra converts), else an empty one.
+-- record, else one of the same algorithm, period and calendar (counts
+-- kept, the new limit applies; gcra converts), else an empty one.
 local function convert(policy, old, now_us)
     local taken, recs = {}, {}
     for i = 1, #policy do
@@ -32,8 +32,7 @@ local function convert(policy, old, now_us)
         end
         if not from then
             for j = 1, #old do
-                if not taken[j] and old[j].algo == rule.algo and
-                    old[j].period == rule.period then
+                if not taken[j] and rule_same_period(old[j], rule) then
                     from = j
                     break
                 end

@@ -1,6 +1,7 @@
 -- rule.lua - rules: LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] (mirrors
--- src/core/rule.c, as the module builds it: calendar windows are refused,
--- with the module's words, until this file computes them).
+-- src/core/rule.c as the module builds it: offsets, weeks and months are
+-- calendars (lua/calendar.lua), zone names are refused with the module's
+-- words).
 
 local GRAMMAR_HINT = 'expected LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE], ' ..
     'e.g. 10/1m, 1000/1d:fixed,tz=+08:00 or 100/1s:gcra,burst=200'
@@ -13,6 +14,7 @@ local UNITS = {
 }
 local MONTHS_MAX = 12
 local TZ_OFFSET_MAX_S = 50400
+local WEEK_MS = 604800000
 
 -- quote_into() of rule.c: at most max bytes of text, quotes and
 -- backslashes escaped, other unprintable bytes as \xNN, "..." marking a cut.
@@ -55,9 +57,35 @@ local function too_deep(burst, period, limit)
         limit)) > 0
 end
 
+-- calendar_fault() of rule.c for a rule read from a blob: true when its
+-- calendar (zones aside: lua/state.lua refuses them) is one the parser
+-- could have made.
+local function calendar_ok(algo, period, calendar, months, tz_offset)
+    if calendar >= 8 or (calendar ~= 0 and algo ~= ALGO_FIXED and
+            algo ~= ALGO_APPROX) then
+        return false
+    end
+    local weeks = floor(calendar / CAL_WEEKS) % 2 == 1
+    if calendar >= CAL_MONTHS then
+        if months < 1 or months > MONTHS_MAX or period ~= 0 or weeks then
+            return false
+        end
+    elseif months ~= 0 or period < 1 or period > PERIOD_MAX_MS then
+        return false
+    end
+    if (weeks and period % WEEK_MS ~= 0) or
+        (calendar % 2 == 0 and tz_offset ~= 0) then
+        return false
+    end
+    return tz_offset % 60 == 0 and tz_offset >= -TZ_OFFSET_MAX_S and
+        tz_offset <= TZ_OFFSET_MAX_S
+end
+
 -- check_rule() of rule.c for a rule read from a blob: true when valid.
-local function rule_ok(algo, limit, period, burst)
-    if limit < 1 or limit > LIMIT_MAX or period < 1 or period > PERIOD_MAX_MS then
+local function rule_ok(algo, limit, period, burst, calendar, months,
+                       tz_offset)
+    if limit < 1 or limit > LIMIT_MAX or
+        not calendar_ok(algo, period, calendar, months, tz_offset) then
         return false
     end
     if algo == ALGO_GCRA then
@@ -85,11 +113,12 @@ local function read_number(text, pos, max)
     return v, pos - start, over, pos
 end
 
--- read_tz() of rule.c for the value v of tz=: an offset or UTC passes; a
--- zone name is refused as the module refuses it (no tz database here).
-local function tz_check(text, v)
+-- read_tz() of rule.c for the value v of tz=: UTC or an offset, in
+-- seconds east of UTC; a zone name is refused as the module refuses it
+-- (no tz database here).
+local function tz_offset_of(text, v)
     if v == 'UTC' then
-        return
+        return 0
     end
     local c = byte(v, 1)
     if c == 43 or c == 45 then
@@ -102,7 +131,8 @@ local function tz_check(text, v)
             rule_fail(text, 'tz offsets are +HH:MM or -HH:MM, from -14:00 ' ..
                 'to +14:00 (e.g. tz=+08:00)')
         end
-        return
+        local s = tonumber(h) * 3600 + tonumber(m) * 60
+        return c == 45 and -s or s
     end
     if #v > 64 or not find(v, '^%a[%w/_+%-%.]*$') or find(v, '..', 1, true) then
         rule_fail(text, 'tz must be UTC, an offset (tz=+08:00) or a zone ' ..
@@ -183,7 +213,7 @@ local function parse_rule(text)
                 '" (use sliding, fixed, approx or gcra)')
         end
     end
-    local burst, have_burst, have_tz = 0, false, false
+    local burst, have_burst, have_tz, tz_offset = 0, false, false, 0
     while byte(text, pos) == 44 do
         pos = pos + 1
         if sub(text, pos, pos + 5) == 'burst=' then
@@ -203,7 +233,7 @@ local function parse_rule(text)
                 rule_fail(text, 'tz is given twice')
             end
             have_tz = true
-            tz_check(text, v)
+            tz_offset = tz_offset_of(text, v)
         else
             rule_fail(text, 'unknown option at byte ' .. pos ..
                 ' (the options are burst=N, for gcra, and tz=ZONE, for ' ..
@@ -235,36 +265,62 @@ local function parse_rule(text)
     else
         burst = 0
     end
-    if have_tz or unit == 'mo' or (unit == 'w' and windows) then
-        rule_fail(text, 'calendar windows (tz=, w and mo with fixed and ' ..
-            'approx) are not in the Redis module and the Lua script yet: ' ..
-            'use the embedded store')
+    local calendar, months = 0, 0
+    if unit == 'mo' then
+        calendar, months = CAL_MONTHS, count
+    elseif unit == 'w' and windows then
+        calendar = CAL_WEEKS
     end
-    return { algo = algo, limit = limit, period = period, burst = burst }
+    if have_tz then
+        calendar = calendar + CAL_TZ
+    end
+    return { algo = algo, limit = limit, period = period, burst = burst,
+        calendar = calendar, months = months, tz_offset = tz_offset }
 end
 
--- ratel_rule_format(): the canonical text, in the largest exact unit.
+-- ratel_rule_format(): the canonical text, in the largest exact unit
+-- (months for a period of months), then the algorithm, burst and tz.
 local function format_rule(r)
-    local best = UNITS[1]
-    for u = 1, #UNITS do
-        local name, ms = UNITS[u][1], UNITS[u][2]
+    local s
+    if r.months > 0 then
+        s = fmt('%d/%dmo', r.limit, r.months)
+    else
         -- weeks name only calendar weeks (7d:fixed is aligned to the epoch)
-        if ms > 0 and name ~= 'w' and r.period % ms == 0 then
-            best = UNITS[u]
+        local weeks, best = floor(r.calendar / CAL_WEEKS) % 2 == 1, UNITS[1]
+        for u = 1, #UNITS do
+            local name, ms = UNITS[u][1], UNITS[u][2]
+            if ms > 0 and (name ~= 'w' or weeks) and r.period % ms == 0 then
+                best = UNITS[u]
+            end
         end
+        s = fmt('%d/%d%s', r.limit, r.period / best[2], best[1])
     end
-    local s = fmt('%d/%d%s', r.limit, r.period / best[2], best[1])
     if r.algo ~= ALGO_SLIDING then
         s = s .. ':' .. ALGO_NAMES[r.algo]
     end
     if r.algo == ALGO_GCRA and r.burst ~= r.limit then
         s = s .. ',burst=' .. fmt('%d', r.burst)
     end
+    if r.calendar % 2 == 1 then
+        local o = r.tz_offset
+        local a = o < 0 and -o or o
+        s = s .. fmt(',tz=%s%02d:%02d', o < 0 and '-' or '+', floor(a / 3600),
+            floor(a / 60) % 60)
+    end
     return s
 end
 
+-- ratel__rule_same_period(): the same windows - algorithm, period and
+-- calendar.
+local function rule_same_period(a, b)
+    return a.algo == b.algo and a.period == b.period and
+        a.calendar == b.calendar and a.months == b.months and
+        a.tz_offset == b.tz_offset
+end
+
+-- ratel__rule_equal(): the same rule - period, limit and burst.
 local function rule_equal(a, b)
-    return a.algo == b.algo and a.limit == b.limit and a.period == b.period and
+    return rule_same_period(a, b) and a.limit == b.limit and
         a.burst == b.burst
 end
 

@@ -2,8 +2,8 @@
 -- layout: docs/state-format.md).
 
 --[[
-A record is a table with the rule (algo, limit, period, burst) and its
-state, and `rule`, the parsed rule it was made for or found to match
+A record is a table with the rule (algo, limit, period, burst, calendar,
+months, tz_offset) and its state, and `rule`, the parsed rule it was made for or found to match
 (where lua/gcra.lua keeps a rule's constants between calls). sliding:
 shift, base, n runs as their stored bytes (runs, lua/sliding.lua) and
 sum (the stored total). fixed: start, count. approx: start, cur, prev.
@@ -33,7 +33,8 @@ end
 -- A record of the rule with an empty state: every field its algorithm
 -- reads before it writes it is set here (decisions and statuses are
 -- written whole before they are read).
-local function new_record(algo, limit, period, burst, rule)
+local function new_record(algo, limit, period, burst, calendar, months,
+                          tz_offset, rule)
     local k = record_pool_n + 1
     local r = record_pool[k]
     if not r then
@@ -43,6 +44,7 @@ local function new_record(algo, limit, period, burst, rule)
     record_pool_n = k
     r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
         rule
+    r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
     if algo == ALGO_SLIDING then
         r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
     elseif algo == ALGO_GCRA then
@@ -54,7 +56,8 @@ local function new_record(algo, limit, period, burst, rule)
 end
 
 local function empty_record(rule)
-    local r = new_record(rule.algo, rule.limit, rule.period, rule.burst, rule)
+    local r = new_record(rule.algo, rule.limit, rule.period, rule.burst,
+        rule.calendar, rule.months, rule.tz_offset, rule)
     if rule.algo == ALGO_SLIDING then
         r.runs = ''
     end
@@ -69,6 +72,25 @@ local function run_format(n)
         RUN_FORMATS[n] = f
     end
     return f
+end
+
+-- The sizes of fixed and approx records before their calendar.
+local WINDOW_SIZES = { [ALGO_FIXED] = 22, [ALGO_APPROX] = 26 }
+local CAL_SIZE = 6
+
+-- calendar_read() of state.c: the calendar that ends a record of `size`
+-- bytes at pos (flag 0x80): its bits, months and offset in seconds. A zone
+-- (bit 7) is corrupt here, as in the module: no process of ours that
+-- reads Redis has loaded one.
+local function calendar_read(s, pos, avail, size)
+    if avail < size + CAL_SIZE then
+        corrupt()
+    end
+    local calendar, months, tz_offset = sunpack('<BBi4', s, pos + size)
+    if calendar >= CAL_ZONE then
+        corrupt()
+    end
+    return calendar, months, tz_offset
 end
 
 -- Reads and validates one record at pos (ratel__state_parse's rules:
@@ -92,10 +114,23 @@ local function parse_record(s, pos, len, trusted, want)
         end
         burst = sunpack('<I4', s, pos + 10)
     end
+    local calendar, months, tz_offset, extra = 0, 0, 0, 0
+    if flags == 128 and WINDOW_SIZES[algo] then
+        calendar, months, tz_offset = calendar_read(s, pos, avail,
+            WINDOW_SIZES[algo])
+        -- the flag and the calendar go together (check_fields of state.c)
+        if calendar == 0 then
+            corrupt()
+        end
+        flags, extra = 0, CAL_SIZE
+    end
     if not (want and want.algo == algo and want.limit == limit and
-            want.period == period and want.burst == burst) then
+            want.period == period and want.burst == burst and
+            want.calendar == calendar and want.months == months and
+            want.tz_offset == tz_offset) then
         want = nil
-        if not rule_ok(algo, limit, period, burst) then
+        if not rule_ok(algo, limit, period, burst, calendar, months,
+                tz_offset) then
             corrupt()
         end
     end
@@ -106,7 +141,8 @@ local function parse_record(s, pos, len, trusted, want)
     elseif flags ~= 0 then
         corrupt()
     end
-    local r = new_record(algo, limit, period, burst, want)
+    local r = new_record(algo, limit, period, burst, calendar, months,
+        tz_offset, want)
     if algo == ALGO_SLIDING then
         if avail < 24 then
             corrupt()
@@ -144,7 +180,7 @@ local function parse_record(s, pos, len, trusted, want)
             corrupt()
         end
         r.start, r.count = hi * TWO32 + lo, count
-        return r, pos + 22
+        return r, pos + 22 + extra
     elseif algo == ALGO_APPROX then
         if avail < 26 then
             corrupt()
@@ -154,7 +190,7 @@ local function parse_record(s, pos, len, trusted, want)
             corrupt()
         end
         r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
-        return r, pos + 26
+        return r, pos + 26 + extra
     end
     if avail < 26 then
         corrupt()
@@ -243,6 +279,15 @@ for n = 1, MAX_RULES do
     HEADERS[n] = string.char(0x52, 0x54, 1, n)
 end
 
+-- The flags byte of a fixed or approx record, and the calendar that ends
+-- it (calendar_write() of state.c: never a zone here); none without one.
+local function calendar_write(r)
+    if r.calendar == 0 then
+        return 0, ''
+    end
+    return 128, spack('<BBi4', r.calendar, r.months, r.tz_offset)
+end
+
 -- One record's bytes.
 local function record_bytes(r)
     local algo = r.algo
@@ -253,12 +298,14 @@ local function record_bytes(r)
         return head .. r.runs
     elseif algo == ALGO_FIXED then
         local lo, hi = pack_i64(r.start)
-        return spack('<BBI4I4I4I4I4', 1, 0, r.limit, r.period, lo, hi,
-            r.count)
+        local flags, calendar = calendar_write(r)
+        return spack('<BBI4I4I4I4I4', 1, flags, r.limit, r.period, lo, hi,
+            r.count) .. calendar
     elseif algo == ALGO_APPROX then
         local lo, hi = pack_i64(r.start)
-        return spack('<BBI4I4I4I4I4I4', 2, 0, r.limit, r.period, lo, hi,
-            r.cur, r.prev)
+        local flags, calendar = calendar_write(r)
+        return spack('<BBI4I4I4I4I4I4', 2, flags, r.limit, r.period, lo, hi,
+            r.cur, r.prev) .. calendar
     end
     return spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period, r.burst,
         r.tat_lo, r.tat_hi, r.rem)
