@@ -469,15 +469,9 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
         rule->burst = pr->burst ? (uint32_t)pr->burst : rule->limit;
     if (check_rule(rule, text, len, errbuf, errlen) != 0)
         return RATEL_ERULE;
-#ifdef RATEL_NO_TZDB
-    /* lua/ does not compute calendar windows yet: the module refuses them
-       too, with the script's words, so both decide alike. */
-    if (rule->calendar)
-        return rule_error(errbuf, errlen, text, len,
-                          "calendar windows (tz=, w and mo with fixed and "
-                          "approx) are not in the Redis module and the Lua "
-                          "script yet: use the embedded store");
-#endif
+    /* Without the tz database (RATEL_NO_TZDB: the module) read_tz refuses
+       zone names, with lua/rule.lua's words; offsets, weeks and months are
+       computed alike by the module and lua/calendar.lua. */
     return 0;
 }
 
