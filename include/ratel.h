@@ -52,7 +52,7 @@ extern "C" {
     X(ENOBUFS, -7, "state buffer too small")                                   \
     X(ERANGE, -8, "value out of range")                                        \
     X(ETOOMANY, -9, "too many rules in one policy")                            \
-    X(EIO, -10, "the store could not be reached or did not answer in time")   \
+    X(EIO, -10, "the store could not be reached or did not answer in time")    \
     X(EPROTO, -11, "the store answered something unexpected")
 
 typedef enum ratel_errno_e {
@@ -86,6 +86,12 @@ RATEL_API const char *ratel_err_name(int err);
  */
 #define RATEL_SLIDING_CAP 256
 /*
+ * Largest limit of a concurrent rule: the permits one key may hold at once.
+ * Its state keeps 8 bytes per permit held (at most 2 KB, as a sliding
+ * record at its cap), and every call reads them.
+ */
+#define RATEL_CONCURRENT_MAX 256
+/*
  * No valid state blob is longer than this (16,580 bytes: eight sliding rules
  * at their run cap). A buffer this size never gets RATEL_ENOBUFS.
  */
@@ -109,7 +115,8 @@ RATEL_API const char *ratel_err_name(int err);
     XX(SLIDING, sliding, 0)                                                    \
     XX(FIXED, fixed, 1)                                                        \
     XX(APPROX, approx, 2)                                                      \
-    XX(GCRA, gcra, 3)
+    XX(GCRA, gcra, 3)                                                          \
+    XX(CONCURRENT, concurrent, 4)
 
 typedef enum ratel_algo_e {
 #define RATEL_ALGO_ENUM_(NAME, name, number) RATEL_ALGO_##NAME = number,
@@ -129,7 +136,7 @@ RATEL_API const char *ratel_zone_name(const ratel_zone_t *zone);
 /* ratel_rule_t.calendar: how the windows of fixed and approx are placed. */
 #define RATEL_CALENDAR_TZ 0x01u     /* in a zone: tz_offset_s, or `zone` */
 #define RATEL_CALENDAR_WEEKS 0x02u  /* period_ms is whole weeks from Monday */
-#define RATEL_CALENDAR_MONTHS 0x04u /* `months` calendar months; no period_ms */
+#define RATEL_CALENDAR_MONTHS 0x04u /* `months` months; period_ms is 0 */
 /* Offsets of tz=±HH:MM run from -14:00 to +14:00, as the world's do. */
 #define RATEL_TZ_OFFSET_MAX_S 50400
 /* Longest period in calendar months (tz=, 1mo .. 12mo). */
@@ -176,7 +183,8 @@ RATEL_API int ratel_rule_format(const ratel_rule_t *rule, char *buf,
 RATEL_API int ratel_rule_explain(const ratel_rule_t *rule, char *buf,
                                  size_t buflen);
 
-/* Name of an algorithm: "sliding", "fixed", "approx", "gcra". */
+/* Name of an algorithm: "sliding", "fixed", "approx", "gcra", "concurrent"
+   ("unknown" for another number). */
 RATEL_API const char *ratel_algo_name(ratel_algo_t algo);
 
 /*
@@ -256,6 +264,9 @@ typedef struct ratel_decision_s {
                                reply has no such field, gives reset_after_ms) */
     ratel_source_t source;  /* which path decided (RATEL_SOURCE_STORE unless
                                a Redis store's cache or failure policy) */
+    uint32_t lease;         /* a policy with a concurrent rule, admitted and
+                               charged: the lease id to release (1..2^32-1,
+                               per key); else 0 */
 } ratel_decision_t;
 
 /*
@@ -304,6 +315,25 @@ RATEL_API int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
                                   int64_t now_us, uint64_t cost,
                                   ratel_decision_t *decision);
 
+/* Lease operations (ratel_policy_release). */
+#define RATEL_RENEW 1u /* extend the lease to now + PERIOD, do not release */
+
+/*
+ * Releases the lease `lease` of the policy's concurrent rule (the id an
+ * acquire's decision carried), or with RATEL_RENEW in `flags` extends it to
+ * now + the rule's PERIOD. `*held` is set to 1 when the lease was held,
+ * 0 when it is unknown or has expired: that is a result, not an error, and
+ * leaves the other leases as they were. `decision` reports the key after it
+ * as a peek would. State handling as ratel_policy_acquire. Errors:
+ * RATEL_EINVAL (no concurrent rule in the policy, lease 0, unknown flags),
+ * RATEL_ECORRUPT, RATEL_EVERSION, RATEL_ENOBUFS.
+ */
+RATEL_API int ratel_policy_release(const ratel_policy_t *policy, uint8_t *state,
+                                   size_t *state_len, size_t state_cap,
+                                   int64_t now_us, uint32_t lease,
+                                   unsigned flags, int *held,
+                                   ratel_decision_t *decision);
+
 /* ---------------------------------------------------------------- state */
 
 /* What one rule of a stored key looks like at some instant. */
@@ -316,6 +346,7 @@ typedef struct ratel_rule_status_s {
     int64_t tat_us;          /* gcra: theoretical arrival time; else 0 */
     uint32_t runs;           /* sliding: (time, count) runs stored */
     uint32_t granularity_ms; /* sliding: new events rounded up to this */
+    uint32_t last_lease;     /* concurrent: the last lease id handed out */
 } ratel_rule_status_t;
 
 /*
@@ -353,17 +384,17 @@ typedef struct ratel_store_stats_s {
     uint64_t evictions;   /* live keys dropped (least recently used) to stay
                              within max_bytes */
     /* Redis store only (0 for the memory store): */
-    uint64_t round_trips; /* pipelines written and read (one per batch) */
-    uint64_t commands;    /* commands those round trips carried */
-    uint64_t cache_hits;  /* denials answered by the local deny cache */
-    uint64_t errors;      /* requests Redis did not decide (down, timeout,
-                             protocol): the failure policy decided them */
+    uint64_t round_trips;     /* pipelines written and read (one per batch) */
+    uint64_t commands;        /* commands those round trips carried */
+    uint64_t cache_hits;      /* denials answered by the local deny cache */
+    uint64_t errors;          /* requests Redis did not decide (down, timeout,
+                                 protocol): the failure policy decided them */
     uint64_t fallback_open;   /* of those: allowed (`open`) */
     uint64_t fallback_closed; /* denied (`closed`) */
     uint64_t fallback_local;  /* decided by the embedded store (`local`) */
-    uint64_t redirects;   /* cluster MOVED / ASK answers followed */
-    uint64_t reconnects;  /* connections made after the first */
-    uint64_t breaker_open; /* 1 while Redis is considered down */
+    uint64_t redirects;       /* cluster MOVED / ASK answers followed */
+    uint64_t reconnects;      /* connections made after the first */
+    uint64_t breaker_open;    /* 1 while Redis is considered down */
 } ratel_store_stats_t;
 
 /*
@@ -411,26 +442,26 @@ typedef enum ratel_redis_mode_e {
  * (entries).
  */
 typedef struct ratel_redis_options_s {
-    const char *url;           /* required */
-    int connect_timeout_ms;    /* 0: 250 ms */
-    int command_timeout_ms;    /* 0: 250 ms; a round trip slower than this
-                                  fails and the failure policy decides */
-    unsigned pool_size;        /* connections per node; 0: 4 */
+    const char *url;        /* required */
+    int connect_timeout_ms; /* 0: 250 ms */
+    int command_timeout_ms; /* 0: 250 ms; a round trip slower than this
+                               fails and the failure policy decides */
+    unsigned pool_size;     /* connections per node; 0: 4 */
     ratel_failure_t on_failure;
     ratel_redis_mode_t mode;
-    long deny_cache_entries;   /* 0: 16,384 (288 bytes each); negative:
-                                  no deny cache */
-    int64_t deny_cache_max_ms; /* longest a denial is answered locally
-                                  (another process's refund is not seen);
-                                  0: 10,000 ms */
-    int64_t breaker_ms;        /* after a failure, Redis is not tried again
-                                  for this long (caller's time), doubled
-                                  after each failed probe up to 8x;
-                                  0: 1,000 */
+    long deny_cache_entries;      /* 0: 16,384 (288 bytes each); negative:
+                                     no deny cache */
+    int64_t deny_cache_max_ms;    /* longest a denial is answered locally
+                                     (another process's refund is not seen);
+                                     0: 10,000 ms */
+    int64_t breaker_ms;           /* after a failure, Redis is not tried again
+                                     for this long (caller's time), doubled
+                                     after each failed probe up to 8x;
+                                     0: 1,000 */
     ratel_memory_options_t local; /* the `local` fallback store's bounds */
-    int client_time;           /* 1: send the caller's now_us as AT (tests,
-                                  replays); 0: Redis's own clock decides */
-    int lazy_connect;          /* 1: start even if Redis is unreachable now */
+    int client_time;              /* 1: send the caller's now_us as AT (tests,
+                                     replays); 0: Redis's own clock decides */
+    int lazy_connect; /* 1: start even if Redis is unreachable now */
 } ratel_redis_options_t;
 
 /*
@@ -474,6 +505,18 @@ RATEL_API int ratel_store_refund(ratel_store_t *store, const char *key,
                                  size_t keylen, const ratel_policy_t *policy,
                                  int64_t now_us, uint64_t cost,
                                  ratel_decision_t *decision);
+
+/*
+ * ratel_policy_release() on the state held for `key`: releases (or with
+ * RATEL_RENEW extends) the lease an acquire under `policy` took. `*held`
+ * is 0 when the lease is unknown or expired. The Redis store returns
+ * RATEL_EINVAL until the module and the Lua scripts carry leases.
+ */
+RATEL_API int ratel_store_release(ratel_store_t *store, const char *key,
+                                  size_t keylen, const ratel_policy_t *policy,
+                                  int64_t now_us, uint32_t lease,
+                                  unsigned flags, int *held,
+                                  ratel_decision_t *decision);
 
 /* Forgets `key`: its next request starts from full. */
 RATEL_API int ratel_store_reset(ratel_store_t *store, const char *key,
@@ -532,8 +575,7 @@ RATEL_API int ratel_store_acquire_batch(ratel_store_t *store,
  * error reply), "" when there was none or for a memory store. The text is
  * the store's latest, shared by all threads.
  */
-RATEL_API void ratel_store_errstr(ratel_store_t *store, char *buf,
-                                  size_t len);
+RATEL_API void ratel_store_errstr(ratel_store_t *store, char *buf, size_t len);
 
 /*
  * Whether the store can decide with its own state now: 0 for a memory
@@ -557,16 +599,16 @@ RATEL_API int ratel_store_ping(ratel_store_t *store, char *errbuf,
  * always up and never changes.
  */
 typedef struct ratel_store_health_s {
-    int up;               /* 1: the store decides with its own state */
-    int64_t since_us;     /* when the store entered this state (wall clock,
-                             us since the Unix epoch); 0: never changed */
-    uint64_t transitions; /* changes so far, up->down and down->up: a reader
-                             that saw a smaller count missed the difference */
+    int up;                 /* 1: the store decides with its own state */
+    int64_t since_us;       /* when the store entered this state (wall clock,
+                               us since the Unix epoch); 0: never changed */
+    uint64_t transitions;   /* changes so far, up->down and down->up: a reader
+                               that saw a smaller count missed the difference */
     int64_t last_outage_ms; /* how long the last outage that ended lasted
                                (0: none has ended) */
-    char cause[256];      /* down: the latest failure, e.g. "127.0.0.1:6379:
-                             Connection refused"; up: what the last outage's
-                             was ("" if none) */
+    char cause[256];        /* down: the latest failure, e.g. "127.0.0.1:6379:
+                               Connection refused"; up: what the last outage's
+                               was ("" if none) */
 } ratel_store_health_t;
 
 /*

@@ -52,6 +52,13 @@
 #define RATEL__GCRA_TAT 14 /* i64 TAT, whole microseconds */
 #define RATEL__GCRA_REM 22 /* u32 TAT remainder, in 1/limit microseconds */
 #define RATEL__GCRA_SIZE 26
+#define RATEL__CONC_BASE 10    /* i64 base_ms */
+#define RATEL__CONC_N 18       /* u16 entries (permits held) */
+#define RATEL__CONC_LAST 20    /* u32 the last lease id handed out */
+#define RATEL__CONC_ENTRIES 24 /* entries: u32 expiry offset_ms, u32 id */
+#define RATEL__CONC_ENTRY_SIZE 8
+#define RATEL__CONC_MAX_SIZE                                                   \
+    (RATEL__CONC_ENTRIES + RATEL__CONC_ENTRY_SIZE * RATEL_CONCURRENT_MAX)
 
 #define RATEL__SLIDING_MAX_SIZE                                                \
     (RATEL__SLIDING_RUNS + RATEL__RUN_SIZE * RATEL_SLIDING_CAP)
@@ -59,6 +66,8 @@
     (RATEL__HEADER_SIZE + RATEL_MAX_RULES * RATEL__SLIDING_MAX_SIZE)
 _Static_assert(RATEL__STATE_MAX == RATEL_STATE_MAX,
                "ratel.h's RATEL_STATE_MAX must match the blob layout");
+_Static_assert(RATEL__CONC_MAX_SIZE <= RATEL__SLIDING_MAX_SIZE,
+               "a concurrent record must fit the largest record's room");
 
 /*
  * Stored instants may lie a little past RATEL_TIME_MAX_US: sliding runs are
@@ -246,8 +255,9 @@ typedef struct ratel__verdict_s {
     /* fixed / approx plan */
     int64_t window_ms;     /* current window start */
     int64_t window_end_ms; /* and its end */
-    int64_t cur, prev; /* counts after moving to that window */
-    int64_t weight;    /* approx: weight of prev, in 1/65536 */
+    int64_t cur, prev;     /* counts after moving to that window */
+    int64_t weight;        /* approx: weight of prev, in 1/65536 */
+    uint32_t lease; /* concurrent, admitted: the id the commit hands out */
 } ratel__verdict_t;
 
 /*
@@ -358,8 +368,9 @@ static inline size_t ratel__commit(ratel__record_t *r, int64_t now_us,
         return ratel__algo_##name.commit(r, now_us, at_us, cost, v, after);
         RATEL_ALGO_MAP(RATEL__COMMIT_)
 #undef RATEL__COMMIT_
+    default: /* the policy's rules are valid */
+        __builtin_unreachable();
     }
-    return r->size;
 }
 
 static inline void ratel__locate(ratel__record_t *r)
@@ -392,6 +403,14 @@ static inline int ratel__check(const uint8_t *p, size_t avail,
     return RATEL_ECORRUPT;
 }
 
+/*
+ * Releases the lease `id` of a concurrent record, or with `renew` moves its
+ * expiry to now + PERIOD; *held is 1 if the lease was held, 0 if unknown or
+ * expired. Returns the record's new size (it never grows).
+ */
+size_t ratel__concurrent_lease(ratel__record_t *r, int64_t now_us, uint32_t id,
+                               int renew, int *held);
+
 /* convert for the algorithms whose state counts past requests: the counts
    stay true under the new limit, so the record is copied with it. */
 size_t ratel__convert_keep(const ratel__record_t *from, uint8_t *to,
@@ -414,8 +433,7 @@ static inline size_t ratel__record_empty_size(const ratel_rule_t *rule)
 
 static inline size_t ratel__record_max_size(const ratel_rule_t *rule)
 {
-    return ratel__algo(rule)->max_size +
-           (rule->calendar ? RATEL__CAL_SIZE : 0);
+    return ratel__algo(rule)->max_size + (rule->calendar ? RATEL__CAL_SIZE : 0);
 }
 
 /* The ranges every stored instant in ms must lie in. */

@@ -39,6 +39,16 @@ int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
             return err;
         }
         for (size_t j = 0; j < i; j++) {
+            if (rules[i].algo == RATEL_ALGO_CONCURRENT &&
+                rules[j].algo == RATEL_ALGO_CONCURRENT) {
+                if (errbuf && errlen)
+                    snprintf(errbuf, errlen,
+                             "policy: rules %zu and %zu are both concurrent; "
+                             "a policy holds at most one (a decision carries "
+                             "one lease)",
+                             j + 1, i + 1);
+                return RATEL_EINVAL;
+            }
             if (ratel__rule_equal(&rules[i], &rules[j])) {
                 char text[64];
                 ratel_rule_format(&rules[i], text, sizeof text);
@@ -156,6 +166,7 @@ typedef struct plan_s {
 static void decide_rule(const ratel__record_t *r, int64_t now_us, uint64_t cost,
                         ratel__verdict_t *v)
 {
+    v->lease = 0;
     ratel__decide(r, now_us, cost, v);
 }
 
@@ -222,6 +233,16 @@ static void report(const ratel_policy_t *policy, const ratel__status_t *st,
     d->rule_reset_ms = ratel__ceil_div(st[rule].reset_us, 1000);
     d->wait_ms = ratel__ceil_div(plan->wait_us, 1000);
     d->source = RATEL_SOURCE_STORE;
+    d->lease = 0;
+}
+
+/* The lease a charged request took: its concurrent rule's, if any. */
+static uint32_t lease_of(const plan_t *plan, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (plan->v[i].lease)
+            return plan->v[i].lease;
+    return 0;
 }
 
 /*
@@ -280,7 +301,8 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
                           const ratel_request_t *req, ratel_decision_t *d)
 {
     plan_t plan;
-    ratel__status_t st[RATEL_MAX_RULES];
+    ratel__status_t st[RATEL_MAX_RULES] = {
+        {0, 0, 0}}; /* gcc cannot see all set */
     uint32_t n = policy->nrules;
     size_t cur_len = fresh ? fresh_len : *len;
 
@@ -316,6 +338,7 @@ static int finish_acquire(const ratel_policy_t *policy, ratel__record_t *rec,
     commit_all(rec, n, buf, &cur_len, now_us, req->cost, &plan, st);
     *len = cur_len;
     report(policy, st, &plan, d);
+    d->lease = lease_of(&plan, n);
     return 0;
 }
 
@@ -351,6 +374,7 @@ static int finish_one(const ratel_policy_t *policy, ratel__record_t *rec,
     d->rule_reset_ms = d->reset_after_ms;
     d->wait_ms = 0;
     d->source = RATEL_SOURCE_STORE;
+    d->lease = v.allowed && !(req->flags & RATEL_PEEK) ? v.lease : 0;
     return 0;
 }
 
@@ -450,34 +474,71 @@ int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
     return acquire(policy, state, state_len, state_cap, now_us, req, d, 1);
 }
 
-/* ------------------------------------------------------------- refunding */
+/* ------------------------------------------------- refunding and leases */
 
-/* Refunds every rule of `buf` in place; returns the blob's new length. */
-static size_t refund_all(ratel__record_t *rec, uint32_t n, uint8_t *buf,
-                         size_t len, int64_t now_us, uint64_t cost)
+/* A change to every record of a blob in place (a refund, a release): it
+   updates rec[] and returns the blob's new length, never more than len. */
+typedef struct change_s {
+    size_t (*apply)(struct change_s *c, ratel__record_t *rec, uint32_t n,
+                    uint8_t *buf, size_t len, int64_t now_us);
+    uint64_t cost;  /* refund: permits to give back */
+    uint32_t lease; /* release: the lease id */
+    unsigned flags; /* release: RATEL_RENEW */
+    int held;       /* release: whether the lease was held */
+} change_t;
+
+/* Moves the records after rec[i] when its size went from `old` to its
+   r->size; returns the blob's new end. */
+static size_t resized(ratel__record_t *rec, uint32_t n, uint32_t i, size_t old,
+                      uint8_t *buf, size_t end)
 {
-    size_t end = len;
-    ptrdiff_t moved = 0;
+    uint8_t *tail = rec[i].p + old;
+    ptrdiff_t moved = (ptrdiff_t)rec[i].size - (ptrdiff_t)old;
 
-    for (uint32_t i = 0; i < n; i++) {
-        ratel__record_t *r = &rec[i];
-        size_t old = r->size, now_size = old;
-        uint8_t *tail;
-
-        r->p += moved;
-        tail = r->p + old;
-        now_size = ratel__algo(&r->rule)->refund(r, now_us, cost);
-        if (now_size != old)
-            memmove(r->p + now_size, tail, (size_t)(buf + end - tail));
-        end = end - old + now_size;
-        moved += (ptrdiff_t)now_size - (ptrdiff_t)old;
+    if (moved != 0) {
+        memmove(tail + moved, tail, (size_t)(buf + end - tail));
+        for (uint32_t j = i + 1; j < n; j++)
+            rec[j].p += moved;
     }
-    return end;
+    return (size_t)((ptrdiff_t)end + moved);
 }
 
-int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
-                        size_t *state_len, size_t state_cap, int64_t now_us,
-                        uint64_t cost, ratel_decision_t *d)
+/* Refunds every rule of `buf` in place. */
+static size_t refund_all(change_t *c, ratel__record_t *rec, uint32_t n,
+                         uint8_t *buf, size_t len, int64_t now_us)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        size_t old = rec[i].size;
+        rec[i].size =
+            ratel__algo(&rec[i].rule)->refund(&rec[i], now_us, c->cost);
+        len = resized(rec, n, i, old, buf, len);
+    }
+    return len;
+}
+
+/* Releases or renews the lease of the (one) concurrent rule. */
+static size_t release_lease(change_t *c, ratel__record_t *rec, uint32_t n,
+                            uint8_t *buf, size_t len, int64_t now_us)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        size_t old = rec[i].size;
+        if (rec[i].rule.algo != RATEL_ALGO_CONCURRENT)
+            continue;
+        rec[i].size = ratel__concurrent_lease(
+            &rec[i], now_us, c->lease, (c->flags & RATEL_RENEW) != 0, &c->held);
+        len = resized(rec, n, i, old, buf, len);
+    }
+    return len;
+}
+
+/*
+ * Applies `c` to the key's blob under `policy` (converted first when it was
+ * written under other rules; a new key starts empty) and reports the key
+ * after it as a peek would. A key left empty carries no state.
+ */
+static int change_key(const ratel_policy_t *policy, uint8_t *state,
+                      size_t *state_len, size_t state_cap, int64_t now_us,
+                      change_t *c, ratel_decision_t *d)
 {
     uint8_t scratch[RATEL__STATE_MAX];
     ratel__record_t rec[RATEL_MAX_RULES];
@@ -489,22 +550,16 @@ int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
     size_t len;
     int err;
 
-    if (!d || (err = check_call(policy, state, state_len, now_us, cost)) != 0)
-        return RATEL_EINVAL;
-    /* Giving back more than any limit is giving back everything. */
-    if (cost > RATEL_LIMIT_MAX)
-        cost = RATEL_LIMIT_MAX;
-    if (*state_len > 0) {
-        if ((err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
-            return err;
-    }
+    if (*state_len > 0 &&
+        (err = ratel__state_parse(state, *state_len, rec, &n)) != 0)
+        return err;
     if (*state_len > 0 && rules_match(policy, rec, n)) {
-        len = refund_all(rec, n, state, *state_len, now_us, cost);
+        len = c->apply(c, rec, n, state, *state_len, now_us);
     } else {
-        /* A new or converted key: refund in scratch, copy if not empty. */
+        /* A new or converted key: change it in scratch, copy if not empty. */
         len = convert(policy, rec, n, now_us, scratch);
         locate(scratch, policy, rec);
-        len = refund_all(rec, policy->nrules, scratch, len, now_us, cost);
+        len = c->apply(c, rec, policy->nrules, scratch, len, now_us);
         fresh = scratch;
     }
     decide_all(rec, policy->nrules, now_us, &peek, &plan);
@@ -522,4 +577,39 @@ int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
     report(policy, st, &plan, d);
     *state_len = empty ? 0 : len;
     return 0;
+}
+
+int ratel_policy_refund(const ratel_policy_t *policy, uint8_t *state,
+                        size_t *state_len, size_t state_cap, int64_t now_us,
+                        uint64_t cost, ratel_decision_t *d)
+{
+    change_t c = {refund_all, cost, 0, 0, 0};
+    int err;
+
+    if (!d || (err = check_call(policy, state, state_len, now_us, cost)) != 0)
+        return RATEL_EINVAL;
+    /* Giving back more than any limit is giving back everything. */
+    if (c.cost > RATEL_LIMIT_MAX)
+        c.cost = RATEL_LIMIT_MAX;
+    return change_key(policy, state, state_len, state_cap, now_us, &c, d);
+}
+
+int ratel_policy_release(const ratel_policy_t *policy, uint8_t *state,
+                         size_t *state_len, size_t state_cap, int64_t now_us,
+                         uint32_t lease, unsigned flags, int *held,
+                         ratel_decision_t *d)
+{
+    change_t c = {release_lease, 0, lease, flags, 0};
+    int err, concurrent = 0;
+
+    if (!d || !held || lease == 0 || (flags & ~RATEL_RENEW) ||
+        (err = check_call(policy, state, state_len, now_us, 1)) != 0)
+        return RATEL_EINVAL;
+    for (uint32_t i = 0; i < policy->nrules; i++)
+        concurrent |= policy->rules[i].algo == RATEL_ALGO_CONCURRENT;
+    if (!concurrent)
+        return RATEL_EINVAL;
+    err = change_key(policy, state, state_len, state_cap, now_us, &c, d);
+    *held = c.held;
+    return err;
 }

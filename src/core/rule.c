@@ -5,7 +5,7 @@
  *   limit  = 1..1000000000
  *   period = [ number ] unit
  *   unit   = "ms" | "s" | "m" | "h" | "d" | "w" | "mo"
- *   algo   = "sliding" | "fixed" | "approx" | "gcra"
+ *   algo   = "sliding" | "fixed" | "approx" | "gcra" | "concurrent"
  *   option = "burst=" number                      (gcra)
  *          | "tz=" ( "UTC" | ("+"|"-") HH [":" MM] | Area/City )
  *                                                 (fixed, approx)
@@ -48,6 +48,20 @@ static const char *const algo_names[] = {
     RATEL_ALGO_MAP(ALGO_NAME_)
 #undef ALGO_NAME_
 };
+
+/* "sliding, fixed, approx, gcra or concurrent": every name of the map. */
+static void algo_choices(char *buf, size_t buflen)
+{
+    size_t q = 0;
+
+    buf[0] = '\0';
+    for (unsigned a = 0; a < RATEL__ALGOS && q < buflen; a++)
+        q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
+                              a == 0                ? ""
+                              : a + 1 < RATEL__ALGOS ? ", "
+                                                     : " or ",
+                              algo_names[a]);
+}
 
 const char *ratel_algo_name(ratel_algo_t algo)
 {
@@ -185,6 +199,12 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
                           "limit must be from 1 to %u", RATEL_LIMIT_MAX);
     if ((fault = calendar_fault(rule)) != NULL)
         return rule_error(errbuf, errlen, text, len, "%s", fault);
+    if (rule->algo == RATEL_ALGO_CONCURRENT &&
+        rule->limit > RATEL_CONCURRENT_MAX)
+        return rule_error(errbuf, errlen, text, len,
+                          "a concurrent rule holds at most %d leases at once "
+                          "(its state keeps each one)",
+                          RATEL_CONCURRENT_MAX);
     if (rule->algo == RATEL_ALGO_GCRA) {
         if (rule->burst < 1 || rule->burst > RATEL_LIMIT_MAX)
             return rule_error(errbuf, errlen, text, len,
@@ -295,7 +315,7 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
                      char *errbuf, size_t errlen)
 {
     size_t start = *at + 1, pos = start, a;
-    char name[32 * 4 + 8];
+    char name[32 * 4 + 8], choices[80];
 
     pr->algo = RATEL_ALGO_SLIDING;
     if (*at >= len || text[*at] != ':')
@@ -310,10 +330,9 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
             return 0;
         }
     quote_into(name, sizeof name, text + start, pos - start, 32);
+    algo_choices(choices, sizeof choices);
     return rule_error(errbuf, errlen, text, len,
-                      "unknown algorithm \"%s\" (use sliding, fixed, approx "
-                      "or gcra)",
-                      name);
+                      "unknown algorithm \"%s\" (use %s)", name, choices);
 }
 
 /* burst=N: the value at text[*at]. */
@@ -448,6 +467,14 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
 
     memset(rule, 0, sizeof *rule);
     rule->algo = pr->algo;
+#ifdef RATEL_NO_TZDB
+    /* RATEL.RELEASE and lua/'s leases come next: until then the module
+       refuses concurrent rules, with the script's words. */
+    if (pr->algo == RATEL_ALGO_CONCURRENT)
+        return rule_error(errbuf, errlen, text, len,
+                          "concurrent rules are not in the Redis module and "
+                          "the Lua script yet: use the embedded store");
+#endif
     rule->limit = (uint32_t)pr->limit;
     if (pr->burst && pr->algo != RATEL_ALGO_GCRA)
         return rule_error(errbuf, errlen, text, len,
@@ -690,6 +717,13 @@ int ratel_rule_explain(const ratel_rule_t *rule, char *buf, size_t buflen)
                         "%u %s per %s at a steady rate (one every %s), "
                         "bursts of up to %u",
                         rule->limit, req, period, interval, rule->burst);
+    case RATEL_ALGO_CONCURRENT:
+        duration_words((double)rule->period_ms * 1000.0, interval,
+                       sizeof interval);
+        return snprintf(buf, buflen,
+                        "at most %u %s in flight at once, each lease "
+                        "released by the caller or expiring after %s",
+                        rule->limit, req, interval);
     }
     return snprintf(buf, buflen, "unknown algorithm");
 }

@@ -149,8 +149,9 @@ typedef struct memory_store_s {
 } memory_store_t;
 
 /*
- * What to run on a key's blob: an acquire (request != NULL) or a refund of
- * `cost`. Both leave the answer in `decision`.
+ * What to run on a key's blob: an acquire (request != NULL), a release of
+ * `lease` (held != NULL) or a refund of `cost`. Each leaves the answer in
+ * `decision`.
  */
 typedef struct memory_call_s {
     const ratel_policy_t *policy;
@@ -158,11 +159,15 @@ typedef struct memory_call_s {
     uint64_t cost;
     int64_t now_us;
     ratel_decision_t *decision;
+    uint32_t lease;
+    unsigned lease_flags;
+    int *held;
 } memory_call_t;
 
 /* ------------------------------------------------------------- hashing */
 
-/* Keys are hashed by store/keyhash.h. Whether the `len` bytes at a and b are equal; short keys inline. */
+/* Keys are hashed by store/keyhash.h. Whether the `len` bytes at a and b are
+ * equal; short keys inline. */
 static inline int key_equal(const uint8_t *a, const uint8_t *b, size_t len)
 {
     if (len > 16)
@@ -465,15 +470,19 @@ static inline int call_core(const memory_call_t *c, uint8_t *state, size_t *len,
     if (c->request)
         return ratel__policy_acquire_owned(c->policy, state, len, cap,
                                            c->now_us, c->request, c->decision);
+    if (c->held)
+        return ratel_policy_release(c->policy, state, len, cap, c->now_us,
+                                    c->lease, c->lease_flags, c->held,
+                                    c->decision);
     return ratel_policy_refund(c->policy, state, len, cap, c->now_us, c->cost,
                                c->decision);
 }
 
 /*
  * Whether the call just made rewrote the blob in the policy's own format:
- * a refund, or an acquire admitted and not a peek. Then the decision's
- * reset time is the blob's. After a peek or a denial the blob may still be
- * the one written under other rules (a config edit), whose reset the
+ * a refund or a release, or an acquire admitted and not a peek. Then the
+ * decision's reset time is the blob's. After a peek or a denial the blob may
+ * still be the one written under other rules (a config edit), whose reset the
  * decision does not describe - or it may have been converted (a denied key
  * keeps its converted state).
  */
@@ -610,8 +619,7 @@ static int decide_expired(memory_store_t *m, shard_t *s, entry_t **link,
 
 /* Decides `c` for the key of hash `h` in shard `s`, which is locked. */
 static int decide_locked(memory_store_t *m, shard_t *s, uint64_t h,
-                         const char *key, size_t keylen,
-                         const memory_call_t *c)
+                         const char *key, size_t keylen, const memory_call_t *c)
 {
     entry_t **link = find_link(s, h, key, keylen);
 
@@ -662,8 +670,10 @@ static int group_pass(memory_store_t *m, ratel_batch_item_t *items, size_t n,
     for (size_t i = 0; i < n; i++) {
         ratel_batch_item_t *it = &items[i];
         ratel_request_t peek = it->request;
-        memory_call_t c = {it->policy, phase ? &it->request : &peek, 0,
-                           now_us, &it->decision};
+        memory_call_t c = {.policy = it->policy,
+                           .request = phase ? &it->request : &peek,
+                           .now_us = now_us,
+                           .decision = &it->decision};
         peek.flags |= RATEL_PEEK;
         it->rc = decide_locked(m, of[i], h[i], it->key, it->keylen, &c);
         if (it->rc == 0 && it->decision.allowed)
@@ -673,8 +683,10 @@ static int group_pass(memory_store_t *m, ratel_batch_item_t *items, size_t n,
             continue; /* every member gets its own decision */
         for (size_t j = 0; j < i; j++) {
             ratel_decision_t back;
-            memory_call_t r = {items[j].policy, NULL, items[j].request.cost,
-                               now_us, &back};
+            memory_call_t r = {.policy = items[j].policy,
+                               .cost = items[j].request.cost,
+                               .now_us = now_us,
+                               .decision = &back};
             if (!(items[j].request.flags & RATEL_PEEK))
                 decide_locked(m, of[j], h[j], items[j].key, items[j].keylen,
                               &r);
@@ -727,7 +739,10 @@ static int memory_acquire(ratel_store_t *store, const char *key, size_t keylen,
                           const ratel_request_t *request,
                           ratel_decision_t *decision)
 {
-    memory_call_t c = {policy, request, 0, now_us, decision};
+    memory_call_t c = {.policy = policy,
+                       .request = request,
+                       .now_us = now_us,
+                       .decision = decision};
     return memory_decide((memory_store_t *)store, key, keylen, &c);
 }
 
@@ -735,7 +750,23 @@ static int memory_refund(ratel_store_t *store, const char *key, size_t keylen,
                          const ratel_policy_t *policy, int64_t now_us,
                          uint64_t cost, ratel_decision_t *decision)
 {
-    memory_call_t c = {policy, NULL, cost, now_us, decision};
+    memory_call_t c = {
+        .policy = policy, .cost = cost, .now_us = now_us, .decision = decision};
+    return memory_decide((memory_store_t *)store, key, keylen, &c);
+}
+
+static int memory_release(ratel_store_t *store, const char *key, size_t keylen,
+                          const ratel_policy_t *policy, int64_t now_us,
+                          uint32_t lease, unsigned flags, int *held,
+                          ratel_decision_t *decision)
+{
+    memory_call_t c = {.policy = policy,
+                       .now_us = now_us,
+                       .decision = decision,
+                       .lease = lease,
+                       .lease_flags = flags,
+                       .held = held};
+    *held = 0;
     return memory_decide((memory_store_t *)store, key, keylen, &c);
 }
 
@@ -848,6 +879,7 @@ static const ratel_store_ops_t memory_ops = {
     .name = "memory",
     .acquire = memory_acquire,
     .refund = memory_refund,
+    .release = memory_release,
     .reset = memory_reset,
     .inspect = memory_inspect,
     .acquire_group = memory_acquire_group,

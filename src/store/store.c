@@ -48,6 +48,18 @@ int ratel_store_refund(ratel_store_t *store, const char *key, size_t keylen,
                               decision);
 }
 
+int ratel_store_release(ratel_store_t *store, const char *key, size_t keylen,
+                        const ratel_policy_t *policy, int64_t now_us,
+                        uint32_t lease, unsigned flags, int *held,
+                        ratel_decision_t *decision)
+{
+    if (!store || !key || bad_policy(policy) || !decision || !held ||
+        bad_time(now_us) || !store->ops->release)
+        return RATEL_EINVAL;
+    return store->ops->release(store, key, keylen, policy, now_us, lease, flags,
+                               held, decision);
+}
+
 int ratel_store_reset(ratel_store_t *store, const char *key, size_t keylen)
 {
     if (!store || !key)
