@@ -13,7 +13,9 @@
  * move forward (sometimes back), policies of 1-3 rules of all algorithms
  * (small limits and periods so requests are denied, sliding rules past the
  * run cap, gcra with bursts and limits up to 1e9 per 30 days so the
- * script's big-integer path runs), costs, PEEK, MAXWAIT on all-gcra
+ * script's big-integer path runs, fixed and approx on calendars: offsets
+ * east and west, weeks and months, in traces that cross month ends, leap
+ * days and year ends), costs, PEEK, MAXWAIT on all-gcra
  * policies, REFUND, RESET, INFO, rule changes on a live key (conversion),
  * malformed rules and options, and corrupted blobs. Every operation runs
  * through each backend:
@@ -306,9 +308,9 @@ typedef struct gen_policy_s {
 } gen_policy_t;
 
 static const uint32_t periods[] = {
-    1,       2,        3,        5,         10,        50,         100,
-    250,     1000,     1000,     1500,      2000,      10000,      60000,
-    60000,   90000,    3600000,  86400000,  604800000, 2592000000u};
+    1,     2,     3,       5,        10,        50,         100,
+    250,   1000,  1000,    1500,     2000,      10000,      60000,
+    60000, 90000, 3600000, 86400000, 604800000, 2592000000u};
 
 static uint32_t gen_limit(void)
 {
@@ -346,13 +348,15 @@ static void period_text(uint32_t ms, char *out, size_t size)
     snprintf(out, size, "%ums", ms);
 }
 
+static const char *const algo_names[] = {"sliding", "fixed", "approx", "gcra"};
+
 static void gen_rule(gen_rule_t *g, int algo, uint32_t limit, uint32_t period,
                      int want_burst)
 {
-    static const char *const names[] = {"sliding", "fixed", "approx", "gcra"};
     char ptext[32], atext[16] = "", btext[24] = "";
     ratel_rule_t *r = &g->rule;
 
+    memset(r, 0, sizeof *r);
     r->algo = (ratel_algo_t)algo;
     r->limit = limit;
     r->period_ms = period;
@@ -367,10 +371,94 @@ static void gen_rule(gen_rule_t *g, int algo, uint32_t limit, uint32_t period,
     }
     period_text(period, ptext, sizeof ptext);
     if (algo != RATEL_ALGO_SLIDING || chance(10))
-        snprintf(atext, sizeof atext, ":%s", names[algo]);
+        snprintf(atext, sizeof atext, ":%s", algo_names[algo]);
     if (algo == RATEL_ALGO_GCRA && (r->burst != limit || chance(10)))
         snprintf(btext, sizeof btext, ",burst=%u", r->burst);
     snprintf(g->text, sizeof g->text, "%u/%s%s%s", limit, ptext, atext, btext);
+}
+
+/* A random calendar for a fixed or approx rule: durations under an offset
+   (tz= is what makes them a calendar), weeks from Monday or months, with
+   or without one. Offsets east and west, with 30 and 45 minutes. */
+static void random_calendar(ratel_rule_t *r)
+{
+    static const int32_t offsets[] = {28800,  -12600, 20700, 0,     -36000,
+                                      50400,  -50400, 19800, 3600,  -18000,
+                                      -34200, 45900,  34200, -3600, 32400};
+    static const uint32_t durations[] = {86400000,  86400000,  3600000,
+                                         1800000,   900000,    43200000,
+                                         172800000, 604800000, 90000};
+    static const uint32_t months[] = {1, 1, 2, 3, 3, 4, 6, 12, 12};
+    int kind = (int)between(0, 2);
+
+    r->calendar = 0;
+    r->months = 0;
+    if (kind == 0) {
+        r->period_ms = durations[between(0, 8)];
+    } else if (kind == 1) {
+        r->calendar = RATEL_CALENDAR_WEEKS;
+        r->period_ms = 604800000u * (uint32_t)(chance(60) ? 1 : between(2, 4));
+    } else {
+        r->calendar = RATEL_CALENDAR_MONTHS;
+        r->period_ms = 0;
+        r->months =
+            chance(85) ? months[between(0, 8)] : (uint32_t)between(1, 12);
+    }
+    r->tz_offset_s = 0;
+    if (kind == 0 || chance(50)) {
+        r->calendar |= RATEL_CALENDAR_TZ;
+        r->tz_offset_s = chance(80) ? offsets[between(0, 14)]
+                                    : (int32_t)between(-840, 840) * 60;
+    }
+}
+
+/* tz=: UTC, +HH, or +HH:MM (-00:00 too), as the grammar takes them. */
+static void tz_text(int32_t s, char *out, size_t size)
+{
+    int32_t a = s < 0 ? -s : s;
+    char sign = s < 0 || (s == 0 && chance(20)) ? '-' : '+';
+
+    if (s == 0 && chance(40))
+        snprintf(out, size, ",tz=UTC");
+    else if (a % 3600 == 0 && chance(30))
+        snprintf(out, size, ",tz=%c%02d", sign, a / 3600);
+    else
+        snprintf(out, size, ",tz=%c%02d:%02d", sign, a / 3600, a / 60 % 60);
+}
+
+/*
+ * Makes g, a fixed or approx rule, a calendar rule: the calendar of `like`
+ * (a rule edited in place keeps its windows), or a random one. A bare unit
+ * ("mo", "w") means one of it.
+ */
+static void gen_calendar(gen_rule_t *g, const ratel_rule_t *like)
+{
+    ratel_rule_t *r = &g->rule;
+    char ptext[32], tz[24] = "";
+
+    if (like) {
+        r->calendar = like->calendar;
+        r->months = like->months;
+        r->tz_offset_s = like->tz_offset_s;
+        r->period_ms = like->period_ms;
+    } else {
+        random_calendar(r);
+    }
+    if ((r->calendar & RATEL_CALENDAR_MONTHS) && r->months == 1 && chance(30))
+        snprintf(ptext, sizeof ptext, "mo");
+    else if (r->calendar & RATEL_CALENDAR_MONTHS)
+        snprintf(ptext, sizeof ptext, "%umo", r->months);
+    else if ((r->calendar & RATEL_CALENDAR_WEEKS) &&
+             r->period_ms == 604800000u && chance(30))
+        snprintf(ptext, sizeof ptext, "w");
+    else if (r->calendar & RATEL_CALENDAR_WEEKS)
+        snprintf(ptext, sizeof ptext, "%uw", r->period_ms / 604800000u);
+    else
+        period_text(r->period_ms, ptext, sizeof ptext);
+    if (r->calendar & RATEL_CALENDAR_TZ)
+        tz_text(r->tz_offset_s, tz, sizeof tz);
+    snprintf(g->text, sizeof g->text, "%u/%s:%s%s", r->limit, ptext,
+             algo_names[r->algo], tz);
 }
 
 static void gen_policy(gen_policy_t *p, int all_gcra)
@@ -382,6 +470,9 @@ static void gen_policy(gen_policy_t *p, int all_gcra)
         uint32_t period = chance(85) ? periods[between(0, 19)]
                                      : (uint32_t)between(1, 1000000);
         gen_rule(&p->rules[i], algo, limit, period, chance(40));
+        if ((algo == RATEL_ALGO_FIXED || algo == RATEL_ALGO_APPROX) &&
+            chance(40))
+            gen_calendar(&p->rules[i], NULL);
         for (int j = 0; j < i; j++)
             if (memcmp(&p->rules[j].rule, &p->rules[i].rule,
                        sizeof(ratel_rule_t)) == 0 &&
@@ -399,11 +490,14 @@ static void edit_policy(gen_policy_t *p, int all_gcra)
     gen_policy_t q = *p;
     for (int i = 0; i < q.n; i++) {
         ratel_rule_t r = q.rules[i].rule;
-        if (chance(50))
+        if (chance(50)) {
             gen_rule(&q.rules[i], r.algo,
                      chance(50) || r.limit == 1000000000 ? gen_limit()
                                                          : r.limit + 1,
                      r.period_ms, chance(50));
+            if (r.calendar)
+                gen_calendar(&q.rules[i], &r);
+        }
     }
     if (q.n > 1 && chance(40)) {
         gen_rule_t t = q.rules[0];
@@ -421,13 +515,15 @@ static void edit_policy(gen_policy_t *p, int all_gcra)
 }
 
 static const char *const bad_rules[] = {
-    "10/1x",          "0/1s",          "10/0s",
-    "10/31d",         "1/1s,burst=3",  "5/1s:gcra,burst=0",
-    "10/1s:foo",      "10/1s:gcra,burst=2,burst=3",
-    "10/1s:gcra,bust=3",               "1/1s:gcra,burst=1000000000",
-    "10/1sx",         "",              "1\x01/\"s\\",
-    "1000000001/1s",  "10/2592000001ms", "10",
-    "10/",            "10/1s:",        "5/1s,burst=2"};
+    "10/1x", "0/1s", "10/0s", "10/31d", "1/1s,burst=3", "5/1s:gcra,burst=0",
+    "10/1s:foo", "10/1s:gcra,burst=2,burst=3", "10/1s:gcra,bust=3",
+    "1/1s:gcra,burst=1000000000", "10/1sx", "", "1\x01/\"s\\", "1000000001/1s",
+    "10/2592000001ms", "10", "10/", "10/1s:", "5/1s,burst=2",
+    /* Calendars. Zone names are not here: the core reads the tz database,
+       the module and the scripts refuse them (test_lua.sh compares those). */
+    "1/1mo:gcra", "1/1d,tz=+08:00", "1/13mo:fixed", "1/0mo:approx",
+    "1/1d:fixed,tz=+14:01", "1/1d:fixed,tz=+8", "1/1w:fixed,tz=UTC,tz=UTC",
+    "1/1mo:fixed,burst=2", "1/1d:approx,tz=", "1/5w:fixed"};
 
 /* ------------------------------------------------------------ backends */
 
@@ -521,8 +617,8 @@ static void info_text(buf_t *reply, const core_key_t *k, int64_t now_us)
 {
     ratel_rule_status_t st[RATEL_MAX_RULES];
     size_t n;
-    int rc = ratel_state_inspect(k->blob, k->len, now_us, st, RATEL_MAX_RULES,
-                                 &n);
+    int rc =
+        ratel_state_inspect(k->blob, k->len, now_us, st, RATEL_MAX_RULES, &n);
     if (rc != 0) {
         core_error(reply, rc);
         return;
@@ -863,8 +959,8 @@ static void add_rules(op_t *op, const gen_policy_t *p)
     if (chance(1)) {
         /* A malformed rule, never first when it does not start with a
            digit (it would be read as an option). */
-        const char *bad = bad_rules[between(0, sizeof bad_rules /
-                                                   sizeof bad_rules[0] - 1)];
+        const char *bad =
+            bad_rules[between(0, sizeof bad_rules / sizeof bad_rules[0] - 1)];
         op_word(op, "%s", bad);
         op->nrules++;
         if (p->n >= 1 && chance(50)) {
@@ -904,8 +1000,10 @@ static void gen_op(trace_t *tr, op_t *op)
     p = &tr->policies[tr->current];
     next_time(tr);
     op->at_ms = tr->t_ms;
-    op->kind = k < 78 ? OP_ACQUIRE : k < 88 ? OP_REFUND : k < 97 ? OP_INFO
-                                                                 : OP_RESET;
+    op->kind = k < 78   ? OP_ACQUIRE
+               : k < 88 ? OP_REFUND
+               : k < 97 ? OP_INFO
+                        : OP_RESET;
     /* Dense traces keep their key: a reset would empty the window. */
     if (tr->dense && op->kind == OP_RESET)
         op->kind = OP_ACQUIRE;
@@ -950,8 +1048,8 @@ static void gen_op(trace_t *tr, op_t *op)
             op_word(op, "%lld", (long long)op->max_wait_ms);
         }
     } else if (chance(40)) {
-        op->cost = chance(10) && !tr->dense ? 1000000000u
-                                            : (uint64_t)between(1, 20);
+        op->cost =
+            chance(10) && !tr->dense ? 1000000000u : (uint64_t)between(1, 20);
         op_word(op, "COST");
         op_word(op, "%llu", (unsigned long long)op->cost);
     }
@@ -974,8 +1072,8 @@ static int same_reply(const char *a, const char *b)
             unsigned long long x = strtoull(a, &ea, 10);
             unsigned long long y = strtoull(b, &eb, 10);
             if (x != y) {
-                unsigned long long big = x > y ? x : y, d = x > y ? x - y
-                                                                : y - x;
+                unsigned long long big = x > y ? x : y,
+                                   d = x > y ? x - y : y - x;
                 if (big < (1ull << 53) || d > big >> 51)
                     return 0;
             }
@@ -1121,13 +1219,46 @@ static int run_mutation(trace_t *tr)
     return ok;
 }
 
+/* A rule's period for the trace's steps: a month counts as 31 days. */
+static int64_t span_ms(const ratel_rule_t *r)
+{
+    if (r->calendar & RATEL_CALENDAR_MONTHS)
+        return (int64_t)r->months * 31 * 86400000;
+    return r->period_ms;
+}
+
+/* Where calendars turn (UTC): year ends, the leap days of 2028 and 2096,
+   the 28-day February of 2100, the ends of months of 30 and 31 days. */
+static const int64_t calendar_turns[] = {
+    1830297600000LL, /* 2028-01-01 */
+    1835395200000LL, /* 2028-02-29 */
+    1835481600000LL, /* 2028-03-01 */
+    1909094400000LL, /* 2030-07-01 */
+    1927670400000LL, /* 2031-02-01 */
+    3981312000000LL, /* 2096-02-29 */
+    3981398400000LL, /* 2096-03-01 */
+    4102444800000LL, /* 2100-01-01 */
+    4107542400000LL, /* 2100-03-01 */
+};
+#define NTURNS (sizeof calendar_turns / sizeof calendar_turns[0])
+
+/* A start from three days before one of them to a day after (an offset
+   moves local midnight by up to 14 hours either way), or `otherwise` when
+   the turn drawn lies before the earliest instant a trace may use. */
+static int64_t calendar_anchor(int64_t otherwise)
+{
+    int64_t t = calendar_turns[between(0, NTURNS - 1)] +
+                between(-3 * 86400000LL, 86400000LL);
+    return t >= floor_ms ? t : otherwise;
+}
+
 static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
 {
     static trace_t tr;
-    int nops, ok = 1;
+    int nops, ok = 1, calendars = 0;
 
-    rng_state = (seed * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)number + 1) *
-                                                     0xbf58476d1ce4e5b9ull;
+    rng_state = (seed * 0x9e3779b97f4a7c15ull) ^
+                ((uint64_t)number + 1) * 0xbf58476d1ce4e5b9ull;
     if (rng_state == 0)
         rng_state = 1;
     for (int i = 0; i < 4; i++)
@@ -1166,8 +1297,8 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         gen_policy_t *p = &tr.policies[0];
         uint32_t period = dense_periods[between(0, 4)];
         p->n = chance(60) ? 1 : 2;
-        gen_rule(&p->rules[0], RATEL_ALGO_SLIDING,
-                 (uint32_t)between(257, 3000), period, 0);
+        gen_rule(&p->rules[0], RATEL_ALGO_SLIDING, (uint32_t)between(257, 3000),
+                 period, 0);
         if (p->n == 2)
             gen_rule(&p->rules[1], (int)between(0, 3),
                      (uint32_t)between(3000, 100000), period * 10, 0);
@@ -1179,7 +1310,8 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     tr.max_period = 1;
     for (int i = 0; i < tr.npolicies; i++)
         for (int j = 0; j < tr.policies[i].n; j++) {
-            int64_t per = tr.policies[i].rules[j].rule.period_ms;
+            int64_t per = span_ms(&tr.policies[i].rules[j].rule);
+            calendars |= tr.policies[i].rules[j].rule.calendar != 0;
             if (per < tr.min_period)
                 tr.min_period = per;
             if (per > tr.max_period)
@@ -1187,13 +1319,15 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         }
     /* Dense traces fill sliding windows past their run cap. */
     tr.small_steps = chance(30);
-    nops = tr.dense                     ? (int)between(500, 1000)
+    nops = tr.dense                       ? (int)between(500, 1000)
            : tr.small_steps && chance(50) ? (int)between(300, 700)
                                           : (int)between(20, 120);
     /* Some traces run past 2^52 us (the year 2112), where Lua's gcra
        takes its slow path, up to the largest AT. */
     tr.anchor_ms = chance(10) ? between(4503599627371LL, AT_MAX_MS - 86400000)
                               : anchor_ms + between(0, 86400000);
+    if (calendars && chance(75))
+        tr.anchor_ms = calendar_anchor(tr.anchor_ms);
     tr.t_ms = tr.anchor_ms;
     for (int i = 0; i < nops && ok; i++) {
         if (tr.core.len > 0 && chance(2)) {
