@@ -203,14 +203,15 @@ local function parse_rule(text)
             pos = pos + 1
         end
         local name, found = sub(text, start, pos - 1), false
-        for a = 0, 3 do
+        for a = 0, #ALGO_NAMES do
             if ALGO_NAMES[a] == name then
                 algo, found = a, true
             end
         end
         if not found then
             rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
-                '" (use sliding, fixed, approx or gcra)')
+                '" (use ' .. table.concat(ALGO_NAMES, ', ', 0,
+                #ALGO_NAMES - 1) .. ' or ' .. ALGO_NAMES[#ALGO_NAMES] .. ')')
         end
     end
     local burst, have_burst, have_tz, tz_offset = 0, false, false, 0
@@ -243,6 +244,10 @@ local function parse_rule(text)
     if pos <= len then
         rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
             '" at byte ' .. pos)
+    end
+    if algo == ALGO_CONCURRENT then
+        rule_fail(text, 'concurrent rules are not in the Redis module and ' ..
+            'the Lua script yet: use the embedded store')
     end
     if have_burst and algo ~= ALGO_GCRA then
         rule_fail(text, 'burst applies to gcra rules only (add :gcra)')
