@@ -175,7 +175,7 @@ $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/servers_selftest
+test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/servers_selftest
 	BUILD=$(BUILD) tests/run.sh
 
 asan:

@@ -131,7 +131,9 @@ int main(int argc, char **argv)
     }
     fingerprint = ratel__policy_fingerprint(&policy);
     for (unsigned k = 0; k < HOT_KEYS; k++) {
-        ratel_decision_t d = {0, 0, (int64_t)k, 0, 3600000, 3600000, 0, 0};
+        ratel_decision_t d = {.limit = (int64_t)k,
+                              .retry_after_ms = 3600000,
+                              .reset_after_ms = 3600000};
         int len = snprintf(keys[k].bytes, sizeof keys[k].bytes,
                            "login:10.0.%u.%u", k / 256, k % 256);
         keys[k].len = (size_t)len;
