@@ -3,6 +3,7 @@
  *
  *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
  *   GET|POST /v1/refund    give permits back
+ *   GET|POST /v1/release   release or renew a concurrent rule's lease
  *   POST     /v1/reset     forget a key (admin token)
  *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
  *            /v1/auth/PATH request's route and identity: 200 / 429 (+
@@ -27,7 +28,13 @@
 
 enum { KIND_ACQUIRE, KIND_AUTH, KIND_PART };
 
-#define JSON_TYPE {{"Content-Type", 12}, {"application/json", 16}}
+#define JSON_TYPE                                                              \
+    {                                                                          \
+        {"Content-Type", 12},                                                  \
+        {                                                                      \
+            "application/json", 16                                             \
+        }                                                                      \
+    }
 
 static int str_is(ratel_http_str_t s, const char *lit)
 {
@@ -117,6 +124,8 @@ typedef struct params_s {
     long long cost;
     int peek;
     int has_key;
+    long long lease; /* /v1/release: 1..2^32-1; 0 when not given */
+    int renew;       /* /v1/release: extend instead of releasing */
 } params_t;
 
 /* A positive integer 1..max in text; 0 when it is not one. */
@@ -173,11 +182,18 @@ static int read_json_field(const cJSON *item, params_t *p, char *err,
         p->cost = (long long)item->valuedouble;
     } else if (!strcmp(name, "peek") && cJSON_IsBool(item)) {
         p->peek = cJSON_IsTrue(item);
+    } else if (!strcmp(name, "lease") && cJSON_IsNumber(item) &&
+               item->valuedouble >= 1 && item->valuedouble <= 4294967295.0 &&
+               item->valuedouble == (double)(long long)item->valuedouble) {
+        p->lease = (long long)item->valuedouble;
+    } else if (!strcmp(name, "renew") && cJSON_IsBool(item)) {
+        p->renew = cJSON_IsTrue(item);
     } else {
         snprintf(err, errlen,
                  "field \"%.60s\" is unknown or of the wrong type "
                  "(policy: string, key: string, cost: integer "
-                 "1..1000000000, peek: boolean)",
+                 "1..1000000000, peek: boolean, lease: integer "
+                 "1..4294967295, renew: boolean)",
                  name);
         return -1;
     }
@@ -193,8 +209,9 @@ static int read_params_json(const ratel_http_request_t *req, params_t *p,
     int rc;
 
     if (req->body.n == 0) {
-        snprintf(err, errlen, "POST needs a JSON body {\"policy\": ..., "
-                              "\"key\": ..., \"cost\": 1, \"peek\": false}");
+        snprintf(err, errlen,
+                 "POST needs a JSON body {\"policy\": ..., "
+                 "\"key\": ..., \"cost\": 1, \"peek\": false}");
         return -1;
     }
     rc = ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, why,
@@ -229,9 +246,10 @@ static int read_params_query(const ratel_http_request_t *req, params_t *p,
     }
     n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
     if (n < -1) {
-        snprintf(err, errlen, n == -3 ? "key is given twice"
-                                      : "key is malformed (bad %%-escape) or "
-                                        "longer than %d bytes",
+        snprintf(err, errlen,
+                 n == -3 ? "key is given twice"
+                         : "key is malformed (bad %%-escape) or "
+                           "longer than %d bytes",
                  RATELD_KEY_MAX);
         return -1;
     }
@@ -251,21 +269,33 @@ static int read_params_query(const ratel_http_request_t *req, params_t *p,
                  n == -3 ? ", given once" : "");
         return -1;
     }
+    n = ratel_http_query_param(req->query, "lease", buf, sizeof buf);
+    if (n < -1 || (n >= 0 && !(p->lease = parse_count(buf, 4294967295LL)))) {
+        snprintf(err, errlen, "lease must be an integer 1..4294967295%s",
+                 n == -3 ? ", given once" : "");
+        return -1;
+    }
+    n = ratel_http_query_param(req->query, "renew", buf, sizeof buf);
+    if (n < -1 || (n >= 0 && !parse_bool(buf, &p->renew))) {
+        snprintf(err, errlen, "renew must be true, false, 1 or 0%s",
+                 n == -3 ? ", given once" : "");
+        return -1;
+    }
     return 0;
 }
 
 /*
  * The decision API's parameters, from the query (GET) or a strict JSON
- * body (POST). Returns 0, or -1 with a message for a 400 in err.
+ * body (POST); `release`: for /v1/release, which alone takes a lease.
+ * Returns 0, or -1 with a message for a 400 in err.
  */
 static int read_params(const ratel_http_request_t *req, params_t *p,
-                       char *err, size_t errlen)
+                       int release, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
     p->cost = 1;
-    if ((str_is(req->method, "POST") ? read_params_json
-                                      : read_params_query)(req, p, err,
-                                                           errlen) != 0)
+    if ((str_is(req->method, "POST") ? read_params_json : read_params_query)(
+            req, p, err, errlen) != 0)
         return -1;
     if (!p->policy[0]) {
         snprintf(err, errlen, "policy is required");
@@ -273,6 +303,16 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
     }
     if (!p->has_key || p->keylen == 0) {
         snprintf(err, errlen, "key is required (a non-empty string)");
+        return -1;
+    }
+    if (release && !p->lease) {
+        snprintf(err, errlen,
+                 "lease is required: the id an acquire under a "
+                 "concurrent rule returned");
+        return -1;
+    }
+    if (!release && (p->lease || p->renew)) {
+        snprintf(err, errlen, "lease and renew belong to /v1/release");
         return -1;
     }
     return 0;
@@ -285,12 +325,12 @@ static int read_params(const ratel_http_request_t *req, params_t *p,
 static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
                                             ratel_http_exchange_t *ex,
                                             const ratel_http_request_t *req,
-                                            params_t *prm)
+                                            params_t *prm, int release)
 {
     const rateld_policy_t *pol;
     char err[400];
 
-    if (read_params(req, prm, err, sizeof err) != 0) {
+    if (read_params(req, prm, release, err, sizeof err) != 0) {
         respond_error(d, ex, req->thread, 400, "%s", err);
         return NULL;
     }
@@ -318,8 +358,8 @@ static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
         return 0;
     ratel_rule_format(&rules->rules[i], text, sizeof text);
     snprintf(err, errlen,
-             "cost %lld is more than rule %s of policy %s can ever admit",
-             cost, text, pol->name);
+             "cost %lld is more than rule %s of policy %s can ever admit", cost,
+             text, pol->name);
     return -1;
 }
 
@@ -349,9 +389,9 @@ static void set_key(rateld_pending_t *p, const char *policy, const char *key,
 static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
                      const rateld_policy_t *pol, size_t index,
                      const rateld_view_t *view);
-static void api_view(const rateld_config_t *c,
-                     const ratel_http_request_t *req, rateld_view_t *view,
-                     char *client, char *host, size_t hostlen);
+static void api_view(const rateld_config_t *c, const ratel_http_request_t *req,
+                     rateld_view_t *view, char *client, char *host,
+                     size_t hostlen);
 
 /* The decision API: check, then queue for the flush. Overrides read the
    API request itself (its headers, its client address; `key` is the
@@ -367,18 +407,18 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     rateld_view_t view;
     params_t prm;
 
-    if (!(pol = params_policy(d, gen, ex, req, &prm)))
+    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
     p = enqueue(d, w, req->thread, 1);
     set_key(p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
-    if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies),
-                  &view)) {
+    if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
         static const ratel_http_header_t json[] = {JSON_TYPE};
         char body[160];
-        int m = snprintf(body, sizeof body,
-                         "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
-                         pol->name);
+        int m =
+            snprintf(body, sizeof body,
+                     "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
+                     pol->name);
         respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
         return;
     }
@@ -515,8 +555,7 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     if (now - w->undecided_logged_us[reason] >= 10000000) {
         ratel__log(status == 200 ? "info" : "warn", "auth request undecided",
                    "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
-                   status, msg,
-                   (unsigned long long)w->undecided_quiet[reason]);
+                   status, msg, (unsigned long long)w->undecided_quiet[reason]);
         w->undecided_logged_us[reason] = now;
         w->undecided_quiet[reason] = 0;
     } else {
@@ -626,16 +665,16 @@ static ratel_http_str_t host_of(ratel_http_str_t in, char *buf, size_t len)
     if (n >= len)
         n = len - 1;
     for (size_t i = 0; i < n; i++)
-        buf[i] = (char)(in.p[i] >= 'A' && in.p[i] <= 'Z' ? in.p[i] + 32
-                                                         : in.p[i]);
+        buf[i] =
+            (char)(in.p[i] >= 'A' && in.p[i] <= 'Z' ? in.p[i] + 32 : in.p[i]);
     buf[n] = '\0';
     return (ratel_http_str_t){buf, n};
 }
 
 /* What overrides of the decision API read: the API request itself. */
-static void api_view(const rateld_config_t *c,
-                     const ratel_http_request_t *req, rateld_view_t *view,
-                     char *client, char *host, size_t hostlen)
+static void api_view(const rateld_config_t *c, const ratel_http_request_t *req,
+                     rateld_view_t *view, char *client, char *host,
+                     size_t hostlen)
 {
     const ratel_http_str_t *h = ratel_http_header(req, "Host");
 
@@ -671,8 +710,7 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
 }
 
 /* Gateway auth: the forwarded request's route and identity. */
-static void auth_api(rateld_t *d, rateld_worker_t *w,
-                     ratel_http_exchange_t *ex,
+static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                      const ratel_http_request_t *req, int64_t start)
 {
     rateld_gen_t *gen = take_gen(d, w);
@@ -694,8 +732,9 @@ static void auth_api(rateld_t *d, rateld_worker_t *w,
     if (!(route = rateld_config_route(c, &q))) {
         undecided(d, w, ex, req, RATELD_UNDECIDED_UNMATCHED,
                   c->auth.unmatched == RATELD_UNMATCHED_ALLOW ? 200 : 403,
-                  "no route matches %.*s %.*s", (int)(o.method.n > 16 ? 16 : o.method.n),
-                  o.method.p, (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
+                  "no route matches %.*s %.*s",
+                  (int)(o.method.n > 16 ? 16 : o.method.n), o.method.p,
+                  (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
         return;
     }
     ratel__client_address(&c->trusted, req, client, sizeof client);
@@ -724,8 +763,8 @@ static void decision_headers(answer_t *a, const rateld_pending_t *p,
     size_t n = ratel__header_ratelimit(p->policy->name, p->rules, dec, a->limit,
                                        sizeof a->limit);
     a->n = 0;
-    a->h[a->n++] = (ratel_http_header_t){{"Content-Type", 12},
-                                         {"application/json", 16}};
+    a->h[a->n++] =
+        (ratel_http_header_t){{"Content-Type", 12}, {"application/json", 16}};
     a->h[a->n++] =
         (ratel_http_header_t){{"RateLimit-Policy", 16}, {pf, strlen(pf)}};
     a->h[a->n++] = (ratel_http_header_t){
@@ -739,19 +778,26 @@ static void decision_headers(answer_t *a, const rateld_pending_t *p,
     }
 }
 
+/* The decision as JSON; `extra` ends the object (",\"held\":true"). */
 static size_t decision_body(char *body, size_t len, const rateld_policy_t *pol,
-                            const ratel_decision_t *dec, int shadow_denied)
+                            const ratel_decision_t *dec, int shadow_denied,
+                            const char *extra)
 {
-    int n = snprintf(
+    char lease[24] = "";
+    int n;
+
+    if (dec->lease)
+        snprintf(lease, sizeof lease, ",\"lease\":%u", (unsigned)dec->lease);
+    n = snprintf(
         body, len,
         "{\"allowed\":%s,\"policy\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
         "\"retry_after_ms\":%lld,\"reset_after_ms\":%lld,\"rule\":%d,"
-        "\"wait_ms\":%lld,\"source\":\"%s\"%s}\n",
+        "\"wait_ms\":%lld,\"source\":\"%s\"%s%s%s}\n",
         dec->allowed || shadow_denied ? "true" : "false", pol->name,
         (long long)dec->limit, (long long)dec->remaining,
         (long long)dec->retry_after_ms, (long long)dec->reset_after_ms,
         dec->rule, (long long)dec->wait_ms, ratel_source_name(dec->source),
-        shadow_denied ? ",\"shadow_denied\":true" : "");
+        lease, shadow_denied ? ",\"shadow_denied\":true" : "", extra);
     return (size_t)(n < (int)len ? n : (int)len - 1);
 }
 
@@ -782,8 +828,9 @@ static void answer_acquire(rateld_t *d, unsigned thread,
         ratel__log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
                    p->policy->name, (long long)dec->retry_after_ms);
     decision_headers(&a, p, dec, denied);
-    respond(d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
-            decision_body(body, sizeof body, p->policy, dec, shadow_denied));
+    respond(
+        d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
+        decision_body(body, sizeof body, p->policy, dec, shadow_denied, ""));
 }
 
 /* Counts one auth item's outcome; returns 1 when it denies. */
@@ -791,14 +838,15 @@ static int count_auth_item(rateld_t *d, unsigned thread,
                            const rateld_gen_t *gen, const rateld_pending_t *p,
                            const ratel_batch_item_t *it, int64_t latency)
 {
-    int shadow_denied = it->rc == 0 && !it->decision.allowed && p->policy->shadow;
+    int shadow_denied =
+        it->rc == 0 && !it->decision.allowed && p->policy->shadow;
     int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
 
     rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                         it->rc != 0       ? RATELD_OUTCOME_ERROR
-                         : no              ? RATELD_OUTCOME_DENIED
-                         : shadow_denied   ? RATELD_OUTCOME_SHADOW_DENIED
-                                           : RATELD_OUTCOME_ALLOWED,
+                         it->rc != 0     ? RATELD_OUTCOME_ERROR
+                         : no            ? RATELD_OUTCOME_DENIED
+                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
+                                         : RATELD_OUTCOME_ALLOWED,
                          it->rc == 0 ? it->decision.source : RATEL_SOURCE_STORE,
                          latency);
     return no;
@@ -811,8 +859,7 @@ static int count_auth_item(rateld_t *d, unsigned thread,
  * fit).
  */
 static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
-                                           size_t count, char *buf,
-                                           size_t len)
+                                           size_t count, char *buf, size_t len)
 {
     size_t n = 0;
 
@@ -821,8 +868,8 @@ static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
 
     buf[0] = '\0';
     for (size_t i = 0; i < count; i++) {
-        int m = snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
-                         items[i].field);
+        int m =
+            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", items[i].field);
         if (m < 0 || (size_t)m >= len - n)
             break;
         n += (size_t)m;
@@ -867,12 +914,12 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
         respond(d, head->ex, thread, 500, store_error, 2, msg, sizeof msg - 1);
         return;
     }
-    decision_headers(&a, &w->pending[binding],
-                     &w->items[binding].decision, denied);
+    decision_headers(&a, &w->pending[binding], &w->items[binding].decision,
+                     denied);
     a.h[1].value = route_policy_field(head, count, policies, sizeof policies);
     if (denied)
-        a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Reason", 14},
-                                           {"rate-limited", 12}};
+        a.h[a.n++] =
+            (ratel_http_header_t){{"X-Ratel-Reason", 14}, {"rate-limited", 12}};
     if (!denied) {
         /* The gateway reads only the status and the fields: no body. */
         respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
@@ -884,7 +931,7 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     else
         respond(d, head->ex, thread, status, a.h, a.n, body,
                 decision_body(body, sizeof body, w->pending[binding].policy,
-                              &w->items[binding].decision, 0));
+                              &w->items[binding].decision, 0, ""));
 }
 
 static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
@@ -935,41 +982,66 @@ void rateld_flush(void *ud, unsigned thread)
 
 /* ------------------------------------------- the synchronous endpoints */
 
-static void refund_api(rateld_t *d, rateld_worker_t *w,
+static int has_concurrent(const ratel_policy_t *rules)
+{
+    for (uint32_t i = 0; i < rules->nrules; i++)
+        if (rules->rules[i].algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
+}
+
+/*
+ * /v1/refund and /v1/release: a change to one key under a policy's rules,
+ * answered at once with the key as a peek sees it after.
+ */
+static void change_api(rateld_t *d, rateld_worker_t *w,
                        ratel_http_exchange_t *ex,
-                       const ratel_http_request_t *req)
+                       const ratel_http_request_t *req, int release)
 {
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t p;
     ratel_decision_t dec;
-    char body[512], client[RATEL__ADDR_MAX], host[256];
+    char body[512], client[RATEL__ADDR_MAX], host[256], extra[40] = "";
     rateld_view_t view;
     params_t prm;
     answer_t a;
-    int rc;
+    int rc, held = 0;
 
-    if (!(pol = params_policy(d, gen, ex, req, &prm)))
+    if (!(pol = params_policy(d, gen, ex, req, &prm, release)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
-    if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies),
-                  &view)) {
+    if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies), &view)) {
         respond_error(d, ex, req->thread, 400,
-                      "policy %s: this key is exempt; nothing to refund",
+                      "policy %s: this key is exempt; nothing to %s", pol->name,
+                      release ? "release" : "refund");
+        return;
+    }
+    if (release && !has_concurrent(p.rules)) {
+        respond_error(d, ex, req->thread, 400,
+                      "policy %s has no concurrent rule: it takes no leases",
                       pol->name);
         return;
     }
-    rc = ratel_store_refund(d->store, p.key, p.keylen, p.rules,
-                            ratel_clock_now_us(), (uint64_t)prm.cost, &dec);
+    rc = release
+             ? ratel_store_release(d->store, p.key, p.keylen, p.rules,
+                                   ratel_clock_now_us(), (uint32_t)prm.lease,
+                                   prm.renew ? RATEL_RENEW : 0, &held, &dec)
+             : ratel_store_refund(d->store, p.key, p.keylen, p.rules,
+                                  ratel_clock_now_us(), (uint64_t)prm.cost,
+                                  &dec);
     if (rc != 0) {
         respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
                       "the store failed: %s", ratel_strerror(rc));
         return;
     }
+    if (release)
+        snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
+                 held ? "true" : "false", held && prm.renew ? "true" : "false");
     decision_headers(&a, &p, &dec, 0);
     respond(d, ex, req->thread, 200, a.h, a.n, body,
-            decision_body(body, sizeof body, pol, &dec, 0));
+            decision_body(body, sizeof body, pol, &dec, 0, extra));
 }
 
 /* The admin token as "Authorization: Bearer TOKEN" (or X-Admin-Token). */
@@ -1019,7 +1091,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
                             "configuration");
         return;
     }
-    if (!(pol = params_policy(d, gen, ex, req, &prm)))
+    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     rc = ratel_store_reset(d->store, p.key, p.keylen);
@@ -1032,8 +1104,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
 }
 
-static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex,
-                        unsigned thread)
+static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
 {
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
@@ -1089,8 +1160,7 @@ static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
         respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
         return;
     }
-    respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
-            strlen(body));
+    respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body, strlen(body));
     cJSON_free(body);
 }
 
@@ -1111,7 +1181,9 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
            appends the original path. */
         auth_api(d, w, ex, req, start);
     } else if (str_is(path, "/v1/refund") && (get || post)) {
-        refund_api(d, w, ex, req);
+        change_api(d, w, ex, req, 0);
+    } else if (str_is(path, "/v1/release") && (get || post)) {
+        change_api(d, w, ex, req, 1);
     } else if (str_is(path, "/v1/reset") && post) {
         reset_api(d, w, ex, req);
     } else if (str_is(path, "/metrics") && get) {
@@ -1121,9 +1193,9 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
     } else if (str_is(path, "/readyz") && get) {
         ready_api(d, ex, req->thread);
     } else if (str_is(path, "/v1/acquire") || str_is(path, "/v1/auth") ||
-               str_is(path, "/v1/refund") || str_is(path, "/v1/reset") ||
-               str_is(path, "/metrics") || str_is(path, "/healthz") ||
-               str_is(path, "/readyz")) {
+               str_is(path, "/v1/refund") || str_is(path, "/v1/release") ||
+               str_is(path, "/v1/reset") || str_is(path, "/metrics") ||
+               str_is(path, "/healthz") || str_is(path, "/readyz")) {
         respond_error(d, ex, req->thread, 405, "method %.*s not allowed here",
                       (int)(req->method.n > 16 ? 16 : req->method.n),
                       req->method.p);
@@ -1133,7 +1205,8 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
             strcpy(p, "(long path)");
         respond_error(d, ex, req->thread, 404,
                       "no endpoint %s; see /v1/acquire, /v1/auth, "
-                      "/v1/refund, /v1/reset, /metrics, /healthz, /readyz",
+                      "/v1/refund, /v1/release, /v1/reset, /metrics, "
+                      "/healthz, /readyz",
                       p);
     }
 }

@@ -54,6 +54,9 @@ policies:
   g:
     rules: ["5/1s:gcra,burst=3"]
     key: global
+  jobs:
+    rules: [3/1m, "2/30s:concurrent"]
+    key: header:X-User
 ${2:-}
 routes:
   - path: /api/ping
@@ -287,6 +290,32 @@ same pipelined_count "$(grep -c '^HTTP/1.1 200' <<<"$pipelined")" 3
 contains truncated_then_timeout "$(raw 'GET /healthz HTTP/1.1\r\nHost: x')" ' 408 '
 contains pipelined_garbage "$(raw 'GET /healthz HTTP/1.1\r\n\r\n\x01\x02\x03 garbage\r\n\r\n')" ' 400 '
 same alive_after_hostile "$(code "$base/healthz")" 200
+
+# --- concurrent rules: leases in the decision, /v1/release
+lease() { grep -o '"lease":[0-9]*' | cut -d: -f2; }
+jobs="$base/v1/acquire?policy=jobs&key=u1"
+l1=$(curl -s "$jobs" | lease)
+l2=$(curl -s "$jobs" | lease)
+same lease_ids "$l1 $l2" "1 2"
+out=$(curl -s -w ' %{http_code}' "$jobs")
+contains lease_full "$out" ' 429'
+contains lease_full_rule "$out" '"rule":1'
+same lease_none_when_denied "$(lease <<<"$out")" ""
+same release "$(curl -s "$base/v1/release?policy=jobs&key=u1&lease=$l1" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":false'
+same release_again "$(curl -s "$base/v1/release?policy=jobs&key=u1&lease=$l1" | grep -o '"held":[a-z]*')" '"held":false'
+same release_unknown_code "$(code "$base/v1/release?policy=jobs&key=u1&lease=77")" 200
+same renew "$(curl -s -X POST -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l2,\"renew\":true}" "$base/v1/release" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":true'
+same lease_after_release "$(curl -s "$jobs" | lease)" 3
+# Three in the minute: the rate rule denies, and no lease is taken.
+curl -s "$base/v1/release?policy=jobs&key=u1&lease=3" >/dev/null
+out=$(curl -s -w ' %{http_code}' "$jobs")
+contains rate_denies_first "$out" '"rule":0'
+same rate_denied_no_lease "$(lease <<<"$out")" ""
+same release_needs_lease "$(code "$base/v1/release?policy=jobs&key=u1")" 400
+same release_bad_lease "$(code "$base/v1/release?policy=jobs&key=u1&lease=4294967296")" 400
+same release_no_concurrent "$(code "$base/v1/release?policy=ping&key=a&lease=1")" 400
+same acquire_refuses_lease "$(code "$jobs&lease=1")" 400
+same release_method "$(code -X DELETE "$base/v1/release")" 405
 
 # --- command line
 out=$("$rateld" --check-config "$conf" 2>&1); rc=$?
