@@ -17,13 +17,14 @@
 static const char rule_help[] =
     "Rules are LIMIT/PERIOD[:ALGO][,burst=N]: LIMIT from 1 to 1000000000,\n"
     "PERIOD a number and a unit (ms, s, m, h, d; a bare unit means 1 of it)\n"
-    "from 1ms to 30d, ALGO one of sliding (the default), fixed, approx or\n"
-    "gcra, burst for gcra only. Examples: 10/1m, 1/60s, 1000/1d:fixed,\n"
+    "from 1ms to 30d, ALGO one of sliding (the default), fixed, approx,\n"
+    "gcra or concurrent, burst for gcra only. Examples: 10/1m, 1/60s, "
+    "1000/1d:fixed,\n"
     "100/1s:gcra,burst=200.\n";
 
 static const char command_list[] =
-    "explain, replay, acquire, refund, reset, inspect, ping, lua-load, "
-    "help";
+    "explain, replay, acquire, refund, release, reset, inspect, ping, "
+    "lua-load, help";
 
 static void main_usage(FILE *out)
 {
@@ -47,6 +48,9 @@ static void main_usage(FILE *out)
             "                           decision (exit 3 when denied)\n"
             "  refund --store URL --rule RULE... KEY\n"
             "                           give permits of KEY back\n"
+            "  release --store URL --rule RULE... --lease ID KEY\n"
+            "                           release (or --renew) a concurrent "
+            "rule's lease\n"
             "  reset --store URL KEY    forget KEY: it starts from full\n"
             "  inspect --store URL KEY  print the state the store holds for "
             "KEY\n"

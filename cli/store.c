@@ -1,5 +1,6 @@
 /*
- * store.c - `ratel acquire`, `refund`, `reset`, `inspect` and `ping`: one
+ * store.c - `ratel acquire`, `refund`, `release`, `reset`, `inspect` and
+ * `ping`: one
  * request against a real store, to try rules against Redis from a shell;
  * and `ratel lua-load`, which puts the Functions library on every
  * primary of a Redis URL.
@@ -38,6 +39,7 @@
 typedef enum store_cmd_e {
     CMD_ACQUIRE,
     CMD_REFUND,
+    CMD_RELEASE,
     CMD_RESET,
     CMD_INSPECT,
     CMD_PING,
@@ -50,6 +52,7 @@ typedef enum store_cmd_e {
 #define TAKES_ACQUIRE 4u /* --peek, --max-wait */
 #define TAKES_JSON 8u    /* --json */
 #define TAKES_KEY 16u    /* one KEY operand (required) */
+#define TAKES_LEASE 32u  /* --lease (required), --renew */
 
 typedef struct store_command_s {
     const char *name;
@@ -111,9 +114,13 @@ static const char decision_help[] =
     "store, or\n"
     "open, closed or local when Redis failed and the URL's on_failure "
     "policy\n"
-    "decided (with a warning on standard error). --json prints one JSON "
-    "object\n"
-    "with these fields and the binding rule's limit.\n";
+    "decided (with a warning on standard error). A policy with a "
+    "concurrent rule\n"
+    "adds an eighth field, lease: the id `ratel release` takes, 0 when "
+    "none was\n"
+    "taken. --json prints one JSON object with these fields and the "
+    "binding\n"
+    "rule's limit.\n";
 
 static const store_command_t commands[] = {
     {"acquire", CMD_ACQUIRE,
@@ -144,6 +151,26 @@ static const store_command_t commands[] = {
      "10/1h \\\n"
      "        sms:+15550100\n"
      "  1\t1\t0\t0\t0\t0\tstore\n"},
+    {"release", CMD_RELEASE, TAKES_RULE | TAKES_LEASE | TAKES_JSON | TAKES_KEY,
+     "--store URL --rule RULE [--rule RULE ...] --lease ID\n"
+     "                     [--renew] [--json] KEY",
+     "Releases the lease ID that an acquire under the policy's concurrent "
+     "rule\n"
+     "took for KEY, or with --renew extends it to now + the rule's PERIOD. "
+     "Prints\n"
+     "one tab-separated line, held  remaining  reset_after_ms (--json: an "
+     "object\n"
+     "with held and renewed), and exits 3 when the lease was not held "
+     "(unknown,\n"
+     "released already, or expired).\n",
+     "  $ ratel acquire --store redis://127.0.0.1:6379 --rule "
+     "50/30s:concurrent \\\n"
+     "        sms-provider\n"
+     "  1\t49\t0\t30000\t0\t0\tstore\t1\n"
+     "  $ ratel release --store redis://127.0.0.1:6379 --rule "
+     "50/30s:concurrent \\\n"
+     "        --lease 1 sms-provider\n"
+     "  1\t50\t0\n"},
     {"reset", CMD_RESET, TAKES_KEY, "--store URL KEY",
      "Forgets KEY: its next request starts from full. Prints nothing.\n",
      "  $ ratel reset --store redis://127.0.0.1:6379 sms:+15550100\n"},
@@ -159,7 +186,8 @@ static const store_command_t commands[] = {
      "for gcra\n"
      "(the theoretical arrival time, Unix microseconds), window_start_ms= "
      "for\n"
-     "fixed and approx. A key without state prints nothing. --json prints "
+     "fixed and approx, last_lease= for concurrent. A key without state prints "
+     "nothing. --json prints "
      "an array\n"
      "of objects. The state is read from the store and seen with this "
      "machine's\n"
@@ -297,6 +325,8 @@ typedef struct store_options_s {
     int64_t max_wait_ms;
     int peek, json;
     const char *key;
+    uint64_t lease; /* release: 1..2^32-1 */
+    int renew;
 } store_options_t;
 
 /*
@@ -338,6 +368,11 @@ static int check_operands(const store_command_t *c, int argc, char **argv,
         cli_error(c->name, "no rule given; add --rule RULE, e.g. --rule 10/1m");
         return CLI_EXIT_USAGE;
     }
+    if ((c->takes & TAKES_LEASE) && !o->lease) {
+        cli_error(c->name, "no lease given; add --lease ID, the id an "
+                           "acquire printed");
+        return CLI_EXIT_USAGE;
+    }
     if ((c->takes & TAKES_KEY) && !o->key) {
         cli_error(c->name,
                   "no key given; e.g. ratel %s --store URL%s "
@@ -371,6 +406,8 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
                {{"peek", no_argument, NULL, 'p'}, TAKES_ACQUIRE},
                {{"max-wait", required_argument, NULL, 'w'}, TAKES_ACQUIRE},
                {{"json", no_argument, NULL, 'j'}, TAKES_JSON},
+               {{"lease", required_argument, NULL, 'l'}, TAKES_LEASE},
+               {{"renew", no_argument, NULL, 'n'}, TAKES_LEASE},
                {{"help", no_argument, NULL, 'h'}, 0}};
     struct option mine[sizeof all / sizeof all[0] + 1];
     char shortopts[32] = ":";
@@ -435,6 +472,18 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             break;
         case 'j':
             o->json = 1;
+            break;
+        case 'l':
+            if (parse_number(optarg, 1, UINT32_MAX, &o->lease) < 0) {
+                cli_error(c->name,
+                          "--lease \"%s\": expected the id an acquire "
+                          "printed, from 1 to %u",
+                          optarg, UINT32_MAX);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case 'n':
+            o->renew = 1;
             break;
         case 'h':
             *help = 1;
@@ -586,21 +635,60 @@ static int store_failed(const char *cmd, ratel_store_t *store, int rc,
     return CLI_EXIT_FAIL;
 }
 
-static void print_decision(const ratel_decision_t *d, int json)
+/* `leases`: the policy has a concurrent rule, so the lease is printed. */
+static void print_decision(const ratel_decision_t *d, int json, int leases)
 {
     if (json)
         printf("{\"allowed\":%s,\"limit\":%" PRId64 ",\"remaining\":%" PRId64
                ",\"retry_after_ms\":%" PRId64 ",\"reset_after_ms\":%" PRId64
-               ",\"rule\":%d,\"wait_ms\":%" PRId64 ",\"source\":\"%s\"}\n",
+               ",\"rule\":%d,\"wait_ms\":%" PRId64 ",\"source\":\"%s\"",
                d->allowed ? "true" : "false", d->limit, d->remaining,
                d->retry_after_ms, d->reset_after_ms, d->rule, d->wait_ms,
                ratel_source_name(d->source));
     else
-        printf("%d\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%d\t%" PRId64
-               "\t%s\n",
+        printf("%d\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%d\t%" PRId64 "\t%s",
                d->allowed ? 1 : 0, d->remaining, d->retry_after_ms,
                d->reset_after_ms, d->rule, d->wait_ms,
                ratel_source_name(d->source));
+    if (leases)
+        printf(json ? ",\"lease\":%" PRIu32 : "\t%" PRIu32, d->lease);
+    fputs(json ? "}\n" : "\n", stdout);
+}
+
+static int has_concurrent(const ratel_policy_t *policy)
+{
+    for (uint32_t i = 0; i < policy->nrules; i++)
+        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
+}
+
+/* `ratel release`; returns the exit status. */
+static int run_release(const store_command_t *c, const store_options_t *o,
+                       ratel_store_t *store, const ratel_policy_t *policy)
+{
+    ratel_decision_t d;
+    int held = 0, rc;
+
+    if (!has_concurrent(policy)) {
+        cli_error(c->name, "the policy has no concurrent rule, so it takes "
+                           "no leases; add one, e.g. --rule 50/30s:concurrent");
+        return CLI_EXIT_USAGE;
+    }
+    rc = ratel_store_release(store, o->key, strlen(o->key), policy,
+                             ratel_clock_now_us(), (uint32_t)o->lease,
+                             o->renew ? RATEL_RENEW : 0, &held, &d);
+    if (rc < 0)
+        return store_failed(c->name, store, rc, o->store, o->key);
+    if (o->json)
+        printf("{\"held\":%s,\"renewed\":%s,\"remaining\":%" PRId64
+               ",\"reset_after_ms\":%" PRId64 "}\n",
+               held ? "true" : "false", held && o->renew ? "true" : "false",
+               d.remaining, d.reset_after_ms);
+    else
+        printf("%d\t%" PRId64 "\t%" PRId64 "\n", held, d.remaining,
+               d.reset_after_ms);
+    return held ? CLI_EXIT_OK : CLI_EXIT_DENIED;
 }
 
 /*
@@ -644,7 +732,7 @@ static int run_decide(const store_command_t *c, const store_options_t *o,
     if (rc < 0)
         return store_failed(c->name, store, rc, o->store, o->key);
     warn_fallback(c->name, store, &d);
-    print_decision(&d, o->json);
+    print_decision(&d, o->json, has_concurrent(policy));
     if (c->cmd == CMD_ACQUIRE && !d.allowed)
         return CLI_EXIT_DENIED;
     return CLI_EXIT_OK;
@@ -704,6 +792,9 @@ static void print_detail(const ratel_rule_status_t *st, int json)
         break;
     case RATEL_ALGO_GCRA:
         printf("%s%stat_us%s%" PRId64, sep, q, eq, st->tat_us);
+        break;
+    case RATEL_ALGO_CONCURRENT:
+        printf("%s%slast_lease%s%" PRIu32, sep, q, eq, st->last_lease);
         break;
     default:
         printf("%s%swindow_start_ms%s%" PRId64, sep, q, eq,
@@ -787,6 +878,9 @@ int cli_store_command(int argc, char **argv)
     case CMD_ACQUIRE:
     case CMD_REFUND:
         status = run_decide(c, &o, store, &policy);
+        break;
+    case CMD_RELEASE:
+        status = run_release(c, &o, store, &policy);
         break;
     case CMD_RESET:
         status = ratel_store_reset(store, o.key, strlen(o.key));

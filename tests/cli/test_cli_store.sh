@@ -89,7 +89,7 @@ help_commands() {
     contains help_acquire_exit3 "$out" "3 denied"
     contains help_acquire_memory "$out" "only useful for trying a rule once"
     ratel help nope
-    expect help_unknown 2 "" "acquire, refund, reset, inspect, ping"
+    expect help_unknown 2 "" "acquire, refund, release, reset, inspect, ping"
 }
 
 # ------------------------------------------------------ against a server
@@ -517,9 +517,45 @@ if [ ! -e "$module" ]; then
     exit 1
 fi
 
+# Leases of a concurrent rule: the memory store lives for one command, so
+# each run starts afresh; what shows is the lease column and release's
+# answers and refusals.
+leases() {
+    ratel acquire --store memory --rule 2/30s:concurrent --rule 10/1m k
+    expect lease_column 0 "$(printf '1\t1\t0\t60000\t0\t0\tstore\t1')"
+    ratel acquire --store memory --json --rule 2/30s:concurrent k
+    expect lease_json 0 '"source":"store","lease":1}'
+    ratel acquire --store memory --peek --rule 2/30s:concurrent k
+    expect lease_peek_none 0 "$(printf 'store\t0')"
+    ratel acquire --store memory --rule 2/30s k
+    if [ "$out" = "$(printf '1\t1\t0\t30000\t0\t0\tstore')" ]; then
+        ok no_lease_column
+    else
+        fail no_lease_column "got '$out'"
+    fi
+    ratel release --store memory --rule 2/30s:concurrent --lease 1 k
+    expect release_unknown 3 "$(printf '0\t2\t0')"
+    ratel release --store memory --json --renew --rule 2/30s:concurrent --lease 7 k
+    expect release_json 3 '{"held":false,"renewed":false,"remaining":2,"reset_after_ms":0}'
+    ratel release --store memory --rule 2/30s:concurrent k
+    expect release_no_lease 2 "" "no lease given"
+    ratel release --store memory --rule 2/30s:concurrent --lease 0 k
+    expect release_lease_zero 2 "" '--lease "0"'
+    ratel release --store memory --rule 2/30s:concurrent --lease 4294967296 k
+    expect release_lease_big 2 "" "4294967295"
+    ratel release --store memory --rule 2/30s --lease 1 k
+    expect release_not_concurrent 2 "" "no concurrent rule"
+    ratel acquire --store memory --rule 2/30s:concurrent --lease 1 k
+    expect acquire_no_lease_option 2 "" "unknown option '--lease'"
+    ratel acquire --store memory --rule 257/30s:concurrent k
+    expect concurrent_too_many 2 "" "at most 256 leases"
+    ratel acquire --store memory --rule 2/30s:concurrent --rule 3/1m:concurrent k
+    expect two_concurrent 2 "" "at most one"
+}
+
 for t in help_commands with_module without_module url_forms fallback \
     unreachable failure_policy lua_load lua_load_replica \
-    lua_load_cluster bad_urls bad_usage memory_store; do
+    lua_load_cluster bad_urls bad_usage memory_store leases; do
     check "$t"
 done
 
