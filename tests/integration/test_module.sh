@@ -88,6 +88,31 @@ same peek_on_new_key_stores_nothing "$(rcli "$port" EXISTS o)" "0"
 acq "$port" conv AT "$T" 3/1m 100/1h >/dev/null
 same rules_changed_keep_state "$(acq "$port" conv AT "$T" 3/1m 50/1h)" "1 3 1 0 3600000 0 0"
 
+# Calendar windows: 23:59 and then 00:01 at +08:00 (Asia/Shanghai's
+# clock, given as its offset: the module reads no tz database) are two
+# days, so both are allowed; 23:59:30 is the same day as 23:59. The same
+# through the Functions library, which stores the same bytes.
+sh=1795535940000 # 2026-11-24 23:59 at +08:00 (15:59 UTC)
+rcli "$port" FUNCTION LOAD REPLACE "$(cat "$build/lua/ratel.lib.lua")" >/dev/null
+fcall() { rcli "$port" FCALL ratel_acquire 1 "$@" | tr '\n' ' ' | sed 's/ $//'; }
+same calendar_2359 "$(acq "$port" cal:sh AT $sh 1/1d:fixed,tz=+08:00)" "1 1 0 0 60000 0 0"
+same calendar_2359_30_same_day "$(acq "$port" cal:sh AT $((sh + 30000)) 1/1d:fixed,tz=+08:00)" \
+    "0 1 0 30000 30000 0 0"
+same calendar_0001_next_day "$(acq "$port" cal:sh AT $((sh + 120000)) 1/1d:fixed,tz=+08:00)" \
+    "1 1 0 0 86340000 0 0"
+same calendar_2359_fcall "$(fcall cal:lib AT $sh 1/1d:fixed,tz=+08:00)" "1 1 0 0 60000 0 0"
+same calendar_2359_30_fcall "$(fcall cal:lib AT $((sh + 30000)) 1/1d:fixed,tz=+08:00)" \
+    "0 1 0 30000 30000 0 0"
+same calendar_0001_fcall "$(fcall cal:lib AT $((sh + 120000)) 1/1d:fixed,tz=+08:00)" \
+    "1 1 0 0 86340000 0 0"
+acq "$port" cal:wm AT $sh 3/1w:approx 5/1mo:fixed,tz=-03:30 10/1h >/dev/null
+fcall cal:wl AT $sh 3/1w:approx 5/1mo:fixed,tz=-03:30 10/1h >/dev/null
+same calendar_same_bytes_as_fcall "$(rcli "$port" GET cal:wm | md5sum)" "$(rcli "$port" GET cal:wl | md5sum)"
+same calendar_info "$(rcli "$port" RATEL.INFO cal:wm AT $sh | sed -n '2p;14p')" \
+    "$(printf '3/1w:approx\n5/1mo:fixed,tz=-03:30')"
+contains calendar_zone_name_refused "$(rcli "$port" RATEL.ACQUIRE e 1/1d:fixed,tz=Asia/Shanghai 2>&1)" \
+    "zone names need the system's time-zone database, which the Redis module and the Lua script do not read: give the offset (e.g. tz=+08:00)"
+
 # ---------------------------------------------------------------- errors
 err() { rcli "$port" "$@" 2>&1 | head -1; }
 contains err_cost_zero "$(err RATEL.ACQUIRE e COST 0 1/1s)" "ERR ratel: COST must be an integer from 1 to 1000000000"
