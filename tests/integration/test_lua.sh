@@ -168,7 +168,7 @@ same "$via: long period" "$(ev e ACQUIRE 1/31d)" \
 same "$via: burst on sliding" "$(ev e ACQUIRE 1/1s,burst=2)" \
     "$E rule \"1/1s,burst=2\": burst applies to gcra rules only (add :gcra); $G"
 same "$via: unknown algorithm" "$(ev e ACQUIRE 1/1s:leaky)" \
-    "$E rule \"1/1s:leaky\": unknown algorithm \"leaky\" (use sliding, fixed, approx or gcra); $G"
+    "$E rule \"1/1s:leaky\": unknown algorithm \"leaky\" (use sliding, fixed, approx, gcra or concurrent); $G"
 same "$via: too deep" "$(ev e ACQUIRE 1/30d:gcra,burst=1000)" \
     "$E rule \"1/30d:gcra,burst=1000\": burst x period / limit must be at most 10 years (the bucket would never drain); $G"
 same "$via: trailing bytes" "$(ev e ACQUIRE '10/1s"x')" \
