@@ -58,9 +58,10 @@ static int rule_equal(const ratel_rule_t *a, const ratel_rule_t *b)
  */
 static int rule_in_range(const ratel_rule_t *r)
 {
-    if ((unsigned)r->algo > RATEL_ALGO_GCRA)
+    if ((unsigned)r->algo > RATEL_ALGO_CONCURRENT)
         return 0;
-    if (r->limit < 1 || r->limit > RATEL_LIMIT_MAX)
+    if (r->limit < 1 || r->limit > RATEL_LIMIT_MAX ||
+        (r->algo == RATEL_ALGO_CONCURRENT && r->limit > RATEL_CONCURRENT_MAX))
         return 0;
     if (r->period_ms < RATEL_PERIOD_MIN_MS ||
         r->period_ms > RATEL_PERIOD_MAX_MS)
@@ -240,8 +241,10 @@ static void check_raw(const uint8_t *data, size_t size)
 
     memcpy(b, data, size < sizeof b ? size : sizeof b);
     memset(&rule, 0, sizeof rule); /* no calendar: tested by the text view */
-    rule.algo = (ratel_algo_t)(b[0] % 5);
+    rule.algo = (ratel_algo_t)(b[0] % (RATEL_ALGO_CONCURRENT + 2));
     rule.limit = ld32(b + 1) % (RATEL_LIMIT_MAX + 2);
+    if (rule.algo == RATEL_ALGO_CONCURRENT && (b[0] & 0x20))
+        rule.limit %= RATEL_CONCURRENT_MAX + 2; /* near its bound too */
     rule.period_ms = ld32(b + 5) % (RATEL_PERIOD_MAX_MS + 2);
     rule.burst = ld32(b + 9) % (RATEL_LIMIT_MAX + 2);
     /* Mostly keep the burst the algorithm expects. */

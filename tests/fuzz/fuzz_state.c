@@ -1,5 +1,6 @@
 /*
- * fuzz_state.c - state blobs: validation, inspection, acquire and refund on
+ * fuzz_state.c - state blobs: validation, inspection, acquire, refund and
+ * release on
  * arbitrary and on damaged bytes.
  *
  * Input layout (missing bytes read as 0, so every input means something):
@@ -10,7 +11,9 @@
  *          values out of range map to small valid ones, repeats are dropped
  *   byte   operations - 1 (mod 16)
  *   8 x ops      kind(1) cost(1) max_wait(2) delta(4):
- *          kind bits 0-1: 0, 1 acquire, 2 peek, 3 refund; bit 2: pass
+ *          kind bits 0-1: 0 release (a policy with a concurrent rule:
+ *          lease = cost byte, bit 2 renews; else acquire), 1 acquire,
+ *          2 peek, 3 refund; bit 2: pass
  *          max_wait_ms = max_wait^2 (0xffff: out of range); bit 3: a
  *          buffer only as large as the blob (RATEL_ENOBUFS paths); bits 4-7
  *          time step: now += (int32)delta << bits
@@ -152,8 +155,10 @@ static uint32_t rd32(reader_t *r)
 }
 
 typedef struct op_s {
-    int kind;  /* 0 acquire, 1 peek, 2 refund */
-    int tight; /* buffer only as large as the blob */
+    int kind;       /* 0 acquire, 1 peek, 2 refund, 3 release */
+    uint32_t lease; /* release */
+    unsigned flags; /* release: RATEL_RENEW */
+    int tight;      /* buffer only as large as the blob */
     uint64_t cost;
     int64_t max_wait_ms;
     int64_t now_us;
@@ -162,6 +167,7 @@ typedef struct op_s {
 typedef struct input_s {
     ratel_policy_t policy;
     int all_gcra;
+    int concurrent; /* the policy has a concurrent rule */
     int mutate;
     uint64_t min_capacity; /* smallest capacity over the rules */
     size_t nops;
@@ -196,7 +202,8 @@ static int holds_policy_rules(const ratel_policy_t *policy, const buf_t *cur)
     ratel_rule_status_t st[RATEL_MAX_RULES];
     size_t n = 0;
     if (cur->len == 0 ||
-        ratel_state_inspect(cur->p, cur->len, 0, st, RATEL_MAX_RULES, &n) != 0 ||
+        ratel_state_inspect(cur->p, cur->len, 0, st, RATEL_MAX_RULES, &n) !=
+            0 ||
         n != policy->nrules)
         return 0;
     for (size_t i = 0; i < n; i++)
@@ -212,7 +219,7 @@ static int same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
 
 static uint64_t rule_capacity(const ratel_rule_t *r)
 {
-    return r->algo == RATEL_ALGO_GCRA ? r->burst : r->limit;
+    return ratel_rule_capacity(r);
 }
 
 static int rule_equal(const ratel_rule_t *a, const ratel_rule_t *b)
@@ -228,9 +235,13 @@ static void decode_rule(reader_t *r, int force_gcra, ratel_rule_t *rule)
     uint8_t a = rd8(r);
     uint32_t limit = rd32(r), period = rd32(r), burst = rd32(r);
 
-    rule->algo = force_gcra ? RATEL_ALGO_GCRA : (ratel_algo_t)(a % 4);
+    rule->algo = force_gcra ? RATEL_ALGO_GCRA
+                            : (ratel_algo_t)(a % (RATEL_ALGO_CONCURRENT + 1));
     rule->limit =
         limit >= 1 && limit <= RATEL_LIMIT_MAX ? limit : 1 + limit % 8;
+    if (rule->algo == RATEL_ALGO_CONCURRENT &&
+        rule->limit > RATEL_CONCURRENT_MAX)
+        rule->limit = 1 + rule->limit % RATEL_CONCURRENT_MAX;
     rule->period_ms =
         period >= RATEL_PERIOD_MIN_MS && period <= RATEL_PERIOD_MAX_MS
             ? period
@@ -288,16 +299,20 @@ static void decode(const uint8_t *data, size_t size, input_t *in)
         int dup = 0;
         decode_rule(&r, in->all_gcra, &rules[n]);
         for (size_t j = 0; j < n; j++)
-            dup |= rule_equal(&rules[j], &rules[n]);
+            dup |= rule_equal(&rules[j], &rules[n]) ||
+                   (rules[j].algo == RATEL_ALGO_CONCURRENT &&
+                    rules[n].algo == RATEL_ALGO_CONCURRENT);
         n += !dup;
     }
     /* In-range rules, no repeats: the policy must be accepted. */
     ASSERT(ratel_policy_init(&in->policy, rules, n, err, sizeof err) == 0);
     in->all_gcra = 1;
+    in->concurrent = 0;
     in->min_capacity = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {
         uint64_t c = rule_capacity(&rules[i]);
         in->all_gcra &= rules[i].algo == RATEL_ALGO_GCRA;
+        in->concurrent |= rules[i].algo == RATEL_ALGO_CONCURRENT;
         if (c < in->min_capacity)
             in->min_capacity = c;
     }
@@ -313,6 +328,11 @@ static void decode(const uint8_t *data, size_t size, input_t *in)
         int64_t step = (int64_t)delta * ((int64_t)1 << (kind >> 4));
 
         op->kind = (kind & 3) < 2 ? 0 : (kind & 3) - 1;
+        if ((kind & 3) == 0 && in->concurrent) {
+            op->kind = 3;
+            op->lease = cost ? cost : 1;
+            op->flags = kind & 4 ? RATEL_RENEW : 0;
+        }
         op->tight = (kind >> 3) & 1;
         op->cost = decode_cost(cost, in->min_capacity);
         op->max_wait_ms = 0;
@@ -603,9 +623,25 @@ static void do_acquire(const ratel_policy_t *policy, buf_t *cur, int64_t now,
     free(b);
 }
 
-/* Refund on a copy of `cur`; `cur` takes the result on success. */
-static void do_refund(const ratel_policy_t *policy, buf_t *cur, int64_t now,
-                      uint64_t cost, int tight)
+/* ratel_policy_refund(), or ratel_policy_release() for op->kind 3. */
+static int change(const ratel_policy_t *policy, const op_t *op, uint8_t *b,
+                  size_t *len, size_t cap, int64_t now, uint64_t cost,
+                  ratel_decision_t *d)
+{
+    int held = -1, rc;
+
+    if (!op || op->kind != 3)
+        return ratel_policy_refund(policy, b, len, cap, now, cost, d);
+    rc = ratel_policy_release(policy, b, len, cap, now, op->lease, op->flags,
+                              &held, d);
+    ASSERT(rc != 0 || held == 0 || held == 1);
+    return rc;
+}
+
+/* Refund (or with `op` a release) on a copy of `cur`; `cur` takes the
+   result on success. */
+static void do_refund(const ratel_policy_t *policy, const op_t *op, buf_t *cur,
+                      int64_t now, uint64_t cost, int tight)
 {
     ratel_rule_status_t before[RATEL_MAX_RULES + 1], after[RATEL_MAX_RULES + 1];
     size_t nbefore = 0, nafter = 0;
@@ -615,7 +651,8 @@ static void do_refund(const ratel_policy_t *policy, buf_t *cur, int64_t now,
     int v, rc;
     uint8_t *b;
 
-    set_ctx("refund", policy, cur->p, cur->len, now, cost, 0, 0);
+    set_ctx(op && op->kind == 3 ? "release" : "refund", policy, cur->p,
+            cur->len, now, cost, 0, 0);
     v = check_inspect(cur->p, cur->len, now, before, &nbefore);
     if (tight)
         cap = cur->len;
@@ -623,7 +660,7 @@ static void do_refund(const ratel_policy_t *policy, buf_t *cur, int64_t now,
     ASSERT(b);
     if (len)
         memcpy(b, cur->p, len);
-    rc = ratel_policy_refund(policy, b, &len, cap, now, cost, &d);
+    rc = change(policy, op, b, &len, cap, now, cost, &d);
     if (v != 0) {
         ASSERT(rc == v);
         ASSERT(len == cur->len && same_bytes(b, cur->p, len));
@@ -640,7 +677,7 @@ static void do_refund(const ratel_policy_t *policy, buf_t *cur, int64_t now,
         ASSERT(b);
         if (len)
             memcpy(b, cur->p, len);
-        rc = ratel_policy_refund(policy, b, &len, cap, now, cost, &d);
+        rc = change(policy, op, b, &len, cap, now, cost, &d);
     }
     ASSERT(rc == 0);
     check_decision(policy, &d, 0);
@@ -661,8 +698,8 @@ static void do_refund(const ratel_policy_t *policy, buf_t *cur, int64_t now,
 
 static void run_op(const input_t *in, const op_t *op, buf_t *cur, int recheck)
 {
-    if (op->kind == 2)
-        do_refund(&in->policy, cur, op->now_us, op->cost, op->tight);
+    if (op->kind >= 2)
+        do_refund(&in->policy, op, cur, op->now_us, op->cost, op->tight);
     else
         do_acquire(&in->policy, cur, op->now_us, op->cost,
                    op->kind == 1 ? RATEL_PEEK : 0, op->max_wait_ms, op->tight,
@@ -706,7 +743,7 @@ static void mutate_valid(const input_t *in)
         }
         /* Light checks: normal mode covers peeks and retries. */
         do_acquire(&in->policy, &m, now, cost, 0, 0, 0, 0);
-        do_refund(&in->policy, &m, now, 1, 0);
+        do_refund(&in->policy, NULL, &m, now, 1, 0);
     }
     free(valid);
     free(cur.p);
