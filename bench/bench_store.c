@@ -39,7 +39,26 @@
 #define START_US ((int64_t)1700000000 * 1000000)
 #define KEY_SLOT 16
 
-static const char *const algos[] = {"sliding", "fixed", "approx", "gcra"};
+/*
+ * What is measured: every algorithm with a rule that never denies, the
+ * peer's 10^9 a minute; fixed on a calendar (tz=+08:00, the windows'
+ * calendar path); and concurrent, whose limit is at most 256, as pairs of
+ * an acquire and the release of its lease (a "decision" is one pair).
+ */
+typedef struct variant_s {
+    const char *name;
+    const char *rule;
+    int release;
+} variant_t;
+
+static const variant_t algos[] = {
+    {"sliding", "1000000000/1m:sliding", 0},
+    {"fixed", "1000000000/1m:fixed", 0},
+    {"approx", "1000000000/1m:approx", 0},
+    {"gcra", "1000000000/1m:gcra", 0},
+    {"fixed_tz", "1000000000/1m:fixed,tz=+08:00", 0},
+    {"concurrent", "256/1m:concurrent", 1},
+};
 
 static const char *filter; /* argv[1]: only names containing it */
 
@@ -80,13 +99,6 @@ static void parse_or_die(ratel_policy_t *p, const char *rule)
         fprintf(stderr, "bench_store: %s\n", err);
         exit(1);
     }
-}
-
-static void policy_for(ratel_policy_t *p, const char *algo)
-{
-    char rule[64];
-    snprintf(rule, sizeof rule, "1000000000/1m:%s", algo);
-    parse_or_die(p, rule);
 }
 
 /* Shards of the stores made next: 0 for the store's default (4096). */
@@ -139,6 +151,7 @@ typedef struct worker_s {
     const keyset_t *ks;
     pthread_barrier_t *start;
     int nthreads;
+    int release; /* release each admitted request's lease */
     long quota;  /* decisions to make; 0: until `stop` */
     long next;   /* index of the next key (persists across runs) */
     int64_t now; /* this thread's injected clock (persists) */
@@ -159,11 +172,17 @@ static void *work(void *arg)
     while (w->quota ? done < w->quota
                     : !atomic_load_explicit(&stop, memory_order_relaxed)) {
         for (int b = 0; b < 256; b++) {
+            int held = 1;
             if (ratel_store_acquire(w->store, ks->key[i], ks->len[i], w->policy,
                                     now, &req, &d) != 0)
                 errors++;
             else
                 allowed += d.allowed;
+            if (w->release &&
+                ratel_store_release(w->store, ks->key[i], ks->len[i], w->policy,
+                                    now, d.lease, 0, &held, &d) != 0)
+                errors++;
+            errors += !held;
             now++;
             i += w->nthreads;
             if (i >= ks->n)
@@ -243,7 +262,8 @@ typedef struct setup_s {
 } setup_t;
 
 static void setup_init(setup_t *su, const ratel_policy_t *policy,
-                       const keyset_t *ks, int nthreads, size_t max_bytes)
+                       const keyset_t *ks, int nthreads, size_t max_bytes,
+                       int release)
 {
     memset(su, 0, sizeof *su);
     su->store = store_or_die(max_bytes);
@@ -253,6 +273,7 @@ static void setup_init(setup_t *su, const ratel_policy_t *policy,
         su->w[t].policy = policy;
         su->w[t].ks = ks;
         su->w[t].nthreads = nthreads;
+        su->w[t].release = release;
         su->w[t].next = t;
         su->w[t].now = START_US;
     }
@@ -292,7 +313,7 @@ static void setup_finish(setup_t *su, const char *algo, long nkeys,
  * otherwise land on one side of the ratio. The ratio is the median of the
  * five paired ratios.
  */
-static void throughput_pair(const char *algo, const keyset_t *ks,
+static void throughput_pair(const variant_t *v, const keyset_t *ks,
                             size_t max_bytes, double *one, double *two,
                             double *ratio)
 {
@@ -300,9 +321,9 @@ static void throughput_pair(const char *algo, const keyset_t *ks,
     setup_t su[2];
     double ratios[RUNS];
 
-    policy_for(&policy, algo);
-    setup_init(&su[0], &policy, ks, 1, max_bytes);
-    setup_init(&su[1], &policy, ks, 2, max_bytes);
+    parse_or_die(&policy, v->rule);
+    setup_init(&su[0], &policy, ks, 1, max_bytes, v->release);
+    setup_init(&su[1], &policy, ks, 2, max_bytes, v->release);
     for (int r = 0; r < RUNS; r++) {
         su[0].rate[r] = run_once(su[0].w, 1, 0, &su[0].cpus[r]);
         su[1].rate[r] = run_once(su[1].w, 2, 0, &su[1].cpus[r]);
@@ -315,7 +336,7 @@ static void throughput_pair(const char *algo, const keyset_t *ks,
             allowed += su[i].w[t].total_allowed;
             errors += su[i].w[t].total_errors;
         }
-        setup_finish(&su[i], algo, ks->n, decisions, allowed, errors);
+        setup_finish(&su[i], v->name, ks->n, decisions, allowed, errors);
     }
     *one = median(su[0].rate);
     *two = median(su[1].rate);
@@ -328,13 +349,13 @@ static void bench_throughput(const char *set, const keyset_t *ks,
     for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
         char name[3][80];
         double one, two, ratio;
-        snprintf(name[0], sizeof name[0], "store_%s_%s_1t", set, algos[a]);
-        snprintf(name[1], sizeof name[1], "store_%s_%s_2t", set, algos[a]);
+        snprintf(name[0], sizeof name[0], "store_%s_%s_1t", set, algos[a].name);
+        snprintf(name[1], sizeof name[1], "store_%s_%s_2t", set, algos[a].name);
         snprintf(name[2], sizeof name[2], "store_%s_%s_2t_over_1t", set,
-                 algos[a]);
+                 algos[a].name);
         if (!wanted(name[0]) && !wanted(name[1]) && !wanted(name[2]))
             continue;
-        throughput_pair(algos[a], ks, max_bytes, &one, &two, &ratio);
+        throughput_pair(&algos[a], ks, max_bytes, &one, &two, &ratio);
         emit(name[0], one, "decisions/s");
         emit(name[1], two, "decisions/s");
         emit(name[2], ratio, "x");
@@ -359,10 +380,10 @@ static void bench_bytes_per_key(void)
         ratel_store_t *store;
         long allowed = 0;
 
-        snprintf(name, sizeof name, "store_bytes_per_key_%s", algos[a]);
+        snprintf(name, sizeof name, "store_bytes_per_key_%s", algos[a].name);
         if (!wanted(name))
             continue;
-        policy_for(&policy, algos[a]);
+        parse_or_die(&policy, algos[a].rule);
         store = store_or_die(0);
         for (long i = 0; i < NKEYS; i++) {
             ratel_store_acquire(store, ks.key[i], ks.len[i], &policy,
@@ -370,8 +391,8 @@ static void bench_bytes_per_key(void)
             allowed += d.allowed;
         }
         ratel_store_stats(store, &st);
-        fprintf(stderr, "  %s: %ld admitted, %llu keys, %llu bytes\n", algos[a],
-                allowed, (unsigned long long)st.keys,
+        fprintf(stderr, "  %s: %ld admitted, %llu keys, %llu bytes\n",
+                algos[a].name, allowed, (unsigned long long)st.keys,
                 (unsigned long long)st.bytes);
         emit(name, (double)st.bytes / (double)st.keys, "bytes/key");
         ratel_store_free(store);

@@ -66,7 +66,7 @@ awk -F'\t' '
             printf "\ntwo threads can reach at most %sx one thread on this machine (two independent processes)\n", v["machine_two_process_ceiling"]
         if (rlf > 0) {
             printf "\n| embedded store, 1 thread, 1,000 hot keys | decisions/s | vs rate-limiter-flexible memory (%d/s) |\n|---|---|---|\n", rlf
-            n = split("sliding fixed approx gcra", algos, " ")
+            n = split("sliding fixed approx gcra fixed_tz concurrent", algos, " ")
             for (i = 1; i <= n; i++) {
                 k = "store_hot1k_" algos[i] "_1t"
                 if (k in v) printf "| %s | %d | %.1fx |\n", algos[i], v[k], v[k] / rlf
