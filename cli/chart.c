@@ -8,14 +8,15 @@
  * never mix.
  *
  * Per variant and time bucket the chart counts admitted and rejected
- * requests, and the peak: the most permits any single key had admitted in
- * the trailing window of the first rule, (t - PERIOD, t], sampled at that
- * key's admissions. The peak is exact: every key keeps, per variant, a
- * queue of its admissions still inside the window (one entry per distinct
- * millisecond). Those queues stay short because the window of an admitting
- * algorithm holds at most about twice the limit (fixed at a boundary, gcra
- * with its burst); past WINDOW_MAX_ENTRIES distinct instants the two oldest
- * entries merge at the later time, which can only overstate the peak.
+ * requests, and per rule the peak: the most permits any single key had
+ * admitted in the trailing window of that rule, (t - PERIOD, t], sampled
+ * at that key's admissions. The peak is exact: every key keeps, per
+ * variant and rule, a queue of its admissions still inside the window (one
+ * entry per distinct millisecond). Those queues stay short because the
+ * window of an admitting algorithm holds at most about twice the limit
+ * (fixed at a boundary, gcra with its burst); past WINDOW_MAX_ENTRIES
+ * distinct instants the two oldest entries merge at the later time, which
+ * can only overstate the peak.
  *
  * The trace's span is unknown until its end (it may come from a pipe), so
  * buckets start 1 ms wide and, when CHART_CAP of them no longer cover the
@@ -23,6 +24,14 @@
  * aligned to multiples of their width since t_ms = 0 (so a minute bucket
  * starts on a minute, where fixed windows reset) and counters merge
  * exactly. svg.c picks the displayed width from them.
+ *
+ * Distinct keys do not merge (a key seen in two buckets is one key in
+ * their union), so they are counted directly at every width svg.c may
+ * display, CHART_DISPLAY_MAX buckets each, dropping a width once the trace
+ * outgrows it: whichever width is displayed, its counts are exact. A key's
+ * time never goes back (as in the core, an earlier time counts as its
+ * latest), so comparing a request's bucket with the key's latest one tells
+ * whether the key is new in the bucket.
  */
 #include "cli.h"
 
@@ -46,6 +55,13 @@ struct window_s {
     uint64_t sum;    /* permits over all entries */
     int64_t last_ms; /* latest instant seen: the clock never goes back */
 };
+
+const int64_t chart_display_widths[CHART_NWIDTHS] = {
+    1,         2,         5,         10,         20,        50,       100,
+    200,       500,       1000,      2000,       5000,      10000,    15000,
+    20000,     30000,     60000,     120000,     300000,    600000,   900000,
+    1800000,   3600000,   7200000,   10800000,   21600000,  43200000, 86400000,
+    172800000, 604800000, 864000000, 1728000000, 8640000000};
 
 static const int64_t width_chain[] = {
     1,        2,         10,        20,         100,       200,
@@ -119,10 +135,11 @@ void chart_free_windows(key_record_t *rec)
 {
     if (!rec->windows)
         return;
-    for (int a = 0; a < CHART_NALGOS; a++)
-        free(rec->windows[a].entries);
+    for (uint32_t i = 0; i < rec->nwindows; i++)
+        free(rec->windows[i].entries);
     free(rec->windows);
     rec->windows = NULL;
+    rec->nwindows = 0;
 }
 
 /*
@@ -161,9 +178,10 @@ int chart_init(chart_t *chart, const ratel_policy_t *policy,
 
     memset(chart, 0, sizeof *chart);
     chart->policy = *policy;
-    chart->window_ms = policy->rules[0].period_ms;
-    chart->limit = policy->rules[0].limit;
     chart->width_ms = 1;
+    for (int i = 0; i < CHART_NWIDTHS; i++)
+        chart->distinct[i] = cli_check_alloc(
+            calloc(CHART_DISPLAY_MAX, sizeof *chart->distinct[i]));
     for (int a = 0; a < CHART_NALGOS; a++) {
         char err[512];
         int rc = make_variant(&chart->variants[a], policy, (ratel_algo_t)a, err,
@@ -193,6 +211,10 @@ void chart_free(chart_t *chart)
         chart->stores[a] = NULL;
         chart->buckets[a] = NULL;
     }
+    for (int i = 0; i < CHART_NWIDTHS; i++) {
+        free(chart->distinct[i]);
+        chart->distinct[i] = NULL;
+    }
 }
 
 /*
@@ -219,8 +241,9 @@ static void coarsen(chart_t *chart)
                 memset(&b[i], 0, sizeof b[i]);
                 b[j].admitted += from.admitted;
                 b[j].rejected += from.rejected;
-                if (from.peak > b[j].peak)
-                    b[j].peak = from.peak;
+                for (int r = 0; r < RATEL_MAX_RULES; r++)
+                    if (from.peak[r] > b[j].peak[r])
+                        b[j].peak[r] = from.peak[r];
             }
             if (j + 1 > n)
                 n = j + 1;
@@ -249,6 +272,61 @@ static size_t bucket_of(chart_t *chart, int64_t t_ms)
     return (size_t)index;
 }
 
+/* Index of `t_ms`'s bucket at `width_ms`, aligned as the display is. */
+static int64_t display_index(const chart_t *chart, int64_t t_ms,
+                             int64_t width_ms)
+{
+    int64_t index = t_ms / width_ms - chart->origin_ms / width_ms;
+    return index < 0 ? 0 : index; /* before the first request: with it */
+}
+
+/*
+ * Counts the key of `rec` in its bucket at every displayable width where
+ * it was not counted yet; `first` when the chart sees the key for the
+ * first time. A width whose buckets no longer cover the trace is dropped.
+ */
+static void count_distinct(chart_t *chart, key_record_t *rec, int64_t t_ms,
+                           int first)
+{
+    if (!first && t_ms < rec->last_ms)
+        t_ms = rec->last_ms;
+    for (int i = 0; i < CHART_NWIDTHS; i++) {
+        int64_t w = chart_display_widths[i], index;
+        if (!chart->distinct[i])
+            continue;
+        index = display_index(chart, t_ms, w);
+        if (index >= CHART_DISPLAY_MAX) {
+            free(chart->distinct[i]);
+            chart->distinct[i] = NULL;
+        } else if (first || index != display_index(chart, rec->last_ms, w)) {
+            chart->distinct[i][index]++;
+        }
+    }
+    rec->last_ms = t_ms;
+}
+
+/*
+ * Counts an admission of variant `a` in bucket `b`: per rule, what the key
+ * now holds in that rule's trailing window.
+ */
+static void count_admitted(chart_t *chart, key_record_t *rec, int a,
+                           chart_bucket_t *b, const trace_item_t *item)
+{
+    const ratel_policy_t *p = &chart->policy;
+
+    chart->admitted[a]++;
+    b->admitted++;
+    for (uint32_t r = 0; r < p->nrules; r++) {
+        uint64_t held =
+            window_admit(&rec->windows[(size_t)a * p->nrules + r], item->t_ms,
+                         item->cost, p->rules[r].period_ms);
+        if (held > b->peak[r])
+            b->peak[r] = held;
+        if (held > chart->peak[a][r])
+            chart->peak[a][r] = held;
+    }
+}
+
 int chart_add(chart_t *chart, key_record_t *rec, const trace_item_t *item)
 {
     ratel_request_t request = RATEL_REQUEST_INIT;
@@ -263,14 +341,16 @@ int chart_add(chart_t *chart, key_record_t *rec, const trace_item_t *item)
     if (item->t_ms > chart->end_ms)
         chart->end_ms = item->t_ms;
     bucket = bucket_of(chart, item->t_ms);
-    if (!rec->windows)
+    count_distinct(chart, rec, item->t_ms, rec->windows == NULL);
+    if (!rec->windows) {
+        rec->nwindows = CHART_NALGOS * chart->policy.nrules;
         rec->windows =
-            cli_check_alloc(calloc(CHART_NALGOS, sizeof(struct window_s)));
+            cli_check_alloc(calloc(rec->nwindows, sizeof(struct window_s)));
+    }
     chart->requests++;
     request.cost = item->cost;
     for (int a = 0; a < CHART_NALGOS; a++) {
         ratel_decision_t d;
-        chart_bucket_t *b = &chart->buckets[a][bucket];
         int rc = ratel_store_acquire(chart->stores[a], item->key, item->keylen,
                                      &chart->variants[a], item->t_ms * 1000,
                                      &request, &d);
@@ -284,17 +364,10 @@ int chart_add(chart_t *chart, key_record_t *rec, const trace_item_t *item)
             return CLI_EXIT_FAIL;
         }
         if (d.allowed) {
-            uint64_t held = window_admit(&rec->windows[a], item->t_ms,
-                                         item->cost, chart->window_ms);
-            chart->admitted[a]++;
-            b->admitted++;
-            if (held > b->peak)
-                b->peak = held;
-            if (held > chart->peak[a])
-                chart->peak[a] = held;
+            count_admitted(chart, rec, a, &chart->buckets[a][bucket], item);
         } else {
             chart->rejected[a]++;
-            b->rejected++;
+            chart->buckets[a][bucket].rejected++;
         }
     }
     return 0;

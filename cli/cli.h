@@ -7,9 +7,11 @@
  *              against a real store (Redis, or the memory store);
  *              `ratel lua-load`: the Functions library on every
  *              primary of a Redis URL
- *   trace.c    reading trace lines `t_ms key [cost]`, with exact errors
+ *   trace.c    reading trace lines `t_ms key [cost [hold_ms]]`, with exact
+ *              errors
  *   keys.c     per-key records (summary counters, chart windows)
- *   chart.c    what each algorithm would have done: per-bucket counters
+ *   chart.c    what each algorithm would have done: per-bucket counters,
+ *              distinct keys per displayable bucket width
  *   svg.c      drawing those counters as a self-contained SVG
  *
  * Exit status everywhere: 0 success, 1 an I/O or internal failure (a
@@ -81,6 +83,7 @@ typedef struct trace_item_s {
     const char *key; /* points into the trace's buffer until the next read */
     size_t keylen;
     uint64_t cost;
+    int64_t hold_ms; /* the 4th column: how long a lease is held; -1 none */
 } trace_item_t;
 
 /*
@@ -101,7 +104,9 @@ typedef struct key_record_s {
     char *key;
     size_t keylen;
     uint64_t requests, allowed, denied, permits;
-    window_t *windows; /* chart only: one per algorithm, else NULL */
+    window_t *windows; /* chart only: one per algorithm and rule, else NULL */
+    uint32_t nwindows;
+    int64_t last_ms; /* chart only: the latest t_ms seen for the key */
 } key_record_t;
 
 typedef struct key_table_s {
@@ -115,24 +120,36 @@ typedef struct key_table_s {
 key_record_t *keys_get(key_table_t *table, const char *key, size_t keylen);
 /* Frees every record (and its windows) and the table's arrays. */
 void keys_free(key_table_t *table);
+/*
+ * Fills `out` with at most `max` records of keys that were denied at least
+ * once, most denied first (ties: the key seen first). Returns how many.
+ */
+size_t keys_most_denied(const key_table_t *table, const key_record_t **out,
+                        size_t max);
 
 /* ---------------------------------------------------------------- chart */
 
 #define CHART_NALGOS 4
+/* Keys listed in the panel (and --summary section) of keys denied most. */
+#define CHART_TOP_DENIED 10
+/* Displayed time buckets, at most. */
+#define CHART_DISPLAY_MAX 200
+/* Bucket widths a reader can name, in ms: the displayed width is one. */
+#define CHART_NWIDTHS 33
+extern const int64_t chart_display_widths[CHART_NWIDTHS];
 
 /* Per-bucket counters of one algorithm. */
 typedef struct chart_bucket_s {
     uint64_t admitted, rejected; /* requests */
-    uint64_t peak; /* most permits one key held in the trailing window, at
-                      its admissions in this bucket; 0: none admitted */
+    /* Per rule: most permits one key held in the rule's trailing window,
+       at its admissions in this bucket; 0: none admitted. */
+    uint64_t peak[RATEL_MAX_RULES];
 } chart_bucket_t;
 
 typedef struct chart_s {
     ratel_policy_t policy; /* the rules as given */
     ratel_policy_t variants[CHART_NALGOS];
     ratel_store_t *stores[CHART_NALGOS];
-    uint32_t window_ms; /* the first rule's period */
-    uint32_t limit;     /* and limit: the dashed line */
     int started;
     int64_t origin_ms; /* time of the first request */
     int64_t end_ms;    /* latest time seen */
@@ -141,8 +158,16 @@ typedef struct chart_s {
     size_t nbuckets;   /* internal buckets in use */
     chart_bucket_t *buckets[CHART_NALGOS];
     uint64_t admitted[CHART_NALGOS], rejected[CHART_NALGOS];
-    uint64_t peak[CHART_NALGOS];
+    uint64_t peak[CHART_NALGOS][RATEL_MAX_RULES];
     uint64_t requests, keys;
+    /* Distinct keys per bucket of chart_display_widths[i], buckets aligned
+       to multiples of the width from the first request's; NULL once the
+       trace spans more than CHART_DISPLAY_MAX of them. */
+    uint64_t *distinct[CHART_NWIDTHS];
+    /* Filled by the caller before svg_write: the keys the policy denied
+       most (the records stay the key table's). */
+    const key_record_t *most_denied[CHART_TOP_DENIED];
+    size_t nmost_denied;
 } chart_t;
 
 /*

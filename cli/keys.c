@@ -1,5 +1,6 @@
 /*
- * keys.c - the keys of a replayed trace, in first-seen order.
+ * keys.c - the keys of a replayed trace, in first-seen order, and the ones
+ * denied most.
  *
  * Only `--summary` and `--svg` need per-key records; a plain replay keeps
  * none, so its memory is the store's alone. The table is open addressing
@@ -85,4 +86,25 @@ void keys_free(key_table_t *table)
     free(table->records);
     free(table->slots);
     memset(table, 0, sizeof *table);
+}
+
+size_t keys_most_denied(const key_table_t *table, const key_record_t **out,
+                        size_t max)
+{
+    size_t n = 0;
+
+    /* Insertion into a short sorted list: records come in first-seen
+       order, so a later key goes after earlier ones it ties with. */
+    for (size_t r = 0; r < table->nrecords && max > 0; r++) {
+        const key_record_t *rec = table->records[r];
+        size_t i;
+        if (rec->denied == 0 || (n == max && out[n - 1]->denied >= rec->denied))
+            continue;
+        if (n < max)
+            n++;
+        for (i = n - 1; i > 0 && out[i - 1]->denied < rec->denied; i--)
+            out[i] = out[i - 1];
+        out[i] = rec;
+    }
+    return n;
 }

@@ -11,10 +11,13 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_MEMORY ((size_t)256 << 20)
 
@@ -201,7 +204,26 @@ static int parse_options(int argc, char **argv, replay_options_t *o, int *help)
     return 0;
 }
 
-/* Prints the --summary table: header, one line per key, overall line. */
+/*
+ * Prints the keys denied most: a header, then "top N", the key, its denied
+ * and allowed requests, for each key denied at least once, at most
+ * CHART_TOP_DENIED of them.
+ */
+static void print_most_denied(const key_table_t *keys)
+{
+    const key_record_t *top[CHART_TOP_DENIED];
+    size_t n = keys_most_denied(keys, top, CHART_TOP_DENIED);
+
+    printf("# most denied\tkey\tdenied\tallowed\n");
+    for (size_t i = 0; i < n; i++)
+        printf("top %zu\t%s\t%" PRIu64 "\t%" PRIu64 "\n", i + 1, top[i]->key,
+               top[i]->denied, top[i]->allowed);
+}
+
+/*
+ * Prints the --summary table: header, one line per key, overall line,
+ * then the keys denied most.
+ */
 static void print_summary(const key_table_t *keys)
 {
     uint64_t requests = 0, allowed = 0, denied = 0, permits = 0;
@@ -220,6 +242,7 @@ static void print_summary(const key_table_t *keys)
            "\n",
            keys->nrecords, keys->nrecords == 1 ? "" : "s", requests, allowed,
            denied, permits);
+    print_most_denied(keys);
 }
 
 /*
@@ -260,53 +283,255 @@ static int write_svg(const chart_t *chart, FILE *fp, const char *path,
     return CLI_EXIT_OK;
 }
 
-/* Runs the replay loop; returns an exit status. */
-static int run(const replay_options_t *o, const ratel_policy_t *policy,
-               ratel_store_t *store, trace_t *tr, chart_t *chart,
-               key_table_t *keys)
+/* A lease to give back at a simulated time (the trace's hold_ms). */
+typedef struct release_s {
+    int64_t at_ms;
+    uint64_t seq; /* order of the acquires: equal times release in it */
+    uint32_t lease;
+    size_t keylen;
+    char *key;
+} release_t;
+
+/* Leases still held, as a binary min-heap on (at_ms, seq). */
+typedef struct release_queue_s {
+    release_t *heap;
+    size_t len, cap;
+    uint64_t seq;
+} release_queue_t;
+
+/* Everything one replay works with. */
+typedef struct replay_s {
+    const replay_options_t *o;
+    const ratel_policy_t *policy;
+    ratel_store_t *store;
+    trace_t *tr;
+    chart_t *chart;    /* NULL without --svg */
+    key_table_t *keys; /* NULL without --summary or --svg */
+    release_queue_t releases;
+    int concurrent;  /* the policy has a concurrent rule */
+    int warned_hold; /* said once that hold_ms has nothing to hold */
+    int output_gone; /* standard output's reader went away */
+} replay_t;
+
+static int release_before(const release_t *a, const release_t *b)
+{
+    return a->at_ms < b->at_ms || (a->at_ms == b->at_ms && a->seq < b->seq);
+}
+
+static void release_swap(release_t *a, release_t *b)
+{
+    release_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Queues the release of `lease` of `key` at `at_ms`. */
+static void release_push(release_queue_t *q, const char *key, size_t keylen,
+                         uint32_t lease, int64_t at_ms)
+{
+    release_t *e;
+
+    if (q->len == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->heap = cli_check_alloc(realloc(q->heap, q->cap * sizeof *q->heap));
+    }
+    e = &q->heap[q->len];
+    e->at_ms = at_ms;
+    e->seq = q->seq++;
+    e->lease = lease;
+    e->keylen = keylen;
+    e->key = cli_check_alloc(malloc(keylen + 1));
+    memcpy(e->key, key, keylen);
+    e->key[keylen] = '\0';
+    for (size_t i = q->len++;
+         i > 0 && release_before(&q->heap[i], &q->heap[(i - 1) / 2]);
+         i = (i - 1) / 2)
+        release_swap(&q->heap[i], &q->heap[(i - 1) / 2]);
+}
+
+/* Removes the earliest release into `*out` (its key is the caller's). */
+static void release_pop(release_queue_t *q, release_t *out)
+{
+    size_t i = 0;
+
+    *out = q->heap[0];
+    q->heap[0] = q->heap[--q->len];
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < q->len && release_before(&q->heap[l], &q->heap[m]))
+            m = l;
+        if (l + 1 < q->len && release_before(&q->heap[l + 1], &q->heap[m]))
+            m = l + 1;
+        if (m == i)
+            break;
+        release_swap(&q->heap[i], &q->heap[m]);
+        i = m;
+    }
+}
+
+static void release_queue_free(release_queue_t *q)
+{
+    for (size_t i = 0; i < q->len; i++)
+        free(q->heap[i].key);
+    free(q->heap);
+    memset(q, 0, sizeof *q);
+}
+
+/*
+ * Gives back, in time order, every lease due at or before `until_ms` (a
+ * lease held for hold_ms from t is free again at t + hold_ms, as one that
+ * expires at t + PERIOD is). A lease that expired first is simply no
+ * longer held. Returns 0 or CLI_EXIT_FAIL after saying why.
+ */
+static int release_due(replay_t *r, int64_t until_ms)
+{
+    release_queue_t *q = &r->releases;
+
+    while (q->len > 0 && q->heap[0].at_ms <= until_ms) {
+        release_t e;
+        ratel_decision_t d;
+        int held, rc;
+
+        release_pop(q, &e);
+        rc = ratel_store_release(r->store, e.key, e.keylen, r->policy,
+                                 e.at_ms * 1000, e.lease, 0, &held, &d);
+        if (rc < 0)
+            cli_error("replay",
+                      "releasing lease %" PRIu32 " of '%s' at %" PRId64
+                      " ms: %s",
+                      e.lease, e.key, e.at_ms, ratel_strerror(rc));
+        free(e.key);
+        if (rc < 0)
+            return CLI_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/*
+ * After an admitted request: queues its lease's release when the line
+ * gave hold_ms (a lease without it is held until it expires), or says once
+ * that hold_ms holds nothing under a policy without a concurrent rule.
+ */
+static void hold_lease(replay_t *r, const trace_item_t *item,
+                       const ratel_decision_t *d)
+{
+    if (item->hold_ms < 0)
+        return;
+    if (!r->concurrent) {
+        if (!r->warned_hold)
+            cli_error("replay",
+                      "warning: %s:%llu: hold_ms given, but the policy has "
+                      "no concurrent rule: nothing is held, hold_ms is "
+                      "ignored",
+                      r->tr->name, r->tr->line);
+        r->warned_hold = 1;
+        return;
+    }
+    if (d->allowed && d->lease)
+        release_push(&r->releases, item->key, item->keylen, d->lease,
+                     item->t_ms + item->hold_ms);
+}
+
+/*
+ * Called with what a write to standard output returned. When its reader
+ * has gone (EPIPE: `| head`, SIGPIPE being ignored) the rest of the output
+ * goes to /dev/null, so the replay can still finish the --svg file and
+ * main's final flush finds nothing wrong: the reader chose to stop. Any
+ * other write error stays on stdout for main to report. Returns whether
+ * the output is gone.
+ */
+static int output_gone(replay_t *r, int written)
+{
+    int fd;
+
+    if (r->output_gone || written >= 0 || errno != EPIPE)
+        return r->output_gone;
+    r->output_gone = 1;
+    fd = open("/dev/null", O_WRONLY);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        close(fd);
+        clearerr(stdout);
+    }
+    return 1;
+}
+
+/* Counts a decision in the key's record. */
+static void count_decision(key_record_t *rec, const trace_item_t *item,
+                           const ratel_decision_t *d)
+{
+    rec->requests++;
+    if (d->allowed) {
+        rec->allowed++;
+        rec->permits += item->cost;
+    } else {
+        rec->denied++;
+    }
+}
+
+/*
+ * Decides one trace line: the releases due first, then the request, its
+ * output line, its lease, the key's record and the chart. Returns 0, or an
+ * exit status after saying why.
+ */
+static int replay_item(replay_t *r, const trace_item_t *item)
 {
     ratel_request_t request = RATEL_REQUEST_INIT;
+    ratel_decision_t d;
+    key_record_t *rec = NULL;
+    int rc;
+
+    if ((rc = release_due(r, item->t_ms)) != 0)
+        return rc;
+    request.cost = item->cost;
+    rc = ratel_store_acquire(r->store, item->key, item->keylen, r->policy,
+                             item->t_ms * 1000, &request, &d);
+    if (rc == RATEL_ECOST) {
+        cost_error(r->tr, r->policy, item->cost);
+        return CLI_EXIT_USAGE;
+    }
+    if (rc < 0) {
+        cli_error("replay", "%s:%llu: %s", r->tr->name, r->tr->line,
+                  ratel_strerror(rc));
+        return CLI_EXIT_FAIL;
+    }
+    hold_lease(r, item, &d);
+    if (r->keys) {
+        rec = keys_get(r->keys, item->key, item->keylen);
+        count_decision(rec, item, &d);
+    }
+    if (!r->o->summary && !r->output_gone)
+        output_gone(r, printf("%" PRId64 "\t%s\t%d\t%" PRId64 "\t%" PRId64 "\n",
+                              item->t_ms, item->key, d.allowed ? 1 : 0,
+                              d.remaining, d.retry_after_ms));
+    if (r->chart)
+        return chart_add(r->chart, rec, item);
+    return 0;
+}
+
+/*
+ * Runs the replay loop, then the releases still due; returns an exit
+ * status. Once standard output is gone nothing is left to do without a
+ * chart, so the trace is not read further.
+ */
+static int run(replay_t *r)
+{
     trace_item_t item = {0};
     char err[512];
     int rc;
 
-    while ((rc = trace_next(tr, &item, err, sizeof err)) > 0) {
-        ratel_decision_t d;
-        key_record_t *rec = NULL;
-
-        request.cost = item.cost;
-        rc = ratel_store_acquire(store, item.key, item.keylen, policy,
-                                 item.t_ms * 1000, &request, &d);
-        if (rc == RATEL_ECOST) {
-            cost_error(tr, policy, item.cost);
-            return CLI_EXIT_USAGE;
-        }
-        if (rc < 0) {
-            cli_error("replay", "%s:%llu: %s", tr->name, tr->line,
-                      ratel_strerror(rc));
-            return CLI_EXIT_FAIL;
-        }
-        if (keys) {
-            rec = keys_get(keys, item.key, item.keylen);
-            rec->requests++;
-            if (d.allowed) {
-                rec->allowed++;
-                rec->permits += item.cost;
-            } else {
-                rec->denied++;
-            }
-        }
-        if (!o->summary)
-            printf("%" PRId64 "\t%s\t%d\t%" PRId64 "\t%" PRId64 "\n", item.t_ms,
-                   item.key, d.allowed ? 1 : 0, d.remaining, d.retry_after_ms);
-        if (chart && (rc = chart_add(chart, rec, &item)) != 0)
-            return rc;
+    while ((rc = trace_next(r->tr, &item, err, sizeof err)) > 0) {
+        int status = replay_item(r, &item);
+        if (status != 0)
+            return status;
+        if (r->output_gone && !r->chart)
+            return CLI_EXIT_OK;
     }
     if (rc < 0) {
         cli_error("replay", "%s", err);
         return rc == -1 ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
     }
-    return CLI_EXIT_OK;
+    return release_due(r, INT64_MAX);
 }
 
 /*
@@ -326,17 +551,68 @@ static void warn_evictions(ratel_store_t *store, const char *what)
                   what, st.evictions, st.max_bytes);
 }
 
+/* Opens the trace: FILE, or stdin for none or "-". NULL after saying why. */
+static trace_t *open_trace(const char *input)
+{
+    trace_t *tr = cli_check_alloc(calloc(1, sizeof *tr));
+
+    if (!input || strcmp(input, "-") == 0) {
+        tr->fp = stdin;
+        tr->name = "<stdin>";
+        return tr;
+    }
+    tr->fp = fopen(input, "r");
+    tr->name = input;
+    if (!tr->fp) {
+        cli_error("replay", "cannot open '%s': %s", input, strerror(errno));
+        free(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+static int has_concurrent_rule(const ratel_policy_t *policy)
+{
+    for (uint32_t i = 0; i < policy->nrules; i++)
+        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
+}
+
+/*
+ * After a replay that succeeded: the summary, the eviction warnings and
+ * the chart, written to `svg` (closed here). Returns an exit status.
+ */
+static int finish(replay_t *r, FILE *svg)
+{
+    chart_t *chart = r->chart;
+
+    if (r->o->summary && !r->output_gone) {
+        print_summary(r->keys);
+        output_gone(r, fflush(stdout));
+    }
+    warn_evictions(r->store, "policy's");
+    if (!chart)
+        return CLI_EXIT_OK;
+    chart->keys = r->keys->nrecords;
+    chart->nmost_denied =
+        keys_most_denied(r->keys, chart->most_denied, CHART_TOP_DENIED);
+    for (int a = 0; a < CHART_NALGOS; a++)
+        warn_evictions(chart->stores[a], ratel_algo_name((ratel_algo_t)a));
+    return write_svg(chart, svg, r->o->svg_path,
+                     r->o->input ? r->o->input : "standard input");
+}
+
 int cli_replay(int argc, char **argv)
 {
     replay_options_t o;
     ratel_policy_t policy;
     ratel_memory_options_t mopts;
-    ratel_store_t *store = NULL;
+    replay_t r = {0};
     key_table_t keys = {0};
     chart_t chart;
-    int have_chart = 0, help, status, rc;
+    int help, status, rc;
     FILE *svg = NULL;
-    trace_t *tr = NULL;
     char err[512];
 
     if ((status = parse_options(argc, argv, &o, &help)) != 0)
@@ -349,21 +625,15 @@ int cli_replay(int argc, char **argv)
         cli_error("replay", "%s", err);
         return CLI_EXIT_USAGE;
     }
-
-    tr = cli_check_alloc(calloc(1, sizeof *tr));
-    if (!o.input || strcmp(o.input, "-") == 0) {
-        tr->fp = stdin;
-        tr->name = "<stdin>";
-    } else {
-        tr->fp = fopen(o.input, "r");
-        tr->name = o.input;
-        if (!tr->fp) {
-            cli_error("replay", "cannot open '%s': %s", o.input,
-                      strerror(errno));
-            free(tr);
-            return CLI_EXIT_FAIL;
-        }
-    }
+    if (!(r.tr = open_trace(o.input)))
+        return CLI_EXIT_FAIL;
+    /* A reader that stops early (`| head`) must not kill the replay before
+       the chart is written: EPIPE is handled where stdout is written. */
+    signal(SIGPIPE, SIG_IGN);
+    r.o = &o;
+    r.policy = &policy;
+    r.concurrent = has_concurrent_rule(&policy);
+    r.keys = (o.summary || o.svg_path) ? &keys : NULL;
 
     status = CLI_EXIT_FAIL;
     /* Open the chart's file first: fail before the work, not after it. */
@@ -374,32 +644,21 @@ int cli_replay(int argc, char **argv)
     }
     mopts.max_bytes = o.memory;
     mopts.shards = 0;
-    if ((rc = ratel_store_memory_new(&store, &mopts)) < 0) {
+    if ((rc = ratel_store_memory_new(&r.store, &mopts)) < 0) {
         cli_error("replay", "creating the memory store: %s",
                   ratel_strerror(rc));
         goto done;
     }
     if (o.svg_path) {
-        have_chart = 1;
+        r.chart = &chart;
         if ((status = chart_init(&chart, &policy, o.memory)) != 0)
             goto done;
     }
 
-    status = run(&o, &policy, store, tr, have_chart ? &chart : NULL,
-                 (o.summary || have_chart) ? &keys : NULL);
+    status = run(&r);
     if (status == CLI_EXIT_OK) {
-        if (o.summary)
-            print_summary(&keys);
-        warn_evictions(store, "policy's");
-        if (have_chart) {
-            chart.keys = keys.nrecords;
-            for (int a = 0; a < CHART_NALGOS; a++)
-                warn_evictions(chart.stores[a],
-                               ratel_algo_name((ratel_algo_t)a));
-            status = write_svg(&chart, svg, o.svg_path,
-                               o.input ? o.input : "standard input");
-            svg = NULL;
-        }
+        status = finish(&r, svg);
+        svg = NULL;
     }
 
 done:
@@ -407,12 +666,13 @@ done:
         fclose(svg);
         remove(o.svg_path);
     }
-    if (have_chart)
+    if (r.chart)
         chart_free(&chart);
+    release_queue_free(&r.releases);
     keys_free(&keys);
-    ratel_store_free(store);
-    if (tr->fp != stdin)
-        fclose(tr->fp);
-    free(tr);
+    ratel_store_free(r.store);
+    if (r.tr->fp != stdin)
+        fclose(r.tr->fp);
+    free(r.tr);
     return status;
 }

@@ -182,7 +182,7 @@ malformed_trace() {
         i=$((i + 1))
         ratel replay --rule 2/1s < <(printf '0 a\n%b\n5 a\n' "$line")
         if [ $rc = 2 ] && [[ $err == *"<stdin>:2: "*"$want"* ]] &&
-            [[ $err == *"t_ms key [cost]"* ]]; then
+            [[ $err == *"t_ms key [cost [hold_ms]]"* ]]; then
             ok "malformed_$i"
         else
             fail "malformed_$i" "line '$line': exit $rc, stderr: $err"
@@ -195,7 +195,11 @@ x a|t_ms must be a non-negative integer
 7 a 0|cost must be a whole number >= 1, not "0"
 7 a x|"x"
 7 a -1|"-1"
-7 a 1 extra|fourth field "extra"
+7 a 1 extra|hold_ms must be a non-negative integer (milliseconds), not "extra"
+7 a 1 -2|hold_ms must be a non-negative integer (milliseconds), not "-2"
+7 a 1 1.5|"1.5"
+7 a 1 99999999999999999|hold_ms is out of range (at most 9007199254740), got
+7 a 1 5 extra|unexpected fifth field "extra"
 99999999999999999 a|out of range
 EOF
     awk 'BEGIN { print "0 a"; s = ""; for (i = 0; i < 5000; i++) s = s "9"
@@ -236,7 +240,10 @@ summary() {
 a${tab}4${tab}3${tab}1${tab}5
 b${tab}2${tab}1${tab}1${tab}3
 c${tab}1${tab}1${tab}0${tab}1
-total (3 keys)${tab}7${tab}5${tab}2${tab}9"
+total (3 keys)${tab}7${tab}5${tab}2${tab}9
+# most denied${tab}key${tab}denied${tab}allowed
+top 1${tab}a${tab}1${tab}3
+top 2${tab}b${tab}1${tab}1"
 }
 
 # The same trace under fixed and sliding: four requests straddling the
