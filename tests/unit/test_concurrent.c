@@ -182,6 +182,33 @@ TEST(concurrent_release_errors)
     CHECK_EQ(k.len, 0);
 }
 
+/* A lease is its key's: releasing its id on another key frees nothing
+   (that key's lease of the same number is another lease). */
+TEST(concurrent_release_other_key)
+{
+    ratel_store_t *store = NULL;
+    ratel_memory_options_t opt = {0};
+    ratel_policy_t policy;
+    ratel_decision_t d;
+    static const char *const rules[] = {"1/1m:concurrent"};
+    int held = -1;
+
+    REQUIRE(ratel_policy_parse(&policy, rules, 1, NULL, 0) == 0);
+    REQUIRE(ratel_store_memory_new(&store, &opt) == 0);
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    REQUIRE(ratel_store_acquire(store, "a", 1, &policy, 1000, &req, &d) == 0);
+    CHECK_EQ(d.lease, 1);
+    CHECK_EQ(ratel_store_release(store, "b", 1, &policy, 2000, 1, 0, &held, &d),
+             0);
+    CHECK_EQ(held, 0);
+    REQUIRE(ratel_store_acquire(store, "a", 1, &policy, 3000, &req, &d) == 0);
+    CHECK_EQ(d.allowed, 0); /* a's lease is still held */
+    CHECK_EQ(ratel_store_release(store, "a", 1, &policy, 4000, 1, 0, &held, &d),
+             0);
+    CHECK_EQ(held, 1);
+    ratel_store_free(store);
+}
+
 /* Lease ids wrap past 2^32 - 1 to 1, skipping ids still held. */
 TEST(concurrent_lease_ids_wrap)
 {
@@ -437,6 +464,7 @@ RATEL_SUITE(concurrent) = {
     {"concurrent_all_or_nothing", test_concurrent_all_or_nothing},
     {"concurrent_rule_errors", test_concurrent_rule_errors},
     {"concurrent_release_errors", test_concurrent_release_errors},
+    {"concurrent_release_other_key", test_concurrent_release_other_key},
     {"concurrent_lease_ids_wrap", test_concurrent_lease_ids_wrap},
     {"concurrent_corrupt_records", test_concurrent_corrupt_records},
     {"concurrent_matches_model", test_concurrent_matches_model},
