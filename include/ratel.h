@@ -334,6 +334,13 @@ RATEL_API int ratel_policy_release(const ratel_policy_t *policy, uint8_t *state,
                                    unsigned flags, int *held,
                                    ratel_decision_t *decision);
 
+/*
+ * Whether the policy has a concurrent rule (1) or not (0): its admitted
+ * acquires then carry a lease to release, and the module's and the Lua
+ * scripts' ACQUIRE replies an eighth integer, the lease.
+ */
+RATEL_API int ratel_policy_has_leases(const ratel_policy_t *policy);
+
 /* ---------------------------------------------------------------- state */
 
 /* What one rule of a stored key looks like at some instant. */

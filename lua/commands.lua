@@ -1,5 +1,6 @@
 -- commands.lua - the calls: arguments as module/args.c parses them, and
--- ACQUIRE, PEEK, REFUND, RESET and INFO as module/ratel.c runs them. Each
+-- ACQUIRE, PEEK, REFUND, RELEASE, RESET and INFO as module/ratel.c runs
+-- them. Each
 -- command takes the key and the arguments after the operation, args[first..].
 
 -- quote() of module/args.c: 40 bytes at most, unprintable bytes, quotes
@@ -19,10 +20,11 @@ local OPTION_LISTS = {
     PEEK = 'COST n, MAXWAIT ms, AT unix_ms, then the rules',
     REFUND = 'COST n, AT unix_ms, then the rules',
     INFO = 'AT unix_ms',
+    RELEASE = 'RENEW, AT unix_ms, then the rules',
 }
 -- Each option's bit, and the options each operation takes.
-local OPTION_BIT = { COST = 1, PEEK = 2, MAXWAIT = 4, AT = 8 }
-local OPTIONS = { ACQUIRE = 15, PEEK = 13, REFUND = 9, INFO = 8 }
+local OPTION_BIT = { COST = 1, PEEK = 2, MAXWAIT = 4, AT = 8, RENEW = 16 }
+local OPTIONS = { ACQUIRE = 15, PEEK = 13, REFUND = 9, INFO = 8, RELEASE = 24 }
 
 local function parse_int(a, min, max)
     if not a or #a == 0 or #a > 18 or a:find('[^0-9]') then
@@ -35,16 +37,32 @@ local function parse_int(a, min, max)
     return v
 end
 
--- ratel__cmd_parse(): options (any order, case-insensitive, once each)
--- until the first argument starting with a digit, then the rules. Returns
--- the policy, cost, peek, max wait and AT (nil when not given).
+-- read_lease() of args.c: RELEASE's first argument.
+local function read_lease(a)
+    local lease = parse_int(a, 1, TWO32 - 1)
+    if not lease then
+        fail('LEASE must be an integer from 1 to 4294967295 (the lease an ' ..
+            'ACQUIRE returned)')
+    end
+    return lease
+end
+
+-- ratel__cmd_parse(): RELEASE's lease, options (any order,
+-- case-insensitive, once each) until the first argument starting with a
+-- digit, then the rules. Returns the policy, cost, peek, max wait, AT (nil
+-- when not given), the lease and renew.
 local function parse_args(op, args, first)
     local argc = #args
     if argc - first + 1 > 2 * MAX_RULES + 16 then
         fail('at most 8 rules')
     end
     local allowed, seen = OPTIONS[op], 0
-    local cost, peek, max_wait, at = 1, op == 'PEEK', 0, nil
+    local cost, peek, max_wait, at, lease, renew = 1, op == 'PEEK', 0, nil,
+        nil, false
+    if op == 'RELEASE' then
+        lease = read_lease(args[first])
+        first = first + 1
+    end
     local i = first
     while i <= argc do
         local a = args[i]
@@ -62,6 +80,8 @@ local function parse_args(op, args, first)
         seen = seen + bit
         if opt == 'PEEK' then
             peek = true
+        elseif opt == 'RENEW' then
+            renew = true
         else
             i = i + 1
             local v = args[i]
@@ -104,13 +124,23 @@ local function parse_args(op, args, first)
     end
     for j = 2, n do
         for k = 1, j - 1 do
+            if policy[j].algo == ALGO_CONCURRENT and
+                policy[k].algo == ALGO_CONCURRENT then
+                fail(fmt('policy: rules %d and %d are both concurrent; a ' ..
+                    'policy holds at most one (a decision carries one lease)',
+                    k, j))
+            end
             if rule_equal(policy[j], policy[k]) then
                 fail(fmt('policy: rule %d ("%s") repeats rule %d', j,
                     format_rule(policy[j]), k))
             end
         end
     end
-    if op ~= 'REFUND' then
+    if op == 'RELEASE' and not has_leases(policy) then
+        fail('RELEASE needs a policy with a concurrent rule (e.g. ' ..
+            '10/30s:concurrent)')
+    end
+    if op == 'ACQUIRE' or op == 'PEEK' then
         for j = 1, n do
             local r = policy[j]
             local cap = r.algo == ALGO_GCRA and r.burst or r.limit
@@ -123,7 +153,7 @@ local function parse_args(op, args, first)
             end
         end
     end
-    return policy, cost, peek, max_wait, at
+    return policy, cost, peek, max_wait, at, lease, renew
 end
 
 -- ------------------------------------------------------------- commands
@@ -205,6 +235,29 @@ local function acquire(op, key, args, first)
     end
     local d = report(policy, recs, allowed, wait_us)
     write_key(key, old, new, now_us, d[5])
+    -- A policy with a concurrent rule answers the lease (0: none taken).
+    if has_leases(policy) then
+        d[8] = 0
+        for i = 1, #recs do
+            if recs[i].algo == ALGO_CONCURRENT and allowed and not peek then
+                d[8] = recs[i].v_lease
+            end
+        end
+    end
+    return d
+end
+
+-- The end of change_key() of policy.c, once REFUND or RELEASE changed the
+-- records: the key as a peek sees it, written, or deleted when empty.
+local function change_key(policy, key, old, recs, now_us)
+    local allowed = decide_all(recs, now_us, 1, 0)
+    local empty = true
+    for i = 1, #recs do
+        STATUS[recs[i].algo](recs[i], now_us)
+        empty = empty and recs[i].reset_ms == 0
+    end
+    local d = report(policy, recs, allowed, 0)
+    write_key(key, old, not empty and serialize(recs) or nil, now_us, d[5])
     return d
 end
 
@@ -216,14 +269,23 @@ local function refund(op, key, args, first)
     for i = 1, #recs do
         REFUND[recs[i].algo](recs[i], now_us, cost)
     end
-    local allowed = decide_all(recs, now_us, 1, 0)
-    local empty = true
+    return change_key(policy, key, old, recs, now_us)
+end
+
+-- RELEASE: the lease of the (one) concurrent rule released, or renewed;
+-- REFUND's reply and whether the lease was held (1 or 0).
+local function release(op, key, args, first)
+    local policy, _, _, _, at, lease, renew = parse_args(op, args, first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    local recs, held = records_of(policy, old, now_us), false
     for i = 1, #recs do
-        STATUS[recs[i].algo](recs[i], now_us)
-        empty = empty and recs[i].reset_ms == 0
+        if recs[i].algo == ALGO_CONCURRENT then
+            held = cc_lease(recs[i], now_us, lease, renew)
+        end
     end
-    local d = report(policy, recs, allowed, 0)
-    write_key(key, old, not empty and serialize(recs) or nil, now_us, d[5])
+    local d = change_key(policy, key, old, recs, now_us)
+    d[8] = held and 1 or 0
     return d
 end
 
@@ -262,6 +324,8 @@ local function info(op, key, args, first)
             e[13], e[14] = { ok = 'granularity_ms' }, 2 ^ r.shift
         elseif r.algo == ALGO_GCRA then
             e[11], e[12] = { ok = 'tat_us' }, r.tat_hi * TWO32 + r.tat_lo
+        elseif r.algo == ALGO_CONCURRENT then
+            e[11], e[12] = { ok = 'last_lease' }, r.last
         else
             e[11], e[12] = { ok = 'window_start_ms' }, r.start
         end
@@ -274,7 +338,7 @@ end
 -- (the module's arity).
 local COMMANDS = {
     ACQUIRE = { acquire, 1 }, PEEK = { acquire, 1 }, REFUND = { refund, 1 },
-    RESET = { reset, 0 }, INFO = { info, 0 },
+    RELEASE = { release, 1 }, RESET = { reset, 0 }, INFO = { info, 0 },
 }
 
 -- Runs the operation named `name` (any case) on keys[1] with
@@ -284,7 +348,7 @@ local function run(name, keys, args, first)
     local command = COMMANDS[op]
     if not command then
         return { err = 'ERR ratel: unknown operation "' .. quote_arg(name) ..
-            '"; use ACQUIRE, PEEK, REFUND, RESET or INFO' }
+            '"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET or INFO' }
     end
     if #keys ~= 1 or #args - first + 1 < command[2] then
         return { err = "ERR wrong number of arguments for 'ratel." ..

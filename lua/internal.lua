@@ -5,7 +5,8 @@ same arguments, same replies, same stored bytes (docs/state-format.md),
 same expiry.
 
 The files of lua/ mirror the C core one for one (internal, error,
-calendar, rule, state, sliding, window, gcra, policy; commands mirrors
+calendar, rule, state, sliding, window, gcra, concurrent, policy; commands
+mirrors
 module/args.c and module/ratel.c), and scripts/lua-build.sh joins them,
 in that order, into one chunk with two entry points:
 
@@ -40,6 +41,7 @@ local LIMIT_MAX = 1000000000
 local PERIOD_MAX_MS = 2592000000
 local MAX_RULES = 8
 local SLIDING_CAP = 256
+local CONCURRENT_MAX = 256
 local STATE_MAX = 4 + MAX_RULES * (24 + 8 * SLIDING_CAP)
 local DEPTH_MAX_MS = 3650 * 86400000
 local MAX_WAIT_MS = PERIOD_MAX_MS

@@ -3,6 +3,7 @@
 --
 --     FCALL ratel_acquire 1 KEY [COST n] [PEEK] [MAXWAIT ms] [AT unix_ms] rule...
 --     FCALL ratel_refund 1 KEY [COST n] [AT unix_ms] rule...
+--     FCALL ratel_release 1 KEY LEASE [RENEW] [AT unix_ms] rule...
 --     FCALL ratel_reset 1 KEY
 --     FCALL_RO ratel_peek 1 KEY [COST n] [MAXWAIT ms] [AT unix_ms] rule...
 --     FCALL_RO ratel_info 1 KEY [AT unix_ms]
@@ -32,6 +33,7 @@ local function register(name, op, flags)
 end
 register('ratel_acquire', 'ACQUIRE', {})
 register('ratel_refund', 'REFUND', {})
+register('ratel_release', 'RELEASE', {})
 register('ratel_reset', 'RESET', {})
 register('ratel_peek', 'PEEK', { 'no-writes' })
 register('ratel_info', 'INFO', { 'no-writes' })

@@ -1,8 +1,18 @@
 -- policy.lua - several rules decided together (mirrors src/core/policy.c).
 
-local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status }
-local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide }
-local REFUND = { [0] = sl_refund, fx_refund, ap_refund, gc_refund }
+local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status, cc_status }
+local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide, cc_decide }
+local REFUND = { [0] = sl_refund, fx_refund, ap_refund, gc_refund, cc_refund }
+
+-- ratel_policy_has_leases(): whether a concurrent rule is among the rules.
+local function has_leases(policy)
+    for i = 1, #policy do
+        if policy[i].algo == ALGO_CONCURRENT then
+            return true
+        end
+    end
+    return false
+end
 
 local function commit(r, now_us, at_us, cost)
     local algo = r.algo
@@ -12,6 +22,8 @@ local function commit(r, now_us, at_us, cost)
         fx_commit(r, now_us, cost)
     elseif algo == ALGO_APPROX then
         ap_commit(r, now_us, cost)
+    elseif algo == ALGO_CONCURRENT then
+        cc_commit(r, now_us, cost)
     else
         gc_commit(r, now_us, at_us, cost)
     end

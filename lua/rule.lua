@@ -92,7 +92,7 @@ local function rule_ok(algo, limit, period, burst, calendar, months,
         return burst >= 1 and burst <= LIMIT_MAX and
             not too_deep(burst, period, limit)
     end
-    return burst == 0
+    return burst == 0 and (algo ~= ALGO_CONCURRENT or limit <= CONCURRENT_MAX)
 end
 
 -- Decimal digits at text[pos]: value (stops growing past max), the number
@@ -245,10 +245,6 @@ local function parse_rule(text)
         rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
             '" at byte ' .. pos)
     end
-    if algo == ALGO_CONCURRENT then
-        rule_fail(text, 'concurrent rules are not in the Redis module and ' ..
-            'the Lua script yet: use the embedded store')
-    end
     if have_burst and algo ~= ALGO_GCRA then
         rule_fail(text, 'burst applies to gcra rules only (add :gcra)')
     end
@@ -257,6 +253,10 @@ local function parse_rule(text)
         rule_fail(text, unit == 'mo' and 'months are calendar periods: ' ..
             'use :fixed or :approx (e.g. 1000/1mo:fixed)' or
             'tz applies to the window algorithms, :fixed and :approx')
+    end
+    if algo == ALGO_CONCURRENT and limit > CONCURRENT_MAX then
+        rule_fail(text, 'a concurrent rule holds at most 256 leases at ' ..
+            'once (its state keeps each one)')
     end
     local period = count * unit_ms
     if algo == ALGO_GCRA then

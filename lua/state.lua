@@ -8,7 +8,8 @@ months, tz_offset) and its state, and `rule`, the parsed rule it was made for or
 shift, base, n runs as their stored bytes (runs, lua/sliding.lua) and
 sum (the stored total). fixed: start, count. approx: start, cur, prev.
 gcra: tat_lo and tat_hi (the i64 TAT in two halves: it may pass 2^53)
-and rem, and once used, the rule's constants as pairs. Deciding leaves
+and rem, and once used, the rule's constants as pairs. concurrent: base,
+n entries as their stored bytes (ents, lua/concurrent.lua) and last. Deciding leaves
 its plan and verdict in the record (v_* fields, ok, retry_us, retry_ms,
 allow_at) and a status in used, remaining and reset_ms.
 ]]
@@ -49,6 +50,8 @@ local function new_record(algo, limit, period, burst, calendar, months,
         r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
     elseif algo == ALGO_GCRA then
         r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
+    elseif algo == ALGO_CONCURRENT then
+        r.base, r.n, r.last, r.ents = 0, 0, 0, ''
     else
         r.start, r.count, r.cur, r.prev = 0, 0, 0, 0
     end
@@ -93,6 +96,34 @@ local function calendar_read(s, pos, avail, size)
     return calendar, months, tz_offset
 end
 
+-- concurrent_check() of concurrent.c for the record at pos: at most
+-- CONCURRENT_MAX entries in order of expiry, none past PERIOD from the
+-- base, no id 0 (entries of a trusted blob are not checked again).
+-- Returns the record and the position after it.
+local function parse_concurrent(r, s, pos, avail, trusted)
+    if avail < 24 then
+        corrupt()
+    end
+    local lo, hi, n, last = sunpack('<I4I4HI4', s, pos + 10)
+    local size = 24 + 8 * n
+    if n > CONCURRENT_MAX or avail < size or hi >= 4096 then
+        corrupt()
+    end
+    local ents = sub(s, pos + 24, pos + size - 1)
+    if n > 0 and not trusted then
+        local E, prev, period = { sunpack(run_format(n), ents) }, 0, r.period
+        for i = 1, 2 * n, 2 do
+            local off = E[i]
+            if off < prev or off > period or E[i + 1] == 0 then
+                corrupt()
+            end
+            prev = off
+        end
+    end
+    r.base, r.n, r.last, r.ents = hi * TWO32 + lo, n, last, ents
+    return r, pos + size
+end
+
 -- Reads and validates one record at pos (ratel__state_parse's rules:
 -- anything the core would not have written is corrupt). Returns the
 -- record and the position after it. A record of the rule `want` (a parsed,
@@ -104,7 +135,7 @@ local function parse_record(s, pos, len, trusted, want)
         corrupt()
     end
     local algo, flags, limit, period = sunpack('<BBI4I4', s, pos)
-    if algo > 3 then
+    if algo > ALGO_CONCURRENT then
         corrupt()
     end
     local burst = 0
@@ -191,6 +222,8 @@ local function parse_record(s, pos, len, trusted, want)
         end
         r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
         return r, pos + 26 + extra
+    elseif algo == ALGO_CONCURRENT then
+        return parse_concurrent(r, s, pos, avail, trusted)
     end
     if avail < 26 then
         corrupt()
@@ -306,6 +339,10 @@ local function record_bytes(r)
         local flags, calendar = calendar_write(r)
         return spack('<BBI4I4I4I4I4I4', 2, flags, r.limit, r.period, lo, hi,
             r.cur, r.prev) .. calendar
+    elseif algo == ALGO_CONCURRENT then
+        local lo, hi = pack_i64(r.base)
+        return spack('<BBI4I4I4I4HI4', 4, 0, r.limit, r.period, lo, hi, r.n,
+            r.last) .. r.ents
     end
     return spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period, r.burst,
         r.tat_lo, r.tat_hi, r.rem)

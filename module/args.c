@@ -14,7 +14,13 @@
 #include <strings.h>
 
 /* Bit of each option in the `seen` mask. */
-enum { OPT_COST = 1, OPT_PEEK = 2, OPT_MAXWAIT = 4, OPT_AT = 8 };
+enum {
+    OPT_COST = 1,
+    OPT_PEEK = 2,
+    OPT_MAXWAIT = 4,
+    OPT_AT = 8,
+    OPT_RENEW = 16
+};
 
 static int word_is(const char *arg, size_t len, const char *word)
 {
@@ -77,6 +83,8 @@ static unsigned options_of(ratel_cmd_t cmd)
         return OPT_COST | OPT_PEEK | OPT_MAXWAIT | OPT_AT;
     case RATEL_CMD_REFUND:
         return OPT_COST | OPT_AT;
+    case RATEL_CMD_RELEASE:
+        return OPT_RENEW | OPT_AT;
     default:
         return OPT_AT;
     }
@@ -86,6 +94,7 @@ static const char *const option_list[] = {
     "COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules",
     "COST n, AT unix_ms, then the rules",
     "AT unix_ms",
+    "RENEW, AT unix_ms, then the rules",
 };
 
 static int unknown_option(const char *arg, size_t len, ratel_cmd_t cmd,
@@ -260,6 +269,20 @@ static int check_request(const ratel_cmd_args_t *a, char *err, size_t errlen)
     return 0;
 }
 
+/* RELEASE's first argument, the lease id an ACQUIRE returned. */
+static int read_lease(int argc, const char *const *argv, const size_t *lens,
+                      ratel_cmd_args_t *out, char *err, size_t errlen)
+{
+    int64_t v;
+
+    if (argc < 1 || !parse_int(argv[0], lens[0], 1, UINT32_MAX, &v))
+        return fail(err, errlen, RATEL_EINVAL,
+                    "LEASE must be an integer from 1 to 4294967295 (the "
+                    "lease an ACQUIRE returned)");
+    out->lease = (uint32_t)v;
+    return 0;
+}
+
 int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
                      const size_t *lens, ratel_cmd_args_t *out, char *err,
                      size_t errlen)
@@ -269,6 +292,10 @@ int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
 
     memset(out, 0, sizeof *out);
     out->request.cost = 1;
+    if (cmd == RATEL_CMD_RELEASE &&
+        (rc = read_lease(argc, argv, lens, out, err, errlen)) != 0)
+        return rc;
+    i = cmd == RATEL_CMD_RELEASE;
     for (; i < argc && lens[i] > 0 && (argv[i][0] < '0' || argv[i][0] > '9');
          i++) {
         const char *a = argv[i];
@@ -277,13 +304,17 @@ int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
                        : word_is(a, n, "PEEK")    ? OPT_PEEK
                        : word_is(a, n, "MAXWAIT") ? OPT_MAXWAIT
                        : word_is(a, n, "AT")      ? OPT_AT
+                       : word_is(a, n, "RENEW")   ? OPT_RENEW
                                                   : 0;
         int64_t v = 0;
         if (!(opt & allowed) || (opt & seen))
             return unknown_option(a, n, cmd, err, errlen);
         seen |= opt;
-        if (opt == OPT_PEEK) {
-            out->request.flags |= RATEL_PEEK;
+        if (opt == OPT_PEEK || opt == OPT_RENEW) {
+            if (opt == OPT_PEEK)
+                out->request.flags |= RATEL_PEEK;
+            else
+                out->lease_flags |= RATEL_RENEW;
             continue;
         }
         /* The other options take a value. */
@@ -316,5 +347,9 @@ int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
                             errlen);
     if (rc != 0)
         return rc;
+    if (cmd == RATEL_CMD_RELEASE && !ratel_policy_has_leases(&out->policy))
+        return fail(err, errlen, RATEL_EINVAL,
+                    "RELEASE needs a policy with a concurrent rule (e.g. "
+                    "10/30s:concurrent)");
     return cmd == RATEL_CMD_ACQUIRE ? check_request(out, err, errlen) : 0;
 }

@@ -14,12 +14,15 @@
 typedef enum ratel_cmd_e {
     RATEL_CMD_ACQUIRE, /* [COST n] [PEEK] [MAXWAIT ms] [AT ms] rule... */
     RATEL_CMD_REFUND,  /* [COST n] [AT ms] rule... */
-    RATEL_CMD_INFO     /* [AT ms] */
+    RATEL_CMD_INFO,    /* [AT ms] */
+    RATEL_CMD_RELEASE  /* LEASE [RENEW] [AT ms] rule... */
 } ratel_cmd_t;
 
 typedef struct ratel_cmd_args_s {
-    ratel_policy_t policy;   /* ACQUIRE, REFUND */
+    ratel_policy_t policy;   /* ACQUIRE, REFUND, RELEASE */
     ratel_request_t request; /* cost, max_wait_ms, RATEL_PEEK */
+    uint32_t lease;          /* RELEASE: the lease id, 1..2^32-1 */
+    unsigned lease_flags;    /* RELEASE: RATEL_RENEW */
     int has_at;              /* AT given */
     int64_t at_ms;           /* its value */
 } ratel_cmd_args_t;

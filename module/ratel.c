@@ -90,9 +90,12 @@ static int reply_core_error(RedisModuleCtx *ctx, int rc)
     }
 }
 
-static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d)
+/* The seven integers of a decision, and an eighth (`extra`: the lease an
+   ACQUIRE took, whether RELEASE found its lease held) when `with_extra`. */
+static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d,
+                          int with_extra, long long extra)
 {
-    RedisModule_ReplyWithArray(ctx, 7);
+    RedisModule_ReplyWithArray(ctx, with_extra ? 8 : 7);
     RedisModule_ReplyWithLongLong(ctx, d->allowed);
     RedisModule_ReplyWithLongLong(ctx, d->limit);
     RedisModule_ReplyWithLongLong(ctx, d->remaining);
@@ -100,6 +103,8 @@ static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d)
     RedisModule_ReplyWithLongLong(ctx, d->reset_after_ms);
     RedisModule_ReplyWithLongLong(ctx, d->rule);
     RedisModule_ReplyWithLongLong(ctx, d->wait_ms);
+    if (with_extra)
+        RedisModule_ReplyWithLongLong(ctx, extra);
     return REDISMODULE_OK;
 }
 
@@ -199,12 +204,18 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     if (changed)
         ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
-    return reply_decision(ctx, &d);
+    /* A policy with a concurrent rule answers the lease (0: none taken). */
+    return reply_decision(ctx, &d, ratel_policy_has_leases(&a.policy), d.lease);
 }
 
-/* RATEL.REFUND key [COST n] [AT ms] rule [rule ...] */
-static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
-                          int argc)
+/*
+ * RATEL.REFUND key [COST n] [AT ms] rule [rule ...]
+ * RATEL.RELEASE key LEASE [RENEW] [AT ms] rule [rule ...]
+ * Both change the key and answer it as a peek sees it; RELEASE adds
+ * whether the lease was held.
+ */
+static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                          int argc, ratel_cmd_t cmd)
 {
     static uint8_t buf[RATEL_STATE_MAX];
     ratel_cmd_args_t a;
@@ -213,19 +224,22 @@ static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     const char *value;
     size_t old_len, len;
     int64_t now;
-    int rc;
+    int rc, held = 0;
 
     if (argc < 3)
         return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, RATEL_CMD_REFUND, argv, argc, &a) != REDISMODULE_OK)
+    if (parse_or_reply(ctx, cmd, argv, argc, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
                    buf, &old_len, &value) != REDISMODULE_OK)
         return REDISMODULE_OK;
     now = now_of(&a);
     len = old_len;
-    rc = ratel_policy_refund(&a.policy, buf, &len, sizeof buf, now,
-                             a.request.cost, &d);
+    rc = cmd == RATEL_CMD_RELEASE
+             ? ratel_policy_release(&a.policy, buf, &len, sizeof buf, now,
+                                    a.lease, a.lease_flags, &held, &d)
+             : ratel_policy_refund(&a.policy, buf, &len, sizeof buf, now,
+                                   a.request.cost, &d);
     if (rc != 0) {
         RedisModule_CloseKey(key);
         return reply_core_error(ctx, rc);
@@ -233,7 +247,19 @@ static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     if (state_changed(buf, len, value, old_len))
         ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
-    return reply_decision(ctx, &d);
+    return reply_decision(ctx, &d, cmd == RATEL_CMD_RELEASE, held);
+}
+
+static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                          int argc)
+{
+    return change_command(ctx, argv, argc, RATEL_CMD_REFUND);
+}
+
+static int release_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                           int argc)
+{
+    return change_command(ctx, argv, argc, RATEL_CMD_RELEASE);
 }
 
 /* RATEL.RESET key: deletes ratel state, and refuses what ACQUIRE and INFO
@@ -308,6 +334,8 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
             reply_field(ctx, "granularity_ms", st[i].granularity_ms);
         } else if (st[i].rule.algo == RATEL_ALGO_GCRA) {
             reply_field(ctx, "tat_us", st[i].tat_us);
+        } else if (st[i].rule.algo == RATEL_ALGO_CONCURRENT) {
+            reply_field(ctx, "last_lease", st[i].last_lease);
         } else {
             reply_field(ctx, "window_start_ms", st[i].window_start_ms);
         }
@@ -369,6 +397,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return REDISMODULE_ERR;
     if (create(ctx, "ratel.acquire", acquire_command, "write deny-oom fast") ||
         create(ctx, "ratel.refund", refund_command, "write deny-oom fast") ||
+        create(ctx, "ratel.release", release_command, "write deny-oom fast") ||
         create(ctx, "ratel.reset", reset_command, "write fast") ||
         create(ctx, "ratel.info", info_command, "readonly fast"))
         return REDISMODULE_ERR;

@@ -16,7 +16,7 @@
 set -eu
 out=${1:?usage: lua-build.sh OUTDIR}
 top=$(cd "$(dirname "$0")/.." && pwd)
-core="internal error calendar rule state sliding window gcra policy commands"
+core="internal error calendar rule state sliding window gcra concurrent policy commands"
 
 files=
 for f in $core; do

@@ -600,16 +600,23 @@ int ratel_policy_release(const ratel_policy_t *policy, uint8_t *state,
                          ratel_decision_t *d)
 {
     change_t c = {release_lease, 0, lease, flags, 0};
-    int err, concurrent = 0;
+    int err;
 
     if (!d || !held || lease == 0 || (flags & ~RATEL_RENEW) ||
         (err = check_call(policy, state, state_len, now_us, 1)) != 0)
         return RATEL_EINVAL;
-    for (uint32_t i = 0; i < policy->nrules; i++)
-        concurrent |= policy->rules[i].algo == RATEL_ALGO_CONCURRENT;
-    if (!concurrent)
+    if (!ratel_policy_has_leases(policy))
         return RATEL_EINVAL;
     err = change_key(policy, state, state_len, state_cap, now_us, &c, d);
     *held = c.held;
     return err;
+}
+
+int ratel_policy_has_leases(const ratel_policy_t *policy)
+{
+    for (uint32_t i = 0; policy && i < policy->nrules && i < RATEL_MAX_RULES;
+         i++)
+        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
 }

@@ -467,14 +467,6 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
 
     memset(rule, 0, sizeof *rule);
     rule->algo = pr->algo;
-#ifdef RATEL_NO_TZDB
-    /* RATEL.RELEASE and lua/'s leases come next: until then the module
-       refuses concurrent rules, with the script's words. */
-    if (pr->algo == RATEL_ALGO_CONCURRENT)
-        return rule_error(errbuf, errlen, text, len,
-                          "concurrent rules are not in the Redis module and "
-                          "the Lua script yet: use the embedded store");
-#endif
     rule->limit = (uint32_t)pr->limit;
     if (pr->burst && pr->algo != RATEL_ALGO_GCRA)
         return rule_error(errbuf, errlen, text, len,

@@ -306,7 +306,7 @@ done
 
 via=eval
 same "unknown operation" "$(ev e FLUSH)" \
-    "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RESET or INFO"
+    "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET or INFO"
 same "no key" "$(rcli "$port" EVALSHA "$sha" 0 ACQUIRE 1/1s 2>&1)" \
     "ERR wrong number of arguments for 'ratel.acquire' command"
 same "PEEK as an operation, read-only" \
