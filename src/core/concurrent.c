@@ -28,18 +28,17 @@
 
 static inline uint32_t entry_off(const uint8_t *p, uint32_t i)
 {
-    return ratel__ld32(ENTRIES(p) + (size_t)i * RATEL__CONC_ENTRY_SIZE);
+    return ratel__pair_first(ENTRIES(p), i);
 }
 
 static inline uint32_t entry_id(const uint8_t *p, uint32_t i)
 {
-    return ratel__ld32(ENTRIES(p) + (size_t)i * RATEL__CONC_ENTRY_SIZE + 4);
+    return ratel__pair_second(ENTRIES(p), i);
 }
 
 static inline void entry_set(uint8_t *p, uint32_t i, uint32_t off, uint32_t id)
 {
-    ratel__st32(ENTRIES(p) + (size_t)i * RATEL__CONC_ENTRY_SIZE, off);
-    ratel__st32(ENTRIES(p) + (size_t)i * RATEL__CONC_ENTRY_SIZE + 4, id);
+    ratel__pair_set(ENTRIES(p), i, off, id);
 }
 
 static inline uint32_t entries(const uint8_t *p)

@@ -122,6 +122,27 @@ static inline void ratel__st64(uint8_t *p, int64_t v)
     ratel__st32(p + 4, (uint32_t)((uint64_t)v >> 32));
 }
 
+/*
+ * Arrays of 8-byte pairs (u32 first, u32 second) after a record's fields:
+ * sliding's runs (offset, count) and concurrent's entries (offset, id).
+ */
+static inline uint32_t ratel__pair_first(const uint8_t *a, uint32_t i)
+{
+    return ratel__ld32(a + (size_t)i * 8);
+}
+
+static inline uint32_t ratel__pair_second(const uint8_t *a, uint32_t i)
+{
+    return ratel__ld32(a + (size_t)i * 8 + 4);
+}
+
+static inline void ratel__pair_set(uint8_t *a, uint32_t i, uint32_t first,
+                                   uint32_t second)
+{
+    ratel__st32(a + (size_t)i * 8, first);
+    ratel__st32(a + (size_t)i * 8 + 4, second);
+}
+
 /* Ceiling division for non-negative numerators and positive divisors. */
 static inline int64_t ratel__ceil_div(int64_t a, int64_t b)
 {

@@ -25,18 +25,17 @@
 
 static inline uint32_t run_off(const uint8_t *p, uint32_t i)
 {
-    return ratel__ld32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE);
+    return ratel__pair_first(RUNS(p), i);
 }
 
 static inline uint32_t run_count(const uint8_t *p, uint32_t i)
 {
-    return ratel__ld32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE + 4);
+    return ratel__pair_second(RUNS(p), i);
 }
 
 static inline void run_set(uint8_t *p, uint32_t i, uint32_t off, uint32_t count)
 {
-    ratel__st32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE, off);
-    ratel__st32(RUNS(p) + (size_t)i * RATEL__RUN_SIZE + 4, count);
+    ratel__pair_set(RUNS(p), i, off, count);
 }
 
 /* t rounded up to a multiple of 2^shift. */
