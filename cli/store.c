@@ -655,14 +655,6 @@ static void print_decision(const ratel_decision_t *d, int json, int leases)
     fputs(json ? "}\n" : "\n", stdout);
 }
 
-static int has_concurrent(const ratel_policy_t *policy)
-{
-    for (uint32_t i = 0; i < policy->nrules; i++)
-        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
-            return 1;
-    return 0;
-}
-
 /* `ratel release`; returns the exit status. */
 static int run_release(const store_command_t *c, const store_options_t *o,
                        ratel_store_t *store, const ratel_policy_t *policy)
@@ -670,7 +662,7 @@ static int run_release(const store_command_t *c, const store_options_t *o,
     ratel_decision_t d;
     int held = 0, rc;
 
-    if (!has_concurrent(policy)) {
+    if (!ratel_policy_has_leases(policy)) {
         cli_error(c->name, "the policy has no concurrent rule, so it takes "
                            "no leases; add one, e.g. --rule 50/30s:concurrent");
         return CLI_EXIT_USAGE;
@@ -732,7 +724,7 @@ static int run_decide(const store_command_t *c, const store_options_t *o,
     if (rc < 0)
         return store_failed(c->name, store, rc, o->store, o->key);
     warn_fallback(c->name, store, &d);
-    print_decision(&d, o->json, has_concurrent(policy));
+    print_decision(&d, o->json, ratel_policy_has_leases(policy));
     if (c->cmd == CMD_ACQUIRE && !d.allowed)
         return CLI_EXIT_DENIED;
     return CLI_EXIT_OK;

@@ -982,14 +982,6 @@ void rateld_flush(void *ud, unsigned thread)
 
 /* ------------------------------------------- the synchronous endpoints */
 
-static int has_concurrent(const ratel_policy_t *rules)
-{
-    for (uint32_t i = 0; i < rules->nrules; i++)
-        if (rules->rules[i].algo == RATEL_ALGO_CONCURRENT)
-            return 1;
-    return 0;
-}
-
 /*
  * /v1/refund and /v1/release: a change to one key under a policy's rules,
  * answered at once with the key as a peek sees it after.
@@ -1018,7 +1010,7 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
                       release ? "release" : "refund");
         return;
     }
-    if (release && !has_concurrent(p.rules)) {
+    if (release && !ratel_policy_has_leases(p.rules)) {
         respond_error(d, ex, req->thread, 400,
                       "policy %s has no concurrent rule: it takes no leases",
                       pol->name);
