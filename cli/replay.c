@@ -6,7 +6,12 @@
  * the embedded memory store; the clock is the trace's: now_us = t_ms *
  * 1000. The trace streams: a plain replay holds nothing per request or per
  * key beyond the store (bounded by --memory); --summary adds one record
- * per key; --svg adds the chart's buckets and per-key window queues.
+ * per key; --svg adds the chart's buckets and per-key window queues; a
+ * trace with hold_ms adds one queued release per lease still held.
+ *
+ * Leases of a concurrent rule are given back on the trace's clock too: a
+ * line's hold_ms queues a release at t_ms + hold_ms, and the releases due
+ * at or before a line's time are made, in time order, before it.
  */
 #include "cli.h"
 
@@ -37,11 +42,16 @@ void cli_replay_usage(FILE *out)
           "Input: FILE, or standard input when FILE is absent or '-'. One "
           "request per\n"
           "line, fields separated by blanks:\n"
-          "  t_ms key [cost]\n"
+          "  t_ms key [cost [hold_ms]]\n"
           "t_ms is a non-negative integer in milliseconds (any origin: 0 or "
           "Unix time),\n"
-          "key any word, cost a whole number >= 1 (default 1). Blank lines "
-          "and lines\n"
+          "key any word, cost a whole number >= 1 (default 1). hold_ms: under "
+          "a policy\n"
+          "with a concurrent rule, an admitted request gives its lease back at "
+          "t_ms +\n"
+          "hold_ms (without it the lease is held until it expires); under "
+          "another policy\n"
+          "it is ignored with a warning. Blank lines and lines\n"
           "starting with '#' are skipped. A malformed line stops the replay "
           "with a\n"
           "message naming the file and line (exit 2), as does a cost the "
@@ -65,6 +75,10 @@ void cli_replay_usage(FILE *out)
           "  total (1 key)  5  3  2  3\n"
           "permits is what the allowed requests charged (the sum of their "
           "costs).\n"
+          "Then the keys denied most (at most 10, each denied at least "
+          "once):\n"
+          "  # most denied  key  denied  allowed\n"
+          "  top 1          a    2       3\n"
           "\n"
           "Options:\n"
           "  -r, --rule RULE      add RULE to the policy (required; up to 8)\n"
@@ -74,7 +88,12 @@ void cli_replay_usage(FILE *out)
           "algorithm\n"
           "                       (sliding, fixed, approx, gcra) would have "
           "done with\n"
-          "                       these limits and periods\n"
+          "                       these limits and periods (a line per "
+          "rule), the\n"
+          "                       distinct keys over time and the keys "
+          "denied most;\n"
+          "                       written in full even when standard output "
+          "closes early\n"
           "  -m, --memory BYTES   bound on each memory store, with an "
           "optional suffix\n"
           "                       k, M or G (powers of 1024); default 256M. "

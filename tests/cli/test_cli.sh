@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_cli.sh - the `ratel` command, end to end: help and exit statuses,
 # explain, replay (per-request output, costs, malformed traces, stdin and
-# FILE, --summary, --svg) and the fixed-window boundary burst.
+# FILE, --summary, --svg: a window per rule, the keys denied most, distinct
+# keys, a reader that stops early; hold_ms for concurrent rules) and the
+# fixed-window boundary burst.
 #
 #   BUILD=build bash tests/cli/test_cli.sh [NAME...]
 #
@@ -337,6 +339,133 @@ svg_chart() {
     expect svg_unwritable 1 "" "x.svg"
 }
 
+# The SVG parses as XML (xmllint aside, Python's own parser).
+svg_parses() {
+    python3 -c 'import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])' "$1" 2>/dev/null
+}
+
+# Every rule gets a line strip in every algorithm's panel, with its own
+# peak: 2/1s, 5/1m and 100/1h over a burst that the minute rule binds.
+svg_every_rule() {
+    awk 'BEGIN { for (t = 58000; t <= 62000; t += 100) print t, "k" }' \
+        >"$tmp/rules.trace"
+    ratel replay --rule 2/1s --rule 5/1m --rule 100/1h --svg "$tmp/rules.svg" \
+        "$tmp/rules.trace"
+    if [ $rc = 0 ] && svg_parses "$tmp/rules.svg"; then
+        ok svg_rules_parse
+    else
+        fail svg_rules_parse "exit $rc: $err"
+    fi
+    local n period
+    n=$(grep -c '<g class="window">' "$tmp/rules.svg")
+    same svg_window_per_rule "$n" 12
+    for period in '1 s' '1 min' '1 h'; do
+        n=$(grep -c "trailing $period: peak" "$tmp/rules.svg")
+        same "svg_window_${period/ /_}" "$n" 4
+    done
+    # fixed, 2 per second: 4 admitted in the minute before the boundary
+    # (58 s and 59 s), 5 after it (60 s, 61 s, 62 s): 9 within the trailing
+    # minute and the hour at 62 s, over the minute's limit; sliding 5.
+    grep -q 'trailing 1 h: peak 9 per key, limit 100' "$tmp/rules.svg" &&
+        grep -q 'trailing 1 min: peak 9 per key, limit 5' "$tmp/rules.svg" &&
+        grep -q 'trailing 1 h: peak 5 per key, limit 100' "$tmp/rules.svg" &&
+        ok svg_rule_peaks || fail svg_rule_peaks "not the peaks 9 and 5"
+}
+
+# The keys denied most: b (4 denied), then a (2), in --summary and in the
+# SVG; c, never denied, is not listed.
+most_denied() {
+    printf '0 a\n0 a\n0 a\n0 b\n0 b\n0 b\n0 b\n0 b\n0 c\n' >"$tmp/denied.trace"
+    ratel replay --rule 1/1s --summary --svg "$tmp/denied.svg" "$tmp/denied.trace"
+    same most_denied_summary "$rc:$(printf '%s\n' "$out" | sed -n '/^# most denied/,$p')" \
+        "0:# most denied${tab}key${tab}denied${tab}allowed
+top 1${tab}b${tab}4${tab}1
+top 2${tab}a${tab}2${tab}1"
+    same most_denied_svg_keys \
+        "$(grep -o 'class="denied-key"[^>]*>[^<]*' "$tmp/denied.svg" | sed 's/.*>//' | tr '\n' ,)" "b,a,"
+    grep -q 'denied 4, allowed 1' "$tmp/denied.svg" && svg_parses "$tmp/denied.svg" &&
+        ok most_denied_svg_counts || fail most_denied_svg_counts "no 'denied 4, allowed 1'"
+    ratel replay --rule 5/1s --summary --svg "$tmp/none.svg" < <(printf '0 a\n')
+    [[ $out == *"# most denied${tab}key${tab}denied${tab}allowed" ]] &&
+        grep -q 'No request was denied' "$tmp/none.svg" &&
+        ok most_denied_none || fail most_denied_none "exit $rc: $out"
+}
+
+# Distinct keys per bar: 10 s shown as 200 bars of 50 ms. a, b, c at 0
+# and a again at 10 are 3 keys in the first bar; a twice at 60 is 1 in the
+# second; d and e at 9999 are 2 in the last, and d's line at 120 after it
+# counts at d's latest time (a key's clock never goes back), not again.
+distinct_keys() {
+    printf '0 a\n0 b\n0 c\n10 a\n60 a\n60 a\n9999 d\n9999 e\n120 d\n' |
+        { ratel replay --rule 100/1s --svg "$tmp/distinct.svg"; }
+    same distinct_keys "$rc:$(grep -o '<title>[0-9]* distinct keys*, t_ms [0-9]* to' \
+        "$tmp/distinct.svg" | sed 's/<title>//; s/ distinct keys*, t_ms /@/; s/ to//' |
+        tr '\n' ,)" "0:3@0,1@50,2@9950,"
+    grep -q 'per 50 ms: how many keys' "$tmp/distinct.svg" && svg_parses "$tmp/distinct.svg" &&
+        ok distinct_keys_panel || fail distinct_keys_panel "no 50 ms panel"
+}
+
+# `| head -1` closes stdout early: the replay still reads the whole trace
+# and writes a complete chart, quietly, exit 0. Other write errors still
+# fail.
+svg_pipe_closed() {
+    awk 'BEGIN { for (i = 0; i < 100000; i++) print i, "k" i % 700 }' >"$tmp/pipe.trace"
+    rm -f "$tmp/pipe.svg"
+    "${wrap[@]}" "$ratel_bin" replay --rule 10/1s --svg "$tmp/pipe.svg" \
+        "$tmp/pipe.trace" 2>"$tmp/pipe.err" | head -1 >"$tmp/pipe.out"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ] && [ ! -s "$tmp/pipe.err" ] && svg_parses "$tmp/pipe.svg" &&
+        grep -q '100000 requests' "$tmp/pipe.svg" &&
+        [ "$(cat "$tmp/pipe.out")" = "0${tab}k0${tab}1${tab}9${tab}0" ]; then
+        ok svg_pipe_closed
+    else
+        fail svg_pipe_closed "exit $rc, stderr: $(head -c 300 "$tmp/pipe.err"), svg: $(tail -c 100 "$tmp/pipe.svg" 2>&1)"
+    fi
+    "${wrap[@]}" "$ratel_bin" replay --rule 10/1s --summary "$tmp/pipe.trace" \
+        2>"$tmp/pipe.err" | head -1 >/dev/null
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] && [ ! -s "$tmp/pipe.err" ] && ok pipe_closed_plain ||
+        fail pipe_closed_plain "exit $rc, stderr: $(head -c 300 "$tmp/pipe.err")"
+    "${wrap[@]}" "$ratel_bin" replay --rule 10/1s --svg "$tmp/full.svg" \
+        "$tmp/pipe.trace" >/dev/full 2>"$tmp/pipe.err"
+    rc=$?
+    [ "$rc" = 1 ] && grep -q 'writing standard output' "$tmp/pipe.err" &&
+        svg_parses "$tmp/full.svg" && ok stdout_full ||
+        fail stdout_full "exit $rc, stderr: $(head -c 300 "$tmp/pipe.err")"
+}
+
+# hold_ms, the 4th column: a lease of a concurrent rule is given back at
+# t + hold_ms, before the lines at or after that time; without it a lease
+# is held until it expires (PERIOD).
+hold_times() {
+    ratel replay --rule 2/10s:concurrent < <(printf '0 a 1 500\n100 a 1 500\n200 a\n600 a\n')
+    same hold_ms "$rc:$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "0:1101"
+    ratel replay --rule 2/10s:concurrent < <(printf '0 a\n100 a\n200 a\n600 a\n10000 a\n')
+    same hold_until_expiry "$rc:$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "0:11001"
+    # Released exactly at t + hold_ms (hold_ms 0: before the next line at
+    # the same time); keys hold apart; a cost of 2 is one lease of 2.
+    ratel replay --rule 2/10s:concurrent \
+        < <(printf '0 a 2 300\n0 b 1 0\n0 b\n0 b\n0 b\n299 a\n300 a 2\n')
+    same hold_exact_time "$rc:$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "0:1111001"
+    # With a rate rule as well: the lease is released, the rate still binds.
+    ratel replay --rule 1/10s:concurrent --rule 2/1m \
+        < <(printf '0 a 1 10\n20 a 1 10\n40 a 1 10\n')
+    same hold_with_rate "$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" "110"
+    ratel replay --rule 2/1s < <(printf '0 a 1 500\n1 a 1 5\n2 a\n')
+    if [ $rc = 0 ] && [ "$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')" = 110 ] &&
+        [ "$(grep -c 'hold_ms' <<<"$err")" = 1 ] &&
+        [[ $err == *"warning: <stdin>:1: hold_ms given, but the policy has no concurrent rule"* ]]; then
+        ok hold_without_concurrent
+    else
+        fail hold_without_concurrent "exit $rc, out: $out, err: $err"
+    fi
+    ratel replay --rule 2/10s:concurrent --summary --svg "$tmp/hold.svg" \
+        < <(printf '0 a 1 500\n100 a 1 500\n200 a\n600 a\n')
+    [ $rc = 0 ] && [[ $out == *"a${tab}4${tab}3${tab}1${tab}3"* ]] &&
+        svg_parses "$tmp/hold.svg" && ok hold_summary_svg ||
+        fail hold_summary_svg "exit $rc, out: $out, err: $err"
+}
+
 policy_errors() {
     ratel replay --rule 0/1s </dev/null
     expect replay_bad_rule 2 "" '"0/1s"'
@@ -383,7 +512,8 @@ command -v xmllint >/dev/null || echo "note: xmllint missing (apt-get install li
 
 for t in help_main help_commands unknown_things explain_good explain_malformed \
     acceptance independent_keys costs multi_rule_policy malformed_trace \
-    input_forms summary boundary_burst svg_chart policy_errors memory_option \
+    input_forms summary boundary_burst svg_chart svg_every_rule most_denied \
+    distinct_keys svg_pipe_closed hold_times policy_errors memory_option \
     many_lines sample_trace; do
     check "$t"
 done
