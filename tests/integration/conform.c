@@ -15,10 +15,12 @@
  * run cap, gcra with bursts and limits up to 1e9 per 30 days so the
  * script's big-integer path runs, fixed and approx on calendars: offsets
  * east and west, weeks and months, in traces that cross month ends, leap
- * days and year ends), costs, PEEK, MAXWAIT on all-gcra
- * policies, REFUND, RESET, INFO, rule changes on a live key (conversion),
- * malformed rules and options, and corrupted blobs. Every operation runs
- * through each backend:
+ * days and year ends; concurrent rules, at most one per policy, alone or
+ * with rate rules), costs, PEEK, MAXWAIT on all-gcra policies, REFUND,
+ * RELEASE and RENEW of the leases handed out (and of unknown ids, and of
+ * ids the arguments refuse), RESET, INFO, rule changes on a live key
+ * (conversion), malformed rules and options, and corrupted blobs. Every
+ * operation runs through each backend:
  *
  *   core    ratel_policy_acquire/refund/ratel_state_inspect in this process
  *           on a blob of its own, with the reply, the write and the expiry
@@ -264,8 +266,9 @@ static int64_t server_ms(void)
 
 /* ------------------------------------------------------------ the ops */
 
-enum { OP_ACQUIRE, OP_REFUND, OP_INFO, OP_RESET };
-static const char *const op_names[] = {"ACQUIRE", "REFUND", "INFO", "RESET"};
+enum { OP_ACQUIRE, OP_REFUND, OP_INFO, OP_RESET, OP_RELEASE };
+static const char *const op_names[] = {"ACQUIRE", "REFUND", "INFO", "RESET",
+                                       "RELEASE"};
 
 /*
  * One operation: the words after the key, as the script and the module
@@ -281,6 +284,8 @@ typedef struct op_s {
     uint64_t cost;
     int peek;
     int64_t max_wait_ms;
+    uint32_t lease; /* RELEASE */
+    unsigned lease_flags;
     int first_rule, nrules; /* rules are argv[first_rule ..] */
     char error[300];
 } op_t;
@@ -348,7 +353,8 @@ static void period_text(uint32_t ms, char *out, size_t size)
     snprintf(out, size, "%ums", ms);
 }
 
-static const char *const algo_names[] = {"sliding", "fixed", "approx", "gcra"};
+static const char *const algo_names[] = {"sliding", "fixed", "approx", "gcra",
+                                         "concurrent"};
 
 static void gen_rule(gen_rule_t *g, int algo, uint32_t limit, uint32_t period,
                      int want_burst)
@@ -461,14 +467,51 @@ static void gen_calendar(gen_rule_t *g, const ratel_rule_t *like)
              algo_names[r->algo], tz);
 }
 
+/* A concurrent rule's limit: mostly 1..8, often near 256 (past it, now
+   and then, for the error). */
+static uint32_t concurrent_limit(void)
+{
+    int p = (int)between(0, 99);
+    if (p < 65)
+        return (uint32_t)between(1, 8);
+    if (p < 85)
+        return (uint32_t)between(248, 256);
+    return p < 98 ? (uint32_t)between(9, 247) : (uint32_t)between(257, 300);
+}
+
+/* A concurrent rule's period: 1 ms to minutes. */
+static uint32_t concurrent_period(void)
+{
+    static const uint32_t some[] = {1,    2,    5,     10,    100,
+                                    1000, 5000, 30000, 60000, 300000};
+    return chance(75) ? some[between(0, 9)] : (uint32_t)between(1, 600000);
+}
+
+/* Whether rules[0..n) has a concurrent rule. */
+static int has_concurrent(const gen_rule_t *rules, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (rules[i].rule.algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
+}
+
 static void gen_policy(gen_policy_t *p, int all_gcra)
 {
     p->n = (int)between(1, 3);
     for (int i = 0; i < p->n; i++) {
-        int algo = all_gcra ? RATEL_ALGO_GCRA : (int)between(0, 3);
+        int algo = all_gcra ? RATEL_ALGO_GCRA : (int)between(0, 4);
         uint32_t limit = gen_limit();
         uint32_t period = chance(85) ? periods[between(0, 19)]
                                      : (uint32_t)between(1, 1000000);
+        /* At most one concurrent rule, but for the error now and then. */
+        if (algo == RATEL_ALGO_CONCURRENT && has_concurrent(p->rules, i) &&
+            !chance(3))
+            algo = RATEL_ALGO_SLIDING;
+        if (algo == RATEL_ALGO_CONCURRENT) {
+            limit = concurrent_limit();
+            period = concurrent_period();
+        }
         gen_rule(&p->rules[i], algo, limit, period, chance(40));
         if ((algo == RATEL_ALGO_FIXED || algo == RATEL_ALGO_APPROX) &&
             chance(40))
@@ -491,10 +534,11 @@ static void edit_policy(gen_policy_t *p, int all_gcra)
     for (int i = 0; i < q.n; i++) {
         ratel_rule_t r = q.rules[i].rule;
         if (chance(50)) {
-            gen_rule(&q.rules[i], r.algo,
-                     chance(50) || r.limit == 1000000000 ? gen_limit()
-                                                         : r.limit + 1,
-                     r.period_ms, chance(50));
+            uint32_t limit =
+                chance(50) || r.limit == 1000000000 ? gen_limit() : r.limit + 1;
+            if (r.algo == RATEL_ALGO_CONCURRENT)
+                limit = chance(50) ? concurrent_limit() : r.limit + 1;
+            gen_rule(&q.rules[i], r.algo, limit, r.period_ms, chance(50));
             if (r.calendar)
                 gen_calendar(&q.rules[i], &r);
         }
@@ -507,7 +551,9 @@ static void edit_policy(gen_policy_t *p, int all_gcra)
     if (q.n < 3 && chance(30)) {
         gen_policy_t extra;
         gen_policy(&extra, all_gcra);
-        q.rules[q.n++] = extra.rules[0];
+        if (extra.rules[0].rule.algo != RATEL_ALGO_CONCURRENT ||
+            !has_concurrent(q.rules, q.n) || chance(3))
+            q.rules[q.n++] = extra.rules[0];
     } else if (q.n > 1 && chance(20)) {
         q.n--;
     }
@@ -581,6 +627,11 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
         buf_printf(reply, "-ERR ratel: %s", msg);
         return 1;
     }
+    if (op->kind == OP_RELEASE && !ratel_policy_has_leases(policy)) {
+        buf_printf(reply, "-ERR ratel: RELEASE needs a policy with a "
+                          "concurrent rule (e.g. 10/30s:concurrent)");
+        return 1;
+    }
     if (op->kind != OP_ACQUIRE)
         return 0;
     for (uint32_t i = 0; i < policy->nrules; i++) {
@@ -605,12 +656,18 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
     return 0;
 }
 
-static void decision_text(buf_t *reply, const ratel_decision_t *d)
+/* The seven integers, and an eighth when `with_extra` (the lease of an
+   ACQUIRE under a concurrent rule, RELEASE's held). */
+static void decision_text(buf_t *reply, const ratel_decision_t *d,
+                          int with_extra, long long extra)
 {
-    buf_printf(reply, "[%d %lld %lld %lld %lld %d %lld]", d->allowed,
+    buf_printf(reply, "[%d %lld %lld %lld %lld %d %lld", d->allowed,
                (long long)d->limit, (long long)d->remaining,
                (long long)d->retry_after_ms, (long long)d->reset_after_ms,
                d->rule, (long long)d->wait_ms);
+    if (with_extra)
+        buf_printf(reply, " %lld", extra);
+    buf_add(reply, "]", 1);
 }
 
 static void info_text(buf_t *reply, const core_key_t *k, int64_t now_us)
@@ -638,12 +695,17 @@ static void info_text(buf_t *reply, const core_key_t *k, int64_t now_us)
                        st[i].granularity_ms);
         else if (st[i].rule.algo == RATEL_ALGO_GCRA)
             buf_printf(reply, " +tat_us %lld]", (long long)st[i].tat_us);
+        else if (st[i].rule.algo == RATEL_ALGO_CONCURRENT)
+            buf_printf(reply, " +last_lease %u]", st[i].last_lease);
         else
             buf_printf(reply, " +window_start_ms %lld]",
                        (long long)st[i].window_start_ms);
     }
     buf_add(reply, "]", 1);
 }
+
+/* The lease the last core_run() took (0: none). */
+static uint32_t core_lease;
 
 /*
  * Runs `op` on the core's key as the module would: the reply, and the key
@@ -657,7 +719,7 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     ratel_request_t req = RATEL_REQUEST_INIT;
     int64_t now_us = op->at_ms * 1000;
     size_t len;
-    int rc;
+    int rc, held = 0;
 
     if (op->kind == OP_RESET) {
         /* What ACQUIRE refuses, RESET refuses too, and keeps. */
@@ -687,6 +749,9 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
         req.flags = op->peek ? RATEL_PEEK : 0;
         rc = ratel_policy_acquire(&policy, buf, &len, sizeof buf, now_us, &req,
                                   &d);
+    } else if (op->kind == OP_RELEASE) {
+        rc = ratel_policy_release(&policy, buf, &len, sizeof buf, now_us,
+                                  op->lease, op->lease_flags, &held, &d);
     } else {
         rc = ratel_policy_refund(&policy, buf, &len, sizeof buf, now_us,
                                  op->cost, &d);
@@ -695,7 +760,14 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
         core_error(reply, rc);
         return;
     }
-    decision_text(reply, &d);
+    core_lease = op->kind == OP_ACQUIRE ? d.lease : 0;
+    if (op->kind == OP_RELEASE)
+        decision_text(reply, &d, 1, held);
+    else
+        decision_text(reply, &d,
+                      op->kind == OP_ACQUIRE &&
+                          ratel_policy_has_leases(&policy),
+                      d.lease);
     if (len != k->len || memcmp(buf, k->blob, len) != 0) {
         memcpy(k->blob, buf, len);
         k->len = len;
@@ -812,7 +884,8 @@ static void lib_run(const op_t *op, const char *key, buf_t *reply,
                     outcome_t *out)
 {
     static const char *const names[] = {"ratel_acquire", "ratel_refund",
-                                        "ratel_info", "ratel_reset"};
+                                        "ratel_info", "ratel_reset",
+                                        "ratel_release"};
     const char *argv[MAX_ARGS + 4];
     size_t lens[MAX_ARGS + 4];
     int argc = 0;
@@ -831,7 +904,8 @@ static void module_run(const op_t *op, const char *key, buf_t *reply,
                        outcome_t *out)
 {
     static const char *const names[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
-                                        "RATEL.INFO", "RATEL.RESET"};
+                                        "RATEL.INFO", "RATEL.RESET",
+                                        "RATEL.RELEASE"};
     const char *argv[MAX_ARGS + 2];
     size_t lens[MAX_ARGS + 2];
     int argc = 0;
@@ -889,6 +963,8 @@ typedef struct trace_s {
     int npolicies, current, all_gcra;
     int64_t t_ms, anchor_ms, min_period, max_period;
     int small_steps, dense;
+    uint32_t leases[8]; /* the last leases the core handed out */
+    int nleases;
     buf_t log;
     outcome_t out[NBACKENDS];
 } trace_t;
@@ -982,9 +1058,47 @@ static void add_rules(op_t *op, const gen_policy_t *p)
                          op->kind == OP_ACQUIRE
                              ? "COST n, PEEK, MAXWAIT ms, AT unix_ms, then "
                                "the rules"
+                         : op->kind == OP_RELEASE
+                             ? "RENEW, AT unix_ms, then the rules"
                              : "COST n, AT unix_ms, then the rules");
         }
     }
+}
+
+/*
+ * RELEASE's words: a lease the trace was given (most often), a small or
+ * any unknown id, or one the arguments refuse (0, 2^32, -1), then RENEW
+ * now and then, AT and the rules.
+ */
+static void gen_release(trace_t *tr, op_t *op, const gen_policy_t *p)
+{
+    int w = (int)between(0, 99);
+    int nleases = tr->nleases < 8 ? tr->nleases : 8;
+    const char *bad = NULL;
+
+    if (w < 65 && nleases > 0)
+        op->lease = tr->leases[between(0, nleases - 1)];
+    else if (w < 80)
+        op->lease = (uint32_t)between(1, 20);
+    else if (w < 94)
+        op->lease = (uint32_t)between(1, 4294967295LL);
+    else
+        bad = w < 97 ? "0" : w < 99 ? "4294967296" : "-1";
+    if (bad)
+        op_word(op, "%s", bad);
+    else
+        op_word(op, "%u", op->lease);
+    if (chance(35)) {
+        op->lease_flags = RATEL_RENEW;
+        op_word(op, chance(50) ? "RENEW" : "renew");
+    }
+    op_word(op, "AT");
+    op_word(op, "%lld", (long long)op->at_ms);
+    add_rules(op, p);
+    if (bad)
+        snprintf(op->error, sizeof op->error,
+                 "ERR ratel: LEASE must be an integer from 1 to 4294967295 "
+                 "(the lease an ACQUIRE returned)");
 }
 
 /* The next operation of the trace. */
@@ -1007,6 +1121,14 @@ static void gen_op(trace_t *tr, op_t *op)
     /* Dense traces keep their key: a reset would empty the window. */
     if (tr->dense && op->kind == OP_RESET)
         op->kind = OP_ACQUIRE;
+    /* Leases are released under a concurrent rule, and (for the error)
+       now and then under a policy without one. */
+    if ((has_concurrent(p->rules, p->n) && chance(30)) || chance(1))
+        op->kind = OP_RELEASE;
+    if (op->kind == OP_RELEASE) {
+        gen_release(tr, op, p);
+        return;
+    }
     if (op->kind == OP_RESET)
         return;
     if (op->kind == OP_INFO) {
@@ -1130,7 +1252,10 @@ static int run_op(trace_t *tr, const op_t *op)
 
     for (int b = 0; b < NBACKENDS; b++)
         buf_reset(&tr->out[b].reply);
+    core_lease = 0;
     core_run(op, &tr->core, &tr->out[B_CORE].reply);
+    if (core_lease)
+        tr->leases[tr->nleases++ % 8] = core_lease;
     memcpy(tr->out[B_CORE].bytes, tr->core.blob, tr->core.len);
     tr->out[B_CORE].len = tr->core.len;
     tr->out[B_CORE].exists = tr->core.len > 0;
@@ -1252,6 +1377,32 @@ static int64_t calendar_anchor(int64_t otherwise)
     return t >= floor_ms ? t : otherwise;
 }
 
+/*
+ * Under a concurrent rule, now and then a key whose last lease id is about
+ * to wrap (2^32 - 1 to 1): that rule's record alone, holding nothing.
+ */
+static void set_near_wrap(trace_t *tr)
+{
+    const gen_policy_t *p = &tr->policies[tr->current];
+    uint8_t b[4 + 24] = {0x52, 0x54, 1, 1, RATEL_ALGO_CONCURRENT, 0};
+    uint32_t last = 4294967295u - (uint32_t)between(0, 2);
+    int i = 0;
+
+    while (i < p->n && p->rules[i].rule.algo != RATEL_ALGO_CONCURRENT)
+        i++;
+    if (i == p->n || p->rules[i].rule.limit > RATEL_CONCURRENT_MAX ||
+        !chance(15))
+        return;
+    for (int k = 0; k < 4; k++) {
+        b[6 + k] = (uint8_t)(p->rules[i].rule.limit >> (8 * k));
+        b[10 + k] = (uint8_t)(p->rules[i].rule.period_ms >> (8 * k));
+        b[24 + k] = (uint8_t)(last >> (8 * k));
+    }
+    for (int k = 0; k < 8; k++)
+        b[14 + k] = (uint8_t)((uint64_t)tr->t_ms >> (8 * k));
+    set_everywhere(tr, b, sizeof b, tr->t_ms + 86400000);
+}
+
 static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
 {
     static trace_t tr;
@@ -1266,6 +1417,7 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     for (int b = 0; b < NBACKENDS; b++)
         buf_reset(&tr.out[b].reply);
     buf_reset(&tr.log);
+    tr.nleases = 0;
     tr.seed = seed;
     tr.number = number;
     for (int b = 0; b < NBACKENDS; b++) {
@@ -1329,6 +1481,7 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     if (calendars && chance(75))
         tr.anchor_ms = calendar_anchor(tr.anchor_ms);
     tr.t_ms = tr.anchor_ms;
+    set_near_wrap(&tr);
     for (int i = 0; i < nops && ok; i++) {
         if (tr.core.len > 0 && chance(2)) {
             ok = run_mutation(&tr);
