@@ -590,14 +590,6 @@ static trace_t *open_trace(const char *input)
     return tr;
 }
 
-static int has_concurrent_rule(const ratel_policy_t *policy)
-{
-    for (uint32_t i = 0; i < policy->nrules; i++)
-        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
-            return 1;
-    return 0;
-}
-
 /*
  * After a replay that succeeded: the summary, the eviction warnings and
  * the chart, written to `svg` (closed here). Returns an exit status.
@@ -651,7 +643,7 @@ int cli_replay(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     r.o = &o;
     r.policy = &policy;
-    r.concurrent = has_concurrent_rule(&policy);
+    r.concurrent = ratel_policy_has_leases(&policy);
     r.keys = (o.summary || o.svg_path) ? &keys : NULL;
 
     status = CLI_EXIT_FAIL;
