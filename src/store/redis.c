@@ -14,7 +14,8 @@
  *   key (or of its {hash tag}) mod 16384; MOVED updates the map and is
  *   followed, ASK is followed once with ASKING. A policy's key is one Redis
  *   key, so every decision is one command on one slot.
- * - Answers. Seven integers become a decision; error replies become
+ * - Answers. Seven integers become a decision (an eighth: the lease of an
+ *   ACQUIRE under a concurrent rule, RELEASE's held); error replies become
  *   RATEL_E* codes; NOSCRIPT reloads the script and "Function not found"
  *   the library; a module or library that disappeared (a restart without
  *   it, a failover to an older server) is detected again.
@@ -411,14 +412,20 @@ static int error_code(const redisReply *r)
     return RATEL_EPROTO;
 }
 
-/* The seven integers of ACQUIRE and REFUND. */
-static int parse_decision(const redisReply *r, ratel_decision_t *d)
+/*
+ * The seven integers of ACQUIRE, REFUND and RELEASE, and with `extra` an
+ * eighth into *extra: the lease of an ACQUIRE under a policy with a
+ * concurrent rule, RELEASE's held.
+ */
+static int parse_decision(const redisReply *r, ratel_decision_t *d, int extra,
+                          long long *value)
 {
-    long long v[7];
+    long long v[8];
+    size_t n = extra ? 8 : 7;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
         return RATEL_EPROTO;
-    for (int i = 0; i < 7; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER)
             return RATEL_EPROTO;
         v[i] = r->element[i]->integer;
@@ -434,6 +441,9 @@ static int parse_decision(const redisReply *r, ratel_decision_t *d)
     d->rule = (int)v[5];
     d->wait_ms = v[6];
     d->source = RATEL_SOURCE_STORE;
+    d->lease = 0;
+    if (extra)
+        *value = v[7];
     return 0;
 }
 
@@ -685,17 +695,26 @@ static int finish_acquire(redis_store_t *s, op_t *op, uint64_t fingerprint,
             rc = error_code(r);
             set_error(s, "%s", r->str);
         } else {
-            rc = parse_decision(r, d);
+            int leases = ratel_policy_has_leases(op->policy);
+            long long lease = 0;
+            rc = parse_decision(r, d, leases, &lease);
+            if (rc == 0 && (lease < 0 || lease > UINT32_MAX))
+                rc = RATEL_EPROTO;
             if (rc != 0)
                 set_error(s, "%s",
-                          "Redis answered ACQUIRE with something "
-                          "else than seven integers");
+                          leases ? "Redis answered ACQUIRE with something "
+                                   "else than eight integers"
+                                 : "Redis answered ACQUIRE with something "
+                                   "else than seven integers");
+            d->lease = (uint32_t)lease;
         }
         freeReplyObject(r);
         op->reply = NULL;
     }
+    /* A denial under a concurrent rule ends when another caller releases
+       a lease, which no clock predicts: it is not cached. */
     if (rc == 0) {
-        if (!d->allowed && s->cache)
+        if (!d->allowed && s->cache && !ratel_policy_has_leases(op->policy))
             ratel__deny_cache_put(s->cache, op->key, op->keylen, fingerprint,
                                   &op->request, d, now_us);
         return 0;
@@ -787,9 +806,9 @@ static int redis_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
 }
 
 /*
- * A write other than ACQUIRE (REFUND, RESET) on Redis; with `local`, the
- * fallback store gets it too, so that what it decided is given back there
- * as well. Returns what Redis said, or the failure's code.
+ * A write other than ACQUIRE (REFUND, RELEASE, RESET) on Redis. Returns
+ * what Redis said (the decision, and RELEASE's held or RESET's integer in
+ * *integer), or the failure's code.
  */
 static int simple_write(redis_store_t *s, op_t *op, int64_t now_us,
                         ratel_decision_t *d, long long *integer)
@@ -806,7 +825,7 @@ static int simple_write(redis_store_t *s, op_t *op, int64_t now_us,
             rc = error_code(r);
             set_error(s, "%s", r->str);
         } else if (d) {
-            rc = parse_decision(r, d);
+            rc = parse_decision(r, d, op->kind == OP_RELEASE, integer);
         } else if (r->type == REDIS_REPLY_INTEGER) {
             *integer = r->integer;
         } else {
@@ -819,13 +838,37 @@ static int simple_write(redis_store_t *s, op_t *op, int64_t now_us,
     return rc;
 }
 
+/*
+ * REFUND or RELEASE: simple_write(), and with `local` the same on the
+ * fallback store, so that what it decided while Redis was away is given
+ * back there too; the caller still learns that Redis did not take it
+ * (RATEL_EIO).
+ */
+static int give_back(redis_store_t *s, op_t *op, int64_t now_us,
+                     ratel_decision_t *d, long long *integer)
+{
+    int rc = simple_write(s, op, now_us, d, integer);
+
+    if (s->local) {
+        ratel_decision_t local;
+        int held;
+        if (op->kind == OP_RELEASE)
+            ratel_store_release(s->local, op->key, op->keylen, op->policy,
+                                now_us, op->lease, op->lease_flags, &held,
+                                &local);
+        else
+            ratel_store_refund(s->local, op->key, op->keylen, op->policy,
+                               now_us, op->request.cost, &local);
+    }
+    return rc == RATEL_EPROTO && op->rc != 0 ? RATEL_EIO : rc;
+}
+
 static int redis_refund(ratel_store_t *store, const char *key, size_t keylen,
                         const ratel_policy_t *policy, int64_t now_us,
                         uint64_t cost, ratel_decision_t *decision)
 {
     redis_store_t *s = (redis_store_t *)store;
     op_t op;
-    int rc;
 
     if (keylen > REDIS_KEY_MAX)
         return RATEL_ERANGE;
@@ -834,14 +877,32 @@ static int redis_refund(ratel_store_t *store, const char *key, size_t keylen,
     op_init(s, &op, OP_REFUND, key, keylen, now_us);
     op.policy = policy;
     op.request.cost = cost;
-    rc = simple_write(s, &op, now_us, decision, NULL);
-    /* What the fallback decided while Redis was away is given back there;
-       the caller still learns that Redis did not take it. */
-    if (s->local) {
-        ratel_decision_t local;
-        ratel_store_refund(s->local, key, keylen, policy, now_us, cost, &local);
-    }
-    return rc == RATEL_EPROTO && op.rc != 0 ? RATEL_EIO : rc;
+    return give_back(s, &op, now_us, decision, NULL);
+}
+
+static int redis_release(ratel_store_t *store, const char *key, size_t keylen,
+                         const ratel_policy_t *policy, int64_t now_us,
+                         uint32_t lease, unsigned flags, int *held,
+                         ratel_decision_t *decision)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    long long was_held = 0;
+    op_t op;
+    int rc;
+
+    *held = 0;
+    if (keylen > REDIS_KEY_MAX)
+        return RATEL_ERANGE;
+    if (lease == 0 || (flags & ~RATEL_RENEW) ||
+        !ratel_policy_has_leases(policy))
+        return RATEL_EINVAL;
+    op_init(s, &op, OP_RELEASE, key, keylen, now_us);
+    op.policy = policy;
+    op.lease = lease;
+    op.lease_flags = flags;
+    rc = give_back(s, &op, now_us, decision, &was_held);
+    *held = rc == 0 && was_held == 1;
+    return rc;
 }
 
 static int redis_reset(ratel_store_t *store, const char *key, size_t keylen)
@@ -1046,6 +1107,7 @@ static const ratel_store_ops_t redis_ops = {
     .name = "redis",
     .acquire = redis_acquire,
     .refund = redis_refund,
+    .release = redis_release,
     .reset = redis_reset,
     .inspect = redis_inspect,
     .acquire_batch = redis_acquire_batch,

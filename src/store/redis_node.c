@@ -415,8 +415,8 @@ static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
 }
 
 /*
- * Appends `op` to c's output buffer as `mode` asks it: ACQUIRE, REFUND
- * and RESET as the module's command (RATEL.ACQUIRE KEY ARGS...), the
+ * Appends `op` to c's output buffer as `mode` asks it: ACQUIRE, REFUND,
+ * RESET and RELEASE as the module's command (RATEL.ACQUIRE KEY ARGS...), the
  * library's function (FCALL ratel_acquire 1 KEY ARGS...) or the EVAL
  * script's operation (EVALSHA SHA 1 KEY ACQUIRE ARGS...), with the same
  * ARGS in all three.
@@ -426,13 +426,14 @@ static int append_op(redisContext *c, const node_config_t *cfg,
 {
     const char *argv[24 + RATEL_MAX_RULES];
     size_t lens[24 + RATEL_MAX_RULES];
-    char cost[24], wait[24], at[24];
+    char cost[24], wait[24], at[24], lease[24];
     int argc = 0, lua = mode == NODE_MODE_LUA;
     static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
-                                             "RATEL.RESET"};
+                                             "RATEL.RESET", "RATEL.RELEASE"};
     static const char *const function[] = {"ratel_acquire", "ratel_refund",
-                                           "ratel_reset"};
-    static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET"};
+                                           "ratel_reset", "ratel_release"};
+    static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET",
+                                         "RELEASE"};
 
 #define ARG(s, n) (argv[argc] = (s), lens[argc] = (n), argc++)
 #define ARGZ(s) ARG((s), strlen(s))
@@ -463,7 +464,11 @@ static int append_op(redisContext *c, const node_config_t *cfg,
         }
         if (op->kind == OP_RESET)
             break;
-        if (op->request.cost != 1) {
+        if (op->kind == OP_RELEASE) {
+            ARG(lease, (size_t)snprintf(lease, sizeof lease, "%u", op->lease));
+            if (op->lease_flags & RATEL_RENEW)
+                ARGZ("RENEW");
+        } else if (op->request.cost != 1) {
             ARGZ("COST");
             ARG(cost, (size_t)snprintf(cost, sizeof cost, "%llu",
                                        (unsigned long long)op->request.cost));

@@ -58,6 +58,7 @@ typedef enum op_kind_e {
     OP_ACQUIRE,
     OP_REFUND,
     OP_RESET,
+    OP_RELEASE,
     OP_GET,
     OP_PING
 } op_kind_t;
@@ -68,8 +69,10 @@ typedef struct op_s {
     op_kind_t kind;
     const char *key;
     size_t keylen;
-    const ratel_policy_t *policy; /* ACQUIRE, REFUND */
+    const ratel_policy_t *policy; /* ACQUIRE, REFUND, RELEASE */
     ratel_request_t request;      /* ACQUIRE; REFUND uses its cost */
+    uint32_t lease;               /* RELEASE: the lease id */
+    unsigned lease_flags;         /* RELEASE: RATEL_RENEW */
     int64_t at_ms;                /* >= 0: sent as AT */
     int asking;                   /* send ASKING first (cluster ASK) */
     int force;                    /* PING: try even if the breaker is open */

@@ -3,7 +3,8 @@
  * module, the Functions library and the EVAL script deciding alike, the
  * library loaded, reloaded, replaced or refused (then the script), batches
  * and shared pipelines,
- * the deny cache, several processes on one key, the failure policies with a
+ * the deny cache, several processes on one key (and holding leases of
+ * one concurrent rule), the failure policies with a
  * server killed and paused, a primary's failover, a 3-master cluster with a
  * slot migrated mid-run, and bad URLs and servers that are not Redis.
  *
@@ -20,11 +21,14 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,7 +124,7 @@ static int same_decision(const ratel_decision_t *a, const ratel_decision_t *b)
            a->remaining == b->remaining &&
            a->retry_after_ms == b->retry_after_ms &&
            a->reset_after_ms == b->reset_after_ms && a->rule == b->rule &&
-           a->wait_ms == b->wait_ms;
+           a->wait_ms == b->wait_ms && a->lease == b->lease;
 }
 
 static int open_fds(void)
@@ -227,20 +231,27 @@ typedef struct agree_store_s {
     ratel_store_t *s;
     const char *prefix;
     ratel_decision_t d;
-    int rc;
+    int rc, held;
 } agree_store_t;
 
-/* One step of the agreement trace: op 0 refunds, 1 peeks, else acquires. */
+/*
+ * One step of the agreement trace: op 0 refunds, 1 peeks, 2 and 3 release
+ * (3: renew) `lease` under a policy with leases, else acquires.
+ */
 static void agree_step(agree_store_t *a, const char *key,
                        const ratel_policy_t *p, int64_t now, int op,
-                       const ratel_request_t *req)
+                       const ratel_request_t *req, uint32_t lease)
 {
     char k[48];
 
     snprintf(k, sizeof k, "%s%s", a->prefix, key);
+    a->held = -1;
     if (op == 0)
         a->rc =
             ratel_store_refund(a->s, k, strlen(k), p, now, req->cost, &a->d);
+    else if ((op == 2 || op == 3) && ratel_policy_has_leases(p) && lease)
+        a->rc = ratel_store_release(a->s, k, strlen(k), p, now, lease,
+                                    op == 3 ? RATEL_RENEW : 0, &a->held, &a->d);
     else
         a->rc = ratel_store_acquire(a->s, k, strlen(k), p, now, req, &a->d);
 }
@@ -255,20 +266,23 @@ static void test_modes_agree(void)
     static const char *const policies[][2] = {{"5/1s", "20/1m"},
                                               {"3/500ms:gcra,burst=5", NULL},
                                               {"10/2s:fixed", NULL},
-                                              {"4/1s:approx", "6/3s"}};
+                                              {"4/1s:approx", "6/3s"},
+                                              {"3/2s:concurrent", "8/1s"}};
     static const ratel_redis_mode_t modes[3] = {
         RATEL_REDIS_MODULE, RATEL_REDIS_FUNCTION, RATEL_REDIS_LUA};
     static const char *const names[4] = {"core", "module", "function", "lua"};
-    ratel_policy_t p[4];
-    agree_store_t st[4] = {{NULL, "", {0}, 0},
-                           {NULL, "", {0}, 0},
-                           {NULL, "fn", {0}, 0},
-                           {NULL, "lua", {0}, 0}};
+    ratel_policy_t p[5];
+    agree_store_t st[4] = {{NULL, "", {0}, 0, 0},
+                           {NULL, "", {0}, 0, 0},
+                           {NULL, "fn", {0}, 0, 0},
+                           {NULL, "lua", {0}, 0, 0}};
     test_redis_t r;
     char url[128];
     int64_t now = T0;
+    uint32_t leases[3] = {0}; /* the last each key handed out */
+    int released = 0, ref;
 
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         p[i] = policy_of(policies[i][0], policies[i][1]);
     REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
     url_of(url, sizeof url, r.port);
@@ -282,30 +296,44 @@ static void test_modes_agree(void)
     }
     REQUIRE(ratel_store_memory_new(&st[0].s, NULL) == 0);
     for (int step = 0; step < 3000 && failures == 0; step++) {
-        int pi = (int)(rnd() % 4), op = (int)(rnd() % 10);
+        int pi = (int)(rnd() % 5), op = (int)(rnd() % 10);
         ratel_request_t req = RATEL_REQUEST_INIT;
+        int k = (int)(rnd() % 3);
         char key[32];
 
         now += (int64_t)(rnd() % 300) * 1000;
-        snprintf(key, sizeof key, "agree:%d:%d", pi, (int)(rnd() % 3));
+        snprintf(key, sizeof key, "agree:%d:%d", pi, k);
         req.cost = 1 + rnd() % 2;
         req.flags = op == 1 ? RATEL_PEEK : 0;
+        /* Leases are compared among the three Redis modes: the memory
+           store drops a key whose leases all expired (its ids start again
+           at 1), where Redis keeps it until the server's own clock reaches
+           the expiry - long after these simulated instants. conform
+           compares leases with the core exactly, on keys that never
+           expire. */
+        ref = ratel_policy_has_leases(&p[pi]) ? 1 : 0;
         for (int i = 0; i < 4; i++)
-            agree_step(&st[i], key, &p[pi], now, op, &req);
+            agree_step(&st[i], key, &p[pi], now, op, &req, leases[k]);
+        if (st[ref].d.lease)
+            leases[k] = st[ref].d.lease;
+        released += st[ref].held == 1;
         for (int i = 0; i < 4; i++) {
             CHECK_EQ(st[i].rc, 0);
             CHECK_EQ(st[i].d.source, RATEL_SOURCE_STORE);
-            if (i > 0 && !same_decision(&st[0].d, &st[i].d))
+            if (i <= ref)
+                continue;
+            CHECK_EQ(st[i].held, st[ref].held);
+            if (!same_decision(&st[ref].d, &st[i].d))
                 fail_at(__LINE__,
-                        "step %d %s: core %d/%lld/%lld/%lld %s "
-                        "%d/%lld/%lld/%lld",
-                        step, key, st[0].d.allowed,
-                        (long long)st[0].d.remaining,
-                        (long long)st[0].d.retry_after_ms,
-                        (long long)st[0].d.reset_after_ms, names[i],
-                        st[i].d.allowed, (long long)st[i].d.remaining,
+                        "step %d %s: %s %d/%lld/%lld/%lld/%u %s "
+                        "%d/%lld/%lld/%lld/%u",
+                        step, key, names[ref], st[ref].d.allowed,
+                        (long long)st[ref].d.remaining,
+                        (long long)st[ref].d.retry_after_ms,
+                        (long long)st[ref].d.reset_after_ms, st[ref].d.lease,
+                        names[i], st[i].d.allowed, (long long)st[i].d.remaining,
                         (long long)st[i].d.retry_after_ms,
-                        (long long)st[i].d.reset_after_ms);
+                        (long long)st[i].d.reset_after_ms, st[i].d.lease);
         }
     }
     /* NOSCRIPT after SCRIPT FLUSH: the store loads the script again. */
@@ -317,6 +345,9 @@ static void test_modes_agree(void)
         CHECK_EQ(d.allowed, 1);
         CHECK_EQ(d.source, RATEL_SOURCE_STORE);
     }
+    /* Leases were taken and released in every mode. */
+    CHECK(released > 20);
+    CHECK(calls_of(r.port, "ratel.release") > 50);
     /* Each mode ran as itself. */
     CHECK(calls_of(r.port, "ratel.acquire") > 1000);
     CHECK(calls_of(r.port, "fcall") > 1000);
@@ -822,6 +853,158 @@ static void test_processes_share_a_key(void)
     test_redis_free(&r);
 }
 
+/*
+ * Leases when Redis is down, under the `local` failure policy: a release
+ * answers RATEL_EIO and is given to the fallback store too, whose leases
+ * then free their slots; arguments are refused before any round trip.
+ */
+static void test_leases_local(void)
+{
+    ratel_policy_t p = policy_of("2/1h:concurrent", NULL),
+                   rate = policy_of("2/1h", NULL);
+    ratel_decision_t d;
+    ratel_store_t *s;
+    test_redis_t r;
+    char url[128];
+    uint32_t first, second;
+    int held = -1;
+
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store((ratel_redis_options_t){.url = url,
+                                           .on_failure = RATEL_FAILURE_LOCAL,
+                                           .command_timeout_ms = 200,
+                                           .client_time = 1});
+    REQUIRE(s);
+    CHECK_EQ(acquire(s, "l", &p, T0, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_STORE);
+    CHECK_EQ(d.lease, 1);
+    CHECK_EQ(ratel_store_release(s, "l", 1, &p, T0, 1, RATEL_RENEW, &held, &d),
+             0);
+    CHECK_EQ(held, 1);
+    CHECK_EQ(d.remaining, 1);
+    CHECK_EQ(ratel_store_release(s, "l", 1, &p, T0, 0, 0, &held, &d),
+             RATEL_EINVAL);
+    CHECK_EQ(ratel_store_release(s, "l", 1, &rate, T0, 1, 0, &held, &d),
+             RATEL_EINVAL);
+    CHECK_EQ(ratel_store_release(s, "l", 1, &p, T0, 1, 0, &held, &d), 0);
+    CHECK_EQ(held, 1);
+    test_redis_kill(&r);
+    CHECK_EQ(acquire(s, "l", &p, T0, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_LOCAL);
+    first = d.lease;
+    CHECK_EQ(acquire(s, "l", &p, T0, 1, &d), 0);
+    second = d.lease;
+    CHECK(first != 0 && second != 0 && first != second);
+    CHECK_EQ(acquire(s, "l", &p, T0, 1, &d), 0);
+    CHECK_EQ(d.allowed, 0);
+    CHECK_EQ(ratel_store_release(s, "l", 1, &p, T0, first, 0, &held, &d),
+             RATEL_EIO);
+    CHECK_EQ(held, 0);
+    /* The fallback released it: its slot is free there. */
+    CHECK_EQ(acquire(s, "l", &p, T0, 1, &d), 0);
+    CHECK_EQ(d.source, RATEL_SOURCE_LOCAL);
+    CHECK_EQ(d.allowed, 1);
+    ratel_store_free(s);
+    test_redis_free(&r);
+}
+
+/* What the processes of test_processes_hold_leases share. */
+#define LEASE_HOLDERS 8192
+typedef struct lease_board_s {
+    atomic_int held;                     /* leases held now, all processes */
+    atomic_int over, dups, lost, errors; /* what went wrong */
+    atomic_int admitted;                 /* leases taken in all */
+    atomic_uchar holder[LEASE_HOLDERS];  /* 1: that id is held */
+} lease_board_t;
+
+/*
+ * One process's rounds: take a lease, mark it held on the board (never
+ * more than `limit` at once, never an id twice), unmark it, release it
+ * (it must still be held: nothing expires within an hour).
+ */
+static void lease_rounds(ratel_store_t *s, const ratel_policy_t *p, int limit,
+                         int rounds, lease_board_t *b)
+{
+    for (int i = 0; i < rounds; i++) {
+        ratel_decision_t d;
+        int held = 0;
+
+        if (acquire(s, "leases", p, ratel_clock_now_us(), 1, &d) != 0 ||
+            d.source != RATEL_SOURCE_STORE) {
+            atomic_fetch_add(&b->errors, 1);
+            continue;
+        }
+        if (!d.allowed)
+            continue;
+        if (d.lease == 0 || d.lease >= LEASE_HOLDERS ||
+            atomic_exchange(&b->holder[d.lease], 1) != 0)
+            atomic_fetch_add(&b->dups, 1);
+        if (atomic_fetch_add(&b->held, 1) + 1 > limit)
+            atomic_fetch_add(&b->over, 1);
+        atomic_fetch_add(&b->admitted, 1);
+        sched_yield();
+        atomic_fetch_sub(&b->held, 1);
+        if (d.lease < LEASE_HOLDERS)
+            atomic_store(&b->holder[d.lease], 0);
+        if (ratel_store_release(s, "leases", 6, p, ratel_clock_now_us(),
+                                d.lease, 0, &held, &d) != 0 ||
+            !held)
+            atomic_fetch_add(&b->lost, 1);
+    }
+}
+
+/*
+ * Four processes, each with its own store (the module, the module, the
+ * Functions library, the EVAL script), take and release leases of one key
+ * under 3/1h:concurrent in rounds: never more than 3 held at once, no id
+ * held twice, every lease released while held, the key empty at the end.
+ */
+static void test_processes_hold_leases(void)
+{
+    static const ratel_redis_mode_t modes[4] = {
+        RATEL_REDIS_MODULE, RATEL_REDIS_MODULE, RATEL_REDIS_FUNCTION,
+        RATEL_REDIS_LUA};
+    ratel_policy_t p = policy_of("3/1h:concurrent", NULL);
+    lease_board_t *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pids[4];
+    test_redis_t r;
+    char url[128], out[64];
+
+    REQUIRE(b != MAP_FAILED);
+    memset(b, 0, sizeof *b);
+    REQUIRE(test_redis_start(&r, module_path, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    for (int c = 0; c < 4; c++) {
+        pids[c] = fork();
+        REQUIRE(pids[c] >= 0);
+        if (pids[c] == 0) {
+            ratel_redis_options_t o = {.url = url, .mode = modes[c]};
+            ratel_store_t *s;
+            char err[256];
+            if (ratel_store_redis_new(&s, &o, err, sizeof err) != 0) {
+                atomic_fetch_add(&b->errors, 1000);
+                _exit(1);
+            }
+            lease_rounds(s, &p, 3, 300, b);
+            ratel_store_free(s);
+            _exit(0);
+        }
+    }
+    for (int c = 0; c < 4; c++)
+        waitpid(pids[c], NULL, 0);
+    CHECK_EQ(atomic_load(&b->errors), 0);
+    CHECK_EQ(atomic_load(&b->over), 0);
+    CHECK_EQ(atomic_load(&b->dups), 0);
+    CHECK_EQ(atomic_load(&b->lost), 0);
+    CHECK(atomic_load(&b->admitted) > 300);
+    test_redis_cmd(r.port, out, sizeof out, "EXISTS leases");
+    CHECK_EQ(atoi(out), 0);
+    munmap(b, sizeof *b);
+    test_redis_free(&r);
+}
+
 /* Redis killed, then paused: each failure policy as documented. */
 static void failure_policy(ratel_failure_t policy, const char *name)
 {
@@ -1128,6 +1311,8 @@ static const struct {
     {"batch", test_batch},
     {"shared_pipelines", test_shared_pipelines},
     {"processes_share_a_key", test_processes_share_a_key},
+    {"processes_hold_leases", test_processes_hold_leases},
+    {"leases_local", test_leases_local},
     {"failure_open", test_failure_open},
     {"failure_closed", test_failure_closed},
     {"failure_local", test_failure_local},
