@@ -75,6 +75,41 @@ same cost_charges_n "$(acq "$port" c COST 3 AT "$T" 5/1s)" "1 5 2 0 1000 0 0"
 same cost_denied_charges_nothing "$(acq "$port" c COST 3 AT "$T" 5/1s)" "0 5 2 1000 1000 0 0"
 same refund_gives_back "$(rcli "$port" RATEL.REFUND c COST 2 AT "$T" 5/1s | tr '\n' ' ')" "1 5 4 0 1000 0 0 "
 same refund_to_empty_deletes "$(rcli "$port" RATEL.REFUND c COST 9 AT "$T" 5/1s >/dev/null; rcli "$port" EXISTS c)" "0"
+# --------------------------------------------------------------- leases
+# rel PORT ARGS...: RATEL.RELEASE's reply on one line.
+rel() {
+    local port=$1; shift
+    rcli "$port" RATEL.RELEASE "$@" | tr '\n' ' ' | sed 's/ $//'
+}
+c=2/10s:concurrent
+same lease_first "$(acq "$port" cc AT "$T" $c)" "1 2 1 0 10000 0 0 1"
+same lease_second "$(acq "$port" cc AT $((T + 1)) $c)" "1 2 0 0 10000 0 0 2"
+same lease_full_none_taken "$(acq "$port" cc AT $((T + 2)) $c)" "0 2 0 9998 9999 0 0 0"
+same lease_peek_none_taken "$(acq "$port" cc PEEK AT $((T + 2)) $c)" "0 2 0 9998 9999 0 0 0"
+same release_held "$(rel "$port" cc 1 AT $((T + 3)) $c)" "1 2 1 0 9998 0 0 1"
+same release_twice_not_held "$(rel "$port" cc 1 AT $((T + 4)) $c)" "1 2 1 0 9997 0 0 0"
+same release_unknown "$(rel "$port" cc 77 AT $((T + 4)) $c)" "1 2 1 0 9997 0 0 0"
+same renew_held "$(rel "$port" cc 2 renew AT $((T + 5)) $c)" "1 2 1 0 10000 0 0 1"
+same renew_moves_expiry "$(rcli "$port" PEXPIRETIME cc)" "$((T + 5 + 10000))"
+same lease_next_id "$(acq "$port" cc AT $((T + 6)) $c)" "1 2 0 0 10000 0 0 3"
+info=$(rcli "$port" RATEL.INFO cc AT $((T + 6)) | tr '\n' ' ')
+same lease_info "$info" "rule 2/10s:concurrent algo concurrent used 2 remaining 0 reset_after_ms 10000 last_lease 3 "
+same lease_held_before_period "$(acq "$port" cc AT $((T + 10004)) $c)" "0 2 0 1 2 0 0 0"
+same lease_free_at_period "$(acq "$port" cc AT $((T + 10005)) $c)" "1 2 0 0 10000 0 0 4"
+same release_expired "$(rel "$port" cc 2 AT $((T + 10005)) $c)" "0 2 0 1 10000 0 0 0"
+rel "$port" cc 3 AT $((T + 10005)) $c >/dev/null
+same release_all_deletes "$(rel "$port" cc 4 AT $((T + 10005)) $c; echo; rcli "$port" EXISTS cc)" $'1 2 2 0 0 0 0 1\n0'
+same lease_other_policies_seven "$(acq "$port" seven AT "$T" 2/10s)" "1 2 1 0 10000 0 0"
+# All-or-nothing: the rate rule denies, no lease is taken; every slot
+# taken, the rate rule is not charged.
+same lease_with_rate "$(acq "$port" ar AT "$T" 1/1m 3/10s:concurrent)" "1 1 0 0 60000 0 0 1"
+same lease_rate_denies "$(acq "$port" ar AT $((T + 1)) 1/1m 3/10s:concurrent)" "0 1 0 59999 59999 0 0 0"
+contains lease_rate_denied_took_none "$(rcli "$port" RATEL.INFO ar AT $((T + 1)) | tr '\n' ' ')" \
+    "algo concurrent used 1 remaining 2 reset_after_ms 9999 last_lease 1"
+same lease_slots_deny "$(acq "$port" ra AT "$T" 2/1m 1/10s:concurrent; echo; acq "$port" ra AT $((T + 1)) 2/1m 1/10s:concurrent)" \
+    $'1 1 0 0 60000 1 0 1\n0 1 0 9999 59999 1 0 0'
+contains lease_slots_denied_charged_none "$(rcli "$port" RATEL.INFO ra AT $((T + 1)) | tr '\n' ' ')" \
+    "rule 2/1m algo sliding used 1 remaining 1"
 same reset_existing "$(rcli "$port" RATEL.RESET sms:1)" "1"
 same reset_missing "$(rcli "$port" RATEL.RESET sms:1)" "0"
 same gcra_reservation "$(acq "$port" g MAXWAIT 5000 AT "$T" 1/1s:gcra) | $(acq "$port" g MAXWAIT 5000 AT "$T" 1/1s:gcra)" \
@@ -132,6 +167,19 @@ contains err_maxwait_range "$(err RATEL.ACQUIRE e MAXWAIT 2592000001 1/1s:gcra)"
 contains err_at_range "$(err RATEL.ACQUIRE e AT 9007199254741 1/1s)" "AT must be an integer"
 contains err_refund_peek "$(err RATEL.REFUND e PEEK 1/1s)" 'unknown or repeated option "PEEK"'
 contains err_info_extra "$(err RATEL.INFO e 1/1s)" 'options are AT unix_ms'
+contains err_release_lease_zero "$(err RATEL.RELEASE e 0 1/1s:concurrent)" \
+    "ERR ratel: LEASE must be an integer from 1 to 4294967295 (the lease an ACQUIRE returned)"
+contains err_release_lease_text "$(err RATEL.RELEASE e abc 1/1s:concurrent)" "LEASE must be an integer"
+contains err_release_lease_huge "$(err RATEL.RELEASE e 4294967296 1/1s:concurrent)" "LEASE must be an integer"
+contains err_release_no_concurrent "$(err RATEL.RELEASE e 1 1/1s)" \
+    "ERR ratel: RELEASE needs a policy with a concurrent rule (e.g. 10/30s:concurrent)"
+contains err_release_cost "$(err RATEL.RELEASE e 1 COST 2 1/1s:concurrent)" \
+    'unknown or repeated option "COST"; options are RENEW, AT unix_ms, then the rules'
+contains err_release_no_rule "$(err RATEL.RELEASE e 5)" "at least one rule is needed"
+contains err_release_arity "$(err RATEL.RELEASE e)" "wrong number of arguments"
+contains err_two_concurrent "$(err RATEL.ACQUIRE e 1/1s:concurrent 2/1s:concurrent)" \
+    "policy: rules 1 and 2 are both concurrent"
+contains err_concurrent_limit "$(err RATEL.ACQUIRE e 257/1s:concurrent)" "at most 256 leases at once"
 contains err_arity "$(err RATEL.ACQUIRE e)" "wrong number of arguments"
 contains err_arity_reset "$(err RATEL.RESET a b)" "wrong number of arguments"
 rcli "$port" LPUSH list x >/dev/null
@@ -221,6 +269,14 @@ traffic() {
     done
     rcli "$1" RATEL.RESET "$3:4" >/dev/null
     acq "$1" "$3:4" AT $(($2 + 80)) 3/1m 7/1h
+    # Leases: taken, released, renewed, released to nothing (DEL).
+    for t in 0 10 20; do
+        acq "$1" "$3:5" AT $(($2 + t)) 2/1m:concurrent 5/1h
+    done
+    rcli "$1" RATEL.RELEASE "$3:5" 1 AT $(($2 + 30)) 2/1m:concurrent 5/1h | tr '\n' ' '
+    rcli "$1" RATEL.RELEASE "$3:5" 2 RENEW AT $(($2 + 40)) 2/1m:concurrent 5/1h | tr '\n' ' '
+    acq "$1" "$3:6" AT "$2" 1/1m:concurrent
+    rcli "$1" RATEL.RELEASE "$3:6" 1 AT $(($2 + 50)) 1/1m:concurrent | tr '\n' ' '
 }
 state_of() { # PORT [PREFIX]: every PREFIX:* key's bytes and expiry, sorted
     local k
@@ -247,6 +303,7 @@ aof=$(cat "$tmp/redis-$primary"/appendonlydir/*.incr.aof | tr -d '\r\0')
 contains aof_holds_set_pxat "$aof" $'SET\n$5\nrep:0\n'
 contains aof_holds_expiry "$aof" $'PXAT\n$13\n'"$(rcli "$primary" PEXPIRETIME rep:0)"
 contains aof_holds_del "$aof" $'DEL\n$5\nrep:4'
+contains aof_holds_lease_del "$aof" $'DEL\n$5\nrep:6'
 same aof_holds_no_ratel_command "$(grep -ci 'ratel\.' <<<"$aof")" "0"
 
 # The same traffic where nobody listens: the same replies, bytes and
