@@ -14,7 +14,6 @@ local UNITS = {
 }
 local MONTHS_MAX = 12
 local TZ_OFFSET_MAX_S = 50400
-local WEEK_MS = 604800000
 
 -- quote_into() of rule.c: at most max bytes of text, quotes and
 -- backslashes escaped, other unprintable bytes as \xNN, "..." marking a cut.
@@ -73,7 +72,7 @@ local function calendar_ok(algo, period, calendar, months, tz_offset)
     elseif months ~= 0 or period < 1 or period > PERIOD_MAX_MS then
         return false
     end
-    if (weeks and period % WEEK_MS ~= 0) or
+    if (weeks and period % 604800000 ~= 0) or -- whole weeks
         (calendar % 2 == 0 and tz_offset ~= 0) then
         return false
     end
@@ -143,6 +142,63 @@ local function tz_offset_of(text, v)
         'offset (e.g. tz=+08:00)')
 end
 
+-- read_algo() of rule.c: ":ALGO" at text[pos], if there; the algorithm
+-- and the position after it.
+local function read_algo(text, pos)
+    if byte(text, pos) ~= 58 then
+        return ALGO_SLIDING, pos
+    end
+    local start = pos + 1
+    pos = start
+    while pos <= #text and byte(text, pos) ~= 44 do
+        pos = pos + 1
+    end
+    local name = sub(text, start, pos - 1)
+    for a = 0, #ALGO_NAMES do
+        if ALGO_NAMES[a] == name then
+            return a, pos
+        end
+    end
+    rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
+        '" (use ' .. table.concat(ALGO_NAMES, ', ', 0,
+        #ALGO_NAMES - 1) .. ' or ' .. ALGO_NAMES[#ALGO_NAMES] .. ')')
+end
+
+-- read_options() of rule.c: { "," option } at text[pos]. Returns burst
+-- (0 if not given) and whether it was, whether tz= was and its offset in
+-- seconds, and the position after them.
+local function read_options(text, pos)
+    local burst, have_burst, have_tz, tz_offset = 0, false, false, 0
+    local digits, over
+    while byte(text, pos) == 44 do
+        pos = pos + 1
+        if sub(text, pos, pos + 5) == 'burst=' then
+            if have_burst then
+                rule_fail(text, 'burst is given twice')
+            end
+            burst, digits, over, pos = read_number(text, pos + 6, LIMIT_MAX)
+            if digits == 0 or over or burst == 0 then
+                rule_fail(text,
+                    'burst must be a whole number from 1 to 1000000000')
+            end
+            have_burst = true
+        elseif sub(text, pos, pos + 2) == 'tz=' then
+            local v = match(text, '^[^,]*', pos + 3)
+            pos = pos + 3 + #v
+            if have_tz then
+                rule_fail(text, 'tz is given twice')
+            end
+            have_tz = true
+            tz_offset = tz_offset_of(text, v)
+        else
+            rule_fail(text, 'unknown option at byte ' .. pos ..
+                ' (the options are burst=N, for gcra, and tz=ZONE, for ' ..
+                'fixed and approx)')
+        end
+    end
+    return burst, have_burst, have_tz, tz_offset, pos
+end
+
 -- ratel_rule_parse(): LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] with its
 -- messages.
 local function parse_rule(text)
@@ -195,52 +251,9 @@ local function parse_rule(text)
     elseif count * unit_ms > PERIOD_MAX_MS then
         rule_fail(text, 'PERIOD must be at most 30d')
     end
-    local algo = ALGO_SLIDING
-    if byte(text, pos) == 58 then
-        local start = pos + 1
-        pos = start
-        while pos <= len and byte(text, pos) ~= 44 do
-            pos = pos + 1
-        end
-        local name, found = sub(text, start, pos - 1), false
-        for a = 0, #ALGO_NAMES do
-            if ALGO_NAMES[a] == name then
-                algo, found = a, true
-            end
-        end
-        if not found then
-            rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
-                '" (use ' .. table.concat(ALGO_NAMES, ', ', 0,
-                #ALGO_NAMES - 1) .. ' or ' .. ALGO_NAMES[#ALGO_NAMES] .. ')')
-        end
-    end
-    local burst, have_burst, have_tz, tz_offset = 0, false, false, 0
-    while byte(text, pos) == 44 do
-        pos = pos + 1
-        if sub(text, pos, pos + 5) == 'burst=' then
-            if have_burst then
-                rule_fail(text, 'burst is given twice')
-            end
-            burst, digits, over, pos = read_number(text, pos + 6, LIMIT_MAX)
-            if digits == 0 or over or burst == 0 then
-                rule_fail(text,
-                    'burst must be a whole number from 1 to 1000000000')
-            end
-            have_burst = true
-        elseif sub(text, pos, pos + 2) == 'tz=' then
-            local v = match(text, '^[^,]*', pos + 3)
-            pos = pos + 3 + #v
-            if have_tz then
-                rule_fail(text, 'tz is given twice')
-            end
-            have_tz = true
-            tz_offset = tz_offset_of(text, v)
-        else
-            rule_fail(text, 'unknown option at byte ' .. pos ..
-                ' (the options are burst=N, for gcra, and tz=ZONE, for ' ..
-                'fixed and approx)')
-        end
-    end
+    local algo, burst, have_burst, have_tz, tz_offset
+    algo, pos = read_algo(text, pos)
+    burst, have_burst, have_tz, tz_offset, pos = read_options(text, pos)
     if pos <= len then
         rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
             '" at byte ' .. pos)

@@ -77,23 +77,46 @@ local function run_format(n)
     return f
 end
 
--- The sizes of fixed and approx records before their calendar.
-local WINDOW_SIZES = { [ALGO_FIXED] = 22, [ALGO_APPROX] = 26 }
-local CAL_SIZE = 6
-
--- calendar_read() of state.c: the calendar that ends a record of `size`
--- bytes at pos (flag 0x80): its bits, months and offset in seconds. A zone
--- (bit 7) is corrupt here, as in the module: no process of ours that
--- reads Redis has loaded one.
+-- calendar_read() of state.c: the calendar (6 bytes) that ends a record
+-- of `size` bytes at pos (flag 0x80): its bits, months and offset in
+-- seconds. A zone (bit 7) is corrupt here, as in the module: no process of
+-- ours that reads Redis has loaded one.
 local function calendar_read(s, pos, avail, size)
-    if avail < size + CAL_SIZE then
+    if avail < size + 6 then
         corrupt()
     end
     local calendar, months, tz_offset = sunpack('<BBi4', s, pos + size)
-    if calendar >= CAL_ZONE then
+    -- a zone, or the flag without a calendar (check_fields of state.c)
+    if calendar >= CAL_ZONE or calendar == 0 then
         corrupt()
     end
     return calendar, months, tz_offset
+end
+
+-- fixed_check() and approx_check() of window.c: the window's start and
+-- counts of the record r at pos, whose calendar (if any) takes `extra`
+-- bytes after them. Returns r and the position after the record.
+local function parse_window(r, s, pos, avail, extra)
+    if r.algo == ALGO_FIXED then
+        if avail < 22 then
+            corrupt()
+        end
+        local lo, hi, count = sunpack('<I4I4I4', s, pos + 10)
+        if hi >= 4096 or count > LIMIT_MAX then
+            corrupt()
+        end
+        r.start, r.count = hi * TWO32 + lo, count
+        return r, pos + 22 + extra
+    end
+    if avail < 26 then
+        corrupt()
+    end
+    local lo, hi, cur, prev = sunpack('<I4I4I4I4', s, pos + 10)
+    if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
+        corrupt()
+    end
+    r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
+    return r, pos + 26 + extra
 end
 
 -- concurrent_check() of concurrent.c for the record at pos: at most
@@ -146,14 +169,10 @@ local function parse_record(s, pos, len, trusted, want)
         burst = sunpack('<I4', s, pos + 10)
     end
     local calendar, months, tz_offset, extra = 0, 0, 0, 0
-    if flags == 128 and WINDOW_SIZES[algo] then
+    if flags == 128 and (algo == ALGO_FIXED or algo == ALGO_APPROX) then
         calendar, months, tz_offset = calendar_read(s, pos, avail,
-            WINDOW_SIZES[algo])
-        -- the flag and the calendar go together (check_fields of state.c)
-        if calendar == 0 then
-            corrupt()
-        end
-        flags, extra = 0, CAL_SIZE
+            algo == ALGO_FIXED and 22 or 26)
+        flags, extra = 0, 6
     end
     if not (want and want.algo == algo and want.limit == limit and
             want.period == period and want.burst == burst and
@@ -202,26 +221,8 @@ local function parse_record(s, pos, len, trusted, want)
         end
         r.shift, r.base, r.runs, r.n, r.sum = flags, base, runs, n, total
         return r, pos + size
-    elseif algo == ALGO_FIXED then
-        if avail < 22 then
-            corrupt()
-        end
-        local lo, hi, count = sunpack('<I4I4I4', s, pos + 10)
-        if hi >= 4096 or count > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.count = hi * TWO32 + lo, count
-        return r, pos + 22 + extra
-    elseif algo == ALGO_APPROX then
-        if avail < 26 then
-            corrupt()
-        end
-        local lo, hi, cur, prev = sunpack('<I4I4I4I4', s, pos + 10)
-        if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
-        return r, pos + 26 + extra
+    elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
+        return parse_window(r, s, pos, avail, extra)
     elseif algo == ALGO_CONCURRENT then
         return parse_concurrent(r, s, pos, avail, trusted)
     end
