@@ -159,6 +159,16 @@ same "$via: calendar conversion" "$(echo $(ev cnv ACQUIRE AT $t 10/1d:fixed
 
 E='ERR ratel:'
 G='expected LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE], e.g. 10/1m, 1000/1d:fixed,tz=+08:00 or 100/1s:gcra,burst=200'
+same "$via: release lease 0" "$(ev e RELEASE 0 1/1s:concurrent)" \
+    "$E LEASE must be an integer from 1 to 4294967295 (the lease an ACQUIRE returned)"
+same "$via: release no concurrent rule" "$(ev e RELEASE 1 1/1s)" \
+    "$E RELEASE needs a policy with a concurrent rule (e.g. 10/30s:concurrent)"
+same "$via: release COST" "$(ev e RELEASE 1 COST 2 1/1s:concurrent)" \
+    "$E unknown or repeated option \"COST\"; options are RENEW, AT unix_ms, then the rules"
+same "$via: two concurrent rules" "$(ev e ACQUIRE 1/1s:concurrent 2/1s:concurrent)" \
+    "$E policy: rules 1 and 2 are both concurrent; a policy holds at most one (a decision carries one lease)"
+same "$via: 257 leases" "$(ev e ACQUIRE 257/1s:concurrent)" \
+    "$E rule \"257/1s:concurrent\": a concurrent rule holds at most 256 leases at once (its state keeps each one); $G"
 same "$via: bad rule" "$(ev e ACQUIRE 10/1x)" \
     "$E rule \"10/1x\": PERIOD needs a unit: ms, s, m, h, d, w or mo; $G"
 same "$via: bad limit" "$(ev e ACQUIRE 0/1s)" \
@@ -263,9 +273,9 @@ same "$via: unknown version" "$(ev newer ACQUIRE 1/1s)" \
 # Corrupt blobs: a count of zero, a truncation, a trailing byte, a total
 # that does not match the runs, a shift past 30, a gcra remainder >= limit.
 good=52540101000002000000e803000000d8c32cbb0300000100010000000000000001000000
-corrupt() { # NAME HEX
+corrupt() { # NAME HEX [RULE]
     printf '%s' "$2" | xxd -r -p | rcli "$port" -x SET "bad-$1" >/dev/null
-    same "$via: corrupt $1" "$(ev "bad-$1" ACQUIRE AT $t 2/1s)" \
+    same "$via: corrupt $1" "$(ev "bad-$1" ACQUIRE AT $t "${3:-2/1s}")" \
         "$E key holds a value that is not ratel state"
     same "$via: corrupt $1 untouched" "$(hex "bad-$1")" "$2"
 }
@@ -294,6 +304,40 @@ same "$via: valid foreign calendar blob" "$(ev ok-cal ACQUIRE AT $t 10/1d:fixed,
     "1 10 8 0 57600000 0 0"
 printf '%s' "$good" | xxd -r -p | rcli "$port" -x SET ok-blob >/dev/null
 same "$via: valid foreign blob" "$(ev ok-blob ACQUIRE AT $t 2/1s)" "1 2 0 0 1000 0 0"
+
+# --------------------------------------------------------------- leases
+# 2/10s:concurrent: ids in turn, the eighth integer, RELEASE's held, the
+# record of docs/state-format.md (base, n, last, entries), expiry at
+# exactly PERIOD after the last renewal.
+c=2/10s:concurrent
+same "$via: lease first" "$(ev cc ACQUIRE AT $t $c)" "1 2 1 0 10000 0 0 1"
+same "$via: lease record" "$(hex cc)" \
+    525401010400020000001027000000d8c32cbb0300000100010000001027000001000000
+same "$via: lease second" "$(ev cc ACQUIRE AT $((t + 1)) $c)" "1 2 0 0 10000 0 0 2"
+same "$via: lease full" "$(ev cc ACQUIRE AT $((t + 2)) $c)" "0 2 0 9998 9999 0 0 0"
+same "$via: release held" "$(ev cc RELEASE 1 AT $((t + 3)) $c)" "1 2 1 0 9998 0 0 1"
+same "$via: release again" "$(ev cc RELEASE 1 AT $((t + 4)) $c)" "1 2 1 0 9997 0 0 0"
+same "$via: renew" "$(ev cc RELEASE 2 RENEW AT $((t + 5)) $c)" "1 2 1 0 10000 0 0 1"
+same "$via: renew expiry" "$(rcli "$port" PEXPIRETIME cc)" "$((t + 10005))"
+same "$via: lease next" "$(ev cc ACQUIRE AT $((t + 6)) $c)" "1 2 0 0 10000 0 0 3"
+same "$via: lease info" "$(ev cc INFO AT $((t + 6)))" \
+    "rule 2/10s:concurrent algo concurrent used 2 remaining 0 reset_after_ms 10000 last_lease 3"
+same "$via: held at PERIOD - 1" "$(ev cc ACQUIRE AT $((t + 10004)) $c)" "0 2 0 1 2 0 0 0"
+same "$via: free at PERIOD" "$(ev cc ACQUIRE AT $((t + 10005)) $c)" "1 2 0 0 10000 0 0 4"
+same "$via: lease with a rate rule" "$(ev ar ACQUIRE AT $t 1/1m 3/10s:concurrent)" "1 1 0 0 60000 0 0 1"
+same "$via: rate rule denies, no lease" "$(ev ar ACQUIRE AT $((t + 1)) 1/1m 3/10s:concurrent)" \
+    "0 1 0 59999 59999 0 0 0"
+same "$via: other policies keep seven" "$(ev seven ACQUIRE AT $t 2/10s)" "1 2 1 0 10000 0 0"
+# Corrupt records: entries out of order, past PERIOD, a lease id of 0,
+# 257 entries; and a valid foreign one.
+cg=525401010400020000001027000000d8c32cbb0300000200020000001027000001000000
+corrupt conc-order "${cg}0f27000002000000" 2/10s:concurrent
+corrupt conc-past-period "${cg}1127000002000000" 2/10s:concurrent
+corrupt conc-id-zero "${cg}1027000000000000" 2/10s:concurrent
+corrupt conc-flags "${cg:0:10}80${cg:12}1027000002000000" 2/10s:concurrent
+printf '%s' "${cg}1027000002000000" | xxd -r -p | rcli "$port" -x SET ok-conc >/dev/null
+same "$via: valid foreign lease record" "$(ev ok-conc ACQUIRE AT $t $c)" "0 2 0 10000 10000 0 0 0"
+
 
 }
 
@@ -366,6 +410,32 @@ if rcli "$port" MODULE LIST | grep -qx ratel; then
         done
         same "module and scripts: $r" "$diff" ""
     done
+    # Leases: the same replies, bytes and expiry through RATEL.*, EVALSHA
+    # and FCALL, errors in one text.
+    diff=
+    for step in "ACQUIRE AT 4102444800000" "ACQUIRE AT 4102444800001" \
+        "ACQUIRE AT 4102444800002" "RELEASE 1 AT 4102444800003" \
+        "RELEASE 1 AT 4102444800004" "RELEASE 2 RENEW AT 4102444800005" \
+        "ACQUIRE COST 2 AT 4102444800006" "ACQUIRE PEEK AT 4102444800007" \
+        "RELEASE 3 AT 4102444810005" "ACQUIRE AT 4102444810005" \
+        "RELEASE 0 AT 4102444810006" "RELEASE x" "RELEASE 9 COST 1" \
+        "RELEASE 4 AT 4102444810007" "RELEASE 5 AT 4102444810007"; do
+        op=${step%% *} args=${step#* }
+        [ "$op" = "$step" ] && args=
+        for rules in "3/10s:concurrent" "2/1m 3/10s:concurrent 5/1h:gcra"; do
+            # shellcheck disable=SC2086
+            m=$(echo $(rcli "$port" "RATEL.$op" "m:$rules" $args $rules 2>&1) $(state "m:$rules"))
+            # shellcheck disable=SC2086
+            e=$(echo $(rcli "$port" EVALSHA "$sha" 1 "e:$rules" "$op" $args $rules 2>&1) $(state "e:$rules"))
+            # shellcheck disable=SC2086
+            l=$(echo $(rcli "$port" FCALL "ratel_$(echo "$op" | tr 'A-Z' 'a-z')" 1 "l:$rules" $args $rules 2>&1) $(state "l:$rules"))
+            [ "$m" = "$e" ] && [ "$m" = "$l" ] || diff="$diff [$step $rules: module [$m] eval [$e] lib [$l]]"
+        done
+    done
+    same "module and scripts: leases" "$diff" ""
+    same "module and scripts: 257 leases refused alike" \
+        "$(rcli "$port" RATEL.ACQUIRE e 257/1s:concurrent 2>&1)" \
+        "$(rcli "$port" EVALSHA "$sha" 1 e ACQUIRE 257/1s:concurrent 2>&1)"
 else
     echo "skip module and scripts (no module loaded)"
 fi
