@@ -23,6 +23,9 @@
 #     per event for a sliding key holding 100 and 1,000 events at distinct
 #     milliseconds, next to a sorted set of as many UUID members (the seed
 #     multi-rule script's log).
+#   - leases: RATEL.ACQUIRE then RATEL.RELEASE of its lease, in pairs per
+#     second through one pipelining client, and INCR through the same
+#     client (the ratio; redis-benchmark cannot chain the two).
 #   - worst single call on a sliding key whose window holds 100,000 events:
 #     the largest SLOWLOG duration over 1,000 calls (slowlog-log-slower-than
 #     0), admitted and denied, median of 3 sets; INCR the same way.
@@ -344,6 +347,60 @@ worst_call() {
 worst_call | tee -a "$dir/figures"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 1
 
+# ------------------------------------------------- leases: acquire+release
+# redis-benchmark cannot chain two commands through a reply (RELEASE needs
+# the lease ACQUIRE answered), so a small client does: one connection,
+# rounds of 128 pipelined RATEL.ACQUIRE on one key under 256/1h:concurrent
+# (every one admitted), then 128 pipelined RATEL.RELEASE of the leases they
+# answered (every one held), against INCR sent the same way (256 per
+# round). It measures pairs per second through ONE client connection and
+# a Python client's parsing, which adds to both sides: the ratio says more
+# than the figures, and neither compares with redis-benchmark's -c 50.
+lease_pairs() {
+    python3 - "$port" "${LEASE_PAIRS:-60000}" <<'PY'
+import socket, sys, time
+port, pairs = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+f = s.makefile("rb")
+def cmd(*a):
+    return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a)
+def reply():
+    line = f.readline()
+    if line[:1] == b"*":
+        return [reply() for _ in range(int(line[1:]))]
+    if line[:1] == b":":
+        return int(line[1:])
+    raise SystemExit("unexpected reply %r" % line)
+rule, batch = b"256/1h:concurrent", 128
+def leases(n):
+    done, t0 = 0, time.perf_counter()
+    while done < n:
+        s.sendall(b"".join(cmd(b"RATEL.ACQUIRE", b"lease", rule) for _ in range(batch)))
+        got = [reply() for _ in range(batch)]
+        if any(r[0] != 1 or len(r) != 8 for r in got):
+            raise SystemExit("an acquire was denied or had no lease")
+        s.sendall(b"".join(cmd(b"RATEL.RELEASE", b"lease", b"%d" % r[7], rule) for r in got))
+        if any(r[7] != 1 for r in (reply() for _ in range(batch))):
+            raise SystemExit("a lease was not held at its release")
+        done += batch
+    return done / (time.perf_counter() - t0)
+def incrs(n):
+    done, t0 = 0, time.perf_counter()
+    while done < n:
+        s.sendall(cmd(b"INCR", b"incr") * (2 * batch))
+        for _ in range(2 * batch):
+            reply()
+        done += 2 * batch
+    return done / (time.perf_counter() - t0)
+p, i = leases(pairs), incrs(2 * pairs)
+print("ratel\tredis_module_concurrent_pairs\t%.0f\tpairs/s" % p)
+print("peer\tredis_incr_one_client\t%.0f\tops/s" % i)
+print("ratel\tredis_module_concurrent_pairs_per_incr\t%.3f\tratio" % (p / i))
+PY
+}
+lease_pairs | tee -a "$dir/figures"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+
 # --------------------------------------------------------------- summary
 echo
 echo "## summary: Redis (medians; ratios within this run)"
@@ -371,6 +428,7 @@ awk -F'\t' '
         row("module gcra / seed fixed-window Lua", r, ">= 4", r + 0 >= 4)
         r = ratio("redis_module_sliding2_1key", "redis_seed_multi_uuid_1key")
         row("module two sliding rules / seed multi-rule zset, fresh member per request", r, ">= 8", r + 0 >= 8)
+        printf "| module concurrent acquire+release pairs/s, one client, 128 pipelined | %s | %s pairs per INCR | - |\n", v["redis_module_concurrent_pairs"], v["redis_module_concurrent_pairs_per_incr"]
         b = v["redis_bytes_per_key_module_gcra"]
         row("gcra key, MEMORY USAGE bytes, module (INCR " v["redis_bytes_per_key_INCR"] "; library " v["redis_bytes_per_key_lib_gcra"] ")", b, "<= 64", b + 0 <= 64)
         b = v["redis_sliding_bytes_per_event_1000"]
