@@ -516,8 +516,10 @@ RATEL_API int ratel_store_refund(ratel_store_t *store, const char *key,
 /*
  * ratel_policy_release() on the state held for `key`: releases (or with
  * RATEL_RENEW extends) the lease an acquire under `policy` took. `*held`
- * is 0 when the lease is unknown or expired. The Redis store returns
- * RATEL_EINVAL until the module and the Lua scripts carry leases.
+ * is 0 when the lease is unknown or expired. The Redis store sends it as
+ * RATEL.RELEASE, FCALL ratel_release or the script's RELEASE; when Redis
+ * did not take it, it returns RATEL_EIO (ratel_store_errstr() says why),
+ * and with the `local` failure policy its fallback store releases too.
  */
 RATEL_API int ratel_store_release(ratel_store_t *store, const char *key,
                                   size_t keylen, const ratel_policy_t *policy,
