@@ -1,7 +1,7 @@
 /*
  * fuzz_module_args.c - the Redis module's argument parser (module/args.c)
- * on random argument vectors: what reaches RATEL.ACQUIRE, RATEL.REFUND and
- * RATEL.INFO after the key.
+ * on random argument vectors: what reaches RATEL.ACQUIRE, RATEL.REFUND,
+ * RATEL.INFO and RATEL.RELEASE after the key.
  *
  * The first byte picks the command; the rest is split on '\n' into
  * arguments of any bytes (NUL included: Redis arguments are binary).
@@ -14,7 +14,9 @@
  *   - a success gives what docs/commands.md promises: INFO no rules,
  *     ACQUIRE/REFUND 1..8 valid rules; COST 1..10^9 and, for ACQUIRE,
  *     within every rule's capacity; MAXWAIT only on all-gcra policies; AT
- *     within range; and the core then accepts the request on a new key.
+ *     within range; RELEASE a lease 1..2^32-1 on a policy with a
+ *     concurrent rule; and the core then accepts the request on a new key
+ *     (a release there holds nothing).
  */
 #include "../../module/args.h"
 
@@ -62,12 +64,21 @@ static void check_success(ratel_cmd_t cmd, const ratel_cmd_args_t *a)
             ASSERT(r->algo == RATEL_ALGO_GCRA);
     }
     now = a->has_at ? a->at_ms * 1000 : 1700000000000000LL;
-    if (cmd == RATEL_CMD_ACQUIRE)
+    if (cmd == RATEL_CMD_ACQUIRE) {
         ASSERT(ratel_policy_acquire(&a->policy, state, &len, sizeof state, now,
                                     &a->request, &d) == 0);
-    else
+    } else if (cmd == RATEL_CMD_RELEASE) {
+        int held = -1;
+        /* A lease is parsed only for a policy that takes them. */
+        ASSERT(a->lease >= 1 && ratel_policy_has_leases(&a->policy));
+        ASSERT((a->lease_flags & ~RATEL_RENEW) == 0);
+        ASSERT(ratel_policy_release(&a->policy, state, &len, sizeof state, now,
+                                    a->lease, a->lease_flags, &held, &d) == 0);
+        ASSERT(held == 0); /* a fresh key holds none */
+    } else {
         ASSERT(ratel_policy_refund(&a->policy, state, &len, sizeof state, now,
                                    a->request.cost, &d) == 0);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -82,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size == 0)
         return 0;
-    cmd = (ratel_cmd_t)(data[0] % 3);
+    cmd = (ratel_cmd_t)(data[0] % (RATEL_CMD_RELEASE + 1));
     start = 1;
     for (size_t i = 1; i <= size && argc < MAX_ARGS; i++) {
         if (i == size || data[i] == '\n') {
@@ -106,8 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t n = 0; n <= 8; n++) {
             char small[9];
             memset(small, 'x', sizeof small);
-            ASSERT(ratel__cmd_parse(cmd, argc, argv, lens, &a, small, n) ==
-                   rc);
+            ASSERT(ratel__cmd_parse(cmd, argc, argv, lens, &a, small, n) == rc);
             ASSERT(n == 0 || memchr(small, '\0', n) != NULL);
             ASSERT(small[8] == 'x');
         }
