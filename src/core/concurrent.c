@@ -217,8 +217,7 @@ size_t ratel__concurrent_lease(ratel__record_t *r, int64_t now_us, uint32_t id,
  * PERIOD past the base, and there are at most RATEL_CONCURRENT_MAX.
  */
 static int concurrent_check(const uint8_t *p, size_t avail,
-                            const ratel_rule_t *rule, ratel__record_t *rec,
-                            int owned)
+                            const ratel_rule_t *rule, ratel__record_t *rec)
 {
     uint32_t n, prev = 0, bad = 0;
     size_t size;
@@ -230,7 +229,7 @@ static int concurrent_check(const uint8_t *p, size_t avail,
     if (n > RATEL_CONCURRENT_MAX || avail < size ||
         !ratel__time_ms_ok(ratel__ld64(p + RATEL__CONC_BASE)))
         return RATEL_ECORRUPT;
-    for (uint32_t i = 0; i < n && !owned; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         uint32_t off = entry_off(p, i);
         bad |= (off < prev) | (off > rule->period_ms) | (entry_id(p, i) == 0);
         prev = off;

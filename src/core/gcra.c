@@ -178,11 +178,10 @@ static size_t gcra_convert(const ratel__record_t *from, uint8_t *to,
 
 /* 0 <= TAT < 2^54 us, and the remainder is below the limit it counts in. */
 static int gcra_check(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
-                      ratel__record_t *rec, int owned)
+                      ratel__record_t *rec)
 {
     int64_t tat;
 
-    (void)owned;
     if (avail < RATEL__GCRA_SIZE)
         return RATEL_ECORRUPT;
     tat = ratel__ld64(p + RATEL__GCRA_TAT);

@@ -238,10 +238,10 @@ int ratel__state_parse(const uint8_t *state, size_t len, ratel__record_t *rec,
  * The common case of a decision: whether the blob holds exactly the
  * policy's rules, in order, each record valid. Then `rec` is filled and 1
  * returned, having checked only the record fields (the policy's rules are
- * valid already). `owned` (a blob the core wrote itself and nobody else
- * touched, see owned.h) also skips the per-run checks of sliding records,
- * which are the only ones whose cost grows with the blob. 0 means "not
- * matched": the caller parses the blob in full.
+ * valid already). With `owned` (a blob the core wrote itself and nobody
+ * else touched, see owned.h) the records' fields are trusted: only each
+ * record's extent and calendar are read. 0 means "not matched": the caller
+ * parses the blob in full.
  */
 int ratel__state_match(const ratel_policy_t *policy, const uint8_t *state,
                        size_t len, ratel__record_t *rec, int owned);
@@ -297,10 +297,9 @@ typedef struct ratel__algo_s {
                           months): fixed-size records, then the calendar */
     /* Validates the fields after the rule of a record for `rule` at p
        (`avail` bytes left in the blob) and locates it in rec (size, sum).
-       With `owned` a blob's own writes are trusted (sliding runs). Returns
-       0 or RATEL_ECORRUPT. */
+       Returns 0 or RATEL_ECORRUPT. */
     int (*check)(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
-                 ratel__record_t *rec, int owned);
+                 ratel__record_t *rec);
     /* Sets r->size (and r->sum) of a valid record at r->p. */
     void (*locate)(ratel__record_t *r);
     void (*status)(const ratel__record_t *r, int64_t now_us,
@@ -409,15 +408,14 @@ static inline void ratel__locate(ratel__record_t *r)
 }
 
 static inline int ratel__check(const uint8_t *p, size_t avail,
-                               const ratel_rule_t *rule, ratel__record_t *rec,
-                               int owned)
+                               const ratel_rule_t *rule, ratel__record_t *rec)
 {
     switch (rule->algo) {
 #define RATEL__CHECK_(NAME, name, number)                                      \
     case RATEL_ALGO_##NAME:                                                    \
         return (p[1] & ~RATEL__FLAG_CALENDAR) > ratel__algo_##name.max_flags   \
                    ? RATEL_ECORRUPT                                            \
-                   : ratel__algo_##name.check(p, avail, rule, rec, owned);
+                   : ratel__algo_##name.check(p, avail, rule, rec);
         RATEL_ALGO_MAP(RATEL__CHECK_)
 #undef RATEL__CHECK_
     }

@@ -3,10 +3,12 @@
  *
  * A store that keeps blobs in its own memory, written by nothing but the
  * core, does not need every decision to re-validate what the core wrote the
- * decision before. This entry skips the checks whose cost grows with the
- * blob (a sliding record's runs: sorted, non-zero, summing to its total);
- * every O(1) check stays. Anything that reads blobs from outside the
- * process - the Redis module, the Redis store, a file - must call
+ * decision before. This entry compares the blob's header and each record's
+ * rule with the policy (a config edit must still convert the key) and
+ * finds where each record ends, but does not check the records' fields
+ * (times, counts, runs, leases): about 5 to 9 % of a decision through the
+ * memory store (docs/BENCHMARKS.md). Anything that reads blobs from outside
+ * the process - the Redis module, the Redis store, a file - must call
  * ratel_policy_acquire, which validates everything.
  */
 #ifndef RATEL_CORE_OWNED_H

@@ -279,12 +279,10 @@ static size_t sliding_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 
 /*
  * The runs' offsets strictly increase, no count is zero, the counts sum to
- * the total (unless `owned`: the core wrote them), and the last run's time
- * is a valid instant.
+ * the total, and the last run's time is a valid instant.
  */
 static int sliding_check(const uint8_t *p, size_t avail,
-                         const ratel_rule_t *rule, ratel__record_t *rec,
-                         int owned)
+                         const ratel_rule_t *rule, ratel__record_t *rec)
 {
     int64_t base;
     uint32_t nruns;
@@ -301,7 +299,7 @@ static int sliding_check(const uint8_t *p, size_t avail,
     if (nruns > RATEL_SLIDING_CAP || avail < size || !ratel__time_ms_ok(base) ||
         total > RATEL_LIMIT_MAX || (nruns == 0) != (total == 0))
         return RATEL_ECORRUPT;
-    if (nruns > 0 && !owned) {
+    if (nruns > 0) {
         /* Branch-free over the runs. */
         uint32_t prev = run_off(p, 0), bad = run_count(p, 0) == 0;
         uint64_t sum = run_count(p, 0);

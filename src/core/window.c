@@ -140,10 +140,9 @@ static size_t fixed_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 }
 
 static int fixed_check(const uint8_t *p, size_t avail, const ratel_rule_t *rule,
-                       ratel__record_t *rec, int owned)
+                       ratel__record_t *rec)
 {
     (void)rule;
-    (void)owned;
     if (avail < RATEL__FIXED_SIZE ||
         !ratel__time_ms_ok(ratel__ld64(p + RATEL__FIXED_START)) ||
         ratel__ld32(p + RATEL__FIXED_COUNT) > RATEL_LIMIT_MAX)
@@ -323,11 +322,9 @@ static size_t approx_refund(ratel__record_t *r, int64_t now_us, uint64_t cost)
 }
 
 static int approx_check(const uint8_t *p, size_t avail,
-                        const ratel_rule_t *rule, ratel__record_t *rec,
-                        int owned)
+                        const ratel_rule_t *rule, ratel__record_t *rec)
 {
     (void)rule;
-    (void)owned;
     if (avail < RATEL__APPROX_SIZE ||
         !ratel__time_ms_ok(ratel__ld64(p + RATEL__APPROX_START)) ||
         ratel__ld32(p + RATEL__APPROX_CUR) > RATEL_LIMIT_MAX ||
