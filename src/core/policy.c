@@ -401,6 +401,10 @@ int ratel_policy_check_request(const ratel_policy_t *policy,
         policy->nrules > RATEL_MAX_RULES || req->cost < 1 ||
         req->max_wait_ms < 0 || req->max_wait_ms > RATEL__MAX_WAIT_MS)
         return RATEL_EINVAL;
+    /* Every rule admits one permit without a reservation: the common
+       request needs no look at the rules. */
+    if (req->cost == 1 && req->max_wait_ms == 0)
+        return 0;
     for (uint32_t i = 0; i < policy->nrules; i++) {
         if (req->cost > ratel_rule_capacity(&policy->rules[i])) {
             if (rule)
