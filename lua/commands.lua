@@ -47,6 +47,37 @@ local function read_lease(a)
     return lease
 end
 
+-- ratel_policy_parse(): the rules args[i..argc], checked as
+-- ratel_policy_init() checks them.
+local function parse_policy(args, i, argc)
+    local n = argc - i + 1
+    if n <= 0 then
+        fail('at least one rule is needed')
+    end
+    if n > MAX_RULES then
+        fail('at most 8 rules')
+    end
+    local policy = {}
+    for j = 1, n do
+        policy[j] = rule_of(args[i + j - 1])
+    end
+    for j = 2, n do
+        for k = 1, j - 1 do
+            if policy[j].algo == ALGO_CONCURRENT and
+                policy[k].algo == ALGO_CONCURRENT then
+                fail(fmt('policy: rules %d and %d are both concurrent; a ' ..
+                    'policy holds at most one (a decision carries one lease)',
+                    k, j))
+            end
+            if rule_equal(policy[j], policy[k]) then
+                fail(fmt('policy: rule %d ("%s") repeats rule %d', j,
+                    format_rule(policy[j]), k))
+            end
+        end
+    end
+    return policy
+end
+
 -- ratel__cmd_parse(): RELEASE's lease, options (any order,
 -- case-insensitive, once each) until the first argument starting with a
 -- digit, then the rules. Returns the policy, cost, peek, max wait, AT (nil
@@ -111,31 +142,8 @@ local function parse_args(op, args, first)
         end
         return nil, cost, peek, max_wait, at
     end
-    local n = argc - i + 1
-    if n <= 0 then
-        fail('at least one rule is needed')
-    end
-    if n > MAX_RULES then
-        fail('at most 8 rules')
-    end
-    local policy = {}
-    for j = 1, n do
-        policy[j] = rule_of(args[i + j - 1])
-    end
-    for j = 2, n do
-        for k = 1, j - 1 do
-            if policy[j].algo == ALGO_CONCURRENT and
-                policy[k].algo == ALGO_CONCURRENT then
-                fail(fmt('policy: rules %d and %d are both concurrent; a ' ..
-                    'policy holds at most one (a decision carries one lease)',
-                    k, j))
-            end
-            if rule_equal(policy[j], policy[k]) then
-                fail(fmt('policy: rule %d ("%s") repeats rule %d', j,
-                    format_rule(policy[j]), k))
-            end
-        end
-    end
+    local policy = parse_policy(args, i, argc)
+    local n = #policy
     if op == 'RELEASE' and not has_leases(policy) then
         fail('RELEASE needs a policy with a concurrent rule (e.g. ' ..
             '10/30s:concurrent)')
@@ -143,7 +151,7 @@ local function parse_args(op, args, first)
     if op == 'ACQUIRE' or op == 'PEEK' then
         for j = 1, n do
             local r = policy[j]
-            local cap = r.algo == ALGO_GCRA and r.burst or r.limit
+            local cap = rule_capacity(r)
             if cost > cap then
                 fail(fmt('COST %d is more than rule %d ("%s") can ever admit (%d)',
                     cost, j, format_rule(r), cap))

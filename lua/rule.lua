@@ -337,6 +337,11 @@ local function rule_same_period(a, b)
 end
 
 -- ratel__rule_equal(): the same rule - period, limit and burst.
+-- ratel_rule_capacity(): the most one request may cost under the rule.
+local function rule_capacity(r)
+    return r.algo == ALGO_GCRA and r.burst or r.limit
+end
+
 local function rule_equal(a, b)
     return rule_same_period(a, b) and a.limit == b.limit and
         a.burst == b.burst
