@@ -29,14 +29,6 @@
 
 enum { KIND_ACQUIRE, KIND_AUTH, KIND_PART };
 
-#define JSON_TYPE                                                              \
-    {                                                                          \
-        {"Content-Type", 12},                                                  \
-        {                                                                      \
-            "application/json", 16                                             \
-        }                                                                      \
-    }
-
 static int str_is(ratel_http_str_t s, const char *lit)
 {
     size_t n = strlen(lit);
@@ -94,7 +86,7 @@ static void __attribute__((format(printf, 5, 6)))
 respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
               int status, const char *fmt, ...)
 {
-    static const ratel_http_header_t json[] = {JSON_TYPE};
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     char msg[600];
     va_list ap;
 
@@ -211,7 +203,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     set_key(p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
-        static const ratel_http_header_t json[] = {JSON_TYPE};
+        static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
         char body[160];
         int m =
             snprintf(body, sizeof body,
@@ -687,7 +679,7 @@ static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now)
 {
     static const ratel_http_header_t store_error[] = {
-        JSON_TYPE, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
+        RATEL_HTTP_JSON_HEADER, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
     rateld_pending_t *head = &w->pending[first];
     size_t count = (size_t)head->count, binding = first;
     int denied = 0, failed = 0, status;
@@ -865,7 +857,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
                       const ratel_http_request_t *req)
 {
-    static const ratel_http_header_t json[] = {JSON_TYPE};
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     rateld_gen_t *gen = take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t p;

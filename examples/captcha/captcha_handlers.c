@@ -25,14 +25,6 @@
 #include <strings.h>
 #include <sys/random.h>
 
-#define JSON_TYPE                                                              \
-    {                                                                          \
-        {"Content-Type", 12},                                                  \
-        {                                                                      \
-            "application/json", 16                                             \
-        }                                                                      \
-    }
-
 /* The one answer for every verify that fails on the code. */
 #define INVALID_CODE "invalid or expired code"
 
@@ -45,7 +37,7 @@ static int str_is(ratel_http_str_t s, const char *lit)
 static void respond_json(ratel_http_exchange_t *ex, int status,
                          const char *body, size_t len)
 {
-    static const ratel_http_header_t json[] = {JSON_TYPE};
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     ratel_http_respond(ex, status, json, 1, body, len);
 }
 
@@ -102,7 +94,7 @@ static void respond_limited(captcha_t *app, ratel_http_exchange_t *ex,
         respond_error(ex, 500, "cannot build the 429 answer");
         return;
     }
-    ratel_http_header_t h[] = {JSON_TYPE,
+    ratel_http_header_t h[] = {RATEL_HTTP_JSON_HEADER,
                                {{"RateLimit-Policy", 16}, {policy, np}},
                                {{"RateLimit", 9}, {field, nf}},
                                {{"Retry-After", 11}, {retry, nr}}};

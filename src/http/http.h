@@ -69,6 +69,15 @@ typedef struct ratel_http_header_s {
     ratel_http_str_t value;
 } ratel_http_header_t;
 
+/* The Content-Type header of a JSON answer, as an initializer. */
+#define RATEL_HTTP_JSON_HEADER                                                 \
+    {                                                                          \
+        {"Content-Type", 12},                                                  \
+        {                                                                      \
+            "application/json", 16                                             \
+        }                                                                      \
+    }
+
 typedef struct ratel_http_request_s {
     ratel_http_str_t method; /* "GET", "POST", ... */
     ratel_http_str_t target; /* as sent: path and query */
