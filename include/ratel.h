@@ -520,6 +520,8 @@ RATEL_API int ratel_store_refund(ratel_store_t *store, const char *key,
  * RATEL.RELEASE, FCALL ratel_release or the script's RELEASE; when Redis
  * did not take it, it returns RATEL_EIO (ratel_store_errstr() says why),
  * and with the `local` failure policy its fallback store releases too.
+ * RATEL_EINVAL, checked before any backend is asked: lease 0, unknown
+ * flags, a policy without a concurrent rule.
  */
 RATEL_API int ratel_store_release(ratel_store_t *store, const char *key,
                                   size_t keylen, const ratel_policy_t *policy,

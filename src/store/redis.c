@@ -890,12 +890,8 @@ static int redis_release(ratel_store_t *store, const char *key, size_t keylen,
     op_t op;
     int rc;
 
-    *held = 0;
     if (keylen > REDIS_KEY_MAX)
         return RATEL_ERANGE;
-    if (lease == 0 || (flags & ~RATEL_RENEW) ||
-        !ratel_policy_has_leases(policy))
-        return RATEL_EINVAL;
     op_init(s, &op, OP_RELEASE, key, keylen, now_us);
     op.policy = policy;
     op.lease = lease;

@@ -53,8 +53,11 @@ int ratel_store_release(ratel_store_t *store, const char *key, size_t keylen,
                         uint32_t lease, unsigned flags, int *held,
                         ratel_decision_t *decision)
 {
+    if (held)
+        *held = 0;
     if (!store || !key || bad_policy(policy) || !decision || !held ||
-        bad_time(now_us) || !store->ops->release)
+        bad_time(now_us) || !store->ops->release || lease == 0 ||
+        (flags & ~RATEL_RENEW) || !ratel_policy_has_leases(policy))
         return RATEL_EINVAL;
     return store->ops->release(store, key, keylen, policy, now_us, lease, flags,
                                held, decision);

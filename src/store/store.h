@@ -36,8 +36,9 @@ typedef struct ratel_store_ops_s {
     int (*refund)(ratel_store_t *store, const char *key, size_t keylen,
                   const ratel_policy_t *policy, int64_t now_us, uint64_t cost,
                   ratel_decision_t *decision);
-    /* As ratel_store_release(); arguments already checked; NULL: the
-       backend keeps no leases yet (RATEL_EINVAL). */
+    /* As ratel_store_release(); arguments already checked (a lease of 1..,
+       known flags, a policy with a concurrent rule) and *held set to 0;
+       NULL: the backend keeps no leases (RATEL_EINVAL). */
     int (*release)(ratel_store_t *store, const char *key, size_t keylen,
                    const ratel_policy_t *policy, int64_t now_us, uint32_t lease,
                    unsigned flags, int *held, ratel_decision_t *decision);
