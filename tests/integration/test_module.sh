@@ -127,7 +127,10 @@ same rules_changed_keep_state "$(acq "$port" conv AT "$T" 3/1m 50/1h)" "1 3 1 0 
 # clock, given as its offset: the module reads no tz database) are two
 # days, so both are allowed; 23:59:30 is the same day as 23:59. The same
 # through the Functions library, which stores the same bytes.
-sh=1795535940000 # 2026-11-24 23:59 at +08:00 (15:59 UTC)
+# 23:59 at +08:00 on the day after tomorrow there: the stored keys expire
+# at local midnight by Redis's own clock, so the instant must be ahead of it.
+day=86400000 east=28800000
+sh=$((($(now_ms) + east) / day * day + 3 * day - east - 60000))
 rcli "$port" FUNCTION LOAD REPLACE "$(cat "$build/lua/ratel.lib.lua")" >/dev/null
 fcall() { rcli "$port" FCALL ratel_acquire 1 "$@" | tr '\n' ' ' | sed 's/ $//'; }
 same calendar_2359 "$(acq "$port" cal:sh AT $sh 1/1d:fixed,tz=+08:00)" "1 1 0 0 60000 0 0"
