@@ -125,8 +125,8 @@ static void handler(void *ud, ratel_http_exchange_t *ex,
         answer_auth(ex, req);
         return;
     }
-    ok = ratel_http_query_param(req->query, "policy", policy,
-                                sizeof policy) > 0 &&
+    ok = ratel_http_query_param(req->query, "policy", policy, sizeof policy) >
+             0 &&
          ratel_http_query_param(req->query, "key", key, sizeof key) > 0;
 
     if (!ok)

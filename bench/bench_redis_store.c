@@ -134,7 +134,7 @@ static double measure(ratel_store_t *store, const ratel_policy_t *policy,
         uint64_t total = 0;
         double t0 = now_s(), dt;
         for (int t = 0; t < threads; t++) {
-            jobs[t] = (job_t){store, policy, t,           threads,
+            jobs[t] = (job_t){store, policy,       t,           threads,
                               batch, want_allowed, run_seconds, 0};
             pthread_create(&tid[t], NULL, worker, &jobs[t]);
         }

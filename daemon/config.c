@@ -82,9 +82,8 @@ static const ratel__option_t store_options[] = {
 
 static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
-    return ratel__yaml_store(&r->ctx, node, store_options,
-                             COUNT(store_options), r->config,
-                             &r->config->redis);
+    return ratel__yaml_store(&r->ctx, node, store_options, COUNT(store_options),
+                             r->config, &r->config->redis);
 }
 
 /* ------------------------------------------------------------- policies */

@@ -51,10 +51,10 @@ typedef struct rateld_pending_s {
     size_t policy_index;
     const ratel_policy_t *rules; /* the policy's, or an override's */
     const char *field;           /* their RateLimit-Policy value */
-    int kind;          /* what answers it: the decision API or auth */
-    int first, count;  /* auth: its items are batch[first .. first+count) */
+    int kind;                    /* what answers it: the decision API or auth */
+    int first, count; /* auth: its items are batch[first .. first+count) */
     ratel_request_t request;
-    int64_t start_us;  /* for the latency histogram */
+    int64_t start_us; /* for the latency histogram */
     size_t keylen;
     char key[RATELD_KEY_MAX + RATELD_NAME_MAX + 2];
 } rateld_pending_t;
@@ -62,9 +62,9 @@ typedef struct rateld_pending_s {
 /* A worker's state; only its own thread touches it, but for `active` and
    `epoch` which the reloader reads. */
 typedef struct rateld_worker_s {
-    _Atomic int active;       /* holds a configuration now */
-    _Atomic uint64_t epoch;   /* the epoch of the one it holds */
-    rateld_gen_t *gen;        /* the configuration of this pass */
+    _Atomic int active;     /* holds a configuration now */
+    _Atomic uint64_t epoch; /* the epoch of the one it holds */
+    rateld_gen_t *gen;      /* the configuration of this pass */
     rateld_pending_t *pending;
     ratel_batch_item_t *items;
     size_t npending;

@@ -130,4 +130,3 @@ fail:
     pthread_mutex_unlock(&d->reload_lock);
     return -1;
 }
-

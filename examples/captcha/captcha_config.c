@@ -100,8 +100,8 @@ static const ratel__option_t store_options[] = {
 static int read_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node, captcha_config_t *c)
 {
-    return ratel__yaml_store(ctx, node, store_options, COUNT(store_options),
-                             c, &c->redis);
+    return ratel__yaml_store(ctx, node, store_options, COUNT(store_options), c,
+                             &c->redis);
 }
 
 /* One limit: a rule ("1/60s") or a list of rules. */

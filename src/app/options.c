@@ -89,15 +89,16 @@ int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       ratel_redis_options_t *redis)
 {
     ratel_redis_url_t query;
-    const ratel__yaml_group_t groups[] = {
-        {own, nown, config, NULL, NULL},
-        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
-         NULL}};
+    const ratel__yaml_group_t groups[] = {{own, nown, config, NULL, NULL},
+                                          {ratel__redis_query_options,
+                                           ratel__redis_query_noptions, &query,
+                                           NULL, NULL}};
     const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
-    size_t order[RATEL__YAML_FIELDS_MAX], n = nown + ratel__redis_query_noptions;
+    size_t order[RATEL__YAML_FIELDS_MAX],
+        n = nown + ratel__redis_query_noptions;
 
-    if (nown < 3 || n > RATEL__YAML_FIELDS_MAX ||
-        own[0].size != sizeof(int) || own[1].size != sizeof(size_t))
+    if (nown < 3 || n > RATEL__YAML_FIELDS_MAX || own[0].size != sizeof(int) ||
+        own[1].size != sizeof(size_t))
         return ratel__yaml_fail(ctx, node->line, "store: bad option table");
     ratel__redis_query_init(&query);
     if (ratel__yaml_groups(ctx, node, "store", groups, 2, v))

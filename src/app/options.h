@@ -33,13 +33,24 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
  * range in rateld and captchad alike (threads: 1..64, one event loop per
  * thread; a 2-core machine wants 1 or 2).
  */
-#define RATEL__SERVER_OPTIONS(type)                                           \
-    {"listen", RATEL__OPTION_STRING, 0, 0, 0, RATEL__FIELD(type, listen),      \
-     NULL, NULL, ratel__check_listen},                                         \
-        {"threads", RATEL__OPTION_UINT, 1, 64, 0,                              \
-         RATEL__FIELD(type, threads), NULL, NULL, NULL},                       \
-        {"admin_token", RATEL__OPTION_STRING, 0, 0, 0,                         \
-         RATEL__FIELD(type, admin_token), NULL, NULL, ratel__check_token}
+#define RATEL__SERVER_OPTIONS(type)                                            \
+    {                                                                          \
+        "listen",                                                              \
+        RATEL__OPTION_STRING,                                                  \
+        0,                                                                     \
+        0,                                                                     \
+        0,                                                                     \
+        RATEL__FIELD(type, listen),                                            \
+        NULL,                                                                  \
+        NULL,                                                                  \
+        ratel__check_listen},                                                  \
+        {"threads", RATEL__OPTION_UINT,          1,    64,                     \
+         0,         RATEL__FIELD(type, threads), NULL, NULL,                   \
+         NULL},                                                                \
+    {                                                                          \
+        "admin_token", RATEL__OPTION_STRING, 0, 0, 0,                          \
+            RATEL__FIELD(type, admin_token), NULL, NULL, ratel__check_token    \
+    }
 
 /*
  * A `store:` section, the same in both programs: the program's own table

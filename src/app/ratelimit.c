@@ -165,8 +165,7 @@ size_t ratel__header_policy(const char *name, const ratel_policy_t *p,
 }
 
 size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
-                               const ratel_decision_t *d, char *buf,
-                               size_t len)
+                               const ratel_decision_t *d, char *buf, size_t len)
 {
     field_t f = {buf, len, 0};
     int rule = d->rule;

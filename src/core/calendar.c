@@ -89,8 +89,8 @@ int ratel__zone_register(const ratel_zone_t *zone)
     unsigned n;
     int rc = 0;
 
-    while (atomic_flag_test_and_set_explicit(&registering,
-                                             memory_order_acquire))
+    while (
+        atomic_flag_test_and_set_explicit(&registering, memory_order_acquire))
         ;
     n = atomic_load_explicit(&registered, memory_order_relaxed);
     for (unsigned i = 0; i < n && rc == 0; i++)

@@ -34,9 +34,8 @@ static const struct {
     const char *word; /* singular, for explain */
 } units[] = {
     /* Longest first where one unit is a prefix of another ("ms", "m"). */
-    {"ms", 1, "millisecond"}, {"mo", MONTHS, "month"},
-    {"s", 1000, "second"},    {"m", 60000, "minute"},
-    {"h", 3600000, "hour"},   {"d", 86400000, "day"},
+    {"ms", 1, "millisecond"}, {"mo", MONTHS, "month"}, {"s", 1000, "second"},
+    {"m", 60000, "minute"},   {"h", 3600000, "hour"},  {"d", 86400000, "day"},
     {"w", WEEK_MS, "week"},
 };
 #define NUNITS (sizeof units / sizeof units[0])
@@ -57,7 +56,7 @@ static void algo_choices(char *buf, size_t buflen)
     buf[0] = '\0';
     for (unsigned a = 0; a < RATEL__ALGOS && q < buflen; a++)
         q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
-                              a == 0                ? ""
+                              a == 0                 ? ""
                               : a + 1 < RATEL__ALGOS ? ", "
                                                      : " or ",
                               algo_names[a]);
@@ -152,8 +151,8 @@ static const char *calendar_fault(const ratel_rule_t *rule)
 {
     uint32_t cal = rule->calendar;
 
-    if (cal & ~(RATEL_CALENDAR_TZ | RATEL_CALENDAR_WEEKS |
-                RATEL_CALENDAR_MONTHS))
+    if (cal &
+        ~(RATEL_CALENDAR_TZ | RATEL_CALENDAR_WEEKS | RATEL_CALENDAR_MONTHS))
         return "unknown calendar bits";
     if (cal && !ratel__algos[rule->algo]->calendar)
         return cal & RATEL_CALENDAR_MONTHS
@@ -165,8 +164,7 @@ static const char *calendar_fault(const ratel_rule_t *rule)
         if (rule->months < 1 || rule->months > RATEL_MONTHS_MAX ||
             rule->period_ms != 0 || (cal & RATEL_CALENDAR_WEEKS))
             return "a period of months must be from 1mo to 12mo";
-    } else if (rule->months != 0 ||
-               rule->period_ms < RATEL_PERIOD_MIN_MS ||
+    } else if (rule->months != 0 || rule->period_ms < RATEL_PERIOD_MIN_MS ||
                rule->period_ms > RATEL_PERIOD_MAX_MS) {
         return "period must be from 1ms to 30d";
     }
@@ -299,9 +297,9 @@ static int read_period(const char *text, size_t len, size_t *at, parsed_t *pr,
     if (pr->count == 0)
         return rule_error(errbuf, errlen, text, len,
                           "PERIOD must be at least 1ms");
-    if (pr->unit == UNIT_MONTH ? pr->count > RATEL_MONTHS_MAX
-                               : pr->count * units[pr->unit].ms >
-                                     RATEL_PERIOD_MAX_MS)
+    if (pr->unit == UNIT_MONTH
+            ? pr->count > RATEL_MONTHS_MAX
+            : pr->count * units[pr->unit].ms > RATEL_PERIOD_MAX_MS)
         return rule_error(errbuf, errlen, text, len,
                           pr->unit == UNIT_MONTH
                               ? "a period of months must be from 1mo to 12mo"
@@ -344,8 +342,7 @@ static int read_burst(const char *text, size_t len, size_t *at, parsed_t *pr,
 
     if (pr->burst)
         return rule_error(errbuf, errlen, text, len, "burst is given twice");
-    digits =
-        read_number(text, len, at, RATEL_LIMIT_MAX, &pr->burst, &overflow);
+    digits = read_number(text, len, at, RATEL_LIMIT_MAX, &pr->burst, &overflow);
     if (digits == 0 || overflow || pr->burst == 0)
         return rule_error(errbuf, errlen, text, len,
                           "burst must be a whole number from 1 to %u",
@@ -358,8 +355,8 @@ static int32_t tz_offset_of(const char *v, size_t n)
 {
     int32_t h, m = 0, s;
 
-    if ((n != 3 && n != 6) || (v[0] != '+' && v[0] != '-') ||
-        !is_digit(v[1]) || !is_digit(v[2]) ||
+    if ((n != 3 && n != 6) || (v[0] != '+' && v[0] != '-') || !is_digit(v[1]) ||
+        !is_digit(v[2]) ||
         (n == 6 && (v[3] != ':' || !is_digit(v[4]) || !is_digit(v[5]))))
         return -1;
     h = (v[1] - '0') * 10 + (v[2] - '0');
@@ -436,8 +433,8 @@ static const struct {
 #define NOPTIONS (sizeof options / sizeof options[0])
 
 /* { "," option } at text[*at]. */
-static int read_options(const char *text, size_t len, size_t *at,
-                        parsed_t *pr, char *errbuf, size_t errlen)
+static int read_options(const char *text, size_t len, size_t *at, parsed_t *pr,
+                        char *errbuf, size_t errlen)
 {
     while (*at < len && text[*at] == ',') {
         size_t o, pos = *at + 1;
@@ -507,8 +504,8 @@ int ratel_rule_parse(const char *text, size_t len, ratel_rule_t *out,
     if (len == 0)
         return rule_error(errbuf, errlen, text, len, "empty rule");
     memset(&pr, 0, sizeof pr);
-    digits = read_number(text, len, &pos, RATEL_LIMIT_MAX, &pr.limit,
-                         &overflow);
+    digits =
+        read_number(text, len, &pos, RATEL_LIMIT_MAX, &pr.limit, &overflow);
     if (digits == 0)
         return rule_error(errbuf, errlen, text, len,
                           "LIMIT must be a whole number from 1 to %u",
@@ -617,7 +614,9 @@ static void month_list(uint32_t n, char *buf, size_t buflen)
     buf[0] = '\0';
     for (uint32_t m = 0; m < 12 && q < buflen; m += n)
         q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
-                              m == 0 ? "" : m + n >= 12 ? " and " : ", ",
+                              m == 0        ? ""
+                              : m + n >= 12 ? " and "
+                                            : ", ",
                               names[m]);
 }
 
@@ -652,8 +651,10 @@ static void reset_words(const ratel_rule_t *rule, char *buf, size_t buflen)
         snprintf(buf, buflen, "resetting at 00:00 %s and every %s after it",
                  clock, every);
     } else {
-        snprintf(buf, buflen, "resetting every %s, counted from 1970-01-01 "
-                 "00:00 %s", every, clock);
+        snprintf(buf, buflen,
+                 "resetting every %s, counted from 1970-01-01 "
+                 "00:00 %s",
+                 every, clock);
     }
 }
 

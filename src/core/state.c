@@ -30,8 +30,8 @@ static void calendar_write(uint8_t *c, const ratel_rule_t *rule)
 {
     c[0] = (uint8_t)(rule->calendar | (rule->zone ? RATEL__CAL_ZONE : 0));
     c[1] = (uint8_t)rule->months;
-    ratel__st32(c + 2, rule->zone ? rule->zone->id
-                                  : (uint32_t)rule->tz_offset_s);
+    ratel__st32(c + 2,
+                rule->zone ? rule->zone->id : (uint32_t)rule->tz_offset_s);
 }
 
 /* Reads the calendar of the record at p into `rule` (none without the

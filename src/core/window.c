@@ -26,8 +26,8 @@
  * clock gone back stays in it). Epoch-aligned windows find the usual
  * answers (the stored window or the next) without a division.
  */
-static void window_at(const ratel_rule_t *rule, int64_t now_ms,
-                      int64_t stored, int64_t *ws, int64_t *we)
+static void window_at(const ratel_rule_t *rule, int64_t now_ms, int64_t stored,
+                      int64_t *ws, int64_t *we)
 {
     int64_t period = rule->period_ms, unused;
 
@@ -45,7 +45,7 @@ static void window_at(const ratel_rule_t *rule, int64_t now_ms,
         *ws = stored + period;
     else
         *ws = now_ms - now_ms % period > stored ? now_ms - now_ms % period
-                                                 : stored;
+                                                : stored;
     *we = *ws + period;
 }
 
@@ -61,8 +61,7 @@ static int64_t window_end(const ratel_rule_t *rule, int64_t start)
 }
 
 /* Whether `stored` is the start of the window before the one at ws. */
-static int window_precedes(const ratel_rule_t *rule, int64_t stored,
-                           int64_t ws)
+static int window_precedes(const ratel_rule_t *rule, int64_t stored, int64_t ws)
 {
     int64_t start, unused;
 
@@ -209,8 +208,8 @@ static int64_t approx_used(const approx_view_t *a)
     return a->cur + ratel__ceil_div(a->prev * a->w, SCALE);
 }
 
-static int64_t approx_reset_us(const ratel_rule_t *rule,
-                               const approx_view_t *a, int64_t now_us)
+static int64_t approx_reset_us(const ratel_rule_t *rule, const approx_view_t *a,
+                               int64_t now_us)
 {
     if (a->cur > 0)
         return until_us(window_end(rule, a->we), now_us);
@@ -257,8 +256,8 @@ static int64_t approx_first_fit(int64_t prev, int64_t need, int64_t limit,
 
 /* When a request denied in view `a` fits: in this window, else in the next
    (whose previous count is this one's), else when the one after begins. */
-static int64_t approx_retry_ms(const ratel_rule_t *rule,
-                               const approx_view_t *a, int64_t cost)
+static int64_t approx_retry_ms(const ratel_rule_t *rule, const approx_view_t *a,
+                               int64_t cost)
 {
     int64_t limit = rule->limit, next_end;
     int64_t e = approx_first_fit(a->prev, a->cur + cost, limit, a->we - a->ws);
@@ -285,18 +284,18 @@ static void approx_decide(const ratel__record_t *r, int64_t now_us,
     v->grow = 0;
     v->allowed =
         a.prev * a.w + (a.cur + (int64_t)cost) * SCALE <= limit * SCALE;
-    v->retry_us = v->allowed ? 0
-                             : until_us(approx_retry_ms(&r->rule, &a,
-                                                        (int64_t)cost),
-                                        now_us);
+    v->retry_us =
+        v->allowed
+            ? 0
+            : until_us(approx_retry_ms(&r->rule, &a, (int64_t)cost), now_us);
 }
 
 static size_t approx_commit(ratel__record_t *r, int64_t now_us, int64_t at_us,
                             uint64_t cost, const ratel__verdict_t *v,
                             ratel__status_t *after)
 {
-    approx_view_t a = {v->window_ms, v->window_end_ms, 0,
-                       v->cur + (int64_t)cost, v->prev, v->weight};
+    approx_view_t a = {v->window_ms,           v->window_end_ms, 0,
+                       v->cur + (int64_t)cost, v->prev,          v->weight};
 
     (void)at_us;
     ratel__st64(r->p + RATEL__APPROX_START, v->window_ms);

@@ -230,8 +230,7 @@ uint64_t ratel__policy_fingerprint(const ratel_policy_t *policy)
                   ((uint64_t)r->period_ms << 32 | r->burst));
         h = mix64((h + 0x9e3779b97f4a7c15ull) ^
                   ((uint64_t)r->calendar << 48 ^ (uint64_t)r->months << 32 ^
-                   (uint32_t)r->tz_offset_s ^
-                   (uint64_t)(uintptr_t)r->zone));
+                   (uint32_t)r->tz_offset_s ^ (uint64_t)(uintptr_t)r->zone));
     }
     return h;
 }

@@ -35,11 +35,11 @@
 typedef struct ratel_deny_cache_s ratel_deny_cache_t;
 
 typedef struct ratel_deny_cache_stats_s {
-    uint64_t entries;   /* capacity in slots */
-    uint64_t live;      /* slots holding an entry (expired or not) */
-    uint64_t hits;      /* lookups answered */
-    uint64_t inserts;   /* denials recorded */
-    uint64_t replaced;  /* live entries pushed out by a full set */
+    uint64_t entries;  /* capacity in slots */
+    uint64_t live;     /* slots holding an entry (expired or not) */
+    uint64_t hits;     /* lookups answered */
+    uint64_t inserts;  /* denials recorded */
+    uint64_t replaced; /* live entries pushed out by a full set */
 } ratel_deny_cache_stats_t;
 
 /*

@@ -237,10 +237,11 @@ static int unroll(build_t *b, const tz_rule_t *r, int64_t from_ms)
                    : 0;
     for (; y <= LAST_YEAR; y++) {
         /* DST starts at a standard-time clock reading, ends at a DST one. */
-        int64_t on = (date_day(&r->start, y) * 86400 + r->start.time_s -
-                      r->std_s) * 1000;
-        int64_t off = (date_day(&r->end, y) * 86400 + r->end.time_s -
-                       r->dst_s) * 1000;
+        int64_t on =
+            (date_day(&r->start, y) * 86400 + r->start.time_s - r->std_s) *
+            1000;
+        int64_t off =
+            (date_day(&r->end, y) * 86400 + r->end.time_s - r->dst_s) * 1000;
         int64_t first = on < off ? on : off, second = on < off ? off : on;
         if (first > from_ms &&
             build_add(b, first, on < off ? r->dst_s : r->std_s) != 0)
@@ -434,8 +435,8 @@ const ratel_zone_t *ratel__tzdb_load(const char *name, size_t len, char *why,
     pthread_mutex_lock(&load_lock);
     z = ratel__zone_by_id(ratel__zone_id(nm, len));
     if (z && strcmp(z->name, nm) != 0) {
-        snprintf(why, whylen, "tz=%s: its id is another loaded zone's (%s)",
-                 nm, z->name);
+        snprintf(why, whylen, "tz=%s: its id is another loaded zone's (%s)", nm,
+                 z->name);
         z = NULL;
     } else if (!z) {
         z = load(nm, why, whylen);

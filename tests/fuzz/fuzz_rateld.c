@@ -79,8 +79,7 @@ static void setup(void)
     d.workers[0].items = calloc(RATELD_BATCH_MAX, sizeof(ratel_batch_item_t));
     ASSERT(d.workers[0].pending && d.workers[0].items);
     ASSERT(ratel_store_memory_new(
-               &d.store, &(ratel_memory_options_t){.max_bytes = 1 << 20}) ==
-           0);
+               &d.store, &(ratel_memory_options_t){.max_bytes = 1 << 20}) == 0);
     d.store_name = "memory";
     d.config_path = "fuzz.yaml";
     atomic_store(&d.current, rateld_gen_new(&d, c));
@@ -108,23 +107,21 @@ static void check_output(const char *out, size_t n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static ratel__http_ctx_t ctx;
-    struct sockaddr_in peer = {.sin_family = AF_INET,
-                               .sin_port = htons(40000)};
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
     ratel__http_conn_t *c;
-    ratel_http_limits_t lim = {.max_header_bytes = 2048,
-                               .max_body_bytes = 2048,
-                               .max_pipeline = 8};
+    ratel_http_limits_t lim = {
+        .max_header_bytes = 2048, .max_body_bytes = 2048, .max_pipeline = 8};
     char *out = NULL;
     size_t out_len = 0, pos = 0;
     int64_t now = 1000;
 
     if (!ready)
         setup();
-    peer.sin_addr.s_addr = htonl(size > 0 && (data[0] & 1) ? 0x7f000001u
-                                                           : 0xcb007107u);
+    peer.sin_addr.s_addr =
+        htonl(size > 0 && (data[0] & 1) ? 0x7f000001u : 0xcb007107u);
     ratel__http_ctx_init(&ctx, &lim, rateld_handle, &d, 0);
-    c = ratel__http_conn_new(&ctx, (const struct sockaddr *)&peer,
-                             sizeof peer, now);
+    c = ratel__http_conn_new(&ctx, (const struct sockaddr *)&peer, sizeof peer,
+                             now);
     ASSERT(c != NULL);
     /* Byte 0 picks the peer and seeds the piece sizes; the rest is the
        byte stream the client sends. */

@@ -16,15 +16,16 @@
 #include <unistd.h>
 
 #define DAY_MS 86400000LL
-#define QUARTER_S 900 /* every offset change since 1970 is on a quarter hour */
+#define QUARTER_S 900 /* every offset change since 1970 is on a quarter hour   \
+                       */
 
 /* The zones of the property tests: DST north and south, half and quarter
    hours, a change at midnight, a skipped day (Apia, 2011-12-30). */
 static const char *const zones[] = {
-    "America/New_York", "Europe/Dublin",       "Australia/Lord_Howe",
-    "America/Sao_Paulo", "Asia/Shanghai",      "Pacific/Chatham",
-    "America/St_Johns", "Africa/Casablanca",   "Pacific/Apia",
-    "Asia/Kolkata",     "America/Los_Angeles",
+    "America/New_York",  "Europe/Dublin",       "Australia/Lord_Howe",
+    "America/Sao_Paulo", "Asia/Shanghai",       "Pacific/Chatham",
+    "America/St_Johns",  "Africa/Casablanca",   "Pacific/Apia",
+    "Asia/Kolkata",      "America/Los_Angeles",
 };
 #define NZONES (sizeof zones / sizeof zones[0])
 
@@ -179,8 +180,8 @@ TEST(calendar_windows_match_glibc_in_zones)
                      zones[z]);
             REQUIRE(parse_rule(text, &r) == 0);
             for (long i = 0; i < n; i++) {
-                int64_t t = i % 2 ? random_instant() : near_change(r.zone),
-                        ws, we, rs, re;
+                int64_t t = i % 2 ? random_instant() : near_change(r.zone), ws,
+                        we, rs, re;
                 ratel__window(&r, t, &ws, &we);
                 ref_window(&r, t, &rs, &re);
                 if (ws != rs || we != re) {
@@ -205,12 +206,12 @@ TEST(calendar_offsets_east_and_west_match_glibc)
     /* POSIX TZ strings name offsets west of UTC: "<+0545>-05:45". */
     static const struct {
         const char *tz, *posix;
-    } offs[] = {{"+08:00", "<+08>-08"},         {"-03:30", "<-0330>03:30"},
-                {"+05:45", "<+0545>-05:45"},    {"+14:00", "<+14>-14"},
-                {"-12:00", "<-12>12"},          {"+00:00", "UTC0"},
+    } offs[] = {{"+08:00", "<+08>-08"},      {"-03:30", "<-0330>03:30"},
+                {"+05:45", "<+0545>-05:45"}, {"+14:00", "<+14>-14"},
+                {"-12:00", "<-12>12"},       {"+00:00", "UTC0"},
                 {"-09:30", "<-0930>09:30"}};
-    static const char *const periods[] = {"1d", "1w", "1mo", "12mo", "6h",
-                                          "90s"};
+    static const char *const periods[] = {"1d",   "1w", "1mo",
+                                          "12mo", "6h", "90s"};
     long n = ratel_test_iterations(100);
     char text[128];
     ratel_rule_t r;
@@ -321,9 +322,8 @@ static int64_t utc_ms(int y, int mo, int d, int h, int mi)
 TEST(calendar_shanghai_2359_and_0001_are_two_days)
 {
     /* 23:59 and 00:01 in Shanghai: 15:59 and 16:01 UTC. */
-    static const char *const rules[][2] = {{"1/1d:fixed,tz=+08:00", NULL},
-                                           {"1/1d:fixed,tz=Asia/Shanghai",
-                                            NULL}};
+    static const char *const rules[][2] = {
+        {"1/1d:fixed,tz=+08:00", NULL}, {"1/1d:fixed,tz=Asia/Shanghai", NULL}};
     for (size_t i = 0; i < 2; i++) {
         test_key_t k;
         ratel_decision_t d;
@@ -504,6 +504,7 @@ RATEL_SUITE(calendar) = {
      test_calendar_rules_keep_state_only_under_the_same_calendar},
     {"calendar_hostile_records_are_corrupt",
      test_calendar_hostile_records_are_corrupt},
-    {"calendar_tzdir_and_bad_zone_files", test_calendar_tzdir_and_bad_zone_files},
+    {"calendar_tzdir_and_bad_zone_files",
+     test_calendar_tzdir_and_bad_zone_files},
     {0, 0},
 };

@@ -605,14 +605,17 @@ TEST(deny_cache_policy_fingerprint)
 
     memset(&base, 0, sizeof base);
     base.nrules = 2;
-    base.rules[0] = (ratel_rule_t){.algo = RATEL_ALGO_GCRA, .limit = 10, .period_ms = 1000, .burst = 20};
-    base.rules[1] = (ratel_rule_t){.algo = RATEL_ALGO_SLIDING, .limit = 100, .period_ms = 60000};
+    base.rules[0] = (ratel_rule_t){
+        .algo = RATEL_ALGO_GCRA, .limit = 10, .period_ms = 1000, .burst = 20};
+    base.rules[1] = (ratel_rule_t){
+        .algo = RATEL_ALGO_SLIDING, .limit = 100, .period_ms = 60000};
     f = ratel__policy_fingerprint(&base);
 
     /* Equal policies, and rules past nrules do not count. */
     p = base;
     CHECK(ratel__policy_fingerprint(&p) == f);
-    p.rules[5] = (ratel_rule_t){.algo = RATEL_ALGO_FIXED, .limit = 7, .period_ms = 7, .burst = 7};
+    p.rules[5] = (ratel_rule_t){
+        .algo = RATEL_ALGO_FIXED, .limit = 7, .period_ms = 7, .burst = 7};
     CHECK(ratel__policy_fingerprint(&p) == f);
 
     /* Any one field changed gives another fingerprint. */

@@ -57,9 +57,9 @@ TEST(rule_parse_valid)
 TEST(rule_parse_spelt_out_unit_names_the_units)
 {
     static const char *const words[][2] = {{"20/minute", "\"minute\""},
-                                          {"1/sec", "\"sec\""},
-                                          {"5/1hour", "\"hour\""},
-                                          {"10/1msx", "\"msx\""}};
+                                           {"1/sec", "\"sec\""},
+                                           {"5/1hour", "\"hour\""},
+                                           {"10/1msx", "\"msx\""}};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
         ratel_rule_t r;
         char err[512] = "";
@@ -158,9 +158,9 @@ TEST(rule_parse_hostile_bytes_are_escaped)
     {
         static const char *const bad[] = {"10/1s:\r\ngcra", "10/1s\x07\n"};
         for (size_t i = 0; i < 2; i++) {
-            CHECK_EQ(ratel_rule_parse(bad[i], strlen(bad[i]), &r, err,
-                                      sizeof err),
-                     RATEL_ERULE);
+            CHECK_EQ(
+                ratel_rule_parse(bad[i], strlen(bad[i]), &r, err, sizeof err),
+                RATEL_ERULE);
             for (const char *p = err; *p; p++)
                 CHECK((unsigned char)*p >= 0x20);
         }
@@ -278,8 +278,8 @@ TEST(rule_policy_checks)
     const char *nine[] = {"1/1s", "2/1s", "3/1s", "4/1s", "5/1s",
                           "6/1s", "7/1s", "8/1s", "9/1s"};
     const char *bad[] = {"1/1m", "1/1q"};
-    ratel_rule_t r = {.algo = RATEL_ALGO_FIXED, .limit = 10, .period_ms = 1000,
-                      .burst = 7};
+    ratel_rule_t r = {
+        .algo = RATEL_ALGO_FIXED, .limit = 10, .period_ms = 1000, .burst = 7};
 
     CHECK_EQ(ratel_policy_parse(&p, dup, 3, err, sizeof err), RATEL_EINVAL);
     CHECK(strstr(err, "rule 3") && strstr(err, "repeats rule 1"));
