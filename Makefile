@@ -9,17 +9,28 @@
 #   make fuzz       longer libFuzzer runs of every parser (FUZZ_SECONDS=60)
 #   make run        rateld on examples/rateld.yaml (the main job)
 #   make demo       a replay of the bundled trace, with charts
+#   make install    install under PREFIX (/usr/local), honouring DESTDIR and
+#                   the GNU directory variables (docs/install.md)
+#   make uninstall  remove what `make install` put there
 #   make clean
 #
-# CC, CFLAGS, BUILD, SANITIZE and REDISMODULE_H are overridable.
+# CC, CFLAGS, BUILD, SANITIZE, WERROR and REDISMODULE_H are overridable.
 
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-            -Wpointer-arith -Wvla -Werror
-BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN)
+            -Wpointer-arith -Wvla
+# Warnings are errors in a git checkout (development and CI), not in a
+# release built from a tarball or a package with a newer compiler:
+# `make WERROR=` turns it off, `make WERROR=-Werror` on.
+WERROR   ?= $(if $(wildcard .git),-Werror)
+BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN) $(WERROR)
+# Each object's header dependencies, written by the compiler beside it
+# (-MMD) and read back below, so a changed header rebuilds exactly what
+# includes it; -MP keeps a deleted header from breaking the build.
+DEPFLAGS := -MMD -MP
 CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
@@ -59,16 +70,18 @@ HTTP_OBJ  := $(HTTP_SRC:%.c=$(BUILD)/%.o)
 APP_OBJ   := $(APP_SRC:%.c=$(BUILD)/%.o)
 APP_LIB   := $(if $(APP_SRC),$(BUILD)/libratel_app.a)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
-HEADERS   := $(wildcard include/*.h src/*/*.h cli/*.h tests/unit/*.h module/*.h daemon/*.h)
+# The shared library's version and soname come from RATEL_VERSION.
+VERSION   := $(shell sed -n 's/^\#define RATEL_VERSION "\(.*\)"/\1/p' include/ratel.h)
+SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
 
 RATELD := $(if $(wildcard daemon/main.c),$(BUILD)/rateld)
 
-.PHONY: all test asan valgrind bench fuzz clean format module lua
+.PHONY: all test asan valgrind bench fuzz clean format format-check module lua
 all: lua $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(RATELD)
 
-$(BUILD)/%.o: %.c $(HEADERS)
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Functions library and the EVAL script, joined from lua/*.lua by a
 # POSIX shell script (docs/lua.md), and compiled into libratel as strings
@@ -83,13 +96,19 @@ $(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
 	scripts/embed-lua.sh $(LUA_OUT) $@
 
 $(BUILD)/gen/lua_script.o: $(BUILD)/gen/lua_script.c
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libratel.a: $(LIB_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/libratel.so: $(LIB_OBJ)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS)
+# libratel.so.VERSION with its soname (libratel.so.0), and the two links
+# a system has: the soname's for the loader, libratel.so for the linker.
+$(BUILD)/libratel.so.$(VERSION): $(LIB_OBJ)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libratel.so: $(BUILD)/libratel.so.$(VERSION)
+	ln -sf libratel.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf libratel.so.$(VERSION) $@
 
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
@@ -122,16 +141,16 @@ $(BUILD)/redismodule/redismodule.h:
 # and module/args.c by its fuzz target.
 MOD_CFLAGS = $(BASE) $(CFLAGS) $(LTO)
 
-$(BUILD)/module/%.o: module/%.c $(HEADERS) $(REDISMODULE_H)
+$(BUILD)/module/%.o: module/%.c $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
 # The core again, its public symbols hidden too, and without src/tz: the
 # module takes tz offsets as the Lua script does, not zone names
 # (docs/algorithms.md says why).
-$(BUILD)/modcore/%.o: %.c $(HEADERS)
+$(BUILD)/modcore/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
 $(BUILD)/ratel.so: $(MOD_OBJ)
 	$(CC) $(MOD_CFLAGS) -shared -o $@ $^ $(LDLIBS)
@@ -191,8 +210,17 @@ bench: all $(BENCH_BINS)
 fuzz:
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-60} tests/fuzz/libfuzzer.sh
 
+# Every C file and header of the tree (tests/integration/test_format.sh
+# checks that `make format` would change nothing).
+C_FILES = $(sort $(wildcard include/*.h src/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
+            module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
-	clang-format -i include/*.h src/*/*.[ch] cli/*.[ch] tests/*/*.[ch] bench/*.c
+	clang-format -i $(C_FILES)
+
+# Names every file `make format` would change; fails if there is one.
+format-check:
+	@clang-format --dry-run $(C_FILES) 2>&1 | sed -n 's/:[0-9]*:[0-9]*: warning: code should be clang-formatted.*//p' | sort -u >$(BUILD)/format-check.out; \
+	if [ -s $(BUILD)/format-check.out ]; then echo "not clang-formatted (make format):"; cat $(BUILD)/format-check.out; exit 1; fi
 
 clean:
 	rm -rf build build-asan build-fuzz
@@ -217,9 +245,9 @@ CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
 CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(BUILD)/%.o)
 CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
 
-$(BUILD)/examples/captcha/%.o: examples/captcha/%.c examples/captcha/captcha.h $(HEADERS)
+$(BUILD)/examples/captcha/%.o: examples/captcha/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
@@ -231,3 +259,34 @@ test: $(BUILD)/captchad
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
 $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+
+# The compiler's header dependencies of every object built so far.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---------------------------------------------------------------- install
+# GNU directory variables (docs/install.md); DESTDIR stages the whole tree.
+PREFIX         ?= /usr/local
+prefix         ?= $(PREFIX)
+exec_prefix    ?= $(prefix)
+bindir         ?= $(exec_prefix)/bin
+sbindir        ?= $(exec_prefix)/sbin
+libdir         ?= $(exec_prefix)/lib
+includedir     ?= $(prefix)/include
+datarootdir    ?= $(prefix)/share
+datadir        ?= $(datarootdir)
+sysconfdir     ?= $(prefix)/etc
+pkgconfigdir   ?= $(libdir)/pkgconfig
+redismoduledir ?= $(libdir)/redis/modules
+
+INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
+    SONAME='$(SONAME)' prefix='$(prefix)' bindir='$(bindir)' \
+    sbindir='$(sbindir)' libdir='$(libdir)' includedir='$(includedir)' \
+    datadir='$(datadir)' sysconfdir='$(sysconfdir)' \
+    pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)'
+
+.PHONY: install uninstall
+install: all
+	$(INSTALL_ENV) sh scripts/install.sh install
+
+uninstall:
+	$(INSTALL_ENV) sh scripts/install.sh uninstall

@@ -18,6 +18,10 @@
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
 #   curl
+#   xxd                             the Lua tests' byte dumps (its own
+#                                   package on bookworm, absent from minbase)
+#   clang-format                    test_format.sh: every C file as
+#                                   .clang-format writes it
 #
 # Checks with dpkg-query what is missing, runs `apt-get update` once only
 # if something is, installs without recommends, and says what it did. A
@@ -39,6 +43,7 @@ packages=(
     nodejs npm
     librsvg2-bin
     curl
+    xxd clang-format
 )
 
 # Installed packages and what they provide, one name per line.

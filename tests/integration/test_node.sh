@@ -34,7 +34,7 @@ if ! cmp -s "$node_dir/package-lock.json" "$cache/package-lock.json" ||
     cp "$node_dir/package.json" "$node_dir/package-lock.json" "$cache/"
     if ! (cd "$cache" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) \
         >"$tmp/npm.log" 2>&1; then
-        fail npm_ci "npm ci could not install ioredis into $cache (is the npm registry reachable?): $(grep -m2 -E 'npm error (code|[A-Za-z]*Error)' "$tmp/npm.log" | tr '\n' ' ')"
+        fail npm_ci "npm ci could not install ioredis into $cache (is the npm registry reachable?): $(grep -m2 -E 'npm (error|ERR!) (code|[A-Za-z]*Error)' "$tmp/npm.log" | tr '\n' ' ')"
         rm -rf "$cache"
         finish
         exit

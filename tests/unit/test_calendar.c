@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 #define DAY_MS 86400000LL
-#define QUARTER_S 900 /* every offset change since 1970 is on a quarter hour   \
-                       */
+#define QUARTER_S                                                              \
+    900 /* every offset change since 1970 is on a quarter hour                 \
+         */
 
 /* The zones of the property tests: DST north and south, half and quarter
    hours, a change at midnight, a skipped day (Apia, 2011-12-30). */

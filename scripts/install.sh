@@ -1,0 +1,86 @@
+#!/bin/sh
+# scripts/install.sh install|uninstall - what `make install` and `make
+# uninstall` run. One manifest below names every installed file, so the
+# two can never disagree about what ratel puts on a system.
+#
+# The Makefile passes the directories in the environment: BUILD, DESTDIR,
+# VERSION, SONAME, prefix, bindir, sbindir, libdir, includedir, datadir,
+# sysconfdir, pkgconfigdir, redismoduledir (docs/install.md). Paths with
+# spaces are not supported.
+set -eu
+action=${1:-}
+case $action in
+install | uninstall) ;;
+*) echo "usage: $0 install|uninstall" >&2; exit 2 ;;
+esac
+
+# MODE SOURCE DIRECTORY: one installed file a line, under DESTDIR.
+manifest() {
+    cat <<LIST
+755 $BUILD/ratel $bindir
+755 $BUILD/rateld $sbindir
+755 $BUILD/captchad $sbindir
+644 $BUILD/libratel.so.$VERSION $libdir
+644 $BUILD/libratel.a $libdir
+644 include/ratel.h $includedir
+644 $BUILD/ratel.so $redismoduledir
+644 $BUILD/lua/ratel.lib.lua $datadir/ratel/lua
+644 $BUILD/lua/ratel.eval.lua $datadir/ratel/lua
+644 examples/rateld.yaml $datadir/ratel/examples
+644 examples/captcha/captchad.yaml $datadir/ratel/examples
+644 examples/gateways/ratel-haproxy.lua $datadir/ratel/examples/gateways
+LIST
+}
+
+# The configurations rateld and captchad read: the examples, installed
+# only where no file is, and removed only while unchanged.
+configs="rateld.yaml captchad.yaml"
+example_of() { echo "$DESTDIR$datadir/ratel/examples/$1"; }
+
+d() { echo "$DESTDIR$1"; }
+
+do_install() {
+    manifest | while read -r mode src dir; do
+        [ -e "$src" ] || { echo "install: $src is missing: run make first" >&2; exit 1; }
+        install -d "$(d "$dir")"
+        install -m "$mode" "$src" "$(d "$dir")/"
+    done
+    ln -sf "libratel.so.$VERSION" "$(d "$libdir")/$SONAME"
+    ln -sf "libratel.so.$VERSION" "$(d "$libdir")/libratel.so"
+    install -d "$(d "$pkgconfigdir")"
+    sed -e "s|@prefix@|$prefix|" -e "s|@libdir@|$libdir|" \
+        -e "s|@includedir@|$includedir|" -e "s|@version@|$VERSION|" \
+        ratel.pc.in >"$(d "$pkgconfigdir")/ratel.pc"
+    chmod 644 "$(d "$pkgconfigdir")/ratel.pc"
+    install -d "$(d "$sysconfdir")/ratel"
+    for c in $configs; do
+        if [ -e "$(d "$sysconfdir")/ratel/$c" ]; then
+            echo "install: $sysconfdir/ratel/$c exists: kept (the example is $datadir/ratel/examples/$c)"
+        else
+            install -m 644 "$(example_of "$c")" "$(d "$sysconfdir")/ratel/$c"
+        fi
+    done
+}
+
+do_uninstall() {
+    for c in $configs; do
+        f="$(d "$sysconfdir")/ratel/$c"
+        [ -e "$f" ] || continue
+        if [ -e "$(example_of "$c")" ] && cmp -s "$f" "$(example_of "$c")"; then
+            rm -f "$f"
+        else
+            echo "uninstall: $sysconfdir/ratel/$c was changed: kept"
+        fi
+    done
+    manifest | while read -r mode src dir; do
+        rm -f "$(d "$dir")/$(basename "$src")"
+    done
+    rm -f "$(d "$libdir")/$SONAME" "$(d "$libdir")/libratel.so" "$(d "$pkgconfigdir")/ratel.pc"
+    # ratel's own directories, when empty; shared ones (bin, lib, ...) stay.
+    for dir in "$datadir/ratel/examples/gateways" "$datadir/ratel/examples" \
+        "$datadir/ratel/lua" "$datadir/ratel" "$sysconfdir/ratel"; do
+        rmdir "$(d "$dir")" 2>/dev/null || true
+    done
+}
+
+if [ "$action" = install ]; then do_install; else do_uninstall; fi

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# test_install.sh - `make install` and `make uninstall` into a DESTDIR, as an
+# operator or a packager runs them: the installed rateld serves its
+# installed configuration, redis-server loads the module from where it was
+# installed, a C program outside the tree builds with nothing but
+# `pkg-config --cflags --libs ratel` (and --static) and decides, the Lua
+# library loads, and uninstall leaves no file behind. docs/install.md.
+. "$(dirname "$0")/lib.sh"
+
+mk() { make -s -C "$root" BUILD="$build" "$@" >"$tmp/make.out" 2>&1 || cat "$tmp/make.out"; }
+
+# ------------------------------------------------- PREFIX=/usr, sysconfdir=/etc
+d=$tmp/root
+mk install DESTDIR="$d" PREFIX=/usr sysconfdir=/etc
+(cd "$d" && find . \( -type f -o -type l \) | sed 's|^\./|/|' | sort) >"$tmp/files"
+same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
+    /etc/ratel/captchad.yaml /etc/ratel/rateld.yaml \
+    /usr/bin/ratel /usr/include/ratel.h \
+    /usr/lib/libratel.a /usr/lib/libratel.so /usr/lib/libratel.so.0 \
+    "/usr/lib/libratel.so.$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")" \
+    /usr/lib/pkgconfig/ratel.pc /usr/lib/redis/modules/ratel.so \
+    /usr/sbin/captchad /usr/sbin/rateld \
+    /usr/share/ratel/examples/captchad.yaml \
+    /usr/share/ratel/examples/gateways/ratel-haproxy.lua \
+    /usr/share/ratel/examples/rateld.yaml \
+    /usr/share/ratel/lua/ratel.eval.lua /usr/share/ratel/lua/ratel.lib.lua | sort)"
+same soname "$(readelf -d "$d/usr/lib/libratel.so.0" | sed -n 's/.*soname: \[\(.*\)\]/\1/p')" libratel.so.0
+same module_mode "$(stat -c %a "$d/usr/lib/redis/modules/ratel.so") $(stat -c %a "$d/usr/sbin/rateld")" "644 755"
+contains pc_prefix "$(cat "$d/usr/lib/pkgconfig/ratel.pc")" "libdir=/usr/lib"
+
+# The installed rateld on the installed configuration (only its port moved).
+port=$(free_port)
+sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$d/etc/ratel/rateld.yaml" >"$tmp/rateld.yaml"
+same config_only_port_changed "$(diff "$d/etc/ratel/rateld.yaml" "$tmp/rateld.yaml" | grep -c '^[<>]')" 2
+"$d/usr/sbin/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+echo $! >"$tmp/pids/rateld"
+code=000
+for _ in $(seq 100); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz") && [ "$code" = 200 ] && break
+    sleep 0.1
+done
+same installed_rateld_healthz "$code" 200
+same installed_rateld_decides "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/acquire?policy=ping&key=i")" 200
+same installed_rateld_version "$("$d/usr/sbin/rateld" --version | head -1 | grep -c ratel)" 1
+
+# redis-server loads the module from its installed path; the installed
+# Lua library loads with FUNCTION LOAD.
+rport=$(RATEL_MODULE="$d/usr/lib/redis/modules/ratel.so" redis_start)
+same installed_module_acquire "$(rcli "$rport" RATEL.ACQUIRE k 1/1m | head -1)" 1
+same installed_module_denies "$(rcli "$rport" RATEL.ACQUIRE k 1/1m | head -1)" 0
+same installed_lua_loads "$(rcli "$rport" FUNCTION LOAD REPLACE "$(cat "$d/usr/share/ratel/lua/ratel.lib.lua")")" ratel
+same installed_lua_fcall "$(rcli "$rport" FCALL ratel_acquire 1 f 1/1m | head -1)" 1
+
+# A C program outside the tree, built with pkg-config alone.
+mkdir -p "$tmp/user"
+cat >"$tmp/user/prog.c" <<'C'
+#include <ratel.h>
+#include <stdio.h>
+
+int main(void)
+{
+    ratel_policy_t policy;
+    const char *rules[] = {"1/60s", "10/1h"};
+    char err[256];
+    if (ratel_policy_parse(&policy, rules, 2, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    ratel_store_t *store;
+    if (ratel_store_memory_new(&store, NULL) != 0)
+        return 1;
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    ratel_decision_t d1, d2;
+    if (ratel_store_acquire(store, "sms:1", 5, &policy, 1000000, &req, &d1) != 0 ||
+        ratel_store_acquire(store, "sms:1", 5, &policy, 2000000, &req, &d2) != 0)
+        return 1;
+    printf("%d %d %lld %s\n", d1.allowed, d2.allowed, (long long)d2.retry_after_ms,
+           RATEL_VERSION);
+    ratel_store_free(store);
+    return 0;
+}
+C
+export PKG_CONFIG_PATH="$d/usr/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$d"
+version=$(pkg-config --modversion ratel)
+same pkgconfig_version "$version" "$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
+# shellcheck disable=SC2046
+(cd "$tmp/user" && cc -o prog prog.c $(pkg-config --cflags --libs ratel)) >"$tmp/cc.out" 2>&1
+same pkgconfig_build "$(cat "$tmp/cc.out")" ""
+same needs_soname "$(readelf -d "$tmp/user/prog" 2>/dev/null | sed -n 's/.*Shared library: \[\(libratel[^]]*\)\]/\1/p')" libratel.so.0
+same dynamic_decides "$(LD_LIBRARY_PATH="$d/usr/lib" "$tmp/user/prog" 2>&1)" "1 0 59000 $version"
+# shellcheck disable=SC2046
+(cd "$tmp/user" && cc -static-libgcc -o prog-static prog.c -Wl,-Bstatic $(pkg-config --cflags --libs-only-L ratel) -lratel -Wl,-Bdynamic $(pkg-config --static --libs-only-l ratel | sed 's/-lratel//')) >"$tmp/cc.out" 2>&1
+same static_build "$(cat "$tmp/cc.out")" ""
+same static_no_libratel_needed "$(readelf -d "$tmp/user/prog-static" | grep -c 'libratel')" 0
+same static_decides "$("$tmp/user/prog-static" 2>&1)" "1 0 59000 $version"
+unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+
+# A changed configuration survives uninstall (and a second install keeps it).
+echo "# mine" >>"$d/etc/ratel/captchad.yaml"
+contains reinstall_keeps_config "$(make -s -C "$root" BUILD="$build" install DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
+    "/etc/ratel/captchad.yaml exists: kept"
+same reinstall_kept "$(tail -1 "$d/etc/ratel/captchad.yaml")" "# mine"
+contains uninstall_says_kept "$(make -s -C "$root" BUILD="$build" uninstall DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
+    "/etc/ratel/captchad.yaml was changed: kept"
+same uninstall_leaves_only_changed_config "$(cd "$d" && find . \( -type f -o -type l \) | sort)" "./etc/ratel/captchad.yaml"
+rm "$d/etc/ratel/captchad.yaml"
+mk uninstall DESTDIR="$d" PREFIX=/usr sysconfdir=/etc
+same uninstall_removes_ratel_dirs "$(cd "$d" && find . -path '*ratel*' | sort)" ""
+
+# ------------------------------------------------- the default, /usr/local
+d=$tmp/local
+mk install DESTDIR="$d"
+same local_layout "$(cd "$d" && find . \( -type f -o -type l \) | grep -c '^\./usr/local/')" "$(wc -l <"$tmp/files")"
+same local_config "$(test -f "$d/usr/local/etc/ratel/rateld.yaml" && echo yes)" yes
+contains local_pc "$(cat "$d/usr/local/lib/pkgconfig/ratel.pc")" "includedir=/usr/local/include"
+mk uninstall DESTDIR="$d"
+same local_uninstall_leaves_nothing "$(cd "$d" && find . \( -type f -o -type l \) | wc -l)" 0
+
+finish
