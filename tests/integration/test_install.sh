@@ -7,6 +7,10 @@
 # library loads, and uninstall leaves no file behind. docs/install.md.
 . "$(dirname "$0")/lib.sh"
 
+# Under `make asan` the library is instrumented: the user's program is built
+# with the same sanitizers (SANITIZE comes from make's command line).
+read -r -a san <<<"${SANITIZE:-}"
+
 mk() { make -s -C "$root" BUILD="$build" "$@" >"$tmp/make.out" 2>&1 || cat "$tmp/make.out"; }
 
 # ------------------------------------------------- PREFIX=/usr, sysconfdir=/etc
@@ -84,12 +88,12 @@ export PKG_CONFIG_PATH="$d/usr/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$d"
 version=$(pkg-config --modversion ratel)
 same pkgconfig_version "$version" "$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
 # shellcheck disable=SC2046
-(cd "$tmp/user" && cc -o prog prog.c $(pkg-config --cflags --libs ratel)) >"$tmp/cc.out" 2>&1
+(cd "$tmp/user" && cc "${san[@]}" -o prog prog.c $(pkg-config --cflags --libs ratel)) >"$tmp/cc.out" 2>&1
 same pkgconfig_build "$(cat "$tmp/cc.out")" ""
 same needs_soname "$(readelf -d "$tmp/user/prog" 2>/dev/null | sed -n 's/.*Shared library: \[\(libratel[^]]*\)\]/\1/p')" libratel.so.0
 same dynamic_decides "$(LD_LIBRARY_PATH="$d/usr/lib" "$tmp/user/prog" 2>&1)" "1 0 59000 $version"
 # shellcheck disable=SC2046
-(cd "$tmp/user" && cc -static-libgcc -o prog-static prog.c -Wl,-Bstatic $(pkg-config --cflags --libs-only-L ratel) -lratel -Wl,-Bdynamic $(pkg-config --static --libs-only-l ratel | sed 's/-lratel//')) >"$tmp/cc.out" 2>&1
+(cd "$tmp/user" && cc "${san[@]}" -o prog-static prog.c -Wl,-Bstatic $(pkg-config --cflags --libs-only-L ratel) -lratel -Wl,-Bdynamic $(pkg-config --static --libs-only-l ratel | sed 's/-lratel//')) >"$tmp/cc.out" 2>&1
 same static_build "$(cat "$tmp/cc.out")" ""
 same static_no_libratel_needed "$(readelf -d "$tmp/user/prog-static" | grep -c 'libratel')" 0
 same static_decides "$("$tmp/user/prog-static" 2>&1)" "1 0 59000 $version"
