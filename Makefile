@@ -74,10 +74,8 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 VERSION   := $(shell sed -n 's/^\#define RATEL_VERSION "\(.*\)"/\1/p' include/ratel.h)
 SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
 
-RATELD := $(if $(wildcard daemon/main.c),$(BUILD)/rateld)
-
 .PHONY: all test asan valgrind bench fuzz clean format format-check module lua
-all: lua $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(RATELD)
+all: lua $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BUILD)/rateld
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -201,7 +199,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(RATELD) $(BUILD)/captchad
+valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(BUILD)/rateld $(BUILD)/captchad
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)
