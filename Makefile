@@ -44,8 +44,9 @@ HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 LDLIBS   += $(HIREDIS_LIBS) -pthread
 
 # rateld and the captcha service: libevent (the event loop), http-parser
-# (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies).
-SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson 2>/dev/null || echo -levent -lyaml -lcjson) -lhttp_parser
+# (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies), libsystemd
+# (sd_notify: readiness and reloads told to systemd, docs/deployment.md).
+SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson libsystemd 2>/dev/null || echo -levent -lyaml -lcjson -lsystemd) -lhttp_parser
 
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
 HTTP_SRC  := $(sort $(wildcard src/http/*.c))
@@ -275,12 +276,14 @@ datadir        ?= $(datarootdir)
 sysconfdir     ?= $(prefix)/etc
 pkgconfigdir   ?= $(libdir)/pkgconfig
 redismoduledir ?= $(libdir)/redis/modules
+systemdunitdir ?= $(prefix)/lib/systemd/system
 
 INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
     SONAME='$(SONAME)' prefix='$(prefix)' bindir='$(bindir)' \
     sbindir='$(sbindir)' libdir='$(libdir)' includedir='$(includedir)' \
     datadir='$(datadir)' sysconfdir='$(sysconfdir)' \
-    pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)'
+    pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)' \
+    systemdunitdir='$(systemdunitdir)'
 
 .PHONY: install uninstall
 install: all

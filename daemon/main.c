@@ -65,7 +65,7 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
 /* ------------------------------------------------------------ signals */
 
 /* SIGHUP, on the signal thread: the configuration file again. */
-static void reload(void *ud)
+static int reload(void *ud)
 {
     rateld_t *d = ud;
     char err[800];
@@ -75,10 +75,11 @@ static void reload(void *ud)
         ratel__log("info", "configuration reloaded",
                    "path=%s policies=%zu routes=%zu", d->config_path,
                    g->config->npolicies, g->config->nroutes);
-    } else {
-        ratel__log("error", "reload refused, running configuration kept",
-                   "reason=\"%s\"", err);
+        return 0;
     }
+    ratel__log("error", "reload refused, running configuration kept",
+               "reason=\"%s\"", err);
+    return -1;
 }
 
 /* --------------------------------------------------------------- main */

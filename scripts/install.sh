@@ -5,7 +5,8 @@
 #
 # The Makefile passes the directories in the environment: BUILD, DESTDIR,
 # VERSION, SONAME, prefix, bindir, sbindir, libdir, includedir, datadir,
-# sysconfdir, pkgconfigdir, redismoduledir (docs/install.md). Paths with
+# sysconfdir, pkgconfigdir, redismoduledir, systemdunitdir
+# (docs/install.md). Paths with
 # spaces are not supported.
 set -eu
 action=${1:-}
@@ -32,6 +33,9 @@ manifest() {
 LIST
 }
 
+# The systemd units, written with the directories they name.
+units="rateld.service captchad.service"
+
 # The configurations rateld and captchad read: the examples, installed
 # only where no file is, and removed only while unchanged.
 configs="rateld.yaml captchad.yaml"
@@ -52,6 +56,12 @@ do_install() {
         -e "s|@includedir@|$includedir|" -e "s|@version@|$VERSION|" \
         ratel.pc.in >"$(d "$pkgconfigdir")/ratel.pc"
     chmod 644 "$(d "$pkgconfigdir")/ratel.pc"
+    install -d "$(d "$systemdunitdir")"
+    for u in $units; do
+        sed -e "s|@sbindir@|$sbindir|g" -e "s|@sysconfdir@|$sysconfdir|g" \
+            "systemd/$u.in" >"$(d "$systemdunitdir")/$u"
+        chmod 644 "$(d "$systemdunitdir")/$u"
+    done
     install -d "$(d "$sysconfdir")/ratel"
     for c in $configs; do
         if [ -e "$(d "$sysconfdir")/ratel/$c" ]; then
@@ -76,6 +86,7 @@ do_uninstall() {
         rm -f "$(d "$dir")/$(basename "$src")"
     done
     rm -f "$(d "$libdir")/$SONAME" "$(d "$libdir")/libratel.so" "$(d "$pkgconfigdir")/ratel.pc"
+    for u in $units; do rm -f "$(d "$systemdunitdir")/$u"; done
     # ratel's own directories, when empty; shared ones (bin, lib, ...) stay.
     for dir in "$datadir/ratel/examples/gateways" "$datadir/ratel/examples" \
         "$datadir/ratel/lua" "$datadir/ratel" "$sysconfdir/ratel"; do

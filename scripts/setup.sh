@@ -22,6 +22,8 @@
 #                                   package on bookworm, absent from minbase)
 #   clang-format                    test_format.sh: every C file as
 #                                   .clang-format writes it
+#   libsystemd-dev, systemd         sd_notify (rateld, captchad under
+#                                   Type=notify); systemd-analyze on the units
 #
 # Checks with dpkg-query what is missing, runs `apt-get update` once only
 # if something is, installs without recommends, and says what it did. A
@@ -44,6 +46,7 @@ packages=(
     librsvg2-bin
     curl
     xxd clang-format
+    libsystemd-dev systemd
 )
 
 # Installed packages and what they provide, one name per line.

@@ -9,6 +9,8 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
 
 int ratel__program_args(const ratel__program_t *p, int argc, char **argv,
                         const char **path)
@@ -69,6 +71,29 @@ void ratel__signals_block(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/*
+ * A reload under systemd (Type=notify): RELOADING=1 with the monotonic
+ * clock's microseconds, as sd_notify(3) asks, then READY=1 again whether
+ * the new configuration was taken or refused (the old one still serves),
+ * with a STATUS= line that says which.
+ */
+static void reload_notified(ratel__signals_t *s)
+{
+    struct timespec ts;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+               (unsigned long long)ts.tv_sec * 1000000ULL +
+                   (unsigned long long)ts.tv_nsec / 1000);
+    rc = s->reload(s->ud);
+    sd_notifyf(0, "READY=1\nSTATUS=%s",
+               rc == 0 ? "configuration reloaded"
+                       : "reload refused, running "
+                         "configuration kept "
+                         "(see the log)");
+}
+
 static void *signal_thread(void *arg)
 {
     ratel__signals_t *s = arg;
@@ -82,13 +107,14 @@ static void *signal_thread(void *arg)
         if (sig != SIGHUP)
             break;
         if (s->reload)
-            s->reload(s->ud);
+            reload_notified(s);
         else
             ratel__log("warn", "SIGHUP ignored",
                        "program=%s reason=\"it does not reload its "
                        "configuration; restart it\"",
                        s->name);
     }
+    sd_notify(0, "STOPPING=1");
     ratel__log("info", "stopping", "signal=%s drain_ms=%u",
                sig == SIGTERM ? "TERM" : "INT", s->drain_ms);
     ratel_http_server_stop(s->http, s->drain_ms);
@@ -97,7 +123,13 @@ static void *signal_thread(void *arg)
 
 int ratel__signals_start(ratel__signals_t *s)
 {
-    return pthread_create(&s->tid, NULL, signal_thread, s) == 0 ? 0 : -1;
+    if (pthread_create(&s->tid, NULL, signal_thread, s) != 0)
+        return -1;
+    /* Listening, the store open, signals taken: ready (a no-op unless
+       systemd started the program with NOTIFY_SOCKET). */
+    sd_notifyf(0, "READY=1\nSTATUS=serving on port %d",
+               ratel_http_server_port(s->http));
+    return 0;
 }
 
 void ratel__signals_stop(ratel__signals_t *s)

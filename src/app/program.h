@@ -45,14 +45,20 @@ typedef struct ratel__signals_s {
     const char *name;          /* the program, for the log */
     ratel_http_server_t *http; /* TERM / INT: stopped, draining drain_ms */
     unsigned drain_ms;
-    /* HUP: called on the signal thread; NULL: the signal is logged and
-       ignored (the program does not reload). */
-    void (*reload)(void *ud);
+    /* HUP: called on the signal thread, returns 0 when the new
+       configuration was taken, -1 when it was refused (the old one kept);
+       NULL: the signal is logged and ignored (no reload). */
+    int (*reload)(void *ud);
     void *ud;
     pthread_t tid; /* set by ratel__signals_start */
 } ratel__signals_t;
 
-/* Starts the signal thread on *s (which must outlive it). 0 or -1. */
+/*
+ * Starts the signal thread on *s (which must outlive it); 0 or -1. Call it
+ * once the program is listening: it then tells systemd READY=1 (Type=notify;
+ * nothing without NOTIFY_SOCKET). The thread tells it RELOADING=1 and READY=1
+ * around a reload, and STOPPING=1 on TERM or INT (sd_notify(3)).
+ */
 int ratel__signals_start(ratel__signals_t *s);
 
 /*

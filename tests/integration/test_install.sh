@@ -23,6 +23,7 @@ same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
     /usr/lib/libratel.a /usr/lib/libratel.so /usr/lib/libratel.so.0 \
     "/usr/lib/libratel.so.$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")" \
     /usr/lib/pkgconfig/ratel.pc /usr/lib/redis/modules/ratel.so \
+    /usr/lib/systemd/system/captchad.service /usr/lib/systemd/system/rateld.service \
     /usr/sbin/captchad /usr/sbin/rateld \
     /usr/share/ratel/examples/captchad.yaml \
     /usr/share/ratel/examples/gateways/ratel-haproxy.lua \
@@ -30,6 +31,8 @@ same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
     /usr/share/ratel/lua/ratel.eval.lua /usr/share/ratel/lua/ratel.lib.lua | sort)"
 same soname "$(readelf -d "$d/usr/lib/libratel.so.0" | sed -n 's/.*soname: \[\(.*\)\]/\1/p')" libratel.so.0
 same module_mode "$(stat -c %a "$d/usr/lib/redis/modules/ratel.so") $(stat -c %a "$d/usr/sbin/rateld")" "644 755"
+contains unit_paths "$(grep '^ExecStart=' "$d/usr/lib/systemd/system/rateld.service")" \
+    "ExecStart=/usr/sbin/rateld --config /etc/ratel/rateld.yaml"
 contains pc_prefix "$(cat "$d/usr/lib/pkgconfig/ratel.pc")" "libdir=/usr/lib"
 
 # The installed rateld on the installed configuration (only its port moved).
