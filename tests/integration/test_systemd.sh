@@ -47,27 +47,38 @@ wait_msgs() {
 }
 msg() { sed -n "${2}p" "$tmp/$1.msgs"; }
 
-port=$(free_port)
-sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$root/examples/rateld.yaml" >"$tmp/rateld.yaml"
-sock=$(listen_notify rateld)
-NOTIFY_SOCKET=$sock "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
-pid=$!
-echo "$pid" >"$tmp/pids/rateld"
-wait_msgs rateld 1
-contains rateld_ready "$(msg rateld 1)" "READY=1|STATUS=serving on port $port"
-# Ready means listening: the first request after READY=1 is answered.
-same rateld_answers_when_ready "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" 200
+# start_notified NAME EXAMPLE: starts NAME (rateld or captchad) in
+# $tmp/NAME on its example configuration, only the listen line changed to
+# a free port, talking to a notify socket; checks READY=1, then that it
+# answers (ready means listening). Sets pid and port.
+start_notified() {
+    local name=$1 sock
+    port=$(free_port)
+    mkdir -p "$tmp/$name"
+    sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$2" >"$tmp/$name/$name.yaml"
+    sock=$(listen_notify "$name")
+    (cd "$tmp/$name" && NOTIFY_SOCKET=$sock exec "$build/$name" --config "$name.yaml") \
+        >"$tmp/$name.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$tmp/pids/$name"
+    wait_msgs "$name" 1
+    contains "${name}_ready" "$(msg "$name" 1)" "READY=1|STATUS=serving on port $port"
+    same "${name}_answers_when_ready" "$(healthz)" 200
+}
+healthz() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz"; }
+
+start_notified rateld "$root/examples/rateld.yaml"
 kill -HUP "$pid"
 wait_msgs rateld 3
 contains rateld_reloading "$(msg rateld 2)" "RELOADING=1|MONOTONIC_USEC="
 same rateld_reloaded "$(msg rateld 3)" "READY=1|STATUS=configuration reloaded"
-echo "policies: [" >>"$tmp/rateld.yaml"
+echo "policies: [" >>"$tmp/rateld/rateld.yaml"
 kill -HUP "$pid"
 wait_msgs rateld 5
 contains rateld_bad_reloading "$(msg rateld 4)" "RELOADING=1"
 same rateld_bad_reload_ready "$(msg rateld 5)" \
     "READY=1|STATUS=reload refused, running configuration kept (see the log)"
-same rateld_still_serves "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" 200
+same rateld_still_serves "$(healthz)" 200
 kill -TERM "$pid"
 wait_msgs rateld 6
 same rateld_stopping "$(msg rateld 6)" "STOPPING=1"
@@ -76,18 +87,11 @@ same rateld_exit "$?" 0
 # Without NOTIFY_SOCKET nothing is sent and nothing fails (every other
 # suite runs rateld so).
 
-cport=$(free_port)
-mkdir -p "$tmp/captchad"
-sed "s/^listen: .*/listen: 127.0.0.1:$cport/" "$root/examples/captcha/captchad.yaml" >"$tmp/captchad/captchad.yaml"
-sock=$(listen_notify captchad)
-(cd "$tmp/captchad" && NOTIFY_SOCKET=$sock exec "$build/captchad" --config captchad.yaml) >"$tmp/captchad.log" 2>&1 &
-cpid=$!
-echo "$cpid" >"$tmp/pids/captchad"
-wait_msgs captchad 1
-contains captchad_ready "$(msg captchad 1)" "READY=1|STATUS=serving on port $cport"
-same captchad_answers_when_ready "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$cport/healthz")" 200
-kill -TERM "$cpid"
+start_notified captchad "$root/examples/captcha/captchad.yaml"
+kill -TERM "$pid"
 wait_msgs captchad 2
 same captchad_stopping "$(msg captchad 2)" "STOPPING=1"
+wait "$pid"
+same captchad_exit "$?" 0
 
 finish
