@@ -11,7 +11,7 @@
 # with the same sanitizers (SANITIZE comes from make's command line).
 read -r -a san <<<"${SANITIZE:-}"
 
-mk() { make -s -C "$root" BUILD="$build" "$@" >"$tmp/make.out" 2>&1 || cat "$tmp/make.out"; }
+mk() { make -s --no-print-directory -C "$root" BUILD="$build" "$@" >"$tmp/make.out" 2>&1 || cat "$tmp/make.out"; }
 
 # ------------------------------------------------- PREFIX=/usr, sysconfdir=/etc
 d=$tmp/root
@@ -104,10 +104,10 @@ unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 
 # A changed configuration survives uninstall (and a second install keeps it).
 echo "# mine" >>"$d/etc/ratel/captchad.yaml"
-contains reinstall_keeps_config "$(make -s -C "$root" BUILD="$build" install DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
+contains reinstall_keeps_config "$(make -s --no-print-directory -C "$root" BUILD="$build" install DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
     "/etc/ratel/captchad.yaml exists: kept"
 same reinstall_kept "$(tail -1 "$d/etc/ratel/captchad.yaml")" "# mine"
-contains uninstall_says_kept "$(make -s -C "$root" BUILD="$build" uninstall DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
+contains uninstall_says_kept "$(make -s --no-print-directory -C "$root" BUILD="$build" uninstall DESTDIR="$d" PREFIX=/usr sysconfdir=/etc 2>&1)" \
     "/etc/ratel/captchad.yaml was changed: kept"
 same uninstall_leaves_only_changed_config "$(cd "$d" && find . \( -type f -o -type l \) | sort)" "./etc/ratel/captchad.yaml"
 rm "$d/etc/ratel/captchad.yaml"
