@@ -27,7 +27,7 @@ cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
 lib=(src/core/*.c)
-for f in src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
+for f in src/tz/*.c src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 # The Redis store embeds the Lua artefacts and links hiredis.
 sh scripts/lua-build.sh "$out/lua"
 scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"
@@ -38,7 +38,7 @@ for f in src/http/*.c src/app/*.c daemon/*.c; do
     [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
 done
 cflags+=(-I.)
-libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson)
+libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson -lsystemd)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
