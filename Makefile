@@ -1,7 +1,8 @@
 # ratel — one GNU Makefile.
 #
-#   make            libratel.a, libratel.so, the ratel CLI and the Redis
-#                   module ratel.so in build/
+#   make            libratel.a, libratel.so, the ratel CLI, the Redis
+#                   module ratel.so, rateld, captchad and the man pages
+#                   in build/
 #   make test       the whole suite (unit, property, CLI, fuzz smoke)
 #   make asan       the suite built with AddressSanitizer + UBSan
 #   make valgrind   the unit suite under valgrind (errors and leaks fatal)
@@ -75,8 +76,8 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 VERSION   := $(shell sed -n 's/^\#define RATEL_VERSION "\(.*\)"/\1/p' include/ratel.h)
 SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
 
-.PHONY: all test asan valgrind bench fuzz clean format format-check module lua
-all: lua $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BUILD)/rateld
+.PHONY: all test asan valgrind bench fuzz clean format format-check module lua man
+all: lua man $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BUILD)/rateld
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -90,6 +91,16 @@ lua: $(LUA_OUT)
 
 $(LUA_OUT) &: $(wildcard lua/*.lua) scripts/lua-build.sh include/ratel.h
 	sh scripts/lua-build.sh $(BUILD)/lua
+
+# The man pages rateld(8), ratel(1), rateld.yaml(5) and captchad(8),
+# generated from the documents they are made of by go-md2man.
+MAN_OUT := $(BUILD)/man/rateld.8 $(BUILD)/man/ratel.1 \
+           $(BUILD)/man/rateld.yaml.5 $(BUILD)/man/captchad.8
+man: $(MAN_OUT)
+
+$(MAN_OUT) &: docs/rateld.md docs/cli.md docs/config.md \
+              examples/captcha/README.md scripts/man.sh include/ratel.h
+	sh scripts/man.sh $(BUILD)/man
 
 $(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
 	scripts/embed-lua.sh $(LUA_OUT) $@
@@ -276,6 +287,7 @@ datadir        ?= $(datarootdir)
 sysconfdir     ?= $(prefix)/etc
 pkgconfigdir   ?= $(libdir)/pkgconfig
 redismoduledir ?= $(libdir)/redis/modules
+mandir         ?= $(datarootdir)/man
 systemdunitdir ?= $(prefix)/lib/systemd/system
 
 INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
@@ -283,7 +295,7 @@ INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
     sbindir='$(sbindir)' libdir='$(libdir)' includedir='$(includedir)' \
     datadir='$(datadir)' sysconfdir='$(sysconfdir)' \
     pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)' \
-    systemdunitdir='$(systemdunitdir)'
+    systemdunitdir='$(systemdunitdir)' mandir='$(mandir)'
 
 .PHONY: install uninstall
 install: all

@@ -5,7 +5,7 @@
 #
 # The Makefile passes the directories in the environment: BUILD, DESTDIR,
 # VERSION, SONAME, prefix, bindir, sbindir, libdir, includedir, datadir,
-# sysconfdir, pkgconfigdir, redismoduledir, systemdunitdir
+# sysconfdir, pkgconfigdir, redismoduledir, systemdunitdir, mandir
 # (docs/install.md). Paths with
 # spaces are not supported.
 set -eu
@@ -15,7 +15,9 @@ install | uninstall) ;;
 *) echo "usage: $0 install|uninstall" >&2; exit 2 ;;
 esac
 
-# MODE SOURCE DIRECTORY: one installed file a line, under DESTDIR.
+# MODE SOURCE DIRECTORY: one installed file a line, under DESTDIR. The
+# Redis module is 755: Redis 7.2 and later refuse to load a module file
+# without execute permission.
 manifest() {
     cat <<LIST
 755 $BUILD/ratel $bindir
@@ -24,12 +26,18 @@ manifest() {
 644 $BUILD/libratel.so.$VERSION $libdir
 644 $BUILD/libratel.a $libdir
 644 include/ratel.h $includedir
-644 $BUILD/ratel.so $redismoduledir
+755 $BUILD/ratel.so $redismoduledir
 644 $BUILD/lua/ratel.lib.lua $datadir/ratel/lua
 644 $BUILD/lua/ratel.eval.lua $datadir/ratel/lua
 644 examples/rateld.yaml $datadir/ratel/examples
 644 examples/captcha/captchad.yaml $datadir/ratel/examples
 644 examples/gateways/ratel-haproxy.lua $datadir/ratel/examples/gateways
+644 ops/grafana/rateld.json $datadir/ratel/grafana
+644 ops/prometheus/rateld.rules.yml $datadir/ratel/prometheus
+644 $BUILD/man/ratel.1 $mandir/man1
+644 $BUILD/man/rateld.yaml.5 $mandir/man5
+644 $BUILD/man/rateld.8 $mandir/man8
+644 $BUILD/man/captchad.8 $mandir/man8
 LIST
 }
 
@@ -89,7 +97,8 @@ do_uninstall() {
     for u in $units; do rm -f "$(d "$systemdunitdir")/$u"; done
     # ratel's own directories, when empty; shared ones (bin, lib, ...) stay.
     for dir in "$datadir/ratel/examples/gateways" "$datadir/ratel/examples" \
-        "$datadir/ratel/lua" "$datadir/ratel" "$sysconfdir/ratel"; do
+        "$datadir/ratel/lua" "$datadir/ratel/grafana" \
+        "$datadir/ratel/prometheus" "$datadir/ratel" "$sysconfdir/ratel"; do
         rmdir "$(d "$dir")" 2>/dev/null || true
     done
 }

@@ -24,6 +24,12 @@
 #                                   .clang-format writes it
 #   libsystemd-dev, systemd         sd_notify (rateld, captchad under
 #                                   Type=notify); systemd-analyze on the units
+#   go-md2man, man-db               the man pages, from docs/ (scripts/man.sh);
+#                                   man(1) renders them in the tests and
+#                                   systemd-analyze verify looks them up
+#   prometheus                      promtool: the alerting rules checked and
+#                                   unit-tested (test_ops.sh); its server is
+#                                   not used
 #
 # Checks with dpkg-query what is missing, runs `apt-get update` once only
 # if something is, installs without recommends, and says what it did. A
@@ -47,6 +53,7 @@ packages=(
     curl
     xxd clang-format
     libsystemd-dev systemd
+    go-md2man man-db prometheus
 )
 
 # Installed packages and what they provide, one name per line.

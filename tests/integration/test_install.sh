@@ -28,12 +28,24 @@ same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
     /usr/share/ratel/examples/captchad.yaml \
     /usr/share/ratel/examples/gateways/ratel-haproxy.lua \
     /usr/share/ratel/examples/rateld.yaml \
-    /usr/share/ratel/lua/ratel.eval.lua /usr/share/ratel/lua/ratel.lib.lua | sort)"
+    /usr/share/ratel/grafana/rateld.json /usr/share/ratel/prometheus/rateld.rules.yml \
+    /usr/share/ratel/lua/ratel.eval.lua /usr/share/ratel/lua/ratel.lib.lua \
+    /usr/share/man/man1/ratel.1 /usr/share/man/man5/rateld.yaml.5 \
+    /usr/share/man/man8/captchad.8 /usr/share/man/man8/rateld.8 | sort)"
 same soname "$(readelf -d "$d/usr/lib/libratel.so.0" | sed -n 's/.*soname: \[\(.*\)\]/\1/p')" libratel.so.0
-same module_mode "$(stat -c %a "$d/usr/lib/redis/modules/ratel.so") $(stat -c %a "$d/usr/sbin/rateld")" "644 755"
+same module_mode "$(stat -c %a "$d/usr/lib/redis/modules/ratel.so") $(stat -c %a "$d/usr/sbin/rateld")" "755 755"
 contains unit_paths "$(grep '^ExecStart=' "$d/usr/lib/systemd/system/rateld.service")" \
     "ExecStart=/usr/sbin/rateld --config /etc/ratel/rateld.yaml"
 contains pc_prefix "$(cat "$d/usr/lib/pkgconfig/ratel.pc")" "libdir=/usr/lib"
+# The installed man pages: man(1) finds each by name under the installed
+# tree and renders it without a warning from groff.
+for page in rateld.8 ratel.1 rateld.yaml.5 captchad.8; do
+    name=${page%.*} section=${page##*.}
+    out=$(MANPATH=$d/usr/share/man MANWIDTH=80 man --warnings "$section" "$name" 2>&1 >/dev/null)
+    same "man_${name}_renders_cleanly" "$out" ""
+    contains "man_${name}_found" "$(MANPATH=$d/usr/share/man man -w "$section" "$name" 2>&1)" \
+        "$d/usr/share/man/man$section/$page"
+done
 
 # The installed rateld on the installed configuration (only its port moved).
 port=$(free_port)

@@ -15,10 +15,17 @@ for u in rateld captchad; do
     sed -e "s|@sbindir@|$build|g" -e "s|@sysconfdir@|$tmp/etc|g" \
         "$root/systemd/$u.service.in" >"$tmp/units/$u.service"
 done
-out=$(systemd-analyze verify "$tmp/units/rateld.service" "$tmp/units/captchad.service" 2>&1)
+# verify runs man(1) for each Documentation=man: line: this build's pages.
+for page in "$build"/man/*.[158]; do
+    mkdir -p "$tmp/man/man${page##*.}"
+    ln -s "$page" "$tmp/man/man${page##*.}/"
+done
+out=$(MANPATH=$tmp/man systemd-analyze verify "$tmp/units/rateld.service" "$tmp/units/captchad.service" 2>&1)
 same verify_says_nothing "$out" ""
 printf '[Service]\nExecStart=/nonexistent/x\nTpye=notify\n' >"$tmp/units/bad.service"
 contains verify_can_fail "$(systemd-analyze verify "$tmp/units/bad.service" 2>&1)" "Tpye"
+contains verify_finds_missing_page "$(MANPATH=$tmp/none systemd-analyze verify "$tmp/units/rateld.service" 2>&1)" \
+    "Command 'man rateld(8)' failed"
 
 # Exposure: 1.2 ("OK") when written; the bound leaves room for a line
 # that a later systemd scores differently, not for dropping a protection.
