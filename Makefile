@@ -13,9 +13,12 @@
 #   make install    install under PREFIX (/usr/local), honouring DESTDIR and
 #                   the GNU directory variables (docs/install.md)
 #   make uninstall  remove what `make install` put there
+#   make deb        the Debian packages in build/deb/, checked by lintian
+#                   (docs/install.md)
 #   make clean
 #
-# CC, CFLAGS, BUILD, SANITIZE, WERROR and REDISMODULE_H are overridable.
+# CC, CFLAGS, CPPFLAGS, LDFLAGS (added to every link, as dpkg-buildflags
+# expects), BUILD, SANITIZE, WERROR and REDISMODULE_H are overridable.
 
 CC       ?= cc
 BUILD    ?= build
@@ -114,14 +117,14 @@ $(BUILD)/libratel.a: $(LIB_OBJ)
 # libratel.so.VERSION with its soname (libratel.so.0), and the two links
 # a system has: the soname's for the loader, libratel.so for the linker.
 $(BUILD)/libratel.so.$(VERSION): $(LIB_OBJ)
-	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libratel.so: $(BUILD)/libratel.so.$(VERSION)
 	ln -sf libratel.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libratel.so.$(VERSION) $@
 
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The HTTP server rateld and the captcha service share (src/http/).
 $(BUILD)/libratel_http.a: $(HTTP_OBJ)
@@ -133,7 +136,7 @@ $(BUILD)/libratel_app.a: $(APP_OBJ)
 
 # rateld: daemon/ on libratel and the HTTP server.
 $(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
 # exports RedisModule_OnLoad only (-fvisibility=hidden; redis-server links
@@ -163,44 +166,44 @@ $(BUILD)/modcore/%.o: %.c
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
 $(BUILD)/ratel.so: $(MOD_OBJ)
-	$(CC) $(MOD_CFLAGS) -shared -o $@ $^ $(LDLIBS)
+	$(CC) $(MOD_CFLAGS) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The conformance driver: core, module and Lua script on the same traces.
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The Redis store against real redis-servers (tests/integration/servers.c
 # starts, kills and restarts them).
 $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/servers.c tests/integration/servers.h $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 # The harness's own test (starts, kills and restarts servers; a cluster).
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 -o $@ $^ $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The HTTP server alone, answering like rateld (bench/rateld.sh's floor).
 $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
@@ -260,7 +263,7 @@ $(BUILD)/examples/captcha/%.o: examples/captcha/%.c
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
 
 all: $(BUILD)/captchad
 test: $(BUILD)/captchad
@@ -268,7 +271,7 @@ test: $(BUILD)/captchad
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
 $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
 
 # The compiler's header dependencies of every object built so far.
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
@@ -297,9 +300,13 @@ INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
     pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)' \
     systemdunitdir='$(systemdunitdir)' mandir='$(mandir)'
 
-.PHONY: install uninstall
+.PHONY: install uninstall deb
 install: all
 	$(INSTALL_ENV) sh scripts/install.sh install
 
 uninstall:
 	$(INSTALL_ENV) sh scripts/install.sh uninstall
+
+# dpkg-buildpackage -b on a copy of the tree, then lintian (scripts/deb.sh).
+deb:
+	scripts/deb.sh --force

@@ -259,9 +259,9 @@ static void usage(const store_command_t *c, FILE *out)
               "to 8)\n",
               out);
     if (c->takes & TAKES_COST)
-        fprintf(out,
-                "  -c, --cost N         permits to %s, 1 to %u; default 1\n",
-                c->cmd == CMD_ACQUIRE ? "take" : "give back", RATEL_LIMIT_MAX);
+        fprintf(out, "  -c, --cost N         permits %s, 1 to %u; default 1\n",
+                c->cmd == CMD_ACQUIRE ? "taken" : "given back",
+                RATEL_LIMIT_MAX);
     if (c->takes & TAKES_ACQUIRE)
         fprintf(out,
                 "  -p, --peek           decide, but charge nothing\n"

@@ -27,9 +27,12 @@
 #   go-md2man, man-db               the man pages, from docs/ (scripts/man.sh);
 #                                   man(1) renders them in the tests and
 #                                   systemd-analyze verify looks them up
-#   prometheus                      promtool: the alerting rules checked and
-#                                   unit-tested (test_ops.sh); its server is
-#                                   not used
+#   prometheus                      promtool and the server: the alerting
+#                                   rules checked, unit-tested and evaluated
+#                                   on a real rateld's metrics (test_ops.sh)
+#   debhelper, dpkg-dev, fakeroot,
+#   lintian                         `make deb` and test_deb.sh: the Debian
+#                                   packages built and checked
 #
 # Checks with dpkg-query what is missing, runs `apt-get update` once only
 # if something is, installs without recommends, and says what it did. A
@@ -54,6 +57,7 @@ packages=(
     xxd clang-format
     libsystemd-dev systemd
     go-md2man man-db prometheus
+    debhelper dpkg-dev fakeroot lintian
 )
 
 # Installed packages and what they provide, one name per line.

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# The Debian packages (docs/install.md, "Debian packages"):
+#
+#  1. scripts/deb.sh builds them out of the tree (dpkg-buildpackage -b)
+#     and lintian finds no error and no warning (its whole output shown).
+#  2. Every package of debian/control was built, at debian/changelog's
+#     version; libratel0's symbols file matches what the library exports.
+#  3. Each package holds what it must (programs, units, man pages, the
+#     library and its soname link, header, pkg-config file, module, Lua)
+#     and nothing it must not (a static library or header in the runtime
+#     package, the build directory's path in any file).
+#  4. Control fields: Depends from the shared-library dependencies,
+#     Multi-Arch, conffiles, the systemd maintainer scripts.
+#  5. The packages' files, unpacked with dpkg-deb -x into a directory: the
+#     shipped rateld and captchad accept the shipped /etc/ratel files and
+#     rateld serves /healthz; redis-server loads the shipped module; a C
+#     program builds with pkg-config against the shipped library and
+#     header alone (PKG_CONFIG_SYSROOT_DIR) and makes a decision.
+#
+# A full build is an LTO build of everything (about a minute on two
+# cores); deb.sh skips it when build/deb/ holds packages of identical
+# sources, so `make asan` after `make test` only checks again.
+. "$(dirname "$0")/lib.sh"
+
+out=$root/build/deb
+ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+arch=$(dpkg-architecture -qDEB_HOST_ARCH)
+version=$(dpkg-parsechangelog -l "$root/debian/changelog" -S Version)
+upstream=${version%-*}
+
+# ------------------------------------------------------- 1. build, lintian
+start=$(date +%s)
+if deb_out=$("$root/scripts/deb.sh" 2>&1); then
+    ok "deb.sh builds the packages and lintian passes"
+else
+    fail "deb.sh" "exit non-zero; its output follows"
+    printf '%s\n' "$deb_out" | tail -80
+    finish
+    exit 1
+fi
+echo "deb.sh took $(($(date +%s) - start)) s"
+echo "lintian's output (errors, warnings, info, pedantic, experimental):"
+sed 's/^/  | /' "$out/lintian.txt"
+tags=$(grep -cE '^[EW]: ' "$out/lintian.txt")
+same "lintian errors and warnings" "$tags" 0
+
+# ---------------------------------------------------- 2. packages, symbols
+deb() { # PACKAGE: the path of its .deb
+    local a=$arch
+    [ "$1" = ratel-lua ] && a=all
+    echo "$out/${1}_${version}_$a.deb"
+}
+packages=(ratel ratel-captchad libratel0 libratel-dev redis-ratel ratel-lua)
+same "debian/control's packages" \
+    "$(sed -n 's/^Package: //p' "$root/debian/control" | sort | tr '\n' ' ')" \
+    "$(printf '%s\n' "${packages[@]}" | sort | tr '\n' ' ')"
+for p in "${packages[@]}"; do
+    if [ -s "$(deb "$p")" ]; then ok "built $p"; else fail "built $p" "no $(deb "$p")"; fi
+done
+# A symbol the library gained or lost shows as a dpkg-gensymbols warning
+# (a lost one fails the build itself): debian/libratel0.symbols is
+# updated with the version that brought it, or the symbol was not meant
+# to be public.
+same "libratel0.symbols matches the library" \
+    "$(grep -A20 'dpkg-gensymbols: warning' "$out/build.log")" ""
+
+# --------------------------------------------------------- 3. file lists
+files() { dpkg-deb -c "$(deb "$1")" | awk '{ print $6 }' | sed 's|^\./|/|'; }
+has() { # PACKAGE PATH...: each path is in the package
+    local p=$1 list f; shift
+    list=$(files "$p")
+    for f in "$@"; do
+        if grep -qxF "$f" <<<"$list"; then ok "$p has $f"; else fail "$p has $f" "missing"; fi
+    done
+}
+lacks() { # PACKAGE REGEX WHAT: no path of the package matches
+    local bad
+    bad=$(files "$1" | grep -E "$2")
+    same "$1 has no $3" "$bad" ""
+}
+has ratel /usr/sbin/rateld /usr/bin/ratel /lib/systemd/system/rateld.service \
+    /etc/ratel/rateld.yaml /usr/share/man/man8/rateld.8.gz \
+    /usr/share/man/man1/ratel.1.gz /usr/share/man/man5/rateld.yaml.5.gz \
+    /usr/share/ratel/examples/rateld.yaml \
+    /usr/share/ratel/examples/gateways/ratel-haproxy.lua \
+    /usr/share/ratel/grafana/rateld.json \
+    /usr/share/ratel/prometheus/rateld.rules.yml
+has ratel-captchad /usr/sbin/captchad /lib/systemd/system/captchad.service \
+    /etc/ratel/captchad.yaml /usr/share/man/man8/captchad.8.gz
+has libratel0 "/usr/lib/$ma/libratel.so.0" "/usr/lib/$ma/libratel.so.$upstream"
+has libratel-dev /usr/include/ratel.h "/usr/lib/$ma/libratel.so" \
+    "/usr/lib/$ma/libratel.a" "/usr/lib/$ma/pkgconfig/ratel.pc"
+has redis-ratel /usr/lib/redis/modules/ratel.so
+has ratel-lua /usr/share/ratel/lua/ratel.lib.lua /usr/share/ratel/lua/ratel.eval.lua
+lacks libratel0 '\.a$|\.h$|/libratel\.so$|\.pc$' "development file"
+lacks ratel '/lib.*\.(so|a)(\.|$)|/include/' "library or header"
+lacks redis-ratel "/usr/lib/$ma/" "file in the multiarch library directory"
+for p in "${packages[@]}"; do
+    lacks "$p" '/build/|/usr/local/|/tmp/' "build or local path"
+    has "$p" "/usr/share/doc/$p/copyright"
+done
+
+# ------------------------------------------------------ 4. control fields
+field() { dpkg-deb -f "$(deb "$1")" "$2"; }
+contains "ratel Depends (shlibs)" "$(field ratel Depends)" "libhiredis"
+contains "ratel Depends libsystemd0" "$(field ratel Depends)" "libsystemd0"
+contains "ratel Depends libevent" "$(field ratel Depends)" "libevent"
+contains "ratel-captchad Depends libsqlite3" "$(field ratel-captchad Depends)" "libsqlite3"
+contains "ratel-captchad Depends libcurl" "$(field ratel-captchad Depends)" "libcurl"
+contains "libratel0 Depends libhiredis" "$(field libratel0 Depends)" "libhiredis"
+contains "libratel-dev Depends on this libratel0" "$(field libratel-dev Depends)" \
+    "libratel0 (= $version)"
+contains "redis-ratel Depends redis-server" "$(field redis-ratel Depends)" "redis-server (>= 5:7.0)"
+same "libratel0 Multi-Arch" "$(field libratel0 Multi-Arch)" same
+same "libratel-dev Multi-Arch" "$(field libratel-dev Multi-Arch)" same
+same "ratel-lua Architecture" "$(field ratel-lua Architecture)" all
+same "libratel0 Section" "$(field libratel0 Section)" libs
+ctl=$tmp/control
+control() { rm -rf "$ctl" && dpkg-deb -e "$(deb "$1")" "$ctl"; }
+control ratel
+same "ratel conffiles" "$(cat "$ctl/conffiles")" /etc/ratel/rateld.yaml
+contains "ratel postinst enables rateld.service" "$(cat "$ctl/postinst")" \
+    "deb-systemd-helper enable 'rateld.service'"
+control ratel-captchad
+same "ratel-captchad conffiles" "$(cat "$ctl/conffiles")" /etc/ratel/captchad.yaml
+contains "ratel-captchad postinst enables captchad.service" "$(cat "$ctl/postinst")" \
+    "deb-systemd-helper enable 'captchad.service'"
+control libratel0
+contains "libratel0 symbols file" "$(cat "$ctl/symbols")" \
+    "libratel.so.0 libratel0 #MINVER#"
+contains "libratel0 runs ldconfig" "$(cat "$ctl/triggers")" "activate-noawait ldconfig"
+
+# --------------------------------------------------- 5. the shipped files
+sysroot=$tmp/root
+mkdir -p "$sysroot"
+for p in "${packages[@]}"; do
+    dpkg-deb -x "$(deb "$p")" "$sysroot"
+done
+# No shipped file names the directory it was built in.
+same "no file holds the build directory's path" \
+    "$(grep -rlF "$out/src" "$sysroot" | sed "s|^$sysroot||")" ""
+
+export LD_LIBRARY_PATH=$sysroot/usr/lib/$ma
+same "rateld --version" "$("$sysroot/usr/sbin/rateld" --version)" "rateld $upstream"
+same "ratel --version" "$("$sysroot/usr/bin/ratel" --version)" "ratel $upstream"
+same "captchad --version" "$("$sysroot/usr/sbin/captchad" --version)" "captchad $upstream"
+unit=$(cat "$sysroot/lib/systemd/system/rateld.service")
+contains "rateld.service runs /usr/sbin/rateld on /etc/ratel" "$unit" \
+    "ExecStart=/usr/sbin/rateld --config /etc/ratel/rateld.yaml"
+for conf in rateld captchad; do
+    prog=$sysroot/usr/sbin/$conf
+    if msg=$("$prog" --check-config "$sysroot/etc/ratel/$conf.yaml" 2>&1); then
+        ok "$conf --check-config on the shipped /etc/ratel/$conf.yaml"
+    else
+        fail "$conf --check-config" "$msg"
+    fi
+    # The services start at installation: no well-known example token.
+    same "/etc/ratel/$conf.yaml has an empty admin_token" \
+        "$(grep '^admin_token:' "$sysroot/etc/ratel/$conf.yaml")" 'admin_token: ""'
+done
+
+# The shipped rateld on the shipped configuration, on a free port.
+port=$(free_port)
+sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$sysroot/etc/ratel/rateld.yaml" >"$tmp/rateld.yaml"
+"$sysroot/usr/sbin/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+echo $! >"$tmp/pids/rateld"
+health=""
+for _ in $(seq 100); do
+    health=$(curl -s "http://127.0.0.1:$port/healthz" 2>/dev/null) && [ -n "$health" ] && break
+    sleep 0.1
+done
+if [ -n "$health" ]; then ok "the shipped rateld answers /healthz"; else
+    fail "shipped rateld /healthz" "no answer; log: $(tail -5 "$tmp/rateld.log")"; fi
+
+# redis-server loads the module from the package's path.
+module=$sysroot/usr/lib/redis/modules/ratel.so
+if rport=$(redis_start); then
+    same "redis-server runs the shipped module" \
+        "$(rcli "$rport" RATEL.ACQUIRE deb:k 2/1m | head -1)" 1
+else
+    fail "redis-server with the shipped module" "did not start"
+fi
+same "the module exports RedisModule_OnLoad only" \
+    "$(nm -D --defined-only "$module" | awk '{ print $3 }')" RedisModule_OnLoad
+
+# A C program with pkg-config and the shipped header and library only.
+cat >"$tmp/decide.c" <<'EOF'
+#include <ratel.h>
+#include <stdio.h>
+
+/* Two permits a minute: the third request at the same instant is denied. */
+int main(void)
+{
+    const char *rules[] = {"2/1m"};
+    ratel_policy_t policy;
+    ratel_request_t request = RATEL_REQUEST_INIT;
+    ratel_decision_t d;
+    ratel_store_t *store = NULL;
+    char err[256] = "";
+    int64_t now = ratel_clock_now_us();
+    int rc = ratel_policy_parse(&policy, rules, 1, err, sizeof err);
+
+    if (rc == 0)
+        rc = ratel_store_memory_new(&store, NULL);
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        rc = ratel_store_acquire(store, "k", 1, &policy, now, &request, &d);
+        if (rc == 0)
+            printf("%d", d.allowed);
+    }
+    printf("\n");
+    if (rc != 0)
+        fprintf(stderr, "%s %s\n", ratel_strerror(rc), err);
+    ratel_store_free(store);
+    return rc != 0;
+}
+EOF
+# ratel.pc from the unpacked files (the system's own .pc files after it,
+# for what it may require); the sysroot prefixes its -I and -L.
+flags=$(PKG_CONFIG_SYSROOT_DIR=$sysroot \
+    PKG_CONFIG_LIBDIR=$sysroot/usr/lib/$ma/pkgconfig:/usr/lib/$ma/pkgconfig:/usr/share/pkgconfig \
+    pkg-config --cflags --libs ratel 2>&1)
+if cc -o "$tmp/decide" "$tmp/decide.c" $flags 2>"$tmp/cc.err"; then
+    ok "a program builds with pkg-config against libratel-dev"
+    same "it runs on libratel0 and decides" "$("$tmp/decide" 2>&1)" 110
+    contains "it links the shipped soname" "$(readelf -d "$tmp/decide")" "[libratel.so.0]"
+else
+    fail "build with pkg-config ($flags)" "$(head -5 "$tmp/cc.err")"
+fi
+
+finish
