@@ -33,6 +33,9 @@
 #   debhelper, dpkg-dev, fakeroot,
 #   lintian                         `make deb` and test_deb.sh: the Debian
 #                                   packages built and checked
+#   systemd-container               systemd-nspawn: test_deb_systemd.sh
+#                                   installs the packages in a throwaway
+#                                   container booted by systemd
 #
 # Checks with dpkg-query what is missing, runs `apt-get update` once only
 # if something is, installs without recommends, and says what it did. A
@@ -57,7 +60,7 @@ packages=(
     xxd clang-format
     libsystemd-dev systemd
     go-md2man man-db prometheus
-    debhelper dpkg-dev fakeroot lintian
+    debhelper dpkg-dev fakeroot lintian systemd-container
 )
 
 # Installed packages and what they provide, one name per line.
