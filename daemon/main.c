@@ -130,6 +130,82 @@ static int check_config(const char *path)
     return 0;
 }
 
+/* The daemon's threads' shared parts: metrics and each worker's batch. */
+static int daemon_init(rateld_t *d, const char *path, unsigned threads)
+{
+    memset(d, 0, sizeof *d);
+    pthread_mutex_init(&d->reload_lock, NULL);
+    d->config_path = path;
+    d->threads = threads ? threads : 1;
+    d->metrics = rateld_metrics_new(d->threads);
+    d->workers = calloc(d->threads, sizeof *d->workers);
+    if (!d->metrics || !d->workers)
+        return -1;
+    for (unsigned t = 0; t < d->threads; t++) {
+        d->workers[t].pending =
+            calloc(RATELD_BATCH_MAX, sizeof *d->workers[t].pending);
+        d->workers[t].items =
+            calloc(RATELD_BATCH_MAX, sizeof *d->workers[t].items);
+        if (!d->workers[t].pending || !d->workers[t].items)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * The first generation of the configuration (which takes `config`, or
+ * frees it) and the listening server. 0, or -1 with the reason logged.
+ */
+static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
+{
+    char err[800];
+    rateld_gen_t *g = rateld_gen_new(d, config);
+    ratel_http_options_t o = {.threads = d->threads,
+                              .handler = rateld_handle,
+                              .flush = rateld_flush,
+                              .ud = d};
+
+    if (!g) {
+        fprintf(stderr, "rateld: out of memory\n");
+        return -1;
+    }
+    atomic_store(&d->current, g);
+    o.listen = g->config->listen;
+    o.limits = g->config->limits;
+    if (ratel_http_server_new(&d->http, &o, err, sizeof err) != 0) {
+        ratel__log("error", "cannot listen", "reason=\"%s\"", err);
+        return -1;
+    }
+    ratel__log("info", "rateld started",
+               "version=%s listen=%s port=%d threads=%u store=%s "
+               "policies=%zu routes=%zu config=%s",
+               RATELD_VERSION, g->config->listen,
+               ratel_http_server_port(d->http), d->threads, d->store_name,
+               g->config->npolicies, g->config->nroutes, path);
+    return 0;
+}
+
+/* Everything daemon_init, open_store and daemon_listen made. */
+static void daemon_free(rateld_t *d)
+{
+    rateld_gen_t *g = atomic_load(&d->current), *r;
+
+    ratel_http_server_free(d->http);
+    rateld_gen_free(g);
+    while ((r = d->retired)) {
+        d->retired = r->next_retired;
+        rateld_gen_free(r);
+    }
+    ratel_store_free(d->store);
+    for (unsigned t = 0; d->workers && t < d->threads; t++) {
+        free(d->workers[t].pending);
+        free(d->workers[t].items);
+    }
+    free(d->workers);
+    rateld_metrics_free(d->metrics);
+    pthread_mutex_destroy(&d->reload_lock);
+}
+
 int main(int argc, char **argv)
 {
     static const ratel__program_t program = {"rateld", RATELD_VERSION, usage,
@@ -151,54 +227,17 @@ int main(int argc, char **argv)
     }
     /* Signals go to the signal thread only: block them everywhere first. */
     ratel__signals_block();
-
-    memset(&d, 0, sizeof d);
-    pthread_mutex_init(&d.reload_lock, NULL);
-    d.config_path = path;
-    d.threads = config->threads ? config->threads : 1;
-    d.metrics = rateld_metrics_new(d.threads);
-    d.workers = calloc(d.threads, sizeof *d.workers);
-    if (!d.metrics || !d.workers) {
+    if (daemon_init(&d, path, config->threads) != 0) {
         fprintf(stderr, "rateld: out of memory\n");
-        return 1;
-    }
-    for (unsigned t = 0; t < d.threads; t++) {
-        d.workers[t].pending =
-            calloc(RATELD_BATCH_MAX, sizeof *d.workers[t].pending);
-        d.workers[t].items =
-            calloc(RATELD_BATCH_MAX, sizeof *d.workers[t].items);
-        if (!d.workers[t].pending || !d.workers[t].items) {
-            fprintf(stderr, "rateld: out of memory\n");
-            return 1;
-        }
-    }
-    if (open_store(&d, config) != 0)
+        rateld_config_free(config);
         goto out;
-    {
-        rateld_gen_t *g = rateld_gen_new(&d, config);
-        ratel_http_options_t o = {.threads = d.threads,
-                                  .handler = rateld_handle,
-                                  .flush = rateld_flush,
-                                  .ud = &d};
-        config = NULL; /* the generation owns it now (or freed it) */
-        if (!g) {
-            fprintf(stderr, "rateld: out of memory\n");
-            goto out;
-        }
-        atomic_store(&d.current, g);
-        o.listen = g->config->listen;
-        o.limits = g->config->limits;
-        if (ratel_http_server_new(&d.http, &o, err, sizeof err) != 0) {
-            ratel__log("error", "cannot listen", "reason=\"%s\"", err);
-            goto out;
-        }
-        ratel__log("info", "rateld started",
-                   "version=%s listen=%s port=%d threads=%u store=%s "
-                   "policies=%zu routes=%zu config=%s",
-                   RATELD_VERSION, g->config->listen,
-                   ratel_http_server_port(d.http), d.threads, d.store_name,
-                   g->config->npolicies, g->config->nroutes, path);
     }
+    if (open_store(&d, config) != 0) {
+        rateld_config_free(config);
+        goto out;
+    }
+    if (daemon_listen(&d, config, path) != 0)
+        goto out;
     /* Only a Redis store changes health (a memory store is always up). */
     if (strcmp(d.store_name, "memory") != 0)
         watch = rateld_health_start(d.store, d.store_name);
@@ -215,25 +254,8 @@ int main(int argc, char **argv)
     ratel__signals_stop(&signals);
     ratel__log("info", "rateld stopped", "status=%d", rc);
 out:
-    ratel_http_server_free(d.http);
     /* No worker uses the store any more: stop watching it before it goes. */
     rateld_health_stop(watch);
-    {
-        rateld_gen_t *g = atomic_load(&d.current), *r;
-        rateld_gen_free(g);
-        while ((r = d.retired)) {
-            d.retired = r->next_retired;
-            rateld_gen_free(r);
-        }
-        rateld_config_free(config); /* when no generation took it */
-    }
-    ratel_store_free(d.store);
-    for (unsigned t = 0; t < d.threads; t++) {
-        free(d.workers[t].pending);
-        free(d.workers[t].items);
-    }
-    free(d.workers);
-    rateld_metrics_free(d.metrics);
-    pthread_mutex_destroy(&d.reload_lock);
+    daemon_free(&d);
     return rc;
 }
