@@ -33,6 +33,9 @@
 #   debhelper, dpkg-dev, fakeroot,
 #   lintian                         `make deb` and test_deb.sh: the Debian
 #                                   packages built and checked
+#   git, shfmt                      deb.sh's file list, man.sh's dates, the
+#                                   benchmarks' commit; test_commands.sh
+#                                   parses every shell file with shfmt
 #   systemd-container               systemd-nspawn: test_deb_systemd.sh
 #                                   installs the packages in a throwaway
 #                                   container booted by systemd
@@ -61,6 +64,7 @@ packages=(
     libsystemd-dev systemd
     go-md2man man-db prometheus
     debhelper dpkg-dev fakeroot lintian systemd-container
+    git shfmt
 )
 
 # Installed packages and what they provide, one name per line.
