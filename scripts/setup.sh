@@ -36,6 +36,8 @@
 #   git, shfmt                      deb.sh's file list, man.sh's dates, the
 #                                   benchmarks' commit; test_commands.sh
 #                                   parses every shell file with shfmt
+#   debootstrap                     scripts/rehearse-minbase.sh: a minimal
+#                                   Debian to rehearse these commands in
 #   systemd-container               systemd-nspawn: test_deb_systemd.sh
 #                                   installs the packages in a throwaway
 #                                   container booted by systemd
@@ -64,7 +66,7 @@ packages=(
     libsystemd-dev systemd
     go-md2man man-db prometheus
     debhelper dpkg-dev fakeroot lintian systemd-container
-    git shfmt
+    git shfmt debootstrap
 )
 
 # Installed packages and what they provide, one name per line.
