@@ -46,14 +46,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 cd "$root"
 
-# The source files, NUL-separated: tracked and untracked-but-not-ignored,
-# minus tracked files deleted in the work tree.
-sources() {
-    git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do
-            [ -e "$f" ] && printf '%s\0' "$f"
-        done
-}
+# The source files, NUL-separated (uncommitted work included).
+sources() { "$root/scripts/tree-files.sh"; }
 
 # The header: the one the tree's own build compiles against, else fetched.
 header=$root/build/redismodule/redismodule.h

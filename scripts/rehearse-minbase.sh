@@ -93,9 +93,7 @@ fi
 # The checkout: tracked files and untracked ones git does not ignore
 # (uncommitted work is rehearsed too), never build/.
 mkdir -p "$dir/root/ratel"
-(cd "$root" && git ls-files -z --cached --others --exclude-standard |
-    while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-    tar --null -T - -cf -) | tar -xf - -C "$dir/root/ratel"
+(cd "$root" && scripts/tree-files.sh | tar --null -T - -cf -) | tar -xf - -C "$dir/root/ratel"
 cp -a "$root/.git" "$dir/root/ratel/.git"
 if [ -d "$root/../shared" ]; then
     cp -a "$root/../shared" "$dir/root/shared"

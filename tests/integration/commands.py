@@ -30,8 +30,10 @@ import sys
 # Commands that run the command named by their next non-option word(s).
 WRAPPERS = {"command", "exec", "env", "nohup", "sudo", "time", "timeout",
             "xargs", "nice", "setsid", "stdbuf", "unbuffer", "fakeroot"}
-# Options of the wrappers above that take a value (`timeout -k 10 120 X`).
-WRAPPER_VALUE_OPTS = {"-k", "-s", "-u", "-n", "-I", "-P", "-L", "-d", "-o", "-e", "-i"}
+# Options of the wrappers above that take a value as the next word
+# (`timeout -k 10 120 X`, `sudo -u U X`, `xargs -n 1 X`); `env -i` and
+# the like take none.
+WRAPPER_VALUE_OPTS = {"-k", "-s", "-u", "-g", "-n", "-I", "-P", "-L", "-d"}
 # What the Makefile names through variables instead of recipe words: its
 # compiler (CC ?= cc) and archiver (AR := gcc-ar or ar).
 MAKEFILE_TOOLS = ["cc", "gcc-ar", "ar"]
@@ -134,18 +136,19 @@ def unwrap(words):
     return found
 
 
-def calls(node, out):
-    """Every simple command's words (literal or None) with line numbers."""
+def calls(node, out, functions):
+    """Every simple command's words (literal or None) with line numbers
+    into out, every function's name into functions."""
     if isinstance(node, dict):
         if node.get("Type") == "CallExpr" and node.get("Args"):
             out.append([(literal(a), a.get("Pos", {}).get("Line", 0)) for a in node["Args"]])
         if node.get("Type") == "FuncDecl":
-            out.append([("__function__", 0), (node["Name"]["Value"], 0)])
+            functions.add(node["Name"]["Value"])
         for v in node.values():
-            calls(v, out)
+            calls(v, out, functions)
     elif isinstance(node, list):
         for v in node:
-            calls(v, out)
+            calls(v, out, functions)
 
 
 def builtins():
@@ -162,12 +165,9 @@ def used_commands(root, files):
         except ValueError as e:
             sys.exit("commands: shfmt cannot parse %s: %s" % (name, e))
         found = []
-        calls(tree, found)
+        calls(tree, found, functions)
         rel = os.path.relpath(name, root)
         for words in found:
-            if words[0][0] == "__function__":
-                functions.add(words[1][0])
-                continue
             for cmd, line in unwrap(words):
                 uses.setdefault(cmd, []).append("%s:%d" % (rel, line))
     skip = builtins() | functions

@@ -18,7 +18,7 @@ while read -r word cmd rest; do
     MISSING) fail "command_${cmd%:}" "$rest" ;;
     esac
 done <<<"$out"
-same commands_exit "$rc $(tail -1 <<<"$out")" "0 $(tail -1 <<<"$out" | sed 's/, [0-9]* missing/, 0 missing/')"
+same commands_exit "$rc" 0
 n=$(tail -1 <<<"$out" | cut -d' ' -f1)
 same commands_found "$([ "${n:-0}" -ge 50 ] && echo "50 or more" || echo "$n")" "50 or more"
 

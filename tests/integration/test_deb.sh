@@ -184,44 +184,14 @@ same "the module exports RedisModule_OnLoad only" \
     "$(nm -D --defined-only "$module" | awk '{ print $3 }')" RedisModule_OnLoad
 
 # A C program with pkg-config and the shipped header and library only.
-cat >"$tmp/decide.c" <<'EOF'
-#include <ratel.h>
-#include <stdio.h>
-
-/* Two permits a minute: the third request at the same instant is denied. */
-int main(void)
-{
-    const char *rules[] = {"2/1m"};
-    ratel_policy_t policy;
-    ratel_request_t request = RATEL_REQUEST_INIT;
-    ratel_decision_t d;
-    ratel_store_t *store = NULL;
-    char err[256] = "";
-    int64_t now = ratel_clock_now_us();
-    int rc = ratel_policy_parse(&policy, rules, 1, err, sizeof err);
-
-    if (rc == 0)
-        rc = ratel_store_memory_new(&store, NULL);
-    for (int i = 0; rc == 0 && i < 3; i++) {
-        rc = ratel_store_acquire(store, "k", 1, &policy, now, &request, &d);
-        if (rc == 0)
-            printf("%d", d.allowed);
-    }
-    printf("\n");
-    if (rc != 0)
-        fprintf(stderr, "%s %s\n", ratel_strerror(rc), err);
-    ratel_store_free(store);
-    return rc != 0;
-}
-EOF
 # ratel.pc from the unpacked files (the system's own .pc files after it,
 # for what it may require); the sysroot prefixes its -I and -L.
 flags=$(PKG_CONFIG_SYSROOT_DIR=$sysroot \
     PKG_CONFIG_LIBDIR=$sysroot/usr/lib/$ma/pkgconfig:/usr/lib/$ma/pkgconfig:/usr/share/pkgconfig \
     pkg-config --cflags --libs ratel 2>&1)
-if cc -o "$tmp/decide" "$tmp/decide.c" $flags 2>"$tmp/cc.err"; then
+if cc -o "$tmp/decide" "$root/tests/integration/pkgconfig_user.c" $flags 2>"$tmp/cc.err"; then
     ok "a program builds with pkg-config against libratel-dev"
-    same "it runs on libratel0 and decides" "$("$tmp/decide" 2>&1)" 110
+    same "it runs on libratel0 and decides" "$("$tmp/decide" 2>&1)" "1 0 59000 $upstream"
     contains "it links the shipped soname" "$(readelf -d "$tmp/decide")" "[libratel.so.0]"
 else
     fail "build with pkg-config ($flags)" "$(head -5 "$tmp/cc.err")"

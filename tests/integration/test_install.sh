@@ -72,33 +72,7 @@ same installed_lua_fcall "$(rcli "$rport" FCALL ratel_acquire 1 f 1/1m | head -1
 
 # A C program outside the tree, built with pkg-config alone.
 mkdir -p "$tmp/user"
-cat >"$tmp/user/prog.c" <<'C'
-#include <ratel.h>
-#include <stdio.h>
-
-int main(void)
-{
-    ratel_policy_t policy;
-    const char *rules[] = {"1/60s", "10/1h"};
-    char err[256];
-    if (ratel_policy_parse(&policy, rules, 2, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    ratel_store_t *store;
-    if (ratel_store_memory_new(&store, NULL) != 0)
-        return 1;
-    ratel_request_t req = RATEL_REQUEST_INIT;
-    ratel_decision_t d1, d2;
-    if (ratel_store_acquire(store, "sms:1", 5, &policy, 1000000, &req, &d1) != 0 ||
-        ratel_store_acquire(store, "sms:1", 5, &policy, 2000000, &req, &d2) != 0)
-        return 1;
-    printf("%d %d %lld %s\n", d1.allowed, d2.allowed, (long long)d2.retry_after_ms,
-           RATEL_VERSION);
-    ratel_store_free(store);
-    return 0;
-}
-C
+cp "$root/tests/integration/pkgconfig_user.c" "$tmp/user/prog.c"
 export PKG_CONFIG_PATH="$d/usr/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$d"
 version=$(pkg-config --modversion ratel)
 same pkgconfig_version "$version" "$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
