@@ -21,8 +21,9 @@
 
 /* Largest configuration file a program reads (a real one is a few KiB). */
 #define RATEL__CONFIG_MAX_BYTES (1024 * 1024)
-/* Deepest nesting of mappings and lists (the schema needs 4). */
-#define RATEL__YAML_DEPTH_MAX 16
+/* Deepest nesting of mappings and lists (rateld's schema needs 4; an
+   envoyproxy/ratelimit file two per descriptor level, daemon/erl.h). */
+#define RATEL__YAML_DEPTH_MAX 32
 /* Most values in one file (4,096 policies of a dozen values each fit):
    bounds the memory a hostile 1 MiB file of "[1,1,1,...]" makes. */
 #define RATEL__YAML_NODES_MAX 200000
