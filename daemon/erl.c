@@ -813,7 +813,8 @@ static int read_descriptor(reader_t *r, const ratel__yaml_node_t *item,
 /* Byte order of two strings, the shorter first on a common prefix. */
 static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
 {
-    int c = memcmp(a, b, alen < blen ? alen : blen);
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
 
     if (c)
         return c;
@@ -1062,7 +1063,9 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
                                 "be added");
     if (reserve(erl) || !(r.file = strdup(name)))
         return ratel__yaml_fail(&r.ctx, 1, "out of memory");
-    rc = ratel__yaml_load(&r.ctx, text, len, &root);
+    /* Two levels per descriptor, a rate_limit's replaces three more. */
+    rc = ratel__yaml_load_nested(&r.ctx, text, len,
+                                 2 * RATELD_ERL_DEPTH_MAX + 5, &root);
     if (rc == 0)
         rc = read_file(&r, root, &dom);
     ratel__yaml_free(root);
@@ -1278,7 +1281,8 @@ int rateld_erl_load_dir(const char *dir, const char *algorithm,
         return -1;
     }
     if (walk(dir, dir, 0, &list, err, errlen) == 0) {
-        qsort(list.paths, list.n, sizeof *list.paths, paths_cmp);
+        if (list.n > 1)
+            qsort(list.paths, list.n, sizeof *list.paths, paths_cmp);
         rc = 0;
         for (size_t i = 0; rc == 0 && i < list.n; i++) {
             rc = ratel__config_read_file(list.paths[i], &text, &len, err,

@@ -53,8 +53,9 @@ typedef struct builder_s {
     const char *text; /* the input, to place reader errors */
     size_t len;
     ratel__yaml_node_t *root;
-    ratel__yaml_node_t *stack[RATEL__YAML_DEPTH_MAX];
+    ratel__yaml_node_t *stack[RATEL__YAML_DEPTH_LIMIT];
     size_t depth;
+    size_t depth_max;
     size_t nodes;
     int documents;
     int done;
@@ -185,11 +186,11 @@ static int on_start(builder_t *b, const yaml_event_t *ev, int map)
 
     if (check_props(b, &ev->start_mark, anchor, tag))
         return -1;
-    if (b->depth == RATEL__YAML_DEPTH_MAX)
+    if (b->depth == b->depth_max)
         return ratel__yaml_fail(b->ctx, line_of(&ev->start_mark),
-                                "mappings and lists nested deeper than %d "
+                                "mappings and lists nested deeper than %zu "
                                 "levels",
-                                RATEL__YAML_DEPTH_MAX);
+                                b->depth_max);
     node =
         node_new(b, map ? RATEL__YAML_MAP : RATEL__YAML_LIST, &ev->start_mark);
     if (!node || attach(b, node))
@@ -272,6 +273,13 @@ static int syntax_error(builder_t *b, const yaml_parser_t *p)
 int ratel__yaml_load(const ratel__yaml_ctx_t *ctx, const char *text, size_t len,
                      ratel__yaml_node_t **root)
 {
+    return ratel__yaml_load_nested(ctx, text, len, RATEL__YAML_DEPTH_MAX, root);
+}
+
+int ratel__yaml_load_nested(const ratel__yaml_ctx_t *ctx, const char *text,
+                            size_t len, size_t depth_max,
+                            ratel__yaml_node_t **root)
+{
     yaml_parser_t parser;
     yaml_event_t ev;
     builder_t b;
@@ -281,6 +289,8 @@ int ratel__yaml_load(const ratel__yaml_ctx_t *ctx, const char *text, size_t len,
     b.ctx = ctx;
     b.text = text;
     b.len = len;
+    b.depth_max = depth_max < RATEL__YAML_DEPTH_LIMIT ? depth_max
+                                                      : RATEL__YAML_DEPTH_LIMIT;
     *root = NULL;
     if (!yaml_parser_initialize(&parser))
         return ratel__yaml_fail(ctx, 1, "out of memory");

@@ -21,9 +21,11 @@
 
 /* Largest configuration file a program reads (a real one is a few KiB). */
 #define RATEL__CONFIG_MAX_BYTES (1024 * 1024)
-/* Deepest nesting of mappings and lists (rateld's schema needs 4; an
-   envoyproxy/ratelimit file two per descriptor level, daemon/erl.h). */
-#define RATEL__YAML_DEPTH_MAX 32
+/* Deepest nesting of mappings and lists (the schema needs 4). */
+#define RATEL__YAML_DEPTH_MAX 16
+/* The most ratel__yaml_load_nested may allow instead: an
+   envoyproxy/ratelimit file nests two per descriptor level (daemon/erl.h). */
+#define RATEL__YAML_DEPTH_LIMIT 32
 /* Most values in one file (4,096 policies of a dozen values each fit):
    bounds the memory a hostile 1 MiB file of "[1,1,1,...]" makes. */
 #define RATEL__YAML_NODES_MAX 200000
@@ -73,6 +75,12 @@ int ratel__yaml_fail(const ratel__yaml_ctx_t *ctx, int line, const char *fmt,
  */
 int ratel__yaml_load(const ratel__yaml_ctx_t *ctx, const char *text, size_t len,
                      ratel__yaml_node_t **root);
+
+/* The same, with mappings and lists nested up to `depth_max` deep
+   (at most RATEL__YAML_DEPTH_LIMIT) instead of RATEL__YAML_DEPTH_MAX. */
+int ratel__yaml_load_nested(const ratel__yaml_ctx_t *ctx, const char *text,
+                            size_t len, size_t depth_max,
+                            ratel__yaml_node_t **root);
 
 void ratel__yaml_free(ratel__yaml_node_t *node);
 

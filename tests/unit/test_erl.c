@@ -887,19 +887,25 @@ TEST(erl_bounds)
     CHECK(strstr(refuse(text, err, sizeof err),
                  "t.yaml:3: descriptors[0].key: 256 bytes long; at most 255") ==
           err);
-    /* More limits than the bound, in one file under 1 MiB. */
-    big = malloc((RATELD_ERL_LIMITS_MAX + 1) * 64 + 64);
+    /* More limits than the bound: files of 20,000 each (a file may hold
+       200,000 YAML values), one domain each. */
+    big = malloc(20000 * 64 + 64);
     REQUIRE(big != NULL);
-    q = (size_t)sprintf(big, "domain: d\ndescriptors:\n");
-    for (int i = 0; i <= RATELD_ERL_LIMITS_MAX; i++)
-        q += (size_t)sprintf(big + q,
-                             "- {key: %d, rate_limit: {unlimited: y}}\n", i);
     erl = rateld_erl_new(NULL);
     REQUIRE(erl != NULL);
-    CHECK_EQ(rateld_erl_parse(erl, big, q, "big.yaml", err, sizeof err), -1);
-    CHECK(strstr(err, "more than 100000 rate_limit blocks") != NULL ||
-          strstr(err, "values in one file") != NULL);
-    CHECK_EQ(rateld_erl_count(erl), 0);
+    for (int f = 0; f < 6; f++) {
+        int rc;
+        q = (size_t)sprintf(big, "domain: d%d\ndescriptors:\n", f);
+        for (int i = 0; i < 20000; i++)
+            q += (size_t)sprintf(
+                big + q, "- {key: %d, rate_limit: {unlimited: y}}\n", i);
+        rc = rateld_erl_parse(erl, big, q, "big.yaml", err, sizeof err);
+        CHECK_EQ(rc, f < 5 ? 0 : -1);
+    }
+    CHECK(strstr(err, "big.yaml:3: more than 100000 rate_limit blocks in the "
+                      "configuration") == err);
+    CHECK_EQ(rateld_erl_count(erl), RATELD_ERL_LIMITS_MAX);
+    CHECK_EQ(rateld_erl_domain_count(erl), 5);
     rateld_erl_free(erl);
     free(big);
 }
