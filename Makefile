@@ -49,8 +49,22 @@ LDLIBS   += $(HIREDIS_LIBS) -pthread
 
 # rateld and the captcha service: libevent (the event loop), http-parser
 # (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies), libsystemd
-# (sd_notify: readiness and reloads told to systemd, docs/deployment.md).
-SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson libsystemd 2>/dev/null || echo -levent -lyaml -lcjson -lsystemd) -lhttp_parser
+# (sd_notify: readiness and reloads told to systemd, docs/deployment.md),
+# nghttp2 (HTTP/2 for gRPC) and protobuf-c (Envoy's messages; docs/envoy.md
+# says why these).
+SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson libsystemd libnghttp2 libprotobuf-c 2>/dev/null || echo -levent -lyaml -lcjson -lsystemd -lnghttp2 -lprotobuf-c) -lhttp_parser
+
+# Protocol definitions: ours in proto/ (Envoy's rate limit service and
+# gRPC health, written from their published APIs), and the well-known
+# types they import from libprotobuf-dev's /usr/include/google/protobuf.
+# protoc-c turns them into C in $(BUILD)/gen/proto.
+PROTO_INCLUDE ?= /usr/include
+PROTO_SRC := $(sort $(shell find proto -name '*.proto'))
+PROTO_WKT := duration wrappers struct
+PROTO_C   := $(PROTO_SRC:proto/%.proto=$(BUILD)/gen/proto/%.pb-c.c) \
+             $(PROTO_WKT:%=$(BUILD)/gen/proto/google/protobuf/%.pb-c.c)
+PROTO_OBJ := $(PROTO_C:.c=.o)
+CPPFLAGS  += -I$(BUILD)/gen/proto
 
 CORE_SRC  := $(sort $(wildcard src/core/*.c))
 HTTP_SRC  := $(sort $(wildcard src/http/*.c))
@@ -134,8 +148,23 @@ $(BUILD)/libratel_http.a: $(HTTP_OBJ)
 $(BUILD)/libratel_app.a: $(APP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(PROTO_C) &: $(PROTO_SRC)
+	@mkdir -p $(BUILD)/gen/proto
+	protoc-c --c_out=$(BUILD)/gen/proto -Iproto -I$(PROTO_INCLUDE) $(PROTO_SRC) \
+	  $(PROTO_WKT:%=$(PROTO_INCLUDE)/google/protobuf/%.proto)
+
+# Generated code: compiled without our warnings (it is protoc-c's style).
+$(PROTO_OBJ): %.o: %.c
+	$(CC) $(CPPFLAGS) $(filter-out $(WARN) -Werror,$(BASE)) $(CFLAGS) $(SANITIZE) $(LTO) -c $< -o $@
+
+$(BUILD)/libratel_proto.a: $(PROTO_OBJ)
+	rm -f $@ && $(AR) rcs $@ $^
+
+# Everything in daemon/ may include a generated header.
+$(DAEMON_OBJ) $(BUILD)/daemon/main.o $(UNIT_OBJ): | $(PROTO_C)
+
 # rateld: daemon/ on libratel and the HTTP server.
-$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
@@ -184,12 +213,12 @@ $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integratio
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
-$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel.a
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.

@@ -13,6 +13,7 @@
 #include "app/ratelimit.h"
 #include "app/yaml.h"
 #include "daemon/config.h"
+#include "daemon/erl.h"
 #include "daemon/request.h"
 #include "store/redis_url.h"
 
@@ -814,6 +815,76 @@ static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
     return 0;
 }
 
+/* ---------------------------------------------------------------- envoy */
+
+static int check_algorithm(const char *text, char *why, size_t whylen)
+{
+    if (rateld_erl_algorithm_ok(text))
+        return 0;
+    snprintf(why, whylen, "\"%.32s\"; accepted: sliding, fixed, approx, gcra",
+             text);
+    return -1;
+}
+
+static const char *const domain_words[] = {"error", "allow", NULL};
+static const int domain_values[] = {0, 1};
+#define ENVOY(f) RATEL__FIELD(rateld_envoy_t, f)
+static const ratel__option_t envoy_options[] = {
+    {"listen", RATEL__OPTION_STRING, 0, 0, 0, ENVOY(listen), NULL, NULL,
+     ratel__check_listen},
+    {"config_dir", RATEL__OPTION_STRING, 0, 0, 0, ENVOY(config_dir), NULL, NULL,
+     NULL},
+    {"algorithm", RATEL__OPTION_STRING, 0, 0, 0, ENVOY(algorithm), NULL, NULL,
+     check_algorithm},
+    {"unknown_domain", RATEL__OPTION_ENUM, 0, 0, 0, ENVOY(unknown_domain_allow),
+     domain_words, domain_values, NULL},
+    {"response_headers", RATEL__OPTION_BOOL, 0, 0, 0, ENVOY(response_headers),
+     NULL, NULL, NULL},
+    {"max_message_bytes", RATEL__OPTION_SIZE, 64, 16777216, 1,
+     ENVOY(limits.max_message_bytes), NULL, NULL, NULL},
+    {"max_streams", RATEL__OPTION_UINT, 1, 100000, 1, ENVOY(limits.max_streams),
+     NULL, NULL, NULL},
+    {"max_header_list_bytes", RATEL__OPTION_SIZE, 1024, 1048576, 1,
+     ENVOY(limits.max_header_list_bytes), NULL, NULL, NULL},
+    {"idle_timeout_ms", RATEL__OPTION_MSEC, 1, 86400000, 1,
+     ENVOY(limits.idle_timeout_ms), NULL, NULL, NULL},
+    {"max_resets_per_second", RATEL__OPTION_UINT, 1, 1000000, 1,
+     ENVOY(limits.max_resets_per_second), NULL, NULL, NULL},
+};
+
+static int read_envoy(reader_t *r, const ratel__yaml_node_t *node)
+{
+    rateld_envoy_t *e = &r->config->envoy;
+
+    e->line = node->line;
+    if (ratel__yaml_options(&r->ctx, node, "envoy", envoy_options,
+                            COUNT(envoy_options), e, NULL))
+        return -1;
+    if (!e->listen[0] || !e->config_dir[0])
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "envoy: needs listen (the gRPC address, e.g. "
+                                "127.0.0.1:8081) and config_dir (the "
+                                "directory of envoyproxy/ratelimit files)");
+    return 0;
+}
+
+/*
+ * Loads envoy.config_dir (relative to the config file's directory unless
+ * absolute) into config->erl.
+ */
+static int load_erl(rateld_config_t *c, const char *path, char *err,
+                    size_t errlen)
+{
+    const char *dir = c->envoy.config_dir, *slash = strrchr(path, '/');
+    char full[1200];
+
+    if (dir[0] != '/' && slash)
+        snprintf(full, sizeof full, "%.*s/%s", (int)(slash - path), path, dir);
+    else
+        snprintf(full, sizeof full, "%s", dir);
+    return rateld_erl_load_dir(full, c->envoy.algorithm, &c->erl, err, errlen);
+}
+
 /* ------------------------------------------------------------ the file */
 
 /* The top level's own options. */
@@ -822,10 +893,24 @@ static const ratel__option_t top_options[] = {
 };
 
 /* The top level's sections, read by read_section. */
-enum { T_TRUSTED, T_LIMITS, T_STORE, T_POLICIES, T_ROUTES, T_AUTH, T_COUNT };
+enum {
+    T_TRUSTED,
+    T_LIMITS,
+    T_STORE,
+    T_POLICIES,
+    T_ROUTES,
+    T_AUTH,
+    T_ENVOY,
+    T_COUNT
+};
 static const ratel__option_t top_sections[T_COUNT] = {
-    {.name = "trusted_proxies"}, {.name = "limits"}, {.name = "store"},
-    {.name = "policies"},        {.name = "routes"}, {.name = "auth"}};
+    {.name = "trusted_proxies"},
+    {.name = "limits"},
+    {.name = "store"},
+    {.name = "policies"},
+    {.name = "routes"},
+    {.name = "auth"},
+    {.name = "envoy"}};
 
 static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
 {
@@ -846,6 +931,8 @@ static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
         return read_policies(r, node);
     case T_AUTH:
         return read_auth(r, node);
+    case T_ENVOY:
+        return read_envoy(r, node);
     default: /* T_ROUTES: after the policies they name (read_top) */
         return 0;
     }
@@ -869,10 +956,10 @@ static int read_top(reader_t *r, const ratel__yaml_node_t *root)
     }
     if (ratel__yaml_groups(&r->ctx, root, "", groups, COUNT(groups), v))
         return -1;
-    if (!sections[T_POLICIES])
+    if (!sections[T_POLICIES] && !sections[T_ENVOY])
         return ratel__yaml_fail(&r->ctx, root->line,
-                                "policies: required; define at least one "
-                                "policy (docs/config.md)");
+                                "policies: required (or an envoy: section); "
+                                "define at least one policy (docs/config.md)");
     if (sections[T_ROUTES] && read_routes(r, sections[T_ROUTES]))
         return -1;
     return 0;
@@ -921,6 +1008,8 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     c->store = RATELD_STORE_MEMORY;
     c->memory_max_bytes = (size_t)64 << 20;
     c->auth.deny_status = 429;
+    snprintf(c->envoy.algorithm, sizeof c->envoy.algorithm, "sliding");
+    c->envoy.response_headers = 1;
     r.config = c;
     rc = read_top(&r, root);
     ratel__yaml_free(root);
@@ -951,6 +1040,12 @@ int rateld_config_load(const char *path, rateld_config_t **out, char *err,
         return -1;
     rc = rateld_config_parse(text, len, path, out, err, errlen);
     free(text);
+    if (rc == 0 && (*out)->envoy.config_dir[0] &&
+        load_erl(*out, path, err, errlen) != 0) {
+        rateld_config_free(*out);
+        *out = NULL;
+        return -1;
+    }
     return rc;
 }
 
@@ -962,6 +1057,7 @@ void rateld_config_free(rateld_config_t *config)
         free_overrides(&config->policies[i]);
     free(config->policies);
     free(config->routes);
+    rateld_erl_free(config->erl);
     free(config);
 }
 

@@ -114,6 +114,21 @@ typedef struct rateld_auth_s {
     rateld_unmatched_t unmatched; /* a request no route matches */
 } rateld_auth_t;
 
+/* The `envoy:` section: Envoy's rate limit service on a gRPC listener
+   (docs/envoy.md). */
+typedef struct rateld_envoy_s {
+    char listen[256];           /* "": no gRPC listener */
+    char config_dir[512];       /* envoyproxy/ratelimit's files; a relative
+                                   path is relative to the config file */
+    char algorithm[16];         /* for limits that do not say; "sliding" */
+    int unknown_domain_allow;   /* unknown_domain: allow (else error) */
+    int response_headers;       /* RateLimit fields in the answers; default 1 */
+    ratel_grpc_limits_t limits; /* 0 = grpc.h default */
+    int line;
+} rateld_envoy_t;
+
+struct rateld_erl_s;
+
 typedef enum rateld_store_kind_e {
     RATELD_STORE_MEMORY = 0,
     RATELD_STORE_REDIS
@@ -135,11 +150,16 @@ typedef struct rateld_config_s {
     rateld_route_t *routes;
     size_t nroutes;
     rateld_auth_t auth;
+    rateld_envoy_t envoy;
+    /* envoy.config_dir's files, loaded by rateld_config_load (NULL when
+       there is no envoy section, or from rateld_config_parse). */
+    struct rateld_erl_s *erl;
 } rateld_config_t;
 
 /*
- * Reads and checks the YAML file at `path`. Returns 0 with *out (free with
- * rateld_config_free), or -1 with "PATH:LINE: reason" in err.
+ * Reads and checks the YAML file at `path`, and envoy.config_dir's files
+ * when it names one. Returns 0 with *out (free with rateld_config_free),
+ * or -1 with "PATH:LINE: reason" in err.
  */
 int rateld_config_load(const char *path, rateld_config_t **out, char *err,
                        size_t errlen);

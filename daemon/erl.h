@@ -92,8 +92,8 @@ typedef struct rateld_erl_entry_s {
  */
 typedef struct rateld_erl_level_s {
     /*
-     * share_threshold: the config's pattern (e.g. "files/" and a star), which stands
-     * for the request's value in the counter key so that every value it
+     * share_threshold: the config's pattern (e.g. "files/" and a star), which
+     * stands for the request's value in the counter key so that every value it
      * matches shares one counter; NULL otherwise (each value counts on
      * its own, as ERL keys its counters by the request's values).
      */

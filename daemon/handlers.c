@@ -27,8 +27,6 @@
 #include <string.h>
 #include <strings.h>
 
-enum { KIND_ACQUIRE, KIND_AUTH, KIND_PART };
-
 static int str_is(ratel_http_str_t s, const char *lit)
 {
     size_t n = strlen(lit);
@@ -98,7 +96,7 @@ respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
 
 /* ------------------------------------------------------ configuration */
 
-static rateld_gen_t *take_gen(rateld_t *d, rateld_worker_t *w)
+rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)
 {
     if (!w->gen) {
         atomic_store(&w->active, 1);
@@ -157,12 +155,11 @@ static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
 
 static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread);
 
-static rateld_pending_t *enqueue(rateld_t *d, rateld_worker_t *w,
-                                 unsigned thread, size_t need)
+void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                    size_t need)
 {
     if (w->npending + need > RATELD_BATCH_MAX)
         run_batch(d, w, thread);
-    return &w->pending[w->npending];
 }
 
 /* "POLICY:" + key as the store key. */
@@ -190,7 +187,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
                         ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, int64_t start)
 {
-    rateld_gen_t *gen = take_gen(d, w);
+    rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t *p;
     char err[400], client[RATEL__ADDR_MAX], host[256];
@@ -199,7 +196,8 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
 
     if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
-    p = enqueue(d, w, req->thread, 1);
+    rateld_enqueue(d, w, req->thread, 1);
+    p = &w->pending[w->npending];
     set_key(p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
@@ -217,7 +215,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
         return;
     }
     p->ex = ex;
-    p->kind = KIND_ACQUIRE;
+    p->kind = RATELD_KIND_ACQUIRE;
     p->first = (int)w->npending;
     p->count = 1;
     p->request = (ratel_request_t)RATEL_REQUEST_INIT;
@@ -392,7 +390,7 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
     int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
     size_t first, k = 0;
 
-    enqueue(d, w, req->thread, route->npolicies);
+    rateld_enqueue(d, w, req->thread, route->npolicies);
     first = w->npending;
     for (size_t i = 0; i < route->npolicies; i++) {
         size_t index = route->policies[i];
@@ -428,7 +426,7 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
     for (size_t j = 0; j < k; j++) {
         rateld_pending_t *p = &w->pending[first + j];
         p->ex = j == 0 ? ex : NULL;
-        p->kind = j == 0 ? KIND_AUTH : KIND_PART;
+        p->kind = j == 0 ? RATELD_KIND_AUTH : RATELD_KIND_PART;
         p->first = (int)first;
         p->count = (int)k;
     }
@@ -503,7 +501,7 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
 static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                      const ratel_http_request_t *req, int64_t start)
 {
-    rateld_gen_t *gen = take_gen(d, w);
+    rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
     char client[RATEL__ADDR_MAX], host[256];
@@ -750,10 +748,12 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
     now = ratel_clock_now_us();
     for (size_t i = 0; i < n; i++) {
         rateld_pending_t *p = &w->pending[i];
-        if (p->kind == KIND_ACQUIRE)
+        if (p->kind == RATELD_KIND_ACQUIRE)
             answer_acquire(d, thread, gen, p, &w->items[i], now);
-        else if (p->kind == KIND_AUTH)
+        else if (p->kind == RATELD_KIND_AUTH)
             answer_auth(d, w, thread, gen, i, now);
+        else if (p->kind == RATELD_KIND_RLS)
+            rateld_rls_answer(d, w, thread, gen, i, now);
     }
     w->npending = 0;
 }
@@ -780,7 +780,7 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
                        ratel_http_exchange_t *ex,
                        const ratel_http_request_t *req, int release)
 {
-    rateld_gen_t *gen = take_gen(d, w);
+    rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t p;
     ratel_decision_t dec;
@@ -858,7 +858,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
                       const ratel_http_request_t *req)
 {
     static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
-    rateld_gen_t *gen = take_gen(d, w);
+    rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_policy_t *pol;
     rateld_pending_t p;
     rateld_params_t prm;

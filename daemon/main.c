@@ -13,6 +13,7 @@
 #include "app/program.h"
 #include "app/ratelimit.h"
 #include "daemon/health.h"
+#include "daemon/erl.h"
 #include "daemon/rateld.h"
 
 #include <errno.h>
@@ -172,16 +173,24 @@ static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
     atomic_store(&d->current, g);
     o.listen = g->config->listen;
     o.limits = g->config->limits;
+    if (g->config->envoy.listen[0]) {
+        o.grpc_listen = g->config->envoy.listen;
+        o.grpc_handler = rateld_grpc_handle;
+        o.grpc_limits = g->config->envoy.limits;
+    }
     if (ratel_http_server_new(&d->http, &o, err, sizeof err) != 0) {
         ratel__log("error", "cannot listen", "reason=\"%s\"", err);
         return -1;
     }
     ratel__log("info", "rateld started",
                "version=%s listen=%s port=%d threads=%u store=%s "
-               "policies=%zu routes=%zu config=%s",
+               "policies=%zu routes=%zu grpc_port=%d envoy_limits=%zu "
+               "config=%s",
                RATELD_VERSION, g->config->listen,
                ratel_http_server_port(d->http), d->threads, d->store_name,
-               g->config->npolicies, g->config->nroutes, path);
+               g->config->npolicies, g->config->nroutes,
+               ratel_http_server_grpc_port(d->http),
+               rateld_erl_count(g->config->erl), path);
     return 0;
 }
 

@@ -25,6 +25,7 @@
 
 #define SOURCES 5        /* RATEL_SOURCE_STORE .. RATEL_SOURCE_LOCAL */
 #define STATUS_CLASSES 5 /* 1xx .. 5xx */
+#define GRPC_CODES 17    /* gRPC status codes 0 .. 16 */
 #define CACHE_LINE 64
 
 /* Upper bounds of the latency buckets, in microseconds, and as written in
@@ -60,6 +61,7 @@ const char *rateld_undecided_name(rateld_undecided_t reason)
 
 typedef struct thread_counters_s {
     counter_t http[STATUS_CLASSES];
+    counter_t grpc[GRPC_CODES];
     counter_t undecided[RATELD_UNDECIDED_REASONS];
     policy_counters_t policies[RATELD_METRICS_POLICIES];
 } thread_counters_t;
@@ -205,6 +207,13 @@ void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status)
     if (!m || thread >= m->threads || status < 100 || status > 599)
         return;
     bump(&m->counters[thread]->http[status / 100 - 1], 1);
+}
+
+void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code)
+{
+    if (!m || thread >= m->threads || code < 0 || code >= GRPC_CODES)
+        return;
+    bump(&m->counters[thread]->grpc[code], 1);
 }
 
 /* ------------------------------------------------------------ rendering */
@@ -365,6 +374,38 @@ static void render_http(text_t *t, rateld_metrics_t *m)
     }
 }
 
+static void render_grpc(text_t *t, rateld_metrics_t *m)
+{
+    static const char *const names[GRPC_CODES] = {"OK",
+                                                  "CANCELLED",
+                                                  "UNKNOWN",
+                                                  "INVALID_ARGUMENT",
+                                                  "DEADLINE_EXCEEDED",
+                                                  "NOT_FOUND",
+                                                  "ALREADY_EXISTS",
+                                                  "PERMISSION_DENIED",
+                                                  "RESOURCE_EXHAUSTED",
+                                                  "FAILED_PRECONDITION",
+                                                  "ABORTED",
+                                                  "OUT_OF_RANGE",
+                                                  "UNIMPLEMENTED",
+                                                  "INTERNAL",
+                                                  "UNAVAILABLE",
+                                                  "DATA_LOSS",
+                                                  "UNAUTHENTICATED"};
+
+    emit_header(t, "ratel_grpc_responses_total", "counter",
+                "gRPC calls answered by rateld (Envoy's rate limit service, "
+                "health checks), by status.");
+    for (int c = 0; c < GRPC_CODES; c++) {
+        uint64_t v = 0;
+        for (unsigned th = 0; th < m->threads; th++)
+            v += get(&m->counters[th]->grpc[c]);
+        emit(t, "ratel_grpc_responses_total{code=\"%s\"} %llu\n", names[c],
+             (unsigned long long)v);
+    }
+}
+
 static void render_undecided(text_t *t, rateld_metrics_t *m)
 {
     emit_header(t, "ratel_auth_undecided_total", "counter",
@@ -442,6 +483,7 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     render_latency(&t, m, n, sums);
     free(sums);
     render_http(&t, m);
+    render_grpc(&t, m);
     render_undecided(&t, m);
     if (st)
         render_store(&t, st);

@@ -62,6 +62,10 @@ void rateld_metrics_count(rateld_metrics_t *m, unsigned thread, int policy,
 void rateld_metrics_undecided(rateld_metrics_t *m, unsigned thread,
                               rateld_undecided_t reason);
 
+/* Counts a gRPC call's answer by status code (0..16) on worker
+   `thread`. */
+void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code);
+
 /* Counts an HTTP response by status class on worker `thread`. */
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status);
 

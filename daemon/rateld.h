@@ -35,10 +35,21 @@
 /* Requests one worker batches in one pass; past it, it decides early. */
 #define RATELD_BATCH_MAX 256
 
+/* What answers a pending request (rateld_pending_t.kind). */
+enum {
+    RATELD_KIND_ACQUIRE, /* the decision API */
+    RATELD_KIND_AUTH,    /* /v1/auth: a route's policies, first item */
+    RATELD_KIND_PART,    /* a later item of an auth or RLS request */
+    RATELD_KIND_RLS      /* an RLS call (rls.c), first item */
+};
+
+typedef struct rateld_rls_s rateld_rls_t;
+
 /* A configuration and what is derived from it once, at load. */
 typedef struct rateld_gen_s {
     rateld_config_t *config;
     int *metric;         /* metrics index per policy */
+    int *erl_metric;     /* metrics index per Envoy limit (erl.h index) */
     char **policy_field; /* RateLimit-Policy value per policy */
     uint64_t epoch;      /* when it was published */
     struct rateld_gen_s *next_retired;
@@ -51,7 +62,8 @@ typedef struct rateld_pending_s {
     size_t policy_index;
     const ratel_policy_t *rules; /* the policy's, or an override's */
     const char *field;           /* their RateLimit-Policy value */
-    int kind;                    /* what answers it: the decision API or auth */
+    int kind;                    /* what answers it: RATELD_KIND_* */
+    rateld_rls_t *rls;           /* an RLS call's items: the call */
     int first, count; /* auth: its items are batch[first .. first+count) */
     ratel_request_t request;
     int64_t start_us; /* for the latency histogram */
@@ -72,6 +84,7 @@ typedef struct rateld_worker_s {
        many were not logged since (one line per reason per 10 s). */
     int64_t undecided_logged_us[RATELD_UNDECIDED_REASONS];
     uint64_t undecided_quiet[RATELD_UNDECIDED_REASONS];
+    int64_t unknown_domain_logged_us; /* RLS: an unknown domain logged */
     char pad[64];
 } rateld_worker_t;
 
@@ -96,6 +109,24 @@ typedef struct rateld_s {
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,
                    const ratel_http_request_t *req);
 void rateld_flush(void *ud, unsigned thread);
+
+/* The configuration of the worker's pass (taken at its first request). */
+rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w);
+
+/* Makes room for `need` more items in the worker's batch (deciding the
+   batch first when it would not fit); the caller fills
+   w->pending[w->npending ...] and adds to npending. */
+void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                    size_t need);
+
+/* The gRPC handler (rls.c): Envoy's RateLimitService and gRPC health. */
+void rateld_grpc_handle(void *ud, ratel_grpc_call_t *call,
+                        const ratel_grpc_request_t *req);
+
+/* Answers the RLS call whose first item is w->pending[first], after the
+   batch was decided (run_batch). */
+void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                       const rateld_gen_t *gen, size_t first, int64_t now);
 
 /* Builds a generation from a loaded config (registers its metrics);
    NULL when out of memory. Takes ownership of config. */

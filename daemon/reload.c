@@ -5,6 +5,7 @@
  * worker can hold them any more (rateld.h explains the epochs).
  */
 #include "app/ratelimit.h"
+#include "daemon/erl.h"
 #include "daemon/rateld.h"
 
 #include <stdio.h>
@@ -21,8 +22,10 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
     }
     g->config = config;
     g->metric = calloc(config->npolicies + 1, sizeof *g->metric);
+    g->erl_metric =
+        calloc(rateld_erl_count(config->erl) + 1, sizeof *g->erl_metric);
     g->policy_field = calloc(config->npolicies + 1, sizeof *g->policy_field);
-    if (!g->metric || !g->policy_field) {
+    if (!g->metric || !g->policy_field || !g->erl_metric) {
         rateld_gen_free(g);
         return NULL;
     }
@@ -37,6 +40,12 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
         }
         ratel__header_policy(p->name, &p->policy, g->policy_field[i], n + 1);
     }
+    for (size_t i = 0; i < rateld_erl_count(config->erl); i++) {
+        const rateld_erl_limit_t *l = rateld_erl_limit(config->erl, i);
+        char name[RATELD_ERL_KEY_PATH_LEN + RATELD_ERL_KEY_MAX + 8];
+        snprintf(name, sizeof name, "envoy:%s:%s", l->domain, l->key_path);
+        g->erl_metric[i] = rateld_metrics_policy(d->metrics, name);
+    }
     return g;
 }
 
@@ -49,6 +58,7 @@ void rateld_gen_free(rateld_gen_t *g)
             free(g->policy_field[i]);
     free(g->policy_field);
     free(g->metric);
+    free(g->erl_metric);
     rateld_config_free(g->config);
     free(g);
 }
@@ -89,7 +99,10 @@ static int same_store(const rateld_config_t *a, const rateld_config_t *b)
 static int same_server(const rateld_config_t *a, const rateld_config_t *b)
 {
     return strcmp(a->listen, b->listen) == 0 && a->threads == b->threads &&
-           memcmp(&a->limits, &b->limits, sizeof a->limits) == 0;
+           memcmp(&a->limits, &b->limits, sizeof a->limits) == 0 &&
+           strcmp(a->envoy.listen, b->envoy.listen) == 0 &&
+           memcmp(&a->envoy.limits, &b->envoy.limits, sizeof a->envoy.limits) ==
+               0;
 }
 
 int rateld_reload(rateld_t *d, char *err, size_t errlen)
@@ -110,7 +123,9 @@ int rateld_reload(rateld_t *d, char *err, size_t errlen)
         goto fail;
     }
     if (!same_server(old->config, c))
-        ratel__log("warn", "listen, threads and limits take effect on restart",
+        ratel__log("warn",
+                   "listen, threads, limits and envoy.listen and its limits "
+                   "take effect on restart",
                    "path=%s", d->config_path);
     g = rateld_gen_new(d, c);
     if (!g) {

@@ -38,6 +38,17 @@
 #                                   parses every shell file with shfmt
 #   debootstrap                     scripts/rehearse-minbase.sh: a minimal
 #                                   Debian to rehearse these commands in
+#   libnghttp2-dev, libprotobuf-c-dev,
+#   protobuf-c-compiler,
+#   libprotobuf-dev                 rateld's gRPC listener (Envoy's rate
+#                                   limit service): HTTP/2, the messages,
+#                                   protoc-c and the well-known .proto files
+#   python3-grpcio,
+#   python3-grpc-tools              test_envoy.sh's independent gRPC client,
+#                                   its stubs generated from proto/
+#   python3-h2                      test_envoy.sh's hostile HTTP/2 client
+#                                   (frames no gRPC library would send)
+#   nghttp2-client                  h2load: the gRPC benchmark
 #   systemd-container               systemd-nspawn: test_deb_systemd.sh
 #                                   installs the packages in a throwaway
 #                                   container booted by systemd
@@ -67,6 +78,8 @@ packages=(
     go-md2man man-db prometheus
     debhelper dpkg-dev fakeroot lintian systemd-container
     git shfmt debootstrap
+    libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+    python3-grpcio python3-grpc-tools python3-h2 nghttp2-client
 )
 
 # Installed packages and what they provide, one name per line.

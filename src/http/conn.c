@@ -816,3 +816,100 @@ void ratel__http_conn_trim(ratel__http_conn_t *c)
         c->out_off = c->out_len = 0;
     }
 }
+
+/* ---------------------------------------- HTTP/1.1 as server.c's protocol */
+
+static void *h1_new(ratel__http_ctx_t *ctx, const struct sockaddr *peer,
+                    socklen_t peer_len, int64_t now_ms)
+{
+    return ratel__http_conn_new(ctx, peer, peer_len, now_ms);
+}
+
+static void h1_set_user(void *c, void *user)
+{
+    ratel__http_conn_set_user(c, user);
+}
+
+static char *h1_read_space(void *c, size_t *room)
+{
+    return ratel__http_conn_read_space(c, room);
+}
+
+static void h1_received(void *c, size_t n, int64_t now_ms)
+{
+    ratel__http_conn_received(c, n, now_ms);
+}
+
+static void h1_process(void *c, int64_t now_ms)
+{
+    ratel__http_conn_process(c, now_ms);
+}
+
+static int h1_pending(void *c)
+{
+    return ratel__http_conn_pending(c);
+}
+
+static const char *h1_output(void *c, size_t *n)
+{
+    return ratel__http_conn_output(c, n);
+}
+
+static void h1_written(void *c, size_t n, int64_t now_ms)
+{
+    ratel__http_conn_written(c, n, now_ms);
+}
+
+static int h1_wants_read(void *c)
+{
+    return ratel__http_conn_wants_read(c);
+}
+
+static int h1_finished(void *c)
+{
+    return ratel__http_conn_finished(c);
+}
+
+static int h1_aborted(void *c)
+{
+    return ratel__http_conn_aborted(c);
+}
+
+static int h1_tick(void *c, int64_t now_ms)
+{
+    return ratel__http_conn_tick(c, now_ms);
+}
+
+static int h1_drain(void *c, int64_t now_ms)
+{
+    return ratel__http_conn_drain(c, now_ms);
+}
+
+static void h1_close(void *c)
+{
+    ratel__http_conn_close(c);
+}
+
+static void h1_trim(void *c)
+{
+    ratel__http_conn_trim(c);
+}
+
+const ratel__http_proto_t ratel__http1_proto = {
+    .name = "http/1.1",
+    .conn_new = h1_new,
+    .set_user = h1_set_user,
+    .read_space = h1_read_space,
+    .received = h1_received,
+    .process = h1_process,
+    .pending = h1_pending,
+    .output = h1_output,
+    .written = h1_written,
+    .wants_read = h1_wants_read,
+    .finished = h1_finished,
+    .aborted = h1_aborted,
+    .tick = h1_tick,
+    .drain = h1_drain,
+    .close = h1_close,
+    .trim = h1_trim,
+};

@@ -28,6 +28,7 @@
 #ifndef RATEL_HTTP_CONN_H
 #define RATEL_HTTP_CONN_H
 
+#include "http/grpc.h"
 #include "http/http.h"
 
 #include <stdint.h>
@@ -57,11 +58,18 @@ struct ratel__http_ctx_s {
     /* A request was dispatched (the driver schedules its flush). May be
        NULL. */
     void (*dispatched)(ratel__http_ctx_t *ctx);
-    /* Connection `c` has new output or has finished, outside of the
-       driver's own calls into it (a handler answering later). May be
-       NULL; the driver then polls. */
-    void (*wake)(ratel__http_ctx_t *ctx, ratel__http_conn_t *c);
+    /* A connection has new output or has finished, outside of the
+       driver's own calls into it (a handler answering later); `user` is
+       the driver's pointer for it (set_user). May be NULL; the driver
+       then polls. */
+    void (*wake)(ratel__http_ctx_t *ctx, void *user);
     void *driver;
+
+    /* gRPC over h2c (h2.c): the handler and limits (defaults filled in),
+       and the buffer every h2c connection of the thread reads into. */
+    ratel_grpc_handler_fn grpc_handler;
+    ratel_grpc_limits_t grpc_limits;
+    char scratch[16384];
 
     /* Private: free lists and every connection still allocated. */
     ratel_http_exchange_t *free_exchanges;
@@ -92,6 +100,47 @@ void ratel__http_ctx_destroy(ratel__http_ctx_t *ctx);
    the machine supports). */
 void ratel__http_limits_fill(ratel_http_limits_t *out,
                              const ratel_http_limits_t *in);
+
+/*
+ * A protocol the driver speaks on a listener: HTTP/1.1 (conn.c) or h2c
+ * gRPC (h2.c). Each function is the like-named ratel__http_conn_*
+ * function below, on the protocol's own connection type; server.c only
+ * ever calls a connection through its protocol's table.
+ */
+typedef struct ratel__http_proto_s {
+    const char *name;
+    void *(*conn_new)(ratel__http_ctx_t *ctx, const struct sockaddr *peer,
+                      socklen_t peer_len, int64_t now_ms);
+    void (*set_user)(void *c, void *user);
+    char *(*read_space)(void *c, size_t *room);
+    void (*received)(void *c, size_t n, int64_t now_ms);
+    void (*process)(void *c, int64_t now_ms);
+    int (*pending)(void *c);
+    const char *(*output)(void *c, size_t *n);
+    void (*written)(void *c, size_t n, int64_t now_ms);
+    int (*wants_read)(void *c);
+    int (*finished)(void *c);
+    int (*aborted)(void *c);
+    int (*tick)(void *c, int64_t now_ms);
+    int (*drain)(void *c, int64_t now_ms);
+    void (*close)(void *c);
+    void (*trim)(void *c);
+} ratel__http_proto_t;
+
+extern const ratel__http_proto_t ratel__http1_proto; /* conn.c */
+extern const ratel__http_proto_t ratel__h2_proto;    /* h2.c */
+
+/* The gRPC limits with every 0 replaced by its default (grpc.h). */
+void ratel__grpc_limits_fill(ratel_grpc_limits_t *out,
+                             const ratel_grpc_limits_t *in);
+
+/* Tells the driver that the connection whose pointer is `user` has
+   something to do (see wake). */
+static inline void ratel__http_wake_user(ratel__http_ctx_t *ctx, void *user)
+{
+    if (ctx->wake && user)
+        ctx->wake(ctx, user);
+}
 
 /* A new connection from `peer` (may be NULL), or NULL without memory. */
 ratel__http_conn_t *ratel__http_conn_new(ratel__http_ctx_t *ctx,

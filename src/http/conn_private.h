@@ -124,8 +124,8 @@ static inline void ratel__http_unlink_exchange(ratel__http_conn_t *c,
 /* Tells the driver the connection has something to do. */
 static inline void ratel__http_wake(ratel__http_conn_t *c)
 {
-    if (c->ctx->wake && !c->dead)
-        c->ctx->wake(c->ctx, c);
+    if (!c->dead)
+        ratel__http_wake_user(c->ctx, c->user);
 }
 
 #endif /* RATEL_HTTP_CONN_PRIVATE_H */

@@ -44,6 +44,8 @@
 #ifndef RATEL_HTTP_H
 #define RATEL_HTTP_H
 
+#include "http/grpc.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -123,8 +125,13 @@ typedef struct ratel_http_options_s {
     unsigned threads;   /* worker threads; 0: 1 */
     ratel_http_limits_t limits;
     ratel_http_handler_fn handler;
-    ratel_http_flush_fn flush; /* may be NULL */
+    ratel_http_flush_fn flush; /* may be NULL; runs after gRPC calls too */
     void *ud;
+    /* gRPC over h2c on a second address, served by the same workers
+       (grpc.h); NULL: none. The handler gets `ud` as well. */
+    const char *grpc_listen;
+    ratel_grpc_handler_fn grpc_handler;
+    ratel_grpc_limits_t grpc_limits;
 } ratel_http_options_t;
 
 /*
@@ -140,6 +147,9 @@ int ratel_http_server_new(ratel_http_server_t **out,
 
 /* The port actually bound (useful with port 0). */
 int ratel_http_server_port(const ratel_http_server_t *server);
+
+/* The gRPC address's port, 0 when there is none. */
+int ratel_http_server_grpc_port(const ratel_http_server_t *server);
 
 /*
  * Runs the workers and returns when ratel_http_server_stop() has been

@@ -70,12 +70,36 @@
 
 typedef struct worker_s worker_t;
 
+/* HTTP/1.1 and, when asked for, h2c gRPC. */
+#define MAX_ADDRESSES 2
+
+/* An address the server listens on and the protocol spoken there. */
+typedef struct address_s {
+    char *text;
+    const ratel__http_proto_t *proto;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int port;
+    /* The claim on the address (an abstract AF_UNIX socket, see
+       claim_address), held until the last worker stops listening. */
+    atomic_int claim_fd;
+} address_t;
+
+/* A worker's listening socket on one address (SO_REUSEPORT). */
+typedef struct listener_s {
+    worker_t *w;
+    const address_t *addr;
+    int fd;
+    struct event ev;
+} listener_t;
+
 /* A connected socket (the connection's state machine is in conn). */
 typedef struct sock_s {
     struct sock_s *prev, *next;   /* the worker's sockets */
     struct sock_s *dprev, *dnext; /* the worker's dirty list */
     worker_t *w;
-    ratel__http_conn_t *conn; /* NULL once lingering */
+    const ratel__http_proto_t *proto; /* how to drive conn */
+    void *conn;                       /* NULL once lingering */
     int fd;
     unsigned char in_dirty, reading, write_wait, lingering;
     unsigned char later; /* used its rounds: serviced at the next pass */
@@ -87,8 +111,9 @@ struct worker_s {
     ratel_http_server_t *server;
     unsigned index;
     struct event_base *base;
-    int listen_fd, stop_fd;
-    struct event listen_ev, stop_ev, flush_ev, output_ev, sweep_ev, later_ev;
+    listener_t listeners[MAX_ADDRESSES];
+    int stop_fd;
+    struct event stop_ev, flush_ev, output_ev, sweep_ev, later_ev;
     ratel__http_ctx_t ctx;
     sock_t *socks, *dirty, *free_socks;
     unsigned nfree_socks;
@@ -102,17 +127,15 @@ struct worker_s {
 
 struct ratel_http_server_s {
     ratel_http_options_t options;
+    address_t addresses[MAX_ADDRESSES];
+    unsigned naddresses;
     unsigned nworkers;
     worker_t *workers;
-    int port;
     int running;
     atomic_uint nconns;
     atomic_uint drain_ms;
-    atomic_llong trim_ms; /* the last malloc_trim() */
-    /* The claim on the address (an abstract AF_UNIX socket, see
-       claim_address), held until the last worker stops listening. */
-    atomic_int claim_fd;
-    atomic_uint listening; /* workers with an open listening socket */
+    atomic_llong trim_ms;  /* the last malloc_trim() */
+    atomic_uint listening; /* listening sockets still open */
 };
 
 static void release_claim(ratel_http_server_t *server);
@@ -190,7 +213,7 @@ static void sock_free(sock_t *s)
 static void sock_teardown(sock_t *s)
 {
     if (s->conn) {
-        ratel__http_conn_close(s->conn);
+        s->proto->close(s->conn);
         s->conn = NULL;
     }
     sock_free(s);
@@ -205,7 +228,7 @@ static void sock_finish(sock_t *s, int64_t now)
 {
     worker_t *w = s->w;
 
-    ratel__http_conn_close(s->conn);
+    s->proto->close(s->conn);
     s->conn = NULL;
     shutdown(s->fd, SHUT_WR);
     if (s->write_wait) {
@@ -243,14 +266,14 @@ static void linger_read(sock_t *s)
    for the rest). Returns -1 if the socket failed and is gone. */
 static int send_output(sock_t *s, int64_t now)
 {
-    ratel__http_conn_t *c = s->conn;
+    void *c = s->conn;
     size_t n;
-    const char *out = ratel__http_conn_output(c, &n);
+    const char *out = s->proto->output(c, &n);
 
     while (n && !s->write_wait) {
         ssize_t k = send(s->fd, out, n, MSG_NOSIGNAL);
         if (k > 0) {
-            ratel__http_conn_written(c, (size_t)k, now);
+            s->proto->written(c, (size_t)k, now);
             if ((size_t)k < n) {
                 event_add(&s->wev, NULL);
                 s->write_wait = 1;
@@ -287,7 +310,8 @@ static int send_output(sock_t *s, int64_t now)
  */
 static void service(sock_t *s, int64_t now)
 {
-    ratel__http_conn_t *c = s->conn;
+    const ratel__http_proto_t *proto = s->proto;
+    void *c = s->conn;
     worker_t *w = s->w;
     int want, rounds = 0;
 
@@ -300,21 +324,21 @@ static void service(sock_t *s, int64_t now)
             }
             break;
         }
-        ratel__http_conn_process(c, now);
+        proto->process(c, now);
         if (!s->write_wait && send_output(s, now) != 0)
             return;
-    } while (ratel__http_conn_pending(c));
-    if (ratel__http_conn_aborted(c)) {
+    } while (proto->pending(c));
+    if (proto->aborted(c)) {
         /* Out of memory, or a client that does not read past
            max_output_bytes: nothing is owed to it. */
         sock_teardown(s);
         return;
     }
-    if (ratel__http_conn_finished(c)) {
+    if (proto->finished(c)) {
         sock_finish(s, now);
         return;
     }
-    want = ratel__http_conn_wants_read(c);
+    want = proto->wants_read(c);
     if (want && !s->reading) {
         event_add(&s->rev, NULL);
         s->reading = 1;
@@ -322,7 +346,7 @@ static void service(sock_t *s, int64_t now)
         event_del(&s->rev);
         s->reading = 0;
     }
-    ratel__http_conn_trim(c);
+    proto->trim(c);
 }
 
 static void process_dirty(worker_t *w)
@@ -355,13 +379,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     w->in_callback++;
     for (;;) {
         size_t room;
-        char *p = ratel__http_conn_read_space(s->conn, &room);
+        char *p = s->proto->read_space(s->conn, &room);
         ssize_t n;
         if (!p)
             break;
         n = recv(fd, p, room, 0);
         if (n > 0) {
-            ratel__http_conn_received(s->conn, (size_t)n, now);
+            s->proto->received(s->conn, (size_t)n, now);
             if ((size_t)n < room)
                 break;
             continue;
@@ -409,13 +433,11 @@ static void on_dispatched(ratel__http_ctx_t *ctx)
     }
 }
 
-static void on_wake(ratel__http_ctx_t *ctx, ratel__http_conn_t *c)
+static void on_wake(ratel__http_ctx_t *ctx, void *user)
 {
     worker_t *w = ctx->driver;
-    sock_t *s = ratel__http_conn_user(c);
+    sock_t *s = user;
 
-    if (!s)
-        return;
     mark_dirty(s);
     if (!w->in_callback && !w->output_pending) {
         w->output_pending = 1;
@@ -486,8 +508,9 @@ static void refuse(int fd)
     close(fd);
 }
 
-static sock_t *sock_new(worker_t *w, int fd, const struct sockaddr *peer,
-                        socklen_t peer_len, int64_t now)
+static sock_t *sock_new(worker_t *w, const ratel__http_proto_t *proto, int fd,
+                        const struct sockaddr *peer, socklen_t peer_len,
+                        int64_t now)
 {
     sock_t *s = w->free_socks;
 
@@ -500,12 +523,13 @@ static sock_t *sock_new(worker_t *w, int fd, const struct sockaddr *peer,
             return NULL;
     }
     memset(s, 0, sizeof *s);
-    s->conn = ratel__http_conn_new(&w->ctx, peer, peer_len, now);
+    s->proto = proto;
+    s->conn = proto->conn_new(&w->ctx, peer, peer_len, now);
     if (!s->conn) {
         free(s);
         return NULL;
     }
-    ratel__http_conn_set_user(s->conn, s);
+    proto->set_user(s->conn, s);
     s->w = w;
     s->fd = fd;
     event_assign(&s->rev, w->base, fd, EV_READ | EV_PERSIST, on_read, s);
@@ -521,7 +545,8 @@ static sock_t *sock_new(worker_t *w, int fd, const struct sockaddr *peer,
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
-    worker_t *w = arg;
+    listener_t *l = arg;
+    worker_t *w = l->w;
     ratel_http_server_t *server = w->server;
     int64_t now = now_ms();
 
@@ -538,7 +563,9 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                 errno == ENOMEM) {
                 /* Level-triggered: stop asking until the sweep. */
-                event_del(&w->listen_ev);
+                for (unsigned i = 0; i < server->naddresses; i++)
+                    if (w->listeners[i].fd >= 0)
+                        event_del(&w->listeners[i].ev);
                 w->accept_paused = 1;
                 w->accept_resume_ms = now + ACCEPT_PAUSE_MS;
             }
@@ -552,7 +579,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
-        if (!sock_new(w, fd, (struct sockaddr *)&ss, len, now)) {
+        if (!sock_new(w, l->addr->proto, fd, (struct sockaddr *)&ss, len,
+                      now)) {
             atomic_fetch_sub(&server->nconns, 1);
             close(fd);
         }
@@ -592,7 +620,9 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->accept_paused && !w->stopping && now >= w->accept_resume_ms) {
         w->accept_paused = 0;
-        event_add(&w->listen_ev, NULL);
+        for (unsigned i = 0; i < w->server->naddresses; i++)
+            if (w->listeners[i].fd >= 0)
+                event_add(&w->listeners[i].ev, NULL);
     }
     w->in_callback++;
     for (s = w->socks; s; s = next) {
@@ -600,7 +630,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         if (s->lingering) {
             if (now >= s->linger_deadline_ms || expired)
                 sock_free(s);
-        } else if (expired || ratel__http_conn_tick(s->conn, now)) {
+        } else if (expired || s->proto->tick(s->conn, now)) {
             sock_teardown(s);
         }
     }
@@ -623,10 +653,13 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         return;
     w->stopping = 1;
     w->deadline_ms = now + atomic_load(&w->server->drain_ms);
-    if (w->listen_fd >= 0) {
-        event_del(&w->listen_ev);
-        close(w->listen_fd);
-        w->listen_fd = -1;
+    for (unsigned i = 0; i < w->server->naddresses; i++) {
+        listener_t *l = &w->listeners[i];
+        if (l->fd < 0)
+            continue;
+        event_del(&l->ev);
+        close(l->fd);
+        l->fd = -1;
         /* No longer served by us: a new server may start while we
            drain. */
         if (atomic_fetch_sub(&w->server->listening, 1) == 1)
@@ -638,7 +671,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         if (s->lingering) {
             if (s->linger_deadline_ms > w->deadline_ms)
                 s->linger_deadline_ms = w->deadline_ms;
-        } else if (ratel__http_conn_drain(s->conn, now)) {
+        } else if (s->proto->drain(s->conn, now)) {
             sock_teardown(s); /* idle */
         } else {
             mark_dirty(s);
@@ -771,10 +804,11 @@ static int claim_failed(const char *text, char *err, size_t errlen)
  * binding it is atomic, the kernel frees it when the process dies, and
  * it is held until this server stops listening. Port 0 is never shared.
  */
-static int claim_address(ratel_http_server_t *server, const char *text,
-                         const struct sockaddr_storage *ss, socklen_t len,
-                         char *err, size_t errlen)
+static int claim_address(address_t *a, char *err, size_t errlen)
 {
+    const char *text = a->text;
+    const struct sockaddr_storage *ss = &a->ss;
+    socklen_t len = a->len;
     struct sockaddr_un un;
     char addr[INET6_ADDRSTRLEN + 8];
     int n, one = 1, fd, probe;
@@ -795,7 +829,7 @@ static int claim_address(ratel_http_server_t *server, const char *text,
         close(fd);
         return -1;
     }
-    atomic_store(&server->claim_fd, fd);
+    atomic_store(&a->claim_fd, fd);
     probe = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (probe < 0 ||
         setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -809,13 +843,14 @@ static int claim_address(ratel_http_server_t *server, const char *text,
     return 0;
 }
 
-/* Lets another server have the address (safe from any thread). */
+/* Lets another server have the addresses (safe from any thread). */
 static void release_claim(ratel_http_server_t *server)
 {
-    int fd = atomic_exchange(&server->claim_fd, -1);
-
-    if (fd >= 0)
-        close(fd);
+    for (unsigned i = 0; i < server->naddresses; i++) {
+        int fd = atomic_exchange(&server->addresses[i].claim_fd, -1);
+        if (fd >= 0)
+            close(fd);
+    }
 }
 
 static unsigned port_of(const struct sockaddr_storage *ss)
@@ -850,10 +885,10 @@ static int worker_init(worker_t *w, ratel_http_server_t *server, unsigned index,
     const ratel_http_options_t *o = &server->options;
     struct event_config *cfg = event_config_new();
     struct timeval sweep = {0, SWEEP_MS * 1000};
+    int failed = 0;
 
     w->server = server;
     w->index = index;
-    w->stop_fd = -1;
     if (cfg) {
         /* One thread per base: no locks needed. */
         event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
@@ -872,22 +907,101 @@ static int worker_init(worker_t *w, ratel_http_server_t *server, unsigned index,
         return -1;
     }
     ratel__http_ctx_init(&w->ctx, &o->limits, o->handler, o->ud, index);
+    w->ctx.grpc_handler = o->grpc_handler;
+    ratel__grpc_limits_fill(&w->ctx.grpc_limits, &o->grpc_limits);
     w->ctx.dispatched = on_dispatched;
     w->ctx.wake = on_wake;
     w->ctx.driver = w;
-    event_assign(&w->listen_ev, w->base, w->listen_fd, EV_READ | EV_PERSIST,
-                 on_accept, w);
+    for (unsigned i = 0; i < server->naddresses; i++) {
+        listener_t *l = &w->listeners[i];
+        event_assign(&l->ev, w->base, l->fd, EV_READ | EV_PERSIST, on_accept,
+                     l);
+        failed |= event_add(&l->ev, NULL);
+    }
     event_assign(&w->stop_ev, w->base, w->stop_fd, EV_READ | EV_PERSIST,
                  on_stop, w);
     event_assign(&w->flush_ev, w->base, -1, 0, on_flush, w);
     event_assign(&w->output_ev, w->base, -1, 0, on_output, w);
     event_assign(&w->later_ev, w->base, -1, 0, on_later, w);
     event_assign(&w->sweep_ev, w->base, -1, EV_PERSIST, on_sweep, w);
-    if (event_add(&w->listen_ev, NULL) != 0 ||
-        event_add(&w->stop_ev, NULL) != 0 ||
+    if (failed || event_add(&w->stop_ev, NULL) != 0 ||
         event_add(&w->sweep_ev, &sweep) != 0) {
         snprintf(err, errlen, "listen %s: cannot register events", o->listen);
         return -1;
+    }
+    return 0;
+}
+
+/* Adds an address to serve with `proto`: parsed and claimed. */
+static int address_add(ratel_http_server_t *server, const char *text,
+                       const ratel__http_proto_t *proto, char *err,
+                       size_t errlen)
+{
+    address_t *a = &server->addresses[server->naddresses];
+
+    atomic_store(&a->claim_fd, -1);
+    if (parse_listen(text, &a->ss, &a->len, err, errlen) != 0)
+        return -1;
+    a->text = strdup(text);
+    if (!a->text) {
+        snprintf(err, errlen, "http server: out of memory");
+        return -1;
+    }
+    a->proto = proto;
+    server->naddresses++;
+    if (port_of(&a->ss) != 0 && claim_address(a, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* Opens worker w's socket on address a; the first one learns the port
+   the kernel chose for port 0, which the other workers then bind. */
+static int listener_open(worker_t *w, listener_t *l, address_t *a, char *err,
+                         size_t errlen)
+{
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof bound;
+
+    l->w = w;
+    l->addr = a;
+    l->fd = open_listener(a->text, &a->ss, a->len, err, errlen);
+    if (l->fd < 0)
+        return -1;
+    atomic_fetch_add(&w->server->listening, 1);
+    if (a->port)
+        return 0;
+    getsockname(l->fd, (struct sockaddr *)&bound, &blen);
+    if (bound.ss_family == AF_INET6) {
+        uint16_t port = ((struct sockaddr_in6 *)&bound)->sin6_port;
+        ((struct sockaddr_in6 *)&a->ss)->sin6_port = port;
+        a->port = ntohs(port);
+    } else {
+        uint16_t port = ((struct sockaddr_in *)&bound)->sin_port;
+        ((struct sockaddr_in *)&a->ss)->sin_port = port;
+        a->port = ntohs(port);
+    }
+    return 0;
+}
+
+static int server_setup(ratel_http_server_t *server,
+                        const ratel_http_options_t *options, char *err,
+                        size_t errlen)
+{
+    if (address_add(server, options->listen, &ratel__http1_proto, err,
+                    errlen) != 0)
+        return -1;
+    if (options->grpc_listen && address_add(server, options->grpc_listen,
+                                            &ratel__h2_proto, err, errlen) != 0)
+        return -1;
+    for (unsigned i = 0; i < server->nworkers; i++) {
+        worker_t *w = &server->workers[i];
+        w->server = server;
+        for (unsigned j = 0; j < server->naddresses; j++)
+            if (listener_open(w, &w->listeners[j], &server->addresses[j], err,
+                              errlen) != 0)
+                return -1;
+        if (worker_init(w, server, i, err, errlen) != 0)
+            return -1;
     }
     return 0;
 }
@@ -897,8 +1011,6 @@ int ratel_http_server_new(ratel_http_server_t **out,
                           size_t errlen)
 {
     ratel_http_server_t *server;
-    struct sockaddr_storage ss;
-    socklen_t len;
     char dummy[8];
 
     if (!err || !errlen) {
@@ -906,70 +1018,49 @@ int ratel_http_server_new(ratel_http_server_t **out,
         errlen = sizeof dummy;
     }
     *out = NULL;
-    if (!options || !options->handler) {
+    if (!options || !options->handler ||
+        (options->grpc_listen && !options->grpc_handler)) {
         snprintf(err, errlen, "http server: a handler is required");
         return -1;
     }
-    if (parse_listen(options->listen, &ss, &len, err, errlen) != 0)
-        return -1;
     server = calloc(1, sizeof *server);
     if (!server) {
         snprintf(err, errlen, "http server: out of memory");
         return -1;
     }
-    atomic_store(&server->claim_fd, -1);
     server->options = *options;
-    server->options.listen = strdup(options->listen);
     ratel__http_limits_fill(&server->options.limits, &options->limits);
     server->nworkers = options->threads ? options->threads : 1;
     server->workers = calloc(server->nworkers, sizeof *server->workers);
-    if (!server->options.listen || !server->workers) {
+    if (!server->workers) {
         snprintf(err, errlen, "http server: out of memory");
         ratel_http_server_free(server);
         return -1;
     }
-    for (unsigned i = 0; i < server->nworkers; i++)
-        server->workers[i].listen_fd = -1;
-    if (port_of(&ss) != 0 &&
-        claim_address(server, options->listen, &ss, len, err, errlen) != 0) {
+    for (unsigned i = 0; i < server->nworkers; i++) {
+        server->workers[i].stop_fd = -1;
+        for (unsigned j = 0; j < MAX_ADDRESSES; j++)
+            server->workers[i].listeners[j].fd = -1;
+    }
+    if (server_setup(server, options, err, errlen) != 0) {
         ratel_http_server_free(server);
         return -1;
     }
-    for (unsigned i = 0; i < server->nworkers; i++) {
-        worker_t *w = &server->workers[i];
-        w->listen_fd = open_listener(options->listen, &ss, len, err, errlen);
-        if (w->listen_fd < 0) {
-            ratel_http_server_free(server);
-            return -1;
-        }
-        atomic_fetch_add(&server->listening, 1);
-        if (i == 0) {
-            /* Port 0: the others bind to the port the kernel chose. */
-            struct sockaddr_storage bound;
-            socklen_t blen = sizeof bound;
-            getsockname(w->listen_fd, (struct sockaddr *)&bound, &blen);
-            if (bound.ss_family == AF_INET6) {
-                uint16_t port = ((struct sockaddr_in6 *)&bound)->sin6_port;
-                ((struct sockaddr_in6 *)&ss)->sin6_port = port;
-                server->port = ntohs(port);
-            } else {
-                uint16_t port = ((struct sockaddr_in *)&bound)->sin_port;
-                ((struct sockaddr_in *)&ss)->sin_port = port;
-                server->port = ntohs(port);
-            }
-        }
-        if (worker_init(w, server, i, err, errlen) != 0) {
-            ratel_http_server_free(server);
-            return -1;
-        }
-    }
+    server->options.listen = server->addresses[0].text;
+    server->options.grpc_listen =
+        server->naddresses > 1 ? server->addresses[1].text : NULL;
     *out = server;
     return 0;
 }
 
 int ratel_http_server_port(const ratel_http_server_t *server)
 {
-    return server->port;
+    return server->addresses[0].port;
+}
+
+int ratel_http_server_grpc_port(const ratel_http_server_t *server)
+{
+    return server->naddresses > 1 ? server->addresses[1].port : 0;
 }
 
 static void *worker_main(void *arg)
@@ -1030,11 +1121,15 @@ static void worker_free(worker_t *w)
             next = s->next;
             event_del(&s->rev);
             event_del(&s->wev);
+            if (s->conn)
+                s->proto->close(s->conn);
             close(s->fd);
             free(s);
         }
         w->socks = NULL;
-        event_del(&w->listen_ev);
+        for (unsigned i = 0; i < w->server->naddresses; i++)
+            if (w->listeners[i].fd >= 0)
+                event_del(&w->listeners[i].ev);
         event_del(&w->stop_ev);
         event_del(&w->flush_ev);
         event_del(&w->output_ev);
@@ -1047,8 +1142,9 @@ static void worker_free(worker_t *w)
         next = s->next;
         free(s);
     }
-    if (w->listen_fd >= 0)
-        close(w->listen_fd);
+    for (unsigned i = 0; i < MAX_ADDRESSES; i++)
+        if (w->listeners[i].fd >= 0)
+            close(w->listeners[i].fd);
     if (w->stop_fd >= 0)
         close(w->stop_fd);
 }
@@ -1061,6 +1157,7 @@ void ratel_http_server_free(ratel_http_server_t *server)
         worker_free(&server->workers[i]);
     free(server->workers);
     release_claim(server);
-    free((char *)server->options.listen);
+    for (unsigned i = 0; i < server->naddresses; i++)
+        free(server->addresses[i].text);
     free(server);
 }

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# rateld as Envoy's rate limit service: a real gRPC client (python3-grpcio,
+# stubs generated from proto/ by python3-grpc-tools at run time) against
+# real rateld processes, on the memory store and on a real redis-server.
+#
+#   examples/envoy: the shipped rateld.yaml and envoyproxy/ratelimit file
+#     (20 a minute per remote_address): 20 OK, then OVER_LIMIT with
+#     duration_until_reset; gRPC health; an unknown domain
+#   all-or-nothing across descriptors, hits_addend (request and descriptor)
+#   reload: a good file is taken, a bad one refused with FILE:LINE
+#   Redis: two rateld share one limit; a killed redis-server answers per
+#     the store's failure policy (closed, open)
+. "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3 # Debian's: python3-grpcio and python3-grpc-tools
+client=$lib_here/rls_client.py
+rateld=$build/rateld
+read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
+[ -x "$rateld" ] || { echo "FAIL $rateld not built"; echo "0 passed, 1 failed"; exit 1; }
+
+rls() { "$py" "$client" call "127.0.0.1:$1" "${@:2}"; }
+health() { "$py" "$client" health "127.0.0.1:$1" "${@:2}"; }
+wait_for() {
+    local end=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ "$SECONDS" -ge "$end" ] && return 1
+        sleep 0.05
+    done
+}
+up() { curl -s -o /dev/null "http://127.0.0.1:$1/healthz"; }
+
+# start NAME CONFIG HTTP_PORT: runs rateld, waits for its HTTP side.
+start() {
+    "${rateld_wrap[@]}" "$rateld" --config "$2" >"$tmp/$1.log" 2>&1 &
+    echo $! >"$tmp/pids/rateld-$1"
+    wait_for 20 up "$3" || fail "start_$1" "$(cat "$tmp/$1.log")"
+}
+stop() {
+    local pid
+    pid=$(cat "$tmp/pids/rateld-$1")
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rm -f "$tmp/pids/rateld-$1"
+}
+
+# ---- the shipped example, its envoyproxy/ratelimit file unchanged
+contains example_checks "$("$rateld" --check-config "$root/examples/envoy/rateld.yaml" 2>&1)" "rateld.yaml: ok: 0 policies"
+
+h1=$(free_port)
+g1=$(free_port)
+sed -e "s/^listen: .*/listen: 127.0.0.1:$h1/" \
+    -e "s/^  listen: .*/  listen: 127.0.0.1:$g1/" \
+    -e "s|config_dir: ratelimit|config_dir: $root/examples/envoy/ratelimit|" \
+    "$root/examples/envoy/rateld.yaml" >"$tmp/example.yaml"
+start example "$tmp/example.yaml" "$h1"
+out=$(rls "$g1" ratel remote_address=127.0.0.1 --times 22)
+same example_ok_20 "$(grep -c '^OK \[OK 20/MINUTE' <<<"$out")" 20
+same example_first "$(head -1 <<<"$out" | grep -o 'remaining=[0-9]*')" remaining=19
+same example_over_2 "$(grep -c '^OVER_LIMIT \[OVER_LIMIT 20/MINUTE remaining=0 reset_ms=[1-9]' <<<"$out")" 2
+contains example_headers "$(tail -1 <<<"$out")" 'Retry-After: '
+same example_other_ip "$(rls "$g1" ratel remote_address=10.0.0.9 | cut -c1-3)" "OK "
+same health_serving "$(health "$g1")" SERVING
+same health_rls "$(health "$g1" envoy.service.ratelimit.v3.RateLimitService)" SERVING
+contains health_unknown "$(health "$g1" no.such.Service)" "ERROR NOT_FOUND"
+contains unknown_domain "$(rls "$g1" nosuch remote_address=1.2.3.4)" "ERROR FAILED_PRECONDITION unknown domain"
+contains unmatched_key "$(rls "$g1" ratel other_key=1)" "OK [OK]"
+contains no_descriptors "$(rls "$g1" ratel)" "ERROR INVALID_ARGUMENT"
+m=$(curl -s "http://127.0.0.1:$h1/metrics")
+contains metric_denied "$m" 'ratel_decisions_total{policy="envoy:ratel:remote_address",outcome="denied",source="store"} 2'
+contains metric_grpc "$m" 'ratel_grpc_responses_total{code="FAILED_PRECONDITION"} 1'
+stop example
+
+# The client printed in docs/envoy.md, as printed, on a fresh example.
+start example "$tmp/example.yaml" "$h1"
+snippet=$(awk '/^## A client of your own/ { f = 1 } f && /^```python/ { p = 1; next } p && /^```/ { exit } p' "$root/docs/envoy.md")
+out=$(cd "$root" && RATEL_GRPC=127.0.0.1:$g1 "$py" -c "$snippet" 2>&1)
+contains doc_client_20 "$out" "20 OK remaining 0 reset in"
+contains doc_client_21 "$out" "21 OVER_LIMIT remaining 0 reset in"
+stop example
+
+# ---- all-or-nothing, hits_addend, shadow, reload
+h2=$(free_port)
+g2=$(free_port)
+mkdir -p "$tmp/erl"
+cat >"$tmp/erl/app.yaml" <<'EOF'
+domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: route
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: audit
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: bulk
+    rate_limit: {unit: hour, requests_per_unit: 100}
+EOF
+cat >"$tmp/erl/hostile.yaml" <<'EOF'
+domain: hostile
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+EOF
+cat >"$tmp/app.yaml" <<EOF
+listen: 127.0.0.1:$h2
+envoy:
+  listen: 127.0.0.1:$g2
+  config_dir: erl
+  max_message_bytes: 4KiB
+EOF
+start app "$tmp/app.yaml" "$h2"
+out=$(rls "$g2" app user=ann route=/login --times 3)
+same aon_third_over "$(sed -n 3p <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+# The third call was denied by route: user was charged twice, not three
+# times (envoyproxy/ratelimit would have charged it).
+contains aon_user_uncharged "$(rls "$g2" app user=ann)" "remaining=2 "
+contains hits_request "$(rls "$g2" app bulk=b1 --hits 30)" "remaining=70 "
+contains hits_descriptor "$(rls "$g2" app 'bulk=b1;hits=5' --hits 30)" "remaining=65 "
+contains hits_zero_peeks "$(rls "$g2" app 'bulk=b1;hits=0')" "remaining=65 "
+out=$(rls "$g2" app audit=x --times 3)
+same shadow_always_ok "$(grep -c '^OK ' <<<"$out")" 3
+contains shadow_counted "$(curl -s "http://127.0.0.1:$h2/metrics")" 'ratel_decisions_total{policy="envoy:app:audit",outcome="shadow_denied",source="store"} 2'
+
+# What no gRPC library sends (tests/integration/h2_hostile.py): each case
+# gets its status or GOAWAY, and a valid call is answered after it.
+hostile_done=0
+while read -r word name why; do
+    case $word in
+    ok) ok "hostile_$name" ;;
+    FAIL) fail "hostile_${name%:}" "$why" ;;
+    done) hostile_done=1 ;;
+    esac
+done < <("$py" "$lib_here/h2_hostile.py" "127.0.0.1:$g2" 2>&1 | tee "$tmp/hostile.out")
+same hostile_ran_to_the_end "$hostile_done" 1
+[ "$hostile_done" = 1 ] || tail -20 "$tmp/hostile.out"
+kill -0 "$(cat "$tmp/pids/rateld-app")" && ok hostile_survived || fail hostile_survived "$(tail -5 "$tmp/app.log")"
+
+# Reload: a good change is taken, a broken file refused (old one kept).
+sed -i 's/requests_per_unit: 100}/requests_per_unit: 1000}/' "$tmp/erl/app.yaml"
+kill -HUP "$(cat "$tmp/pids/rateld-app")"
+wait_for 10 grep -q 'msg="configuration reloaded"' "$tmp/app.log" || fail reload_logged "$(cat "$tmp/app.log")"
+contains reload_taken "$(rls "$g2" app bulk=b2)" "OK [OK 1000/HOUR remaining=999 "
+printf 'domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n' >"$tmp/erl/app.yaml"
+kill -HUP "$(cat "$tmp/pids/rateld-app")"
+wait_for 10 grep -q 'reload refused' "$tmp/app.log" || fail reload_refused "$(cat "$tmp/app.log")"
+contains reload_names_file "$(grep -a 'reload' "$tmp/app.log" | tail -1)" "app.yaml:4"
+contains reload_kept "$(rls "$g2" app bulk=b3)" "OK [OK 1000/HOUR remaining=999 "
+stop app
+
+# ---- the Redis store: two rateld, one limit; failure policies
+if command -v redis-server >/dev/null; then
+    rport=$(redis_start) || fail redis "did not start"
+    for i in 1 2; do
+        eval "h$((i + 2))=\$(free_port) g$((i + 2))=\$(free_port)"
+    done
+    for i in 3 4; do
+        hv=h$i gv=g$i
+        cat >"$tmp/r$i.yaml" <<EOF
+listen: 127.0.0.1:${!hv}
+store:
+  type: redis
+  url: redis://127.0.0.1:$rport
+  on_failure: $([ "$i" = 3 ] && echo closed || echo open)
+  timeout_ms: 200
+envoy:
+  listen: 127.0.0.1:${!gv}
+  config_dir: $root/examples/envoy/ratelimit
+EOF
+        start "r$i" "$tmp/r$i.yaml" "${!hv}"
+    done
+    ok_calls=0
+    for _ in $(seq 15); do
+        for g in "$g3" "$g4"; do
+            [[ $(rls "$g" ratel remote_address=10.7.7.7) == "OK "* ]] && ok_calls=$((ok_calls + 1))
+        done
+    done
+    same redis_shared_limit "$ok_calls" 20
+    kill -9 "$(cat "$tmp/redis-$rport/pid")"
+    same redis_down_closed "$(rls "$g3" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OVER_LIMIT
+    same redis_down_open "$(rls "$g4" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OK
+    stop r3
+    stop r4
+fi
+finish
