@@ -190,7 +190,7 @@ static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
                ratel_http_server_port(d->http), d->threads, d->store_name,
                g->config->npolicies, g->config->nroutes,
                ratel_http_server_grpc_port(d->http),
-               rateld_erl_count(g->config->erl), path);
+               g->config->erl ? rateld_erl_count(g->config->erl) : 0, path);
     return 0;
 }
 

@@ -15,6 +15,7 @@
 rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
 {
     rateld_gen_t *g = calloc(1, sizeof *g);
+    size_t nerl = config->erl ? rateld_erl_count(config->erl) : 0;
 
     if (!g) {
         rateld_config_free(config);
@@ -22,8 +23,7 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
     }
     g->config = config;
     g->metric = calloc(config->npolicies + 1, sizeof *g->metric);
-    g->erl_metric =
-        calloc(rateld_erl_count(config->erl) + 1, sizeof *g->erl_metric);
+    g->erl_metric = calloc(nerl + 1, sizeof *g->erl_metric);
     g->policy_field = calloc(config->npolicies + 1, sizeof *g->policy_field);
     if (!g->metric || !g->policy_field || !g->erl_metric) {
         rateld_gen_free(g);
@@ -40,7 +40,7 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
         }
         ratel__header_policy(p->name, &p->policy, g->policy_field[i], n + 1);
     }
-    for (size_t i = 0; i < rateld_erl_count(config->erl); i++) {
+    for (size_t i = 0; i < nerl; i++) {
         const rateld_erl_limit_t *l = rateld_erl_limit(config->erl, i);
         char name[RATELD_ERL_KEY_PATH_LEN + RATELD_ERL_KEY_MAX + 8];
         snprintf(name, sizeof name, "envoy:%s:%s", l->domain, l->key_path);
