@@ -134,10 +134,25 @@ typedef struct fields_s {
     size_t n;
 } fields_t;
 
+/* The limit's name in the fields: its rate_limit name, else its key path
+   (both config text), when made of characters a quoted field value
+   keeps as they are; else "envoy". */
+static const char *field_name(const rateld_erl_limit_t *l)
+{
+    const char *name = l->name[0] ? l->name : l->key_path;
+
+    if (!name[0] || strlen(name) > 64)
+        return "envoy";
+    for (const char *p = name; *p; p++)
+        if (*p < 0x21 || *p > 0x7e || *p == '"' || *p == '\\')
+            return "envoy";
+    return name;
+}
+
 static void fill_fields(fields_t *f, const rateld_erl_limit_t *l,
                         const ratel_decision_t *dec, int over)
 {
-    const char *name = l->name[0] ? l->name : "envoy";
+    const char *name = field_name(l);
     static const char *const names[] = {"RateLimit-Policy", "RateLimit",
                                         "Retry-After"};
 
@@ -207,6 +222,8 @@ static void answer_call(rateld_t *d, unsigned thread, const rateld_gen_t *gen,
         stp[i] = &st[i];
         st[i].code =
             ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+        if (l && l->unlimited) /* as ERL: no current_limit, all remains */
+            st[i].limit_remaining = 0xffffffffu;
         if (!l || l->unlimited)
             continue;
         if (it && it->rc != 0) {

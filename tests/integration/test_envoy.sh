@@ -79,6 +79,113 @@ contains doc_client_20 "$out" "20 OK remaining 0 reset in"
 contains doc_client_21 "$out" "21 OVER_LIMIT remaining 0 reset in"
 stop example
 
+# ---- envoyproxy/ratelimit's README examples, as its README answers them
+h5=$(free_port)
+g5=$(free_port)
+mkdir -p "$tmp/readme"
+cat >"$tmp/readme/mongo.yaml" <<'EOF'
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+EOF
+cat >"$tmp/readme/edge.yaml" <<'EOF'
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+  # Black list IP
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+EOF
+cat >"$tmp/readme/messaging.yaml" <<'EOF'
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+EOF
+cat >"$tmp/readme/example.yaml" <<'EOF'
+domain: example
+descriptors:
+  - key: path
+    value: "/foo*"
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: foo
+    value: bar
+    rate_limit:
+      unlimited: true
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          unit: second
+          requests_per_unit: 5
+        shadow_mode: true
+  - key: key2
+    rate_limit:
+      name: key2_limit
+      unit: minute
+      requests_per_unit: 5
+  - key: key3
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+      replaces:
+        - name: key2_limit
+EOF
+cat >"$tmp/readme.yaml" <<EOF
+listen: 127.0.0.1:$h5
+envoy:
+  listen: 127.0.0.1:$g5
+  config_dir: readme
+EOF
+start readme "$tmp/readme.yaml" "$h5"
+contains readme_mongo_users "$(rls "$g5" mongo_cps database=users)" "OK [OK 500/SECOND remaining=499 "
+contains readme_mongo_other "$(rls "$g5" mongo_cps database=other)" "OK [OK]"
+same readme_blacklist "$(rls "$g5" edge_proxy_per_ip remote_address=50.0.0.5 | cut -d' ' -f1-3)" "OVER_LIMIT [OVER_LIMIT 0/SECOND"
+out=$(rls "$g5" edge_proxy_per_ip remote_address=10.0.0.1 --times 11)
+same readme_per_ip_10 "$(grep -c '^OK \[OK 10/SECOND' <<<"$out")" 10
+same readme_per_ip_11th "$(tail -1 <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+same readme_per_ip_other "$(rls "$g5" edge_proxy_per_ip remote_address=10.0.0.2 | cut -d' ' -f1-3)" "OK [OK 10/SECOND"
+out=$(rls "$g5" messaging message_type=marketing,to_number=2061111111 --times 6)
+same readme_nested_5 "$(grep -c '^OK \[OK 5/DAY' <<<"$out")" 5
+same readme_nested_6th "$(tail -1 <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+contains readme_nested_apart "$(rls "$g5" messaging to_number=2061111111)" "OK [OK 100/DAY remaining=99 "
+contains readme_wildcard "$(rls "$g5" example path=/foo/bar)" "OK [OK 20/MINUTE remaining=19 "
+contains readme_wildcard_prefix_only "$(rls "$g5" example path=/bar/foo)" "OK [OK]"
+contains readme_unlimited "$(rls "$g5" example foo=bar)" "OK [OK]"
+out=$(rls "$g5" example key1=value1,subkey1=s --times 7)
+same readme_shadow_ok "$(grep -c '^OK ' <<<"$out")" 7
+out=$(rls "$g5" example key2=k key3=k)
+same readme_replaces "$out" "OK [OK] [OK 10/MINUTE remaining=9 reset_ms=60000] | RateLimit-Policy: \"key3-0\";q=10;w=60; RateLimit: \"key3-0\";r=9;t=60"
+contains readme_replaced_alone "$(rls "$g5" example key2=k)" "OK [OK 5/MINUTE remaining=4 "
+stop readme
+
 # ---- all-or-nothing, hits_addend, shadow, reload
 h2=$(free_port)
 g2=$(free_port)
