@@ -209,6 +209,7 @@ static void daemon_free(rateld_t *d)
     for (unsigned t = 0; d->workers && t < d->threads; t++) {
         free(d->workers[t].pending);
         free(d->workers[t].items);
+        rateld_rls_pool_drain(&d->workers[t].rls_pool);
     }
     free(d->workers);
     rateld_metrics_free(d->metrics);

@@ -45,6 +45,12 @@ enum {
 
 typedef struct rateld_rls_s rateld_rls_t;
 
+/* Freed RLS call states a worker keeps for its next calls. */
+typedef struct rateld_rls_pool_s {
+    rateld_rls_t *spare;
+    unsigned n;
+} rateld_rls_pool_t;
+
 /* A configuration and what is derived from it once, at load. */
 typedef struct rateld_gen_s {
     rateld_config_t *config;
@@ -85,6 +91,7 @@ typedef struct rateld_worker_s {
     int64_t undecided_logged_us[RATELD_UNDECIDED_REASONS];
     uint64_t undecided_quiet[RATELD_UNDECIDED_REASONS];
     int64_t unknown_domain_logged_us; /* RLS: an unknown domain logged */
+    rateld_rls_pool_t rls_pool;
     char pad[64];
 } rateld_worker_t;
 
@@ -122,6 +129,18 @@ void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
 /* The gRPC handler (rls.c): Envoy's RateLimitService and gRPC health. */
 void rateld_grpc_handle(void *ud, ratel_grpc_call_t *call,
                         const ratel_grpc_request_t *req);
+
+/*
+ * Decodes and checks a RateLimitRequest message (rls.c; the fuzz target
+ * drives it too): the call's state, or NULL with the gRPC status and the
+ * reason (a static string) in *status and *why. Free with
+ * rateld_rls_free(): into `pool` (NULL: none), which keeps up to 64 for
+ * reuse (a call's state holds its decoding arena) until drained.
+ */
+rateld_rls_t *rateld_rls_decode(rateld_rls_pool_t *pool, const uint8_t *msg,
+                                size_t len, int *status, const char **why);
+void rateld_rls_free(rateld_rls_pool_t *pool, rateld_rls_t *r);
+void rateld_rls_pool_drain(rateld_rls_pool_t *pool);
 
 /* Answers the RLS call whose first item is w->pending[first], after the
    batch was decided (run_batch). */

@@ -40,29 +40,50 @@ typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit_t;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor
     rls_descriptor_t;
 
-/* protobuf-c's allocations for one call, counted against a budget. */
+/* Bytes of a call's own arena: a usual request decodes into it without
+   touching malloc. */
+#define RLS_ARENA 2048
+/* Call states each thread keeps for reuse. */
+#define RLS_SPARE_MAX 64
+
+/*
+ * protobuf-c's allocations for one call: from the call's arena while it
+ * lasts, then malloc, all counted against RLS_DECODE_BYTES.
+ */
 typedef struct budget_s {
-    size_t used;
+    size_t used, arena_used;
+    _Alignas(16) unsigned char arena[RLS_ARENA];
 } budget_t;
 
 static void *budget_alloc(void *data, size_t size)
 {
     budget_t *b = data;
+    size_t rounded = (size + 15) & ~(size_t)15;
 
     if (size > RLS_DECODE_BYTES - b->used)
         return NULL;
     b->used += size;
+    if (rounded >= size && rounded <= RLS_ARENA - b->arena_used) {
+        void *p = b->arena + b->arena_used;
+        b->arena_used += rounded;
+        return p;
+    }
     return malloc(size);
 }
 
 static void budget_free(void *data, void *p)
 {
-    (void)data;
+    budget_t *b = data;
+
+    if ((unsigned char *)p >= b->arena &&
+        (unsigned char *)p < b->arena + RLS_ARENA)
+        return; /* the arena goes with the call */
     free(p);
 }
 
 /* One ShouldRateLimit call from decoding to its answer. */
 struct rateld_rls_s {
+    rateld_rls_t *next_spare;
     ratel_grpc_call_t *call;
     rls_request_t *req;
     budget_t budget;
@@ -75,13 +96,65 @@ struct rateld_rls_s {
     int item[RLS_DESCRIPTORS_MAX]; /* offset from base, -1: none */
 };
 
-static void rls_free(rateld_rls_t *r)
+void rateld_rls_free(rateld_rls_pool_t *pool, rateld_rls_t *r)
 {
     if (!r)
         return;
     if (r->req)
         protobuf_c_message_free_unpacked(&r->req->base, &r->alloc);
+    if (pool && pool->n < RLS_SPARE_MAX) {
+        r->next_spare = pool->spare;
+        pool->spare = r;
+        pool->n++;
+        return;
+    }
     free(r);
+}
+
+void rateld_rls_pool_drain(rateld_rls_pool_t *pool)
+{
+    while (pool->spare) {
+        rateld_rls_t *r = pool->spare;
+        pool->spare = r->next_spare;
+        free(r);
+    }
+    pool->n = 0;
+}
+
+static const char *request_invalid(const rls_request_t *q);
+
+rateld_rls_t *rateld_rls_decode(rateld_rls_pool_t *pool, const uint8_t *msg,
+                                size_t len, int *status, const char **why)
+{
+    rateld_rls_t *r = pool ? pool->spare : NULL;
+
+    if (r) {
+        pool->spare = r->next_spare;
+        pool->n--;
+    } else if (!(r = malloc(sizeof *r))) {
+        *status = RATEL_GRPC_RESOURCE_EXHAUSTED;
+        *why = "out of memory";
+        return NULL;
+    }
+    r->budget.used = r->budget.arena_used = 0;
+    r->call = NULL;
+    r->over_limit = 0;
+    r->base = 0;
+    r->alloc = (ProtobufCAllocator){budget_alloc, budget_free, &r->budget};
+    r->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(
+        &r->alloc, len, msg);
+    if (!r->req) {
+        *status = RATEL_GRPC_INTERNAL;
+        *why = "cannot decode the RateLimitRequest (not protobuf, or more "
+               "than 1 MiB once decoded)";
+    } else if ((*why = request_invalid(r->req))) {
+        *status = RATEL_GRPC_INVALID_ARGUMENT;
+    } else {
+        r->n = r->req->n_descriptors;
+        return r;
+    }
+    rateld_rls_free(pool, r);
+    return NULL;
 }
 
 /* ----------------------------------------------------------- answers */
@@ -284,7 +357,7 @@ void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
     rateld_rls_t *r = w->pending[first].rls;
 
     answer_call(d, thread, gen, r, &w->items[r->base], now);
-    rls_free(r);
+    rateld_rls_free(&w->rls_pool, r);
 }
 
 /* ---------------------------------------------------------- requests */
@@ -477,47 +550,32 @@ static void should_rate_limit(rateld_t *d, ratel_grpc_call_t *call,
     rateld_worker_t *w = &d->workers[req->thread];
     rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_erl_t *erl = gen->config->erl;
-    rateld_rls_t *r = calloc(1, sizeof *r);
+    int status;
     const char *why;
+    rateld_rls_t *r = rateld_rls_decode(&w->rls_pool, req->message,
+                                        req->message_len, &status, &why);
 
     if (!r) {
-        answer_status(d, req->thread, call, RATEL_GRPC_RESOURCE_EXHAUSTED,
-                      "out of memory");
+        answer_status(d, req->thread, call, status, why);
         return;
     }
     r->call = call;
     r->start_us = ratel_clock_now_us();
-    r->alloc = (ProtobufCAllocator){budget_alloc, budget_free, &r->budget};
-    r->req = envoy__service__ratelimit__v3__rate_limit_request__unpack(
-        &r->alloc, req->message_len, req->message);
-    if (!r->req) {
-        answer_status(d, req->thread, call, RATEL_GRPC_INTERNAL,
-                      "cannot decode the RateLimitRequest (not protobuf, or "
-                      "more than 1 MiB once decoded)");
-        rls_free(r);
-        return;
-    }
-    if ((why = request_invalid(r->req))) {
-        answer_status(d, req->thread, call, RATEL_GRPC_INVALID_ARGUMENT, why);
-        rls_free(r);
-        return;
-    }
-    r->n = r->req->n_descriptors;
     if (!erl ||
         !rateld_erl_has_domain(erl, r->req->domain, strlen(r->req->domain))) {
         unknown_domain(d, w, req->thread, gen, r);
-        rls_free(r);
+        rateld_rls_free(&w->rls_pool, r);
         return;
     }
     match_limits(erl, r);
     if ((why = queue_items(d, w, req->thread, r))) {
         answer_status(d, req->thread, call, RATEL_GRPC_INVALID_ARGUMENT, why);
-        rls_free(r);
+        rateld_rls_free(&w->rls_pool, r);
         return;
     }
     if (!decided_by_store_any(r)) {
         answer_call(d, req->thread, gen, r, NULL, r->start_us);
-        rls_free(r);
+        rateld_rls_free(&w->rls_pool, r);
     }
 }
 

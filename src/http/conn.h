@@ -70,6 +70,8 @@ struct ratel__http_ctx_s {
     ratel_grpc_handler_fn grpc_handler;
     ratel_grpc_limits_t grpc_limits;
     char scratch[16384];
+    ratel_grpc_call_t *free_calls; /* h2.c's pool */
+    unsigned nfree_calls;
 
     /* Private: free lists and every connection still allocated. */
     ratel_http_exchange_t *free_exchanges;
@@ -129,6 +131,9 @@ typedef struct ratel__http_proto_s {
 
 extern const ratel__http_proto_t ratel__http1_proto; /* conn.c */
 extern const ratel__http_proto_t ratel__h2_proto;    /* h2.c */
+
+/* Frees h2.c's pool of calls in `ctx`. */
+void ratel__h2_ctx_destroy(ratel__http_ctx_t *ctx);
 
 /* The gRPC limits with every 0 replaced by its default (grpc.h). */
 void ratel__grpc_limits_fill(ratel_grpc_limits_t *out,

@@ -23,6 +23,7 @@
 #include "http/grpc.h"
 
 #include <nghttp2/nghttp2.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,8 @@
 #define H2_PATH_MAX 256
 #define H2_TEXT_MAX 256
 #define GRPC_FRAME_HEADER 5
+#define CALL_INLINE 256 /* a call's request and answer fit in it usually */
+#define POOL_CALLS 1024 /* free calls kept per thread */
 /* SETTINGS and PING frames a client may send: a burst of CONTROL_BURST,
    then CONTROL_RATE a second (a real client sends a handful per
    connection). Past it: GOAWAY(ENHANCE_YOUR_CALM). */
@@ -47,10 +50,11 @@ struct ratel_grpc_call_s {
     unsigned char dispatched, answered, gone, failed;
     unsigned char grpc_type, post;
     size_t header_bytes;
-    uint8_t *body; /* framed request bytes */
+    uint8_t *body; /* framed request bytes: body_inline, or malloc'd */
     size_t body_len, body_cap;
-    uint8_t *resp; /* framed answer */
+    uint8_t *resp; /* framed answer: resp_inline, or malloc'd */
     size_t resp_len, resp_off;
+    uint8_t body_inline[CALL_INLINE], resp_inline[CALL_INLINE];
     int status;
     char status_text[8];
     char text[H2_TEXT_MAX * 3 + 1]; /* grpc-message, percent-encoded */
@@ -98,11 +102,49 @@ static void call_unlink(h2_conn_t *c, ratel_grpc_call_t *call)
     call->prev = call->next = NULL;
 }
 
+static ratel_grpc_call_t *call_new(ratel__http_ctx_t *ctx)
+{
+    ratel_grpc_call_t *call = ctx->free_calls;
+
+    if (call) {
+        ctx->free_calls = call->next;
+        ctx->nfree_calls--;
+    } else if (!(call = malloc(sizeof *call))) {
+        return NULL;
+    }
+    memset(call, 0, offsetof(ratel_grpc_call_t, body_inline));
+    call->body = call->body_inline;
+    call->body_cap = CALL_INLINE;
+    return call;
+}
+
 static void call_free(ratel_grpc_call_t *call)
 {
-    free(call->body);
-    free(call->resp);
+    ratel__http_ctx_t *ctx = call->conn->ctx;
+
+    if (call->body != call->body_inline)
+        free(call->body);
+    if (call->resp != call->resp_inline)
+        free(call->resp);
+    if (ctx->nfree_calls < POOL_CALLS) {
+        call->next = ctx->free_calls;
+        ctx->free_calls = call;
+        ctx->nfree_calls++;
+        return;
+    }
     free(call);
+}
+
+void ratel__h2_ctx_destroy(ratel__http_ctx_t *ctx)
+{
+    ratel_grpc_call_t *call, *next;
+
+    for (call = ctx->free_calls; call; call = next) {
+        next = call->next;
+        free(call);
+    }
+    ctx->free_calls = NULL;
+    ctx->nfree_calls = 0;
 }
 
 /* The stream is closed: the call goes unless the handler holds it. */
@@ -230,7 +272,9 @@ void ratel_grpc_respond(ratel_grpc_call_t *call, int status,
     }
     set_status(call, status, text);
     if (status == RATEL_GRPC_OK) {
-        call->resp = malloc(len + GRPC_FRAME_HEADER);
+        call->resp = len + GRPC_FRAME_HEADER <= CALL_INLINE
+                         ? call->resp_inline
+                         : malloc(len + GRPC_FRAME_HEADER);
         if (!call->resp) {
             set_status(call, RATEL_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         } else {
@@ -260,7 +304,7 @@ static int on_begin_headers(nghttp2_session *session,
     if (frame->hd.type != NGHTTP2_HEADERS ||
         frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    call = calloc(1, sizeof *call);
+    call = call_new(c->ctx);
     if (!call) {
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE,
                                   frame->hd.stream_id, NGHTTP2_REFUSED_STREAM);
@@ -338,13 +382,16 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags,
         return 0;
     }
     if (call->body_len + len > call->body_cap) {
-        size_t cap = call->body_cap ? call->body_cap * 2 : 256;
+        size_t cap = call->body_cap * 2;
         uint8_t *b;
         while (cap < call->body_len + len)
             cap *= 2;
         if (cap > max)
             cap = max;
-        b = realloc(call->body, cap);
+        b = call->body == call->body_inline ? malloc(cap)
+                                            : realloc(call->body, cap);
+        if (b && call->body == call->body_inline)
+            memcpy(b, call->body_inline, call->body_len);
         if (!b) {
             refuse_call(c, call, 200, RATEL_GRPC_RESOURCE_EXHAUSTED,
                         "out of memory");

@@ -1136,6 +1136,7 @@ static void worker_free(worker_t *w)
         event_del(&w->later_ev);
         event_del(&w->sweep_ev);
         ratel__http_ctx_destroy(&w->ctx);
+        ratel__h2_ctx_destroy(&w->ctx);
         event_base_free(w->base);
     }
     for (s = w->free_socks; s; s = next) {
