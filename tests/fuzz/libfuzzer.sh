@@ -37,8 +37,13 @@ lib+=("$out/gen/lua_script.c")
 for f in src/http/*.c src/app/*.c daemon/*.c; do
     [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
 done
-cflags+=(-I.)
-libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson -lsystemd)
+# Envoy's and gRPC health's messages, generated as the Makefile does.
+mkdir -p "$out/gen/proto"
+protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include $(find proto -name '*.proto') \
+    /usr/include/google/protobuf/{duration,wrappers,struct}.proto
+while IFS= read -r f; do lib+=("$f"); done < <(find "$out/gen/proto" -name '*.pb-c.c')
+cflags+=(-I. -I"$out/gen/proto")
+libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
