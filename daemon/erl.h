@@ -34,8 +34,12 @@
  *     beside key, ...), which ERL silently ignores;
  *   - unit: year with algorithm sliding or gcra (no period that long);
  *   - a domain in two files (ERL's MERGE_DOMAIN_CONFIG is not offered);
- *   - requests_per_unit above ratel's 1,000,000,000, NUL bytes in strings,
- *     and the bounds below.
+ *   - requests_per_unit above ratel's 1,000,000,000, control characters
+ *     in strings (the shared YAML reader's rule), and the bounds below.
+ *
+ * Key and value are matched as a pair; ERL joins them into one "key_value"
+ * string, so that its key "a_b" collides with key "a" value "b" - rateld
+ * keeps them apart, and a `*` in a key is a plain byte (erl.c).
  *
  * ratel's own fields, inside rate_limit, which ERL files simply lack:
  *
@@ -44,12 +48,17 @@
  *   rules: ["20/m", "1000/d:fixed"]              (ratel rules, instead of
  *                                                 unit/requests_per_unit)
  *
+ * `rules` are read as everywhere in ratel (a rule without :ALGO is
+ * sliding) and exclude unit, requests_per_unit, algorithm and burst.
+ *
  * Units become rule periods (the rule grammar of include/ratel.h, parsed
  * by ratel_rule_parse, never by a second grammar): second 1s, minute 1m,
- * hour 1h, day 1d, week 1w; month is 30d for sliding and gcra (ERL's own
- * month is 30 days) and the calendar month 1mo for fixed and approx; year
- * is the calendar year 12mo for fixed and approx, and refused for sliding
- * and gcra. docs: see the comments in erl.c for every choice.
+ * hour 1h, day 1d, week 1w (for fixed and approx the calendar week from
+ * Monday 00:00 UTC; ERL's weeks run from the epoch, a Thursday); month is
+ * 30d for sliding and gcra (ERL's own month is 30 days) and the calendar
+ * month 1mo for fixed and approx; year is the calendar year 12mo for fixed
+ * and approx, and refused for sliding and gcra (ratel's periods end at
+ * 30 days).
  */
 #ifndef RATELD_ERL_H
 #define RATELD_ERL_H
@@ -92,8 +101,8 @@ typedef struct rateld_erl_entry_s {
  */
 typedef struct rateld_erl_level_s {
     /*
-     * share_threshold: the config's pattern (e.g. "files/" and a star), which stands
-     * for the request's value in the counter key so that every value it
+     * share_threshold: the config's pattern (e.g. "files/" and a star), which
+     * stands for the request's value in the counter key so that every value it
      * matches shares one counter; NULL otherwise (each value counts on
      * its own, as ERL keys its counters by the request's values).
      */
