@@ -158,7 +158,7 @@ int rateld_erl_algorithm_ok(const char *algorithm);
 
 /*
  * Adds one file's `len` bytes of YAML, named `name` in messages and in
- * the limits' `file` (copied). Returns 0, or -1 with
+ * the limits' `file` (copied; NULL: "config"). Returns 0, or -1 with
  * "NAME:LINE: field: reason" in err (NUL-terminated, cut to errlen); on
  * -1 the set is as before the call. Refused after rateld_erl_finish.
  */
