@@ -167,8 +167,8 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
 
 /*
  * Ends loading: the checks across files (each is made as a file is added,
- * so none is left) and the freeze. Returns 0 (or -1 with a message when
- * called twice). Matching needs it.
+ * so none is left) and the freeze: no file can be added after it.
+ * Returns 0 (or -1 with a message when called twice).
  */
 int rateld_erl_finish(rateld_erl_t *erl, char *err, size_t errlen);
 
@@ -214,7 +214,8 @@ const rateld_erl_limit_t *rateld_erl_match(const rateld_erl_t *erl,
  * descriptors (limits[i] may be NULL): every name in any matched limit's
  * replaces (a replaced or unlimited one's too) drops each limit of that
  * name, setting limits[i] to NULL; unlimited limits are kept, as ERL
- * still answers them as unlimited. Allocates nothing.
+ * still answers them as unlimited. Allocates only for more than 256
+ * limits, and when that fails keeps them all (stricter, never looser).
  */
 void rateld_erl_apply_replaces(const rateld_erl_limit_t **limits, size_t n);
 
