@@ -298,9 +298,8 @@ static int read_flag(reader_t *r, const ratel__yaml_node_t *v, const char *path,
     for (size_t i = 0;
          v->type == RATEL__YAML_SCALAR && !v->quoted && i < COUNT(yes_words);
          i++) {
-        if (key_is(v, yes_words[i]))
-            return *out = 1, 0;
-        if (key_is(v, no_words[i]))
+        *out = key_is(v, yes_words[i]);
+        if (*out || key_is(v, no_words[i]))
             return 0;
     }
     return ratel__yaml_fail(&r->ctx, v->line,
@@ -1053,6 +1052,7 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
 
     memset(&r, 0, sizeof r);
     memset(&dom, 0, sizeof dom);
+    name = name ? name : "config";
     r.erl = erl;
     r.ctx.name = name;
     r.ctx.err = err;

@@ -34,8 +34,12 @@
  *     beside key, ...), which ERL silently ignores;
  *   - unit: year with algorithm sliding or gcra (no period that long);
  *   - a domain in two files (ERL's MERGE_DOMAIN_CONFIG is not offered);
- *   - requests_per_unit above ratel's 1,000,000,000, NUL bytes in strings,
- *     and the bounds below.
+ *   - requests_per_unit above ratel's 1,000,000,000, control characters
+ *     in strings (the shared YAML reader's rule), and the bounds below.
+ *
+ * Key and value are matched as a pair; ERL joins them into one "key_value"
+ * string, so that its key "a_b" collides with key "a" value "b" - rateld
+ * keeps them apart, and a `*` in a key is a plain byte (erl.c).
  *
  * ratel's own fields, inside rate_limit, which ERL files simply lack:
  *
@@ -44,12 +48,17 @@
  *   rules: ["20/m", "1000/d:fixed"]              (ratel rules, instead of
  *                                                 unit/requests_per_unit)
  *
+ * `rules` are read as everywhere in ratel (a rule without :ALGO is
+ * sliding) and exclude unit, requests_per_unit, algorithm and burst.
+ *
  * Units become rule periods (the rule grammar of include/ratel.h, parsed
  * by ratel_rule_parse, never by a second grammar): second 1s, minute 1m,
- * hour 1h, day 1d, week 1w; month is 30d for sliding and gcra (ERL's own
- * month is 30 days) and the calendar month 1mo for fixed and approx; year
- * is the calendar year 12mo for fixed and approx, and refused for sliding
- * and gcra. docs: see the comments in erl.c for every choice.
+ * hour 1h, day 1d, week 1w (for fixed and approx the calendar week from
+ * Monday 00:00 UTC; ERL's weeks run from the epoch, a Thursday); month is
+ * 30d for sliding and gcra (ERL's own month is 30 days) and the calendar
+ * month 1mo for fixed and approx; year is the calendar year 12mo for fixed
+ * and approx, and refused for sliding and gcra (ratel's periods end at
+ * 30 days).
  */
 #ifndef RATELD_ERL_H
 #define RATELD_ERL_H
@@ -149,7 +158,7 @@ int rateld_erl_algorithm_ok(const char *algorithm);
 
 /*
  * Adds one file's `len` bytes of YAML, named `name` in messages and in
- * the limits' `file` (copied). Returns 0, or -1 with
+ * the limits' `file` (copied; NULL: "config"). Returns 0, or -1 with
  * "NAME:LINE: field: reason" in err (NUL-terminated, cut to errlen); on
  * -1 the set is as before the call. Refused after rateld_erl_finish.
  */
@@ -158,8 +167,8 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
 
 /*
  * Ends loading: the checks across files (each is made as a file is added,
- * so none is left) and the freeze. Returns 0 (or -1 with a message when
- * called twice). Matching needs it.
+ * so none is left) and the freeze: no file can be added after it.
+ * Returns 0 (or -1 with a message when called twice).
  */
 int rateld_erl_finish(rateld_erl_t *erl, char *err, size_t errlen);
 
@@ -205,7 +214,8 @@ const rateld_erl_limit_t *rateld_erl_match(const rateld_erl_t *erl,
  * descriptors (limits[i] may be NULL): every name in any matched limit's
  * replaces (a replaced or unlimited one's too) drops each limit of that
  * name, setting limits[i] to NULL; unlimited limits are kept, as ERL
- * still answers them as unlimited. Allocates nothing.
+ * still answers them as unlimited. Allocates only for more than 256
+ * limits, and when that fails keeps them all (stricter, never looser).
  */
 void rateld_erl_apply_replaces(const rateld_erl_limit_t **limits, size_t n);
 

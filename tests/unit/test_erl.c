@@ -360,13 +360,13 @@ TEST(erl_replaces_rules)
     c = match(erl, "d", D("c", "1"));
     u = match(erl, "d", D("u", "1"));
     REQUIRE(a && b && c && u);
-    list[0] = c;
-    list[1] = b;
+    list[0] = b;
+    list[1] = c;
     list[2] = a;
     list[3] = u;
     rateld_erl_apply_replaces(list, 4);
-    /* B is dropped by A, C by B although B itself is dropped, and the
-       unlimited limit named C is still answered as unlimited. */
+    /* B is dropped by A, C by B although B itself is dropped (before C is
+       judged), and the unlimited limit named C is still unlimited. */
     CHECK(list[0] == NULL);
     CHECK(list[1] == NULL);
     CHECK(list[2] == a);
