@@ -196,6 +196,11 @@ TEST(metrics_exact_text_small_case)
     rateld_metrics_http(m, 0, 429);
     rateld_metrics_http(m, 0, 99);  /* not a status: not counted */
     rateld_metrics_http(m, 0, 600); /* idem */
+    rateld_metrics_grpc(m, 0, 0);
+    rateld_metrics_grpc(m, 0, 9);
+    rateld_metrics_grpc(m, 0, 9);
+    rateld_metrics_grpc(m, 0, 17); /* not a gRPC status: not counted */
+    rateld_metrics_grpc(m, 0, -1); /* idem */
     rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_MISSING_KEY);
     rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_REASONS); /* ignored */
     memset(&st, 0, sizeof st);
@@ -272,6 +277,26 @@ TEST(metrics_exact_text_small_case)
         "ratel_http_responses_total{code=\"3xx\"} 0\n"
         "ratel_http_responses_total{code=\"4xx\"} 1\n"
         "ratel_http_responses_total{code=\"5xx\"} 0\n"
+        "# HELP ratel_grpc_responses_total gRPC calls answered by rateld "
+        "(Envoy's rate limit service, health checks), by status.\n"
+        "# TYPE ratel_grpc_responses_total counter\n"
+        "ratel_grpc_responses_total{code=\"OK\"} 1\n"
+        "ratel_grpc_responses_total{code=\"CANCELLED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"UNKNOWN\"} 0\n"
+        "ratel_grpc_responses_total{code=\"INVALID_ARGUMENT\"} 0\n"
+        "ratel_grpc_responses_total{code=\"DEADLINE_EXCEEDED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"NOT_FOUND\"} 0\n"
+        "ratel_grpc_responses_total{code=\"ALREADY_EXISTS\"} 0\n"
+        "ratel_grpc_responses_total{code=\"PERMISSION_DENIED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"RESOURCE_EXHAUSTED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"FAILED_PRECONDITION\"} 2\n"
+        "ratel_grpc_responses_total{code=\"ABORTED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"OUT_OF_RANGE\"} 0\n"
+        "ratel_grpc_responses_total{code=\"UNIMPLEMENTED\"} 0\n"
+        "ratel_grpc_responses_total{code=\"INTERNAL\"} 0\n"
+        "ratel_grpc_responses_total{code=\"UNAVAILABLE\"} 0\n"
+        "ratel_grpc_responses_total{code=\"DATA_LOSS\"} 0\n"
+        "ratel_grpc_responses_total{code=\"UNAUTHENTICATED\"} 0\n"
         "# HELP ratel_auth_undecided_total Gateway auth requests not decided "
         "by a route's policies, by reason (answered as auth.unmatched or "
         "4xx).\n"
