@@ -28,6 +28,7 @@
  * once no I/O is ready at all, which under load can be much later.)
  */
 #include "http/conn.h"
+#include "http/listen.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -69,21 +70,6 @@
 #define TRIM_INTERVAL_MS 1000
 
 typedef struct worker_s worker_t;
-
-/* HTTP/1.1 and, when asked for, h2c gRPC. */
-#define MAX_ADDRESSES 2
-
-/* An address the server listens on and the protocol spoken there. */
-typedef struct address_s {
-    char *text;
-    const ratel__http_proto_t *proto;
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int port;
-    /* The claim on the address (an abstract AF_UNIX socket, see
-       claim_address), held until the last worker stops listening. */
-    atomic_int claim_fd;
-} address_t;
 
 /* A worker's listening socket on one address (SO_REUSEPORT). */
 typedef struct listener_s {
@@ -690,159 +676,6 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------ set-up */
 
-/* "HOST:PORT", "[V6]:PORT" or ":PORT" (all IPv4 addresses). */
-static int parse_listen(const char *text, struct sockaddr_storage *ss,
-                        socklen_t *len, char *err, size_t errlen)
-{
-    char host[256];
-    const char *colon, *port;
-    char *end;
-    unsigned long p;
-    size_t hn;
-    struct addrinfo hints, *res = NULL;
-
-    memset(ss, 0, sizeof *ss);
-    if (!text)
-        text = "";
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (!close || close[1] != ':')
-            goto bad;
-        hn = (size_t)(close - text - 1);
-        if (hn == 0 || hn >= sizeof host)
-            goto bad;
-        memcpy(host, text + 1, hn);
-        host[hn] = '\0';
-        port = close + 2;
-    } else {
-        colon = strrchr(text, ':');
-        if (!colon || memchr(text, ':', (size_t)(colon - text)))
-            goto bad;
-        hn = (size_t)(colon - text);
-        if (hn >= sizeof host)
-            goto bad;
-        memcpy(host, text, hn);
-        host[hn] = '\0';
-        port = colon + 1;
-    }
-    if (*port < '0' || *port > '9')
-        goto bad;
-    errno = 0;
-    p = strtoul(port, &end, 10);
-    if (*end || errno || p > 65535)
-        goto bad;
-    if (host[0] == '\0') {
-        struct sockaddr_in *in = (struct sockaddr_in *)ss;
-        in->sin_family = AF_INET;
-        in->sin_addr.s_addr = htonl(INADDR_ANY);
-        in->sin_port = htons((uint16_t)p);
-        *len = sizeof *in;
-        return 0;
-    }
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = text[0] == '[' ? AF_INET6 : AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
-        snprintf(err, errlen, "listen \"%s\": cannot resolve host \"%s\"", text,
-                 host);
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
-    if (ss->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
-    else
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
-    return 0;
-bad:
-    snprintf(err, errlen,
-             "listen \"%s\": expected HOST:PORT (\"127.0.0.1:8080\", "
-             "\"[::1]:8080\" or \":8080\")",
-             text);
-    return -1;
-}
-
-/* The address as text ("127.0.0.1:8080", "[::1]:8080"), whatever its
-   spelling in the configuration. */
-static void address_text(const struct sockaddr_storage *ss, char *buf,
-                         size_t len)
-{
-    char host[INET6_ADDRSTRLEN];
-
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-        snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
-    } else {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-        snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
-    }
-}
-
-static int claim_failed(const char *text, char *err, size_t errlen)
-{
-    if (errno == EADDRINUSE)
-        snprintf(err, errlen, "listen %s: already served by another process",
-                 text);
-    else
-        snprintf(err, errlen, "listen %s: %s", text, strerror(errno));
-    return -1;
-}
-
-/*
- * One server per address. The workers' sockets use SO_REUSEPORT to share
- * the port, which would also let a second server (another rateld) join
- * it silently and take half of the connections: every limit doubled. So
- * first a probe socket is bound without SO_REUSEPORT: it fails with
- * EADDRINUSE if anything listens there (SO_REUSEADDR only forgives old
- * TIME_WAIT connections of a previous run). Two servers starting at the
- * same moment could both pass the probe before either listens; the
- * abstract AF_UNIX socket "ratel-http-listen ADDRESS" closes that race:
- * binding it is atomic, the kernel frees it when the process dies, and
- * it is held until this server stops listening. Port 0 is never shared.
- */
-static int claim_address(address_t *a, char *err, size_t errlen)
-{
-    const char *text = a->text;
-    const struct sockaddr_storage *ss = &a->ss;
-    socklen_t len = a->len;
-    struct sockaddr_un un;
-    char addr[INET6_ADDRSTRLEN + 8];
-    int n, one = 1, fd, probe;
-
-    address_text(ss, addr, sizeof addr);
-    memset(&un, 0, sizeof un);
-    un.sun_family = AF_UNIX;
-    /* sun_path[0] stays NUL: the abstract namespace, no file. */
-    n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1,
-                 "ratel-http-listen %s", addr);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return claim_failed(text, err, errlen);
-    if (bind(fd, (struct sockaddr *)&un,
-             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                         (size_t)n)) != 0) {
-        claim_failed(text, err, errlen);
-        close(fd);
-        return -1;
-    }
-    atomic_store(&a->claim_fd, fd);
-    probe = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0 ||
-        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(probe, (const struct sockaddr *)ss, len) != 0) {
-        claim_failed(text, err, errlen);
-        if (probe >= 0)
-            close(probe);
-        return -1;
-    }
-    close(probe);
-    return 0;
-}
-
 /* Lets another server have the addresses (safe from any thread). */
 static void release_claim(ratel_http_server_t *server)
 {
@@ -851,32 +684,6 @@ static void release_claim(ratel_http_server_t *server)
         if (fd >= 0)
             close(fd);
     }
-}
-
-static unsigned port_of(const struct sockaddr_storage *ss)
-{
-    if (ss->ss_family == AF_INET6)
-        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
-    return ntohs(((const struct sockaddr_in *)ss)->sin_port);
-}
-
-static int open_listener(const char *text, struct sockaddr_storage *ss,
-                         socklen_t len, char *err, size_t errlen)
-{
-    int one = 1;
-    int fd =
-        socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-    if (fd < 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
-        bind(fd, (struct sockaddr *)ss, len) != 0 || listen(fd, 4096) != 0) {
-        snprintf(err, errlen, "listen %s: %s", text, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 static int worker_init(worker_t *w, ratel_http_server_t *server, unsigned index,
@@ -940,7 +747,7 @@ static int address_add(ratel_http_server_t *server, const char *text,
     address_t *a = &server->addresses[server->naddresses];
 
     atomic_store(&a->claim_fd, -1);
-    if (parse_listen(text, &a->ss, &a->len, err, errlen) != 0)
+    if (ratel__parse_listen(text, &a->ss, &a->len, err, errlen) != 0)
         return -1;
     a->text = strdup(text);
     if (!a->text) {
@@ -949,7 +756,8 @@ static int address_add(ratel_http_server_t *server, const char *text,
     }
     a->proto = proto;
     server->naddresses++;
-    if (port_of(&a->ss) != 0 && claim_address(a, err, errlen) != 0)
+    if (ratel__port_of(&a->ss) != 0 &&
+        ratel__claim_address(a, err, errlen) != 0)
         return -1;
     return 0;
 }
@@ -964,7 +772,7 @@ static int listener_open(worker_t *w, listener_t *l, address_t *a, char *err,
 
     l->w = w;
     l->addr = a;
-    l->fd = open_listener(a->text, &a->ss, a->len, err, errlen);
+    l->fd = ratel__open_listener(a->text, &a->ss, a->len, err, errlen);
     if (l->fd < 0)
         return -1;
     atomic_fetch_add(&w->server->listening, 1);
