@@ -98,6 +98,8 @@ wrapped_suite() {
     wrapped_suite "rateld keys and overrides" RATELD_WRAP "$here/integration/test_rateld_keys.sh"
 [ -x "$build/rateld" ] &&
     wrapped_suite "rateld on Redis" RATELD_WRAP "$here/integration/test_rateld_redis.sh"
+[ -x "$build/rateld" ] &&
+    wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 
