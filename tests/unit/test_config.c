@@ -4,12 +4,15 @@
  * CIDR parsing.
  */
 #include "daemon/config.h"
+#include "daemon/erl.h"
 #include "test.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -532,6 +535,19 @@ static const bad_case_t bad_cases[] = {
      7, "routes[2]: same path, method, host and headers as routes[0]"},
     {P "routes:\n  - path: /a\n    policies: [p]\n    weight: 2\n", 7,
      "routes[0].weight: unknown field; accepted: path, method, policies"},
+    /* envoy: */
+    {"envoy:\n  listen: 127.0.0.1:8081\n", 2, "envoy: needs listen"},
+    {"envoy:\n  config_dir: d\n", 2, "envoy: needs listen"},
+    {"envoy:\n  listen: nowhere\n  config_dir: d\n", 2,
+     "envoy.listen: \"nowhere\" is not HOST:PORT"},
+    {"envoy:\n  listen: :1\n  config_dir: d\n  algorithm: leaky\n", 4,
+     "envoy.algorithm: \"leaky\"; accepted: sliding, fixed, approx, gcra"},
+    {"envoy:\n  listen: :1\n  config_dir: d\n  unknown_domain: deny\n", 4,
+     "envoy.unknown_domain"},
+    {"envoy:\n  listen: :1\n  config_dir: d\n  max_streams: 100001\n", 4,
+     "envoy.max_streams"},
+    {"envoy:\n  listen: :1\n  config_dir: d\n  domain: x\n", 4,
+     "envoy.domain: unknown field"},
 };
 
 TEST(config_bad_files_name_line_and_field)
@@ -772,7 +788,91 @@ TEST(config_cidr_parse)
     CHECK_EQ(ratel__cidr_parse("10.0.0.1/8", &c, NULL, 0), -1);
 }
 
+/* The envoy: section: its defaults and fields; only it, no policies. */
+TEST(config_envoy_section)
+{
+    rateld_config_t *c = parse_ok("envoy:\n  listen: 127.0.0.1:8081\n"
+                                  "  config_dir: erl\n");
+    REQUIRE(c);
+    CHECK(strcmp(c->envoy.listen, "127.0.0.1:8081") == 0);
+    CHECK(strcmp(c->envoy.config_dir, "erl") == 0);
+    CHECK(strcmp(c->envoy.algorithm, "sliding") == 0);
+    CHECK_EQ(c->envoy.unknown_domain_allow, 0);
+    CHECK_EQ(c->envoy.response_headers, 1);
+    CHECK_EQ(c->envoy.limits.max_streams, 0); /* grpc.h's default */
+    CHECK_EQ(c->npolicies, 0);
+    CHECK(c->erl == NULL); /* parse only: the directory is not read */
+    rateld_config_free(c);
+    c = parse_ok(P "envoy:\n  listen: :9\n  config_dir: /x\n"
+                   "  algorithm: fixed\n  unknown_domain: allow\n"
+                   "  response_headers: false\n  max_message_bytes: 4KiB\n"
+                   "  max_streams: 7\n  max_header_list_bytes: 2KiB\n"
+                   "  idle_timeout_ms: 1000\n  max_resets_per_second: 5\n");
+    REQUIRE(c);
+    CHECK(strcmp(c->envoy.algorithm, "fixed") == 0);
+    CHECK_EQ(c->envoy.unknown_domain_allow, 1);
+    CHECK_EQ(c->envoy.response_headers, 0);
+    CHECK_EQ(c->envoy.limits.max_message_bytes, 4096);
+    CHECK_EQ(c->envoy.limits.max_streams, 7);
+    CHECK_EQ(c->envoy.limits.max_header_list_bytes, 2048);
+    CHECK_EQ(c->envoy.limits.idle_timeout_ms, 1000);
+    CHECK_EQ(c->envoy.limits.max_resets_per_second, 5);
+    rateld_config_free(c);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        ratel_test_fail(__FILE__, __LINE__, path);
+        return;
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* rateld_config_load reads envoy.config_dir relative to the file, and a
+   mistake in an envoyproxy/ratelimit file names that file and line. */
+TEST(config_envoy_loads_the_directory)
+{
+    char dir[] = "/tmp/ratel-config-XXXXXX", path[256], erl[256], err[600];
+    rateld_config_t *c = NULL;
+
+    REQUIRE(mkdtemp(dir));
+    snprintf(erl, sizeof erl, "%s/erl", dir);
+    REQUIRE(mkdir(erl, 0700) == 0);
+    snprintf(path, sizeof path, "%s/erl/a.yaml", dir);
+    write_file(path, "domain: a\ndescriptors:\n  - key: k\n"
+                     "    rate_limit: {unit: minute, requests_per_unit: 3}\n");
+    snprintf(path, sizeof path, "%s/rateld.yaml", dir);
+    write_file(path, "envoy:\n  listen: :1\n  config_dir: erl\n");
+    CHECK_EQ(rateld_config_load(path, &c, err, sizeof err), 0);
+    REQUIRE(c && c->erl);
+    CHECK(rateld_erl_count(c->erl) == 1);
+    CHECK(rateld_erl_has_domain(c->erl, "a", 1));
+    rateld_config_free(c);
+    snprintf(path, sizeof path, "%s/erl/a.yaml", dir);
+    write_file(path, "domain: a\ndescriptors:\n  - key: k\n"
+                     "    rate_limit: {unit: fortnight, requests_per_unit: 3}"
+                     "\n");
+    snprintf(path, sizeof path, "%s/rateld.yaml", dir);
+    CHECK_EQ(rateld_config_load(path, &c, err, sizeof err), -1);
+    CHECK(c == NULL);
+    CHECK(strstr(err, "erl/a.yaml:4") != NULL);
+    CHECK(strstr(err, "fortnight") != NULL);
+    snprintf(path, sizeof path, "%s/erl/a.yaml", dir);
+    unlink(path);
+    rmdir(erl);
+    snprintf(path, sizeof path, "%s/rateld.yaml", dir);
+    CHECK_EQ(rateld_config_load(path, &c, err, sizeof err), -1);
+    CHECK(strstr(err, "erl") != NULL);
+    unlink(path);
+    rmdir(dir);
+}
+
 RATEL_SUITE(config) = {
+    {"config_envoy_section", test_config_envoy_section},
+    {"config_envoy_loads_the_directory", test_config_envoy_loads_the_directory},
     {"config_example_file", test_config_example_file},
     {"config_defaults", test_config_defaults},
     {"config_server_fields", test_config_server_fields},
