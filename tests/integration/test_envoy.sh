@@ -265,35 +265,40 @@ stop app
 # ---- the Redis store: two rateld, one limit; failure policies
 if command -v redis-server >/dev/null; then
     rport=$(redis_start) || fail redis "did not start"
-    for i in 1 2; do
-        eval "h$((i + 2))=\$(free_port) g$((i + 2))=\$(free_port)"
-    done
-    for i in 3 4; do
-        hv=h$i gv=g$i
+    policies=(closed open local)
+    for i in 0 1 2; do
+        hs[i]=$(free_port)
+        gs[i]=$(free_port)
         cat >"$tmp/r$i.yaml" <<EOF
-listen: 127.0.0.1:${!hv}
+listen: 127.0.0.1:${hs[i]}
 store:
   type: redis
   url: redis://127.0.0.1:$rport
-  on_failure: $([ "$i" = 3 ] && echo closed || echo open)
+  on_failure: ${policies[i]}
   timeout_ms: 200
 envoy:
-  listen: 127.0.0.1:${!gv}
+  listen: 127.0.0.1:${gs[i]}
   config_dir: $root/examples/envoy/ratelimit
 EOF
-        start "r$i" "$tmp/r$i.yaml" "${!hv}"
+        start "r$i" "$tmp/r$i.yaml" "${hs[i]}"
     done
+    # 30 calls alternating between two rateld: 20 pass in all.
     ok_calls=0
     for _ in $(seq 15); do
-        for g in "$g3" "$g4"; do
+        for g in "${gs[0]}" "${gs[1]}"; do
             [[ $(rls "$g" ratel remote_address=10.7.7.7) == "OK "* ]] && ok_calls=$((ok_calls + 1))
         done
     done
     same redis_shared_limit "$ok_calls" 20
+    contains redis_key "$(rcli "$rport" --scan --pattern 'envoy/*')" "envoy/5:ratel/14:remote_address=8:10.7.7.7"
     kill -9 "$(cat "$tmp/redis-$rport/pid")"
-    same redis_down_closed "$(rls "$g3" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OVER_LIMIT
-    same redis_down_open "$(rls "$g4" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OK
-    stop r3
-    stop r4
+    same redis_down_closed "$(rls "${gs[0]}" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OVER_LIMIT
+    same redis_down_open "$(rls "${gs[1]}" ratel remote_address=10.8.8.8 | cut -d' ' -f1)" OK
+    # local: rateld's own memory decides meanwhile, the same limit.
+    out=$(rls "${gs[2]}" ratel remote_address=10.8.8.8 --times 21)
+    same redis_down_local_20 "$(grep -c '^OK ' <<<"$out")" 20
+    same redis_down_local_21st "$(tail -1 <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+    contains redis_down_metrics "$(curl -s "http://127.0.0.1:${hs[2]}/metrics")" 'source="local"'
+    for i in 0 1 2; do stop "r$i"; done
 fi
 finish
