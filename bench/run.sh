@@ -108,3 +108,10 @@ if [ "${GATEWAY:-1}" != 0 ] && [ -x "$build/rateld" ]; then
     echo
     BUILD="$build" PEERS_DIR="$peers_dir" "$here/gateway.sh"
 fi
+
+# Envoy's rate limit service (issue 15): h2load driving ShouldRateLimit
+# over h2c and wrk driving /v1/acquire, against one rateld. ENVOY=0 skips it.
+if [ "${ENVOY:-1}" != 0 ] && [ -x "$build/rateld" ] && command -v h2load >/dev/null; then
+    echo
+    BUILD="$build" "$here/envoy.sh"
+fi
