@@ -8,6 +8,7 @@
 #   port=$(redis_start --appendonly yes)     # extra redis-server arguments
 #   rcli "$port" RATEL.ACQUIRE k 1/1s        # redis-cli -p PORT --no-raw ...
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
+#   wait_for 10 COMMAND...                   # until it succeeds, or 1
 #   finish                                   # prints "N passed, N failed"
 #
 # Every server started here runs in its own directory under $tmp and is
@@ -41,6 +42,17 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+# wait_for SECONDS COMMAND...: runs COMMAND until it succeeds; 1 when the
+# deadline passes first. Tests wait for a state, never a fixed time.
+wait_for() {
+    local end=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ "$SECONDS" -ge "$end" ] && return 1
+        sleep 0.05
+    done
+}
 
 ok() { echo "ok $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }

@@ -22,14 +22,6 @@ read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
 
 rls() { "$py" "$client" call "127.0.0.1:$1" "${@:2}"; }
 health() { "$py" "$client" health "127.0.0.1:$1" "${@:2}"; }
-wait_for() {
-    local end=$((SECONDS + $1))
-    shift
-    until "$@"; do
-        [ "$SECONDS" -ge "$end" ] && return 1
-        sleep 0.05
-    done
-}
 up() { curl -s -o /dev/null "http://127.0.0.1:$1/healthz"; }
 
 # start NAME CONFIG HTTP_PORT: runs rateld, waits for its HTTP side.

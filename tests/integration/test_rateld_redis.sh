@@ -7,16 +7,6 @@
 # the outage and the recovery once each, with the cause.
 . "$(dirname "$0")/lib.sh"
 
-# wait_for SECONDS COMMAND...: runs COMMAND until it succeeds; 1 when the
-# deadline passes first. Tests wait for a state, never a fixed time.
-wait_for() {
-    local end=$((SECONDS + $1))
-    shift
-    until "$@"; do
-        [ "$SECONDS" -ge "$end" ] && return 1
-        sleep 0.05
-    done
-}
 # ready_is PORT CODE: /readyz answers CODE now.
 ready_is() {
     [ "$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$1/readyz")" = "$2" ]
