@@ -230,6 +230,16 @@ check_hostile_limited() {
     c=$(raw_status "GET /sendCaptcha?telephone=13800138000 HTTP/1.1\r\nHost: 127.0.0.1:$gport\r\nhost: victim.example\r\nConnection: close\r\n\r\n")
     hostile_note "$name/limited-sms" "Host twice (raw)" "$c"
     if [[ $c == [0-9][0-9][0-9] && $c != 2* ]]; then ok "${name}_hostile_limited_two_hosts ($c)"; else fail "${name}_hostile_limited_two_hosts" "[$c]"; fi
+    # The same path written otherwise: the gateway may serve it as
+    # /sendCaptcha while rateld sees another path; never a 2xx.
+    codes="" bad=""
+    for path in //sendCaptcha /%73endCaptcha /api/../sendCaptcha /./sendCaptcha /sendCaptcha/ /SendCaptcha; do
+        c=$(code --path-as-is "http://127.0.0.1:$gport$path?telephone=13800138000")
+        codes+="$c "
+        [[ $c == 2* ]] && bad+="[$path: $c] "
+    done
+    hostile_note "$name/limited-sms" "path spellings" "$codes"
+    if [ -z "$bad" ]; then ok "${name}_hostile_limited_paths ($codes)"; else fail "${name}_hostile_limited_paths" "$bad"; fi
     same "${name}_hostile_other_phone" "$(peek sms 13700137000)" 1
     same "${name}_hostile_other_phone_2" "$(peek sms 13700137001)" 1
 }
