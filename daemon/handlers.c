@@ -430,8 +430,8 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     rateld_route_query_t q;
     rateld_view_t view;
     rateld_origin_t o;
-    rateld_origin_result_t read =
-        rateld_origin_read(&c->auth.gateway, &c->trusted, req, &o, why, 160);
+    rateld_origin_result_t read = rateld_origin_read(
+        &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
 
     if (read != RATELD_ORIGIN_OK) {
         int ambiguous = read == RATELD_ORIGIN_AMBIGUOUS;
