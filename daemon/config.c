@@ -541,13 +541,26 @@ static const ratel__option_t auth_options[] = {
      NULL},
 };
 
+/* auth's sections, read by read_auth_section. */
+static const ratel__option_t auth_sections[] = {{.name = "gateway"}};
+
+static int read_auth_section(void *ud, size_t i, const ratel__yaml_node_t *node)
+{
+    reader_t *r = ud;
+    (void)i; /* the one section: gateway */
+    return rateld_gateway_read(&r->ctx, node, "auth.gateway",
+                               &r->config->auth.gateway);
+}
+
 static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
 {
     rateld_auth_t *a = &r->config->auth;
-    const ratel__yaml_node_t *v[COUNT(auth_options)];
+    const ratel__yaml_group_t groups[] = {
+        {auth_options, COUNT(auth_options), a, NULL, NULL},
+        {auth_sections, COUNT(auth_sections), NULL, read_auth_section, r}};
+    const ratel__yaml_node_t *v[COUNT(auth_options) + COUNT(auth_sections)];
 
-    if (ratel__yaml_options(&r->ctx, node, "auth", auth_options,
-                            COUNT(auth_options), a, v))
+    if (ratel__yaml_groups(&r->ctx, node, "auth", groups, COUNT(groups), v))
         return -1;
     if (a->deny_status != 403 && a->deny_status != 429)
         return ratel__yaml_fail(&r->ctx, v[0]->line,

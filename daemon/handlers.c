@@ -228,84 +228,6 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
 /* ---------------------------------------------------------------- auth */
 
 /*
- * The request a gateway asks about, from whichever form it sends:
- *
- *   nginx auth_request   X-Original-URI, X-Original-Method
- *   Caddy, Traefik       X-Forwarded-Uri, X-Forwarded-Method
- *   HAProxy (our Lua)    X-Original-URI, X-Original-Method
- *   Envoy ext_authz      the path itself: /v1/auth + the original path
- *                        (path_prefix), the original method and Host
- *
- * Headers are believed only from a trusted proxy (trusted_proxies); the
- * host is X-Forwarded-Host, else X-Original-Host, else Host. Returns 1
- * with *o filled, 0 when the request names no original request (`why`
- * says what was missing or ignored).
- */
-typedef struct original_s {
-    ratel_http_str_t method, path, query, host;
-} original_t;
-
-static int header_value(const ratel_http_request_t *req, const char *name,
-                        ratel_http_str_t *out)
-{
-    const ratel_http_str_t *h = ratel_http_header(req, name);
-    if (!h || h->n == 0)
-        return 0;
-    *out = *h;
-    return 1;
-}
-
-static void split_uri(ratel_http_str_t uri, original_t *o)
-{
-    const char *q = memchr(uri.p, '?', uri.n);
-    o->path.p = uri.p;
-    o->path.n = q ? (size_t)(q - uri.p) : uri.n;
-    o->query.p = q ? q + 1 : "";
-    o->query.n = q ? uri.n - o->path.n - 1 : 0;
-}
-
-static int original_request(const rateld_config_t *c,
-                            const ratel_http_request_t *req, original_t *o,
-                            const char **why)
-{
-    ratel_http_str_t uri;
-    int by_header;
-
-    memset(o, 0, sizeof *o);
-    o->method = req->method;
-    if (!header_value(req, "Host", &o->host))
-        o->host.p = "";
-    if (req->path.n > 8 && req->path.p[8] == '/') { /* /v1/auth/... */
-        o->path.p = req->path.p + 8;
-        o->path.n = req->path.n - 8;
-        o->query = req->query;
-        return 1;
-    }
-    by_header = header_value(req, "X-Original-URI", &uri) ||
-                header_value(req, "X-Forwarded-Uri", &uri);
-    if (!by_header) {
-        *why = "no X-Original-URI or X-Forwarded-Uri header, and no path "
-               "after /v1/auth/";
-        return 0;
-    }
-    if (!ratel__peer_trusted(&c->trusted, req)) {
-        *why = "forwarded-request headers from a peer not in "
-               "trusted_proxies are ignored";
-        return 0;
-    }
-    if (uri.p[0] != '/') {
-        *why = "the original URI does not start with '/'";
-        return 0;
-    }
-    split_uri(uri, o);
-    if (!header_value(req, "X-Original-Method", &o->method))
-        header_value(req, "X-Forwarded-Method", &o->method);
-    if (!header_value(req, "X-Forwarded-Host", &o->host))
-        header_value(req, "X-Original-Host", &o->host);
-    return 1;
-}
-
-/*
  * Whether refusals go to nginx's auth_request (auth.deny_status 403). They
  * carry no body then: nginx shows the client its own answer, never ours,
  * and it closes its keep-alive connection to rateld after an auth answer
@@ -504,14 +426,19 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     rateld_gen_t *gen = rateld_take_gen(d, w);
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
-    char client[RATEL__ADDR_MAX], host[256];
-    const char *why = "";
+    char client[RATEL__ADDR_MAX], host[256], why[160];
     rateld_route_query_t q;
     rateld_view_t view;
-    original_t o;
+    rateld_origin_t o;
+    rateld_origin_result_t read = rateld_origin_read(
+        &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
 
-    if (!original_request(c, req, &o, &why)) {
-        undecided(d, w, ex, req, RATELD_UNDECIDED_UNIDENTIFIED, 403,
+    if (read != RATELD_ORIGIN_OK) {
+        int ambiguous = read == RATELD_ORIGIN_AMBIGUOUS;
+        undecided(d, w, ex, req,
+                  ambiguous ? RATELD_UNDECIDED_AMBIGUOUS
+                            : RATELD_UNDECIDED_UNIDENTIFIED,
+                  ambiguous && !nginx_mode(w) ? 400 : 403,
                   "cannot tell which request to decide: %s (docs/gateways.md)",
                   why);
         return;

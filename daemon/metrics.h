@@ -32,6 +32,8 @@ typedef enum rateld_undecided_e {
     RATELD_UNDECIDED_UNMATCHED,        /* no route matches it */
     RATELD_UNDECIDED_MISSING_KEY,      /* a policy's key source is absent */
     RATELD_UNDECIDED_BAD_KEY,          /* ... malformed or too long */
+    RATELD_UNDECIDED_AMBIGUOUS,        /* two candidates for a field of the
+                                          original request (origin.h) */
     RATELD_UNDECIDED_REASONS
 } rateld_undecided_t;
 

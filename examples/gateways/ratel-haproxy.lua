@@ -2,7 +2,9 @@
 -- request, as nginx's auth_request and Caddy's forward_auth do.
 --
 --   global
---       lua-load /etc/haproxy/ratel-haproxy.lua
+--       lua-load /usr/local/share/ratel/examples/gateways/ratel-haproxy.lua
+--   defaults
+--       mode http
 --   frontend www
 --       http-request lua.ratel_auth 127.0.0.1:8080 500 closed
 --
@@ -20,19 +22,23 @@
 -- about 3 s whatever its timeout says). The original method, path and host travel as
 -- X-Original-Method, X-Original-URI and X-Forwarded-Host, the client
 -- address as X-Forwarded-For (put HAProxy's address in rateld's
--- trusted_proxies), and the client's own headers go along so that
--- header: and cookie: key sources see them.
+-- trusted_proxies; set auth.gateway: haproxy), and the client's own
+-- headers go along so that header: and cookie: key sources see them.
 
--- Headers that describe the client's connection to HAProxy, not the
--- request: never forwarded to rateld.
+-- Headers never forwarded to rateld: those that describe the client's
+-- connection to HAProxy, not the request, and every name a gateway uses
+-- for the original request or the client's address. The latter are set
+-- here and nowhere else, so a client's copy (in any spelling: names are
+-- compared in lower case) never reaches rateld.
 local skip = {
     ["connection"] = true, ["content-length"] = true, ["host"] = true,
     ["keep-alive"] = true, ["te"] = true, ["trailer"] = true,
     ["transfer-encoding"] = true, ["upgrade"] = true, ["expect"] = true,
+    ["content-encoding"] = true, ["forwarded"] = true,
     ["x-forwarded-for"] = true, ["x-forwarded-host"] = true,
     ["x-original-uri"] = true, ["x-original-method"] = true,
-    ["x-forwarded-uri"] = true, ["x-forwarded-method"] = true,
-    ["content-encoding"] = true,
+    ["x-original-host"] = true, ["x-forwarded-uri"] = true,
+    ["x-forwarded-method"] = true,
 }
 
 -- rateld's answer headers the client should see.

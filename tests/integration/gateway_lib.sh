@@ -1,7 +1,9 @@
 # gateway_lib.sh - what the test_gateway_*.sh suites share: the snippets of
 # docs/gateways.md (read out of the page, so the page is what is tested,
 # with only ports and paths changed), rateld on the ping demo, and the
-# checks every gateway must pass.
+# checks every gateway must pass: the demo's limits, and a hostile client
+# whose own forwarded-request headers must never move a request to
+# another route, key, method or host, or past its limit.
 #
 # Clients connect from 127.0.0.2 (curl --interface), the gateway reaches
 # rateld from 127.0.0.1, and only 127.0.0.1 is a trusted proxy: a client's
@@ -13,6 +15,7 @@ rport=$(free_port)
 gport=$(free_port)
 fport=$(free_port)
 aport=$(free_port)
+cport=$(free_port) # Caddy's admin API
 while [ "$gport" = "$rport" ]; do gport=$(free_port); done
 while [ "$fport" = "$rport" ] || [ "$fport" = "$gport" ]; do fport=$(free_port); done
 client=127.0.0.2
@@ -26,7 +29,8 @@ snippet() {
         found == 2 && /^```/ { exit }
         found == 2 { print }' "$docs" |
         sed -e "s/8080/$rport/g; s/8000/$gport/g; s/8081/$fport/g" \
-            -e "s/8082/$aport/g; s#/srv/www#$tmp/www#g; s#/etc/haproxy/#$tmp/#g"
+            -e "s/8082/$aport/g; s/2019/$cport/g; s#/srv/www#$tmp/www#g" \
+            -e "s#/usr/local/share/ratel/examples/gateways/#$root/examples/gateways/#g"
 }
 
 # The site's files (the workers of a gateway started as root may run as
@@ -34,8 +38,9 @@ snippet() {
 mkdir -p "$tmp/www/api"
 echo pong >"$tmp/www/api/ping"
 echo sent >"$tmp/www/sendCaptcha"
+echo hosted >"$tmp/www/hosted"
 chmod 755 "$tmp" "$tmp/www" "$tmp/www/api"
-chmod 644 "$tmp/www/api/ping" "$tmp/www/sendCaptcha"
+chmod 644 "$tmp/www/api/ping" "$tmp/www/sendCaptcha" "$tmp/www/hosted"
 
 code() { curl -s -o /dev/null -w '%{http_code}' --interface "$client" "$@"; }
 header() { grep -i "^$1:" "$2" | head -1 | cut -d: -f2- | tr -d '\r' | sed 's/^ //'; }
@@ -50,9 +55,17 @@ wait_http() {
     return 1
 }
 
-# start_rateld [DENY_STATUS]: rateld on the page's demo configuration.
+# start_rateld DENY_STATUS GATEWAY: rateld on the page's demo
+# configuration with that auth.deny_status and auth.gateway (GATEWAY ""
+# leaves auth.gateway out: the default, which refuses ambiguity), and one
+# route more for the hostile client's host checks: /hosted, only for the
+# host victim.example.
 start_rateld() {
-    snippet rateld | sed "s/deny_status: 429.*/deny_status: ${1:-429}/" >"$tmp/rateld.yaml"
+    {
+        snippet rateld | sed -e "s/deny_status: 429.*/deny_status: $1/" \
+            -e "s/gateway: caddy .*/gateway: $2/" -e "/gateway: \$/d"
+        printf '  - path: /hosted\n    host: victim.example\n    policies: [ping]\n'
+    } >"$tmp/rateld.yaml"
     "$build/rateld" --config "$tmp/rateld.yaml" >>"$tmp/rateld.log" 2>&1 &
     echo $! >"$tmp/pids/rateld"
     wait_http "http://127.0.0.1:$rport/healthz"
@@ -129,4 +142,158 @@ check_down() {
     out=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' --max-time 10 --interface "$client" "$url")
     same "${name}_killed_status" "${out% *}" "$want_killed"
     if awk -v t="${out#* }" 'BEGIN { exit !(t < 2.0) }'; then ok "${name}_killed_fast"; else fail "${name}_killed_fast" "[$out]"; fi
+}
+
+# --- a hostile client --------------------------------------------------
+
+# The headers a client adds to steer rateld, each with a value that would
+# move the request if rateld believed it (a fresh phone number, another
+# method, another host, another address), and a second value for the
+# repeated form.
+hostile_names=(X-Original-URI X-Forwarded-Uri X-Original-Method
+    X-Forwarded-Method X-Forwarded-Host X-Original-Host Host Forwarded
+    X-Forwarded-For)
+declare -A hostile_one=(
+    [X-Original-URI]='/sendCaptcha?telephone=13700137000'
+    [X-Forwarded-Uri]='/sendCaptcha?telephone=13700137000'
+    [X-Original-Method]=POST [X-Forwarded-Method]=POST
+    [X-Forwarded-Host]=victim.example [X-Original-Host]=victim.example
+    [Host]=victim.example
+    [Forwarded]='for=198.51.100.7;host=victim.example'
+    [X-Forwarded-For]=198.51.100.7)
+declare -A hostile_two=(
+    [X-Original-URI]='/sendCaptcha?telephone=13700137001'
+    [X-Forwarded-Uri]='/sendCaptcha?telephone=13700137001'
+    [X-Original-Method]=PUT [X-Forwarded-Method]=PUT
+    [X-Forwarded-Host]=victim2.example [X-Original-Host]=victim2.example
+    [Host]=victim2.example
+    [Forwarded]='for=198.51.100.8;host=victim2.example'
+    [X-Forwarded-For]=198.51.100.8)
+# The forms of each: the name as written, in lower case or in upper case,
+# once or twice (two values: a gateway or rateld reading the first or
+# the last could be steered either way).
+hostile_forms=("as-is 1" "lower 1" "upper 1" "as-is 2" "lower 2" "upper 2")
+
+# raw_status REQUEST: the status line's code of the gateway's answer to
+# REQUEST (printf escapes), sent from the client's address as is: curl
+# sends one Host however many -H Host it is given.
+raw_status() {
+    python3 - "$client" "$gport" "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[2])), 5, (sys.argv[1], 0))
+s.sendall(sys.argv[3].encode().decode("unicode_escape").encode("latin-1"))
+head = s.recv(4096).split(b"\r\n", 1)[0].split()
+print(head[1].decode() if len(head) > 1 else "none")
+PY
+}
+
+# hostile_args NAME SPELLING TIMES: the curl -H arguments, in `args`
+# (for Host, curl sends only the first: raw_status sends two).
+hostile_args() {
+    local name=$1 n=$1
+    [ "$2" = lower ] && n=${name,,}
+    [ "$2" = upper ] && n=${name^^}
+    args=(-H "$n: ${hostile_one[$name]}")
+    [ "$3" = 2 ] && args+=(-H "$n: ${hostile_two[$name]}")
+}
+
+# What the closing note quotes: per gateway, each header tried and the
+# statuses the client got.
+hostile_note() { printf '%-28s %-20s %s\n' "$1" "$2" "$3" >>"$tmp/hostile.txt"; }
+hostile_summary() {
+    echo "# hostile client headers (gateway/scenario, header, statuses for: as-is, lower, UPPER once; the same twice)"
+    cat "$tmp/hostile.txt"
+}
+
+# peek POLICY KEY: the key's remaining permits, not charging it.
+peek() { curl -s "http://127.0.0.1:$rport/v1/acquire?policy=$1&key=$2&peek=1" | grep -o '"remaining":[0-9]*' | cut -d: -f2; }
+
+# check_hostile_limited NAME: the client 127.0.0.2 is over its SMS limit
+# on 13800138000; every hostile header in every form still gets 429, the
+# limit's own answer (not even a 400 ambiguous: the snippet dropped or
+# replaced the client's copy before rateld saw it), and the numbers the
+# headers name are never charged. Two Host fields (sent raw) get no 2xx.
+check_hostile_limited() {
+    local name=$1 url="http://127.0.0.1:$gport/sendCaptcha?telephone=13800138000" h f codes c bad
+    code "$url" >/dev/null # over the limit, whatever came before
+    for h in "${hostile_names[@]}"; do
+        codes="" bad=""
+        for f in "${hostile_forms[@]}"; do
+            hostile_args "$h" $f
+            c=$(code "${args[@]}" "$url")
+            codes+="$c "
+            [ "$c" != 429 ] && bad+="[$f: $c] "
+        done
+        hostile_note "$name/limited-sms" "$h" "$codes"
+        if [ -z "$bad" ]; then ok "${name}_hostile_limited_$h ($codes)"; else fail "${name}_hostile_limited_$h" "not the limit's 429: $bad"; fi
+    done
+    c=$(raw_status "GET /sendCaptcha?telephone=13800138000 HTTP/1.1\r\nHost: 127.0.0.1:$gport\r\nhost: victim.example\r\nConnection: close\r\n\r\n")
+    hostile_note "$name/limited-sms" "Host twice (raw)" "$c"
+    if [[ $c == [0-9][0-9][0-9] && $c != 2* ]]; then ok "${name}_hostile_limited_two_hosts ($c)"; else fail "${name}_hostile_limited_two_hosts" "[$c]"; fi
+    # The same path written otherwise: the gateway may serve it as
+    # /sendCaptcha while rateld sees another path; never a 2xx.
+    codes="" bad=""
+    for path in //sendCaptcha /%73endCaptcha /api/../sendCaptcha /./sendCaptcha /sendCaptcha/ /SendCaptcha; do
+        c=$(code --path-as-is "http://127.0.0.1:$gport$path?telephone=13800138000")
+        codes+="$c "
+        [[ $c == 2* ]] && bad+="[$path: $c] "
+    done
+    hostile_note "$name/limited-sms" "path spellings" "$codes"
+    if [ -z "$bad" ]; then ok "${name}_hostile_limited_paths ($codes)"; else fail "${name}_hostile_limited_paths" "$bad"; fi
+    same "${name}_hostile_other_phone" "$(peek sms 13700137000)" 1
+    same "${name}_hostile_other_phone_2" "$(peek sms 13700137001)" 1
+}
+
+# check_hostile_route NAME: a fresh client (127.0.0.3) on /api/ping with
+# every hostile header: decided as ping (200), never as /sendCaptcha; its
+# own ping bucket pays for exactly its requests, the named phones and the
+# spoofed addresses pay nothing.
+check_hostile_route() {
+    local name=$1 url=http://127.0.0.1:$gport/api/ping h f codes c allowed=0 bad
+    for h in "${hostile_names[@]}"; do
+        codes="" bad=""
+        for f in "as-is 1" "lower 2"; do
+            hostile_args "$h" $f
+            c=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.3 "${args[@]}" "$url")
+            codes+="$c "
+            [ "$c" = 200 ] && allowed=$((allowed + 1))
+            [ "$c" != 200 ] && bad+="[$f: $c] "
+        done
+        hostile_note "$name/ping-route" "$h" "$codes"
+        if [ -z "$bad" ]; then ok "${name}_hostile_route_$h ($codes)"; else fail "${name}_hostile_route_$h" "$bad"; fi
+    done
+    same "${name}_hostile_route_own_bucket" "$(peek ping 127.0.0.3)" "$((20 - allowed))"
+    same "${name}_hostile_route_no_sms" "$(peek sms 13700137000)/$(peek sms 13700137001)" 1/1
+    same "${name}_hostile_route_spoofed_ip" "$(peek ping 198.51.100.7)/$(peek ping 198.51.100.8)" 20/20
+}
+
+# check_hostile_method_host NAME: GET /sendCode (a POST-only route:
+# unmatched, 403) and /hosted from the gateway's own host (only for
+# victim.example: unmatched, 403) stay unmatched whatever method or host
+# header the client adds; the control, a real `Host: victim.example`,
+# is decided (200).
+check_hostile_method_host() {
+    local name=$1 h f codes c bad path
+    for path in sendCode hosted; do
+        for h in "${hostile_names[@]}"; do
+            [ "$h" = Host ] && continue # the client's real host: its choice
+            codes="" bad=""
+            for f in "as-is 1" "lower 2"; do
+                hostile_args "$h" $f
+                c=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.4 "${args[@]}" "http://127.0.0.1:$gport/$path")
+                codes+="$c "
+                [ "$c" != 403 ] && bad+="[$f: $c] "
+            done
+            hostile_note "$name/$path" "$h" "$codes"
+            if [ -z "$bad" ]; then ok "${name}_hostile_${path}_$h ($codes)"; else fail "${name}_hostile_${path}_$h" "moved off unmatched: $bad"; fi
+        done
+    done
+    same "${name}_hosted_control" "$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.4 -H 'Host: victim.example' "http://127.0.0.1:$gport/hosted")" 200
+}
+
+# check_hostile NAME: all of the above.
+check_hostile() {
+    check_hostile_limited "$1"
+    check_hostile_route "$1"
+    check_hostile_method_host "$1"
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # rateld behind a real Caddy (Debian's 2.6) with forward_auth, configured
-# with docs/gateways.md's snippets as written (ports and paths changed):
-# the ping demo gives 20 x 200 then rateld's own 429 with Retry-After and
-# the RateLimit fields; a missing key is 400; an unmatched or unidentified
-# request is refused and counted; a client's X-Forwarded-For changes
-# nothing; with rateld stopped or killed, the fail-closed snippet answers
-# 504 / 502 and the fail-open one serves the page, within its timeout.
+# with docs/gateways.md's Caddyfiles as written (ports and paths changed,
+# nothing added): the ping demo gives 20 x 200 then rateld's own 429 with
+# Retry-After and the RateLimit fields; a missing key is 400; an unmatched
+# or unidentified request is refused and counted; a hostile client's
+# X-Original-* / X-Forwarded-* / Forwarded / Host headers (alone, twice,
+# in any case) move no request to another route, key, method or host, nor
+# past its limit, with auth.gateway: caddy and with auth.gateway unset;
+# with rateld stopped or killed, the fail-closed snippet answers 504 / 502
+# and the fail-open one serves the page, within its timeout.
 . "$(dirname "$0")/gateway_lib.sh"
 
 if ! command -v caddy >/dev/null || [ ! -x "$build/rateld" ]; then
@@ -14,14 +17,11 @@ if ! command -v caddy >/dev/null || [ ! -x "$build/rateld" ]; then
     exit 1
 fi
 
-# start_caddy SNIPPET: the page's site block(s), after global options that
-# keep Caddy's admin API and its state inside this test.
+# start_caddy SNIPPET: the page's Caddyfile (its admin API on this test's
+# port), Caddy's state under $tmp.
 start_caddy() {
     mkdir -p "$tmp/caddy"
-    {
-        printf '{\n\tadmin off\n}\n'
-        snippet "$1"
-    } >"$tmp/caddy/Caddyfile"
+    snippet "$1" >"$tmp/caddy/Caddyfile"
     HOME=$tmp/caddy XDG_DATA_HOME=$tmp/caddy XDG_CONFIG_HOME=$tmp/caddy \
         caddy run --config "$tmp/caddy/Caddyfile" --adapter caddyfile \
         >"$tmp/caddy/out.log" 2>&1 &
@@ -37,18 +37,24 @@ stop_caddy() {
     kill -9 "$pid" 2>/dev/null
 }
 
-start_rateld 429 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
+start_rateld 429 caddy || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_caddy caddy || fail caddy_start "$(tail -5 "$tmp/caddy/out.log")"
 check_demo caddy
+check_hostile caddy
 same caddy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
+# auth.gateway unset: the snippet's header_up leaves no second candidate.
+stop_rateld
+start_rateld 429 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
+check_hostile_limited caddy-default
 check_down caddy_closed 504 502
 
 stop_caddy
-start_rateld 429 || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
+start_rateld 429 caddy || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
 start_caddy caddy-open || fail caddy_open_start "$(tail -5 "$tmp/caddy/out.log")"
 same caddy_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
 check_down caddy_open 200 200
 same caddy_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/caddy/out.log"
+hostile_summary
 finish

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # rateld behind a real HAProxy (Debian's 2.6) with the shipped Lua action
-# (examples/gateways/ratel-haproxy.lua), configured with docs/gateways.md's
-# snippet as written (ports and paths changed): the ping demo gives
-# 20 x 200 then rateld's own 429 with Retry-After and the RateLimit fields;
-# a missing key is 400; an unmatched or unidentified request is refused and
-# counted; a client's X-Forwarded-For changes nothing; with rateld stopped
-# or killed, `closed` answers 503 and `open` serves the page, within the
-# snippet's 500 ms.
+# (examples/gateways/ratel-haproxy.lua, loaded from where the page says,
+# the path changed to this tree's), configured with docs/gateways.md's
+# haproxy.cfg as written (ports and paths changed, nothing added): the ping
+# demo gives 20 x 200 then rateld's own 429 with Retry-After and the
+# RateLimit fields; a missing key is 400; an unmatched or unidentified
+# request is refused and counted; a hostile client's X-Original-* /
+# X-Forwarded-* / Forwarded / Host headers (alone, twice, in any case) move
+# no request to another route, key, method or host, nor past its limit,
+# with auth.gateway: haproxy and with auth.gateway unset; with rateld
+# stopped or killed, `closed` answers 503 and `open` serves the page,
+# within the snippet's 500 ms.
 . "$(dirname "$0")/gateway_lib.sh"
 
 if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
@@ -19,16 +23,20 @@ fi
 (cd "$tmp/www" && exec python3 -m http.server "$aport" --bind 127.0.0.1) \
     >"$tmp/app.log" 2>&1 &
 echo $! >"$tmp/pids/app"
-cp "$root/examples/gateways/ratel-haproxy.lua" "$tmp/"
 
-# start_haproxy MODE: the page's snippet (with `closed` or `open`) after
-# the defaults a real haproxy.cfg has.
+# start_haproxy MODE: the page's haproxy.cfg, with `closed` or `open`.
 start_haproxy() {
     mkdir -p "$tmp/haproxy"
-    {
-        snippet haproxy | sed "s/ 500 closed/ 500 $1/" |
-            awk '/^frontend/ { print "defaults\n    mode http\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n" } { print }'
-    } | sed "s/bind :$gport/bind 127.0.0.1:$gport/" >"$tmp/haproxy/haproxy.cfg"
+    snippet haproxy | sed "s/ 500 closed/ 500 $1/" >"$tmp/haproxy/haproxy.cfg"
+    # As printed, the file is valid and draws no warning (without `mode
+    # http` HAProxy would warn that it ignores the http-request rules).
+    haproxy -c -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/check.log" 2>&1 ||
+        fail "haproxy_check_$1" "$(cat "$tmp/haproxy/check.log")"
+    if grep -qi warning "$tmp/haproxy/check.log"; then
+        fail "haproxy_no_warning_$1" "$(grep -i warning "$tmp/haproxy/check.log")"
+    else
+        ok "haproxy_no_warning_$1"
+    fi
     haproxy -db -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/out.log" 2>&1 &
     echo $! >"$tmp/pids/haproxy"
     wait_http "http://127.0.0.1:$gport/"
@@ -43,9 +51,10 @@ stop_haproxy() {
 }
 
 wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
-start_rateld 429 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
+start_rateld 429 haproxy || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy closed || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
 check_demo haproxy
+check_hostile haproxy
 # The body reaches rateld (option http-buffer-request): json:telephone.
 form() { code -X POST -H 'Content-Type: application/json' --data-binary "$1" "http://127.0.0.1:$gport/sendCode"; }
 c1=$(form '{"telephone":"13800138000"}')
@@ -53,14 +62,19 @@ if [ "$c1" != 429 ] && [ "$c1" != 400 ] && [ "$c1" != 403 ]; then ok haproxy_jso
 same haproxy_json_second "$(form '{"telephone":"13800138000"}')" 429
 same haproxy_json_missing "$(form '{"captcha":"x"}')" 400
 same haproxy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
+# auth.gateway unset: the Lua sends no client copy of its headers.
+stop_rateld
+start_rateld 429 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
+check_hostile_limited haproxy-default
 check_down haproxy_closed 503 503
 
 stop_haproxy
-start_rateld 429 || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
+start_rateld 429 haproxy || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
 start_haproxy open || fail haproxy_open_start "$(cat "$tmp/haproxy/out.log")"
 same haproxy_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
 check_down haproxy_open 200 200
 same haproxy_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/haproxy/out.log"
+hostile_summary
 finish

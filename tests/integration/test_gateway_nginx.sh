@@ -3,9 +3,12 @@
 # docs/gateways.md's snippets as written (ports and paths changed): the
 # ping demo gives 20 x 200 then 429 with Retry-After and the RateLimit
 # fields; a missing key is 400; an unmatched or unidentified request is
-# refused and counted; a client's X-Forwarded-For changes nothing; with
-# rateld stopped or killed, the fail-closed snippet answers 503 and the
-# fail-open one serves the page, both within the snippet's timeout.
+# refused and counted; a hostile client's X-Original-* / X-Forwarded-* /
+# Forwarded / Host headers (alone, twice, in any case) move no request to
+# another route, key, method or host, nor past its limit, with
+# auth.gateway: nginx and with auth.gateway unset; with rateld stopped or
+# killed, the fail-closed snippet answers 503 and the fail-open one serves
+# the page, both within the snippet's timeout.
 . "$(dirname "$0")/gateway_lib.sh"
 
 if ! command -v nginx >/dev/null || [ ! -x "$build/rateld" ]; then
@@ -36,7 +39,7 @@ http {
 CONF
         "$@"
         echo "}"
-    } | sed "s/listen $gport;/listen 127.0.0.1:$gport;/" >"$tmp/nginx/nginx.conf"
+    } >"$tmp/nginx/nginx.conf"
     nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx/out.log" 2>&1 &
     echo $! >"$tmp/pids/nginx"
     wait_http "http://127.0.0.1:$gport/"
@@ -62,12 +65,13 @@ open_variant() {
 }
 
 # nginx's auth_request passes only 2xx, 401 and 403: deny_status 403.
-start_rateld 403 || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
+start_rateld 403 nginx || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_nginx snippet nginx || fail nginx_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
 check_demo nginx
+check_hostile nginx
 # For nginx (deny_status 403) a refusal has no body: nginx never shows it,
 # and would close its keep-alive connection to rateld to skip one.
-curl -s -D "$tmp/h" -o "$tmp/b" "http://127.0.0.1:$rport/v1/auth/sendCaptcha?telephone=13800138000"
+curl -s -D "$tmp/h" -o "$tmp/b" -H 'X-Original-URI: /sendCaptcha?telephone=13800138000' -H 'X-Original-Method: GET' "http://127.0.0.1:$rport/v1/auth"
 same nginx_refusal_status "$(head -1 "$tmp/h" | cut -d' ' -f2)" 403
 same nginx_refusal_reason "$(header X-Ratel-Reason "$tmp/h")" rate-limited
 same nginx_refusal_no_body "$(header Content-Length "$tmp/h")/$(wc -c <"$tmp/b")" 0/0
@@ -76,14 +80,19 @@ curl -s -D "$tmp/h" -o /dev/null --interface 127.0.0.5 "http://127.0.0.1:$gport/
 same nginx_allowed_ratelimit "$(header RateLimit "$tmp/h")" '"ping-0";r=19;t=60'
 same nginx_allowed_policy "$(header RateLimit-Policy "$tmp/h")" '"ping-0";q=20;w=60'
 same nginx_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
+# auth.gateway unset: the snippet replaces or empties every candidate.
+stop_rateld
+start_rateld 403 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
+check_hostile_limited nginx-default
 check_down nginx_closed 503 503
 
 stop_nginx
-start_rateld 403 || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
+start_rateld 403 nginx || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
 start_nginx open_variant || fail nginx_open_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
 same nginx_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
 check_down nginx_open 200 200
 same nginx_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/nginx/logs/error.log"
+hostile_summary
 finish

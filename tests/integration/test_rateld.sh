@@ -258,6 +258,18 @@ same auth_hdr_nginx_2 "$(hdr_auth '/sendCaptcha?telephone=13500135000')" 429
 same auth_hdr_forwarded "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13500135000' -H 'X-Forwarded-Method: GET' "$base/v1/auth")" 429
 same auth_hdr_forwarded_other "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13400134000' -H 'X-Forwarded-Method: GET' "$base/v1/auth")" 200
 same auth_hdr_forwarded_post "$(code -H 'X-Forwarded-Uri: /sendCaptcha?telephone=13400134000' -H 'X-Forwarded-Method: POST' "$base/v1/auth")" 403
+# Without auth.gateway, two candidates for a field are refused (400
+# ambiguous), counted and logged: the client may have sent one of them.
+before=$(metric 'ratel_auth_undecided_total{reason="ambiguous"}')
+same auth_ambiguous_uri "$(hdr_auth '/sendCaptcha?telephone=13500135000' GET -H 'X-Forwarded-Uri: /sendCaptcha?telephone=1')" 400
+same auth_ambiguous_twice "$(code -H 'X-Original-URI: /api/ping' -H 'x-original-uri: /sendCaptcha?telephone=2' "$base/v1/auth")" 400
+same auth_ambiguous_method "$(hdr_auth '/sendCaptcha?telephone=13300133000' GET -H 'X-Forwarded-Method: POST')" 400
+same auth_ambiguous_host "$(hdr_auth '/sendCaptcha?telephone=13300133000' GET -H 'X-Forwarded-Host: a' -H 'X-Original-Host: b')" 400
+same auth_ambiguous_path "$(auth '/sendCaptcha?telephone=13300133000' GET -H 'X-Original-URI: /api/ping')" 400
+contains auth_ambiguous_reason "$(curl -s -D - -H 'X-Original-URI: /a' -H 'X-Forwarded-Uri: /b' "$base/v1/auth")" 'X-Ratel-Reason: ambiguous'
+same auth_ambiguous_counted "$(($(metric 'ratel_auth_undecided_total{reason="ambiguous"}') - before))" 6
+contains auth_ambiguous_logged "$(cat "$log")" 'reason=ambiguous'
+same auth_ambiguous_charged_nothing "$(hdr_auth '/sendCaptcha?telephone=13300133000')" 200
 # the state survived the reload: 127.0.0.1 itself is still limited
 same reload_keeps_state "$(code "$base/v1/acquire?policy=ping&key=127.0.0.1")" 429
 

@@ -548,6 +548,25 @@ static const bad_case_t bad_cases[] = {
      "envoy.max_streams"},
     {"envoy:\n  listen: :1\n  config_dir: d\n  domain: x\n", 4,
      "envoy.domain: unknown field"},
+    /* auth.gateway: a known gateway or three header names. */
+    {P "auth:\n  gateway: nginxx\n", 5,
+     "auth.gateway: \"nginxx\" is not a gateway; accepted: nginx | haproxy "
+     "| caddy | traefik | envoy, or {method: HEADER, uri: HEADER, host: "
+     "HEADER}"},
+    {P "auth:\n  gateway: [nginx]\n", 5, "a list is not a gateway"},
+    {P "auth:\n  gateway:\n", 5, "nothing (null) is not a gateway"},
+    {P "auth:\n  gateway: {method: X-M, uri: X-U}\n", 5,
+     "auth.gateway: needs method, uri and host"},
+    {P "auth:\n  gateway:\n    method: X M\n    uri: U\n    host: H\n", 6,
+     "auth.gateway.method: \"X M\" is not a header name"},
+    {P "auth:\n  gateway: {method: A, uri: \"\", host: H}\n", 5,
+     "auth.gateway.uri: \"\" is not a header name"},
+    {P "auth:\n  gateway: {method: A, uri: a, host: H}\n", 5,
+     "auth.gateway.uri: a already carries the method"},
+    {P "auth:\n  gateway: {method: A, uri: B, host: C, port: D}\n", 5,
+     "auth.gateway.port: unknown field"},
+    {P "auth:\n  gateway: nginx\n  gateway: caddy\n", 6, "gateway"},
+    {P "auth:\n  gatway: nginx\n", 5, "auth.gatway: unknown field"},
 };
 
 TEST(config_bad_files_name_line_and_field)
@@ -820,6 +839,49 @@ TEST(config_envoy_section)
     rateld_config_free(c);
 }
 
+/* auth.gateway: unset by default, a named gateway, or header names. */
+TEST(config_auth_gateway)
+{
+    static const char *const named[] = {"nginx", "haproxy", "caddy", "traefik",
+                                        "envoy"};
+    rateld_config_t *c = parse_ok(P);
+    char text[256];
+
+    REQUIRE(c);
+    CHECK_EQ(c->auth.gateway.kind, RATELD_GATEWAY_ANY);
+    CHECK(c->auth.gateway.name[0] == '\0');
+    rateld_config_free(c);
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        snprintf(text, sizeof text,
+                 P "auth:\n  deny_status: 403\n  gateway: %s\n", named[i]);
+        c = parse_ok(text);
+        REQUIRE(c);
+        CHECK(strcmp(c->auth.gateway.name, named[i]) == 0);
+        CHECK_EQ(c->auth.deny_status, 403);
+        CHECK_EQ(c->auth.gateway.kind,
+                 i == 4 ? RATELD_GATEWAY_PATH : RATELD_GATEWAY_HEADERS);
+        rateld_config_free(c);
+    }
+    c = parse_ok(P "auth:\n  gateway: caddy\n");
+    REQUIRE(c);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_METHOD],
+                 "X-Forwarded-Method") == 0);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_URI],
+                 "X-Forwarded-Uri") == 0);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_HOST],
+                 "X-Forwarded-Host") == 0);
+    rateld_config_free(c);
+    c = parse_ok(P "auth:\n  gateway:\n    host: X-Site\n"
+                   "    method: X-Verb\n    uri: X-Path\n");
+    REQUIRE(c);
+    CHECK_EQ(c->auth.gateway.kind, RATELD_GATEWAY_HEADERS);
+    CHECK(strcmp(c->auth.gateway.name, "headers") == 0);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_METHOD], "X-Verb") == 0);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_URI], "X-Path") == 0);
+    CHECK(strcmp(c->auth.gateway.header[RATELD_ORIGIN_HOST], "X-Site") == 0);
+    rateld_config_free(c);
+}
+
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -883,5 +945,6 @@ RATEL_SUITE(config) = {
     {"config_size_and_file_limits", test_config_size_and_file_limits},
     {"config_route_matching", test_config_route_matching},
     {"config_cidr_parse", test_config_cidr_parse},
+    {"config_auth_gateway", test_config_auth_gateway},
     {0, 0},
 };

@@ -1,0 +1,94 @@
+/*
+ * origin.h - which request a gateway asks /v1/auth about: the original
+ * method, URI and host.
+ *
+ * A gateway copies the client's own headers into its auth request and
+ * adds the original request's method, URI and host under names of its
+ * own. A client can send those names too, so rateld reads the original
+ * request ONLY from the headers its gateway sets (auth.gateway), never
+ * from a second name a client might add, and refuses a request that gives
+ * one of them twice. Without auth.gateway it accepts every name a known
+ * gateway uses, but refuses a request that carries more than one of them
+ * for a field: then no client can steer the default either.
+ */
+#ifndef RATELD_ORIGIN_H
+#define RATELD_ORIGIN_H
+
+#include "app/address.h"
+#include "app/yaml.h"
+#include "http/http.h"
+
+#include <stddef.h>
+
+/* The fields of the original request a gateway names, in table order. */
+enum {
+    RATELD_ORIGIN_METHOD = 0,
+    RATELD_ORIGIN_URI,
+    RATELD_ORIGIN_HOST,
+    RATELD_ORIGIN_FIELDS
+};
+
+/* Longest header name auth.gateway may give (with its NUL). */
+#define RATELD_ORIGIN_HEADER_MAX 64
+
+typedef enum rateld_gateway_kind_e {
+    RATELD_GATEWAY_ANY = 0, /* not set: any known name, ambiguity refused */
+    RATELD_GATEWAY_HEADERS, /* exactly the three headers in `header` */
+    RATELD_GATEWAY_PATH     /* Envoy: /v1/auth + the original path, the
+                               request's own method and Host */
+} rateld_gateway_kind_t;
+
+/* auth.gateway as configured. Zeroed: not set. */
+typedef struct rateld_gateway_s {
+    rateld_gateway_kind_t kind;
+    char name[16]; /* "nginx", "caddy", ...; "headers" for explicit names;
+                      "" when not set */
+    char header[RATELD_ORIGIN_FIELDS][RATELD_ORIGIN_HEADER_MAX];
+} rateld_gateway_t;
+
+/* The original request, pointing into the auth request's bytes. */
+typedef struct rateld_origin_s {
+    ratel_http_str_t method, path, query, host;
+} rateld_origin_t;
+
+typedef enum rateld_origin_result_e {
+    RATELD_ORIGIN_OK = 0,
+    RATELD_ORIGIN_UNIDENTIFIED, /* no original request, or from a peer not
+                                   in trusted_proxies */
+    RATELD_ORIGIN_AMBIGUOUS     /* more than one candidate for a field */
+} rateld_origin_result_t;
+
+/*
+ * Reads the original request of auth request `req` as gateway `g` sends
+ * it (NULL: not set), believing headers only from a peer in `trusted`.
+ * Header names match case-insensitively. Returns RATELD_ORIGIN_OK with *o
+ * filled, or the reason it cannot with a sentence in `why` (header names
+ * only: never a value the client sent).
+ */
+rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
+                                          const ratel__trusted_t *trusted,
+                                          const ratel_http_request_t *req,
+                                          rateld_origin_t *o, char *why,
+                                          size_t whylen);
+
+/*
+ * Sets *out to the named gateway name[0..len) ("nginx", "caddy",
+ * "traefik", "haproxy", "envoy"). Returns 0, or -1 for a name it does not
+ * know (*out untouched).
+ */
+int rateld_gateway_named(const char *name, size_t len, rateld_gateway_t *out);
+
+/* "nginx | caddy | ...": the names rateld_gateway_named knows. */
+void rateld_gateway_names(char *out, size_t cap);
+
+/*
+ * Reads auth.gateway from `node` (at `path`): a gateway's name, or a
+ * mapping {method: NAME, uri: NAME, host: NAME} of header names (all
+ * three required, each an HTTP token). Returns 0, or -1 with
+ * "FILE:LINE: PATH: reason" in ctx's err.
+ */
+int rateld_gateway_read(const ratel__yaml_ctx_t *ctx,
+                        const ratel__yaml_node_t *node, const char *path,
+                        rateld_gateway_t *out);
+
+#endif /* RATELD_ORIGIN_H */
