@@ -133,7 +133,8 @@ static int run(captcha_t *app, const char *path)
     char err[800];
     int rc;
 
-    if (open_stores(app) != 0)
+    app->log_budgets = calloc(c->threads, sizeof *app->log_budgets);
+    if (!app->log_budgets || open_stores(app) != 0)
         return 1;
     if (captcha_notices_open(&app->notices, c->sqlite_path, err, sizeof err) !=
         0) {
@@ -207,6 +208,7 @@ int main(int argc, char **argv)
     ratel_store_free(app.store);
     ratel__log("info", "captchad stopped", "status=%d", rc);
     captcha_config_free(app.config);
+    free(app.log_budgets);
     curl_global_cleanup();
     return rc;
 }
