@@ -18,7 +18,9 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define LINE_BYTES 2048
+#define LINE_BYTES 4096
+/* A string value's bytes shown before "...". */
+#define VALUE_MAX 256
 #define CUT_MARK " truncated=true"
 /* What a line may hold before CUT_MARK and the newline. */
 #define LINE_ROOM (LINE_BYTES - sizeof CUT_MARK - 2)
@@ -91,20 +93,27 @@ static int needs_quotes(const char *s, size_t n)
 /*
  * A string argument: escaped inside quotes; right after '=' written as a
  * word or quoted; elsewhere (a splice of fields the program formatted)
- * as it is.
+ * as it is. One long value (a URI of kilobytes) must not push the other
+ * fields out of the line: past VALUE_MAX bytes it is cut, "..." saying so.
  */
 static void put_string(line_t *l, const char *s, size_t n, int quoted,
                        char prev)
 {
-    if (quoted) {
-        put_escaped(l, s, n);
-    } else if (prev == '=' && needs_quotes(s, n)) {
+    int cut = n > VALUE_MAX;
+    int quote = !quoted && prev == '=' && (cut || needs_quotes(s, n));
+
+    if (cut)
+        n = VALUE_MAX;
+    if (quote)
         put(l, "\"", 1);
+    if (quoted || quote)
         put_escaped(l, s, n);
-        put(l, "\"", 1);
-    } else {
+    else
         put(l, s, n);
-    }
+    if (cut)
+        put(l, "...", 3);
+    if (quote)
+        put(l, "\"", 1);
 }
 
 /* One printf conversion, as read from fmt. */

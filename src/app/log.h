@@ -19,9 +19,10 @@
  * right after '=' outside quotes (`ip=%s`) is written as it is when it is
  * a plain word, else quoted and escaped the same way. A %s anywhere else
  * splices text the program itself formatted (more fields) and is written
- * as it is, newlines turned into spaces. Numbers are printf's. A '*' width
- * or precision is not supported (its argument is skipped). A line longer
- * than about 2,000 bytes loses its last whole fields and ends with
+ * as it is, newlines turned into spaces. Numbers are printf's; a '*'
+ * width or precision is taken from the arguments as printf does. A string
+ * value longer than 256 bytes is cut and ends with "..."; a line longer
+ * than about 4,000 bytes loses its last whole fields and ends with
  * truncated=true, so that it still parses.
  */
 void ratel__log(const char *level, const char *msg, const char *fmt, ...)

@@ -154,8 +154,9 @@ TEST(log_forged_fields_stay_values)
 
 static void log_controls(void)
 {
-    ratel__log("info", "m\"sg\n", "a=\"%s\" b=%s c=%s d=%.3s e=%c f=%zu g=%.1f",
-               controls, controls, "", "abcdef", '"', (size_t)42, 1.25);
+    ratel__log("info", "m\"sg\n",
+               "a=\"%s\" b=%s c=%s d=%.3s e=%c f=%zu g=%.1f h=%.*s", controls,
+               controls, "", "abcdef", '"', (size_t)42, 1.25, 2, "xyz");
 }
 
 TEST(log_control_bytes_and_empty_values)
@@ -165,7 +166,8 @@ TEST(log_control_bytes_and_empty_values)
 
     capture(log_controls, out, sizeof out);
     REQUIRE(one_line(out, &p) == 0);
-    REQUIRE(p.n == 10);
+    REQUIRE(p.n == 11);
+    CHECK(strcmp(value_of(&p, "h"), "xy") == 0);
     CHECK(strcmp(value_of(&p, "msg"), "m\"sg\n") == 0);
     CHECK(strcmp(value_of(&p, "a"), controls) == 0);
     CHECK(strcmp(value_of(&p, "b"), controls) == 0);
@@ -179,25 +181,46 @@ TEST(log_control_bytes_and_empty_values)
     CHECK(strstr(out, " d=abc ") != NULL);
 }
 
+static void log_many(void)
+{
+    static char ctl[300];
+
+    memset(ctl, 1, sizeof ctl - 1);
+    ratel__log("info", "many", "v=%s v=%s v=%s v=%s v=%s v=%s v=%s v=%s", ctl,
+               ctl, ctl, ctl, ctl, ctl, ctl, ctl);
+}
+
 static void log_long(void)
 {
     static char big[5000];
 
     memset(big, '"', sizeof big - 1);
-    ratel__log("info", "long", "first=1 detail=\"%s\" last=2", big);
+    ratel__log("info", "long", "first=1 detail=\"%s\" word=%s last=2", big,
+               big);
 }
 
-TEST(log_long_line_is_cut_at_a_field)
+/* One long value is cut (the other fields stay); many overflow the line,
+   which then ends at a whole field with truncated=true. */
+TEST(log_long_values_and_lines_are_cut)
 {
-    static char out[OUT_MAX];
+    static char out[OUT_MAX], want[600];
     static parsed_t p;
 
     capture(log_long, out, sizeof out);
-    CHECK(strlen(out) < 2100);
     REQUIRE(one_line(out, &p) == 0);
-    REQUIRE(p.n == 5);
-    CHECK(strcmp(p.key[3], "first") == 0);
-    CHECK(strcmp(p.key[4], "truncated") == 0);
+    REQUIRE(p.n == 7);
+    memset(want, '"', 256);
+    memcpy(want + 256, "...", 4);
+    CHECK(strcmp(value_of(&p, "detail"), want) == 0);
+    CHECK(strcmp(value_of(&p, "word"), want) == 0);
+    CHECK(strcmp(value_of(&p, "last"), "2") == 0);
+
+    capture(log_many, out, sizeof out);
+    CHECK(strlen(out) < 4200);
+    REQUIRE(one_line(out, &p) == 0);
+    CHECK(p.n > 4);
+    CHECK(strcmp(p.key[p.n - 1], "truncated") == 0);
+    CHECK(strcmp(p.key[p.n - 2], "v") == 0);
 }
 
 TEST(log_budget_one_line_per_interval)
@@ -221,7 +244,8 @@ RATEL_SUITE(log) = {
     {"log_forged_fields_stay_values", test_log_forged_fields_stay_values},
     {"log_control_bytes_and_empty_values",
      test_log_control_bytes_and_empty_values},
-    {"log_long_line_is_cut_at_a_field", test_log_long_line_is_cut_at_a_field},
+    {"log_long_values_and_lines_are_cut",
+     test_log_long_values_and_lines_are_cut},
     {"log_budget_one_line_per_interval", test_log_budget_one_line_per_interval},
     {0, 0},
 };
