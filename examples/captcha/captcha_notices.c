@@ -99,6 +99,7 @@ int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
             captcha_notices_close(n);
             return -1;
         }
+        ratel__file_warn_readable(fd, path, "the notice database");
         close(fd);
     }
     if (sqlite3_open_v2(path, &n->db,

@@ -279,6 +279,7 @@ int captcha_sender_start(captcha_sender_t **out, captcha_t *app, char *err,
                                      "the SMS log", err, errlen);
         if (fd < 0)
             return -1;
+        ratel__file_warn_readable(fd, app->config->log_file, "the SMS log");
         close(fd);
     }
     s = calloc(1, sizeof *s);

@@ -3,6 +3,8 @@
  */
 #include "app/file.h"
 
+#include "app/log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -49,4 +51,14 @@ int ratel__file_open_private(const char *path, int flags, const char *what,
     if (fd < 0)
         return open_failed(path, what, errno, err, errlen);
     return fd;
+}
+
+void ratel__file_warn_readable(int fd, const char *path, const char *what)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) == 0 && (st.st_mode & S_IROTH))
+        ratel__log("warn", "a file holding private data is readable by others",
+                   "file=\"%s\" path=%s mode=%04o fix=\"chmod 600 %s\"", what,
+                   path, (unsigned)(st.st_mode & 07777), path);
 }

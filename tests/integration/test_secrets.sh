@@ -202,6 +202,10 @@ out=$("$ratel" ping --store "redis://alice:Cli-PW-1@127.0.0.1:$(free_port)" 2>&1
 same cli_ping_fails_without_password "$(grep -c Cli-PW-1 <<<"$out")" 0
 out=$(RATEL_STORE="redis://alice:Cli-PW-2@127.0.0.1:$rport" "$ratel" ping 2>&1)
 same cli_env_store_no_password "$(grep -c Cli-PW-2 <<<"$out")" 0
+out=$(RATEL_STORE="redis://alice:S3cret-Redis-PW@127.0.0.1:$rport" "$ratel" ping 2>&1)
+rc=$?
+same cli_env_store_works "$rc" 0
+same cli_ping_no_password "$(grep -c -e S3cret-Redis-PW -e alice <<<"$out")" 0
 out=$("$ratel" ping --store "redis://alice:Cli-PW-3@127.0.0.1:99999" 2>&1)
 contains cli_bad_url_masked "$out" 'redis://***@127.0.0.1:99999'
 same cli_bad_url_no_password "$(grep -c Cli-PW-3 <<<"$out")" 0
@@ -309,6 +313,15 @@ out=$("$captchad" --config "$tmp/link2.yaml" 2>&1)
 rc=$?
 same db_link_refused_status "$rc" 1
 contains db_link_refused "$out" "the notice database $tmp/link.db: is a symbolic link"
+# A file made before with a wider mode keeps it, and start says so.
+chmod 644 "$tmp/flood.db"
+(umask 000 && exec "$captchad" --config "$tmp/flood.yaml" >"$tmp/wide.log" 2>&1) &
+echo $! >"$tmp/pids/wide"
+wait_for 10 grep -q 'msg="captchad started"' "$tmp/wide.log"
+stop wide
+contains wide_db_warned "$(cat "$tmp/wide.log")" \
+    "level=warn msg=\"a file holding private data is readable by others\" file=\"the notice database\" path=$tmp/flood.db mode=0644"
+same wide_sms_not_warned "$(grep -c 'file="the SMS log"' "$tmp/wide.log")" 0
 same link_target_untouched "$(cat "$tmp/other-file") $(stat -c %a "$tmp/other-file")" "secret 644"
 
 finish
