@@ -421,8 +421,10 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                       &which, &denied);
     if (rc < 0) {
         atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        ratel__log("error", "store failed", "op=send reason=\"%s\"",
-                   ratel_strerror(rc));
+        if (log_allowed(app, req->thread, QUIET_SEND_FAILED, &quiet))
+            ratel__log("error", "store failed",
+                       "op=send reason=\"%s\" not_logged=%llu",
+                       ratel_strerror(rc), (unsigned long long)quiet);
         respond_error(ex, 503, "the rate-limit store is unavailable");
         return;
     }
@@ -481,8 +483,10 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     memset(in, 0, sizeof in);
     if (rc < 0) {
         atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
-        ratel__log("error", "verify failed", "reason=\"%s\"",
-                   ratel_strerror(rc));
+        if (log_allowed(app, req->thread, QUIET_VERIFY_FAILED, &quiet))
+            ratel__log("error", "verify failed",
+                       "reason=\"%s\" not_logged=%llu", ratel_strerror(rc),
+                       (unsigned long long)quiet);
         respond_error(ex, 503, "the store is unavailable; try again");
         return;
     }
