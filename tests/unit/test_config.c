@@ -398,6 +398,8 @@ static const bad_case_t bad_cases[] = {
      "is the example token printed in ratel's documentation"},
     {"admin_token: change-me\n" P, 1, "openssl rand -hex 32"},
     {"admin_token: TOKEN\n" P, 1, "example token printed"},
+    {"admin_token: CHANGE-ME-TO-A-LONG-RANDOM-STRING\n" P, 1,
+     "\"change-me-to-a-long-random-string\" is the example token"},
     {"trusted_proxies: 10.0.0.0/8\n" P, 1, "expected a list"},
     {"trusted_proxies: [10.0.0.1/8]\n" P, 1,
      "trusted_proxies[0]: \"10.0.0.1/8\" has host bits set; write 10.0.0.0/8"},

@@ -503,6 +503,8 @@ TEST(redis_url_mask_hides_every_credential)
          "redis://***@h:1/2?timeout_ms=100", 1},
         {"redis://:S3cretPW@h", "redis://***@h", 1},
         {"redis://S3cretPW@h", "redis://***@h", 1},
+        {"redis://a:S3cret@PW@h:1", "redis://***@h:1", 1},
+        {"a:S3cretPW@h", "***@h", 1},
         {"redis+cluster://u:p%40ss@a:1,b:2", "redis+cluster://***@a:1,b:2", 1},
         {"https://smsuser:SmsPW7@sms.example/send?api_key=K3y&to=x&"
          "Access_Token=T0k#frag",
