@@ -268,7 +268,9 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 # ratel's main job: rateld on examples/rateld.yaml with the embedded store
-# (RATELD_CONFIG= another file), in the foreground until Ctrl-C.
+# (RATELD_CONFIG= another file), in the foreground until Ctrl-C. The
+# example's admin_token is empty: the reset endpoint is off (403); a file
+# of your own with a token of 32+ bytes turns it on.
 RATELD_CONFIG ?= examples/rateld.yaml
 .PHONY: run demo
 run: all

@@ -15,6 +15,7 @@
 #include "daemon/health.h"
 #include "daemon/erl.h"
 #include "daemon/rateld.h"
+#include "store/redis_url.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -113,20 +114,32 @@ static void usage(FILE *out)
             "(docs/rateld.md).\n");
 }
 
+/*
+ * Whether the configuration holds a secret (a token, a password in the
+ * store's URL): the file should then be readable by rateld alone.
+ */
+static int holds_secret(const rateld_config_t *c)
+{
+    return c->admin_token[0] || (c->store != RATELD_STORE_MEMORY &&
+                                 ratel__url_mask(c->redis_url, NULL, 0));
+}
+
 static int check_config(const char *path)
 {
     rateld_config_t *c;
-    char err[800];
+    char err[800], store[1200] = "memory";
 
     if (rateld_config_load(path, &c, err, sizeof err) != 0) {
         fprintf(stderr, "rateld: %s\n", err);
         return 1;
     }
+    /* The summary goes to the journal when a unit runs it: no secret. */
+    if (c->store != RATELD_STORE_MEMORY)
+        ratel__url_mask(c->redis_url, store, sizeof store);
     printf("%s: ok: %zu policies, %zu routes, store %s, listen %s, %u "
            "thread%s\n",
-           path, c->npolicies, c->nroutes,
-           c->store == RATELD_STORE_MEMORY ? "memory" : c->redis_url, c->listen,
-           c->threads, c->threads == 1 ? "" : "s");
+           path, c->npolicies, c->nroutes, store, c->listen, c->threads,
+           c->threads == 1 ? "" : "s");
     rateld_config_free(c);
     return 0;
 }
@@ -235,6 +248,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rateld: %s\n", err);
         return 1;
     }
+    ratel__warn_deployment("rateld", path, holds_secret(config));
     /* Signals go to the signal thread only: block them everywhere first. */
     ratel__signals_block();
     if (daemon_init(&d, path, config->threads) != 0) {

@@ -45,8 +45,17 @@ LIST
 units="rateld.service captchad.service"
 
 # The configurations rateld and captchad read: the examples, installed
-# only where no file is, and removed only while unchanged.
+# only where no file is, and removed only while unchanged. They carry an
+# empty admin token (the endpoints it guards turned off): a service
+# started on them never has a token someone else knows. The .deb gets
+# them from here too.
 configs="rateld.yaml captchad.yaml"
+empty_token() {
+    grep -qx 'admin_token: ""' "$1" || {
+        echo "install: $1 must have admin_token: \"\" (a shipped token would be known to everyone)" >&2
+        exit 1
+    }
+}
 example_of() { echo "$DESTDIR$datadir/ratel/examples/$1"; }
 
 d() { echo "$DESTDIR$1"; }
@@ -75,6 +84,7 @@ do_install() {
         if [ -e "$(d "$sysconfdir")/ratel/$c" ]; then
             echo "install: $sysconfdir/ratel/$c exists: kept (the example is $datadir/ratel/examples/$c)"
         else
+            empty_token "$(example_of "$c")"
             install -m 644 "$(example_of "$c")" "$(d "$sysconfdir")/ratel/$c"
         fi
     done

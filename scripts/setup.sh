@@ -72,7 +72,7 @@ packages=(
     caddy haproxy
     nodejs npm
     librsvg2-bin
-    curl
+    curl openssl
     xxd clang-format
     libsystemd-dev systemd
     go-md2man man-db prometheus

@@ -243,6 +243,17 @@ enum {
     VERIFY_OUTCOMES
 };
 enum { SENDER_SUCCESS, SENDER_FAILURE, SENDER_RESULTS };
+/* Log lines any client can cause at will, each kind through a log budget
+   (app/log.h: one line per kind per 10 s on each HTTP thread, with how
+   many were not written): a send refused by each policy, a wrong code,
+   a send or a verify the store failed (every request, while it is down). */
+enum {
+    QUIET_SEND_LIMITED = 0,
+    QUIET_VERIFY_REFUSED = CAPTCHA_POLICIES,
+    QUIET_SEND_FAILED,
+    QUIET_VERIFY_FAILED,
+    QUIET_KINDS
+};
 enum { RECOVER_RESENT, RECOVER_FAILED, RECOVER_ACTIONS };
 
 struct captcha_s {
@@ -258,6 +269,10 @@ struct captcha_s {
     _Atomic uint64_t refunds, refund_errors;
     _Atomic uint64_t recovered[RECOVER_ACTIONS];
     _Atomic uint64_t login_failures, login_limited;
+    /* Per HTTP thread (config->threads of them): the budgets of the lines
+       a client causes, indexed QUIET_SEND_LIMITED + policy or another
+       QUIET_ kind. NULL: every line is written. */
+    ratel__log_budget_t (*log_budgets)[QUIET_KINDS];
 };
 
 /* The HTTP handler (ud is captcha_t). */

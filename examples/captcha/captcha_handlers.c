@@ -376,6 +376,21 @@ static void send_admitted(captcha_t *app, ratel_http_exchange_t *ex,
     respond_json(ex, 202, body, (size_t)n);
 }
 
+/*
+ * Whether a line of `kind` (QUIET_*) may be written now on HTTP thread
+ * `thread`: the log budget of that thread and kind (app/log.h). *quiet
+ * gets how many such lines were not written since the last one.
+ */
+static int log_allowed(captcha_t *app, unsigned thread, int kind,
+                       uint64_t *quiet)
+{
+    *quiet = 0;
+    if (!app->log_budgets || thread >= app->config->threads)
+        return 1;
+    return ratel__log_budget_take(&app->log_budgets[thread][kind],
+                                  ratel_clock_now_us(), quiet);
+}
+
 static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, const char *ip)
 {
@@ -384,6 +399,7 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
     captcha_policy_t which = CAPTCHA_SEND_IP;
     ratel_decision_t denied;
     captcha_job_t job;
+    uint64_t quiet = 0;
     int rc;
 
     memset(&job, 0, sizeof job);
@@ -405,16 +421,22 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                       &which, &denied);
     if (rc < 0) {
         atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        ratel__log("error", "store failed", "op=send reason=\"%s\"",
-                   ratel_strerror(rc));
+        if (log_allowed(app, req->thread, QUIET_SEND_FAILED, &quiet))
+            ratel__log("error", "store failed",
+                       "op=send reason=\"%s\" not_logged=%llu",
+                       ratel_strerror(rc), (unsigned long long)quiet);
         respond_error(ex, 503, "the rate-limit store is unavailable");
         return;
     }
     if (rc == 0) {
         atomic_fetch_add(&app->sends[SEND_LIMITED], 1);
-        ratel__log(
-            "info", "send limited", "ip=%s policy=%s retry_after_ms=%lld", ip,
-            captcha_policy_names[which], (long long)denied.retry_after_ms);
+        if (log_allowed(app, req->thread, QUIET_SEND_LIMITED + (int)which,
+                        &quiet))
+            ratel__log("info", "send limited",
+                       "ip=%s policy=%s retry_after_ms=%lld not_logged=%llu",
+                       ip, captcha_policy_names[which],
+                       (long long)denied.retry_after_ms,
+                       (unsigned long long)quiet);
         respond_limited(app, ex, which, &denied);
         return;
     }
@@ -429,6 +451,7 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     char in[2][CAPTCHA_USER_MAX + 1], phone[CAPTCHA_PHONE_MAX], why[400];
     captcha_policy_t which = CAPTCHA_VERIFY_IP;
     ratel_decision_t denied;
+    uint64_t quiet = 0;
     int rc;
 
     rc = read_body(req, names, 2, in, why, sizeof why);
@@ -460,16 +483,21 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     memset(in, 0, sizeof in);
     if (rc < 0) {
         atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
-        ratel__log("error", "verify failed", "reason=\"%s\"",
-                   ratel_strerror(rc));
+        if (log_allowed(app, req->thread, QUIET_VERIFY_FAILED, &quiet))
+            ratel__log("error", "verify failed",
+                       "reason=\"%s\" not_logged=%llu", ratel_strerror(rc),
+                       (unsigned long long)quiet);
         respond_error(ex, 503, "the store is unavailable; try again");
         return;
     }
     atomic_fetch_add(
         &app->verifies[rc == CAPTCHA_CODE_OK ? VERIFY_SUCCESS : VERIFY_INVALID],
         1);
-    ratel__log("info", rc == CAPTCHA_CODE_OK ? "verified" : "verify refused",
-               "ip=%s", ip);
+    if (rc == CAPTCHA_CODE_OK)
+        ratel__log("info", "verified", "ip=%s", ip);
+    else if (log_allowed(app, req->thread, QUIET_VERIFY_REFUSED, &quiet))
+        ratel__log("info", "verify refused", "ip=%s not_logged=%llu", ip,
+                   (unsigned long long)quiet);
     if (rc == CAPTCHA_CODE_OK)
         respond_json(ex, 200, "{\"verified\":true}\n", 18);
     else

@@ -13,6 +13,7 @@
 #include "examples/captcha/captcha.h"
 
 #include "app/program.h"
+#include "store/redis_url.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -47,21 +48,37 @@ static void usage(FILE *out)
             "and exit 0.\n");
 }
 
+/*
+ * Whether the configuration holds a secret (the admin token, a password
+ * in the store's URL, credentials in the webhook's): the file should then
+ * be readable by captchad alone.
+ */
+static int holds_secret(const captcha_config_t *c)
+{
+    return c->admin_token[0] ||
+           (c->store_redis && ratel__url_mask(c->redis_url, NULL, 0)) ||
+           (c->sender == CAPTCHA_SENDER_WEBHOOK &&
+            ratel__url_mask(c->webhook_url, NULL, 0));
+}
+
 static int check_config(const char *path)
 {
     captcha_config_t *c;
-    char err[800];
+    char err[800], store[1200] = "memory", sender[1200] = "log";
 
     if (captcha_config_load(path, &c, err, sizeof err) != 0) {
         fprintf(stderr, "captchad: %s\n", err);
         return 1;
     }
+    /* The summary goes to the journal when a unit runs it: no secret. */
+    if (c->store_redis)
+        ratel__url_mask(c->redis_url, store, sizeof store);
+    if (c->sender == CAPTCHA_SENDER_WEBHOOK)
+        ratel__url_mask(c->webhook_url, sender, sizeof sender);
     printf("%s: ok: listen %s, %u thread%s, store %s, sender %s, sqlite %s, "
            "code %u digits for %lld ms\n",
-           path, c->listen, c->threads, c->threads == 1 ? "" : "s",
-           c->store_redis ? c->redis_url : "memory",
-           c->sender == CAPTCHA_SENDER_LOG ? "log" : c->webhook_url,
-           c->sqlite_path, c->code_length, (long long)c->code_ttl_ms);
+           path, c->listen, c->threads, c->threads == 1 ? "" : "s", store,
+           sender, c->sqlite_path, c->code_length, (long long)c->code_ttl_ms);
     captcha_config_free(c);
     return 0;
 }
@@ -116,7 +133,8 @@ static int run(captcha_t *app, const char *path)
     char err[800];
     int rc;
 
-    if (open_stores(app) != 0)
+    app->log_budgets = calloc(c->threads, sizeof *app->log_budgets);
+    if (!app->log_budgets || open_stores(app) != 0)
         return 1;
     if (captcha_notices_open(&app->notices, c->sqlite_path, err, sizeof err) !=
         0) {
@@ -174,6 +192,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "captchad: %s\n", err);
         return 1;
     }
+    ratel__warn_deployment("captchad", path, holds_secret(app.config));
     /* Signals go to the signal thread only: block them before any thread
        starts (the sender, libcurl, the HTTP workers). */
     ratel__signals_block();
@@ -189,6 +208,7 @@ int main(int argc, char **argv)
     ratel_store_free(app.store);
     ratel__log("info", "captchad stopped", "status=%d", rc);
     captcha_config_free(app.config);
+    free(app.log_budgets);
     curl_global_cleanup();
     return rc;
 }

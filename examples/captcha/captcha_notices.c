@@ -21,11 +21,15 @@
  */
 #include "examples/captcha/captcha.h"
 
+#include "app/file.h"
+
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct captcha_notices_s {
     sqlite3 *db;
@@ -85,9 +89,22 @@ int captcha_notices_open(captcha_notices_t **out, const char *path, char *err,
         return -1;
     }
     pthread_mutex_init(&n->lock, NULL);
+    /* The table holds phone numbers and addresses: a new file is created
+       0600 here, before SQLite opens it (SQLite gives its journal the
+       database's mode), and neither open follows a symbolic link. */
+    if (strcmp(path, ":memory:") != 0) {
+        int fd = ratel__file_open_private(path, O_RDWR, "the notice database",
+                                          err, errlen);
+        if (fd < 0) {
+            captcha_notices_close(n);
+            return -1;
+        }
+        ratel__file_warn_readable(fd, path, "the notice database");
+        close(fd);
+    }
     if (sqlite3_open_v2(path, &n->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                            SQLITE_OPEN_NOMUTEX,
+                            SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
                         NULL) != SQLITE_OK)
         goto fail;
     sqlite3_busy_timeout(n->db, 5000);

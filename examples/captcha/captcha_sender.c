@@ -22,12 +22,16 @@
  */
 #include "examples/captcha/captcha.h"
 
+#include "app/file.h"
+
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct captcha_sender_s {
     captcha_t *app;
@@ -63,18 +67,26 @@ void captcha_message(const captcha_config_t *c, const char *code, char *buf,
 static int send_log(captcha_t *app, const captcha_job_t *job, char *result,
                     size_t len)
 {
-    char msg[160], when[40];
+    char msg[160], when[40], why[512];
     struct timespec ts;
     struct tm tm;
     FILE *f;
-    int bad;
+    int bad, fd;
 
     captcha_message(app->config, job->code, msg, sizeof msg);
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    f = fopen(app->config->log_file, "a");
+    /* The file holds live codes: created 0600, never through a link. */
+    fd = ratel__file_open_private(app->config->log_file, O_WRONLY | O_APPEND,
+                                  "the SMS log", why, sizeof why);
+    f = fd >= 0 ? fdopen(fd, "a") : NULL;
     if (!f) {
+        if (fd >= 0)
+            close(fd);
+        else
+            ratel__log("error", "cannot open the SMS log", "reason=\"%s\"",
+                       why);
         snprintf(result, len, "log: cannot open %.200s", app->config->log_file);
         return 0;
     }
@@ -256,9 +268,21 @@ int captcha_sender_recover(captcha_t *app)
 int captcha_sender_start(captcha_sender_t **out, captcha_t *app, char *err,
                          size_t errlen)
 {
-    captcha_sender_t *s = calloc(1, sizeof *s);
+    captcha_sender_t *s;
 
     *out = NULL;
+    /* The log sender's file, made (0600) or checked now: a symbolic link
+       or a directory it cannot write stops the start, not every send. */
+    if (app->config->sender == CAPTCHA_SENDER_LOG) {
+        int fd =
+            ratel__file_open_private(app->config->log_file, O_WRONLY | O_APPEND,
+                                     "the SMS log", err, errlen);
+        if (fd < 0)
+            return -1;
+        ratel__file_warn_readable(fd, app->config->log_file, "the SMS log");
+        close(fd);
+    }
+    s = calloc(1, sizeof *s);
     if (s)
         s->ring = calloc(app->config->queue_size, sizeof *s->ring);
     if (!s || !s->ring) {

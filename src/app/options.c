@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define LIMIT(f) RATEL__FIELD(ratel_http_limits_t, f)
 
@@ -47,14 +48,57 @@ int ratel__check_listen(const char *text, char *why, size_t whylen)
     return -1;
 }
 
+/*
+ * Every token ratel's README, docs and examples print, in any of them: a
+ * token copied from a page is known to everyone who read the page, so it
+ * guards nothing. The one list; tests/integration/test_secrets.sh checks
+ * that each token literal the pages show is refused (most are also too
+ * short, but the message names the real reason).
+ */
+static const char *const printed_tokens[] = {
+    "change-me-to-a-long-random-string",
+    "change-me",
+    "8f1c0e4b9a7d...",
+    "TOKEN",
+    "ADMIN_TOKEN",
+    "API_TOKEN",
+};
+
+/* How to make a token that is neither printed anywhere nor guessable. */
+#define TOKEN_HOW                                                              \
+    "make one with `openssl rand -hex 32`, or leave the token empty (\"\") "   \
+    "to turn off what it guards"
+
 int ratel__check_token(const char *text, char *why, size_t whylen)
 {
-    if (!strchr(text, ' '))
+    size_t len = strlen(text);
+
+    if (strchr(text, ' ')) {
+        snprintf(why, whylen,
+                 "contains a space; a token is sent in a header "
+                 "and must be one word");
+        return -1;
+    }
+    /* Empty: the endpoints the token guards are turned off. */
+    if (len == 0)
         return 0;
-    snprintf(why, whylen,
-             "contains a space; a token is sent in a header "
-             "and must be one word");
-    return -1;
+    for (size_t i = 0; i < RATEL__COUNT(printed_tokens); i++)
+        if (strcasecmp(text, printed_tokens[i]) == 0) {
+            snprintf(why, whylen,
+                     "\"%s\" is the example token printed in ratel's "
+                     "documentation, known to everyone who read it; " TOKEN_HOW,
+                     printed_tokens[i]);
+            return -1;
+        }
+    /* The token itself is a secret: only its length is shown. */
+    if (len < RATEL__TOKEN_MIN) {
+        snprintf(why, whylen,
+                 "%zu bytes long; a token needs at least %d, too many to "
+                 "guess; " TOKEN_HOW,
+                 len, RATEL__TOKEN_MIN);
+        return -1;
+    }
+    return 0;
 }
 
 int ratel__check_nonempty(const char *text, char *why, size_t whylen)

@@ -22,7 +22,15 @@ extern const size_t ratel__limits_noptions;
 
 /* A listen address: HOST:PORT, [IPV6]:PORT or :PORT (address.c). */
 int ratel__check_listen(const char *text, char *why, size_t whylen);
-/* An admin token: one word (it is sent in a header). */
+/* The shortest token accepted: 32 bytes (`openssl rand -hex 32` makes 64). */
+#define RATEL__TOKEN_MIN 32
+
+/*
+ * A token (admin_token and every other token field): "" (what it guards
+ * is turned off), or one word (it is sent in a header) of at least
+ * RATEL__TOKEN_MIN bytes that is none of the tokens ratel's docs and
+ * examples print. The reason says how to make one.
+ */
 int ratel__check_token(const char *text, char *why, size_t whylen);
 /* Anything but "". */
 int ratel__check_nonempty(const char *text, char *why, size_t whylen);

@@ -9,8 +9,11 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
+#include <unistd.h>
 
 int ratel__program_args(const ratel__program_t *p, int argc, char **argv,
                         const char **path)
@@ -136,4 +139,22 @@ void ratel__signals_stop(ratel__signals_t *s)
 {
     pthread_kill(s->tid, SIGTERM);
     pthread_join(s->tid, NULL);
+}
+
+void ratel__warn_deployment(const char *name, const char *path,
+                            int holds_secret)
+{
+    struct stat st;
+
+    if (holds_secret && stat(path, &st) == 0 && (st.st_mode & S_IROTH))
+        ratel__log("warn", "the configuration holds a secret any user can read",
+                   "program=%s path=%s mode=%04o fix=\"chmod o-r %s (a token "
+                   "or a password in it is readable by every user of this "
+                   "host)\"",
+                   name, path, (unsigned)(st.st_mode & 07777), path);
+    if (geteuid() == 0 && !getenv("INVOCATION_ID") && !getenv("NOTIFY_SOCKET"))
+        ratel__log("warn", "running as root",
+                   "program=%s fix=\"run it as an unprivileged user, or "
+                   "under systemd with the shipped unit (DynamicUser=yes)\"",
+                   name);
 }

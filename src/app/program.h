@@ -69,4 +69,14 @@ int ratel__signals_start(ratel__signals_t *s);
  */
 void ratel__signals_stop(ratel__signals_t *s);
 
+/*
+ * Warnings a program logs once at start about how it was deployed: the
+ * configuration file `path` holds a secret (`holds_secret`: a token or a
+ * password) and any user may read it (mode o+r), or the program runs as
+ * root outside systemd (neither INVOCATION_ID nor NOTIFY_SOCKET set; under
+ * systemd the unit says who runs it). Neither stops the program.
+ */
+void ratel__warn_deployment(const char *name, const char *path,
+                            int holds_secret);
+
 #endif /* RATEL_APP_PROGRAM_H */

@@ -4,14 +4,17 @@
  * One pass from left to right: scheme, userinfo, addresses, db, query. Pure:
  * no allocation, no I/O, *out written only on success.
  *
- * The password never reaches a message. Before anything else is checked the
- * parser marks the secret part of the URL: from the start of the authority
- * (after "scheme://", or the start of the URL when there is no scheme) to
- * the LAST '@', the bytes after the first ':' of that userinfo, or all of it
- * when it has no ':' ("redis://secret@host" is a common slip). Messages show
- * the URL with that part replaced by "***" and quote only pieces that lie
- * after it. The rule is deliberately generous on malformed URLs: a password
- * holding a raw '/', '?' or '#' is still hidden when the URL is refused.
+ * No credential ever reaches a message. Before anything else is checked
+ * the parser marks the secret part of the URL: the whole userinfo, from
+ * the start of the authority (after "scheme://", or the start of the URL
+ * when there is no scheme) to the LAST '@' (a user name can be half of a
+ * credential, and "redis://secret@host" is a common slip). Messages show
+ * the URL with that part replaced by "***", as well as the value of every
+ * query parameter whose name says it is a secret (api_key=***), and quote
+ * only pieces that lie after it. The rule is deliberately generous on
+ * malformed URLs: a password holding a raw '/', '?' or '#' is still hidden
+ * when the URL is refused. ratel__url_mask() is the same masking for any
+ * URL a program prints (a configuration summary, a log line).
  */
 #include "store/redis_url.h"
 
@@ -20,6 +23,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Quoted pieces are cut at this many bytes, then "..." follows. */
 #define URL_QUOTE_MAX 120
@@ -91,29 +95,80 @@ static void quote_bytes(char *out, const char *text, size_t len, size_t max)
     out[q] = '\0';
 }
 
-/* The whole URL quoted into out (QUOTED_SIZE(URL_QUOTE_MAX) bytes), its
-   secret part as "***". */
-static void quote_url(const parser_t *p, char *out)
+/*
+ * Query parameter names that say their value is a secret: a name holding
+ * one of these words in any case (api_key, access_token, client_secret,
+ * password, auth, signature, credentials) has its value masked.
+ */
+static const char *const secret_words[] = {"key", "token", "secret", "pass",
+                                           "pwd", "auth",  "sig",    "cred"};
+
+/* Whether the query parameter name[0..len) names a secret. */
+static int secret_name(const char *name, size_t len)
 {
-    size_t q = 0, shown = 0, i = 0;
+    for (size_t w = 0; w < sizeof secret_words / sizeof secret_words[0]; w++) {
+        size_t n = strlen(secret_words[w]);
+        for (size_t i = 0; i + n <= len; i++)
+            if (strncasecmp(name + i, secret_words[w], n) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+/*
+ * Where the query of p->url starts (its '?'), or 0 when it has none: the
+ * first '?' after the userinfo.
+ */
+static size_t query_start(const parser_t *p)
+{
+    const char *q = memchr(p->url + p->secret_end, '?', p->len - p->secret_end);
+
+    return q ? (size_t)(q - p->url) : 0;
+}
+
+/*
+ * The whole URL quoted into out (QUOTED_SIZE(max) bytes), at most `max`
+ * bytes of it shown: the secret part as "***", and so is the value of
+ * each query parameter secret_name() picks. Returns how many parts were
+ * masked.
+ */
+static int quote_url(const parser_t *p, char *out, size_t max)
+{
+    size_t q = 0, shown = 0, i = 0, query = query_start(p), name = 0;
+    int masked = 0;
 
     while (i < p->len) {
-        if (shown >= URL_QUOTE_MAX) {
+        int hide = 0;
+        if (shown >= max) {
             memcpy(out + q, "...", 3);
             q += 3;
             break;
         }
         if (i == p->secret_start && p->secret_end > p->secret_start) {
+            hide = 1;
+            i = p->secret_end;
+        } else if (query && i > query && p->url[i - 1] != '=') {
+            if (p->url[i - 1] == '?' || p->url[i - 1] == '&')
+                name = i;
+        } else if (query && i > query && name) {
+            /* A value: hidden up to the next parameter or a fragment. */
+            hide = secret_name(p->url + name, i - 1 - name);
+            name = 0;
+            while (hide && i < p->len && p->url[i] != '&' && p->url[i] != '#')
+                i++;
+        }
+        if (hide) {
             memcpy(out + q, "***", 3);
             q += 3;
             shown += 3;
-            i = p->secret_end;
+            masked++;
             continue;
         }
         q += put_byte(out + q, (unsigned char)p->url[i++]);
         shown++;
     }
     out[q] = '\0';
+    return masked;
 }
 
 /*
@@ -131,7 +186,7 @@ static int fail(const parser_t *p, const char *fmt, ...)
 
     if (!p->errbuf || p->errlen == 0)
         return RATEL_EINVAL;
-    quote_url(p, quoted);
+    quote_url(p, quoted, URL_QUOTE_MAX);
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
@@ -565,7 +620,6 @@ static int is_scheme_byte(char c)
 static size_t mark_secret(parser_t *p, size_t *at)
 {
     size_t tok = 0, auth = 0;
-    const char *colon;
 
     while (tok < p->len && is_scheme_byte(p->url[tok]))
         tok++;
@@ -581,8 +635,7 @@ static size_t mark_secret(parser_t *p, size_t *at)
     p->secret_start = p->secret_end = 0;
     if (*at == p->len)
         return auth;
-    colon = memchr(p->url + auth, ':', *at - auth);
-    p->secret_start = colon ? (size_t)(colon - p->url) + 1 : auth;
+    p->secret_start = auth;
     p->secret_end = *at;
     return auth;
 }
@@ -752,4 +805,24 @@ void ratel__redis_query_to_options(const ratel_redis_url_t *u,
     /* In the options 0 means the default and negative means off. */
     if (u->deny_cache >= 0)
         o->deny_cache_entries = u->deny_cache ? u->deny_cache : -1;
+}
+
+/* Longest URL ratel__url_mask shows before "...". */
+#define MASK_SHOWN_MAX 1024
+
+int ratel__url_mask(const char *url, char *out, size_t outlen)
+{
+    char quoted[QUOTED_SIZE(MASK_SHOWN_MAX)];
+    parser_t p;
+    size_t at;
+    int masked;
+
+    memset(&p, 0, sizeof p);
+    p.url = url ? url : "";
+    p.len = strlen(p.url);
+    mark_secret(&p, &at);
+    masked = quote_url(&p, quoted, MASK_SHOWN_MAX);
+    if (out && outlen)
+        snprintf(out, outlen, "%s", quoted);
+    return masked > 0;
 }

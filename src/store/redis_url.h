@@ -71,6 +71,19 @@ int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
 void ratel__redis_query_to_options(const ratel_redis_url_t *u,
                                    ratel_redis_options_t *o);
 
+/*
+ * The one masking of credentials for anything a program prints (a
+ * --check-config summary, a log line, an error): writes `url` (any
+ * scheme: redis://, http://, ...) into out (outlen bytes, cut as snprintf
+ * does) with the userinfo before the last '@' replaced by "***" (user
+ * name included), and so the value of every query parameter whose name
+ * holds key, token, secret, pass, pwd, auth, sig or cred in any case
+ * (?api_key=***). Quotes, backslashes and bytes that are not printable
+ * ASCII are escaped (\" \\ \xNN); past 1,024 bytes, "..." ends it.
+ * Returns 1 when something was masked (the URL holds a secret), else 0.
+ */
+int ratel__url_mask(const char *url, char *out, size_t outlen);
+
 /* The query fields of a ratel_redis_url_t with nothing given. */
 void ratel__redis_query_init(ratel_redis_url_t *u);
 

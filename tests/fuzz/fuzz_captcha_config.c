@@ -109,6 +109,7 @@ static const char *const fragments[] = {
     "threads: 4\n",
     "threads: 0\n",
     "admin_token: \"tok\"\n",
+    "admin_token: \"tok-tok-tok-tok-tok-tok-tok-tok-tok\"\n",
     "admin_token: \"a b\"\n",
     "trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n",
     "trusted_proxies: [10.0.0.1/8]\n",

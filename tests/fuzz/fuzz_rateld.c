@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char config_text[] =
     "listen: 127.0.0.1:0\n"
-    "admin_token: tok\n"
+    "admin_token: fuzz-token-0123456789abcdef0123456789abcdef\n"
     "trusted_proxies: [127.0.0.1]\n"
     "store: {type: memory, max_bytes: 1MiB}\n"
     "policies:\n"

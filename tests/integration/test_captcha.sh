@@ -20,7 +20,7 @@ if [ ! -x "$captchad" ]; then
 fi
 # CAPTCHAD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes captchad.
 read -r -a captchad_wrap <<<"${CAPTCHAD_WRAP:-}"
-token=tok-secret-1
+token=tok-secret-1-captchad-test-0123456789
 
 # write_config NAME PORT [EXTRA_YAML]: $tmp/NAME.yaml, a memory store and
 # the log sender unless EXTRA_YAML says otherwise (its fields come last);

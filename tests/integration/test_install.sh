@@ -62,6 +62,24 @@ same installed_rateld_healthz "$code" 200
 same installed_rateld_decides "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/acquire?policy=ping&key=i")" 200
 same installed_rateld_version "$("$d/usr/sbin/rateld" --version | head -1 | grep -c ratel)" 1
 
+# No default secret: the installed configurations carry an empty token, so
+# what it guards is off (reset 403 whatever the token sent) ...
+same installed_tokens_empty "$(grep -h '^admin_token:' "$d/etc/ratel/rateld.yaml" "$d/etc/ratel/captchad.yaml")" \
+    'admin_token: ""
+admin_token: ""'
+same installed_reset_off "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer change-me-to-a-long-random-string' \
+    -d '{"policy":"ping","key":"i"}' "http://127.0.0.1:$port/v1/reset")" 403
+# ... and the token the docs print, written into them, stops the start
+# with the reason.
+sed 's/^admin_token: .*/admin_token: "change-me-to-a-long-random-string"/' "$tmp/rateld.yaml" >"$tmp/printed.yaml"
+out=$("$d/usr/sbin/rateld" --config "$tmp/printed.yaml" 2>&1)
+same installed_printed_token_exit "$?" 1
+contains installed_printed_token_reason "$out" \
+    'admin_token: "change-me-to-a-long-random-string" is the example token printed in ratel'"'"'s documentation'
+sed 's/^admin_token: .*/admin_token: "change-me"/' "$d/etc/ratel/captchad.yaml" >"$tmp/captchad-printed.yaml"
+out=$("$d/usr/sbin/captchad" --check-config "$tmp/captchad-printed.yaml" 2>&1)
+contains installed_captchad_printed_token "$out" 'admin_token: "change-me" is the example token printed'
+
 # redis-server loads the module from its installed path; the installed
 # Lua library loads with FUNCTION LOAD.
 rport=$(RATEL_MODULE="$d/usr/lib/redis/modules/ratel.so" redis_start)

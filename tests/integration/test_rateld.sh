@@ -24,7 +24,7 @@ write_config() {
     cat >"$conf" <<EOF
 listen: 127.0.0.1:$port
 threads: 2
-admin_token: "tok-123"
+admin_token: "tok-123-rateld-test-0123456789abcdef"
 trusted_proxies: [$1]
 limits:
   max_header_bytes: 4096
@@ -172,7 +172,7 @@ same after_refund "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
 same reset_no_token "$(code -X POST -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
 same reset_bad_token "$(code -X POST -H 'Authorization: Bearer nope' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
 same reset_get "$(code "$base/v1/reset?policy=multi&key=u1")" 405
-same reset_ok "$(code -X POST -H 'Authorization: Bearer tok-123' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 200
+same reset_ok "$(code -X POST -H 'Authorization: Bearer tok-123-rateld-test-0123456789abcdef' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 200
 same after_reset "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
 
 # --- shadow: decided and counted, never enforced

@@ -74,7 +74,8 @@ TEST(config_example_file)
     CHECK(strcmp(c->path, "examples/rateld.yaml") == 0);
     CHECK(strcmp(c->listen, "127.0.0.1:8080") == 0);
     CHECK_EQ(c->threads, 1);
-    CHECK(c->admin_token[0] != '\0');
+    /* Shipped empty: reset is off until the administrator sets one. */
+    CHECK(c->admin_token[0] == '\0');
     CHECK_EQ(c->store, RATELD_STORE_MEMORY);
     CHECK_EQ(c->memory_max_bytes, 64 << 20);
     REQUIRE(c->trusted.n == 2);
@@ -184,14 +185,15 @@ TEST(config_server_fields)
         CHECK(strcmp(c->listen, want[i]) == 0);
         rateld_config_free(c);
     }
-    c = parse_ok("threads: 64\nadmin_token: 'x1-Y2_z3'\n"
-                 "limits:\n  max_header_bytes: 16KiB\n"
-                 "  max_body_bytes: 1048576\n  max_connections: 5\n"
-                 "  max_pipeline: 8\n  request_timeout_ms: 1500\n"
-                 "  idle_timeout_ms: 0\n" P);
+    c = parse_ok(
+        "threads: 64\nadmin_token: 'x1-Y2_z3-x1-Y2_z3-x1-Y2_z3-x1-Y2_z3'\n"
+        "limits:\n  max_header_bytes: 16KiB\n"
+        "  max_body_bytes: 1048576\n  max_connections: 5\n"
+        "  max_pipeline: 8\n  request_timeout_ms: 1500\n"
+        "  idle_timeout_ms: 0\n" P);
     REQUIRE(c);
     CHECK_EQ(c->threads, 64);
-    CHECK(strcmp(c->admin_token, "x1-Y2_z3") == 0);
+    CHECK(strcmp(c->admin_token, "x1-Y2_z3-x1-Y2_z3-x1-Y2_z3-x1-Y2_z3") == 0);
     CHECK_EQ(c->limits.max_header_bytes, 16384);
     CHECK_EQ(c->limits.max_body_bytes, 1048576);
     CHECK_EQ(c->limits.max_connections, 5);
@@ -389,6 +391,15 @@ static const bad_case_t bad_cases[] = {
     {"admin_token: a b\n" P, 1, "admin_token: contains a space"},
     {"admin_token:\n" P, 1, "admin_token: has no value"},
     {"admin_token: \"a\\tb\"\n" P, 1, "control character"},
+    /* No default secret works: too short, or printed in the docs. */
+    {"admin_token: x1-Y2_z3\n" P, 1,
+     "admin_token: 8 bytes long; a token needs at least 32"},
+    {"admin_token: \"change-me-to-a-long-random-string\"\n" P, 1,
+     "is the example token printed in ratel's documentation"},
+    {"admin_token: change-me\n" P, 1, "openssl rand -hex 32"},
+    {"admin_token: TOKEN\n" P, 1, "example token printed"},
+    {"admin_token: CHANGE-ME-TO-A-LONG-RANDOM-STRING\n" P, 1,
+     "\"change-me-to-a-long-random-string\" is the example token"},
     {"trusted_proxies: 10.0.0.0/8\n" P, 1, "expected a list"},
     {"trusted_proxies: [10.0.0.1/8]\n" P, 1,
      "trusted_proxies[0]: \"10.0.0.1/8\" has host bits set; write 10.0.0.0/8"},

@@ -484,7 +484,50 @@ TEST(redis_url_errbuf_any_size)
     CHECK(strncmp(full, "redis URL \"\": no URL given", 26) == 0);
     CHECK_EQ(ratel__redis_url_parse("redis://:pw@h", NULL, full, sizeof full),
              RATEL_EINVAL);
-    CHECK(strncmp(full, "redis URL \"redis://:***@h\"", 26) == 0);
+    CHECK(strncmp(full, "redis URL \"redis://***@h\"", 25) == 0);
+}
+
+/*
+ * ratel__url_mask, the one masking of what programs print: every
+ * credential of a URL (the userinfo, secret-named query values) is "***",
+ * whatever the scheme, and what is not a secret is shown as it is.
+ */
+TEST(redis_url_mask_hides_every_credential)
+{
+    static const struct {
+        const char *url, *want;
+        int masked;
+    } cases[] = {
+        {"redis://127.0.0.1:6379", "redis://127.0.0.1:6379", 0},
+        {"redis://alice:S3cretPW@h:1/2?timeout_ms=100",
+         "redis://***@h:1/2?timeout_ms=100", 1},
+        {"redis://:S3cretPW@h", "redis://***@h", 1},
+        {"redis://S3cretPW@h", "redis://***@h", 1},
+        {"redis://a:S3cret@PW@h:1", "redis://***@h:1", 1},
+        {"a:S3cretPW@h", "***@h", 1},
+        {"redis+cluster://u:p%40ss@a:1,b:2", "redis+cluster://***@a:1,b:2", 1},
+        {"https://smsuser:SmsPW7@sms.example/send?api_key=K3y&to=x&"
+         "Access_Token=T0k#frag",
+         "https://***@sms.example/send?api_key=***&to=x&Access_Token=***#frag",
+         1},
+        {"http://h/p?password=a=b&sig=&x=1",
+         "http://h/p?password=***&sig=***&x=1", 1},
+        {"http://h/p?q=\"1\"", "http://h/p?q=\\\"1\\\"", 0},
+        {"", "", 0},
+    };
+    char out[256];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int m = ratel__url_mask(cases[i].url, out, sizeof out);
+        CHECK_URL(strcmp(out, cases[i].want) == 0, cases[i].url, out);
+        CHECK_URL(m == cases[i].masked, cases[i].url, out);
+    }
+    /* NULL output: only whether there is a secret. */
+    CHECK_EQ(ratel__url_mask("redis://:pw@h", NULL, 0), 1);
+    CHECK_EQ(ratel__url_mask(NULL, out, sizeof out), 0);
+    /* A small buffer is cut, never overrun, and never holds the secret. */
+    CHECK_EQ(ratel__url_mask("redis://:S3cretPW@host", out, 12), 1);
+    CHECK(strcmp(out, "redis://***") == 0);
 }
 
 RATEL_SUITE(redis_url) = {
@@ -502,5 +545,7 @@ RATEL_SUITE(redis_url) = {
     {"redis_url_hostile_bytes_are_escaped",
      test_redis_url_hostile_bytes_are_escaped},
     {"redis_url_errbuf_any_size", test_redis_url_errbuf_any_size},
+    {"redis_url_mask_hides_every_credential",
+     test_redis_url_mask_hides_every_credential},
     {0, 0},
 };
