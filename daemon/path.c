@@ -77,8 +77,7 @@ static int put_octet(out_t *o, unsigned char c)
     return plain(c) ? put(o, (const char *)&c, 1) : put(o, esc, 3);
 }
 
-static const char too_long[] = "longer than rateld matches (8 KiB) once "
-                               "normalised";
+static const char too_long[] = "more than 8 KiB once normalised";
 
 /*
  * Copies the segment at in[*i..) up to the next '/' (or the end) into o
@@ -127,7 +126,7 @@ ssize_t rateld_path_normalize(const char *in, size_t n, char *out, size_t cap,
     size_t i = 0;
 
     if (n == 0 || in[0] != '/') {
-        *why = "a path that does not start with '/'";
+        *why = "no '/' at the start";
         return -1;
     }
     if (cap < 2) {

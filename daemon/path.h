@@ -44,8 +44,9 @@
  * Refused: an encoded '/' (%2F), '\' (%5C) or NUL (%00), a '%' without
  * two hex digits, a plain '\', '#', '?', space or control byte, a ".."
  * above the root, a normal form longer than cap - 1 bytes. Returns the
- * normal form's length, or -1 with *why set to a fixed sentence saying
- * what was refused (never holding the input).
+ * normal form's length, or -1 with *why set to a fixed noun phrase
+ * naming what was refused ("an encoded '/' (%2F): ..."), never holding
+ * the input.
  */
 ssize_t rateld_path_normalize(const char *in, size_t n, char *out, size_t cap,
                               const char **why);

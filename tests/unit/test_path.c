@@ -84,8 +84,8 @@ static const path_case_t cases[] = {
     {"/SendCaptcha", "/SendCaptcha", NULL},
 
     /* Refused. */
-    {"", NULL, "start"},
-    {"sendCaptcha", NULL, "start"},
+    {"", NULL, "at the start"},
+    {"sendCaptcha", NULL, "at the start"},
     {"/..", NULL, "above the root"},
     {"/../sendCaptcha", NULL, "above the root"},
     {"/a/../..", NULL, "above the root"},
