@@ -43,7 +43,9 @@
  *
  * Refused: an encoded '/' (%2F), '\' (%5C) or NUL (%00), a '%' without
  * two hex digits, a plain '\', '#', '?', space or control byte, a ".."
- * above the root, a normal form longer than cap - 1 bytes. Returns the
+ * above the root, a path that needs more than cap - 1 bytes on the way
+ * (a segment a later ".." removes counts; 3 bytes per input byte always
+ * suffice). Returns the
  * normal form's length, or -1 with *why set to a fixed noun phrase
  * naming what was refused ("an encoded '/' (%2F): ..."), never holding
  * the input.
