@@ -4,6 +4,7 @@
  * route applies) and the look-up of a request's route.
  */
 #include "daemon/config_private.h"
+#include "daemon/path.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,30 @@ static int read_route_policies(reader_t *r, const ratel__yaml_node_t *node,
     return 0;
 }
 
+/* Requests are matched in their normal form (path.h), so a prefix must
+   be written in it, or it could never match what it seems to. */
+static int check_route_normal(reader_t *r, const ratel__yaml_node_t *v,
+                              const char *field, const char *prefix,
+                              const char *q)
+{
+    char normal[RATELD_PATH_MAX], nq[96];
+    const char *why = "";
+    ssize_t n = rateld_path_normalize(prefix, strlen(prefix), normal,
+                                      sizeof normal, &why);
+
+    if (n < 0)
+        return ratel__yaml_fail(&r->ctx, v->line, "%s: \"%s\" has %s", field, q,
+                                why);
+    if (strcmp(normal, prefix) != 0) {
+        ratel__yaml_quote(normal, (size_t)n, nq, sizeof nq);
+        return ratel__yaml_fail(&r->ctx, v->line,
+                                "%s: \"%s\" is not a normalised path: "
+                                "requests are matched as \"%s\" (write that)",
+                                field, q, nq);
+    }
+    return 0;
+}
+
 static int read_route_path(reader_t *r, const ratel__yaml_node_t *v,
                            const char *field, rateld_route_t *route)
 {
@@ -70,7 +95,7 @@ static int read_route_path(reader_t *r, const ratel__yaml_node_t *v,
             "%s: \"%s\": a path prefix has no spaces, query "
             "or fragment",
             field, q);
-    return 0;
+    return check_route_normal(r, v, field, route->prefix, q);
 }
 
 static int read_route_method(reader_t *r, const ratel__yaml_node_t *v,

@@ -434,13 +434,15 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
 
     if (read != RATELD_ORIGIN_OK) {
-        int ambiguous = read == RATELD_ORIGIN_AMBIGUOUS;
-        undecided(d, w, ex, req,
-                  ambiguous ? RATELD_UNDECIDED_AMBIGUOUS
-                            : RATELD_UNDECIDED_UNIDENTIFIED,
-                  ambiguous && !nginx_mode(w) ? 400 : 403,
-                  "cannot tell which request to decide: %s (docs/gateways.md)",
-                  why);
+        /* Ambiguity and a bad path are the client's doing: 400. */
+        static const rateld_undecided_t reason[] = {
+            [RATELD_ORIGIN_UNIDENTIFIED] = RATELD_UNDECIDED_UNIDENTIFIED,
+            [RATELD_ORIGIN_AMBIGUOUS] = RATELD_UNDECIDED_AMBIGUOUS,
+            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI};
+        int theirs = read != RATELD_ORIGIN_UNIDENTIFIED;
+        undecided(
+            d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,
+            "cannot tell which request to decide: %s (docs/gateways.md)", why);
         return;
     }
     q = (rateld_route_query_t){o.method, o.path, o.host, req};

@@ -34,6 +34,8 @@ typedef enum rateld_undecided_e {
     RATELD_UNDECIDED_BAD_KEY,          /* ... malformed or too long */
     RATELD_UNDECIDED_AMBIGUOUS,        /* two candidates for a field of the
                                           original request (origin.h) */
+    RATELD_UNDECIDED_BAD_URI,          /* an original path with no safe
+                                          normal form (path.h) */
     RATELD_UNDECIDED_REASONS
 } rateld_undecided_t;
 

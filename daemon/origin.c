@@ -261,6 +261,23 @@ static rateld_origin_result_t read_headers(const rateld_gateway_t *g,
     return RATELD_ORIGIN_OK;
 }
 
+/* The path a backend serves for the original one (path.h): what routes
+   and the path key source see. */
+static rateld_origin_result_t normalize(rateld_origin_t *o, char *why,
+                                        size_t whylen)
+{
+    const char *reason = "";
+    ssize_t n = rateld_path_normalize(o->path.p, o->path.n, o->path_buf,
+                                      sizeof o->path_buf, &reason);
+
+    if (n < 0) {
+        snprintf(why, whylen, "the original path has %s", reason);
+        return RATELD_ORIGIN_BAD_URI;
+    }
+    o->path = (ratel_http_str_t){o->path_buf, (size_t)n};
+    return RATELD_ORIGIN_OK;
+}
+
 rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
                                           const ratel__trusted_t *trusted,
                                           const ratel_http_request_t *req,
@@ -268,8 +285,9 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
                                           size_t whylen)
 {
     static const rateld_gateway_t any;
+    rateld_origin_result_t r;
 
-    memset(o, 0, sizeof *o);
+    o->path_buf[0] = '\0'; /* not all 8 KiB: set when normalised */
     o->method = (ratel_http_str_t){"", 0};
     o->path = o->query = o->host = o->method;
     if (whylen)
@@ -277,8 +295,10 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
     if (!g)
         g = &any;
     if (g->kind == RATELD_GATEWAY_PATH)
-        return read_path(req, o, why, whylen);
-    return read_headers(g, trusted, req, o, why, whylen);
+        r = read_path(req, o, why, whylen);
+    else
+        r = read_headers(g, trusted, req, o, why, whylen);
+    return r == RATELD_ORIGIN_OK ? normalize(o, why, whylen) : r;
 }
 
 /* ------------------------------------------------------ configuration */

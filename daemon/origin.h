@@ -16,6 +16,7 @@
 
 #include "app/address.h"
 #include "app/yaml.h"
+#include "daemon/path.h"
 #include "http/http.h"
 
 #include <stddef.h>
@@ -46,24 +47,29 @@ typedef struct rateld_gateway_s {
     char header[RATELD_ORIGIN_FIELDS][RATELD_ORIGIN_HEADER_MAX];
 } rateld_gateway_t;
 
-/* The original request, pointing into the auth request's bytes. */
+/* The original request: the method, query and host point into the auth
+   request's bytes; the path is its normal form (path.h), in path_buf. */
 typedef struct rateld_origin_s {
     ratel_http_str_t method, path, query, host;
+    char path_buf[RATELD_PATH_MAX];
 } rateld_origin_t;
 
 typedef enum rateld_origin_result_e {
     RATELD_ORIGIN_OK = 0,
     RATELD_ORIGIN_UNIDENTIFIED, /* no original request, or from a peer not
                                    in trusted_proxies */
-    RATELD_ORIGIN_AMBIGUOUS     /* more than one candidate for a field */
+    RATELD_ORIGIN_AMBIGUOUS,    /* more than one candidate for a field */
+    RATELD_ORIGIN_BAD_URI       /* a path with no safe normal form */
 } rateld_origin_result_t;
 
 /*
  * Reads the original request of auth request `req` as gateway `g` sends
  * it (NULL: not set), believing headers only from a peer in `trusted`.
- * Header names match case-insensitively. Returns RATELD_ORIGIN_OK with *o
- * filled, or the reason it cannot with a sentence in `why` (header names
- * only: never a value the client sent).
+ * Header names match case-insensitively. The path is normalised
+ * (rateld_path_normalize) in every form, so that no spelling of a path
+ * leaves its route. Returns RATELD_ORIGIN_OK with *o filled, or the
+ * reason it cannot with a sentence in `why` (header names and fixed
+ * words only: never a value the client sent).
  */
 rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
                                           const ratel__trusted_t *trusted,

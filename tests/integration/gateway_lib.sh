@@ -55,15 +55,17 @@ wait_http() {
     return 1
 }
 
-# start_rateld DENY_STATUS GATEWAY: rateld on the page's demo
+# start_rateld DENY_STATUS GATEWAY [UNMATCHED]: rateld on the page's demo
 # configuration with that auth.deny_status and auth.gateway (GATEWAY ""
-# leaves auth.gateway out: the default, which refuses ambiguity), and one
-# route more for the hostile client's host checks: /hosted, only for the
-# host victim.example.
+# leaves auth.gateway out: the default, which refuses ambiguity) and
+# auth.unmatched (default deny, as on the page), and one route more for
+# the hostile client's host checks: /hosted, only for the host
+# victim.example.
 start_rateld() {
     {
         snippet rateld | sed -e "s/deny_status: 429.*/deny_status: $1/" \
-            -e "s/gateway: caddy .*/gateway: $2/" -e "/gateway: \$/d"
+            -e "s/gateway: caddy .*/gateway: $2/" -e "/gateway: \$/d" \
+            -e "s/unmatched: deny/unmatched: ${3:-deny}/"
         printf '  - path: /hosted\n    host: victim.example\n    policies: [ping]\n'
     } >"$tmp/rateld.yaml"
     "$build/rateld" --config "$tmp/rateld.yaml" >>"$tmp/rateld.log" 2>&1 &
@@ -230,18 +232,68 @@ check_hostile_limited() {
     c=$(raw_status "GET /sendCaptcha?telephone=13800138000 HTTP/1.1\r\nHost: 127.0.0.1:$gport\r\nhost: victim.example\r\nConnection: close\r\n\r\n")
     hostile_note "$name/limited-sms" "Host twice (raw)" "$c"
     if [[ $c == [0-9][0-9][0-9] && $c != 2* ]]; then ok "${name}_hostile_limited_two_hosts ($c)"; else fail "${name}_hostile_limited_two_hosts" "[$c]"; fi
-    # The same path written otherwise: the gateway may serve it as
-    # /sendCaptcha while rateld sees another path; never a 2xx.
-    codes="" bad=""
-    for path in //sendCaptcha /%73endCaptcha /api/../sendCaptcha /./sendCaptcha /sendCaptcha/ /SendCaptcha; do
-        c=$(code --path-as-is "http://127.0.0.1:$gport$path?telephone=13800138000")
-        codes+="$c "
-        [[ $c == 2* ]] && bad+="[$path: $c] "
-    done
-    hostile_note "$name/limited-sms" "path spellings" "$codes"
-    if [ -z "$bad" ]; then ok "${name}_hostile_limited_paths ($codes)"; else fail "${name}_hostile_limited_paths" "$bad"; fi
+    check_spellings "$name"
     same "${name}_hostile_other_phone" "$(peek sms 13700137000)" 1
     same "${name}_hostile_other_phone_2" "$(peek sms 13700137001)" 1
+}
+
+# /sendCaptcha written otherwise. A backend serves each of spelled_same
+# as /sendCaptcha (nginx and Caddy merge slashes, decode and resolve dot
+# segments; a servlet container drops ";jsessionid=1" and so reads
+# "/api/..;/" as "/api/../"); rateld matches their normal form, so each
+# gets the limit. spelled_refused have no safe normal form (an encoded
+# '/', '\' or NUL, a bad escape, a climb above the root): rateld refuses
+# them (bad-uri), or the gateway does first. /SendCaptcha is another
+# path: nginx, Caddy and Spring match case-sensitively, so does rateld.
+spelled_same=(//sendCaptcha /%73endCaptcha /send%43aptcha /api/../sendCaptcha
+    /./sendCaptcha /%2e/sendCaptcha /api/%2e%2e/sendCaptcha /api/.%2E/sendCaptcha
+    /sendCaptcha/ "/sendCaptcha;jsessionid=1" "/api/..;/sendCaptcha"
+    "//api/./..//sendCaptcha")
+spelled_refused=(/sendCaptcha%2F /api/..%2FsendCaptcha /api/..%5CsendCaptcha
+    /sendCaptcha%00 /send%zzCaptcha /../sendCaptcha /api/../../sendCaptcha
+    /%2e%2e/sendCaptcha)
+
+# check_spellings NAME: the client is over its SMS limit on 13800138000;
+# every spelling of /sendCaptcha gets the limit's 429, and the others a
+# 4xx (never a 2xx), with auth.unmatched deny or allow alike.
+check_spellings() {
+    local name=$1 url="?telephone=13800138000" codes="" bad="" c path
+    code "http://127.0.0.1:$gport/sendCaptcha$url" >/dev/null # over the limit
+    for path in "${spelled_same[@]}"; do
+        c=$(code --path-as-is "http://127.0.0.1:$gport$path$url")
+        codes+="$c "
+        [ "$c" != 429 ] && bad+="[$path: $c] "
+    done
+    hostile_note "$name/limited-sms" "same path spelled" "$codes"
+    if [ -z "$bad" ]; then ok "${name}_spelled_same ($codes)"; else fail "${name}_spelled_same" "not the limit's 429: $bad"; fi
+    codes="" bad=""
+    for path in "${spelled_refused[@]}" /SendCaptcha; do
+        c=$(code --path-as-is "http://127.0.0.1:$gport$path$url")
+        codes+="$c "
+        [[ $c != 4[0-9][0-9] ]] && bad+="[$path: $c] "
+    done
+    hostile_note "$name/limited-sms" "refused / other paths" "$codes"
+    if [ -z "$bad" ]; then ok "${name}_spelled_refused ($codes)"; else fail "${name}_spelled_refused" "$bad"; fi
+}
+
+# check_spellings_allow NAME DENY_STATUS GATEWAY: the spellings again with
+# auth.unmatched: allow (rateld restarted), where a spelling rateld did
+# not match would pass unlimited; a path rateld refuses is counted and
+# logged as bad-uri.
+check_spellings_allow() {
+    local before after
+    stop_rateld
+    start_rateld "$2" "$3" allow || fail "$1_rateld_allow_start" "$(tail -3 "$tmp/rateld.log")"
+    before=$(metric 'ratel_auth_undecided_total{reason="bad-uri"}')
+    check_spellings "$1"
+    after=$(metric 'ratel_auth_undecided_total{reason="bad-uri"}')
+    if [ "$((after - before))" -ge 1 ]; then ok "$1_bad_uri_counted ($((after - before)))"; else fail "$1_bad_uri_counted" "$before -> $after"; fi
+    contains "$1_bad_uri_logged" "$(cat "$tmp/rateld.log")" 'reason=bad-uri'
+    # rateld's own answer, as the gateway gets it (400; 403 for nginx).
+    curl -s -D "$tmp/h" -o /dev/null -H 'X-Original-URI: /a%2Fb' -H 'X-Forwarded-Uri: /a%2Fb' \
+        -H 'X-Original-Method: GET' -H 'X-Forwarded-Method: GET' "http://127.0.0.1:$rport/v1/auth"
+    same "$1_bad_uri_answer" "$(head -1 "$tmp/h" | cut -d' ' -f2) $(header X-Ratel-Reason "$tmp/h")" \
+        "$([ "$2" = 403 ] && echo 403 || echo 400) bad-uri"
 }
 
 # check_hostile_route NAME: a fresh client (127.0.0.3) on /api/ping with

@@ -46,6 +46,8 @@ same caddy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api
 stop_rateld
 start_rateld 429 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
 check_hostile_limited caddy-default
+# auth.unmatched: allow: no spelling of a path passes unlimited.
+check_spellings_allow caddy-allow 429 caddy
 check_down caddy_closed 504 502
 
 stop_caddy

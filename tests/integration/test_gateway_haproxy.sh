@@ -66,6 +66,8 @@ same haproxy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/a
 stop_rateld
 start_rateld 429 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
 check_hostile_limited haproxy-default
+# auth.unmatched: allow: no spelling of a path passes unlimited.
+check_spellings_allow haproxy-allow 429 haproxy
 check_down haproxy_closed 503 503
 
 stop_haproxy

@@ -84,6 +84,8 @@ same nginx_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api
 stop_rateld
 start_rateld 403 "" || fail rateld_default_start "$(tail -3 "$tmp/rateld.log")"
 check_hostile_limited nginx-default
+# auth.unmatched: allow: no spelling of a path passes unlimited.
+check_spellings_allow nginx-allow 403 nginx
 check_down nginx_closed 503 503
 
 stop_nginx

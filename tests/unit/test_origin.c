@@ -139,6 +139,7 @@ typedef struct origin_case_s {
 #define OK RATELD_ORIGIN_OK
 #define AMBIGUOUS RATELD_ORIGIN_AMBIGUOUS
 #define UNIDENTIFIED RATELD_ORIGIN_UNIDENTIFIED
+#define BAD_URI RATELD_ORIGIN_BAD_URI
 /* A refusal: nothing read. */
 #define NO(result) result, NULL, NULL, NULL, NULL
 #define NGINX_SETS                                                             \
@@ -330,11 +331,67 @@ static const origin_case_t cases[] = {
      {.headers = {"X-U: /a", "X-M: GET", "X-U: /b"}},
      NO(AMBIGUOUS)},
     {"X-M,X-U,X-H", {.headers = {NGINX_SETS}}, NO(UNIDENTIFIED)},
+
+    /* Every form reads the path's normal form (path.h); the query is left
+       as sent. */
+    {"nginx",
+     {.headers = {"X-Original-URI: //%73endCaptcha;jsessionid=1?t=%31",
+                  "X-Original-Method: GET"}},
+     OK,
+     "GET",
+     "/sendCaptcha",
+     "t=%31",
+     ""},
+    {"caddy",
+     {.headers = {"X-Forwarded-Uri: /api/..;/sendCaptcha?t=1",
+                  "X-Forwarded-Method: GET"}},
+     OK,
+     "GET",
+     "/sendCaptcha",
+     "t=1",
+     ""},
+    {"",
+     {.headers = {"X-Original-URI: /api/%2e%2e/./sendCaptcha"}},
+     OK,
+     "GET",
+     "/sendCaptcha",
+     "",
+     ""},
+    {"envoy",
+     {.target = "/v1/auth//api/../sendCaptcha/?t=1", .headers = {"Host: e"}},
+     OK,
+     "GET",
+     "/sendCaptcha/",
+     "t=1",
+     "e"},
+    {"envoy", {.target = "/v1/auth/"}, OK, "GET", "/", "", ""},
+    /* ... and refuses what has none, naming no byte of it. */
+    {"nginx",
+     {.headers = {"X-Original-URI: /sendCaptcha%2F?t=1",
+                  "X-Original-Method: GET"}},
+     NO(BAD_URI)},
+    {"", {.headers = {"X-Forwarded-Uri: /../sendCaptcha"}}, NO(BAD_URI)},
+    {"caddy",
+     {.headers = {"X-Forwarded-Uri: /sendCaptcha%", "X-Forwarded-Method: GET"}},
+     NO(BAD_URI)},
+    {"envoy", {.target = "/v1/auth/%2e%2e/sendCaptcha"}, NO(BAD_URI)},
+    {"envoy", {.target = "/v1/auth/sendCaptcha\\x"}, NO(BAD_URI)},
+    /* Ambiguity and an untrusted peer come first. */
+    {"",
+     {.headers = {"X-Original-URI: /%2F", "X-Forwarded-Uri: /a"}},
+     NO(AMBIGUOUS)},
+    {"nginx",
+     {.peer = CLIENT_PEER,
+      .headers = {"X-Original-URI: /%2F", "X-Original-Method: GET"}},
+     NO(UNIDENTIFIED)},
 };
 
 static const char *result_name(rateld_origin_result_t r)
 {
-    return r == OK ? "ok" : r == AMBIGUOUS ? "ambiguous" : "unidentified";
+    return r == OK          ? "ok"
+           : r == AMBIGUOUS ? "ambiguous"
+           : r == BAD_URI   ? "bad-uri"
+                            : "unidentified";
 }
 
 TEST(origin_every_gateway_table)
