@@ -19,9 +19,18 @@
  *
  * Limits (ratel_http_limits_t) bound what a client can make the server
  * hold: header bytes, body bytes, connections, requests in flight per
- * connection, the time to send a whole request (slowloris) and idle time.
- * A request past a limit gets its status (400, 408, 413, 431, 503) and the
+ * connection, the time to send a whole request (slowloris) and idle time. A
+ * request past a limit gets its status (408, 413, 414, 431, 503) and the
  * connection is closed; nothing is ever answered twice or lost.
+ *
+ * Strict parsing. What a front proxy could read differently is refused
+ * with 400 and the connection closed (nothing after it is parsed): an
+ * HTTP/1.1 request without exactly one Host (two in any version), a
+ * header name that is not a token, a control byte (but HTAB) in a header
+ * value or any in the target, a line ending in a bare LF in the head or
+ * the chunk framing, a chunk's data not followed by CR LF (strict.c).
+ * Every error the server answers by itself has the body
+ * {"error":"..."} (application/json) saying what was wrong.
  *
  * Clients that do not read their answers. A connection's answers that the
  * socket has not taken count against max_pipeline like requests in

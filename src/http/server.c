@@ -481,10 +481,10 @@ static void on_later(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------- accept */
 
 /* Past max_connections: a 503 and close, without a state machine. */
-static void refuse(int fd)
+static void refuse(int fd, const char *why)
 {
-    char buf[256], sink[1024];
-    size_t n = ratel__http_error_response(503, buf, sizeof buf);
+    char buf[512], sink[1024];
+    size_t n = ratel__http_error_response(503, why, buf, sizeof buf);
 
     /* Read what already came, so that close() sends FIN, not RST. */
     for (int i = 0; i < 4 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
@@ -560,7 +560,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         if (atomic_fetch_add(&server->nconns, 1) >=
             w->ctx.limits.max_connections) {
             atomic_fetch_sub(&server->nconns, 1);
-            refuse(fd);
+            refuse(fd, NULL);
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
