@@ -13,6 +13,7 @@
 
 #include "http/conn.h"
 #include "http/http.h"
+#include "http/peers.h"
 #include "http/strict.h"
 
 #include <arpa/inet.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NEXT "GET /next HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -279,10 +281,197 @@ TEST(http_strict_error_bodies)
     CHECK(strstr(buf, "{\"error\":\"a \\\"b\\\"\\\\\\u000a\"}\n") != NULL);
 }
 
+/* ------------------------------------------------ per-client cap */
+
+static void addr4(struct sockaddr_in *a, uint32_t ip)
+{
+    memset(a, 0, sizeof *a);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(ip);
+}
+
+/* The table against a plain array of counts, through random churn. */
+TEST(http_strict_peers_table)
+{
+    enum { ADDRS = 300, MAXC = 200, PER = 3 };
+    static unsigned ref[ADDRS];
+    static ratel__http_peer_key_t held[MAXC];
+    ratel__http_peers_t *p = ratel__http_peers_new(MAXC, PER);
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    ratel__http_peer_key_t k1, k2;
+    unsigned nheld = 0;
+
+    REQUIRE(p != NULL);
+    /* 10.0.0.1 over IPv4 and as ::ffff:10.0.0.1 over IPv6: one client. */
+    addr4(&a4, 0x0a000001);
+    memset(&a6, 0, sizeof a6);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr.s6_addr[10] = a6.sin6_addr.s6_addr[11] = 0xff;
+    a6.sin6_addr.s6_addr[12] = 10;
+    a6.sin6_addr.s6_addr[15] = 1;
+    CHECK(ratel__http_peers_acquire(p, (struct sockaddr *)&a4, sizeof a4, &k1));
+    CHECK(ratel__http_peers_acquire(p, (struct sockaddr *)&a6, sizeof a6, &k2));
+    CHECK_EQ(ratel__http_peers_count(p, &k1), 2);
+    ratel__http_peers_release(p, &k1);
+    ratel__http_peers_release(p, &k1); /* twice: counted once */
+    ratel__http_peers_release(p, &k2);
+    CHECK_EQ(ratel__http_peers_count(p, &k2), 0);
+    /* Not IP: let through, not counted. */
+    a4.sin_family = AF_UNIX;
+    CHECK(ratel__http_peers_acquire(p, (struct sockaddr *)&a4, sizeof a4, &k1));
+    CHECK(!k1.counted);
+
+    for (int step = 0; step < 20000; step++) {
+        uint64_t r = ratel_test_rand();
+        if (nheld && (nheld == MAXC || r % 2)) {
+            unsigned i = (unsigned)((r >> 8) % nheld);
+            unsigned idx = ntohl(*(uint32_t *)(held[i].addr + 12)) - 1;
+            ratel__http_peers_release(p, &held[i]);
+            ref[idx]--;
+            held[i] = held[--nheld];
+        } else {
+            unsigned idx = (unsigned)((r >> 8) % ADDRS);
+            ratel__http_peer_key_t k;
+            int ok;
+            addr4(&a4, idx + 1);
+            ok = ratel__http_peers_acquire(p, (struct sockaddr *)&a4, sizeof a4,
+                                           &k);
+            CHECK_EQ(ok, ref[idx] < PER);
+            if (ok) {
+                ref[idx]++;
+                held[nheld++] = k;
+            }
+        }
+        if (step % 1000 == 0)
+            for (unsigned i = 0; i < ADDRS; i++) {
+                ratel__http_peer_key_t k;
+                addr4(&a4, i + 1);
+                memset(&k, 0, sizeof k);
+                k.addr[10] = k.addr[11] = 0xff;
+                memcpy(k.addr + 12, &a4.sin_addr, 4);
+                CHECK_EQ(ratel__http_peers_count(p, &k), ref[i]);
+            }
+    }
+    while (nheld)
+        ratel__http_peers_release(p, &held[--nheld]);
+    ratel__http_peers_free(p);
+    ratel__http_peers_free(NULL);
+}
+
+typedef struct cap_server_s {
+    ratel_http_server_t *http;
+    pthread_t tid;
+    int port;
+} cap_server_t;
+
+static void *cap_main(void *arg)
+{
+    ratel_http_server_run(arg);
+    return NULL;
+}
+
+/* A connected socket from `from` (host order) to 127.0.0.1:port with a
+   1 s receive timeout, or -1. */
+static int connect_from(uint32_t from, int port)
+{
+    struct sockaddr_in src, dst;
+    struct timeval tv = {1, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    addr4(&src, from);
+    addr4(&dst, 0x7f000001);
+    dst.sin_port = htons((uint16_t)port);
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends a GET on fd and reads what comes within a second into buf. */
+static size_t get_on(int fd, char *buf, size_t cap)
+{
+    static const char req[] = "GET /cap HTTP/1.1\r\nHost: t\r\n\r\n";
+    size_t n = 0;
+
+    (void)!send(fd, req, sizeof req - 1, MSG_NOSIGNAL);
+    while (n < cap - 1) {
+        ssize_t k = recv(fd, buf + n, cap - 1 - n, 0);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+        if (strstr(buf, "path=/cap") || strstr(buf, "\"}\n"))
+            break;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+/* One client holding its share of idle connections is refused more
+   (503, JSON), while another address is still served, and the share
+   comes back when a connection closes. */
+TEST(http_strict_connections_per_client)
+{
+    ratel_http_options_t o;
+    cap_server_t s;
+    char err[256], buf[1024];
+    int a[3], b;
+
+    memset(&o, 0, sizeof o);
+    o.listen = "127.0.0.1:0";
+    o.limits.max_connections = 5;
+    o.limits.max_connections_per_client = 3;
+    o.handler = answer;
+    REQUIRE(ratel_http_server_new(&s.http, &o, err, sizeof err) == 0);
+    s.port = ratel_http_server_port(s.http);
+    REQUIRE(pthread_create(&s.tid, NULL, cap_main, s.http) == 0);
+    for (int i = 0; i < 3; i++) {
+        a[i] = connect_from(0x7f000001, s.port);
+        CHECK(a[i] >= 0);
+    }
+    /* Served on the held connections: they count. */
+    get_on(a[0], buf, sizeof buf);
+    CHECK(strstr(buf, "HTTP/1.1 200 ") != NULL);
+    b = connect_from(0x7f000001, s.port);
+    get_on(b, buf, sizeof buf);
+    CHECK(is_json_error(buf, 503, "max_connections_per_client"));
+    close(b);
+    b = connect_from(0x7f000002, s.port);
+    get_on(b, buf, sizeof buf);
+    CHECK(strstr(buf, "HTTP/1.1 200 ") != NULL);
+    close(b);
+    /* A closed connection gives its place back (once the server has
+       seen the close: retried for up to 2 s). */
+    close(a[2]);
+    for (int i = 0; i < 40; i++) {
+        struct timespec ts = {0, 50000000};
+        b = connect_from(0x7f000001, s.port);
+        get_on(b, buf, sizeof buf);
+        close(b);
+        if (strstr(buf, "HTTP/1.1 200 "))
+            break;
+        nanosleep(&ts, NULL);
+    }
+    CHECK(strstr(buf, "HTTP/1.1 200 ") != NULL);
+    close(a[0]);
+    close(a[1]);
+    ratel_http_server_stop(s.http, 0);
+    pthread_join(s.tid, NULL);
+    ratel_http_server_free(s.http);
+}
+
 RATEL_SUITE(http_strict) = {
     {"http_strict_requests", test_http_strict_requests},
     {"http_strict_bare_lf_desync", test_http_strict_bare_lf_desync},
     {"http_strict_helpers", test_http_strict_helpers},
     {"http_strict_error_bodies", test_http_strict_error_bodies},
+    {"http_strict_peers_table", test_http_strict_peers_table},
+    {"http_strict_connections_per_client",
+     test_http_strict_connections_per_client},
     {0, 0},
 };
