@@ -87,6 +87,10 @@ same bare_lf_desync "$(raw "POST /v1/acquire HTTP/1.1\r\n${H}X-A: a\nContent-Len
 same chunk_bare_lf "$(raw "POST /v1/acquire HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n3;x=y\nabc\r\n0\r\n\r\n$next")" "$refused"
 same chunk_data_without_crlf "$(raw "POST /v1/acquire HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n3\r\nabcXX0\r\n\r\n$next")" "$refused"
 same target_tab "$(raw "GET /heal\tthz HTTP/1.1\r\n$H\r\n$next")" "$refused"
+# Nothing refused ran: of the 20 permits of key "next", only the three
+# accepted pipelines above took one; "s" (smuggled) and "c" untouched.
+remaining() { curl -s "http://127.0.0.1:$port/v1/acquire?policy=ping&key=$1&peek=1" | grep -o '"remaining":[0-9]*'; }
+same refused_never_ran "$(remaining next) $(remaining s)" '"remaining":17 "remaining":20'
 
 # --- every error of the HTTP layer is JSON and closes
 big=$(head -c 1100 /dev/zero | tr '\0' a)
