@@ -22,6 +22,9 @@ const ratel__option_t ratel__limits_options[] = {
      LIMIT(max_body_bytes), NULL, NULL, NULL},
     {"max_connections", RATEL__OPTION_UINT, 1, 1000000, 1,
      LIMIT(max_connections), NULL, NULL, NULL},
+    /* 0 (the default) is off: no cap per client address. */
+    {"max_connections_per_client", RATEL__OPTION_UINT, 1, 1000000, 1,
+     LIMIT(max_connections_per_client), NULL, NULL, NULL},
     {"max_pipeline", RATEL__OPTION_UINT, 1, 1024, 1, LIMIT(max_pipeline), NULL,
      NULL, NULL},
     {"request_timeout_ms", RATEL__OPTION_MSEC, 1, 3600000, 1,

@@ -12,6 +12,7 @@
  * then gets real pointers and a reference on the buffer.
  */
 #include "http/conn_private.h"
+#include "http/strict.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,9 +307,12 @@ void ratel__http_conn_close(ratel__http_conn_t *c)
 
 /* ----------------------------------------------------------- parsing */
 
-static int fail(ratel__http_conn_t *c, int status)
+/* Stops the parser: the request gets `status`, with `why` (a static
+   string, NULL for the status's usual text) as its error. */
+static int fail(ratel__http_conn_t *c, int status, const char *why)
 {
     c->fail_status = status;
+    c->fail_msg = why;
     return -1;
 }
 
@@ -344,6 +348,7 @@ static int on_message_begin(http_parser *p)
     c->last_cb = CB_NONE;
     c->url.off = c->url.n = 0;
     c->body.off = c->body.n = 0;
+    c->chunked = 0;
     c->request_started_ms = c->now_ms;
     return 0;
 }
@@ -354,9 +359,11 @@ static int on_url(http_parser *p, const char *at, size_t n)
     size_t off = offset_of(c, at);
 
     if (off + n > c->ctx->limits.max_header_bytes)
-        return fail(c, 431);
+        return fail(c, 414, NULL);
+    if (!ratel__http_target_ok(at, n))
+        return fail(c, 400, "control byte in the request target");
     if (span_add(&c->url, c->last_cb == CB_URL, off, n) != 0)
-        return fail(c, 400);
+        return fail(c, 400, NULL);
     c->last_cb = CB_URL;
     return 0;
 }
@@ -369,13 +376,19 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
     if (c->headers_done)
         return 0; /* a trailer: ignored */
     if (off + n > c->ctx->limits.max_header_bytes)
-        return fail(c, 431);
+        return fail(c, 431, NULL);
+    /* The parser takes a space in a name; a proxy may drop or keep the
+       space, and then reads another header than we do. */
+    if (!ratel__http_is_token(at, n))
+        return fail(c, 400,
+                    "invalid header name: only token characters (RFC 9110 "
+                    "tchar) are accepted, no space or control byte");
     if (c->last_cb == CB_FIELD) {
         if (span_add(&c->names[c->nheaders - 1], 1, off, n) != 0)
-            return fail(c, 400);
+            return fail(c, 400, NULL);
     } else {
         if (c->nheaders == RATEL_HTTP_MAX_HEADERS)
-            return fail(c, 431);
+            return fail(c, 431, "more than 64 header fields");
         span_add(&c->names[c->nheaders], 0, off, n);
         span_add(&c->values[c->nheaders], 0, off + n, 0);
         c->nheaders++;
@@ -392,12 +405,15 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     if (c->headers_done)
         return 0;
     if (off + n > c->ctx->limits.max_header_bytes)
-        return fail(c, 431);
+        return fail(c, 431, NULL);
     /* A value in two pieces that do not touch is a folded line
        (obs-fold), which RFC 7230 lets a server refuse with 400. */
     if (c->nheaders == 0 || span_add(&c->values[c->nheaders - 1],
                                      c->last_cb == CB_VALUE, off, n) != 0)
-        return fail(c, 400);
+        return fail(c, 400, "folded header line (obs-fold) not accepted");
+    if (!ratel__http_value_ok(at, n))
+        return fail(c, 400,
+                    "control byte in a header value (only HTAB is accepted)");
     c->last_cb = CB_VALUE;
     return 0;
 }
@@ -412,6 +428,60 @@ static int lower_equal(const char *a, const char *b, size_t n)
             return 0;
     }
     return 1;
+}
+
+/* How many header fields are named `name` (lower case, n bytes). */
+static unsigned count_headers(const ratel__http_conn_t *c, const char *name,
+                              size_t n)
+{
+    const char *base = c->buf->data + c->start;
+    unsigned count = 0;
+
+    for (unsigned i = 0; i < c->nheaders; i++)
+        count +=
+            c->names[i].n == n && lower_equal(base + c->names[i].off, name, n);
+    return count;
+}
+
+/*
+ * The checks of a complete head the parser does not make: every line
+ * ends in CR LF, and an HTTP/1.1 request has exactly one Host (RFC 9112
+ * 3.2: 400 without it or with two; HTTP/1.0 may leave it out). Sets
+ * where a chunked body's framing starts. Returns 0, or fail()'s -1.
+ */
+static int check_head(ratel__http_conn_t *c, const http_parser *p)
+{
+    long head =
+        ratel__http_head_length(c->buf->data + c->start, c->len - c->start);
+    unsigned hosts = count_headers(c, "host", 4);
+
+    if (head <= 0)
+        return fail(c, 400,
+                    "a line ends in a bare LF; lines must end in CR LF");
+    if (hosts > 1)
+        return fail(c, 400, "more than one Host header");
+    if (hosts == 0 && p->http_minor >= 1)
+        return fail(c, 400, "an HTTP/1.1 request needs a Host header");
+    c->raw_end = (uint32_t)head;
+    c->frame = RATEL__FRAME_LINE;
+    c->chunked = (p->flags & F_CHUNKED) != 0;
+    return 0;
+}
+
+/* Checks a chunked body's framing up to `off` (from `start`): what the
+   parser consumed between the last data it reported and there. */
+static int check_framing(ratel__http_conn_t *c, size_t off)
+{
+    const char *base = c->buf->data + c->start;
+
+    if (!c->chunked || off <= c->raw_end)
+        return 0;
+    if (ratel__http_framing(&c->frame, base + c->raw_end, off - c->raw_end))
+        return fail(c, 400,
+                    "malformed chunked body: a line ends in a bare LF, or "
+                    "a chunk's data is not followed by CR LF");
+    c->raw_end = (uint32_t)off;
+    return 0;
 }
 
 /* 1 if the request says "Expect: 100-continue". */
@@ -439,10 +509,12 @@ static int on_headers_complete(http_parser *p)
 
     c->headers_done = 1;
     if (p->http_major != 1)
-        return fail(c, 505);
+        return fail(c, 505, NULL);
+    if (check_head(c, p) != 0)
+        return -1;
     if ((p->flags & F_CONTENTLENGTH) &&
         p->content_length > c->ctx->limits.max_body_bytes)
-        return fail(c, 413);
+        return fail(c, 413, NULL);
     has_body = (p->flags & F_CHUNKED) ||
                ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
     /* Tell a client waiting for it to send the body, unless earlier
@@ -462,7 +534,13 @@ static int on_body(http_parser *p, const char *at, size_t n)
     size_t off = offset_of(c, at);
 
     if ((size_t)c->body.n + n > c->ctx->limits.max_body_bytes)
-        return fail(c, 413);
+        return fail(c, 413, NULL);
+    if (check_framing(c, off) != 0)
+        return -1;
+    if (c->chunked) {
+        c->raw_end = (uint32_t)(off + n);
+        c->frame = RATEL__FRAME_DATA_CR;
+    }
     if (!c->body_started) {
         span_add(&c->body, 0, off, n);
         c->body_started = 1;
@@ -540,7 +618,7 @@ static void dispatch(ratel__http_conn_t *c)
     const char *method;
 
     if (!ex) {
-        ratel__http_conn_error(c, 503);
+        ratel__http_conn_error(c, 503, "server out of memory");
         return;
     }
     req = &ex->req;
@@ -603,6 +681,18 @@ static int may_dispatch(const ratel__http_conn_t *c)
            c->out_len - c->out_off < OUT_HIGH;
 }
 
+/* The parser stopped on an error: the status and text a callback set,
+   or the parser's own description of what it met. */
+static void parse_error(ratel__http_conn_t *c, enum http_errno e)
+{
+    if (c->fail_status)
+        ratel__http_conn_error(c, c->fail_status, c->fail_msg);
+    else if (e == HPE_HEADER_OVERFLOW)
+        ratel__http_conn_error(c, 431, NULL);
+    else
+        ratel__http_conn_error(c, 400, http_errno_description(e));
+}
+
 /* Parses what is buffered, dispatching each complete request, while
    may_dispatch() allows unless `all`. */
 static void parse(ratel__http_conn_t *c, int all)
@@ -618,14 +708,14 @@ static void parse(ratel__http_conn_t *c, int all)
         c->parsed += k;
         if (e == HPE_PAUSED) {
             http_parser_pause(&c->parser, 0);
-            dispatch(c);
-            continue;
+            if (check_framing(c, c->parsed - c->start) == 0) {
+                dispatch(c);
+                continue;
+            }
+            e = HPE_CB_message_complete;
         }
         if (e != HPE_OK) {
-            int status = c->fail_status             ? c->fail_status
-                         : e == HPE_HEADER_OVERFLOW ? 431
-                                                    : 400;
-            ratel__http_conn_error(c, status);
+            parse_error(c, e);
             return;
         }
         break;
@@ -636,11 +726,15 @@ static void parse(ratel__http_conn_t *c, int all)
         c->start = c->parsed; /* blank lines between requests */
     } else if (!c->headers_done) {
         if (c->len - c->start > lim->max_header_bytes)
-            ratel__http_conn_error(c, 431);
+            ratel__http_conn_error(c, 431, NULL);
+    } else if (check_framing(c, c->parsed - c->start) != 0) {
+        parse_error(c, HPE_CB_body);
     } else if (c->body_started) {
         /* Everything after the body so far is chunk framing the parser
-           has consumed: the next bytes go right after the body. */
+           has consumed (and checked above): the next bytes go right
+           after the body. */
         c->len = c->parsed = c->start + c->body.off + c->body.n;
+        c->raw_end = c->body.off + c->body.n;
     }
 }
 
@@ -674,7 +768,7 @@ char *ratel__http_conn_read_space(ratel__http_conn_t *c, size_t *room)
     max = (size_t)ctx->limits.max_header_bytes + ctx->limits.max_body_bytes +
           4 * min_room;
     if (need > max) {
-        ratel__http_conn_error(c, c->headers_done ? 413 : 431);
+        ratel__http_conn_error(c, c->headers_done ? 413 : 431, NULL);
         return NULL;
     }
     if (b->refs == 1) {
@@ -776,7 +870,7 @@ int ratel__http_conn_tick(ratel__http_conn_t *c, int64_t now_ms)
     if (c->in_request && !c->no_more &&
         now_ms - c->request_started_ms >= (int64_t)lim->request_timeout_ms) {
         c->now_ms = now_ms;
-        ratel__http_conn_error(c, 408);
+        ratel__http_conn_error(c, 408, NULL);
         return 0;
     }
     if (c->out_off != c->out_len)

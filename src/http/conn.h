@@ -219,8 +219,10 @@ int ratel__http_conn_drain(ratel__http_conn_t *c, int64_t now_ms);
 void ratel__http_conn_close(ratel__http_conn_t *c);
 
 /* Queues an error response (`status`, closing) after the responses
-   already owed; nothing more is parsed. */
-void ratel__http_conn_error(ratel__http_conn_t *c, int status);
+   already owed; nothing more is parsed. `text` (static, or NULL for the
+   status's usual text) is the body's {"error": ...}. */
+void ratel__http_conn_error(ratel__http_conn_t *c, int status,
+                            const char *text);
 
 /* Returns the read buffer to the pool if nothing needs it (an idle
    keep-alive connection holds no buffer), and frees an empty output
@@ -230,10 +232,15 @@ void ratel__http_conn_trim(ratel__http_conn_t *c);
 /* Requests dispatched and not yet answered. */
 unsigned ratel__http_conn_inflight(const ratel__http_conn_t *c);
 
-/* A small complete response with Connection: close, for refusing a
-   connection before it has a state machine (503 at accept). Returns its
-   length (at most len, which should be >= 128). */
-size_t ratel__http_error_response(int status, char *buf, size_t len);
+/*
+ * The one builder of the errors the HTTP layer answers by itself (400,
+ * 408, 413, 414, 431, 503, 505): a complete response with Connection:
+ * close, Content-Type application/json and the body {"error":"TEXT"}
+ * (TEXT JSON-escaped; NULL: the status's usual text, naming the limit
+ * passed). Returns its length (at most len, which should be >= 512).
+ */
+size_t ratel__http_error_response(int status, const char *text, char *buf,
+                                  size_t len);
 
 #ifdef __cplusplus
 }

@@ -65,7 +65,13 @@ struct ratel__http_conn_s {
     span_t url, body;
     span_t names[RATEL_HTTP_MAX_HEADERS], values[RATEL_HTTP_MAX_HEADERS];
     unsigned nheaders;
-    int fail_status; /* set by a callback that stops the parser */
+    int fail_status;      /* set by a callback that stops the parser */
+    const char *fail_msg; /* and why, for the error's body (static) */
+    /* A chunked body's framing: checked up to raw_end (an offset from
+       `start`, after the last chunk data as the parser saw it, before
+       on_body moved the data down); `frame` says what must come next. */
+    uint32_t raw_end;
+    unsigned char chunked, frame;
     int64_t request_started_ms, active_ms;
     unsigned char last_cb, in_request, headers_done, body_started;
 
@@ -82,6 +88,7 @@ struct ratel__http_conn_s {
     int64_t out_progress_ms;
 
     int err_status;          /* an error response owed after the queue */
+    const char *err_msg;     /* its {"error": ...} text (static), or NULL */
     unsigned char dead;      /* the socket is gone */
     unsigned char no_more;   /* parse no further request */
     unsigned char closing;   /* close once the queue is empty and written */

@@ -18,10 +18,20 @@
  * connection always leave in request order (HTTP pipelining).
  *
  * Limits (ratel_http_limits_t) bound what a client can make the server
- * hold: header bytes, body bytes, connections, requests in flight per
- * connection, the time to send a whole request (slowloris) and idle time.
- * A request past a limit gets its status (400, 408, 413, 431, 503) and the
- * connection is closed; nothing is ever answered twice or lost.
+ * hold: header bytes, body bytes, connections (in all and, optionally,
+ * per client address), requests in flight per connection, the time to
+ * send a whole request (slowloris) and idle time. A request past a limit
+ * gets its status (408, 413, 414, 431, 503) and the connection is
+ * closed; nothing is ever answered twice or lost.
+ *
+ * Strict parsing. What a front proxy could read differently is refused
+ * with 400 and the connection closed (nothing after it is parsed): an
+ * HTTP/1.1 request without exactly one Host (two in any version), a
+ * header name that is not a token, a control byte (but HTAB) in a header
+ * value or any in the target, a line ending in a bare LF in the head or
+ * the chunk framing, a chunk's data not followed by CR LF (strict.c).
+ * Every error the server answers by itself has the body
+ * {"error":"..."} (application/json) saying what was wrong.
  *
  * Clients that do not read their answers. A connection's answers that the
  * socket has not taken count against max_pipeline like requests in
@@ -108,9 +118,12 @@ typedef void (*ratel_http_handler_fn)(void *ud, ratel_http_exchange_t *ex,
 typedef void (*ratel_http_flush_fn)(void *ud, unsigned thread);
 
 typedef struct ratel_http_limits_s {
-    size_t max_header_bytes;     /* request line + headers; 0: 8 KiB (431) */
-    size_t max_body_bytes;       /* 0: 64 KiB (413) */
-    unsigned max_connections;    /* per server; 0: 10,000 (then 503 + close) */
+    size_t max_header_bytes;  /* request line + headers; 0: 8 KiB (431) */
+    size_t max_body_bytes;    /* 0: 64 KiB (413) */
+    unsigned max_connections; /* per server; 0: 10,000 (then 503 + close) */
+    unsigned max_connections_per_client; /* per TCP peer address (IPv4
+                                    or IPv6); 0: no cap (then 503 + close
+                                    for that client only) */
     unsigned max_pipeline;       /* requests in flight per connection; 0: 64 */
     unsigned request_timeout_ms; /* a started request must be complete
                                     within; 0: 10,000 (408) */

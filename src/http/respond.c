@@ -33,13 +33,65 @@ void ratel__http_out_append(ratel__http_conn_t *c, const char *p, size_t n)
     c->out_len += n;
 }
 
-size_t ratel__http_error_response(int status, char *buf, size_t len)
+/* What an error the server answers by itself says when its cause gives
+   no more precise text; the limits are named as in the config. */
+static const struct {
+    int status;
+    const char *text;
+} error_texts[] = {
+    {400, "malformed HTTP request"},
+    {408, "request not complete within limits.request_timeout_ms"},
+    {413, "request body larger than limits.max_body_bytes"},
+    {414, "request target longer than limits.max_header_bytes"},
+    {431, "request line and headers larger than limits.max_header_bytes"},
+    {503, "server busy: too many connections (limits.max_connections)"},
+    {505, "HTTP version not supported: send HTTP/1.1 or HTTP/1.0"},
+};
+
+static const char *error_text(int status)
 {
-    const char *reason = ratel_http_reason(status);
-    int n = snprintf(buf, len,
-                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
-                     status, reason, strlen(reason) + 1, reason);
+    for (size_t i = 0; i < sizeof error_texts / sizeof error_texts[0]; i++)
+        if (error_texts[i].status == status)
+            return error_texts[i].text;
+    return ratel_http_reason(status);
+}
+
+/* Copies `text` into out (cap bytes, cap >= 8) as the inside of a JSON
+   string, cut short rather than overflowing; returns the length. */
+static size_t json_escape(const char *text, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+
+    for (; *text && n + 6 < cap; text++) {
+        unsigned char ch = (unsigned char)*text;
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            memcpy(out + n, "\\u00", 4);
+            out[n + 4] = hex[ch >> 4];
+            out[n + 5] = hex[ch & 15];
+            n += 6;
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    return n;
+}
+
+size_t ratel__http_error_response(int status, const char *text, char *buf,
+                                  size_t len)
+{
+    char esc[256];
+    size_t elen =
+        json_escape(text ? text : error_text(status), esc, sizeof esc);
+    int n =
+        snprintf(buf, len,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n"
+                 "{\"error\":\"%.*s\"}\n",
+                 status, ratel_http_reason(status), elen + 13, (int)elen, esc);
     if (n < 0)
         return 0;
     return (size_t)n < len ? (size_t)n : len;
@@ -48,10 +100,12 @@ size_t ratel__http_error_response(int status, char *buf, size_t len)
 /* Writes the owed error response (the queue is empty). */
 static void emit_error(ratel__http_conn_t *c)
 {
-    char tmp[256];
-    size_t n = ratel__http_error_response(c->err_status, tmp, sizeof tmp);
+    char tmp[512];
+    size_t n =
+        ratel__http_error_response(c->err_status, c->err_msg, tmp, sizeof tmp);
 
     c->err_status = 0;
+    c->err_msg = NULL;
     c->closing = 1;
     if (c->close_out)
         return; /* the client was already told the connection closes */
@@ -59,13 +113,14 @@ static void emit_error(ratel__http_conn_t *c)
     c->close_out = 1;
 }
 
-void ratel__http_conn_error(ratel__http_conn_t *c, int status)
+void ratel__http_conn_error(ratel__http_conn_t *c, int status, const char *text)
 {
     if (c->dead || c->err_status || c->close_out)
         return;
     c->no_more = 1;
     c->in_request = 0;
     c->err_status = status;
+    c->err_msg = text;
     if (!c->head)
         emit_error(c);
     ratel__http_wake(c);

@@ -6,7 +6,8 @@
  * SO_REUSEPORT, an eventfd for stop() and its connections; nothing is
  * shared between workers but the connection count. A worker's callbacks:
  *
- *   accept   accept4() until EAGAIN; 503 and close past max_connections
+ *   accept   accept4() until EAGAIN; 503 and close past max_connections,
+ *            or past max_connections_per_client from one address
  *   read     recv() into the connection's buffer, parse, dispatch
  *   flush    after a pass that dispatched requests: the user's flush hook
  *   output   answers given outside the above (rare), written in one go
@@ -29,6 +30,7 @@
  */
 #include "http/conn.h"
 #include "http/listen.h"
+#include "http/peers.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -91,6 +93,7 @@ typedef struct sock_s {
     unsigned char later; /* used its rounds: serviced at the next pass */
     int64_t linger_deadline_ms;
     struct event rev, wev;
+    ratel__http_peer_key_t peer; /* its count in server->peers */
 } sock_t;
 
 struct worker_s {
@@ -122,6 +125,9 @@ struct ratel_http_server_s {
     atomic_uint drain_ms;
     atomic_llong trim_ms;  /* the last malloc_trim() */
     atomic_uint listening; /* listening sockets still open */
+    /* Connections per client address; NULL without
+       max_connections_per_client. */
+    ratel__http_peers_t *peers;
 };
 
 static void release_claim(ratel_http_server_t *server);
@@ -185,6 +191,7 @@ static void sock_free(sock_t *s)
     if (s->next)
         s->next->prev = s->prev;
     atomic_fetch_sub(&w->server->nconns, 1);
+    ratel__http_peers_release(w->server->peers, &s->peer);
     if (w->nfree_socks < POOL_SOCKS) {
         s->next = w->free_socks;
         w->free_socks = s;
@@ -480,11 +487,12 @@ static void on_later(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------- accept */
 
-/* Past max_connections: a 503 and close, without a state machine. */
-static void refuse(int fd)
+/* Past max_connections (or the client's share): a 503 and close, without
+   a state machine. */
+static void refuse(int fd, const char *why)
 {
-    char buf[256], sink[1024];
-    size_t n = ratel__http_error_response(503, buf, sizeof buf);
+    char buf[512], sink[1024];
+    size_t n = ratel__http_error_response(503, why, buf, sizeof buf);
 
     /* Read what already came, so that close() sends FIN, not RST. */
     for (int i = 0; i < 4 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
@@ -529,6 +537,32 @@ static sock_t *sock_new(worker_t *w, const ratel__http_proto_t *proto, int fd,
     return s;
 }
 
+/*
+ * Counts an accepted connection against max_connections and its
+ * client's share. Returns 1, or 0 after refusing it (503 and close).
+ */
+static int admit(ratel_http_server_t *server, int fd,
+                 const struct sockaddr_storage *ss, socklen_t len,
+                 ratel__http_peer_key_t *key)
+{
+    key->counted = 0;
+    if (atomic_fetch_add(&server->nconns, 1) >=
+        server->options.limits.max_connections) {
+        atomic_fetch_sub(&server->nconns, 1);
+        refuse(fd, NULL);
+        return 0;
+    }
+    if (server->peers &&
+        !ratel__http_peers_acquire(server->peers, (const struct sockaddr *)ss,
+                                   len, key)) {
+        atomic_fetch_sub(&server->nconns, 1);
+        refuse(fd, "too many connections from this client address "
+                   "(limits.max_connections_per_client)");
+        return 0;
+    }
+    return 1;
+}
+
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     listener_t *l = arg;
@@ -541,6 +575,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
         int one = 1, lowat = NOTSENT_LOWAT;
+        ratel__http_peer_key_t key;
+        sock_t *s;
         int fd = accept4(lfd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -557,17 +593,16 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             }
             return;
         }
-        if (atomic_fetch_add(&server->nconns, 1) >=
-            w->ctx.limits.max_connections) {
-            atomic_fetch_sub(&server->nconns, 1);
-            refuse(fd);
+        if (!admit(server, fd, &ss, len, &key))
             continue;
-        }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
-        if (!sock_new(w, l->addr->proto, fd, (struct sockaddr *)&ss, len,
-                      now)) {
+        s = sock_new(w, l->addr->proto, fd, (struct sockaddr *)&ss, len, now);
+        if (s) {
+            s->peer = key;
+        } else {
             atomic_fetch_sub(&server->nconns, 1);
+            ratel__http_peers_release(server->peers, &key);
             close(fd);
         }
     }
@@ -839,6 +874,16 @@ int ratel_http_server_new(ratel_http_server_t **out,
     server->options = *options;
     ratel__http_limits_fill(&server->options.limits, &options->limits);
     server->nworkers = options->threads ? options->threads : 1;
+    if (server->options.limits.max_connections_per_client) {
+        server->peers = ratel__http_peers_new(
+            server->options.limits.max_connections,
+            server->options.limits.max_connections_per_client);
+        if (!server->peers) {
+            snprintf(err, errlen, "http server: out of memory");
+            ratel_http_server_free(server);
+            return -1;
+        }
+    }
     server->workers = calloc(server->nworkers, sizeof *server->workers);
     if (!server->workers) {
         snprintf(err, errlen, "http server: out of memory");
@@ -965,6 +1010,7 @@ void ratel_http_server_free(ratel_http_server_t *server)
     for (unsigned i = 0; server->workers && i < server->nworkers; i++)
         worker_free(&server->workers[i]);
     free(server->workers);
+    ratel__http_peers_free(server->peers);
     release_claim(server);
     for (unsigned i = 0; i < server->naddresses; i++)
         free(server->addresses[i].text);

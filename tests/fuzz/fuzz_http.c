@@ -41,8 +41,14 @@
  *     ones are unanswered or answered but not completely taken by the
  *     socket (except when draining, which answers what was received);
  *   - a response without X-Seq is an error the server made (400, 408, 413,
- *     431, 503, 505) and says Connection: close; after a response saying
- *     Connection: close nothing more is sent and no request dispatched;
+ *     414, 431, 503, 505), says Connection: close and carries a JSON body
+ *     {"error":"..."} (Content-Type application/json); after a response
+ *     saying Connection: close nothing more is sent and no request
+ *     dispatched;
+ *   - a dispatched request is well-formed as http-parser alone does not
+ *     ensure: header names are tokens (RFC 9110 tchar), values hold no
+ *     control byte but HTAB, the target no space or control byte, and an
+ *     HTTP/1.1 request has exactly one Host (an HTTP/1.0 one at most one);
  *   - a request's strings are intact when it is answered (a digest taken
  *     at dispatch is recomputed at answer time; AddressSanitizer watches
  *     the reads).
@@ -53,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define ASSERT(cond)                                                           \
     do {                                                                       \
@@ -147,6 +154,35 @@ static void answer(const held_t *h)
     ratel_http_respond(h->ex, status, headers, 2, body, (size_t)n);
 }
 
+static int is_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+           (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* What the connection guarantees of every request it dispatches. */
+static void check_request(const ratel_http_request_t *req)
+{
+    unsigned hosts = 0;
+
+    for (size_t i = 0; i < req->target.n; i++)
+        ASSERT((unsigned char)req->target.p[i] > ' ' &&
+               req->target.p[i] != 0x7f);
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const ratel_http_header_t *h = &req->headers[i];
+        ASSERT(h->name.n > 0);
+        for (size_t j = 0; j < h->name.n; j++)
+            ASSERT(is_tchar((unsigned char)h->name.p[j]));
+        for (size_t j = 0; j < h->value.n; j++) {
+            unsigned char c = (unsigned char)h->value.p[j];
+            ASSERT(c == '\t' || (c >= ' ' && c != 0x7f));
+        }
+        hosts += h->name.n == 4 && strncasecmp(h->name.p, "host", 4) == 0;
+    }
+    ASSERT(hosts <= 1);
+    ASSERT(hosts == 1 || req->http_minor == 0);
+}
+
 static void handler(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req)
 {
@@ -162,6 +198,7 @@ static void handler(void *ud, ratel_http_exchange_t *ex,
     ASSERT(req->nheaders <= RATEL_HTTP_MAX_HEADERS);
     ASSERT(req->http_minor == 0 || req->http_minor == 1);
     ASSERT(req->path.n > 0 && req->method.n > 0);
+    check_request(req);
     fz.digest[h.seq % SEQ_MAX] = digest(req);
     fz.head[h.seq % SEQ_MAX] =
         req->method.n == 4 && memcmp(req->method.p, "HEAD", 4) == 0;
@@ -262,11 +299,18 @@ static void check_output(void)
                 clen = 0; /* HEAD: the length of a body not sent */
         } else {
             ASSERT(status == 400 || status == 408 || status == 413 ||
-                   status == 431 || status == 503 || status == 505);
+                   status == 414 || status == 431 || status == 503 ||
+                   status == 505);
             ASSERT(header_value(p, hend + 2, "Connection") != NULL);
+            v = header_value(p, hend + 2, "Content-Type");
+            ASSERT(v && memcmp(v, "application/json\r\n", 18) == 0);
         }
         if ((size_t)(end - p) < head_len + clen)
             return; /* the body is still coming */
+        if (!has_seq)
+            ASSERT(clen > 13 &&
+                   memcmp(p + head_len, "{\"error\":\"", 10) == 0 &&
+                   memcmp(p + head_len + clen - 3, "\"}\n", 3) == 0);
         if (has_seq)
             fz.next_seq++;
         v = header_value(p, hend + 2, "Connection");

@@ -294,13 +294,13 @@ raw() { # raw BYTES: what rateld answers (2 s at most)
 contains garbage "$(raw 'HELLO WORLD\r\n\r\n')" ' 400 '
 contains bad_version "$(raw 'GET / HTTP/9.9\r\n\r\n')" 'HTTP/1.1 '
 big=$(head -c 6000 /dev/zero | tr '\0' a)
-contains header_too_big "$(raw "GET /healthz HTTP/1.1\r\nX-Big: $big\r\n\r\n")" ' 431 '
+contains header_too_big "$(raw "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: $big\r\n\r\n")" ' 431 '
 body=$(head -c 2000 /dev/zero | tr '\0' a)
-contains body_too_big "$(raw "POST /v1/acquire HTTP/1.1\r\nContent-Length: 2000\r\n\r\n$body")" ' 413 '
-pipelined=$(raw 'GET /healthz HTTP/1.1\r\n\r\nGET /v1/acquire?policy=sms&key=2 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n')
+contains body_too_big "$(raw "POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n$body")" ' 413 '
+pipelined=$(raw 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/acquire?policy=sms&key=2 HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
 same pipelined_count "$(grep -c '^HTTP/1.1 200' <<<"$pipelined")" 3
 contains truncated_then_timeout "$(raw 'GET /healthz HTTP/1.1\r\nHost: x')" ' 408 '
-contains pipelined_garbage "$(raw 'GET /healthz HTTP/1.1\r\n\r\n\x01\x02\x03 garbage\r\n\r\n')" ' 400 '
+contains pipelined_garbage "$(raw 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x01\x02\x03 garbage\r\n\r\n')" ' 400 '
 same alive_after_hostile "$(code "$base/healthz")" 200
 
 # --- concurrent rules: leases in the decision, /v1/release

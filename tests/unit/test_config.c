@@ -201,6 +201,10 @@ TEST(config_server_fields)
     CHECK_EQ(c->limits.request_timeout_ms, 1500);
     CHECK_EQ(c->limits.idle_timeout_ms, 0);
     rateld_config_free(c);
+    c = parse_ok("limits:\n  max_connections_per_client: 20\n" P);
+    REQUIRE(c);
+    CHECK_EQ(c->limits.max_connections_per_client, 20);
+    rateld_config_free(c);
 
     c = parse_ok("admin_token: \"\"\ntrusted_proxies: []\n" P);
     REQUIRE(c);
@@ -418,6 +422,9 @@ static const bad_case_t bad_cases[] = {
      "limits.max_conections: unknown field; accepted: max_header_bytes, "
      "max_body_bytes, max_connections"},
     {"limits:\n  idle_timeout_ms: 86400001\n" P, 2, "out of range"},
+    {"limits:\n  max_connections_per_client: 1000001\n" P, 2,
+     "limits.max_connections_per_client: 1000001 is out of range; accepted: "
+     "0 (the default) or 1..1000000"},
     {"limits:\n  max_pipeline: 1k\n" P, 2, "expected a whole number"},
     /* The store. */
     {"store: memory\n" P, 1, "store: expected a mapping"},

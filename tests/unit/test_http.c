@@ -882,7 +882,8 @@ TEST(http_version_rules)
         0)
         CHECK(!r.close &&
               strstr(r.head, "\r\nConnection: keep-alive\r\n") != NULL);
-    if (roundtrip(c, "GET /b HTTP/1.1\r\nConnection: close\r\n\r\n", &r) == 0) {
+    if (roundtrip(c, "GET /b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                  &r) == 0) {
         CHECK(r.close && body_has(&r, "ka=0"));
         CHECK(client_closed(c));
     }
@@ -931,18 +932,21 @@ TEST(http_bodies)
     REQUIRE(start(&s, NULL) == 0);
     c = client(s.port);
     if (roundtrip(c,
-                  "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello=world",
+                  "POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: "
+                  "11\r\n\r\nhello=world",
                   &r) == 0)
         CHECK(body_has(&r, "method=POST\n") &&
               body_has(&r, "body=hello=world"));
     if (roundtrip(c,
-                  "POST /defer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "POST /defer HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+                  "chunked\r\n\r\n"
                   "5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nT: 1\r\n\r\n",
                   &r) == 0)
         CHECK(body_has(&r, "body=hello world") && !body_has(&r, "h:T="));
     /* Expect: 100-continue: the interim answer, then the body. */
-    CHECK(client_sends(c, "PUT /e HTTP/1.1\r\nExpect: 100-continue\r\n"
-                          "Content-Length: 3\r\n\r\n") == 0);
+    CHECK(client_sends(c,
+                       "PUT /e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 3\r\n\r\n") == 0);
     while (c->len < 25 && client_fill(c) > 0)
         ;
     CHECK(c->len >= 25 &&
@@ -950,7 +954,8 @@ TEST(http_bodies)
     if (roundtrip(c, "abc", &r) == 0)
         CHECK(body_has(&r, "method=PUT") && body_has(&r, "body=abc"));
     /* HEAD: the length, no body; the next response follows at once. */
-    CHECK(client_sends(c, "HEAD /h HTTP/1.1\r\n\r\n" GET("/g")) == 0);
+    CHECK(client_sends(c, "HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n" GET("/g")) ==
+          0);
     while (!memmem(c->buf, c->len, "path=/g", 7) && client_fill(c) > 0)
         ;
     {
@@ -1007,19 +1012,21 @@ TEST(http_limits_errors)
     lim.max_body_bytes = 1024;
     REQUIRE(start(&s, &lim) == 0);
     n = (size_t)snprintf(big, sizeof big,
-                         "GET / HTTP/1.1\r\nX-Big: %02000d\r\n\r\n", 0);
+                         "GET / HTTP/1.1\r\nHost: t\r\nX-Big: %02000d\r\n\r\n",
+                         0);
     CHECK_EQ(error_status(s.port, big, n), 431);
-    n = (size_t)snprintf(big, sizeof big, "GET / HTTP/1.1\r\n");
+    n = (size_t)snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: t\r\n");
     for (int i = 0; i < RATEL_HTTP_MAX_HEADERS + 1; i++)
         n += (size_t)snprintf(big + n, sizeof big - n, "H%d: v\r\n", i);
     n += (size_t)snprintf(big + n, sizeof big - n, "\r\n");
     CHECK_EQ(error_status(s.port, big, n), 431);
-    n = (size_t)snprintf(big, sizeof big,
-                         "POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    n = (size_t)snprintf(
+        big, sizeof big,
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n");
     CHECK_EQ(error_status(s.port, big, n), 413);
     n = (size_t)snprintf(
         big, sizeof big,
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
     for (int i = 0; i < 20; i++)
         n += (size_t)snprintf(big + n, sizeof big - n, "64\r\n%0100d\r\n", i);
     CHECK_EQ(error_status(s.port, big, n), 413);
