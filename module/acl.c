@@ -177,13 +177,15 @@ static void acl_setuser_filter(RedisModuleCommandFilterCtx *f)
         size_t len;
         const char *s = RedisModule_StringPtrLen(
             RedisModule_CommandFilterArgGet(f, pos), &len);
-        int starts = len > 0 && s[0] == '(', ends = len > 0 && s[len - 1] == ')';
+        int starts = len > 0 && s[0] == '(',
+            ends = len > 0 && s[len - 1] == ')';
 
         if (len == 0)
             continue;
-        if ((starts && !ends) || open || starts) {
+        if (open || starts) {
             RedisModuleString *rewritten = expand_selector_arg(s, len);
-            open = (starts && !ends) || (open && !ends);
+            /* Inside a selector until an argument ends with ")". */
+            open = !ends;
             if (rewritten)
                 RedisModule_CommandFilterArgReplace(f, pos, rewritten);
             continue;

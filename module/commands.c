@@ -26,28 +26,31 @@
 #define SINCE "0.1.0"
 
 #define KEY_ARG                                                                \
-    {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
+    {                                                                          \
+        .name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0   \
+    }
 #define RULES_ARG                                                              \
-    {.name = "rule",                                                           \
-     .type = REDISMODULE_ARG_TYPE_STRING,                                      \
-     .key_spec_index = -1,                                                     \
-     .summary = "LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE]: 1 to 8 rules, "      \
-                "applied all-or-nothing",                                      \
-     .flags = REDISMODULE_CMD_ARG_MULTIPLE}
+    {                                                                          \
+        .name = "rule", .type = REDISMODULE_ARG_TYPE_STRING,                   \
+        .key_spec_index = -1,                                                  \
+        .summary = "LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE]: 1 to 8 rules, "   \
+                   "applied all-or-nothing",                                   \
+        .flags = REDISMODULE_CMD_ARG_MULTIPLE                                  \
+    }
 #define AT_ARG                                                                 \
-    {.name = "unix-time-milliseconds",                                         \
-     .type = REDISMODULE_ARG_TYPE_UNIX_TIME,                                   \
-     .key_spec_index = -1,                                                     \
-     .token = "AT",                                                            \
-     .summary = "decide at this instant instead of the server's clock",        \
-     .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+    {                                                                          \
+        .name = "unix-time-milliseconds",                                      \
+        .type = REDISMODULE_ARG_TYPE_UNIX_TIME, .key_spec_index = -1,          \
+        .token = "AT",                                                         \
+        .summary = "decide at this instant instead of the server's clock",     \
+        .flags = REDISMODULE_CMD_ARG_OPTIONAL                                  \
+    }
 #define COST_ARG(what)                                                         \
-    {.name = "cost",                                                           \
-     .type = REDISMODULE_ARG_TYPE_INTEGER,                                     \
-     .key_spec_index = -1,                                                     \
-     .token = "COST",                                                          \
-     .summary = what,                                                          \
-     .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+    {                                                                          \
+        .name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER,                  \
+        .key_spec_index = -1, .token = "COST", .summary = what,                \
+        .flags = REDISMODULE_CMD_ARG_OPTIONAL                                  \
+    }
 
 static RedisModuleCommandArg acquire_args[] = {
     KEY_ARG,
@@ -70,7 +73,10 @@ static RedisModuleCommandArg acquire_args[] = {
     {0}};
 
 static RedisModuleCommandArg refund_args[] = {
-    KEY_ARG, COST_ARG("permits to give back (default 1)"), AT_ARG, RULES_ARG,
+    KEY_ARG,
+    COST_ARG("permits to give back (default 1)"),
+    AT_ARG,
+    RULES_ARG,
     {0}};
 
 static RedisModuleCommandArg release_args[] = {
@@ -187,8 +193,8 @@ static int create(RedisModuleCtx *ctx, const command_t *c,
 
     /* One key, the first argument: cluster routing sees it at once; the
        key spec below says what the command does with it. */
-    if (!fn || RedisModule_CreateCommand(ctx, c->name, fn, c->flags, 1, 1,
-                                         1) != REDISMODULE_OK)
+    if (!fn || RedisModule_CreateCommand(ctx, c->name, fn, c->flags, 1, 1, 1) !=
+                   REDISMODULE_OK)
         return REDISMODULE_ERR;
     cmd = RedisModule_GetCommand(ctx, c->name);
     if (!cmd || set_info(cmd, c) != REDISMODULE_OK) {
@@ -217,8 +223,7 @@ int ratel__commands_register(RedisModuleCtx *ctx,
         set_acl_categories = NULL;
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (create(ctx, &commands[i],
-                   handler_of(commands[i].name, handlers, n)) !=
-            REDISMODULE_OK)
+                   handler_of(commands[i].name, handlers, n)) != REDISMODULE_OK)
             return REDISMODULE_ERR;
     if (set_acl_categories)
         return REDISMODULE_OK;
