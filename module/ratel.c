@@ -16,6 +16,9 @@
  *   foreign string, a newer version) is refused by every command, RESET
  *   included. Nothing is written when a command fails.
  * - A policy's rules are parsed once and kept (module/args.c).
+ * - What each command declares to Redis - flags, key spec, ACL categories,
+ *   COMMAND DOCS - is module/commands.c's table; module/acl.c stands in
+ *   for the categories on servers that cannot attach them (Redis 7.0).
  */
 #include "redismodule.h"
 
