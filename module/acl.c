@@ -57,6 +57,9 @@ static size_t expansion(const char *rule, size_t len, char *out, size_t cap)
 {
     size_t n = 0;
 
+    /* Redis reads a category's name as a C string: "-@write\0x" is
+       -@write to it, so it is to us. */
+    len = strnlen(rule, len);
     if (len < 3 || (rule[0] != '+' && rule[0] != '-') || rule[1] != '@')
         return 0;
     for (size_t i = 0; i < ratel__commands_count(); i++) {
@@ -99,14 +102,15 @@ static RedisModuleString *expand_selector_arg(const char *s, size_t len)
 {
     RedisModuleString *out = NULL;
     char exp[EXPANSION_MAX];
-    size_t i = 0, copied = 0;
+    size_t i = 0, copied = 0, end = strnlen(s, len);
 
-    while (i < len) {
+    /* Redis splits a selector as a C string: nothing after a NUL counts. */
+    while (i < end) {
         size_t start, rs, re, n;
-        while (i < len && isspace((unsigned char)s[i]))
+        while (i < end && isspace((unsigned char)s[i]))
             i++;
         start = i;
-        i = token_end(s, len, i);
+        i = token_end(s, end, i);
         rs = start;
         re = i;
         while (rs < re && s[rs] == '(')

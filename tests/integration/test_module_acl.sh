@@ -147,6 +147,27 @@ denied_key sel_quoted_write_c_read_only "$(as sel RATEL.ACQUIRE c:1 1/1s)"
 contains sel_rewritten_inside "$(rcli "$port" ACL GETUSER sel | tr '\n' ' ')" \
     "commands -@all +@read +ratel.info keys ~a:*"
 
+# What an administrator could type by mistake, or an attacker with ACL
+# rights on purpose: rules cut by a NUL byte (Redis reads a category name
+# as a C string, so must the module), selectors spread over arguments,
+# stray parentheses, thousands of rules. The server keeps answering and
+# no category rule misses RATEL.*.
+printf 'ACL SETUSER nul on >pw +@all "-@write\\x00junk" ~*\n' | rcli "$port" >/dev/null
+denied_cmd nul_rule_cut_like_redis "$(as nul RATEL.ACQUIRE rl:n 1/1s)" ratel.acquire
+printf 'ACL SETUSER nulsel on >pw "(+@all -@write\\x00 junk ~*)"\n' | rcli "$port" >/dev/null
+denied_cmd nul_selector_cut_like_redis "$(as nulsel RATEL.ACQUIRE rl:n 1/1s)" ratel.acquire
+setuser spread on '>pw' '-@all' '(' '+@write' '~*' ')'
+same spread_selector_write "$(as spread RATEL.ACQUIRE rl:sp AT "$T" 1/1s)" "1 1 0 0 1000 0 0"
+contains stray_open_refused "$(rcli "$port" ACL SETUSER stray '(' 2>&1)" "Unmatched parenthesis"
+contains stray_close_refused "$(rcli "$port" ACL SETUSER stray ')' 2>&1)" "Syntax error"
+contains unbalanced_selector_refused "$(rcli "$port" ACL SETUSER stray '(+@write' 2>&1)" "Unmatched parenthesis"
+same unbalanced_created_nothing "$(rcli "$port" ACL GETUSER stray)" ""
+many=()
+for _ in $(seq 2000); do many+=('-@write' '+@write'); done
+setuser many on '>pw' '+@all' "${many[@]}" '-@write' '~*'
+denied_cmd many_rules_last_wins "$(as many RATEL.ACQUIRE rl:m 1/1s)" ratel.acquire
+same server_still_answers "$(rcli "$port" PING)" "PONG"
+
 # -------------------------------------------------------- key permissions
 setuser rokeys on '>pw' '+@all' '%R~*'
 allowed rokeys_info "$(as rokeys RATEL.INFO rl:held AT "$T")"
