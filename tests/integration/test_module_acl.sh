@@ -206,6 +206,35 @@ if [ "$native" = 1 ]; then
     denied_cmd aclfile_by_hand "$got" ratel.acquire
 else
     same aclfile_by_hand_not_covered_on_7_0 "$got" "1 1 0 0 1000 0 0 "
+    # ... and the log names the user and the commands, once the server runs.
+    alog=$tmp/redis-$aport/log
+    warned() { grep -q "user '$1' $2, which its rules' categories" "$alog"; }
+    if wait_for 10 warned byhand "may run ratel.acquire ratel.refund ratel.release ratel.reset"; then
+        ok aclfile_by_hand_warned
+    else
+        fail aclfile_by_hand_warned "$(grep ratel "$alog" | tail -3)"
+    fi
+    same aclfile_saved_not_warned "$(grep -c "user 'saved'" "$alog")" "0"
+    # ACL LOAD: the users it reads are checked once it has run.
+    echo 'user loaded on >pw -@all +@read ~*' >>"$adir/users.acl"
+    rcli "$aport" ACL LOAD >/dev/null
+    if wait_for 10 warned loaded "may not run ratel.info"; then
+        ok acl_load_checked
+    else
+        fail acl_load_checked "$(grep ratel "$alog" | tail -3)"
+    fi
+    # A redis.conf user line is read after the modules too.
+    if cport=$(redis_start --user byconf on '>pw' +@all -@dangerous '~*'); then
+        clog=$tmp/redis-$cport/log
+        if wait_for 10 grep -q "user 'byconf' may run ratel.reset, which" "$clog"; then
+            ok conf_user_warned
+        else
+            fail conf_user_warned "$(grep ratel "$clog" | tail -3)"
+        fi
+        same default_user_not_warned "$(grep -c "user 'default'" "$clog")" "0"
+    else
+        fail conf_user "redis-server with a user line did not start"
+    fi
 fi
 
 # --------------------------------------------- docs/commands.md, as printed
