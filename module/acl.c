@@ -162,6 +162,7 @@ static int expand_rule_arg(RedisModuleCommandFilterCtx *f, int pos,
 /* A context to arm timers with from the filter, which has none; the
    check of every user (below). */
 static RedisModuleCtx *timer_ctx;
+static int check_pending; /* one check however many ACL LOADs precede it */
 static void check_users(RedisModuleCtx *ctx, void *data);
 
 static int arg_is(RedisModuleCommandFilterCtx *f, int pos, const char *word)
@@ -187,7 +188,9 @@ static void acl_setuser_filter(RedisModuleCommandFilterCtx *f)
         return;
     /* The users ACL LOAD reads: checked once it has run. */
     if (arg_is(f, 1, "load")) {
-        RedisModule_CreateTimer(timer_ctx, 0, check_users, NULL);
+        if (!check_pending)
+            check_pending =
+                RedisModule_CreateTimer(timer_ctx, 0, check_users, NULL) != 0;
         return;
     }
     if (!arg_is(f, 1, "setuser"))
@@ -371,6 +374,7 @@ static void check_users(RedisModuleCtx *ctx, void *data)
     int warned = 0;
 
     (void)data;
+    check_pending = 0;
     if (!users || RedisModule_CallReplyType(users) != REDISMODULE_REPLY_ARRAY) {
         if (users)
             RedisModule_FreeCallReply(users);
@@ -397,6 +401,7 @@ int ratel__acl_filter_init(RedisModuleCtx *ctx)
        modules. */
     if (!timer_ctx || !RedisModule_CreateTimer(ctx, 0, check_users, NULL))
         return REDISMODULE_ERR;
+    check_pending = 1;
     return RedisModule_RegisterCommandFilter(ctx, acl_setuser_filter, 0)
                ? REDISMODULE_OK
                : REDISMODULE_ERR;
