@@ -244,7 +244,7 @@ fi
 # substituted; integers of 4 digits or more (times) match any integer.
 block=$(awk '/^## ACL/ { s = 1 } s && /^```console$/ { f = 1; next } f && /^```$/ { exit } f' "$root/docs/commands.md")
 dport=$(redis_start) || fail docs_server "did not start"
-script= n=0
+script='' n=0
 while IFS= read -r line; do
     if [[ $line == '$ '* ]]; then
         n=$((n + 1))
