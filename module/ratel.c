@@ -16,10 +16,14 @@
  *   foreign string, a newer version) is refused by every command, RESET
  *   included. Nothing is written when a command fails.
  * - A policy's rules are parsed once and kept (module/args.c).
+ * - What each command declares to Redis - flags, key spec, ACL categories,
+ *   COMMAND DOCS - is module/commands.c's table; module/acl.c stands in
+ *   for the categories on servers that cannot attach them (Redis 7.0).
  */
 #include "redismodule.h"
 
 #include "args.h"
+#include "commands.h"
 #include "effects.h"
 #include "ratel.h"
 
@@ -366,12 +370,13 @@ static void info_section(RedisModuleInfoCtx *ctx, int for_crash_report)
                                      effects.nobody_listens);
 }
 
-static int create(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
-                  const char *flags)
-{
-    /* One key, the first argument: cluster routing and ACLs see it. */
-    return RedisModule_CreateCommand(ctx, name, fn, flags, 1, 1, 1);
-}
+/* The handlers; their flags, key specs, documentation and ACL categories
+   are module/commands.c's table. */
+static const ratel_handler_t handlers[] = {
+    {"ratel.acquire", acquire_command}, {"ratel.refund", refund_command},
+    {"ratel.release", release_command}, {"ratel.reset", reset_command},
+    {"ratel.info", info_command},
+};
 
 /* The module's only exported symbol. */
 __attribute__((visibility("default"))) int
@@ -395,11 +400,6 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (ratel__effects_init(ctx) != REDISMODULE_OK ||
         RedisModule_RegisterInfoFunc(ctx, info_section) != REDISMODULE_OK)
         return REDISMODULE_ERR;
-    if (create(ctx, "ratel.acquire", acquire_command, "write deny-oom fast") ||
-        create(ctx, "ratel.refund", refund_command, "write deny-oom fast") ||
-        create(ctx, "ratel.release", release_command, "write deny-oom fast") ||
-        create(ctx, "ratel.reset", reset_command, "write fast") ||
-        create(ctx, "ratel.info", info_command, "readonly fast"))
-        return REDISMODULE_ERR;
-    return REDISMODULE_OK;
+    return ratel__commands_register(ctx, handlers,
+                                    sizeof handlers / sizeof handlers[0]);
 }
