@@ -2,8 +2,9 @@
  * handlers.c - rateld's endpoints (docs/rateld.md):
  *
  *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
- *   GET|POST /v1/refund    give permits back
- *   GET|POST /v1/release   release or renew a concurrent rule's lease
+ *   POST     /v1/refund    give permits back (api or admin token)
+ *   POST     /v1/release   release or renew a concurrent rule's lease
+ *                          (api or admin token)
  *   POST     /v1/reset     forget a key (admin token)
  *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
  *            /v1/auth/PATH request's route and identity: 200 / 429 (+
@@ -79,19 +80,43 @@ static void respond_json_error(rateld_t *d, ratel_http_exchange_t *ex,
     free(body);
 }
 
+/* {"error": "..."} with `status` and, unless NULL, one more header. */
+static void respond_error_v(rateld_t *d, ratel_http_exchange_t *ex,
+                            unsigned thread, int status,
+                            const ratel_http_header_t *extra, const char *fmt,
+                            va_list ap)
+{
+    ratel_http_header_t h[2] = {RATEL_HTTP_JSON_HEADER};
+    char msg[600];
+
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (extra)
+        h[1] = *extra;
+    respond_json_error(d, ex, thread, status, h, extra ? 2 : 1, NULL, msg);
+}
+
 /* {"error": "..."} with `status`. */
 static void __attribute__((format(printf, 5, 6)))
 respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
               int status, const char *fmt, ...)
 {
-    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
-    char msg[600];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    respond_error_v(d, ex, thread, status, NULL, fmt, ap);
     va_end(ap);
-    respond_json_error(d, ex, thread, status, json, 1, NULL, msg);
+}
+
+/* {"error": "..."} with `status` and the header `extra`. */
+static void __attribute__((format(printf, 6, 7)))
+respond_error_with(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
+                   int status, ratel_http_header_t extra, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    respond_error_v(d, ex, thread, status, &extra, fmt, ap);
+    va_end(ap);
 }
 
 /* ------------------------------------------------------ configuration */
@@ -770,6 +795,74 @@ void rateld_flush(void *ud, unsigned thread)
     }
 }
 
+/* ------------------------------------------------------------- tokens */
+
+/*
+ * Whether `len` bytes at `tok` are the secret: in a time that depends on
+ * the secret's length only (no early exit at the first byte that differs,
+ * which would let a client find a token byte by byte). An empty secret
+ * matches nothing.
+ */
+static int same_secret(const char *tok, size_t len, const char *secret)
+{
+    size_t n = strlen(secret);
+    unsigned char diff = len != n;
+
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(secret[i] ^ (i < len ? tok[i] : 0));
+    return n > 0 && diff == 0;
+}
+
+/*
+ * The one token check of rateld's guarded endpoints: the request's
+ * "Authorization: Bearer TOKEN" (or "X-Admin-Token: TOKEN") against each
+ * of the `n` tokens (empty ones match nothing; every one is compared, so
+ * the time does not say which matched). 0 when it carries one of them,
+ * 401 when it carries no token, 403 when it carries another.
+ */
+static int token_status(const ratel_http_request_t *req,
+                        const char *const *tokens, size_t n)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
+    ratel_http_str_t tok;
+    int match = 0;
+
+    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0)
+        tok = (ratel_http_str_t){h->p + 7, h->n - 7};
+    else if ((h = ratel_http_header(req, "X-Admin-Token")))
+        tok = *h;
+    else
+        return 401;
+    for (size_t i = 0; i < n; i++)
+        match |= same_secret(tok.p, tok.n, tokens[i]);
+    return match ? 0 : 403;
+}
+
+/*
+ * Answers 401 (with WWW-Authenticate: Bearer) or 403 unless the request
+ * carries one of the `n` tokens; returns 0 when it does. `what` names
+ * the endpoint and `which` the tokens, for the message.
+ */
+static int require_token(rateld_t *d, ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req,
+                         const char *const *tokens, size_t n, const char *what,
+                         const char *which)
+{
+    static const ratel_http_header_t challenge = {
+        {"WWW-Authenticate", 16}, {"Bearer realm=\"rateld\"", 21}};
+    int status = token_status(req, tokens, n);
+
+    if (status == 401)
+        respond_error_with(d, ex, req->thread, 401, challenge,
+                           "%s needs a token: Authorization: Bearer TOKEN "
+                           "(%s)",
+                           what, which);
+    else if (status == 403)
+        respond_error(d, ex, req->thread, 403, "%s: the token given is not %s",
+                      what, which);
+    return status ? -1 : 0;
+}
+
 /* ------------------------------------------- the synchronous endpoints */
 
 /*
@@ -789,7 +882,12 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
     rateld_params_t prm;
     answer_t a;
     int rc, held = 0;
+    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
 
+    if ((tokens[0][0] || tokens[1][0]) &&
+        require_token(d, ex, req, tokens, 2, release ? "release" : "refund",
+                      "the api_token or the admin_token"))
+        return;
     if (!(pol = params_policy(d, gen, ex, req, &prm, release)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
@@ -826,53 +924,27 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
             decision_body(body, sizeof body, pol, &dec, 0, extra));
 }
 
-/* The admin token as "Authorization: Bearer TOKEN" (or X-Admin-Token). */
-static int admin_ok(const rateld_config_t *c, const ratel_http_request_t *req)
-{
-    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
-    size_t n = strlen(c->admin_token);
-    const char *tok;
-    size_t len;
-    unsigned char diff = 0;
-
-    if (n == 0)
-        return 0;
-    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0) {
-        tok = h->p + 7;
-        len = h->n - 7;
-    } else if ((h = ratel_http_header(req, "X-Admin-Token"))) {
-        tok = h->p;
-        len = h->n;
-    } else {
-        return 0;
-    }
-    if (len != n)
-        return 0;
-    for (size_t i = 0; i < n; i++) /* constant time */
-        diff |= (unsigned char)(tok[i] ^ c->admin_token[i]);
-    return diff == 0;
-}
-
 static void reset_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
-                      const ratel_http_request_t *req)
+                      const ratel_http_request_t *req, int64_t start)
 {
     static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     rateld_gen_t *gen = rateld_take_gen(d, w);
+    const char *admin = gen->config->admin_token;
     const rateld_policy_t *pol;
     rateld_pending_t p;
     rateld_params_t prm;
     int rc;
 
-    if (!admin_ok(gen->config, req)) {
+    (void)start;
+    if (!gen->config->admin_token[0]) {
         respond_error(d, ex, req->thread, 403,
-                      gen->config->admin_token[0]
-                          ? "reset needs the admin token: Authorization: "
-                            "Bearer TOKEN"
-                          : "reset is disabled: no admin_token in the "
-                            "configuration");
+                      "reset is disabled: no admin_token in the "
+                      "configuration");
         return;
     }
+    if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
+        return;
     if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
@@ -886,8 +958,11 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
 }
 
-static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
+static void metrics_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
 {
+    unsigned thread = req->thread;
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
     ratel_store_stats_t st;
@@ -895,6 +970,8 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
     size_t len = 0;
     char *body;
 
+    (void)w;
+    (void)start;
     ratel_store_stats(d->store, &st);
     ratel_store_health(d->store, &health);
     body = rateld_metrics_render(d->metrics, &st, &health,
@@ -916,8 +993,11 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
  * "since_ms": ms in this state (0: never changed)} and, when down,
  * "cause" and "error".
  */
-static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
+static void ready_api(rateld_t *d, rateld_worker_t *w,
+                      ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req, int64_t start)
 {
+    unsigned thread = req->thread;
     static const ratel_http_header_t json_type[] = {
         {{"Content-Type", 12}, {"application/json", 16}}};
     ratel_store_health_t h;
@@ -925,6 +1005,8 @@ static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
     char *body = NULL, error[400];
     int64_t age = 0;
 
+    (void)w;
+    (void)start;
     if (ratel_store_health(d->store, &h) != 0)
         snprintf(h.cause, sizeof h.cause, "no store");
     if (h.since_us > 0 && ratel_clock_now_us() > h.since_us)
@@ -946,49 +1028,137 @@ static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
     cJSON_free(body);
 }
 
+/* ----------------------------------------------------------- endpoints */
+
+static void refund_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 0);
+}
+
+static void release_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 1);
+}
+
+static void healthz_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)w;
+    (void)start;
+    respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
+}
+
+/* Methods an endpoint takes (endpoint_t.methods); 0: any. */
+enum { METHOD_GET = 1, METHOD_POST = 2 };
+static const struct {
+    const char *name;
+    unsigned bit;
+} method_names[] = {{"GET", METHOD_GET}, {"POST", METHOD_POST}};
+
+typedef void endpoint_fn(rateld_t *d, rateld_worker_t *w,
+                         ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req, int64_t start);
+
+/*
+ * rateld's endpoints (docs/rateld.md says who should reach each): the
+ * path (and, with `subpaths`, every path under it), the methods, the
+ * handler. The 405's Allow header and the 404's list come from here.
+ * State changes take POST only: a GET can be sent by any web page a
+ * browser shows (an <img>), and proxies may repeat it.
+ */
+typedef struct endpoint_s {
+    const char *path;
+    int subpaths;
+    unsigned methods;
+    endpoint_fn *handler;
+} endpoint_t;
+
+static const endpoint_t endpoints[] = {
+    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, acquire_api},
+    /* Any method: a gateway's auth request keeps the client's; Envoy
+       appends the original path. */
+    {"/v1/auth", 1, 0, auth_api},
+    {"/v1/refund", 0, METHOD_POST, refund_api},
+    {"/v1/release", 0, METHOD_POST, release_api},
+    {"/v1/reset", 0, METHOD_POST, reset_api},
+    {"/metrics", 0, METHOD_GET, metrics_api},
+    {"/healthz", 0, METHOD_GET, healthz_api},
+    {"/readyz", 0, METHOD_GET, ready_api},
+};
+
+/* The endpoint at `path`, or NULL. */
+static const endpoint_t *endpoint_at(ratel_http_str_t path)
+{
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++) {
+        const endpoint_t *e = &endpoints[i];
+        size_t n = strlen(e->path);
+        if (str_is(path, e->path) ||
+            (e->subpaths && path.n > n + 1 && memcmp(path.p, e->path, n) == 0 &&
+             path.p[n] == '/'))
+            return e;
+    }
+    return NULL;
+}
+
+/* The method's bit (METHOD_*), 0 for any other method. */
+static unsigned method_bit(ratel_http_str_t method)
+{
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (str_is(method, method_names[i].name))
+            return method_names[i].bit;
+    return 0;
+}
+
+/* 405 with Allow: the endpoint's methods. */
+static void not_allowed(rateld_t *d, ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, const endpoint_t *e)
+{
+    char allow[64] = "";
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (e->methods & method_names[i].bit)
+            n += (size_t)snprintf(allow + n, sizeof allow - n, "%s%s",
+                                  n ? ", " : "", method_names[i].name);
+    respond_error_with(d, ex, req->thread, 405,
+                       (ratel_http_header_t){{"Allow", 5}, {allow, n}},
+                       "method %.*s not allowed on %s; allowed: %s",
+                       (int)(req->method.n > 16 ? 16 : req->method.n),
+                       req->method.p, e->path, allow);
+}
+
+/* 404 naming the endpoints there are. */
+static void not_found(rateld_t *d, ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req)
+{
+    char p[128], list[200] = "";
+    size_t n = 0;
+
+    if (!str_copy(req->path, p, sizeof p))
+        strcpy(p, "(long path)");
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                              endpoints[i].path);
+    respond_error(d, ex, req->thread, 404, "no endpoint %s; see %s", p, list);
+}
+
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,
                    const ratel_http_request_t *req)
 {
     rateld_t *d = ud;
-    rateld_worker_t *w = &d->workers[req->thread];
-    int get = str_is(req->method, "GET"), post = str_is(req->method, "POST");
-    int64_t start = ratel_clock_now_us();
-    ratel_http_str_t path = req->path;
+    const endpoint_t *e = endpoint_at(req->path);
 
-    if (str_is(path, "/v1/acquire") && (get || post)) {
-        acquire_api(d, w, ex, req, start);
-    } else if (str_is(path, "/v1/auth") ||
-               (path.n > 9 && memcmp(path.p, "/v1/auth/", 9) == 0)) {
-        /* Any method: a gateway's auth request keeps the client's; Envoy
-           appends the original path. */
-        auth_api(d, w, ex, req, start);
-    } else if (str_is(path, "/v1/refund") && (get || post)) {
-        change_api(d, w, ex, req, 0);
-    } else if (str_is(path, "/v1/release") && (get || post)) {
-        change_api(d, w, ex, req, 1);
-    } else if (str_is(path, "/v1/reset") && post) {
-        reset_api(d, w, ex, req);
-    } else if (str_is(path, "/metrics") && get) {
-        metrics_api(d, ex, req->thread);
-    } else if (str_is(path, "/healthz") && get) {
-        respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
-    } else if (str_is(path, "/readyz") && get) {
-        ready_api(d, ex, req->thread);
-    } else if (str_is(path, "/v1/acquire") || str_is(path, "/v1/auth") ||
-               str_is(path, "/v1/refund") || str_is(path, "/v1/release") ||
-               str_is(path, "/v1/reset") || str_is(path, "/metrics") ||
-               str_is(path, "/healthz") || str_is(path, "/readyz")) {
-        respond_error(d, ex, req->thread, 405, "method %.*s not allowed here",
-                      (int)(req->method.n > 16 ? 16 : req->method.n),
-                      req->method.p);
-    } else {
-        char p[128];
-        if (!str_copy(path, p, sizeof p))
-            strcpy(p, "(long path)");
-        respond_error(d, ex, req->thread, 404,
-                      "no endpoint %s; see /v1/acquire, /v1/auth, "
-                      "/v1/refund, /v1/release, /v1/reset, /metrics, "
-                      "/healthz, /readyz",
-                      p);
-    }
+    if (!e)
+        not_found(d, ex, req);
+    else if (e->methods && !(e->methods & method_bit(req->method)))
+        not_allowed(d, ex, req, e);
+    else
+        e->handler(d, &d->workers[req->thread], ex, req, ratel_clock_now_us());
 }

@@ -18,13 +18,17 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 conf=$tmp/rateld.yaml
 log=$tmp/rateld.log
+# Tokens as `openssl rand -hex 32` makes them (no example value).
+admin_token=3b9f0c51e0a94c3f9d27b1a86e4f02d7c815aa6093e7d2b4f1c86a0e5d3b7f92
+api_token=9e41d7c2b06a58f31d9c4e7a02b5f8d63c1e90a7b4d2f65e8a3c017d9b2e4f60
 
 # write_config TRUSTED_PROXIES_LIST [EXTRA_POLICY_YAML]
 write_config() {
     cat >"$conf" <<EOF
 listen: 127.0.0.1:$port
 threads: 2
-admin_token: "tok-123"
+admin_token: "$admin_token"
+api_token: "$api_token"
 trusted_proxies: [$1]
 limits:
   max_header_bytes: 4096
@@ -164,15 +168,46 @@ same multi_rule "$(curl -s "$base/v1/acquire?policy=multi&key=u1" | grep -o '"ru
 gc=$(for i in 1 2 3 4; do code "$base/v1/acquire?policy=g&key=x"; echo; done | tr '\n' ' ')
 same gcra_burst "$gc" "200 200 200 429 "
 
-# --- refund gives a permit back
-same refund "$(code "$base/v1/refund?policy=multi&key=u1")" 200
+# --- refund gives a permit back: POST only, with the api_token (or the
+# admin token) once either is configured
+api=(-H "Authorization: Bearer $api_token")
+same refund "$(code -X POST "${api[@]}" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 200
 same after_refund "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
+same refund_admin_token "$(code -X POST -H "Authorization: Bearer $admin_token" -d '{"policy":"multi","key":"u9"}' "$base/v1/refund")" 200
+same refund_x_admin_token "$(code -X POST -H "X-Admin-Token: $admin_token" -d '{"policy":"multi","key":"u9"}' "$base/v1/refund")" 200
+curl -s -D "$tmp/h" -o "$tmp/b" "$base/v1/refund?policy=multi&key=u1"
+same refund_get "$(head -1 "$tmp/h" | cut -d' ' -f2)" 405
+same refund_get_allow "$(header Allow "$tmp/h")" POST
+same refund_get_json "$(isjson <"$tmp/b")" json
+contains refund_get_says "$(cat "$tmp/b")" 'method GET not allowed on /v1/refund; allowed: POST'
+curl -s -D "$tmp/h" -o "$tmp/b" -X POST -d '{"policy":"multi","key":"u1"}' "$base/v1/refund"
+same refund_no_token "$(head -1 "$tmp/h" | cut -d' ' -f2)" 401
+contains refund_no_token_challenge "$(header WWW-Authenticate "$tmp/h")" 'Bearer'
+contains refund_no_token_says "$(cat "$tmp/b")" 'refund needs a token: Authorization: Bearer TOKEN'
+same refund_basic_auth "$(code -X POST -u "a:$api_token" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 401
+same refund_wrong_token "$(code -X POST -H "Authorization: Bearer ${api_token%?}1" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
+same refund_token_prefix "$(code -X POST -H "Authorization: Bearer ${api_token:0:32}" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
+same refund_token_longer "$(code -X POST -H "Authorization: Bearer ${api_token}x" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
+same refund_empty_bearer "$(code -X POST -H "Authorization: Bearer " -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 401
+# The attack: a client that can reach rateld gives its own key's permits
+# back. Without the token it cannot, by GET or by POST.
+sms_k="$base/v1/acquire?policy=sms&key=13000000001"
+same attack_acquire "$(code "$sms_k")" 200
+same attack_limited "$(code "$sms_k")" 429
+same attack_refund_get "$(code "$base/v1/refund?policy=sms&key=13000000001")" 405
+same attack_refund_post "$(code -X POST -d '{"policy":"sms","key":"13000000001"}' "$base/v1/refund")" 401
+same attack_refund_wrong "$(code -X POST -H 'Authorization: Bearer 0000000000000000000000000000000000000000000000000000000000000000' -d '{"policy":"sms","key":"13000000001"}' "$base/v1/refund")" 403
+same attack_still_limited "$(code "$sms_k")" 429
+same attack_app_refunds "$(code -X POST "${api[@]}" -d '{"policy":"sms","key":"13000000001"}' "$base/v1/refund")" 200
+same attack_app_refund_counts "$(code "$sms_k")" 200
 
-# --- reset needs the admin token
-same reset_no_token "$(code -X POST -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
+# --- reset needs the admin token (the api_token is not enough)
+same reset_no_token "$(code -X POST -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 401
 same reset_bad_token "$(code -X POST -H 'Authorization: Bearer nope' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
+same reset_api_token "$(code -X POST "${api[@]}" -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 403
 same reset_get "$(code "$base/v1/reset?policy=multi&key=u1")" 405
-same reset_ok "$(code -X POST -H 'Authorization: Bearer tok-123' -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 200
+same reset_get_allow "$(curl -s -D - -o /dev/null "$base/v1/reset" | grep -i '^Allow:' | tr -d '\r')" 'Allow: POST'
+same reset_ok "$(code -X POST -H "Authorization: Bearer $admin_token" -d '{"policy":"multi","key":"u1"}' "$base/v1/reset")" 200
 same after_reset "$(code "$base/v1/acquire?policy=multi&key=u1")" 200
 
 # --- shadow: decided and counted, never enforced
@@ -301,19 +336,23 @@ out=$(curl -s -w ' %{http_code}' "$jobs")
 contains lease_full "$out" ' 429'
 contains lease_full_rule "$out" '"rule":1'
 same lease_none_when_denied "$(lease <<<"$out")" ""
-same release "$(curl -s "$base/v1/release?policy=jobs&key=u1&lease=$l1" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":false'
-same release_again "$(curl -s "$base/v1/release?policy=jobs&key=u1&lease=$l1" | grep -o '"held":[a-z]*')" '"held":false'
-same release_unknown_code "$(code "$base/v1/release?policy=jobs&key=u1&lease=77")" 200
-same renew "$(curl -s -X POST -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l2,\"renew\":true}" "$base/v1/release" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":true'
+rel() { curl -s -X POST "${api[@]}" "$@" "$base/v1/release"; }
+same release_get "$(code "$base/v1/release?policy=jobs&key=u1&lease=$l1")" 405
+same release_no_token "$(code -X POST -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l1}" "$base/v1/release")" 401
+same release_wrong_token "$(code -X POST -H 'Authorization: Bearer x' -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l1}" "$base/v1/release")" 403
+same release "$(rel -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l1}" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":false'
+same release_again "$(rel -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l1}" | grep -o '"held":[a-z]*')" '"held":false'
+same release_unknown_code "$(code -X POST "${api[@]}" -d '{"policy":"jobs","key":"u1","lease":77}' "$base/v1/release")" 200
+same renew "$(rel -d "{\"policy\":\"jobs\",\"key\":\"u1\",\"lease\":$l2,\"renew\":true}" | grep -o '"held":[a-z]*,"renewed":[a-z]*')" '"held":true,"renewed":true'
 same lease_after_release "$(curl -s "$jobs" | lease)" 3
 # Three in the minute: the rate rule denies, and no lease is taken.
-curl -s "$base/v1/release?policy=jobs&key=u1&lease=3" >/dev/null
+rel -d '{"policy":"jobs","key":"u1","lease":3}' >/dev/null
 out=$(curl -s -w ' %{http_code}' "$jobs")
 contains rate_denies_first "$out" '"rule":0'
 same rate_denied_no_lease "$(lease <<<"$out")" ""
-same release_needs_lease "$(code "$base/v1/release?policy=jobs&key=u1")" 400
-same release_bad_lease "$(code "$base/v1/release?policy=jobs&key=u1&lease=4294967296")" 400
-same release_no_concurrent "$(code "$base/v1/release?policy=ping&key=a&lease=1")" 400
+same release_needs_lease "$(code -X POST "${api[@]}" -d '{"policy":"jobs","key":"u1"}' "$base/v1/release")" 400
+same release_bad_lease "$(code -X POST "${api[@]}" -d '{"policy":"jobs","key":"u1","lease":4294967296}' "$base/v1/release")" 400
+same release_no_concurrent "$(code -X POST "${api[@]}" -d '{"policy":"ping","key":"a","lease":1}' "$base/v1/release")" 400
 same acquire_refuses_lease "$(code "$jobs&lease=1")" 400
 same release_method "$(code -X DELETE "$base/v1/release")" 405
 

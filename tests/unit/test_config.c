@@ -200,9 +200,17 @@ TEST(config_server_fields)
     CHECK_EQ(c->limits.idle_timeout_ms, 0);
     rateld_config_free(c);
 
+    c = parse_ok("api_token: 9e41d7c2b06a58f31d9c4e7a02b5f8d63c1e90a7\n" P);
+    REQUIRE(c);
+    CHECK(strcmp(c->api_token, "9e41d7c2b06a58f31d9c4e7a02b5f8d63c1e90a7") ==
+          0);
+    CHECK(c->admin_token[0] == '\0');
+    rateld_config_free(c);
+
     c = parse_ok("admin_token: \"\"\ntrusted_proxies: []\n" P);
     REQUIRE(c);
     CHECK(c->admin_token[0] == '\0');
+    CHECK(c->api_token[0] == '\0');
     CHECK_EQ(c->trusted.n, 0);
     rateld_config_free(c);
 
@@ -389,6 +397,8 @@ static const bad_case_t bad_cases[] = {
     {"admin_token: a b\n" P, 1, "admin_token: contains a space"},
     {"admin_token:\n" P, 1, "admin_token: has no value"},
     {"admin_token: \"a\\tb\"\n" P, 1, "control character"},
+    {"api_token: '9e41d7c2b06a58f31d9c4e7a02b5f8d6 3c1e90a7'\n" P, 1,
+     "api_token: contains a space"},
     {"trusted_proxies: 10.0.0.0/8\n" P, 1, "expected a list"},
     {"trusted_proxies: [10.0.0.1/8]\n" P, 1,
      "trusted_proxies[0]: \"10.0.0.1/8\" has host bits set; write 10.0.0.0/8"},
