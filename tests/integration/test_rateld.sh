@@ -144,6 +144,19 @@ strict escaped_nul '{"policy":"ping","key":"13811110001\\u0000evil"}'
 strict twice '{"policy":"ping","key":"a","key":"b"}'
 contains strict_names_problem "$(printf '{"policy":"ping","key":"ab"}xyz' | curl -s -X POST --data-binary @- "$base/v1/acquire")" 'trailing'
 same query_twice "$(code "$base/v1/acquire?policy=ping&key=a&key=b")" 400
+# A parameter in both the query and the body: refused by name (the body
+# used to win silently, deciding another policy than the query said).
+out=$(curl -s -w '\n%{http_code}' -X POST -d '{"policy":"ping","key":"b"}' "$base/v1/acquire?policy=sms&key=q")
+same query_and_body "${out##*$'\n'}" 400
+contains query_and_body_names "$out" 'policy is given both in the query and in the body'
+same query_and_body_json "$(printf '%s' "${out%$'\n'*}" | isjson)" json
+contains query_and_body_key "$(curl -s -X POST -d '{"policy":"ping","key":"b"}' "$base/v1/acquire?key=q")" 'key is given both'
+contains query_and_body_cost "$(curl -s -X POST -d '{"policy":"ping","key":"b","cost":1}' "$base/v1/acquire?cost=2")" 'cost is given both'
+same query_and_body_unused "$(curl -s "$base/v1/acquire?policy=sms&key=q&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":1'
+# Split between the two, or all in the query of a POST: one request.
+same post_query_only "$(code -X POST "$base/v1/acquire?policy=ping&key=10.0.0.2")" 200
+same post_split "$(curl -s -X POST -d '{"key":"10.0.0.2"}' "$base/v1/acquire?policy=ping" | grep -o '"remaining":[0-9]*')" '"remaining":18'
+same post_nothing "$(code -X POST "$base/v1/acquire")" 400
 contains unknown_policy_lists "$(curl -s "$base/v1/acquire?policy=nope&key=a")" 'no policy named \"nope\"; defined: ping, sms, multi'
 same not_utf8_404_is_json "$(curl -s "$base/v1/%ff%fe" | isjson)" json
 same unknown_policy "$(code "$base/v1/acquire?policy=nope&key=a")" 404
