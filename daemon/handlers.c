@@ -358,6 +358,7 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         {{"Content-Type", 12}, {"application/json", 16}},
         {{"X-Ratel-Reason", 14}, {name, strlen(name)}}};
     int64_t now = ratel_clock_now_us();
+    unsigned long long not_logged;
     char msg[600];
     va_list ap;
 
@@ -365,15 +366,10 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     rateld_metrics_undecided(d->metrics, req->thread, reason);
-    if (now - w->undecided_logged_us[reason] >= 10000000) {
+    if (rateld_log_budget_take(w, (rateld_log_kind_t)reason, now, &not_logged))
         ratel__log(status == 200 ? "info" : "warn", "auth request undecided",
                    "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
-                   status, msg, (unsigned long long)w->undecided_quiet[reason]);
-        w->undecided_logged_us[reason] = now;
-        w->undecided_quiet[reason] = 0;
-    } else {
-        w->undecided_quiet[reason]++;
-    }
+                   status, msg, not_logged);
     if (status == 200 || nginx_mode(w))
         respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
     else
@@ -614,11 +610,12 @@ static size_t decision_body(char *body, size_t len, const rateld_policy_t *pol,
     return (size_t)(n < (int)len ? n : (int)len - 1);
 }
 
-static void answer_acquire(rateld_t *d, unsigned thread,
+static void answer_acquire(rateld_t *d, rateld_worker_t *w, unsigned thread,
                            const rateld_gen_t *gen, rateld_pending_t *p,
                            ratel_batch_item_t *it, int64_t now)
 {
     const ratel_decision_t *dec = &it->decision;
+    unsigned long long not_logged;
     int shadow_denied = !dec->allowed && p->policy->shadow;
     int denied = !dec->allowed && !p->policy->shadow;
     char body[512];
@@ -637,9 +634,11 @@ static void answer_acquire(rateld_t *d, unsigned thread,
                          : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
                                          : RATELD_OUTCOME_ALLOWED,
                          dec->source, now - p->start_us);
-    if (shadow_denied)
-        ratel__log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
-                   p->policy->name, (long long)dec->retry_after_ms);
+    if (shadow_denied &&
+        rateld_log_budget_take(w, RATELD_LOG_SHADOW_DENY, now, &not_logged))
+        ratel__log("info", "shadow deny",
+                   "policy=%s retry_after_ms=%lld not_logged=%llu",
+                   p->policy->name, (long long)dec->retry_after_ms, not_logged);
     decision_headers(&a, p, dec, denied);
     respond(
         d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
@@ -774,7 +773,7 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
     for (size_t i = 0; i < n; i++) {
         rateld_pending_t *p = &w->pending[i];
         if (p->kind == RATELD_KIND_ACQUIRE)
-            answer_acquire(d, thread, gen, p, &w->items[i], now);
+            answer_acquire(d, w, thread, gen, p, &w->items[i], now);
         else if (p->kind == RATELD_KIND_AUTH)
             answer_auth(d, w, thread, gen, i, now);
         else if (p->kind == RATELD_KIND_RLS)

@@ -77,6 +77,22 @@ typedef struct rateld_pending_s {
     char key[RATELD_KEY_MAX + RATELD_NAME_MAX + 2];
 } rateld_pending_t;
 
+/*
+ * Kinds of log lines paid from a budget (log_budget.c): the undecided
+ * reasons first (rateld_undecided_t), then the others.
+ */
+typedef enum rateld_log_kind_e {
+    RATELD_LOG_SHADOW_DENY = RATELD_UNDECIDED_REASONS,
+    RATELD_LOG_UNKNOWN_DOMAIN, /* RLS: a domain no file defines */
+    RATELD_LOG_KINDS
+} rateld_log_kind_t;
+
+/* When a kind was last logged and how many were not logged since. */
+typedef struct rateld_log_budget_s {
+    int64_t logged_us;
+    unsigned long long quiet;
+} rateld_log_budget_t;
+
 /* A worker's state; only its own thread touches it, but for `active` and
    `epoch` which the reloader reads. */
 typedef struct rateld_worker_s {
@@ -86,11 +102,8 @@ typedef struct rateld_worker_s {
     rateld_pending_t *pending;
     ratel_batch_item_t *items;
     size_t npending;
-    /* Undecided auth requests: when each reason was last logged and how
-       many were not logged since (one line per reason per 10 s). */
-    int64_t undecided_logged_us[RATELD_UNDECIDED_REASONS];
-    uint64_t undecided_quiet[RATELD_UNDECIDED_REASONS];
-    int64_t unknown_domain_logged_us; /* RLS: an unknown domain logged */
+    /* Lines about clients' requests: one per kind per 10 s. */
+    rateld_log_budget_t log_budget[RATELD_LOG_KINDS];
     rateld_rls_pool_t rls_pool;
     char pad[64];
 } rateld_worker_t;
@@ -146,6 +159,19 @@ void rateld_rls_pool_drain(rateld_rls_pool_t *pool);
    batch was decided (run_batch). */
 void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now);
+
+/*
+ * Whether an event of `kind` at `now_us` may write its log line on this
+ * worker (its thread only): 1 with *not_logged set to the events of that
+ * kind not logged since the last line (the line says so), or 0 after
+ * counting this one as not logged.
+ */
+int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
+                           int64_t now_us, unsigned long long *not_logged);
+
+/* Writes, for each worker and kind, how many events were not logged since
+   its last line (once the workers have stopped). */
+void rateld_log_budgets_drain(rateld_t *d);
 
 /* Builds a generation from a loaded config (registers its metrics);
    NULL when out of memory. Takes ownership of config. */

@@ -229,6 +229,14 @@ same shadow_2 "$(code "$base/v1/acquire?policy=watch&key=9.9.9.9")" 200
 contains shadow_body "$(curl -s "$base/v1/acquire?policy=watch&key=9.9.9.9")" '"shadow_denied":true'
 n=$(metric 'ratel_decisions_total{policy="watch",outcome="shadow_denied"')
 if [ "${n:-0}" -ge 2 ] 2>/dev/null; then ok shadow_metric; else fail shadow_metric "[$n]"; fi
+# A flood of shadow denials writes a handful of lines, not one each: the
+# log budget (one line per 10 s per worker, saying how many it did not
+# write); what is held back is written at the stop (checked there).
+before=$(grep -c 'msg="shadow deny"' "$log")
+codes=$(curl -s -w '%{http_code}\n' $(printf "$base/v1/acquire?policy=watch&key=9.9.9.8 %.0s" $(seq 1000)) | grep -c '^200$')
+same shadow_flood_answered "$codes" 1000
+lines=$(( $(grep -c 'msg="shadow deny"' "$log") - before ))
+if [ "$lines" -ge 0 ] && [ "$lines" -le 4 ]; then ok shadow_flood_lines; else fail shadow_flood_lines "$lines lines for 1000 shadow denials"; fi
 
 # --- gateway auth, Envoy's form (/v1/auth + the original path: believed
 # from any peer, it is the request itself); rate limited is 429 by default
@@ -382,6 +390,7 @@ same help "$("$rateld" --help >/dev/null 2>&1; echo $?)" 0
 same no_config "$("$rateld" >/dev/null 2>&1; echo $?)" 2
 
 # --- SIGTERM: drains and exits 0
+shadow_total=$(metric 'ratel_decisions_total{policy="watch",outcome="shadow_denied"')
 kill -TERM "$rateld_pid"
 status=
 for _ in $(seq 400); do
@@ -391,5 +400,13 @@ done
 same sigterm_exit "$status" 0
 [ "$status" = 99 ] && grep '^==' "$log" | head -40
 contains stopped_logged "$(cat "$log")" 'rateld stopped'
+# Every shadow denial is in the log: a line of its own (with its policy),
+# or counted in a line's not_logged (those held back at the stop are
+# written then, in a line of their own).
+shadow_lines=$(grep 'msg="shadow deny"' "$log" | grep -c ' policy=')
+shadow_quiet=$(grep 'msg="shadow deny"' "$log" | grep -o 'not_logged=[0-9]*' | awk -F= '{ n += $2 } END { print n + 0 }')
+same shadow_all_counted "$(( shadow_lines + shadow_quiet ))" "$shadow_total"
+if [ "$shadow_lines" -le 8 ]; then ok shadow_few_lines; else fail shadow_few_lines "$shadow_lines lines for $shadow_total shadow denials"; fi
+contains shadow_held_back_named "$(tail -5 "$log")" 'msg="shadow deny" not_logged='
 
 finish
