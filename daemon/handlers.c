@@ -13,11 +13,12 @@
  *   GET      /healthz      the process answers
  *   GET      /readyz       the store answers
  *
- * Decisions are batched per worker (rateld.h): the handler checks the
- * request and queues it, rateld_flush() decides the batch and answers.
+ * Each endpoint is one entry of the table at the end. Decisions are
+ * batched per worker (batch.c): the handler checks the request and queues
+ * it, rateld_flush() decides the batch and answer.c answers.
  */
 #include "app/json.h"
-#include "app/ratelimit.h"
+#include "daemon/answer.h"
 #include "daemon/params.h"
 #include "daemon/rateld.h"
 
@@ -44,93 +45,6 @@ static int str_copy(ratel_http_str_t s, char *buf, size_t len)
     return 1;
 }
 
-static void respond(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
-                    int status, const ratel_http_header_t *headers, size_t n,
-                    const char *body, size_t len)
-{
-    rateld_metrics_http(d->metrics, thread, status);
-    ratel_http_respond(ex, status, headers, n, body, len);
-}
-
-/*
- * {"error": "...", "reason": REASON} (reason left out when NULL) with
- * `status` and the `n` headers, built by cJSON: the message may quote
- * request bytes, which become '?' where they are not UTF-8, so the body
- * is always valid JSON.
- */
-static void respond_json_error(rateld_t *d, ratel_http_exchange_t *ex,
-                               unsigned thread, int status,
-                               const ratel_http_header_t *headers, size_t n,
-                               const char *reason, char *msg)
-{
-    static const char oom[] = "{\"error\":\"out of memory\"}\n";
-    cJSON *o = cJSON_CreateObject();
-    char *body = NULL;
-    size_t len = 0;
-
-    ratel__json_sanitize_utf8(msg);
-    if (o && cJSON_AddStringToObject(o, "error", msg) &&
-        (!reason || cJSON_AddStringToObject(o, "reason", reason)))
-        body = ratel__json_print(o, &len);
-    cJSON_Delete(o);
-    if (body)
-        respond(d, ex, thread, status, headers, n, body, len);
-    else
-        respond(d, ex, thread, 500, headers, 1, oom, sizeof oom - 1);
-    free(body);
-}
-
-/* {"error": "..."} with `status` and, unless NULL, one more header. */
-static void respond_error_v(rateld_t *d, ratel_http_exchange_t *ex,
-                            unsigned thread, int status,
-                            const ratel_http_header_t *extra, const char *fmt,
-                            va_list ap)
-{
-    ratel_http_header_t h[2] = {RATEL_HTTP_JSON_HEADER};
-    char msg[600];
-
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    if (extra)
-        h[1] = *extra;
-    respond_json_error(d, ex, thread, status, h, extra ? 2 : 1, NULL, msg);
-}
-
-/* {"error": "..."} with `status`. */
-static void __attribute__((format(printf, 5, 6)))
-respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
-              int status, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    respond_error_v(d, ex, thread, status, NULL, fmt, ap);
-    va_end(ap);
-}
-
-/* {"error": "..."} with `status` and the header `extra`. */
-static void __attribute__((format(printf, 6, 7)))
-respond_error_with(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
-                   int status, ratel_http_header_t extra, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    respond_error_v(d, ex, thread, status, &extra, fmt, ap);
-    va_end(ap);
-}
-
-/* ------------------------------------------------------ configuration */
-
-rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)
-{
-    if (!w->gen) {
-        atomic_store(&w->active, 1);
-        w->gen = atomic_load(&d->current);
-        atomic_store(&w->epoch, w->gen->epoch);
-    }
-    return w->gen;
-}
-
 /*
  * The parameters of a keyed endpoint and their policy; NULL after
  * answering 400 (bad parameters) or 404 (no such policy).
@@ -144,16 +58,16 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
     char err[400];
 
     if (rateld_params_read(req, prm, release, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return NULL;
     }
     pol = rateld_config_policy(gen->config, prm->policy, strlen(prm->policy));
     if (!pol) {
         char names[300];
         rateld_config_policy_names(gen->config, names, sizeof names);
-        respond_error(d, ex, req->thread, 404,
-                      "no policy named \"%s\"; defined: %s", prm->policy,
-                      names);
+        rateld_respond_error(d, ex, req->thread, 404,
+                             "no policy named \"%s\"; defined: %s", prm->policy,
+                             names);
     }
     return pol;
 }
@@ -174,17 +88,6 @@ static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
              "cost %lld is more than rule %s of policy %s can ever admit", cost,
              text, pol->name);
     return -1;
-}
-
-/* ------------------------------------------------------------ batching */
-
-static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread);
-
-void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                    size_t need)
-{
-    if (w->npending + need > RATELD_BATCH_MAX)
-        run_batch(d, w, thread);
 }
 
 /* "POLICY:" + key as the store key. */
@@ -232,11 +135,11 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
             snprintf(body, sizeof body,
                      "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
                      pol->name);
-        respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
+        rateld_respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
         return;
     }
     if (check_cost(pol, p->rules, prm.cost, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return;
     }
     p->ex = ex;
@@ -371,9 +274,9 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                    "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
                    status, msg, not_logged);
     if (status == 200 || nginx_mode(w))
-        respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
+        rateld_respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
     else
-        respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
+        rateld_respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
 }
 
 /*
@@ -441,7 +344,7 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         k++;
     }
     if (k == 0) {
-        respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+        rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
         return 0;
     }
     for (size_t j = 0; j < k; j++) {
@@ -558,242 +461,6 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     cJSON_Delete((cJSON *)view.json);
 }
 
-/* Headers of a decision: RateLimit-Policy, RateLimit, Retry-After. */
-typedef struct answer_s {
-    ratel_http_header_t h[6];
-    size_t n;
-    char limit[256], retry[24];
-} answer_t;
-
-static void decision_headers(answer_t *a, const rateld_pending_t *p,
-                             const ratel_decision_t *dec, int denied)
-{
-    const char *pf = p->field;
-    size_t n = ratel__header_ratelimit(p->policy->name, p->rules, dec, a->limit,
-                                       sizeof a->limit);
-    a->n = 0;
-    a->h[a->n++] =
-        (ratel_http_header_t){{"Content-Type", 12}, {"application/json", 16}};
-    a->h[a->n++] =
-        (ratel_http_header_t){{"RateLimit-Policy", 16}, {pf, strlen(pf)}};
-    a->h[a->n++] = (ratel_http_header_t){
-        {"RateLimit", 9},
-        {a->limit, n < sizeof a->limit ? n : sizeof a->limit - 1}};
-    if (denied) {
-        int m = snprintf(a->retry, sizeof a->retry, "%lld",
-                         ratel__retry_after_seconds(dec));
-        a->h[a->n++] =
-            (ratel_http_header_t){{"Retry-After", 11}, {a->retry, (size_t)m}};
-    }
-}
-
-/* The decision as JSON; `extra` ends the object (",\"held\":true"). */
-static size_t decision_body(char *body, size_t len, const rateld_policy_t *pol,
-                            const ratel_decision_t *dec, int shadow_denied,
-                            const char *extra)
-{
-    char lease[24] = "";
-    int n;
-
-    if (dec->lease)
-        snprintf(lease, sizeof lease, ",\"lease\":%u", (unsigned)dec->lease);
-    n = snprintf(
-        body, len,
-        "{\"allowed\":%s,\"policy\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
-        "\"retry_after_ms\":%lld,\"reset_after_ms\":%lld,\"rule\":%d,"
-        "\"wait_ms\":%lld,\"source\":\"%s\"%s%s%s}\n",
-        dec->allowed || shadow_denied ? "true" : "false", pol->name,
-        (long long)dec->limit, (long long)dec->remaining,
-        (long long)dec->retry_after_ms, (long long)dec->reset_after_ms,
-        dec->rule, (long long)dec->wait_ms, ratel_source_name(dec->source),
-        lease, shadow_denied ? ",\"shadow_denied\":true" : "", extra);
-    return (size_t)(n < (int)len ? n : (int)len - 1);
-}
-
-static void answer_acquire(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                           const rateld_gen_t *gen, rateld_pending_t *p,
-                           ratel_batch_item_t *it, int64_t now)
-{
-    const ratel_decision_t *dec = &it->decision;
-    unsigned long long not_logged;
-    int shadow_denied = !dec->allowed && p->policy->shadow;
-    int denied = !dec->allowed && !p->policy->shadow;
-    char body[512];
-    answer_t a;
-
-    if (it->rc != 0) {
-        rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                             RATELD_OUTCOME_ERROR, RATEL_SOURCE_STORE,
-                             now - p->start_us);
-        respond_error(d, p->ex, thread, 500, "the store failed: %s",
-                      ratel_strerror(it->rc));
-        return;
-    }
-    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                         denied          ? RATELD_OUTCOME_DENIED
-                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
-                                         : RATELD_OUTCOME_ALLOWED,
-                         dec->source, now - p->start_us);
-    if (shadow_denied &&
-        rateld_log_budget_take(w, RATELD_LOG_SHADOW_DENY, now, &not_logged))
-        ratel__log("info", "shadow deny",
-                   "policy=%s retry_after_ms=%lld not_logged=%llu",
-                   p->policy->name, (long long)dec->retry_after_ms, not_logged);
-    decision_headers(&a, p, dec, denied);
-    respond(
-        d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
-        decision_body(body, sizeof body, p->policy, dec, shadow_denied, ""));
-}
-
-/* Counts one auth item's outcome; returns 1 when it denies. */
-static int count_auth_item(rateld_t *d, unsigned thread,
-                           const rateld_gen_t *gen, const rateld_pending_t *p,
-                           const ratel_batch_item_t *it, int64_t latency)
-{
-    int shadow_denied =
-        it->rc == 0 && !it->decision.allowed && p->policy->shadow;
-    int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
-
-    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                         it->rc != 0     ? RATELD_OUTCOME_ERROR
-                         : no            ? RATELD_OUTCOME_DENIED
-                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
-                                         : RATELD_OUTCOME_ALLOWED,
-                         it->rc == 0 ? it->decision.source : RATEL_SOURCE_STORE,
-                         latency);
-    return no;
-}
-
-/*
- * RateLimit-Policy for a route: every rule of each of its policies, in
- * the route's order (the items are named POLICY-INDEX, so they never
- * clash): the one policy's own field, or the fields joined in buf (cut to
- * fit).
- */
-static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
-                                           size_t count, char *buf, size_t len)
-{
-    size_t n = 0;
-
-    if (count == 1) /* the usual route: its policy's field as it is */
-        return (ratel_http_str_t){items[0].field, strlen(items[0].field)};
-
-    buf[0] = '\0';
-    for (size_t i = 0; i < count; i++) {
-        int m =
-            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", items[i].field);
-        if (m < 0 || (size_t)m >= len - n)
-            break;
-        n += (size_t)m;
-    }
-    return (ratel_http_str_t){buf, n};
-}
-
-/*
- * auth: all of the route's policies admit, or none is charged (the store
- * decided them as one group, ratel_store_acquire_batch). Allowed:
- * 200. Denied: auth.deny_status (429, or 403 for nginx) with Retry-After,
- * X-Ratel-Reason: rate-limited and the decision as JSON. The RateLimit
- * field names the binding rule over all the policies: denied, the one
- * whose retry is furthest; allowed, the one closest to exhaustion.
- */
-static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                        const rateld_gen_t *gen, size_t first, int64_t now)
-{
-    static const ratel_http_header_t store_error[] = {
-        RATEL_HTTP_JSON_HEADER, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
-    rateld_pending_t *head = &w->pending[first];
-    size_t count = (size_t)head->count, binding = first;
-    int denied = 0, failed = 0, status;
-    char policies[4096], body[512];
-    answer_t a;
-
-    for (size_t i = first; i < first + count; i++) {
-        ratel_batch_item_t *it = &w->items[i];
-        int no = count_auth_item(d, thread, gen, &w->pending[i], it,
-                                 now - head->start_us);
-        failed |= it->rc != 0;
-        if (no && (!denied || it->decision.retry_after_ms >
-                                  w->items[binding].decision.retry_after_ms))
-            binding = i;
-        if (!no && !denied && it->rc == 0 &&
-            it->decision.remaining < w->items[binding].decision.remaining)
-            binding = i;
-        denied |= no;
-    }
-    if (failed) {
-        static const char msg[] = "{\"error\":\"the store failed\"}\n";
-        respond(d, head->ex, thread, 500, store_error, 2, msg, sizeof msg - 1);
-        return;
-    }
-    decision_headers(&a, &w->pending[binding], &w->items[binding].decision,
-                     denied);
-    a.h[1].value = route_policy_field(head, count, policies, sizeof policies);
-    if (denied)
-        a.h[a.n++] =
-            (ratel_http_header_t){{"X-Ratel-Reason", 14}, {"rate-limited", 12}};
-    if (!denied) {
-        /* The gateway reads only the status and the fields: no body. */
-        respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
-        return;
-    }
-    status = gen->config->auth.deny_status;
-    if (status == 403) /* nginx: no body (see nginx_mode) */
-        respond(d, head->ex, thread, status, a.h + 1, a.n - 1, NULL, 0);
-    else
-        respond(d, head->ex, thread, status, a.h, a.n, body,
-                decision_body(body, sizeof body, w->pending[binding].policy,
-                              &w->items[binding].decision, 0, ""));
-}
-
-static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
-{
-    const rateld_gen_t *gen = w->gen;
-    size_t n = w->npending;
-    int64_t now;
-
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        rateld_pending_t *p = &w->pending[i];
-        /* A route's policies are one all-or-nothing group: the store
-           charges none of them unless all admit. */
-        w->items[i] = (ratel_batch_item_t){
-            .key = p->key,
-            .keylen = p->keylen,
-            .policy = p->rules,
-            .request = p->request,
-            .group = p->count > 1 ? (uint32_t)p->first + 1 : 0};
-    }
-    now = ratel_clock_now_us();
-    if (ratel_store_acquire_batch(d->store, w->items, n, now) != 0)
-        for (size_t i = 0; i < n; i++)
-            w->items[i].rc = RATEL_EINVAL;
-    now = ratel_clock_now_us();
-    for (size_t i = 0; i < n; i++) {
-        rateld_pending_t *p = &w->pending[i];
-        if (p->kind == RATELD_KIND_ACQUIRE)
-            answer_acquire(d, w, thread, gen, p, &w->items[i], now);
-        else if (p->kind == RATELD_KIND_AUTH)
-            answer_auth(d, w, thread, gen, i, now);
-        else if (p->kind == RATELD_KIND_RLS)
-            rateld_rls_answer(d, w, thread, gen, i, now);
-    }
-    w->npending = 0;
-}
-
-void rateld_flush(void *ud, unsigned thread)
-{
-    rateld_t *d = ud;
-    rateld_worker_t *w = &d->workers[thread];
-
-    run_batch(d, w, thread);
-    if (w->gen) {
-        w->gen = NULL;
-        atomic_store(&w->active, 0);
-    }
-}
-
 /* ------------------------------------------------------------- tokens */
 
 /*
@@ -852,13 +519,14 @@ static int require_token(rateld_t *d, ratel_http_exchange_t *ex,
     int status = token_status(req, tokens, n);
 
     if (status == 401)
-        respond_error_with(d, ex, req->thread, 401, challenge,
-                           "%s needs a token: Authorization: Bearer TOKEN "
-                           "(%s)",
-                           what, which);
+        rateld_respond_error_with(
+            d, ex, req->thread, 401, challenge,
+            "%s needs a token: Authorization: Bearer TOKEN "
+            "(%s)",
+            what, which);
     else if (status == 403)
-        respond_error(d, ex, req->thread, 403, "%s: the token given is not %s",
-                      what, which);
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s: the token given is not %s", what, which);
     return status ? -1 : 0;
 }
 
@@ -879,7 +547,7 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
     char body[512], client[RATEL__ADDR_MAX], host[256], extra[40] = "";
     rateld_view_t view;
     rateld_params_t prm;
-    answer_t a;
+    rateld_answer_t a;
     int rc, held = 0;
     const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
 
@@ -892,15 +560,15 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
     set_key(&p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies), &view)) {
-        respond_error(d, ex, req->thread, 400,
-                      "policy %s: this key is exempt; nothing to %s", pol->name,
-                      release ? "release" : "refund");
+        rateld_respond_error(d, ex, req->thread, 400,
+                             "policy %s: this key is exempt; nothing to %s",
+                             pol->name, release ? "release" : "refund");
         return;
     }
     if (release && !ratel_policy_has_leases(p.rules)) {
-        respond_error(d, ex, req->thread, 400,
-                      "policy %s has no concurrent rule: it takes no leases",
-                      pol->name);
+        rateld_respond_error(
+            d, ex, req->thread, 400,
+            "policy %s has no concurrent rule: it takes no leases", pol->name);
         return;
     }
     rc = release
@@ -911,16 +579,17 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
                                   ratel_clock_now_us(), (uint64_t)prm.cost,
                                   &dec);
     if (rc != 0) {
-        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                      "the store failed: %s", ratel_strerror(rc));
+        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
         return;
     }
     if (release)
         snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
                  held ? "true" : "false", held && prm.renew ? "true" : "false");
-    decision_headers(&a, &p, &dec, 0);
-    respond(d, ex, req->thread, 200, a.h, a.n, body,
-            decision_body(body, sizeof body, pol, &dec, 0, extra));
+    rateld_decision_headers(&a, &p, &dec, 0);
+    rateld_respond(
+        d, ex, req->thread, 200, a.h, a.n, body,
+        rateld_decision_body(body, sizeof body, pol, &dec, 0, extra));
 }
 
 static void reset_api(rateld_t *d, rateld_worker_t *w,
@@ -937,9 +606,9 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
 
     (void)start;
     if (!gen->config->admin_token[0]) {
-        respond_error(d, ex, req->thread, 403,
-                      "reset is disabled: no admin_token in the "
-                      "configuration");
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "reset is disabled: no admin_token in the "
+                             "configuration");
         return;
     }
     if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
@@ -949,12 +618,12 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     set_key(&p, pol->name, prm.key, prm.keylen);
     rc = ratel_store_reset(d->store, p.key, p.keylen);
     if (rc != 0) {
-        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                      "the store failed: %s", ratel_strerror(rc));
+        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
         return;
     }
     ratel__log("info", "reset", "policy=%s", pol->name);
-    respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
+    rateld_respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
 }
 
 static void metrics_api(rateld_t *d, rateld_worker_t *w,
@@ -977,10 +646,10 @@ static void metrics_api(rateld_t *d, rateld_worker_t *w,
                                  atomic_load(&d->reloads),
                                  atomic_load(&d->reload_failures), &len);
     if (!body) {
-        respond_error(d, ex, thread, 500, "out of memory");
+        rateld_respond_error(d, ex, thread, 500, "out of memory");
         return;
     }
-    respond(d, ex, thread, 200, text, 1, body, len);
+    rateld_respond(d, ex, thread, 200, text, 1, body, len);
     free(body);
 }
 
@@ -1020,10 +689,11 @@ static void ready_api(rateld_t *d, rateld_worker_t *w,
         body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body) {
-        respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
+        rateld_respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
         return;
     }
-    respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body, strlen(body));
+    rateld_respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
+                   strlen(body));
     cJSON_free(body);
 }
 
@@ -1051,7 +721,7 @@ static void healthz_api(rateld_t *d, rateld_worker_t *w,
 {
     (void)w;
     (void)start;
-    respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
+    rateld_respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
 }
 
 /* Methods an endpoint takes (endpoint_t.methods); 0: any. */
@@ -1126,11 +796,11 @@ static void not_allowed(rateld_t *d, ratel_http_exchange_t *ex,
         if (e->methods & method_names[i].bit)
             n += (size_t)snprintf(allow + n, sizeof allow - n, "%s%s",
                                   n ? ", " : "", method_names[i].name);
-    respond_error_with(d, ex, req->thread, 405,
-                       (ratel_http_header_t){{"Allow", 5}, {allow, n}},
-                       "method %.*s not allowed on %s; allowed: %s",
-                       (int)(req->method.n > 16 ? 16 : req->method.n),
-                       req->method.p, e->path, allow);
+    rateld_respond_error_with(d, ex, req->thread, 405,
+                              (ratel_http_header_t){{"Allow", 5}, {allow, n}},
+                              "method %.*s not allowed on %s; allowed: %s",
+                              (int)(req->method.n > 16 ? 16 : req->method.n),
+                              req->method.p, e->path, allow);
 }
 
 /* 404 naming the endpoints there are. */
@@ -1145,7 +815,8 @@ static void not_found(rateld_t *d, ratel_http_exchange_t *ex,
     for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++)
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
                               endpoints[i].path);
-    respond_error(d, ex, req->thread, 404, "no endpoint %s; see %s", p, list);
+    rateld_respond_error(d, ex, req->thread, 404, "no endpoint %s; see %s", p,
+                         list);
 }
 
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,

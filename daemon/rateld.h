@@ -40,7 +40,8 @@ enum {
     RATELD_KIND_ACQUIRE, /* the decision API */
     RATELD_KIND_AUTH,    /* /v1/auth: a route's policies, first item */
     RATELD_KIND_PART,    /* a later item of an auth or RLS request */
-    RATELD_KIND_RLS      /* an RLS call (rls.c), first item */
+    RATELD_KIND_RLS,     /* an RLS call (rls.c), first item */
+    RATELD_KINDS
 };
 
 typedef struct rateld_rls_s rateld_rls_t;
@@ -130,7 +131,8 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
                    const ratel_http_request_t *req);
 void rateld_flush(void *ud, unsigned thread);
 
-/* The configuration of the worker's pass (taken at its first request). */
+/* The configuration of the worker's pass (taken at its first request;
+   batch.c). */
 rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w);
 
 /* Makes room for `need` more items in the worker's batch (deciding the
@@ -155,8 +157,13 @@ rateld_rls_t *rateld_rls_decode(rateld_rls_pool_t *pool, const uint8_t *msg,
 void rateld_rls_free(rateld_rls_pool_t *pool, rateld_rls_t *r);
 void rateld_rls_pool_drain(rateld_rls_pool_t *pool);
 
-/* Answers the RLS call whose first item is w->pending[first], after the
-   batch was decided (run_batch). */
+/* Answers the request whose first item is w->pending[first], once the
+   batch is decided (batch.c's table: one answer per RATELD_KIND_*). */
+typedef void rateld_answer_fn(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                              const rateld_gen_t *gen, size_t first,
+                              int64_t now);
+
+/* The answer of an RLS call (rls.c). */
 void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now);
 
