@@ -7,7 +7,7 @@
  * limited ones join the worker's batch as one all-or-nothing group, so a
  * request one descriptor denies charges none of the others (envoyproxy/
  * ratelimit charges them all). Shadow limits are decided on their own:
- * they count, and always answer OK. The flush (handlers.c's run_batch)
+ * they count, and always answer OK. The flush (batch.c's run_batch)
  * decides the batch and calls rateld_rls_answer() for each call.
  *
  * Messages are decoded by protobuf-c with an allocator that refuses to
