@@ -377,6 +377,23 @@ same release_no_concurrent "$(code -X POST "${api[@]}" -d '{"policy":"ping","key
 same acquire_refuses_lease "$(code "$jobs&lease=1")" 400
 same release_method "$(code -X DELETE "$base/v1/release")" 405
 
+# --- without api_token or admin_token, refund and release take no token
+# (docs/rateld.md: then only the application may reach rateld), and are
+# still POST only
+port2=$(free_port)
+printf 'listen: 127.0.0.1:%s\npolicies:\n  one: {rules: [1/1m], key: ip}\n' "$port2" >"$tmp/open.yaml"
+"$rateld" --config "$tmp/open.yaml" >>"$tmp/open.log" 2>&1 &
+echo $! >"$tmp/pids/rateld_open"
+for _ in $(seq 400); do curl -s -o /dev/null "http://127.0.0.1:$port2/healthz" && break; sleep 0.05; done
+b2=http://127.0.0.1:$port2
+same open_acquire "$(code "$b2/v1/acquire?policy=one&key=k")" 200
+same open_limited "$(code "$b2/v1/acquire?policy=one&key=k")" 429
+same open_refund_get "$(code "$b2/v1/refund?policy=one&key=k")" 405
+same open_refund_post "$(code -X POST -d '{"policy":"one","key":"k"}' "$b2/v1/refund")" 200
+same open_after_refund "$(code "$b2/v1/acquire?policy=one&key=k")" 200
+same open_reset_disabled "$(code -X POST -H 'Authorization: Bearer x' -d '{"policy":"one","key":"k"}' "$b2/v1/reset")" 403
+kill -TERM "$(cat "$tmp/pids/rateld_open")"
+
 # --- command line
 out=$("$rateld" --check-config "$conf" 2>&1); rc=$?
 same check_config_ok "$rc" 0
