@@ -533,6 +533,23 @@ static int require_token(rateld_t *d, ratel_http_exchange_t *ex,
 /* ------------------------------------------- the synchronous endpoints */
 
 /*
+ * Refund, release and reset change state: their parameters come from the
+ * JSON body alone, so that no URL (a link, a form's action, an image)
+ * names a change by itself. 0, or -1 after answering 400.
+ */
+static int body_only(rateld_t *d, ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, const char *what)
+{
+    if (req->query.n == 0)
+        return 0;
+    rateld_respond_error(d, ex, req->thread, 400,
+                         "%s takes its parameters in a JSON body, not in the "
+                         "query",
+                         what);
+    return -1;
+}
+
+/*
  * /v1/refund and /v1/release: a change to one key under a policy's rules,
  * answered at once with the key as a peek sees it after.
  */
@@ -555,7 +572,8 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
         require_token(d, ex, req, tokens, 2, release ? "release" : "refund",
                       "the api_token or the admin_token"))
         return;
-    if (!(pol = params_policy(d, gen, ex, req, &prm, release)))
+    if (body_only(d, ex, req, release ? "release" : "refund") ||
+        !(pol = params_policy(d, gen, ex, req, &prm, release)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
@@ -613,7 +631,8 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     }
     if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
         return;
-    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
+    if (body_only(d, ex, req, "reset") ||
+        !(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     rc = ratel_store_reset(d->store, p.key, p.keylen);

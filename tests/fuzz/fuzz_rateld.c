@@ -9,8 +9,8 @@
  * flush decides the batch, and the output is taken. A prefix
  * of the corpus entries makes whole requests (GET /v1/acquire..., POST
  * JSON bodies, /v1/auth with X-Original-URI and X-Forwarded-For, refund
- * and reset with their tokens, /metrics), so the handlers see valid HTTP most of the
- * time and arbitrary parameters, bodies and headers.
+ * and reset with their tokens, /metrics), so the handlers see valid HTTP most
+ * of the time and arbitrary parameters, bodies and headers.
  *
  * Invariants (abort on violation): no crash or sanitizer report; every
  * output starts with "HTTP/1.1 " and every response has a status line with
@@ -41,8 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char config_text[] =
     "listen: 127.0.0.1:0\n"
-    "admin_token: 6f0c2a9e51b84d7f93e0a6c1b5d82f4739ac0e1d57b6f2a8c4e9013d7b5a2f6e\n"
-    "api_token: c3e8a1f05b9d47260e8f3a1c9d5b7e24a06f18c3d9e5b2a7f4c0861e3d9b5a27\n"
+    "admin_token: "
+    "6f0c2a9e51b84d7f93e0a6c1b5d82f4739ac0e1d57b6f2a8c4e9013d7b5a2f6e\n"
+    "api_token: "
+    "c3e8a1f05b9d47260e8f3a1c9d5b7e24a06f18c3d9e5b2a7f4c0861e3d9b5a27\n"
     "trusted_proxies: [127.0.0.1]\n"
     "store: {type: memory, max_bytes: 1MiB}\n"
     "policies:\n"

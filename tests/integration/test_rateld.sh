@@ -201,6 +201,10 @@ same refund_basic_auth "$(code -X POST -u "a:$api_token" -d '{"policy":"multi","
 same refund_wrong_token "$(code -X POST -H "Authorization: Bearer ${api_token%?}1" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
 same refund_token_prefix "$(code -X POST -H "Authorization: Bearer ${api_token:0:32}" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
 same refund_token_longer "$(code -X POST -H "Authorization: Bearer ${api_token}x" -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 403
+# A state change never comes from a URL alone: not even a POST's query.
+same refund_query "$(code -X POST "${api[@]}" "$base/v1/refund?policy=multi&key=u1")" 400
+contains refund_query_says "$(curl -s -X POST "${api[@]}" -d '{"key":"u1"}' "$base/v1/refund?policy=multi")" 'refund takes its parameters in a JSON body'
+same reset_query "$(code -X POST -H "Authorization: Bearer $admin_token" "$base/v1/reset?policy=multi&key=u1")" 400
 same refund_empty_bearer "$(code -X POST -H "Authorization: Bearer " -d '{"policy":"multi","key":"u1"}' "$base/v1/refund")" 401
 # The attack: a client that can reach rateld gives its own key's permits
 # back. Without the token it cannot, by GET or by POST.
