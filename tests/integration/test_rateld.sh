@@ -237,10 +237,14 @@ if [ "${n:-0}" -ge 2 ] 2>/dev/null; then ok shadow_metric; else fail shadow_metr
 # log budget (one line per 10 s per worker, saying how many it did not
 # write); what is held back is written at the stop (checked there).
 before=$(grep -c 'msg="shadow deny"' "$log")
+t0=$SECONDS
 codes=$(curl -s -w '%{http_code}\n' $(printf "$base/v1/acquire?policy=watch&key=9.9.9.8 %.0s" $(seq 1000)) | grep -c '^200$')
 same shadow_flood_answered "$codes" 1000
 lines=$(( $(grep -c 'msg="shadow deny"' "$log") - before ))
-if [ "$lines" -ge 0 ] && [ "$lines" -le 4 ]; then ok shadow_flood_lines; else fail shadow_flood_lines "$lines lines for 1000 shadow denials"; fi
+# One connection, one worker: a line, and one more per 10 s the flood
+# lasted (slow under valgrind).
+bound=$(( 2 + (SECONDS - t0) / 10 ))
+if [ "$lines" -ge 0 ] && [ "$lines" -le "$bound" ]; then ok shadow_flood_lines; else fail shadow_flood_lines "$lines lines for 1000 shadow denials (bound $bound)"; fi
 
 # --- gateway auth, Envoy's form (/v1/auth + the original path: believed
 # from any peer, it is the request itself); rate limited is 429 by default
