@@ -152,6 +152,10 @@ contains query_and_body_names "$out" 'policy is given both in the query and in t
 same query_and_body_json "$(printf '%s' "${out%$'\n'*}" | isjson)" json
 contains query_and_body_key "$(curl -s -X POST -d '{"policy":"ping","key":"b"}' "$base/v1/acquire?key=q")" 'key is given both'
 contains query_and_body_cost "$(curl -s -X POST -d '{"policy":"ping","key":"b","cost":1}' "$base/v1/acquire?cost=2")" 'cost is given both'
+# The same name spelled with escapes (%69 in the query, \u0069 in JSON) or
+# given empty is the same parameter.
+contains query_and_body_escaped "$(curl -s -X POST -d '{"pol\u0069cy":"ping","key":"b"}' "$base/v1/acquire?pol%69cy=sms")" 'policy is given both'
+contains query_and_body_empty "$(curl -s -X POST -d '{"policy":"ping","key":"b"}' "$base/v1/acquire?key=")" 'key is given both'
 same query_and_body_unused "$(curl -s "$base/v1/acquire?policy=sms&key=q&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":1'
 # Split between the two, or all in the query of a POST: one request.
 same post_query_only "$(code -X POST "$base/v1/acquire?policy=ping&key=10.0.0.2")" 200
