@@ -576,6 +576,10 @@ static int read_auth(reader_t *r, const ratel__yaml_node_t *node)
 /* The top level's own options. */
 static const ratel__option_t top_options[] = {
     RATEL__SERVER_OPTIONS(rateld_config_t),
+    /* The application's token for /v1/refund and /v1/release: checked as
+       the admin token is, by the one token check. */
+    {"api_token", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(api_token), NULL, NULL,
+     ratel__check_token},
 };
 
 /* The top level's sections, read by read_section. */

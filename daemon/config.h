@@ -147,7 +147,10 @@ typedef struct rateld_config_s {
     size_t memory_max_bytes;     /* default 64 MiB; "64MiB", "1GiB", bytes */
     ratel_redis_options_t redis; /* url etc.; strings point into redis_url */
     char redis_url[1024];
-    char admin_token[256];    /* "" : reset is refused (403) */
+    char admin_token[256]; /* "" : reset is refused (403) */
+    /* "" : refund and release need no token (unless admin_token is set:
+       then either token) */
+    char api_token[256];
     ratel__trusted_t trusted; /* trusted_proxies */
     rateld_policy_t *policies;
     size_t npolicies;

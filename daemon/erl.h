@@ -39,7 +39,7 @@
  *
  * Key and value are matched as a pair; ERL joins them into one "key_value"
  * string, so that its key "a_b" collides with key "a" value "b" - rateld
- * keeps them apart, and a `*` in a key is a plain byte (erl.c).
+ * keeps them apart, and a `*` in a key is a plain byte (erl_match.c).
  *
  * ratel's own fields, inside rate_limit, which ERL files simply lack:
  *

@@ -2,8 +2,9 @@
  * handlers.c - rateld's endpoints (docs/rateld.md):
  *
  *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
- *   GET|POST /v1/refund    give permits back
- *   GET|POST /v1/release   release or renew a concurrent rule's lease
+ *   POST     /v1/refund    give permits back (api or admin token)
+ *   POST     /v1/release   release or renew a concurrent rule's lease
+ *                          (api or admin token)
  *   POST     /v1/reset     forget a key (admin token)
  *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
  *            /v1/auth/PATH request's route and identity: 200 / 429 (+
@@ -12,11 +13,12 @@
  *   GET      /healthz      the process answers
  *   GET      /readyz       the store answers
  *
- * Decisions are batched per worker (rateld.h): the handler checks the
- * request and queues it, rateld_flush() decides the batch and answers.
+ * Each endpoint is one entry of the table at the end. Decisions are
+ * batched per worker (batch.c): the handler checks the request and queues
+ * it, rateld_flush() decides the batch and answer.c answers.
  */
 #include "app/json.h"
-#include "app/ratelimit.h"
+#include "daemon/answer.h"
 #include "daemon/params.h"
 #include "daemon/rateld.h"
 
@@ -43,69 +45,6 @@ static int str_copy(ratel_http_str_t s, char *buf, size_t len)
     return 1;
 }
 
-static void respond(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
-                    int status, const ratel_http_header_t *headers, size_t n,
-                    const char *body, size_t len)
-{
-    rateld_metrics_http(d->metrics, thread, status);
-    ratel_http_respond(ex, status, headers, n, body, len);
-}
-
-/*
- * {"error": "...", "reason": REASON} (reason left out when NULL) with
- * `status` and the `n` headers, built by cJSON: the message may quote
- * request bytes, which become '?' where they are not UTF-8, so the body
- * is always valid JSON.
- */
-static void respond_json_error(rateld_t *d, ratel_http_exchange_t *ex,
-                               unsigned thread, int status,
-                               const ratel_http_header_t *headers, size_t n,
-                               const char *reason, char *msg)
-{
-    static const char oom[] = "{\"error\":\"out of memory\"}\n";
-    cJSON *o = cJSON_CreateObject();
-    char *body = NULL;
-    size_t len = 0;
-
-    ratel__json_sanitize_utf8(msg);
-    if (o && cJSON_AddStringToObject(o, "error", msg) &&
-        (!reason || cJSON_AddStringToObject(o, "reason", reason)))
-        body = ratel__json_print(o, &len);
-    cJSON_Delete(o);
-    if (body)
-        respond(d, ex, thread, status, headers, n, body, len);
-    else
-        respond(d, ex, thread, 500, headers, 1, oom, sizeof oom - 1);
-    free(body);
-}
-
-/* {"error": "..."} with `status`. */
-static void __attribute__((format(printf, 5, 6)))
-respond_error(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
-              int status, const char *fmt, ...)
-{
-    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
-    char msg[600];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    respond_json_error(d, ex, thread, status, json, 1, NULL, msg);
-}
-
-/* ------------------------------------------------------ configuration */
-
-rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)
-{
-    if (!w->gen) {
-        atomic_store(&w->active, 1);
-        w->gen = atomic_load(&d->current);
-        atomic_store(&w->epoch, w->gen->epoch);
-    }
-    return w->gen;
-}
-
 /*
  * The parameters of a keyed endpoint and their policy; NULL after
  * answering 400 (bad parameters) or 404 (no such policy).
@@ -119,16 +58,16 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
     char err[400];
 
     if (rateld_params_read(req, prm, release, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return NULL;
     }
     pol = rateld_config_policy(gen->config, prm->policy, strlen(prm->policy));
     if (!pol) {
         char names[300];
         rateld_config_policy_names(gen->config, names, sizeof names);
-        respond_error(d, ex, req->thread, 404,
-                      "no policy named \"%s\"; defined: %s", prm->policy,
-                      names);
+        rateld_respond_error(d, ex, req->thread, 404,
+                             "no policy named \"%s\"; defined: %s", prm->policy,
+                             names);
     }
     return pol;
 }
@@ -149,17 +88,6 @@ static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
              "cost %lld is more than rule %s of policy %s can ever admit", cost,
              text, pol->name);
     return -1;
-}
-
-/* ------------------------------------------------------------ batching */
-
-static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread);
-
-void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                    size_t need)
-{
-    if (w->npending + need > RATELD_BATCH_MAX)
-        run_batch(d, w, thread);
 }
 
 /* "POLICY:" + key as the store key. */
@@ -207,11 +135,11 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
             snprintf(body, sizeof body,
                      "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
                      pol->name);
-        respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
+        rateld_respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
         return;
     }
     if (check_cost(pol, p->rules, prm.cost, err, sizeof err) != 0) {
-        respond_error(d, ex, req->thread, 400, "%s", err);
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return;
     }
     p->ex = ex;
@@ -255,6 +183,7 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         {{"Content-Type", 12}, {"application/json", 16}},
         {{"X-Ratel-Reason", 14}, {name, strlen(name)}}};
     int64_t now = ratel_clock_now_us();
+    unsigned long long not_logged;
     char msg[600];
     va_list ap;
 
@@ -262,19 +191,14 @@ undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     rateld_metrics_undecided(d->metrics, req->thread, reason);
-    if (now - w->undecided_logged_us[reason] >= 10000000) {
+    if (rateld_log_budget_take(w, (rateld_log_kind_t)reason, now, &not_logged))
         ratel__log(status == 200 ? "info" : "warn", "auth request undecided",
                    "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
-                   status, msg, (unsigned long long)w->undecided_quiet[reason]);
-        w->undecided_logged_us[reason] = now;
-        w->undecided_quiet[reason] = 0;
-    } else {
-        w->undecided_quiet[reason]++;
-    }
+                   status, msg, not_logged);
     if (status == 200 || nginx_mode(w))
-        respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
+        rateld_respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
     else
-        respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
+        rateld_respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
 }
 
 /*
@@ -342,7 +266,7 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         k++;
     }
     if (k == 0) {
-        respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+        rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
         return 0;
     }
     for (size_t j = 0; j < k; j++) {
@@ -466,240 +390,93 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     cJSON_Delete((cJSON *)view.json);
 }
 
-/* Headers of a decision: RateLimit-Policy, RateLimit, Retry-After. */
-typedef struct answer_s {
-    ratel_http_header_t h[6];
-    size_t n;
-    char limit[256], retry[24];
-} answer_t;
+/* ------------------------------------------------------------- tokens */
 
-static void decision_headers(answer_t *a, const rateld_pending_t *p,
-                             const ratel_decision_t *dec, int denied)
+/*
+ * Whether `len` bytes at `tok` are the secret: in a time that depends on
+ * the secret's length only (no early exit at the first byte that differs,
+ * which would let a client find a token byte by byte). An empty secret
+ * matches nothing.
+ */
+static int same_secret(const char *tok, size_t len, const char *secret)
 {
-    const char *pf = p->field;
-    size_t n = ratel__header_ratelimit(p->policy->name, p->rules, dec, a->limit,
-                                       sizeof a->limit);
-    a->n = 0;
-    a->h[a->n++] =
-        (ratel_http_header_t){{"Content-Type", 12}, {"application/json", 16}};
-    a->h[a->n++] =
-        (ratel_http_header_t){{"RateLimit-Policy", 16}, {pf, strlen(pf)}};
-    a->h[a->n++] = (ratel_http_header_t){
-        {"RateLimit", 9},
-        {a->limit, n < sizeof a->limit ? n : sizeof a->limit - 1}};
-    if (denied) {
-        int m = snprintf(a->retry, sizeof a->retry, "%lld",
-                         ratel__retry_after_seconds(dec));
-        a->h[a->n++] =
-            (ratel_http_header_t){{"Retry-After", 11}, {a->retry, (size_t)m}};
-    }
-}
+    size_t n = strlen(secret);
+    unsigned char diff = len != n;
 
-/* The decision as JSON; `extra` ends the object (",\"held\":true"). */
-static size_t decision_body(char *body, size_t len, const rateld_policy_t *pol,
-                            const ratel_decision_t *dec, int shadow_denied,
-                            const char *extra)
-{
-    char lease[24] = "";
-    int n;
-
-    if (dec->lease)
-        snprintf(lease, sizeof lease, ",\"lease\":%u", (unsigned)dec->lease);
-    n = snprintf(
-        body, len,
-        "{\"allowed\":%s,\"policy\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
-        "\"retry_after_ms\":%lld,\"reset_after_ms\":%lld,\"rule\":%d,"
-        "\"wait_ms\":%lld,\"source\":\"%s\"%s%s%s}\n",
-        dec->allowed || shadow_denied ? "true" : "false", pol->name,
-        (long long)dec->limit, (long long)dec->remaining,
-        (long long)dec->retry_after_ms, (long long)dec->reset_after_ms,
-        dec->rule, (long long)dec->wait_ms, ratel_source_name(dec->source),
-        lease, shadow_denied ? ",\"shadow_denied\":true" : "", extra);
-    return (size_t)(n < (int)len ? n : (int)len - 1);
-}
-
-static void answer_acquire(rateld_t *d, unsigned thread,
-                           const rateld_gen_t *gen, rateld_pending_t *p,
-                           ratel_batch_item_t *it, int64_t now)
-{
-    const ratel_decision_t *dec = &it->decision;
-    int shadow_denied = !dec->allowed && p->policy->shadow;
-    int denied = !dec->allowed && !p->policy->shadow;
-    char body[512];
-    answer_t a;
-
-    if (it->rc != 0) {
-        rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                             RATELD_OUTCOME_ERROR, RATEL_SOURCE_STORE,
-                             now - p->start_us);
-        respond_error(d, p->ex, thread, 500, "the store failed: %s",
-                      ratel_strerror(it->rc));
-        return;
-    }
-    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                         denied          ? RATELD_OUTCOME_DENIED
-                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
-                                         : RATELD_OUTCOME_ALLOWED,
-                         dec->source, now - p->start_us);
-    if (shadow_denied)
-        ratel__log("info", "shadow deny", "policy=%s retry_after_ms=%lld",
-                   p->policy->name, (long long)dec->retry_after_ms);
-    decision_headers(&a, p, dec, denied);
-    respond(
-        d, p->ex, thread, denied ? 429 : 200, a.h, a.n, body,
-        decision_body(body, sizeof body, p->policy, dec, shadow_denied, ""));
-}
-
-/* Counts one auth item's outcome; returns 1 when it denies. */
-static int count_auth_item(rateld_t *d, unsigned thread,
-                           const rateld_gen_t *gen, const rateld_pending_t *p,
-                           const ratel_batch_item_t *it, int64_t latency)
-{
-    int shadow_denied =
-        it->rc == 0 && !it->decision.allowed && p->policy->shadow;
-    int no = it->rc == 0 && !it->decision.allowed && !p->policy->shadow;
-
-    rateld_metrics_count(d->metrics, thread, gen->metric[p->policy_index],
-                         it->rc != 0     ? RATELD_OUTCOME_ERROR
-                         : no            ? RATELD_OUTCOME_DENIED
-                         : shadow_denied ? RATELD_OUTCOME_SHADOW_DENIED
-                                         : RATELD_OUTCOME_ALLOWED,
-                         it->rc == 0 ? it->decision.source : RATEL_SOURCE_STORE,
-                         latency);
-    return no;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(secret[i] ^ (i < len ? tok[i] : 0));
+    return n > 0 && diff == 0;
 }
 
 /*
- * RateLimit-Policy for a route: every rule of each of its policies, in
- * the route's order (the items are named POLICY-INDEX, so they never
- * clash): the one policy's own field, or the fields joined in buf (cut to
- * fit).
+ * The one token check of rateld's guarded endpoints: the request's
+ * "Authorization: Bearer TOKEN" (or "X-Admin-Token: TOKEN") against each
+ * of the `n` tokens (empty ones match nothing; every one is compared, so
+ * the time does not say which matched). 0 when it carries one of them,
+ * 401 when it carries no token, 403 when it carries another.
  */
-static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
-                                           size_t count, char *buf, size_t len)
+static int token_status(const ratel_http_request_t *req,
+                        const char *const *tokens, size_t n)
 {
-    size_t n = 0;
+    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
+    ratel_http_str_t tok;
+    int match = 0;
 
-    if (count == 1) /* the usual route: its policy's field as it is */
-        return (ratel_http_str_t){items[0].field, strlen(items[0].field)};
-
-    buf[0] = '\0';
-    for (size_t i = 0; i < count; i++) {
-        int m =
-            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", items[i].field);
-        if (m < 0 || (size_t)m >= len - n)
-            break;
-        n += (size_t)m;
-    }
-    return (ratel_http_str_t){buf, n};
-}
-
-/*
- * auth: all of the route's policies admit, or none is charged (the store
- * decided them as one group, ratel_store_acquire_batch). Allowed:
- * 200. Denied: auth.deny_status (429, or 403 for nginx) with Retry-After,
- * X-Ratel-Reason: rate-limited and the decision as JSON. The RateLimit
- * field names the binding rule over all the policies: denied, the one
- * whose retry is furthest; allowed, the one closest to exhaustion.
- */
-static void answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                        const rateld_gen_t *gen, size_t first, int64_t now)
-{
-    static const ratel_http_header_t store_error[] = {
-        RATEL_HTTP_JSON_HEADER, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
-    rateld_pending_t *head = &w->pending[first];
-    size_t count = (size_t)head->count, binding = first;
-    int denied = 0, failed = 0, status;
-    char policies[4096], body[512];
-    answer_t a;
-
-    for (size_t i = first; i < first + count; i++) {
-        ratel_batch_item_t *it = &w->items[i];
-        int no = count_auth_item(d, thread, gen, &w->pending[i], it,
-                                 now - head->start_us);
-        failed |= it->rc != 0;
-        if (no && (!denied || it->decision.retry_after_ms >
-                                  w->items[binding].decision.retry_after_ms))
-            binding = i;
-        if (!no && !denied && it->rc == 0 &&
-            it->decision.remaining < w->items[binding].decision.remaining)
-            binding = i;
-        denied |= no;
-    }
-    if (failed) {
-        static const char msg[] = "{\"error\":\"the store failed\"}\n";
-        respond(d, head->ex, thread, 500, store_error, 2, msg, sizeof msg - 1);
-        return;
-    }
-    decision_headers(&a, &w->pending[binding], &w->items[binding].decision,
-                     denied);
-    a.h[1].value = route_policy_field(head, count, policies, sizeof policies);
-    if (denied)
-        a.h[a.n++] =
-            (ratel_http_header_t){{"X-Ratel-Reason", 14}, {"rate-limited", 12}};
-    if (!denied) {
-        /* The gateway reads only the status and the fields: no body. */
-        respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
-        return;
-    }
-    status = gen->config->auth.deny_status;
-    if (status == 403) /* nginx: no body (see nginx_mode) */
-        respond(d, head->ex, thread, status, a.h + 1, a.n - 1, NULL, 0);
+    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0)
+        tok = (ratel_http_str_t){h->p + 7, h->n - 7};
+    else if ((h = ratel_http_header(req, "X-Admin-Token")))
+        tok = *h;
     else
-        respond(d, head->ex, thread, status, a.h, a.n, body,
-                decision_body(body, sizeof body, w->pending[binding].policy,
-                              &w->items[binding].decision, 0, ""));
+        return 401;
+    for (size_t i = 0; i < n; i++)
+        match |= same_secret(tok.p, tok.n, tokens[i]);
+    return match ? 0 : 403;
 }
 
-static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
+/*
+ * Answers 401 (with WWW-Authenticate: Bearer) or 403 unless the request
+ * carries one of the `n` tokens; returns 0 when it does. `what` names
+ * the endpoint and `which` the tokens, for the message.
+ */
+static int require_token(rateld_t *d, ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req,
+                         const char *const *tokens, size_t n, const char *what,
+                         const char *which)
 {
-    const rateld_gen_t *gen = w->gen;
-    size_t n = w->npending;
-    int64_t now;
+    static const ratel_http_header_t challenge = {
+        {"WWW-Authenticate", 16}, {"Bearer realm=\"rateld\"", 21}};
+    int status = token_status(req, tokens, n);
 
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        rateld_pending_t *p = &w->pending[i];
-        /* A route's policies are one all-or-nothing group: the store
-           charges none of them unless all admit. */
-        w->items[i] = (ratel_batch_item_t){
-            .key = p->key,
-            .keylen = p->keylen,
-            .policy = p->rules,
-            .request = p->request,
-            .group = p->count > 1 ? (uint32_t)p->first + 1 : 0};
-    }
-    now = ratel_clock_now_us();
-    if (ratel_store_acquire_batch(d->store, w->items, n, now) != 0)
-        for (size_t i = 0; i < n; i++)
-            w->items[i].rc = RATEL_EINVAL;
-    now = ratel_clock_now_us();
-    for (size_t i = 0; i < n; i++) {
-        rateld_pending_t *p = &w->pending[i];
-        if (p->kind == RATELD_KIND_ACQUIRE)
-            answer_acquire(d, thread, gen, p, &w->items[i], now);
-        else if (p->kind == RATELD_KIND_AUTH)
-            answer_auth(d, w, thread, gen, i, now);
-        else if (p->kind == RATELD_KIND_RLS)
-            rateld_rls_answer(d, w, thread, gen, i, now);
-    }
-    w->npending = 0;
-}
-
-void rateld_flush(void *ud, unsigned thread)
-{
-    rateld_t *d = ud;
-    rateld_worker_t *w = &d->workers[thread];
-
-    run_batch(d, w, thread);
-    if (w->gen) {
-        w->gen = NULL;
-        atomic_store(&w->active, 0);
-    }
+    if (status == 401)
+        rateld_respond_error_with(
+            d, ex, req->thread, 401, challenge,
+            "%s needs a token: Authorization: Bearer TOKEN "
+            "(%s)",
+            what, which);
+    else if (status == 403)
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s: the token given is not %s", what, which);
+    return status ? -1 : 0;
 }
 
 /* ------------------------------------------- the synchronous endpoints */
+
+/*
+ * Refund, release and reset change state: their parameters come from the
+ * JSON body alone, so that no URL (a link, a form's action, an image)
+ * names a change by itself. 0, or -1 after answering 400.
+ */
+static int body_only(rateld_t *d, ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, const char *what)
+{
+    if (req->query.n == 0)
+        return 0;
+    rateld_respond_error(d, ex, req->thread, 400,
+                         "%s takes its parameters in a JSON body, not in the "
+                         "query",
+                         what);
+    return -1;
+}
 
 /*
  * /v1/refund and /v1/release: a change to one key under a policy's rules,
@@ -716,23 +493,29 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
     char body[512], client[RATEL__ADDR_MAX], host[256], extra[40] = "";
     rateld_view_t view;
     rateld_params_t prm;
-    answer_t a;
+    rateld_answer_t a;
     int rc, held = 0;
+    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
 
-    if (!(pol = params_policy(d, gen, ex, req, &prm, release)))
+    if ((tokens[0][0] || tokens[1][0]) &&
+        require_token(d, ex, req, tokens, 2, release ? "release" : "refund",
+                      "the api_token or the admin_token"))
+        return;
+    if (body_only(d, ex, req, release ? "release" : "refund") ||
+        !(pol = params_policy(d, gen, ex, req, &prm, release)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies), &view)) {
-        respond_error(d, ex, req->thread, 400,
-                      "policy %s: this key is exempt; nothing to %s", pol->name,
-                      release ? "release" : "refund");
+        rateld_respond_error(d, ex, req->thread, 400,
+                             "policy %s: this key is exempt; nothing to %s",
+                             pol->name, release ? "release" : "refund");
         return;
     }
     if (release && !ratel_policy_has_leases(p.rules)) {
-        respond_error(d, ex, req->thread, 400,
-                      "policy %s has no concurrent rule: it takes no leases",
-                      pol->name);
+        rateld_respond_error(
+            d, ex, req->thread, 400,
+            "policy %s has no concurrent rule: it takes no leases", pol->name);
         return;
     }
     rc = release
@@ -743,80 +526,59 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
                                   ratel_clock_now_us(), (uint64_t)prm.cost,
                                   &dec);
     if (rc != 0) {
-        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                      "the store failed: %s", ratel_strerror(rc));
+        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
         return;
     }
     if (release)
         snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
                  held ? "true" : "false", held && prm.renew ? "true" : "false");
-    decision_headers(&a, &p, &dec, 0);
-    respond(d, ex, req->thread, 200, a.h, a.n, body,
-            decision_body(body, sizeof body, pol, &dec, 0, extra));
-}
-
-/* The admin token as "Authorization: Bearer TOKEN" (or X-Admin-Token). */
-static int admin_ok(const rateld_config_t *c, const ratel_http_request_t *req)
-{
-    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
-    size_t n = strlen(c->admin_token);
-    const char *tok;
-    size_t len;
-    unsigned char diff = 0;
-
-    if (n == 0)
-        return 0;
-    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0) {
-        tok = h->p + 7;
-        len = h->n - 7;
-    } else if ((h = ratel_http_header(req, "X-Admin-Token"))) {
-        tok = h->p;
-        len = h->n;
-    } else {
-        return 0;
-    }
-    if (len != n)
-        return 0;
-    for (size_t i = 0; i < n; i++) /* constant time */
-        diff |= (unsigned char)(tok[i] ^ c->admin_token[i]);
-    return diff == 0;
+    rateld_decision_headers(&a, &p, &dec, 0);
+    rateld_respond(
+        d, ex, req->thread, 200, a.h, a.n, body,
+        rateld_decision_body(body, sizeof body, pol, &dec, 0, extra));
 }
 
 static void reset_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
-                      const ratel_http_request_t *req)
+                      const ratel_http_request_t *req, int64_t start)
 {
     static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     rateld_gen_t *gen = rateld_take_gen(d, w);
+    const char *admin = gen->config->admin_token;
     const rateld_policy_t *pol;
     rateld_pending_t p;
     rateld_params_t prm;
     int rc;
 
-    if (!admin_ok(gen->config, req)) {
-        respond_error(d, ex, req->thread, 403,
-                      gen->config->admin_token[0]
-                          ? "reset needs the admin token: Authorization: "
-                            "Bearer TOKEN"
-                          : "reset is disabled: no admin_token in the "
-                            "configuration");
+    (void)start;
+    if (!gen->config->admin_token[0]) {
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "reset is disabled: no admin_token in the "
+                             "configuration");
         return;
     }
-    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
+    if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
+        return;
+    if (body_only(d, ex, req, "reset") ||
+        !(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
     set_key(&p, pol->name, prm.key, prm.keylen);
     rc = ratel_store_reset(d->store, p.key, p.keylen);
     if (rc != 0) {
-        respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                      "the store failed: %s", ratel_strerror(rc));
+        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
         return;
     }
     ratel__log("info", "reset", "policy=%s", pol->name);
-    respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
+    rateld_respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
 }
 
-static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
+static void metrics_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
 {
+    unsigned thread = req->thread;
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
     ratel_store_stats_t st;
@@ -824,16 +586,18 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
     size_t len = 0;
     char *body;
 
+    (void)w;
+    (void)start;
     ratel_store_stats(d->store, &st);
     ratel_store_health(d->store, &health);
     body = rateld_metrics_render(d->metrics, &st, &health,
                                  atomic_load(&d->reloads),
                                  atomic_load(&d->reload_failures), &len);
     if (!body) {
-        respond_error(d, ex, thread, 500, "out of memory");
+        rateld_respond_error(d, ex, thread, 500, "out of memory");
         return;
     }
-    respond(d, ex, thread, 200, text, 1, body, len);
+    rateld_respond(d, ex, thread, 200, text, 1, body, len);
     free(body);
 }
 
@@ -845,8 +609,11 @@ static void metrics_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
  * "since_ms": ms in this state (0: never changed)} and, when down,
  * "cause" and "error".
  */
-static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
+static void ready_api(rateld_t *d, rateld_worker_t *w,
+                      ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req, int64_t start)
 {
+    unsigned thread = req->thread;
     static const ratel_http_header_t json_type[] = {
         {{"Content-Type", 12}, {"application/json", 16}}};
     ratel_store_health_t h;
@@ -854,6 +621,8 @@ static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
     char *body = NULL, error[400];
     int64_t age = 0;
 
+    (void)w;
+    (void)start;
     if (ratel_store_health(d->store, &h) != 0)
         snprintf(h.cause, sizeof h.cause, "no store");
     if (h.since_us > 0 && ratel_clock_now_us() > h.since_us)
@@ -868,56 +637,146 @@ static void ready_api(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread)
         body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body) {
-        respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
+        rateld_respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
         return;
     }
-    respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body, strlen(body));
+    rateld_respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
+                   strlen(body));
     cJSON_free(body);
+}
+
+/* ----------------------------------------------------------- endpoints */
+
+static void refund_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 0);
+}
+
+static void release_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 1);
+}
+
+static void healthz_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)w;
+    (void)start;
+    rateld_respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
+}
+
+/* Methods an endpoint takes (endpoint_t.methods); 0: any. */
+enum { METHOD_GET = 1, METHOD_POST = 2 };
+static const struct {
+    const char *name;
+    unsigned bit;
+} method_names[] = {{"GET", METHOD_GET}, {"POST", METHOD_POST}};
+
+typedef void endpoint_fn(rateld_t *d, rateld_worker_t *w,
+                         ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req, int64_t start);
+
+/*
+ * rateld's endpoints (docs/rateld.md says who should reach each): the
+ * path (and, with `subpaths`, every path under it), the methods, the
+ * handler. The 405's Allow header and the 404's list come from here.
+ * State changes take POST only: a GET can be sent by any web page a
+ * browser shows (an <img>), and proxies may repeat it.
+ */
+typedef struct endpoint_s {
+    const char *path;
+    int subpaths;
+    unsigned methods;
+    endpoint_fn *handler;
+} endpoint_t;
+
+static const endpoint_t endpoints[] = {
+    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, acquire_api},
+    /* Any method: a gateway's auth request keeps the client's; Envoy
+       appends the original path. */
+    {"/v1/auth", 1, 0, auth_api},
+    {"/v1/refund", 0, METHOD_POST, refund_api},
+    {"/v1/release", 0, METHOD_POST, release_api},
+    {"/v1/reset", 0, METHOD_POST, reset_api},
+    {"/metrics", 0, METHOD_GET, metrics_api},
+    {"/healthz", 0, METHOD_GET, healthz_api},
+    {"/readyz", 0, METHOD_GET, ready_api},
+};
+
+/* The endpoint at `path`, or NULL. */
+static const endpoint_t *endpoint_at(ratel_http_str_t path)
+{
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++) {
+        const endpoint_t *e = &endpoints[i];
+        size_t n = strlen(e->path);
+        if (str_is(path, e->path) ||
+            (e->subpaths && path.n > n + 1 && memcmp(path.p, e->path, n) == 0 &&
+             path.p[n] == '/'))
+            return e;
+    }
+    return NULL;
+}
+
+/* The method's bit (METHOD_*), 0 for any other method. */
+static unsigned method_bit(ratel_http_str_t method)
+{
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (str_is(method, method_names[i].name))
+            return method_names[i].bit;
+    return 0;
+}
+
+/* 405 with Allow: the endpoint's methods. */
+static void not_allowed(rateld_t *d, ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, const endpoint_t *e)
+{
+    char allow[64] = "";
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (e->methods & method_names[i].bit)
+            n += (size_t)snprintf(allow + n, sizeof allow - n, "%s%s",
+                                  n ? ", " : "", method_names[i].name);
+    rateld_respond_error_with(d, ex, req->thread, 405,
+                              (ratel_http_header_t){{"Allow", 5}, {allow, n}},
+                              "method %.*s not allowed on %s; allowed: %s",
+                              (int)(req->method.n > 16 ? 16 : req->method.n),
+                              req->method.p, e->path, allow);
+}
+
+/* 404 naming the endpoints there are. */
+static void not_found(rateld_t *d, ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req)
+{
+    char p[128], list[200] = "";
+    size_t n = 0;
+
+    if (!str_copy(req->path, p, sizeof p))
+        strcpy(p, "(long path)");
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                              endpoints[i].path);
+    rateld_respond_error(d, ex, req->thread, 404, "no endpoint %s; see %s", p,
+                         list);
 }
 
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,
                    const ratel_http_request_t *req)
 {
     rateld_t *d = ud;
-    rateld_worker_t *w = &d->workers[req->thread];
-    int get = str_is(req->method, "GET"), post = str_is(req->method, "POST");
-    int64_t start = ratel_clock_now_us();
-    ratel_http_str_t path = req->path;
+    const endpoint_t *e = endpoint_at(req->path);
 
-    if (str_is(path, "/v1/acquire") && (get || post)) {
-        acquire_api(d, w, ex, req, start);
-    } else if (str_is(path, "/v1/auth") ||
-               (path.n > 9 && memcmp(path.p, "/v1/auth/", 9) == 0)) {
-        /* Any method: a gateway's auth request keeps the client's; Envoy
-           appends the original path. */
-        auth_api(d, w, ex, req, start);
-    } else if (str_is(path, "/v1/refund") && (get || post)) {
-        change_api(d, w, ex, req, 0);
-    } else if (str_is(path, "/v1/release") && (get || post)) {
-        change_api(d, w, ex, req, 1);
-    } else if (str_is(path, "/v1/reset") && post) {
-        reset_api(d, w, ex, req);
-    } else if (str_is(path, "/metrics") && get) {
-        metrics_api(d, ex, req->thread);
-    } else if (str_is(path, "/healthz") && get) {
-        respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
-    } else if (str_is(path, "/readyz") && get) {
-        ready_api(d, ex, req->thread);
-    } else if (str_is(path, "/v1/acquire") || str_is(path, "/v1/auth") ||
-               str_is(path, "/v1/refund") || str_is(path, "/v1/release") ||
-               str_is(path, "/v1/reset") || str_is(path, "/metrics") ||
-               str_is(path, "/healthz") || str_is(path, "/readyz")) {
-        respond_error(d, ex, req->thread, 405, "method %.*s not allowed here",
-                      (int)(req->method.n > 16 ? 16 : req->method.n),
-                      req->method.p);
-    } else {
-        char p[128];
-        if (!str_copy(path, p, sizeof p))
-            strcpy(p, "(long path)");
-        respond_error(d, ex, req->thread, 404,
-                      "no endpoint %s; see /v1/acquire, /v1/auth, "
-                      "/v1/refund, /v1/release, /v1/reset, /metrics, "
-                      "/healthz, /readyz",
-                      p);
-    }
+    if (!e)
+        not_found(d, ex, req);
+    else if (e->methods && !(e->methods & method_bit(req->method)))
+        not_allowed(d, ex, req, e);
+    else
+        e->handler(d, &d->workers[req->thread], ex, req, ratel_clock_now_us());
 }

@@ -276,6 +276,7 @@ int main(int argc, char **argv)
     /* Joined, the signal thread is gone before everything is freed (a
        thread still running at exit leaks its stack). */
     ratel__signals_stop(&signals);
+    rateld_log_budgets_drain(&d);
     ratel__log("info", "rateld stopped", "status=%d", rc);
 out:
     /* No worker uses the store any more: stop watching it before it goes. */

@@ -1,7 +1,10 @@
 /*
  * params.c - the parameters of rateld's keyed endpoints (/v1/acquire,
  * /v1/refund, /v1/release): policy, key, cost, peek, lease and renew, from
- * the query of a GET or a strict JSON body of a POST.
+ * the query and the strict JSON body of a POST. A parameter given twice
+ * is refused by name, wherever its two copies are: two readers of one
+ * request (a proxy that reads the query, rateld that reads the body)
+ * must never see two different requests.
  */
 #include "daemon/params.h"
 
@@ -10,6 +13,32 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The parameters, as bits of rateld_params_t.given. */
+static const char *const param_names[] = {"policy", "key",   "cost",
+                                          "peek",   "lease", "renew"};
+
+/*
+ * Marks parameter `name` given; -1 with a message for a 400 when it was
+ * already (the query named it, and now the body does).
+ */
+static int mark_given(rateld_params_t *p, const char *name, char *err,
+                      size_t errlen)
+{
+    for (unsigned i = 0; i < sizeof param_names / sizeof param_names[0]; i++) {
+        if (strcmp(name, param_names[i]) != 0)
+            continue;
+        if (p->given & (1u << i)) {
+            snprintf(err, errlen,
+                     "%s is given both in the query and in the body; give "
+                     "it once",
+                     name);
+            return -1;
+        }
+        p->given |= 1u << i;
+    }
+    return 0;
+}
 
 /* A positive integer 1..max in text; 0 when it is not one. */
 static long long parse_count(const char *s, long long max)
@@ -46,6 +75,8 @@ static int read_json_field(const cJSON *item, rateld_params_t *p, char *err,
 {
     const char *name = item->string ? item->string : "";
 
+    if (mark_given(p, name, err, errlen) != 0)
+        return -1;
     if (!strcmp(name, "policy") && cJSON_IsString(item) &&
         strlen(item->valuestring) < sizeof p->policy) {
         strcpy(p->policy, item->valuestring);
@@ -83,7 +114,7 @@ static int read_json_field(const cJSON *item, rateld_params_t *p, char *err,
     return 0;
 }
 
-/* The parameters from a strict JSON body (POST). */
+/* The parameters from a strict JSON body (POST), after the query's. */
 static int read_params_json(const ratel_http_request_t *req, rateld_params_t *p,
                             char *err, size_t errlen)
 {
@@ -92,9 +123,12 @@ static int read_params_json(const ratel_http_request_t *req, rateld_params_t *p,
     int rc;
 
     if (req->body.n == 0) {
+        if (p->given) /* all in the query */
+            return 0;
         snprintf(err, errlen,
                  "POST needs a JSON body {\"policy\": ..., "
-                 "\"key\": ..., \"cost\": 1, \"peek\": false}");
+                 "\"key\": ..., \"cost\": 1, \"peek\": false} (or the "
+                 "parameters in the query)");
         return -1;
     }
     rc = ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, why,
@@ -115,7 +149,7 @@ static int read_params_json(const ratel_http_request_t *req, rateld_params_t *p,
     return rc;
 }
 
-/* The parameters from the query (GET); each at most once. */
+/* The parameters from the query; each at most once. */
 static int read_params_query(const ratel_http_request_t *req,
                              rateld_params_t *p, char *err, size_t errlen)
 {
@@ -127,6 +161,8 @@ static int read_params_query(const ratel_http_request_t *req,
                  n == -3 ? "given twice" : "malformed or too long");
         return -1;
     }
+    if (n >= 0)
+        mark_given(p, "policy", err, errlen);
     n = ratel_http_query_param(req->query, "key", p->key, sizeof p->key);
     if (n < -1) {
         snprintf(err, errlen,
@@ -139,6 +175,7 @@ static int read_params_query(const ratel_http_request_t *req,
     if (n >= 0) {
         p->keylen = (size_t)n;
         p->has_key = 1;
+        mark_given(p, "key", err, errlen);
     }
     n = ratel_http_query_param(req->query, "cost", buf, sizeof buf);
     if (n < -1 || (n >= 0 && !(p->cost = parse_count(buf, 1000000000)))) {
@@ -146,24 +183,32 @@ static int read_params_query(const ratel_http_request_t *req,
                  n == -3 ? ", given once" : "");
         return -1;
     }
+    if (n >= 0)
+        mark_given(p, "cost", err, errlen);
     n = ratel_http_query_param(req->query, "peek", buf, sizeof buf);
     if (n < -1 || (n >= 0 && !parse_bool(buf, &p->peek))) {
         snprintf(err, errlen, "peek must be true, false, 1 or 0%s",
                  n == -3 ? ", given once" : "");
         return -1;
     }
+    if (n >= 0)
+        mark_given(p, "peek", err, errlen);
     n = ratel_http_query_param(req->query, "lease", buf, sizeof buf);
     if (n < -1 || (n >= 0 && !(p->lease = parse_count(buf, 4294967295LL)))) {
         snprintf(err, errlen, "lease must be an integer 1..4294967295%s",
                  n == -3 ? ", given once" : "");
         return -1;
     }
+    if (n >= 0)
+        mark_given(p, "lease", err, errlen);
     n = ratel_http_query_param(req->query, "renew", buf, sizeof buf);
     if (n < -1 || (n >= 0 && !parse_bool(buf, &p->renew))) {
         snprintf(err, errlen, "renew must be true, false, 1 or 0%s",
                  n == -3 ? ", given once" : "");
         return -1;
     }
+    if (n >= 0)
+        mark_given(p, "renew", err, errlen);
     return 0;
 }
 
@@ -172,9 +217,10 @@ int rateld_params_read(const ratel_http_request_t *req, rateld_params_t *p,
 {
     memset(p, 0, sizeof *p);
     p->cost = 1;
-    if (((req->method.n == 4 && memcmp(req->method.p, "POST", 4) == 0)
-             ? read_params_json
-             : read_params_query)(req, p, err, errlen) != 0)
+    if (read_params_query(req, p, err, errlen) != 0)
+        return -1;
+    if (req->method.n == 4 && memcmp(req->method.p, "POST", 4) == 0 &&
+        read_params_json(req, p, err, errlen) != 0)
         return -1;
     if (!p->policy[0]) {
         snprintf(err, errlen, "policy is required");

@@ -20,13 +20,16 @@ typedef struct rateld_params_s {
     int has_key;
     long long lease; /* /v1/release: 1..2^32-1; 0 when not given */
     int renew;       /* /v1/release: extend instead of releasing */
+    unsigned given;  /* the parameters read so far (params.c's bits) */
 } rateld_params_t;
 
 /*
- * The decision API's parameters, from the query (GET) or a strict JSON
- * body (POST); `release`: for /v1/release, which alone takes a lease (and
- * requires one). Each parameter at most once. Returns 0, or -1 with a
- * message for a 400 in err.
+ * The decision API's parameters, from the query and, for a POST, a strict
+ * JSON body too; `release`: for /v1/release, which alone takes a lease
+ * (and requires one). Each parameter at most once: one given twice, or
+ * in both the query and the body, is refused by name (never one of the
+ * two silently preferred). Returns 0, or -1 with a message for a 400 in
+ * err.
  */
 int rateld_params_read(const ratel_http_request_t *req, rateld_params_t *p,
                        int release, char *err, size_t errlen);

@@ -40,7 +40,8 @@ enum {
     RATELD_KIND_ACQUIRE, /* the decision API */
     RATELD_KIND_AUTH,    /* /v1/auth: a route's policies, first item */
     RATELD_KIND_PART,    /* a later item of an auth or RLS request */
-    RATELD_KIND_RLS      /* an RLS call (rls.c), first item */
+    RATELD_KIND_RLS,     /* an RLS call (rls.c), first item */
+    RATELD_KINDS
 };
 
 typedef struct rateld_rls_s rateld_rls_t;
@@ -77,6 +78,22 @@ typedef struct rateld_pending_s {
     char key[RATELD_KEY_MAX + RATELD_NAME_MAX + 2];
 } rateld_pending_t;
 
+/*
+ * Kinds of log lines paid from a budget (log_budget.c): the undecided
+ * reasons first (rateld_undecided_t), then the others.
+ */
+typedef enum rateld_log_kind_e {
+    RATELD_LOG_SHADOW_DENY = RATELD_UNDECIDED_REASONS,
+    RATELD_LOG_UNKNOWN_DOMAIN, /* RLS: a domain no file defines */
+    RATELD_LOG_KINDS
+} rateld_log_kind_t;
+
+/* When a kind was last logged and how many were not logged since. */
+typedef struct rateld_log_budget_s {
+    int64_t logged_us;
+    unsigned long long quiet;
+} rateld_log_budget_t;
+
 /* A worker's state; only its own thread touches it, but for `active` and
    `epoch` which the reloader reads. */
 typedef struct rateld_worker_s {
@@ -86,11 +103,8 @@ typedef struct rateld_worker_s {
     rateld_pending_t *pending;
     ratel_batch_item_t *items;
     size_t npending;
-    /* Undecided auth requests: when each reason was last logged and how
-       many were not logged since (one line per reason per 10 s). */
-    int64_t undecided_logged_us[RATELD_UNDECIDED_REASONS];
-    uint64_t undecided_quiet[RATELD_UNDECIDED_REASONS];
-    int64_t unknown_domain_logged_us; /* RLS: an unknown domain logged */
+    /* Lines about clients' requests: one per kind per 10 s. */
+    rateld_log_budget_t log_budget[RATELD_LOG_KINDS];
     rateld_rls_pool_t rls_pool;
     char pad[64];
 } rateld_worker_t;
@@ -117,7 +131,8 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
                    const ratel_http_request_t *req);
 void rateld_flush(void *ud, unsigned thread);
 
-/* The configuration of the worker's pass (taken at its first request). */
+/* The configuration of the worker's pass (taken at its first request;
+   batch.c). */
 rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w);
 
 /* Makes room for `need` more items in the worker's batch (deciding the
@@ -142,10 +157,28 @@ rateld_rls_t *rateld_rls_decode(rateld_rls_pool_t *pool, const uint8_t *msg,
 void rateld_rls_free(rateld_rls_pool_t *pool, rateld_rls_t *r);
 void rateld_rls_pool_drain(rateld_rls_pool_t *pool);
 
-/* Answers the RLS call whose first item is w->pending[first], after the
-   batch was decided (run_batch). */
+/* Answers the request whose first item is w->pending[first], once the
+   batch is decided (batch.c's table: one answer per RATELD_KIND_*). */
+typedef void rateld_answer_fn(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                              const rateld_gen_t *gen, size_t first,
+                              int64_t now);
+
+/* The answer of an RLS call (rls.c). */
 void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now);
+
+/*
+ * Whether an event of `kind` at `now_us` may write its log line on this
+ * worker (its thread only): 1 with *not_logged set to the events of that
+ * kind not logged since the last line (the line says so), or 0 after
+ * counting this one as not logged.
+ */
+int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
+                           int64_t now_us, unsigned long long *not_logged);
+
+/* Writes, for each worker and kind, how many events were not logged since
+   its last line (once the workers have stopped). */
+void rateld_log_budgets_drain(rateld_t *d);
 
 /* Builds a generation from a loaded config (registers its metrics);
    NULL when out of memory. Takes ownership of config. */

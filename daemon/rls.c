@@ -7,7 +7,7 @@
  * limited ones join the worker's batch as one all-or-nothing group, so a
  * request one descriptor denies charges none of the others (envoyproxy/
  * ratelimit charges them all). Shadow limits are decided on their own:
- * they count, and always answer OK. The flush (handlers.c's run_batch)
+ * they count, and always answer OK. The flush (batch.c's run_batch)
  * decides the batch and calls rateld_rls_answer() for each call.
  *
  * Messages are decoded by protobuf-c with an allocator that refuses to
@@ -519,18 +519,18 @@ static const char *queue_items(rateld_t *d, rateld_worker_t *w, unsigned thread,
 
 /* A domain no configuration file defines: an error Envoy counts (its
    failure_mode_deny decides), or OK like envoyproxy/ratelimit when
-   envoy.unknown_domain is allow. Logged once per 10 s per worker. */
+   envoy.unknown_domain is allow. Logged within the budget (log_budget.c). */
 static void unknown_domain(rateld_t *d, rateld_worker_t *w, unsigned thread,
                            const rateld_gen_t *gen, rateld_rls_t *r)
 {
     char text[160];
     int64_t now = ratel_clock_now_us();
+    unsigned long long not_logged;
 
-    if (now - w->unknown_domain_logged_us > 10000000) {
-        w->unknown_domain_logged_us = now;
-        ratel__log("warn", "envoy: unknown domain", "domain=\"%.64s\"",
-                   r->req->domain);
-    }
+    if (rateld_log_budget_take(w, RATELD_LOG_UNKNOWN_DOMAIN, now, &not_logged))
+        ratel__log("warn", "envoy: unknown domain",
+                   "domain=\"%.64s\" not_logged=%llu", r->req->domain,
+                   not_logged);
     if (gen->config->envoy.unknown_domain_allow) {
         for (size_t i = 0; i < r->n; i++)
             r->limit[i] = NULL;

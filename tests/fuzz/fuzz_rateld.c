@@ -2,15 +2,15 @@
  * fuzz_rateld.c - rateld's endpoints (daemon/handlers.c) on arbitrary
  * bytes, through the real HTTP connection state machine (src/http/conn.h)
  * and a real memory store, with the configuration of examples/rateld.yaml
- * (plus an admin token and a trusted proxy).
+ * (plus an admin token, an api token and a trusted proxy).
  *
  * Byte 0 picks the peer (trusted proxy or not) and seeds the sizes of the
  * pieces the rest of the input is fed in; after each piece the worker's
  * flush decides the batch, and the output is taken. A prefix
  * of the corpus entries makes whole requests (GET /v1/acquire..., POST
- * JSON bodies, /v1/auth with X-Original-URI and X-Forwarded-For, reset
- * with the token, /metrics), so the handlers see valid HTTP most of the
- * time and arbitrary parameters, bodies and headers.
+ * JSON bodies, /v1/auth with X-Original-URI and X-Forwarded-For, refund
+ * and reset with their tokens, /metrics), so the handlers see valid HTTP most
+ * of the time and arbitrary parameters, bodies and headers.
  *
  * Invariants (abort on violation): no crash or sanitizer report; every
  * output starts with "HTTP/1.1 " and every response has a status line with
@@ -41,7 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char config_text[] =
     "listen: 127.0.0.1:0\n"
-    "admin_token: fuzz-token-0123456789abcdef0123456789abcdef\n"
+    "admin_token: "
+    "6f0c2a9e51b84d7f93e0a6c1b5d82f4739ac0e1d57b6f2a8c4e9013d7b5a2f6e\n"
+    "api_token: "
+    "c3e8a1f05b9d47260e8f3a1c9d5b7e24a06f18c3d9e5b2a7f4c0861e3d9b5a27\n"
     "trusted_proxies: [127.0.0.1]\n"
     "store: {type: memory, max_bytes: 1MiB}\n"
     "policies:\n"

@@ -206,9 +206,17 @@ TEST(config_server_fields)
     CHECK_EQ(c->limits.max_connections_per_client, 20);
     rateld_config_free(c);
 
+    c = parse_ok("api_token: 9e41d7c2b06a58f31d9c4e7a02b5f8d63c1e90a7\n" P);
+    REQUIRE(c);
+    CHECK(strcmp(c->api_token, "9e41d7c2b06a58f31d9c4e7a02b5f8d63c1e90a7") ==
+          0);
+    CHECK(c->admin_token[0] == '\0');
+    rateld_config_free(c);
+
     c = parse_ok("admin_token: \"\"\ntrusted_proxies: []\n" P);
     REQUIRE(c);
     CHECK(c->admin_token[0] == '\0');
+    CHECK(c->api_token[0] == '\0');
     CHECK_EQ(c->trusted.n, 0);
     rateld_config_free(c);
 
@@ -404,6 +412,8 @@ static const bad_case_t bad_cases[] = {
     {"admin_token: TOKEN\n" P, 1, "example token printed"},
     {"admin_token: CHANGE-ME-TO-A-LONG-RANDOM-STRING\n" P, 1,
      "\"change-me-to-a-long-random-string\" is the example token"},
+    {"api_token: '9e41d7c2b06a58f31d9c4e7a02b5f8d6 3c1e90a7'\n" P, 1,
+     "api_token: contains a space"},
     {"trusted_proxies: 10.0.0.0/8\n" P, 1, "expected a list"},
     {"trusted_proxies: [10.0.0.1/8]\n" P, 1,
      "trusted_proxies[0]: \"10.0.0.1/8\" has host bits set; write 10.0.0.0/8"},

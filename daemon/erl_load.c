@@ -1,6 +1,7 @@
 /*
- * erl.c - envoyproxy/ratelimit ("ERL") configuration files read unchanged,
- * and ERL's descriptor matching (erl.h).
+ * erl_load.c - an envoyproxy/ratelimit ("ERL") configuration file read
+ * unchanged into the loaded set (erl.h; erl_dir.c reads a directory of
+ * them, erl_match.c matches descriptors against the set).
  *
  * A file is read by the shared YAML reader (src/app/yaml.h) into a tree
  * with lines, then checked field by field against ERL's schema as ERL's
@@ -24,63 +25,17 @@
  * refuses for such a collision loads here, and matching differs only for
  * keys that such a collision would confuse). A `*` in a key is a plain
  * byte here; ERL's README gives wildcards to values only.
- *
- * Matching allocates nothing: each level's descriptors are sorted by
- * (key, value) for a binary search, and its wildcard values are listed in
- * file order for the scan ERL makes between the exact and key-only tries.
  */
-#include "daemon/erl.h"
 #include "app/yaml.h"
+#include "daemon/erl_private.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Room for a field's path in messages ("descriptors[0].rate_limit.unit"). */
 #define PATH_LEN 512
-
-/* ------------------------------------------------------ the loaded set */
-
-typedef struct erl_node_s {
-    char *key; /* NUL-terminated */
-    size_t keylen;
-    char *value; /* NULL for a descriptor without value */
-    size_t valuelen;
-    struct erl_node_s *children; /* sorted by (key, has value, value) */
-    size_t nchildren;
-    size_t *wild; /* indices of children whose value has a '*', in file
-                     order */
-    size_t nwild;
-    long limit;   /* index in rateld_erl_t.limits, or -1 */
-    size_t order; /* index in its list, in the file */
-    int line;
-} erl_node_t;
-
-typedef struct erl_domain_s {
-    char *name;
-    size_t len;
-    erl_node_t root; /* its children are the file's descriptors */
-    const char *file;
-    int line;
-} erl_domain_t;
-
-struct rateld_erl_s {
-    ratel_algo_t algo;     /* for limits that do not say */
-    erl_domain_t *domains; /* sorted by name */
-    size_t ndomains, capdomains;
-    rateld_erl_limit_t *limits;
-    size_t nlimits, caplimits;
-    char **files; /* the names of the files added, owned */
-    size_t nfiles, capfiles;
-    size_t nnodes; /* descriptors, all files */
-    int finished;
-};
 
 /* ------------------------------------------------------------- tables */
 
@@ -119,15 +74,6 @@ static const struct erl_unit_s {
     {"hour", 3, "1h", "1h"},   {"day", 4, "1d", "1d"},
     {"week", 7, "1w", "1w"},   {"month", 5, "30d", "1mo"},
     {"year", 6, NULL, "12mo"},
-};
-
-/* The unit a rule's period equals, for rateld_erl_rule_unit. */
-static const struct erl_period_unit_s {
-    uint32_t period_ms;
-    int number;
-} erl_period_units[] = {
-    {1000u, 1},     {60000u, 2},     {3600000u, 3},
-    {86400000u, 4}, {604800000u, 7}, {2592000000u, 5},
 };
 
 /*
@@ -807,97 +753,6 @@ static int read_descriptor(reader_t *r, const ratel__yaml_node_t *item,
     return rc;
 }
 
-/* -------------------------------------------------------- the levels */
-
-/* Byte order of two strings, the shorter first on a common prefix. */
-static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
-{
-    size_t n = alen < blen ? alen : blen;
-    int c = n ? memcmp(a, b, n) : 0;
-
-    if (c)
-        return c;
-    return alen < blen ? -1 : alen > blen;
-}
-
-/*
- * Order of a descriptor against (key, value): by key, then the one
- * without value first, then by value. value NULL: without value.
- */
-static int node_cmp(const erl_node_t *node, const char *key, size_t keylen,
-                    const char *value, size_t valuelen)
-{
-    int c = bytes_cmp(node->key, node->keylen, key, keylen);
-
-    if (c)
-        return c;
-    if (!node->value || !value)
-        return (node->value != NULL) - (value != NULL);
-    return bytes_cmp(node->value, node->valuelen, value, valuelen);
-}
-
-static int nodes_cmp(const void *a, const void *b)
-{
-    const erl_node_t *y = b;
-
-    return node_cmp(a, y->key, y->keylen, y->value, y->valuelen);
-}
-
-static int is_wild(const erl_node_t *node)
-{
-    return node->value && memchr(node->value, '*', node->valuelen) != NULL;
-}
-
-/*
- * Sorts a level's descriptors for the binary search, refuses two with the
- * same key and value (naming the later one in the file), and lists the
- * wildcard ones in file order.
- */
-static int index_level(reader_t *r, erl_node_t *parent, const char *path)
-{
-    erl_node_t *c = parent->children;
-    size_t n = parent->nchildren, *pos, k = 0, dup = n;
-
-    qsort(c, n, sizeof *c, nodes_cmp);
-    pos = malloc(n * sizeof *pos);
-    if (!pos)
-        return ratel__yaml_fail(&r->ctx, parent->line, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        pos[c[i].order] = i;
-        k += is_wild(&c[i]);
-        if (i > 0 && nodes_cmp(&c[i - 1], &c[i]) == 0) {
-            size_t later = c[i].order > c[i - 1].order ? i : i - 1;
-            if (dup == n || c[later].order < c[dup].order)
-                dup = later;
-        }
-    }
-    if (dup < n) {
-        const erl_node_t *d = &c[dup];
-        size_t first =
-            dup > 0 && nodes_cmp(&c[dup - 1], d) == 0 ? dup - 1 : dup + 1;
-        char kq[96], vq[96];
-        ratel__yaml_quote(d->key, d->keylen, kq, sizeof kq);
-        ratel__yaml_quote(d->value ? d->value : "", d->valuelen, vq, sizeof vq);
-        free(pos);
-        return ratel__yaml_fail(
-            &r->ctx, d->line,
-            "%s[%zu]: key \"%s\"%s%s%s is already in this list at line %d "
-            "(envoyproxy/ratelimit: duplicate descriptor composite key)",
-            path, d->order, kq, d->value ? " value \"" : " without value",
-            d->value ? vq : "", d->value ? "\"" : "", c[first].line);
-    }
-    parent->wild = k ? malloc(k * sizeof *parent->wild) : NULL;
-    if (k && !parent->wild) {
-        free(pos);
-        return ratel__yaml_fail(&r->ctx, parent->line, "out of memory");
-    }
-    for (size_t o = 0; o < n; o++)
-        if (is_wild(&c[pos[o]]))
-            parent->wild[parent->nwild++] = pos[o];
-    free(pos);
-    return 0;
-}
-
 /* A list of descriptors into parent's children. */
 static int read_list(reader_t *r, const ratel__yaml_node_t *list,
                      const char *path, erl_node_t *parent)
@@ -932,7 +787,7 @@ static int read_list(reader_t *r, const ratel__yaml_node_t *list,
         if (read_descriptor(r, list->items[i], item, child))
             return -1;
     }
-    return index_level(r, parent, path);
+    return rateld_erl__index_level(&r->ctx, parent, path);
 }
 
 static void node_free(erl_node_t *node)
@@ -946,28 +801,6 @@ static void node_free(erl_node_t *node)
 }
 
 /* ------------------------------------------------------------- files */
-
-/* The domain named name[0..len), or NULL. */
-static erl_domain_t *find_domain(const rateld_erl_t *erl, const char *name,
-                                 size_t len, size_t *at)
-{
-    size_t lo = 0, hi = erl->ndomains;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c =
-            bytes_cmp(erl->domains[mid].name, erl->domains[mid].len, name, len);
-        if (c == 0)
-            return &erl->domains[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (at)
-        *at = lo;
-    return NULL;
-}
 
 /* A file's top level: its domain and descriptors into `dom`. */
 static int read_file(reader_t *r, const ratel__yaml_node_t *root,
@@ -997,7 +830,7 @@ static int read_file(reader_t *r, const ratel__yaml_node_t *root,
                                 "domain: missing or empty; every file names "
                                 "its domain (envoyproxy/ratelimit: config "
                                 "file cannot have empty domain)");
-    other = find_domain(r->erl, name, strlen(name), NULL);
+    other = rateld_erl__find_domain(r->erl, name, strlen(name), NULL);
     if (other) {
         ratel__yaml_quote(name, strlen(name), q, sizeof q);
         return ratel__yaml_fail(
@@ -1081,7 +914,7 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
     }
     dom.file = r.file;
     erl->files[erl->nfiles++] = (char *)r.file;
-    find_domain(erl, dom.name, dom.len, &at);
+    rateld_erl__find_domain(erl, dom.name, dom.len, &at);
     memmove(&erl->domains[at + 1], &erl->domains[at],
             (erl->ndomains - at) * sizeof dom);
     erl->domains[at] = dom;
@@ -1139,336 +972,4 @@ void rateld_erl_free(rateld_erl_t *erl)
     free(erl->limits);
     free(erl->files);
     free(erl);
-}
-
-/* ---------------------------------------------------------- directory */
-
-typedef struct file_list_s {
-    char **paths;
-    size_t n, cap;
-} file_list_t;
-
-static int yaml_name(const char *name)
-{
-    size_t n = strlen(name);
-
-    return (n > 5 && strcmp(name + n - 5, ".yaml") == 0) ||
-           (n > 4 && strcmp(name + n - 4, ".yml") == 0);
-}
-
-/* Adds path (taken) to the list; -1 with a message when full. */
-static int list_add(file_list_t *list, char *path, const char *dir, char *err,
-                    size_t errlen)
-{
-    if (list->n == RATELD_ERL_FILES_MAX) {
-        snprintf(err, errlen,
-                 "%s: more than %d configuration files (*.yaml, *.yml) "
-                 "under it",
-                 dir, RATELD_ERL_FILES_MAX);
-        free(path);
-        return -1;
-    }
-    if (list->n == list->cap) {
-        size_t cap = list->cap ? list->cap * 2 : 32;
-        char **paths = realloc(list->paths, cap * sizeof *paths);
-        if (!paths) {
-            snprintf(err, errlen, "%s: out of memory", dir);
-            free(path);
-            return -1;
-        }
-        list->paths = paths;
-        list->cap = cap;
-    }
-    list->paths[list->n++] = path;
-    return 0;
-}
-
-/*
- * One directory entry: a *.yaml or *.yml file (links followed) is added,
- * a directory (not a link to one) walked, anything else left alone.
- */
-static int walk_entry(const char *root, const char *path, int depth,
-                      file_list_t *list, char *err, size_t errlen);
-
-/* The files under `dir` (a walk `depth` levels below `root`). */
-static int walk(const char *root, const char *dir, int depth, file_list_t *list,
-                char *err, size_t errlen)
-{
-    struct dirent *e;
-    DIR *d = opendir(dir);
-    int rc = 0;
-
-    if (!d) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
-        return -1;
-    }
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        char *path;
-        if (e->d_name[0] == '.')
-            continue;
-        if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
-            snprintf(err, errlen, "%s: out of memory", dir);
-            rc = -1;
-            break;
-        }
-        rc = walk_entry(root, path, depth, list, err, errlen);
-        if (rc == 1) {
-            rc = list_add(list, path, root, err, errlen);
-            continue;
-        }
-        free(path);
-    }
-    closedir(d);
-    return rc;
-}
-
-/* 1: a file to read; 0: done with; -1: an error. */
-static int walk_entry(const char *root, const char *path, int depth,
-                      file_list_t *list, char *err, size_t errlen)
-{
-    const char *base = strrchr(path, '/') + 1;
-    struct stat st;
-
-    if (lstat(path, &st) != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        if (depth == RATELD_ERL_DIRS_DEPTH_MAX) {
-            snprintf(err, errlen,
-                     "%s: directories nested deeper than %d levels under %s",
-                     path, RATELD_ERL_DIRS_DEPTH_MAX, root);
-            return -1;
-        }
-        return walk(root, path, depth + 1, list, err, errlen);
-    }
-    if (!yaml_name(base))
-        return 0;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    return S_ISREG(st.st_mode) ? 1 : 0;
-}
-
-static int paths_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int rateld_erl_load_dir(const char *dir, const char *algorithm,
-                        rateld_erl_t **out, char *err, size_t errlen)
-{
-    file_list_t list = {NULL, 0, 0};
-    rateld_erl_t *erl = NULL;
-    char scratch[1], *text = NULL;
-    size_t len = 0;
-    int rc = -1;
-
-    if (!err || errlen == 0)
-        err = scratch, errlen = sizeof scratch;
-    *out = NULL;
-    if (!rateld_erl_algorithm_ok(algorithm)) {
-        snprintf(err, errlen,
-                 "algorithm: \"%s\" is not one of sliding, fixed, approx, "
-                 "gcra",
-                 algorithm);
-        return -1;
-    }
-    erl = rateld_erl_new(algorithm);
-    if (!erl) {
-        snprintf(err, errlen, "%s: out of memory", dir);
-        return -1;
-    }
-    if (walk(dir, dir, 0, &list, err, errlen) == 0) {
-        if (list.n > 1)
-            qsort(list.paths, list.n, sizeof *list.paths, paths_cmp);
-        rc = 0;
-        for (size_t i = 0; rc == 0 && i < list.n; i++) {
-            rc = ratel__config_read_file(list.paths[i], &text, &len, err,
-                                         errlen);
-            if (rc == 0)
-                rc = rateld_erl_parse(erl, text, len, list.paths[i], err,
-                                      errlen);
-            free(text);
-            text = NULL;
-        }
-    }
-    for (size_t i = 0; i < list.n; i++)
-        free(list.paths[i]);
-    free(list.paths);
-    if (rc == 0)
-        rc = rateld_erl_finish(erl, err, errlen);
-    if (rc != 0) {
-        rateld_erl_free(erl);
-        return -1;
-    }
-    *out = erl;
-    return 0;
-}
-
-/* ----------------------------------------------------------- matching */
-
-/*
- * Whether value[0..len) matches pattern[0..plen), each '*' of which
- * stands for any run of bytes (none included): the text before the first
- * '*' must begin the value, the text after the last end it, and the
- * pieces between follow in order, each taken at its leftmost place (which
- * leaves the most room for the rest, so never misses a match). memmem is
- * glibc's two-way search: linear in the value.
- */
-static int wildcard_match(const char *pattern, size_t plen, const char *value,
-                          size_t len)
-{
-    const char *first = memchr(pattern, '*', plen), *last = first, *p;
-    size_t head, tail, at, end;
-
-    if (!first)
-        return plen == len && memcmp(pattern, value, len) == 0;
-    for (p = first; p < pattern + plen; p++)
-        if (*p == '*')
-            last = p;
-    head = (size_t)(first - pattern);
-    tail = plen - (size_t)(last - pattern) - 1;
-    if (len < head + tail || memcmp(pattern, value, head) != 0 ||
-        memcmp(last + 1, value + len - tail, tail) != 0)
-        return 0;
-    at = head;
-    end = len - tail;
-    for (p = first + 1; p < last;) {
-        const char *star = memchr(p, '*', (size_t)(last - p));
-        size_t n = (size_t)((star ? star : last) - p);
-        const char *found = n ? memmem(value + at, end - at, p, n) : value + at;
-        if (!found)
-            return 0;
-        at = (size_t)(found - value) + n;
-        p += n + 1;
-    }
-    return 1;
-}
-
-/* The child of `node` with exactly (key, value) (value NULL: none). */
-static const erl_node_t *find_child(const erl_node_t *node, const char *key,
-                                    size_t keylen, const char *value,
-                                    size_t valuelen)
-{
-    size_t lo = 0, hi = node->nchildren;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = node_cmp(&node->children[mid], key, keylen, value, valuelen);
-        if (c == 0)
-            return &node->children[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
-/* ERL's three tries for one entry at one level. */
-static const erl_node_t *step(const erl_node_t *node,
-                              const rateld_erl_entry_t *e)
-{
-    const erl_node_t *next = find_child(node, e->key, e->keylen,
-                                        e->value ? e->value : "", e->valuelen);
-
-    for (size_t i = 0; !next && i < node->nwild; i++) {
-        const erl_node_t *w = &node->children[node->wild[i]];
-        if (w->keylen == e->keylen && memcmp(w->key, e->key, e->keylen) == 0 &&
-            wildcard_match(w->value, w->valuelen, e->value ? e->value : "",
-                           e->valuelen))
-            next = w;
-    }
-    return next ? next : find_child(node, e->key, e->keylen, NULL, 0);
-}
-
-const rateld_erl_limit_t *rateld_erl_match(const rateld_erl_t *erl,
-                                           const char *domain, size_t dlen,
-                                           const rateld_erl_entry_t *entries,
-                                           size_t n)
-{
-    const erl_domain_t *dom = find_domain(erl, domain, dlen, NULL);
-    const erl_node_t *node = dom ? &dom->root : NULL;
-
-    for (size_t i = 0; node && i < n; i++) {
-        const erl_node_t *next = step(node, &entries[i]);
-        if (!next)
-            return NULL;
-        if (i + 1 == n)
-            return next->limit >= 0 ? &erl->limits[next->limit] : NULL;
-        if (next->nchildren == 0)
-            return NULL;
-        node = next;
-    }
-    return NULL;
-}
-
-/* Whether some matched limit's replaces names `name`. */
-static int replaced(const rateld_erl_limit_t **limits, size_t n,
-                    const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; limits[i] && k < limits[i]->nreplaces; k++)
-            if (strcmp(limits[i]->replaces[k], name) == 0)
-                return 1;
-    return 0;
-}
-
-void rateld_erl_apply_replaces(const rateld_erl_limit_t **limits, size_t n)
-{
-    const rateld_erl_limit_t *stack[256], **matched = stack;
-    int any = 0;
-
-    for (size_t i = 0; i < n; i++)
-        any |= limits[i] && limits[i]->nreplaces > 0;
-    if (!any)
-        return;
-    /* ERL gathers every name first, so a replaced limit's replaces count
-       too: judge against the limits as matched, not as they are cut. A
-       request too large for the copy keeps all its limits when memory
-       runs out: stricter, never looser. */
-    if (n > COUNT(stack) && !(matched = malloc(n * sizeof *matched)))
-        return;
-    memcpy(matched, limits, n * sizeof *matched);
-    for (size_t i = 0; i < n; i++) {
-        const rateld_erl_limit_t *l = matched[i];
-        if (l && !l->unlimited && l->name[0] && replaced(matched, n, l->name))
-            limits[i] = NULL;
-    }
-    if (matched != stack)
-        free(matched);
-}
-
-size_t rateld_erl_count(const rateld_erl_t *erl)
-{
-    return erl->nlimits;
-}
-
-size_t rateld_erl_domain_count(const rateld_erl_t *erl)
-{
-    return erl->ndomains;
-}
-
-const rateld_erl_limit_t *rateld_erl_limit(const rateld_erl_t *erl,
-                                           size_t index)
-{
-    return index < erl->nlimits ? &erl->limits[index] : NULL;
-}
-
-int rateld_erl_has_domain(const rateld_erl_t *erl, const char *domain,
-                          size_t len)
-{
-    return find_domain(erl, domain, len, NULL) != NULL;
-}
-
-int rateld_erl_rule_unit(const ratel_rule_t *rule)
-{
-    if (rule->calendar & RATEL_CALENDAR_MONTHS)
-        return rule->months == 1 ? 5 : rule->months == 12 ? 6 : 0;
-    for (size_t i = 0; i < COUNT(erl_period_units); i++)
-        if (rule->period_ms == erl_period_units[i].period_ms)
-            return erl_period_units[i].number;
-    return 0;
 }

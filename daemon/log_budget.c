@@ -1,0 +1,58 @@
+/*
+ * log_budget.c - what keeps rateld's log readable under a flood: a line
+ * about a client's request (an auth request it did not decide, a shadow
+ * denial, an Envoy domain it does not know) is paid from a budget of one
+ * line per kind per 10 s on each worker. The line written says how many
+ * were not (`not_logged=N`); the counts still held back when rateld stops
+ * are written then, so no event goes uncounted. The metrics count every
+ * event; the log shows that it happens and what it looks like.
+ *
+ * A budget belongs to one worker and only its thread touches it: no lock.
+ */
+#include "daemon/rateld.h"
+
+/* One line per kind per this long on each worker. */
+#define LOG_INTERVAL_US 10000000
+
+int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
+                           int64_t now_us, unsigned long long *not_logged)
+{
+    rateld_log_budget_t *b = &w->log_budget[kind];
+
+    if (b->logged_us != 0 && now_us - b->logged_us < LOG_INTERVAL_US) {
+        b->quiet++;
+        return 0;
+    }
+    *not_logged = b->quiet;
+    b->logged_us = now_us;
+    b->quiet = 0;
+    return 1;
+}
+
+/* What each kind's lines say (msg=), for the lines written at the stop. */
+static const char *kind_msg(rateld_log_kind_t kind)
+{
+    if (kind == RATELD_LOG_SHADOW_DENY)
+        return "shadow deny";
+    if (kind == RATELD_LOG_UNKNOWN_DOMAIN)
+        return "envoy: unknown domain";
+    return "auth request undecided";
+}
+
+void rateld_log_budgets_drain(rateld_t *d)
+{
+    for (unsigned t = 0; d->workers && t < d->threads; t++) {
+        for (int k = 0; k < RATELD_LOG_KINDS; k++) {
+            rateld_log_budget_t *b = &d->workers[t].log_budget[k];
+            if (b->quiet == 0)
+                continue;
+            if (k < RATELD_UNDECIDED_REASONS)
+                ratel__log("info", kind_msg(k), "reason=%s not_logged=%llu",
+                           rateld_undecided_name((rateld_undecided_t)k),
+                           b->quiet);
+            else
+                ratel__log("info", kind_msg(k), "not_logged=%llu", b->quiet);
+            b->quiet = 0;
+        }
+    }
+}
