@@ -109,7 +109,7 @@ PAGES = {
             r"retry_after_ms\":(\d+),\"reset_after_ms\":(\d+)",
             r"reset_after_ms\":(\d+)",
             r"^\S+\t\w+\t\d+\t\d+\t(\d+)\t",
-            r"tat_us=(\d+)",
+            r"^10/1s:gcra\tgcra\t(\d+)\t\d+\t(\d+)\ttat_us=(\d+)",
             r"\t(\d+)\tstore$",
         ],
     },
