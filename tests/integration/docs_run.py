@@ -121,6 +121,7 @@ PAGES = {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
     },
+    "docs/deployment.md": {"starts": ["redis"]},
     "docs/rateld.md": {"servers": ["rateld"]},
     "docs/testing.md": {},
     "examples/captcha/README.md": {
@@ -349,6 +350,7 @@ class Page:
         if "redis" in self.ports:
             text = re.sub(r"(?<![\w-])redis-cli(?![\w-])", "redis-cli -p %d" % self.ports["redis"], text)
             text = re.sub(r"(?<![\w-])redis-server (?!--port)", "redis-server --port %d " % self.ports["redis"], text)
+            text = re.sub(r"--port 6379\b", "--port %d" % self.ports["redis"], text)
         text = re.sub(r"(?<![\w.])/tmp/", self.tmp + "/", text)
         for pat, rep in self.conf.get("subs", []):
             text = re.sub(pat, rep.format(tmp=self.tmp, token=self.token), text)
