@@ -126,7 +126,6 @@ PAGES = {
     "docs/testing.md": {},
     "examples/captcha/README.md": {
         "servers": ["captchad"],
-        "subs": [(r"Bearer change-me", "Bearer {token}")],
         "vary": [
             r"Your code is (\d+)",
             r"\"code\":\"(\d+)\"",
@@ -289,7 +288,10 @@ class Page:
         with open(os.path.join(self.root, src)) as f:
             text = f.read()
         text = re.sub(r"(?m)^listen: .*$", "listen: 127.0.0.1:%d" % port, text)
-        text = re.sub(r'(?m)^admin_token: .*$', 'admin_token: "%s"' % self.token, text)
+        if re.search(r"(?m)^admin_token:", text):
+            text = re.sub(r"(?m)^admin_token:.*$", 'admin_token: "%s"' % self.token, text)
+        else:
+            text += '\nadmin_token: "%s"\n' % self.token
         dst = os.path.join(self.tmp, os.path.basename(src))
         with open(dst, "w") as f:
             f.write(text)
@@ -373,7 +375,8 @@ def run_session(page, cmds, timeout=120):
         f.write("\n".join(script) + "\n")
     master, slave = pty.openpty()
     tty.setraw(slave)
-    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200")
+    # $TOKEN: the admin token the harness put in the configs it wrote.
+    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token)
     p = subprocess.Popen(["bash", path], cwd=page.tmp, stdin=subprocess.DEVNULL,
                          stdout=slave, stderr=slave, start_new_session=True, env=env)
     os.close(slave)
