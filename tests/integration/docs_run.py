@@ -76,6 +76,8 @@ VARY_ALL = [
     r"\b[0-9a-f]{40}\b",
     r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z",
     r"_ms\":(\d{13})",
+    # The Lua library's version: ratel's and a checksum of the Lua sources.
+    r"\b\d+\.\d+\.\d+\+(\d+)\b",
 ]
 
 # Per page: the servers it needs started, the servers it starts itself
