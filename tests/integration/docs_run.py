@@ -26,9 +26,10 @@ loopback ports.
 
   - A block with `$ ` lines is a session: each `$ ` line (with its `\\`
     continuation lines) is a command and the lines up to the next `$ ` its
-    output, compared with what the command prints. A shown line that starts
-    with `...` stands for any number of lines (the rest of it is prose); a
-    shown line's trailing `  # comment` is prose too.
+    output, compared with what the command prints. A shown line `...`,
+    alone or followed by prose in parentheses or after `#`, stands for any
+    number of lines; `... LINE` for any lines and then LINE. A shown line's
+    trailing `  # comment` is prose too.
   - A `HOST:PORT> COMMAND` line runs `redis-cli COMMAND` (its reply shown
     below it, as redis-cli prints it on a terminal).
   - A block with neither is a script: each line must exit 0.
@@ -253,8 +254,14 @@ def pattern_of(shown, vary):
     parts = []
     for l in lines:
         if l.startswith("..."):
+            # "..." alone or followed by prose ("(20 times 200)", "# note")
+            # stands for any lines; followed by output ("... 8) (integer) 1"),
+            # for any lines and then that line.
             parts.append(r"(?:[^\n]*\n)*?")
-            continue
+            rest = COMMENT_RE.sub("", l[3:]).strip()
+            if not rest or rest.startswith(("(", "#")):
+                continue
+            l = rest
         l = COMMENT_RE.sub("", l).rstrip()
         spans = []
         for v in vary:
@@ -417,7 +424,7 @@ def run_session(page, cmds, timeout=120):
     return outs, status
 
 
-def check_page(root, build, name, tally):
+def check_page(root, build, name, tally, quiet=False):
     with open(os.path.join(root, name)) as f:
         blocks = blocks_of(name, f.read())
     # Marks count on any block (a config snippet that needs Envoy, a
@@ -425,10 +432,11 @@ def check_page(root, build, name, tally):
     run = [b for b in blocks if b.is_shell() and not b.mark]
     skipped = [b for b in blocks if b.mark and b.mark.group(1) == "not run"]
     elsewhere = [b for b in blocks if b.mark and b.mark.group(1) == "snippet"]
-    print("== %s: %d run, %d not run (marked), %d run by other tests, %d other blocks (config, output, prose)"
-          % (name, len(run), len(skipped), len(elsewhere), len(blocks) - len(run) - len(skipped) - len(elsewhere)))
-    for b in skipped:
-        print("   not run %s:%d: %s" % (name, b.line, b.mark.group(2)))
+    if not quiet:
+        print("== %s: %d run, %d not run (marked), %d run by other tests, %d other blocks (config, output, prose)"
+              % (name, len(run), len(skipped), len(elsewhere), len(blocks) - len(run) - len(skipped) - len(elsewhere)))
+        for b in skipped:
+            print("   not run %s:%d: %s" % (name, b.line, b.mark.group(2)))
     if not run:
         return
     page = Page(root, build, name)
@@ -466,16 +474,66 @@ def check_page(root, build, name, tally):
 
 
 class Tally:
-    def __init__(self):
+    def __init__(self, quiet=False):
         self.passed = self.failed = 0
+        self.quiet, self.lines = quiet, []
 
     def ok(self, name):
-        print("ok %s" % name)
+        self.lines.append("ok %s" % name)
+        if not self.quiet:
+            print("ok %s" % name)
         self.passed += 1
 
     def fail(self, name, why):
-        print("FAIL %s: %s" % (name, why))
+        self.lines.append("FAIL %s" % name)
+        if not self.quiet:
+            print("FAIL %s: %s" % (name, why))
         self.failed += 1
+
+
+SELF_TEST_PAGE = """# A page
+```sh
+$ echo right
+right
+$ echo wrong
+what the page claims
+```
+
+```sh
+false
+```
+
+<!-- not run: would fail -->
+
+```sh
+$ false
+never compared
+```
+
+```console
+$ printf '1\\n2\\n3\\n'
+...
+3
+```
+"""
+
+
+def self_test(build, tally):
+    """The runner itself: a wrong output and a failing script line fail, a
+    marked block is not run, `...` matches lines."""
+    root = tempfile.mkdtemp(prefix="ratel-docs-self.")
+    try:
+        with open(os.path.join(root, "page.md"), "w") as f:
+            f.write(SELF_TEST_PAGE)
+        inner = Tally(quiet=True)
+        check_page(root, build, "page.md", inner, quiet=True)
+        want = ["ok page.md:3", "FAIL page.md:5", "FAIL page.md:10", "ok page.md:21"]
+        if inner.lines == want:
+            tally.ok("runner self-test")
+        else:
+            tally.fail("runner self-test", "got %s, want %s" % (inner.lines, want))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main():
@@ -488,6 +546,7 @@ def main():
         pages += sorted("examples/%s/README.md" % d for d in os.listdir(ex)
                         if os.path.exists(os.path.join(ex, d, "README.md")))
     tally = Tally()
+    self_test(build, tally)
     for name in pages:
         check_page(root, build, name, tally)
     print("%d passed, %d failed" % (tally.passed, tally.failed))
