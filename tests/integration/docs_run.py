@@ -259,7 +259,7 @@ def pattern_of(shown, vary):
             # for any lines and then that line.
             parts.append(r"(?:[^\n]*\n)*?")
             rest = COMMENT_RE.sub("", l[3:]).strip()
-            if not rest or rest.startswith(("(", "#")):
+            if not rest or rest.startswith(("(", "\uff08", "#")):
                 continue
             l = rest
         l = COMMENT_RE.sub("", l).rstrip()
@@ -329,9 +329,12 @@ class Page:
             raise RuntimeError("%s did not start on port %d (see its log)" % (kind, port))
 
     def setup(self):
+        # The pages say build/: it is the build under test ($BUILD, e.g.
+        # build-asan under `make asan`).
         for entry in os.listdir(self.root):
-            if not entry.startswith("."):
+            if not entry.startswith(".") and entry != "build":
                 os.symlink(os.path.join(self.root, entry), os.path.join(self.tmp, entry))
+        os.symlink(self.build, os.path.join(self.tmp, "build"))
         for kind in self.conf.get("servers", []) + self.conf.get("starts", []):
             self.ports[kind] = free_port()
         for kind in self.conf.get("starts", []):
@@ -386,6 +389,9 @@ def run_session(page, cmds, timeout=120):
     tty.setraw(slave)
     # $TOKEN: the admin token the harness put in the configs it wrote.
     env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token)
+    # A reader's shell has none of the test suite's variables.
+    for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED"):
+        env.pop(name, None)
     p = subprocess.Popen(["bash", path], cwd=page.tmp, stdin=subprocess.DEVNULL,
                          stdout=slave, stderr=slave, start_new_session=True, env=env)
     os.close(slave)
