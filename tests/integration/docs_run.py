@@ -345,15 +345,7 @@ class Page:
 
     def teardown(self):
         for p in self.pids:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.pids:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            stop_group(p)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- substitution ------------------------------------------------------
@@ -369,6 +361,26 @@ class Page:
         for pat, rep in self.conf.get("subs", []):
             text = re.sub(pat, rep.format(tmp=self.tmp, token=self.token), text)
         return text
+
+
+def stop_group(p):
+    """Stops a process and everything it left in its group (servers a page
+    started with `&`): SIGTERM, then SIGKILL for what is still there after
+    a few seconds (a redis-server whose final save fails never exits)."""
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        end = time.time() + grace
+        while time.time() < end:
+            p.poll()
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+    p.wait()
 
 
 def run_session(page, cmds, timeout=120):
@@ -411,11 +423,7 @@ def run_session(page, cmds, timeout=120):
                 break
         elif p.poll() is not None and last in data:
             break
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    p.wait()
+    stop_group(p)
     os.close(master)
     text = data.decode("utf-8", "replace").replace("\r\n", "\n")
     # What a terminal shows: no escape sequences (curl's bold header names).
