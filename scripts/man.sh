@@ -64,8 +64,9 @@ see_also() {
 
 # The Markdown go-md2man reads: the generated head, the document without
 # its own title line and its one-line HTML comments (the docs test's marks,
-# which go-md2man would warn about), links inside the tree as their text (an anchor or a
-# file name means nothing in a man page; http links are kept), SEE ALSO.
+# which go-md2man would warn about), links inside the tree as their text
+# (an anchor or a file name means nothing in a man page; http links are
+# kept), SEE ALSO.
 markdown() { # name section source summary date
     upper=$(printf '%s' "$1" | tr '[:lower:]' '[:upper:]')
     printf '%% %s %s "%s" "ratel %s" "ratel manual"\n\n' "$upper" "$2" "$5" "$version"
