@@ -48,6 +48,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -231,7 +232,9 @@ def commands_of(block):
                 i += 1
                 text += "\n" + body[i]
         elif m:
-            text, start = "redis-cli " + m.group(3), i
+            # redis-cli's own quoting ("..." and '...'), not the shell's: a
+            # `>password` of ACL SETUSER is an argument, not a redirection.
+            text, start = "redis-cli " + " ".join(shlex.quote(a) for a in shlex.split(m.group(3))), i
         else:
             i += 1
             continue
