@@ -441,6 +441,26 @@ def run_session(page, cmds, timeout=120):
     return outs, status
 
 
+def check_command(page, c, got, rc, vary, tally):
+    """One command: its output against the page's (a script line: its exit
+    status)."""
+    where = "%s:%d" % (page.name, c.line)
+    got = "\n".join(l.rstrip() for l in got.split("\n")).strip("\n")
+    got = got + "\n" if got else ""
+    if c.shown is None:
+        if rc == 0:
+            tally.ok(where)
+        else:
+            tally.fail(where, "exit %s: %s\n%s" % (rc, c.text, got[-1500:]))
+        return
+    shown = [page.substitute(l) for l in c.shown]
+    if pattern_of(shown, vary).match(got):
+        tally.ok(where)
+    else:
+        want = "\n".join(shown).rstrip("\n")
+        tally.fail(where, "$ %s\n--- shown:\n%s\n--- printed:\n%s" % (c.text, want, got[:3000].rstrip("\n")))
+
+
 def check_page(root, build, name, tally, quiet=False):
     with open(os.path.join(root, name)) as f:
         blocks = blocks_of(name, f.read())
@@ -463,27 +483,10 @@ def check_page(root, build, name, tally, quiet=False):
         outs, status = run_session(page, cmds)
         vary = VARY_ALL + page.conf.get("vary", [])
         for n, c in enumerate(cmds):
-            where = "%s:%d" % (name, c.line)
-            got = outs.get(n)
-            if got is None:
-                tally.fail(where, "did not run (the session stopped before it): %s" % c.text)
+            if n not in outs:
+                tally.fail("%s:%d" % (name, c.line), "did not run (the session stopped before it): %s" % c.text)
                 break
-            got = "\n".join(l.rstrip() for l in got.split("\n")).rstrip("\n") + "\n"
-            got = got.lstrip("\n") if got.strip() else ""
-            if c.shown is None:
-                rc = status.get(n)
-                if rc == 0:
-                    tally.ok(where)
-                else:
-                    tally.fail(where, "exit %s: %s\n%s" % (rc, c.text, got[-1500:]))
-                continue
-            shown = [page.substitute(l) for l in c.shown]
-            pat = pattern_of(shown, vary)
-            if pat.match(got if got.strip() else ""):
-                tally.ok(where)
-            else:
-                want = "\n".join(l for l in shown).rstrip("\n")
-                tally.fail(where, "$ %s\n--- shown:\n%s\n--- printed:\n%s" % (c.text, want, got[:3000].rstrip("\n")))
+            check_command(page, c, outs[n], status.get(n), vary, tally)
     except (RuntimeError, OSError) as e:
         tally.fail(name, str(e))
     finally:
