@@ -84,7 +84,8 @@ VARY_ALL = [
 
 # Per page: the servers it needs started, the servers it starts itself
 # (waited for after its `&` command), substitutions beyond the ports, and
-# the variable parts of its output. Pages not listed need nothing.
+# the variable parts of its output. A page not listed gets the servers
+# whose ports its commands show (Page.servers_needed).
 PAGES = {
     "README.md": {
         "servers": ["rateld"],
@@ -331,7 +332,19 @@ class Page:
         if kind != "dead" and not wait_listening(port):
             raise RuntimeError("%s did not start on port %d (see its log)" % (kind, port))
 
-    def setup(self):
+    def servers_needed(self, cmds):
+        """A page without an entry in PAGES gets the servers whose ports
+        its commands show (a redis-cli prompt or command: the module's)."""
+        if self.name in PAGES:
+            return self.conf.get("servers", [])
+        text = "\n".join(c.text + "\n" + "\n".join(c.shown or []) for c in cmds)
+        need = [k for k, port in SERVER_PORTS.items() if re.search(r":%d\b" % port, text)]
+        if re.search(r"(?<![\w-])redis-cli(?![\w-])", text) and "redis" not in need:
+            need.append("redis")
+        return need
+
+    def setup(self, cmds):
+        self.conf = dict(self.conf, servers=self.servers_needed(cmds))
         # The pages say build/: it is the build under test ($BUILD, e.g.
         # build-asan under `make asan`).
         for entry in os.listdir(self.root):
@@ -478,8 +491,8 @@ def check_page(root, build, name, tally, quiet=False):
         return
     page = Page(root, build, name)
     try:
-        page.setup()
         cmds = [c for b in run for c in commands_of(b)]
+        page.setup(cmds)
         outs, status = run_session(page, cmds)
         vary = VARY_ALL + page.conf.get("vary", [])
         for n, c in enumerate(cmds):
