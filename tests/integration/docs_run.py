@@ -306,7 +306,9 @@ class Page:
         else:
             text += '\nadmin_token: "%s"\n' % self.token
         dst = os.path.join(self.tmp, os.path.basename(src))
-        with open(dst, "w") as f:
+        # It holds a token: readable by its owner only, as the docs advise.
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(text)
         return dst
 
