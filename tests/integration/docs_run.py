@@ -128,7 +128,7 @@ PAGES = {
     },
     "docs/deployment.md": {"starts": ["redis"]},
     "docs/rateld.md": {"servers": ["rateld"]},
-    "docs/testing.md": {},
+    "docs/testing.md": {"servers": ["redis"]},
     "examples/captcha/README.md": {
         "servers": ["captchad"],
         "vary": [
@@ -374,7 +374,7 @@ class Page:
         if "redis" in self.ports:
             text = re.sub(r"(?<![\w-])redis-cli(?![\w-])", "redis-cli -p %d" % self.ports["redis"], text)
             text = re.sub(r"(?<![\w-])redis-server (?!--port)", "redis-server --port %d " % self.ports["redis"], text)
-            text = re.sub(r"--port 6379\b", "--port %d" % self.ports["redis"], text)
+            text = re.sub(r"(--port|-p) 6379\b", r"\g<1> %d" % self.ports["redis"], text)
         text = re.sub(r"(?<![\w.])/tmp/", self.tmp + "/", text)
         for pat, rep in self.conf.get("subs", []):
             text = re.sub(pat, rep.format(tmp=self.tmp, token=self.token), text)
