@@ -4,8 +4,8 @@
 Usage: docs_run.py ROOT BUILD [PAGE...]
 
 Every fenced block of the pages named below that is a shell block (```sh,
-```console, ```bash, or an unmarked block holding a `$ ` or a redis-cli
-`HOST:PORT> ` prompt) is run, unless the line before it is a marker:
+```console, ```bash, or any block holding a `$ ` or a redis-cli
+`HOST:PORT> ` prompt, whatever its tag) is run, unless the line before it is a marker:
 
     <!-- not run: WHY -->        deliberately not run (needs a product that
                                  is not installed here, root, the whole
@@ -171,10 +171,10 @@ class Block:
         self.page, self.line, self.lang, self.body, self.mark = page, line, lang, body, mark
 
     def is_shell(self):
+        # A prompt makes a session whatever the block is tagged (```text,
+        # ```shell-session): a tag cannot hide an example from the test.
         if self.lang in SHELL_LANGS:
             return True
-        if self.lang:
-            return False
         return any(l.startswith("$ ") or PROMPT_RE.match(l) for l in self.body)
 
 
@@ -550,19 +550,24 @@ $ printf '1\\n2\\n3\\n'
 ...
 3
 ```
+
+```text
+$ echo tagged
+tagged
+```
 """
 
 
 def self_test(build, tally):
     """The runner itself: a wrong output and a failing script line fail, a
-    marked block is not run, `...` matches lines."""
+    marked block is not run, `...` matches lines, a tag hides no session."""
     root = tempfile.mkdtemp(prefix="ratel-docs-self.")
     try:
         with open(os.path.join(root, "page.md"), "w") as f:
             f.write(SELF_TEST_PAGE)
         inner = Tally(quiet=True)
         check_page(root, build, "page.md", inner, quiet=True)
-        want = ["ok page.md:3", "FAIL page.md:5", "FAIL page.md:10", "ok page.md:21"]
+        want = ["ok page.md:3", "FAIL page.md:5", "FAIL page.md:10", "ok page.md:21", "ok page.md:26"]
         if inner.lines == want:
             tally.ok("runner self-test")
         else:
