@@ -15,12 +15,15 @@
 #include <string.h>
 
 static const char rule_help[] =
-    "Rules are LIMIT/PERIOD[:ALGO][,burst=N]: LIMIT from 1 to 1000000000,\n"
-    "PERIOD a number and a unit (ms, s, m, h, d; a bare unit means 1 of it)\n"
-    "from 1ms to 30d, ALGO one of sliding (the default), fixed, approx,\n"
-    "gcra or concurrent, burst for gcra only. Examples: 10/1m, 1/60s, "
-    "1000/1d:fixed,\n"
-    "100/1s:gcra,burst=200.\n";
+    "Rules are LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE]: LIMIT from 1 to\n"
+    "1000000000, PERIOD a number and a unit (ms, s, m, h, d, w; a bare unit\n"
+    "means 1 of it) from 1ms to 30d, or 1mo to 12mo (calendar months, fixed\n"
+    "and approx only), ALGO one of sliding (the default), fixed, approx, gcra\n"
+    "or concurrent (LIMIT leases held at once, each for PERIOD at most),\n"
+    "burst for gcra only, tz (UTC, +08:00 or Asia/Shanghai: where days,\n"
+    "weeks and months begin) for fixed and approx only. Examples: 10/1m,\n"
+    "1/60s, 1000/1d:fixed,tz=+08:00, 1000/1mo:fixed, 100/1s:gcra,burst=200,\n"
+    "50/30s:concurrent.\n";
 
 static const char command_list[] =
     "explain, replay, acquire, refund, release, reset, inspect, ping, "

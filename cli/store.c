@@ -90,10 +90,11 @@ static const char key_help[] =
     "its own keys, e.g. prefixed with its name (sms:+15550100).\n";
 
 static const char rule_help[] =
-    "RULE is LIMIT/PERIOD[:ALGO][,burst=N] (`ratel help explain`), e.g. "
-    "1/60s,\n"
-    "10/1h, 1000/1d:fixed, 100/1s:gcra,burst=200. All --rule options make "
-    "ONE\n"
+    "RULE is LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] (`ratel help "
+    "explain`), e.g.\n"
+    "1/60s, 10/1h, 1000/1d:fixed,tz=+08:00, 1000/1mo:fixed, "
+    "100/1s:gcra,burst=200,\n"
+    "50/30s:concurrent. All --rule options make ONE\n"
     "policy: a request is admitted only if every rule admits it, and then "
     "it\n"
     "charges them all.\n";

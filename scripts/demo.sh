@@ -33,7 +33,10 @@ top_denied() {
         }
         BEGIN { n = 0 }
         NR == 1 { header = $0; next }
-        /^total / { total = $0; next }
+        /^total \(/ { total = $0; next }
+        # The keys-denied-most section after the total (a "# most denied"
+        # header and "top N" lines) names keys already counted: skip it.
+        /^# / || /^top / { next }
         { line[n] = $0; denied[n] = $4; n++ }
         END {
             show(header)

@@ -63,13 +63,15 @@ see_also() {
 }
 
 # The Markdown go-md2man reads: the generated head, the document without
-# its own title line, links inside the tree as their text (an anchor or a
-# file name means nothing in a man page; http links are kept), SEE ALSO.
+# its own title line and its one-line HTML comments (the docs test's marks,
+# which go-md2man would warn about), links inside the tree as their text
+# (an anchor or a file name means nothing in a man page; http links are
+# kept), SEE ALSO.
 markdown() { # name section source summary date
     upper=$(printf '%s' "$1" | tr '[:lower:]' '[:upper:]')
     printf '%% %s %s "%s" "ratel %s" "ratel manual"\n\n' "$upper" "$2" "$5" "$version"
     printf '# NAME\n\n%s \\- %s\n\n# DESCRIPTION\n\n' "$1" "$4"
-    sed -e '1{/^# /d;}' \
+    sed -e '1{/^# /d;}' -e '/^<!--.*-->[[:space:]]*$/d' \
         -e 's/\[\([^]]*\)\](\([^):]*\))/\1/g' "$root/$3"
     printf '\n# SEE ALSO\n\n%s\n\nThe documents under docs/ in the ratel source tree.\n' "$(see_also "$1")"
 }

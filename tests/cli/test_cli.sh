@@ -57,6 +57,22 @@ help_main() {
     expect help_command_replay 0 "usage: ratel replay"
     ratel help nope
     expect help_command_unknown 2 "" "'nope'"
+    help_grammar
+}
+
+# The help's rule grammar names every unit, algorithm and option the core
+# accepts, lists every command, and its examples parse.
+help_grammar() {
+    local text word rules
+    text=$("${wrap[@]}" "$ratel_bin" --help)
+    for word in "ms, s, m, h, d, w;" "1mo to 12mo" concurrent "[,tz=ZONE]" \
+        "release --store URL"; do
+        if [[ $text == *"$word"* ]]; then ok "help_grammar $word"; else fail "help_grammar" "--help lacks [$word]"; fi
+    done
+    rules=$(printf '%s\n' "$text" | sed -n '/^Rules are/,/^$/p' | tr '\n' ' ' |
+        sed 's/.*Examples: //; s/\. *$//; s/, / /g')
+    ratel explain $rules
+    expect help_grammar_examples 0 "50/30s:concurrent" ""
 }
 
 help_commands() {
