@@ -717,7 +717,7 @@ static const endpoint_t *endpoint_at(ratel_http_str_t path)
         const endpoint_t *e = &endpoints[i];
         size_t n = strlen(e->path);
         if (str_is(path, e->path) ||
-            (e->subpaths && path.n > n + 1 && memcmp(path.p, e->path, n) == 0 &&
+            (e->subpaths && path.n > n && memcmp(path.p, e->path, n) == 0 &&
              path.p[n] == '/'))
             return e;
     }

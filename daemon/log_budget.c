@@ -8,25 +8,19 @@
  * event; the log shows that it happens and what it looks like.
  *
  * A budget belongs to one worker and only its thread touches it: no lock.
+ * The budget itself is the one captchad uses too (app/log.h); this file
+ * says which kinds rateld has and writes what is left at the stop.
  */
 #include "daemon/rateld.h"
-
-/* One line per kind per this long on each worker. */
-#define LOG_INTERVAL_US 10000000
 
 int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
                            int64_t now_us, unsigned long long *not_logged)
 {
-    rateld_log_budget_t *b = &w->log_budget[kind];
+    uint64_t quiet = 0;
+    int take = ratel__log_budget_take(&w->log_budget[kind], now_us, &quiet);
 
-    if (b->logged_us != 0 && now_us - b->logged_us < LOG_INTERVAL_US) {
-        b->quiet++;
-        return 0;
-    }
-    *not_logged = b->quiet;
-    b->logged_us = now_us;
-    b->quiet = 0;
-    return 1;
+    *not_logged = quiet;
+    return take;
 }
 
 /* What each kind's lines say (msg=), for the lines written at the stop. */
@@ -43,15 +37,16 @@ void rateld_log_budgets_drain(rateld_t *d)
 {
     for (unsigned t = 0; d->workers && t < d->threads; t++) {
         for (int k = 0; k < RATELD_LOG_KINDS; k++) {
-            rateld_log_budget_t *b = &d->workers[t].log_budget[k];
+            ratel__log_budget_t *b = &d->workers[t].log_budget[k];
             if (b->quiet == 0)
                 continue;
             if (k < RATELD_UNDECIDED_REASONS)
                 ratel__log("info", kind_msg(k), "reason=%s not_logged=%llu",
                            rateld_undecided_name((rateld_undecided_t)k),
-                           b->quiet);
+                           (unsigned long long)b->quiet);
             else
-                ratel__log("info", kind_msg(k), "not_logged=%llu", b->quiet);
+                ratel__log("info", kind_msg(k), "not_logged=%llu",
+                           (unsigned long long)b->quiet);
             b->quiet = 0;
         }
     }

@@ -109,8 +109,8 @@ static void usage(FILE *out)
             "running one kept),\n"
             "TERM and INT stop accepting, answer what was received, and "
             "exit.\n"
-            "Endpoints: /v1/acquire /v1/auth /v1/refund /v1/reset /metrics "
-            "/healthz /readyz\n"
+            "Endpoints: /v1/acquire /v1/auth /v1/refund /v1/release "
+            "/v1/reset /metrics /healthz /readyz\n"
             "(docs/rateld.md).\n");
 }
 
@@ -120,8 +120,9 @@ static void usage(FILE *out)
  */
 static int holds_secret(const rateld_config_t *c)
 {
-    return c->admin_token[0] || (c->store != RATELD_STORE_MEMORY &&
-                                 ratel__url_mask(c->redis_url, NULL, 0));
+    return c->admin_token[0] || c->api_token[0] ||
+           (c->store != RATELD_STORE_MEMORY &&
+            ratel__url_mask(c->redis_url, NULL, 0));
 }
 
 static int check_config(const char *path)

@@ -88,12 +88,6 @@ typedef enum rateld_log_kind_e {
     RATELD_LOG_KINDS
 } rateld_log_kind_t;
 
-/* When a kind was last logged and how many were not logged since. */
-typedef struct rateld_log_budget_s {
-    int64_t logged_us;
-    unsigned long long quiet;
-} rateld_log_budget_t;
-
 /* A worker's state; only its own thread touches it, but for `active` and
    `epoch` which the reloader reads. */
 typedef struct rateld_worker_s {
@@ -104,7 +98,7 @@ typedef struct rateld_worker_s {
     ratel_batch_item_t *items;
     size_t npending;
     /* Lines about clients' requests: one per kind per 10 s. */
-    rateld_log_budget_t log_budget[RATELD_LOG_KINDS];
+    ratel__log_budget_t log_budget[RATELD_LOG_KINDS];
     rateld_rls_pool_t rls_pool;
     char pad[64];
 } rateld_worker_t;

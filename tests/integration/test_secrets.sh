@@ -244,18 +244,22 @@ PY
     same "$name" "$got" "ok ${want_lines:-1}"
 }
 
-# rateld: a client's X-Original-URI that tries to close the quote and add
-# fields of its own (a request no route matches: logged with its URI).
+# rateld: a client's X-Original-URI and X-Original-Method that try to
+# close the quote and add fields of their own. The URI is refused (bad-uri:
+# its reason names no client byte); the method reaches the log in the
+# unmatched line's detail, escaped.
 rateld_config 'admin_token: ""' >"$tmp/forged.yaml"
 start_rateld forged "$tmp/forged.yaml"
 forged_uri='/x" level=error msg="admin reset" policy=sms x="'
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Original-URI: $forged_uri" -H 'X-Original-Method: GET' "http://127.0.0.1:$port/v1/auth")
-same forged_refused "$code" 403
+same forged_uri_refused "$code" 400
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Original-URI: /x' -H 'X-Original-Method: x"level=error' "http://127.0.0.1:$port/v1/auth")
+same forged_method_unmatched "$code" 403
 stop forged
-check_logfmt forged_one_wellformed_line "$tmp/forged.log" "auth request undecided" \
+want_lines=2 check_logfmt forged_wellformed_lines "$tmp/forged.log" "auth request undecided" \
     ts level msg reason answer detail not_logged
 same forged_no_error_level "$(awk '{print $2}' "$tmp/forged.log" | grep -c 'level=error')" 0
-contains forged_uri_escaped "$(grep 'auth request undecided' "$tmp/forged.log")" '/x\" level=error msg=\"admin reset\" policy=sms x=\"'
+contains forged_method_escaped "$(grep 'reason=unmatched' "$tmp/forged.log")" 'detail="no route matches x\"level=error /x"'
 
 # captchad: 1,000 refused sends on 2 threads write one line per policy
 # per thread at most (the budget), each well-formed with not_logged.
