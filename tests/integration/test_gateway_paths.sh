@@ -104,6 +104,8 @@ contains refused_log_says_why "$(grep 'reason=bad-uri' "$tmp/rateld.log" | head 
 stop
 start envoy || fail start_envoy "$(tail -3 "$tmp/rateld.log")"
 check envoy
+# /v1/auth/ is Envoy's request for / (an auth request, not a 404).
+same envoy_root "$(ask envoy /)" '200 unmatched'
 stop
 
 # A route prefix must be written as requests are matched.
