@@ -326,7 +326,10 @@ TEST(http_strict_peers_table)
         uint64_t r = ratel_test_rand();
         if (nheld && (nheld == MAXC || r % 2)) {
             unsigned i = (unsigned)((r >> 8) % nheld);
-            unsigned idx = ntohl(*(uint32_t *)(held[i].addr + 12)) - 1;
+            uint32_t be;
+            unsigned idx;
+            memcpy(&be, held[i].addr + 12, sizeof be); /* may be unaligned */
+            idx = ntohl(be) - 1;
             ratel__http_peers_release(p, &held[i]);
             ref[idx]--;
             held[i] = held[--nheld];
