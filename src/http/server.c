@@ -30,12 +30,38 @@
 
 /* ------------------------------------------------------------- accept */
 
-/* Past max_connections (or the client's share): a 503 and close, without
-   a state machine. */
-static void refuse(int fd, const char *why)
+/* What each limit's 503 says ({"error": ...}); NULL: the status's usual
+   text ("server busy: too many connections (limits.max_connections)"). */
+static const char *const refusal_text[RATEL_HTTP_REFUSALS] = {
+    [RATEL_HTTP_REFUSED_MAX_CONNECTIONS] = NULL,
+    [RATEL_HTTP_REFUSED_PER_CLIENT] =
+        "too many connections from this client address "
+        "(limits.max_connections_per_client)",
+};
+
+static const char *const refusal_name[RATEL_HTTP_REFUSALS] = {
+    [RATEL_HTTP_REFUSED_MAX_CONNECTIONS] = "max_connections",
+    [RATEL_HTTP_REFUSED_PER_CLIENT] = "max_connections_per_client",
+};
+
+const char *ratel_http_refusal_name(ratel_http_refusal_t why)
 {
-    char buf[512], sink[1024];
-    size_t n = ratel__http_error_response(503, why, buf, sizeof buf);
+    return (unsigned)why < RATEL_HTTP_REFUSALS ? refusal_name[why] : "unknown";
+}
+
+/*
+ * Past max_connections (or the client's share): a 503 and close, without
+ * a state machine; then the refused hook, on this worker's thread, so
+ * that the program counts it and logs it (within its log budget: a
+ * client opening connections in a loop must not flood the log).
+ */
+static void refuse(worker_t *w, int fd, ratel_http_refusal_t why,
+                   const struct sockaddr_storage *ss)
+{
+    const ratel_http_options_t *o = &w->server->options;
+    char buf[512], sink[1024], client[RATEL_HTTP_ADDR_MAX];
+    size_t n =
+        ratel__http_error_response(503, refusal_text[why], buf, sizeof buf);
 
     /* Read what already came, so that close() sends FIN, not RST. */
     for (int i = 0; i < 4 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
@@ -43,29 +69,33 @@ static void refuse(int fd, const char *why)
     (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(fd, SHUT_WR);
     close(fd);
+    if (o->refused) {
+        ratel__address_host(ss, client, sizeof client);
+        o->refused(o->ud, w->index, why, client);
+    }
 }
 
 /*
  * Counts an accepted connection against max_connections and its
  * client's share. Returns 1, or 0 after refusing it (503 and close).
  */
-static int admit(ratel_http_server_t *server, int fd,
-                 const struct sockaddr_storage *ss, socklen_t len,
-                 ratel__http_peer_key_t *key)
+static int admit(worker_t *w, int fd, const struct sockaddr_storage *ss,
+                 socklen_t len, ratel__http_peer_key_t *key)
 {
+    ratel_http_server_t *server = w->server;
+
     key->counted = 0;
     if (atomic_fetch_add(&server->nconns, 1) >=
         server->options.limits.max_connections) {
         atomic_fetch_sub(&server->nconns, 1);
-        refuse(fd, NULL);
+        refuse(w, fd, RATEL_HTTP_REFUSED_MAX_CONNECTIONS, ss);
         return 0;
     }
     if (server->peers &&
         !ratel__http_peers_acquire(server->peers, (const struct sockaddr *)ss,
                                    len, key)) {
         atomic_fetch_sub(&server->nconns, 1);
-        refuse(fd, "too many connections from this client address "
-                   "(limits.max_connections_per_client)");
+        refuse(w, fd, RATEL_HTTP_REFUSED_PER_CLIENT, ss);
         return 0;
     }
     return 1;
@@ -101,7 +131,7 @@ void ratel__http_on_accept(evutil_socket_t lfd, short what, void *arg)
             }
             return;
         }
-        if (!admit(server, fd, &ss, len, &key))
+        if (!admit(w, fd, &ss, len, &key))
             continue;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
