@@ -41,17 +41,10 @@ routes:
   - path: /files/
     policies: [files]
 YAML
-    "$build/rateld" --config "$tmp/rateld.yaml" >>"$tmp/rateld.log" 2>&1 &
-    echo $! >"$tmp/pids/rateld"
-    wait_for 5 curl -s -o /dev/null "$url/healthz"
+    server_start rateld "$port" "$build/rateld" --config "$tmp/rateld.yaml" >/dev/null
 }
 
-stop() {
-    local pid
-    pid=$(cat "$tmp/pids/rateld")
-    kill "$pid"
-    wait_for 5 bash -c "! kill -0 $pid 2>/dev/null"
-}
+stop() { server_stop rateld; }
 
 metric() { curl -s "$url/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }'; }
 

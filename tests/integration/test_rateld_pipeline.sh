@@ -44,13 +44,8 @@ policies:
     key: ip
 EOF
 
-"$rateld" --config "$conf" >"$tmp/rateld.log" 2>&1 &
-pid=$!
-echo "$pid" >"$tmp/pids/rateld"
-for _ in $(seq 100); do
-    curl -s -o /dev/null "$base/healthz" && break
-    sleep 0.1
-done
+server_start rateld "$port" "$rateld" --config "$conf" >/dev/null
+pid=$server_pid
 if ! curl -sf -o /dev/null "$base/healthz"; then
     fail start "rateld does not answer: $(tail -5 "$tmp/rateld.log")"
     finish
@@ -149,7 +144,6 @@ same healthz_after "$(curl -s "$base/healthz")" "ok"
 contains metrics_after "$(curl -s "$base/metrics")" "ratel_http_responses_total"
 same allowed_after "$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/acquire?policy=ping&key=k")" "200"
 
-kill "$pid"
-wait "$pid"
-same sigterm_exit "$?" 0
+server_stop rateld
+same sigterm_exit "$stopped" 0
 finish
