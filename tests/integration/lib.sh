@@ -9,6 +9,7 @@
 #   rcli "$port" RATEL.ACQUIRE k 1/1s        # redis-cli -p PORT --no-raw ...
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
 #   wait_for 10 COMMAND...                   # until it succeeds, or 1
+#   require_built rateld captchad            # else one FAIL and exit
 #   server_start NAME PORT COMMAND...        # rateld/captchad up on PORT
 #   server_stop NAME [SIGNAL]                # its exit status in $stopped
 #   finish                                   # prints "N passed, N failed"
@@ -53,6 +54,19 @@ wait_for() {
     until "$@"; do
         [ "$SECONDS" -ge "$end" ] && return 1
         sleep 0.05
+    done
+}
+
+# require_built PROGRAM...: ends the test (one failure) unless every
+# $build/PROGRAM is built.
+require_built() {
+    local p
+    for p in "$@"; do
+        if [ ! -x "$build/$p" ]; then
+            echo "FAIL $p: $build/$p not built (make)"
+            echo "0 passed, 1 failed"
+            exit 1
+        fi
     done
 }
 

@@ -12,12 +12,8 @@
 # for a limit to move; the expiry check waits for a 1 s TTL, bounded.
 . "$(dirname "$0")/lib.sh"
 
+require_built captchad
 captchad=$build/captchad
-if [ ! -x "$captchad" ]; then
-    echo "FAIL captchad: $captchad not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 # CAPTCHAD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes captchad.
 read -r -a captchad_wrap <<<"${CAPTCHAD_WRAP:-}"
 token=tok-secret-1-captchad-test-0123456789

@@ -11,11 +11,7 @@
 # with the form to write.
 . "$(dirname "$0")/lib.sh"
 
-if [ ! -x "$build/rateld" ]; then
-    echo "FAIL $build/rateld missing (make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_built rateld
 
 port=$(free_port)
 url=http://127.0.0.1:$port

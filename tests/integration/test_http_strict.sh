@@ -12,13 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")" && pwd)
-for bin in rateld captchad; do
-    if [ ! -x "$build/$bin" ]; then
-        echo "FAIL $bin: $build/$bin not built"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
-done
+require_built rateld captchad
 raw() { python3 "$here/http_raw.py" send "$target" "$@"; } # to $target
 hold() { python3 "$here/http_raw.py" hold "$@"; }
 

@@ -7,12 +7,8 @@
 # rules' windows.
 . "$(dirname "$0")/lib.sh"
 
+require_built rateld
 rateld=$build/rateld
-if [ ! -x "$rateld" ]; then
-    echo "FAIL rateld: $rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 
 port=$(free_port)
 base=http://127.0.0.1:$port

@@ -7,11 +7,7 @@
 # to /v1/auth/PATH (Envoy's form: the request itself, from any peer).
 . "$(dirname "$0")/lib.sh"
 
-if [ ! -x "$build/rateld" ]; then
-    echo "FAIL rateld: $build/rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_built rateld
 
 port=$(free_port)
 base=http://127.0.0.1:$port

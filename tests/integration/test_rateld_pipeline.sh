@@ -20,12 +20,8 @@ HEALTHZ_CEILING_S=1 # another client's /healthz meanwhile
 CPU_CEILING_TICKS=20 # CPU (1/100 s) in one second while they all wait
 FLOOD_CPU_CEILING_TICKS=150 # CPU (1/100 s) over the whole flood
 
+require_built rateld
 rateld=$build/rateld
-if [ ! -x "$rateld" ]; then
-    echo "FAIL rateld: $rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 
 port=$(free_port)
 base=http://127.0.0.1:$port
