@@ -178,6 +178,7 @@ static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
     ratel_http_options_t o = {.threads = d->threads,
                               .handler = rateld_handle,
                               .flush = rateld_flush,
+                              .refused = rateld_refused,
                               .ud = d};
 
     if (!g) {

@@ -15,6 +15,7 @@
  * index it returned and never looks a name up.
  */
 #include "daemon/metrics.h"
+#include "http/http.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -62,6 +63,7 @@ const char *rateld_undecided_name(rateld_undecided_t reason)
 
 typedef struct thread_counters_s {
     counter_t http[STATUS_CLASSES];
+    counter_t refused[RATEL_HTTP_REFUSALS];
     counter_t grpc[GRPC_CODES];
     counter_t undecided[RATELD_UNDECIDED_REASONS];
     policy_counters_t policies[RATELD_METRICS_POLICIES];
@@ -208,6 +210,13 @@ void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status)
     if (!m || thread >= m->threads || status < 100 || status > 599)
         return;
     bump(&m->counters[thread]->http[status / 100 - 1], 1);
+}
+
+void rateld_metrics_refused(rateld_metrics_t *m, unsigned thread, int limit)
+{
+    if (!m || thread >= m->threads || limit < 0 || limit >= RATEL_HTTP_REFUSALS)
+        return;
+    bump(&m->counters[thread]->refused[limit], 1);
 }
 
 void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code)
@@ -371,6 +380,17 @@ static void render_http(text_t *t, rateld_metrics_t *m)
         for (unsigned th = 0; th < m->threads; th++)
             v += get(&m->counters[th]->http[c]);
         emit(t, "ratel_http_responses_total{code=\"%dxx\"} %llu\n", c + 1,
+             (unsigned long long)v);
+    }
+    emit_header(t, "ratel_http_connections_refused_total", "counter",
+                "Connections refused with 503 as they were accepted, by the "
+                "limit that refused them.");
+    for (int l = 0; l < RATEL_HTTP_REFUSALS; l++) {
+        uint64_t v = 0;
+        for (unsigned th = 0; th < m->threads; th++)
+            v += get(&m->counters[th]->refused[l]);
+        emit(t, "ratel_http_connections_refused_total{limit=\"%s\"} %llu\n",
+             ratel_http_refusal_name((ratel_http_refusal_t)l),
              (unsigned long long)v);
     }
 }

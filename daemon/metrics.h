@@ -73,6 +73,10 @@ void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code);
 /* Counts an HTTP response by status class on worker `thread`. */
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status);
 
+/* Counts a connection the HTTP server refused at accept on worker
+   `thread`, by the limit that refused it (ratel_http_refusal_t). */
+void rateld_metrics_refused(rateld_metrics_t *m, unsigned thread, int limit);
+
 /*
  * The Prometheus text exposition (version 0.0.4) of every counter, plus
  * the store's stats (keys, bytes, evictions, expirations, errors,

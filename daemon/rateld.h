@@ -85,7 +85,8 @@ typedef struct rateld_pending_s {
 typedef enum rateld_log_kind_e {
     RATELD_LOG_SHADOW_DENY = RATELD_UNDECIDED_REASONS,
     RATELD_LOG_UNKNOWN_DOMAIN, /* RLS: a domain no file defines */
-    RATELD_LOG_KINDS
+    RATELD_LOG_REFUSED,        /* + ratel_http_refusal_t: a connection */
+    RATELD_LOG_KINDS = RATELD_LOG_REFUSED + RATEL_HTTP_REFUSALS
 } rateld_log_kind_t;
 
 /* A worker's state; only its own thread touches it, but for `active` and
@@ -169,6 +170,11 @@ void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
  */
 int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
                            int64_t now_us, unsigned long long *not_logged);
+
+/* The HTTP server's refused hook (ud is the rateld_t): counts the
+   connection in the metrics and logs it within the budget. */
+void rateld_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
+                    const char *client);
 
 /* Writes, for each worker and kind, how many events were not logged since
    its last line (once the workers have stopped). */

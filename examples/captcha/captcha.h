@@ -252,7 +252,8 @@ enum {
     QUIET_VERIFY_REFUSED = CAPTCHA_POLICIES,
     QUIET_SEND_FAILED,
     QUIET_VERIFY_FAILED,
-    QUIET_KINDS
+    QUIET_REFUSED, /* + ratel_http_refusal_t: a connection refused */
+    QUIET_KINDS = QUIET_REFUSED + RATEL_HTTP_REFUSALS
 };
 enum { RECOVER_RESENT, RECOVER_FAILED, RECOVER_ACTIONS };
 
@@ -269,11 +270,17 @@ struct captcha_s {
     _Atomic uint64_t refunds, refund_errors;
     _Atomic uint64_t recovered[RECOVER_ACTIONS];
     _Atomic uint64_t login_failures, login_limited;
+    _Atomic uint64_t refused[RATEL_HTTP_REFUSALS]; /* connections, by limit */
     /* Per HTTP thread (config->threads of them): the budgets of the lines
        a client causes, indexed QUIET_SEND_LIMITED + policy or another
        QUIET_ kind. NULL: every line is written. */
     ratel__log_budget_t (*log_budgets)[QUIET_KINDS];
 };
+
+/* The HTTP server's refused hook (ud is captcha_t): counts the
+   connection and logs it within the budget. */
+void captcha_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
+                     const char *client);
 
 /* The HTTP handler (ud is captcha_t). */
 void captcha_handle(void *ud, ratel_http_exchange_t *ex,

@@ -391,6 +391,19 @@ static int log_allowed(captcha_t *app, unsigned thread, int kind,
                                   ratel_clock_now_us(), quiet);
 }
 
+void captcha_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
+                     const char *client)
+{
+    captcha_t *app = ud;
+    uint64_t quiet;
+
+    atomic_fetch_add(&app->refused[why], 1);
+    if (log_allowed(app, thread, QUIET_REFUSED + (int)why, &quiet))
+        ratel__log(
+            "warn", "connection refused", "limit=%s client=%s not_logged=%llu",
+            ratel_http_refusal_name(why), client, (unsigned long long)quiet);
+}
+
 static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, const char *ip)
 {
@@ -671,6 +684,7 @@ static void handle_metrics(captcha_t *app, ratel_http_exchange_t *ex)
     static const char *const recovered[] = {"resent", "failed"};
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
+    const char *limits[RATEL_HTTP_REFUSALS];
     text_t t = {malloc(4096), 0, 4096};
     ratel_store_stats_t st;
     captcha_codes_stats_t cs;
@@ -687,6 +701,12 @@ static void handle_metrics(captcha_t *app, ratel_http_exchange_t *ex)
     counter(&t, "captcha_recovered_notices_total",
             "Notices a crash left unsent, re-sent or failed at start-up.",
             "action", recovered, app->recovered, RECOVER_ACTIONS);
+    for (int l = 0; l < RATEL_HTTP_REFUSALS; l++)
+        limits[l] = ratel_http_refusal_name((ratel_http_refusal_t)l);
+    counter(&t, "captcha_connections_refused_total",
+            "Connections refused with 503 as they were accepted, by the "
+            "limit that refused them.",
+            "limit", limits, app->refused, RATEL_HTTP_REFUSALS);
     gauge(&t, "captcha_refunds_total", "Send permits given back.",
           atomic_load(&app->refunds));
     gauge(&t, "captcha_refund_errors_total", "Refunds the store did not take.",

@@ -127,6 +127,7 @@ static int run(captcha_t *app, const char *path)
                               .threads = c->threads,
                               .limits = c->limits,
                               .handler = captcha_handle,
+                              .refused = captcha_refused,
                               .ud = app};
     ratel__signals_t signals = {
         .name = "captchad", .drain_ms = DRAIN_MS, .ud = app};

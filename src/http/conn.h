@@ -1,7 +1,7 @@
 /*
  * conn.h - one HTTP/1.1 connection as a state machine without sockets.
  *
- * server.c drives it from libevent callbacks; the fuzz target and unit
+ * worker.c drives it from libevent callbacks; the fuzz target and unit
  * tests drive it directly. Bytes go in (read_space + received, or feed),
  * requests come out through the handler, responses come back through
  * ratel_http_respond() and leave as bytes (output + written) in request
@@ -106,7 +106,7 @@ void ratel__http_limits_fill(ratel_http_limits_t *out,
 /*
  * A protocol the driver speaks on a listener: HTTP/1.1 (conn.c) or h2c
  * gRPC (h2.c). Each function is the like-named ratel__http_conn_*
- * function below, on the protocol's own connection type; server.c only
+ * function below, on the protocol's own connection type; worker.c only
  * ever calls a connection through its protocol's table.
  */
 typedef struct ratel__http_proto_s {

@@ -1,7 +1,8 @@
 /*
- * conn_private.h - the structures behind conn.h, shared by conn.c (input:
- * buffers, parsing, dispatch, timeouts) and respond.c (output: formatting
- * answers and keeping them in request order). Nothing else includes it.
+ * conn_private.h - the structures behind conn.h, shared by conn.c (pools,
+ * buffers, the connection's life, timeouts, draining), parse.c (parsing
+ * and dispatch) and respond.c (output: formatting answers and keeping
+ * them in request order). Nothing else includes it.
  */
 #ifndef RATEL_HTTP_CONN_PRIVATE_H
 #define RATEL_HTTP_CONN_PRIVATE_H
@@ -100,6 +101,14 @@ struct ratel__http_conn_s {
     socklen_t peer_len;
 };
 
+/* An exchange from the thread's pool (or a new one), empty and unlinked;
+   NULL without memory (conn.c). */
+ratel_http_exchange_t *ratel__http_exchange_get(ratel__http_ctx_t *ctx);
+
+/* Parses what is buffered, dispatching each complete request, while
+   ratel__http_may_dispatch() allows unless `all` (parse.c). */
+void ratel__http_parse(ratel__http_conn_t *c, int all);
+
 /* Returns an answered (or abandoned) exchange to the pool and drops its
    references on the buffer and the connection (conn.c). */
 void ratel__http_exchange_release(ratel_http_exchange_t *ex);
@@ -126,6 +135,19 @@ static inline void ratel__http_unlink_exchange(ratel__http_conn_t *c,
     else
         c->tail = ex->prev;
     c->inflight--;
+}
+
+/*
+ * 1 if another request may be dispatched: the requests in flight and the
+ * answers the socket has not taken stay below max_pipeline, and the
+ * unsent output below the high-water mark. Answers given at once leave
+ * inflight at 0, so without counting the unsent ones a client that never
+ * reads would have every request in its buffer answered into memory.
+ */
+static inline int ratel__http_may_dispatch(const ratel__http_conn_t *c)
+{
+    return c->inflight + c->out_answers < c->ctx->limits.max_pipeline &&
+           c->out_len - c->out_off < OUT_HIGH;
 }
 
 /* Tells the driver the connection has something to do. */

@@ -1,6 +1,6 @@
 /*
  * h2.c - one HTTP/2 (h2c) connection carrying unary gRPC calls, as a
- * state machine without sockets: the second protocol server.c drives
+ * state machine without sockets: the second protocol worker.c drives
  * (conn.h's ratel__http_proto_t). grpc.h says what it serves and why
  * nghttp2.
  *

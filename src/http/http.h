@@ -22,7 +22,9 @@
  * per client address), requests in flight per connection, the time to
  * send a whole request (slowloris) and idle time. A request past a limit
  * gets its status (408, 413, 414, 431, 503) and the connection is
- * closed; nothing is ever answered twice or lost.
+ * closed; nothing is ever answered twice or lost. A connection refused
+ * at accept reaches no handler: the `refused` hook hears of it, to count
+ * it and log it within a budget.
  *
  * Strict parsing. What a front proxy could read differently is refused
  * with 400 and the connection closed (nothing after it is parsed): an
@@ -133,12 +135,38 @@ typedef struct ratel_http_limits_s {
                                     (past it: close, see above) */
 } ratel_http_limits_t;
 
+/* Why the server refused a connection as it accepted it: a 503 and
+   close, the handler never sees it. */
+typedef enum ratel_http_refusal_e {
+    RATEL_HTTP_REFUSED_MAX_CONNECTIONS, /* limits.max_connections */
+    RATEL_HTTP_REFUSED_PER_CLIENT,      /* max_connections_per_client */
+    RATEL_HTTP_REFUSALS
+} ratel_http_refusal_t;
+
+/* Longest client address text a refused hook gets, NUL included. */
+#define RATEL_HTTP_ADDR_MAX 64
+
+/*
+ * Called on worker `thread` for each connection refused at accept, after
+ * its 503 was sent: `client` is its address ("1.2.3.4", "::1"; an
+ * IPv4-mapped IPv6 address as IPv4). A client can cause this at will:
+ * count it, and log it only within a budget.
+ */
+typedef void (*ratel_http_refused_fn)(void *ud, unsigned thread,
+                                      ratel_http_refusal_t why,
+                                      const char *client);
+
+/* The limit's configuration name ("max_connections",
+   "max_connections_per_client"), for metric labels and log fields. */
+const char *ratel_http_refusal_name(ratel_http_refusal_t why);
+
 typedef struct ratel_http_options_s {
     const char *listen; /* "127.0.0.1:8080", "[::1]:8080", ":8080" */
     unsigned threads;   /* worker threads; 0: 1 */
     ratel_http_limits_t limits;
     ratel_http_handler_fn handler;
-    ratel_http_flush_fn flush; /* may be NULL; runs after gRPC calls too */
+    ratel_http_flush_fn flush;     /* may be NULL; runs after gRPC calls too */
+    ratel_http_refused_fn refused; /* may be NULL */
     void *ud;
     /* gRPC over h2c on a second address, served by the same workers
        (grpc.h); NULL: none. The handler gets `ud` as well. */

@@ -105,6 +105,27 @@ void ratel__address_text(const struct sockaddr_storage *ss, char *buf,
     }
 }
 
+void ratel__address_host(const struct sockaddr_storage *ss, char *buf,
+                         size_t len)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+    if (len)
+        buf[0] = '\0';
+    if (ss->ss_family == AF_INET6 &&
+        memcmp(in6->sin6_addr.s6_addr, mapped, sizeof mapped) != 0)
+        inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET, in6->sin6_addr.s6_addr + 12, buf, (socklen_t)len);
+    else if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len);
+    else
+        snprintf(buf, len, "-");
+}
+
 static int claim_failed(const char *text, char *err, size_t errlen)
 {
     if (errno == EADDRINUSE)

@@ -35,6 +35,11 @@ int ratel__parse_listen(const char *text, struct sockaddr_storage *ss,
 void ratel__address_text(const struct sockaddr_storage *ss, char *buf,
                          size_t len);
 
+/* The host part alone ("1.2.3.4", "::1"; IPv4-mapped IPv6 as IPv4, "-"
+   for another family) into buf (RATEL_HTTP_ADDR_MAX bytes suffice). */
+void ratel__address_host(const struct sockaddr_storage *ss, char *buf,
+                         size_t len);
+
 /* Claims a's address for this process (see listen.c); 0, or -1 with
    "listen X: already served by another process" and the like. The
    claim is held in a->claim_fd until closed. */

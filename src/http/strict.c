@@ -11,7 +11,7 @@
  * body), so these are refused with 400 (RFC 9112 allows a server to
  * refuse a bare LF, and requires 400 for an invalid field name).
  *
- * Pure functions over bytes; conn.c calls them from the parser's
+ * Pure functions over bytes; parse.c calls them from the parser's
  * callbacks.
  */
 #include "http/strict.h"

@@ -1,5 +1,5 @@
 /*
- * strict.h - byte checks conn.c adds to http-parser's (strict.c says
+ * strict.h - byte checks parse.c adds to http-parser's (strict.c says
  * which and why). Pure functions; nothing is allocated.
  */
 #ifndef RATEL_HTTP_STRICT_H

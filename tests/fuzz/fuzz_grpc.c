@@ -1,7 +1,7 @@
 /*
  * fuzz_grpc.c - the gRPC path on arbitrary bytes, without sockets: an h2c
  * connection (src/http/h2.c, driven through its protocol table as
- * server.c drives it), and every call's message through rateld's one
+ * worker.c drives it), and every call's message through rateld's one
  * RateLimitRequest decoder (rateld_rls_decode, daemon/rls.c).
  *
  * Input: byte 0 chooses the set-up, the rest is what a client sends

@@ -344,7 +344,7 @@ static void take_output(ratel__http_conn_t *c, int64_t now)
     check_output();
 }
 
-/* What server.c's service() does: parse what was held back and send,
+/* What worker.c's service() does: parse what was held back and send,
    again while the socket's taking the output lets more requests go. */
 static void service(ratel__http_conn_t *c, int64_t now)
 {

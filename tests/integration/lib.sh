@@ -9,6 +9,9 @@
 #   rcli "$port" RATEL.ACQUIRE k 1/1s        # redis-cli -p PORT --no-raw ...
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
 #   wait_for 10 COMMAND...                   # until it succeeds, or 1
+#   require_built rateld captchad            # else one FAIL and exit
+#   server_start NAME PORT COMMAND...        # rateld/captchad up on PORT
+#   server_stop NAME [SIGNAL]                # its exit status in $stopped
 #   finish                                   # prints "N passed, N failed"
 #
 # Every server started here runs in its own directory under $tmp and is
@@ -50,6 +53,59 @@ wait_for() {
     shift
     until "$@"; do
         [ "$SECONDS" -ge "$end" ] && return 1
+        sleep 0.05
+    done
+}
+
+# require_built PROGRAM...: ends the test (one failure) unless every
+# $build/PROGRAM is built.
+require_built() {
+    local p
+    for p in "$@"; do
+        if [ ! -x "$build/$p" ]; then
+            echo "FAIL $p: $build/$p not built (make)"
+            echo "0 passed, 1 failed"
+            exit 1
+        fi
+    done
+}
+
+# server_start NAME PORT COMMAND...: runs COMMAND (rateld, captchad) in
+# the background, its output appended to $tmp/NAME.log, its pid in
+# $tmp/pids/NAME (the EXIT trap stops it) and in $server_pid, and waits
+# until http://127.0.0.1:PORT/healthz answers. 1, with the end of its log
+# on stdout, when it exits or does not answer within 20 s. Call it
+# outside $(...), so that server_stop can wait for the child.
+server_start() {
+    local name=$1 port=$2
+    shift 2
+    "$@" >>"$tmp/$name.log" 2>&1 &
+    server_pid=$!
+    echo "$server_pid" >"$tmp/pids/$name"
+    for _ in $(seq 400); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "$name did not start; its log:"
+    tail -20 "$tmp/$name.log"
+    return 1
+}
+
+# server_stop NAME [SIGNAL]: sends SIGNAL (TERM) to the server NAME that
+# server_start started and waits up to 20 s for it to exit; its exit
+# status is then in $stopped (124: it did not exit).
+server_stop() {
+    local pid
+    stopped=124
+    pid=$(cat "$tmp/pids/$1")
+    kill -"${2:-TERM}" "$pid" 2>/dev/null
+    for _ in $(seq 400); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            stopped=$?
+            break
+        fi
         sleep 0.05
     done
 }

@@ -12,12 +12,8 @@
 # for a limit to move; the expiry check waits for a 1 s TTL, bounded.
 . "$(dirname "$0")/lib.sh"
 
+require_built captchad
 captchad=$build/captchad
-if [ ! -x "$captchad" ]; then
-    echo "FAIL captchad: $captchad not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 # CAPTCHAD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes captchad.
 read -r -a captchad_wrap <<<"${CAPTCHAD_WRAP:-}"
 token=tok-secret-1-captchad-test-0123456789
@@ -45,39 +41,10 @@ EOF
     } >"$tmp/$name.yaml"
 }
 
-# start NAME PORT: runs captchad on $tmp/NAME.yaml, waits for /healthz.
-start() {
-    local name=$1 port=$2 pid
-    "${captchad_wrap[@]}" "$captchad" --config "$tmp/$name.yaml" \
-        >>"$tmp/$name.log" 2>&1 &
-    pid=$!
-    echo "$pid" >"$tmp/pids/captchad-$name"
-    for _ in $(seq 400); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "captchad $name did not start; its log:"
-    tail -20 "$tmp/$name.log"
-    return 1
-}
-
-# stop NAME: SIGTERM, then its exit status in $stopped (124 if it did not
-# exit). Not in $(...): only this shell can wait for its child.
-stop() {
-    local pid
-    stopped=124
-    pid=$(cat "$tmp/pids/captchad-$1")
-    kill -TERM "$pid"
-    for _ in $(seq 300); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid"
-            stopped=$?
-            break
-        fi
-        sleep 0.05
-    done
-}
+# start NAME PORT: runs captchad on $tmp/NAME.yaml (its log $tmp/NAME.log),
+# waits for /healthz. stop NAME: SIGTERM, its exit status in $stopped.
+start() { server_start "$1" "$2" "${captchad_wrap[@]}" "$captchad" --config "$tmp/$1.yaml"; }
+stop() { server_stop "$1"; }
 
 # send BASE PHONE [IP] / verify BASE PHONE CODE [IP]: "STATUS BODY"
 send() {
@@ -556,13 +523,7 @@ flood() {
 }
 
 # kill9 NAME: SIGKILL, then waits until the process is gone.
-kill9() {
-    local pid
-    pid=$(cat "$tmp/pids/captchad-$1")
-    kill -KILL "$pid"
-    wait "$pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
-}
+kill9() { server_stop "$1" KILL 2>/dev/null; }
 
 # wait_no_init DB: polls (bounded, 10 s) until no notice is INIT.
 wait_no_init() {

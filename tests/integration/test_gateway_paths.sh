@@ -11,11 +11,7 @@
 # with the form to write.
 . "$(dirname "$0")/lib.sh"
 
-if [ ! -x "$build/rateld" ]; then
-    echo "FAIL $build/rateld missing (make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_built rateld
 
 port=$(free_port)
 url=http://127.0.0.1:$port
@@ -41,17 +37,10 @@ routes:
   - path: /files/
     policies: [files]
 YAML
-    "$build/rateld" --config "$tmp/rateld.yaml" >>"$tmp/rateld.log" 2>&1 &
-    echo $! >"$tmp/pids/rateld"
-    wait_for 5 curl -s -o /dev/null "$url/healthz"
+    server_start rateld "$port" "$build/rateld" --config "$tmp/rateld.yaml" >/dev/null
 }
 
-stop() {
-    local pid
-    pid=$(cat "$tmp/pids/rateld")
-    kill "$pid"
-    wait_for 5 bash -c "! kill -0 $pid 2>/dev/null"
-}
+stop() { server_stop rateld; }
 
 metric() { curl -s "$url/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }'; }
 

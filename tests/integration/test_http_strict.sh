@@ -6,37 +6,15 @@
 # request behind it is never answered; every error the HTTP layer answers
 # by itself (400, 408, 413, 414, 431, 503, 505) is JSON; one client holding
 # its share of connections (limits.max_connections_per_client) is refused
-# while other addresses are served. Clients come from 127.0.0.1, .2, .3, .4
+# while other addresses are served, and every refusal is counted in the
+# metrics and logged within the budget. Clients come from 127.0.0.1, .2, .3, .4
 # (all of 127/8 is loopback).
 . "$(dirname "$0")/lib.sh"
 
 here=$(cd "$(dirname "$0")" && pwd)
-for bin in rateld captchad; do
-    if [ ! -x "$build/$bin" ]; then
-        echo "FAIL $bin: $build/$bin not built"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
-done
+require_built rateld captchad
 raw() { python3 "$here/http_raw.py" send "$target" "$@"; } # to $target
 hold() { python3 "$here/http_raw.py" hold "$@"; }
-
-# start NAME PORT COMMAND...: runs a server, waits for /healthz.
-start() {
-    local name=$1 port=$2 pid
-    shift 2
-    "$@" >>"$tmp/$name.log" 2>&1 &
-    pid=$!
-    echo "$pid" >"$tmp/pids/$name"
-    for _ in $(seq 400); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "$name did not start; its log:"
-    cat "$tmp/$name.log"
-    exit 1
-}
 
 port=$(free_port)
 cat >"$tmp/rateld.yaml" <<EOF
@@ -56,7 +34,7 @@ policies:
     rules: [20/1m]
     key: ip
 EOF
-start rateld "$port" "$build/rateld" --config "$tmp/rateld.yaml"
+server_start rateld "$port" "$build/rateld" --config "$tmp/rateld.yaml" || exit 1
 target=$port
 
 H='Host: x\r\n'
@@ -111,6 +89,30 @@ same total_cap "$(hold "$port" 127.0.0.1:3 127.0.0.2:3 127.0.0.3:2 -- 127.0.0.4)
     "127.0.0.4 503 json server busy: too many connections (limits.max_connections)"
 same served_after_caps "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" 200
 
+# --- refused connections are counted and logged within the budget (one
+# line per limit per 10 s on each of the 2 worker threads): a burst of 40
+# refusals moves the metric by exactly 40 and adds at most 4 lines (2
+# threads, a 10 s boundary crossed); after the stop, the lines and their
+# not_logged account for every refusal, none twice
+refused_total() { curl -s "http://127.0.0.1:$port/metrics" | awk -v l="$1" '$1 == "ratel_http_connections_refused_total{limit=\"" l "\"}" { print $2 }'; }
+refused_lines() { grep 'msg="connection refused"' "$tmp/rateld.log" | grep -c "limit=$1"; }
+same refused_metric_total_cap "$(refused_total max_connections)" 1
+before=$(refused_total max_connections_per_client) lines_before=$(refused_lines max_connections_per_client)
+probes=$(printf '127.0.0.1 %.0s' $(seq 40))
+# shellcheck disable=SC2086 # one probe per word
+same refused_burst "$(hold "$port" 127.0.0.1:3 -- $probes | grep -c '^127.0.0.1 503 json too many connections from this client')" 40
+same refused_metric_moves "$(($(refused_total max_connections_per_client) - before))" 40
+lines=$(($(refused_lines max_connections_per_client) - lines_before))
+if [ "$lines" -ge 1 ] && [ "$lines" -le 4 ]; then ok refused_log_bounded; else fail refused_log_bounded "$lines lines for 40 refusals"; fi
+contains refused_log_line "$(grep 'msg="connection refused"' "$tmp/rateld.log" | head -1)" \
+    'level=warn msg="connection refused" limit=max_connections_per_client client=127.0.0.1 not_logged='
+total=$(refused_total max_connections_per_client)
+server_stop rateld
+same refused_stop_exit "$stopped" 0
+logged=$(grep 'msg="connection refused"' "$tmp/rateld.log" | grep 'limit=max_connections_per_client' |
+    awk '/level=warn/ { n++ } { for (i = 1; i <= NF; i++) if ($i ~ /^not_logged=/) { sub(/^not_logged=/, "", $i); n += $i } } END { print n + 0 }')
+same refused_log_accounts_all "$logged" "$total"
+
 # --- captchad: the same HTTP layer, its errors JSON too
 cport=$(free_port)
 token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -125,7 +127,7 @@ sender:
   type: log
   log_file: $tmp/captchad.sms
 EOF
-start captchad "$cport" "$build/captchad" --config "$tmp/captchad.yaml"
+server_start captchad "$cport" "$build/captchad" --config "$tmp/captchad.yaml" || exit 1
 target=$cport
 cnext="GET /healthz HTTP/1.1\r\n$H\r\n"
 same captchad_no_host "$(raw "GET /healthz HTTP/1.1\r\n\r\n$cnext")" "$refused"
@@ -134,4 +136,9 @@ same captchad_json_413 "$(raw "POST /sendCaptcha HTTP/1.1\r\n${H}Content-Length:
 same captchad_per_client "$(hold "$cport" 127.0.0.1:2 -- 127.0.0.1 127.0.0.2)" \
     "127.0.0.1 503 json too many connections from this client address (limits.max_connections_per_client)
 127.0.0.2 200 - -"
+same captchad_refused_metric "$(curl -s "http://127.0.0.1:$cport/metrics" | grep '^captcha_connections_refused_total')" \
+    'captcha_connections_refused_total{limit="max_connections"} 0
+captcha_connections_refused_total{limit="max_connections_per_client"} 1'
+contains captchad_refused_log "$(cat "$tmp/captchad.log")" \
+    'level=warn msg="connection refused" limit=max_connections_per_client client=127.0.0.1 not_logged=0'
 finish

@@ -7,12 +7,8 @@
 # rules' windows.
 . "$(dirname "$0")/lib.sh"
 
+require_built rateld
 rateld=$build/rateld
-if [ ! -x "$rateld" ]; then
-    echo "FAIL rateld: $rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 
 port=$(free_port)
 base=http://127.0.0.1:$port
@@ -79,16 +75,8 @@ EOF
 read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
 
 start_rateld() {
-    "${rateld_wrap[@]}" "$rateld" --config "$conf" >>"$log" 2>&1 &
-    rateld_pid=$!
-    echo "$rateld_pid" >"$tmp/pids/rateld"
-    for _ in $(seq 400); do
-        curl -s -o /dev/null "$base/healthz" && return 0
-        kill -0 "$rateld_pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "rateld did not start; its log:"; tail -20 "$log"
-    return 1
+    server_start rateld "$port" "${rateld_wrap[@]}" "$rateld" --config "$conf" || return 1
+    rateld_pid=$server_pid
 }
 
 # code URL [curl args...]: the status code
@@ -406,9 +394,7 @@ same release_method "$(code -X DELETE "$base/v1/release")" 405
 # still POST only
 port2=$(free_port)
 printf 'listen: 127.0.0.1:%s\npolicies:\n  one: {rules: [1/1m], key: ip}\n' "$port2" >"$tmp/open.yaml"
-"$rateld" --config "$tmp/open.yaml" >>"$tmp/open.log" 2>&1 &
-echo $! >"$tmp/pids/rateld_open"
-for _ in $(seq 400); do curl -s -o /dev/null "http://127.0.0.1:$port2/healthz" && break; sleep 0.05; done
+server_start open "$port2" "$rateld" --config "$tmp/open.yaml"
 b2=http://127.0.0.1:$port2
 same open_acquire "$(code "$b2/v1/acquire?policy=one&key=k")" 200
 same open_limited "$(code "$b2/v1/acquire?policy=one&key=k")" 429
@@ -416,7 +402,7 @@ same open_refund_get "$(code "$b2/v1/refund?policy=one&key=k")" 405
 same open_refund_post "$(code -X POST -d '{"policy":"one","key":"k"}' "$b2/v1/refund")" 200
 same open_after_refund "$(code "$b2/v1/acquire?policy=one&key=k")" 200
 same open_reset_disabled "$(code -X POST -H 'Authorization: Bearer x' -d '{"policy":"one","key":"k"}' "$b2/v1/reset")" 403
-kill -TERM "$(cat "$tmp/pids/rateld_open")"
+server_stop open
 
 # --- command line
 out=$("$rateld" --check-config "$conf" 2>&1); rc=$?
@@ -432,12 +418,8 @@ same no_config "$("$rateld" >/dev/null 2>&1; echo $?)" 2
 
 # --- SIGTERM: drains and exits 0
 shadow_total=$(metric 'ratel_decisions_total{policy="watch",outcome="shadow_denied"')
-kill -TERM "$rateld_pid"
-status=
-for _ in $(seq 400); do
-    if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
-    sleep 0.05
-done
+server_stop rateld
+status=$stopped
 same sigterm_exit "$status" 0
 [ "$status" = 99 ] && grep '^==' "$log" | head -40
 contains stopped_logged "$(cat "$log")" 'rateld stopped'

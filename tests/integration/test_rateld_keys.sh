@@ -7,11 +7,7 @@
 # to /v1/auth/PATH (Envoy's form: the request itself, from any peer).
 . "$(dirname "$0")/lib.sh"
 
-if [ ! -x "$build/rateld" ]; then
-    echo "FAIL rateld: $build/rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_built rateld
 
 port=$(free_port)
 base=http://127.0.0.1:$port
@@ -75,10 +71,8 @@ EOF
 # prefixes rateld; an error or a leak then fails sigterm_exit.
 read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
 write_config "[5/1m]"
-"${rateld_wrap[@]}" "$build/rateld" --config "$conf" >"$tmp/rateld.log" 2>&1 &
-rateld_pid=$!
-echo "$rateld_pid" >"$tmp/pids/rateld"
-for _ in $(seq 400); do curl -s -o /dev/null "$base/healthz" && break; sleep 0.05; done
+server_start rateld "$port" "${rateld_wrap[@]}" "$build/rateld" --config "$conf"
+rateld_pid=$server_pid
 
 auth() { code "${@:2}" "$base/v1/auth$1"; }
 
@@ -151,12 +145,8 @@ printf 'policies:\n  a:\n    rules: [1/1m]\n    key: query: x\n' >"$tmp/bad.yaml
 contains yaml_colon_hint "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" 'with no space after the colon'
 
 # --- SIGTERM: exits 0 (under valgrind: no error, no leak)
-kill -TERM "$rateld_pid"
-status=
-for _ in $(seq 400); do
-    if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
-    sleep 0.05
-done
+server_stop rateld
+status=$stopped
 same sigterm_exit "$status" 0
 [ "$status" = 99 ] && grep '^==' "$tmp/rateld.log" | head -40
 

@@ -20,12 +20,8 @@ HEALTHZ_CEILING_S=1 # another client's /healthz meanwhile
 CPU_CEILING_TICKS=20 # CPU (1/100 s) in one second while they all wait
 FLOOD_CPU_CEILING_TICKS=150 # CPU (1/100 s) over the whole flood
 
+require_built rateld
 rateld=$build/rateld
-if [ ! -x "$rateld" ]; then
-    echo "FAIL rateld: $rateld not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
 
 port=$(free_port)
 base=http://127.0.0.1:$port
@@ -44,13 +40,8 @@ policies:
     key: ip
 EOF
 
-"$rateld" --config "$conf" >"$tmp/rateld.log" 2>&1 &
-pid=$!
-echo "$pid" >"$tmp/pids/rateld"
-for _ in $(seq 100); do
-    curl -s -o /dev/null "$base/healthz" && break
-    sleep 0.1
-done
+server_start rateld "$port" "$rateld" --config "$conf" >/dev/null
+pid=$server_pid
 if ! curl -sf -o /dev/null "$base/healthz"; then
     fail start "rateld does not answer: $(tail -5 "$tmp/rateld.log")"
     finish
@@ -149,7 +140,6 @@ same healthz_after "$(curl -s "$base/healthz")" "ok"
 contains metrics_after "$(curl -s "$base/metrics")" "ratel_http_responses_total"
 same allowed_after "$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/acquire?policy=ping&key=k")" "200"
 
-kill "$pid"
-wait "$pid"
-same sigterm_exit "$?" 0
+server_stop rateld
+same sigterm_exit "$stopped" 0
 finish

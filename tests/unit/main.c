@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SUITE(file) extern const ratel_test_case_t ratel_suite_##file[];
 #include "suites.def"
@@ -53,6 +54,33 @@ uint64_t ratel_test_rand(void)
 int64_t ratel_test_between(int64_t lo, int64_t hi)
 {
     return lo + (int64_t)(ratel_test_rand() % (uint64_t)(hi - lo + 1));
+}
+
+void ratel_test_capture_stderr(void (*call)(void *), void *arg, char *out,
+                               size_t cap)
+{
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    size_t n;
+
+    out[0] = '\0';
+    if (!f || saved < 0) {
+        if (f)
+            fclose(f);
+        if (saved >= 0)
+            close(saved);
+        return;
+    }
+    fflush(stderr);
+    dup2(fileno(f), 2);
+    call(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
 }
 
 static int selected(const char *name, int argc, char **argv)

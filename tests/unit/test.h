@@ -10,6 +10,7 @@
 #define RATEL_TEST_H
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -25,6 +26,11 @@ long ratel_test_iterations(long base);
 uint64_t ratel_test_rand(void);
 /* Uniform in [lo, hi]. */
 int64_t ratel_test_between(int64_t lo, int64_t hi);
+
+/* What call(arg) wrote to stderr (the log), into out (NUL-terminated,
+   at most cap - 1 bytes; "" when it could not be captured). */
+void ratel_test_capture_stderr(void (*call)(void *), void *arg, char *out,
+                               size_t cap);
 
 #define TEST(name) static void test_##name(void)
 #define RATEL_SUITE(file) const ratel_test_case_t ratel_suite_##file[]

@@ -52,6 +52,8 @@ static struct {
     int release[THREADS_MAX];
     atomic_int slow_held, requests, flushes, flush_without_request;
     atomic_int seen_thread[THREADS_MAX];
+    atomic_int refused[RATEL_HTTP_REFUSALS]; /* the refused hook's calls */
+    char refused_client[RATEL_HTTP_ADDR_MAX];
 } st;
 
 static int starts_with(ratel_http_str_t s, const char *prefix)
@@ -168,6 +170,16 @@ static void *server_main(void *arg)
     return NULL;
 }
 
+/* The refused hook: counts, and keeps the client's address text. */
+static void refused(void *ud, unsigned thread, ratel_http_refusal_t why,
+                    const char *client)
+{
+    (void)ud;
+    (void)thread;
+    snprintf(st.refused_client, sizeof st.refused_client, "%s", client);
+    atomic_fetch_add(&st.refused[why], 1);
+}
+
 static int start_on(server_t *s, const char *listen,
                     const ratel_http_limits_t *limits, unsigned threads)
 {
@@ -183,6 +195,7 @@ static int start_on(server_t *s, const char *listen,
         o.limits = *limits;
     o.handler = handler;
     o.flush = flush;
+    o.refused = refused;
     if (ratel_http_server_new(&s->http, &o, err, sizeof err) != 0) {
         ratel_test_fail(__FILE__, __LINE__, err);
         return -1;
@@ -1115,6 +1128,14 @@ TEST(http_max_connections_503)
     client_free(a);
     client_free(b);
     stop(&s);
+    /* The hook heard of the refusal once, after its 503, with the client's
+       address; nothing else was refused. */
+    CHECK_EQ(atomic_load(&st.refused[RATEL_HTTP_REFUSED_MAX_CONNECTIONS]), 1);
+    CHECK_EQ(atomic_load(&st.refused[RATEL_HTTP_REFUSED_PER_CLIENT]), 0);
+    CHECK(strcmp(st.refused_client, "127.0.0.1") == 0);
+    CHECK(strcmp(ratel_http_refusal_name(RATEL_HTTP_REFUSED_PER_CLIENT),
+                 "max_connections_per_client") == 0);
+    CHECK(strcmp(ratel_http_refusal_name(RATEL_HTTP_REFUSALS), "unknown") == 0);
 }
 
 TEST(http_client_gone)

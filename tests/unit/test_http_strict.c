@@ -13,6 +13,7 @@
 
 #include "http/conn.h"
 #include "http/http.h"
+#include "http/listen.h"
 #include "http/peers.h"
 #include "http/strict.h"
 
@@ -468,6 +469,45 @@ TEST(http_strict_connections_per_client)
     ratel_http_server_free(s.http);
 }
 
+/* The client address a refused connection is logged with: one spelling
+   per client (an IPv4-mapped IPv6 peer as IPv4, as the peers table
+   counts it), a bounded buffer. */
+TEST(http_strict_refused_client_text)
+{
+    static const struct {
+        int family;
+        const char *addr; /* inet_pton's input, NULL: none */
+        const char *want;
+    } hosts[] = {
+        {AF_INET, "10.0.0.1", "10.0.0.1"},
+        {AF_INET6, "::1", "::1"},
+        {AF_INET6, "2001:db8::5", "2001:db8::5"},
+        {AF_INET6, "::ffff:10.0.0.1", "10.0.0.1"},
+        {AF_INET6, "::fffe:a00:1", "::fffe:a00:1"},
+        {AF_UNIX, NULL, "-"},
+    };
+    char buf[RATEL_HTTP_ADDR_MAX], tiny[4];
+
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss);
+        ss.ss_family = (sa_family_t)hosts[i].family;
+        if (hosts[i].family == AF_INET)
+            inet_pton(AF_INET, hosts[i].addr,
+                      &((struct sockaddr_in *)&ss)->sin_addr);
+        else if (hosts[i].family == AF_INET6)
+            inet_pton(AF_INET6, hosts[i].addr,
+                      &((struct sockaddr_in6 *)&ss)->sin6_addr);
+        ratel__address_host(&ss, buf, sizeof buf);
+        if (strcmp(buf, hosts[i].want) != 0)
+            ratel_test_fail(__FILE__, __LINE__, hosts[i].want);
+        /* Too small a buffer: cut or empty, always terminated. */
+        memset(tiny, 'x', sizeof tiny);
+        ratel__address_host(&ss, tiny, sizeof tiny);
+        CHECK(memchr(tiny, '\0', sizeof tiny) != NULL);
+    }
+}
+
 RATEL_SUITE(http_strict) = {
     {"http_strict_requests", test_http_strict_requests},
     {"http_strict_bare_lf_desync", test_http_strict_bare_lf_desync},
@@ -476,5 +516,6 @@ RATEL_SUITE(http_strict) = {
     {"http_strict_peers_table", test_http_strict_peers_table},
     {"http_strict_connections_per_client",
      test_http_strict_connections_per_client},
+    {"http_strict_refused_client_text", test_http_strict_refused_client_text},
     {0, 0},
 };

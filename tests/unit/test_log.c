@@ -11,33 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define OUT_MAX 8192
 #define KEYS_MAX 32
-
-/* What ratel__log wrote while `call` ran, into out (NUL-terminated). */
-static void capture(void (*call)(void), char *out, size_t cap)
-{
-    FILE *f = tmpfile();
-    int saved;
-    size_t n;
-
-    out[0] = '\0';
-    if (!f)
-        return;
-    fflush(stderr);
-    saved = dup(2);
-    dup2(fileno(f), 2);
-    call();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(f);
-    n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    fclose(f);
-}
 
 /* One parsed line: its keys and (unescaped) values. */
 typedef struct parsed_s {
@@ -125,8 +101,9 @@ static const char forged[] =
 static const char controls[] =
     "a\nts=0 level=error msg=\"b\"\r\t\x01\\\x7f\xff";
 
-static void log_forged(void)
+static void log_forged(void *unused)
 {
+    (void)unused;
     ratel__log("warn", "auth request undecided",
                "reason=%s answer=%d detail=\"%s\" uri=%s not_logged=%llu",
                "unmatched", 404, forged, forged, 7ULL);
@@ -139,7 +116,7 @@ TEST(log_forged_fields_stay_values)
     static const char *const keys[] = {"ts",     "level",  "msg", "reason",
                                        "answer", "detail", "uri", "not_logged"};
 
-    capture(log_forged, out, sizeof out);
+    ratel_test_capture_stderr(log_forged, NULL, out, sizeof out);
     REQUIRE(one_line(out, &p) == 0);
     REQUIRE(p.n == sizeof keys / sizeof keys[0]);
     for (size_t i = 0; i < p.n; i++)
@@ -152,8 +129,9 @@ TEST(log_forged_fields_stay_values)
     CHECK(strcmp(value_of(&p, "not_logged"), "7") == 0);
 }
 
-static void log_controls(void)
+static void log_controls(void *unused)
 {
+    (void)unused;
     ratel__log("info", "m\"sg\n",
                "a=\"%s\" b=%s c=%s d=%.3s e=%c f=%zu g=%.1f h=%.*s", controls,
                controls, "", "abcdef", '"', (size_t)42, 1.25, 2, "xyz");
@@ -164,7 +142,7 @@ TEST(log_control_bytes_and_empty_values)
     static char out[OUT_MAX];
     static parsed_t p;
 
-    capture(log_controls, out, sizeof out);
+    ratel_test_capture_stderr(log_controls, NULL, out, sizeof out);
     REQUIRE(one_line(out, &p) == 0);
     REQUIRE(p.n == 11);
     CHECK(strcmp(value_of(&p, "h"), "xy") == 0);
@@ -181,8 +159,9 @@ TEST(log_control_bytes_and_empty_values)
     CHECK(strstr(out, " d=abc ") != NULL);
 }
 
-static void log_many(void)
+static void log_many(void *unused)
 {
+    (void)unused;
     static char ctl[300];
 
     memset(ctl, 1, sizeof ctl - 1);
@@ -190,8 +169,9 @@ static void log_many(void)
                ctl, ctl, ctl, ctl, ctl, ctl, ctl);
 }
 
-static void log_long(void)
+static void log_long(void *unused)
 {
+    (void)unused;
     static char big[5000];
 
     memset(big, '"', sizeof big - 1);
@@ -206,7 +186,7 @@ TEST(log_long_values_and_lines_are_cut)
     static char out[OUT_MAX], want[600];
     static parsed_t p;
 
-    capture(log_long, out, sizeof out);
+    ratel_test_capture_stderr(log_long, NULL, out, sizeof out);
     REQUIRE(one_line(out, &p) == 0);
     REQUIRE(p.n == 7);
     memset(want, '"', 256);
@@ -215,7 +195,7 @@ TEST(log_long_values_and_lines_are_cut)
     CHECK(strcmp(value_of(&p, "word"), want) == 0);
     CHECK(strcmp(value_of(&p, "last"), "2") == 0);
 
-    capture(log_many, out, sizeof out);
+    ratel_test_capture_stderr(log_many, NULL, out, sizeof out);
     CHECK(strlen(out) < 4200);
     REQUIRE(one_line(out, &p) == 0);
     CHECK(p.n > 4);

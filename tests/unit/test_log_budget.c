@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #define T0 ((int64_t)1700000000 * 1000000) /* a fixed start instant, us */
 #define SEC 1000000                        /* one second in us */
@@ -73,25 +72,14 @@ TEST(log_budget_kinds_apart)
 }
 
 /* What rateld_log_budgets_drain(d) writes to the log (stderr), into buf. */
+static void drain(void *d)
+{
+    rateld_log_budgets_drain(d);
+}
+
 static void drained(rateld_t *d, char *buf, size_t len)
 {
-    FILE *f = tmpfile();
-    int saved = dup(2);
-    size_t n = 0;
-
-    buf[0] = '\0';
-    if (!f || saved < 0)
-        return;
-    fflush(stderr);
-    dup2(fileno(f), 2);
-    rateld_log_budgets_drain(d);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(f);
-    n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
+    ratel_test_capture_stderr(drain, d, buf, len);
 }
 
 TEST(log_budget_drain_writes_what_is_held_back)
@@ -117,6 +105,13 @@ TEST(log_budget_drain_writes_what_is_held_back)
     CHECK_EQ(workers[1].log_budget[RATELD_LOG_SHADOW_DENY].quiet, 0);
     drained(&d, out, sizeof out); /* nothing held back: nothing written */
     CHECK_EQ(strlen(out), 0);
+    /* A connection refused at accept: one kind per limit, named. */
+    flood(&workers[1], RATELD_LOG_REFUSED + RATEL_HTTP_REFUSED_PER_CLIENT, T0,
+          40, &(unsigned long long){0});
+    drained(&d, out, sizeof out);
+    CHECK(strstr(out,
+                 "msg=\"connection refused\" "
+                 "limit=max_connections_per_client not_logged=39\n") != NULL);
 }
 
 RATEL_SUITE(log_budget) = {
