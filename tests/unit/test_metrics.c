@@ -4,6 +4,7 @@
 #include "test.h"
 
 #include "daemon/metrics.h"
+#include "http/http.h"
 #include "ratel.h"
 
 #include <ctype.h>
@@ -196,6 +197,9 @@ TEST(metrics_exact_text_small_case)
     rateld_metrics_http(m, 0, 429);
     rateld_metrics_http(m, 0, 99);  /* not a status: not counted */
     rateld_metrics_http(m, 0, 600); /* idem */
+    rateld_metrics_refused(m, 0, RATEL_HTTP_REFUSED_PER_CLIENT);
+    rateld_metrics_refused(m, 0, RATEL_HTTP_REFUSED_PER_CLIENT);
+    rateld_metrics_refused(m, 0, RATEL_HTTP_REFUSALS); /* not a limit */
     rateld_metrics_grpc(m, 0, 0);
     rateld_metrics_grpc(m, 0, 9);
     rateld_metrics_grpc(m, 0, 9);
@@ -277,6 +281,12 @@ TEST(metrics_exact_text_small_case)
         "ratel_http_responses_total{code=\"3xx\"} 0\n"
         "ratel_http_responses_total{code=\"4xx\"} 1\n"
         "ratel_http_responses_total{code=\"5xx\"} 0\n"
+        "# HELP ratel_http_connections_refused_total Connections refused with "
+        "503 as they were accepted, by the limit that refused them.\n"
+        "# TYPE ratel_http_connections_refused_total counter\n"
+        "ratel_http_connections_refused_total{limit=\"max_connections\"} 0\n"
+        "ratel_http_connections_refused_total{limit=\"max_connections_per_"
+        "client\"} 2\n"
         "# HELP ratel_grpc_responses_total gRPC calls answered by rateld "
         "(Envoy's rate limit service, health checks), by status.\n"
         "# TYPE ratel_grpc_responses_total counter\n"
