@@ -127,7 +127,19 @@ PAGES = {
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
     },
     "docs/deployment.md": {"starts": ["redis"]},
-    "docs/rateld.md": {"servers": ["rateld"]},
+    "docs/rateld.md": {
+        "servers": ["rateld"],
+        # --check-config of the copy the harness runs (its port, its tokens).
+        "subs": [(r"examples/rateld\.yaml", "{tmp}/rateld.yaml")],
+        "vary": [
+            r"r=0;t=(\d+)",
+            r"Retry-After: (\d+)",
+            r"Content-Length: (\d+)",
+            # Times left: a run takes a few milliseconds more or less. A
+            # shown 0 is a 0.
+            r"_ms\":([1-9]\d*)",
+        ],
+    },
     "docs/testing.md": {"servers": ["redis"]},
     "examples/captcha/README.md": {
         "servers": ["captchad"],
@@ -294,6 +306,7 @@ class Page:
         self.ports = {}
         self.pids = []
         self.token = os.urandom(24).hex()
+        self.api_token = os.urandom(24).hex()
 
     # -- servers -----------------------------------------------------------
     def config_copy(self, src, port):
@@ -305,6 +318,10 @@ class Page:
             text = re.sub(r"(?m)^admin_token:.*$", 'admin_token: "%s"' % self.token, text)
         else:
             text += '\nadmin_token: "%s"\n' % self.token
+        # rateld's application token, where the example has the field
+        # (captchad has none): what a reader who followed the comment above
+        # it put there.
+        text = re.sub(r"(?m)^api_token:.*$", 'api_token: "%s"' % self.api_token, text)
         dst = os.path.join(self.tmp, os.path.basename(src))
         # It holds a token: readable by its owner only, as the docs advise.
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -417,8 +434,11 @@ def run_session(page, cmds, timeout=120):
         f.write("\n".join(script) + "\n")
     master, slave = pty.openpty()
     tty.setraw(slave)
-    # $TOKEN: the admin token the harness put in the configs it wrote.
-    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token)
+    # $TOKEN and $API_TOKEN: the admin and the application token the
+    # harness put in the configs it wrote, as a reader exports the ones
+    # they put in theirs.
+    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token,
+               API_TOKEN=page.api_token)
     # A reader's shell has none of the test suite's variables.
     for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED"):
         env.pop(name, None)
