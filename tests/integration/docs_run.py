@@ -122,6 +122,8 @@ PAGES = {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})"],
     },
+    # No server: the page's 127.0.0.1:8080 is what --check-config prints.
+    "docs/install.md": {"vary": [r"libratel\.so\.(\d+\.\d+\.\d+)$"]},
     "docs/lua.md": {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
@@ -440,7 +442,8 @@ def run_session(page, cmds, timeout=120):
     env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token,
                API_TOKEN=page.api_token)
     # A reader's shell has none of the test suite's variables.
-    for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED"):
+    # Nor make's (a `make` a page runs would look for the suite's jobserver).
+    for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
         env.pop(name, None)
     p = subprocess.Popen(["bash", path], cwd=page.tmp, stdin=subprocess.DEVNULL,
                          stdout=slave, stderr=slave, start_new_session=True, env=env)
