@@ -129,6 +129,8 @@ PAGES = {
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
     },
     "docs/deployment.md": {"starts": ["redis"]},
+    # No server: its 127.0.0.1:8080 is what --check-config prints.
+    "docs/envoy.md": {},
     "docs/rateld.md": {
         "servers": ["rateld"],
         # --check-config of the copy the harness runs (its port, its tokens).
