@@ -149,6 +149,9 @@ PAGES = {
             # Times left: a run takes a few milliseconds more or less. A
             # shown 0 is a 0.
             r"_ms\":([1-9]\d*)",
+            # What the page's earlier requests left: their 4xx, their keys.
+            r"code=\"4xx\"\} (\d+)$",
+            r"^ratel_store_keys (\d+)$",
         ],
     },
     "docs/testing.md": {"servers": ["redis"]},
