@@ -157,6 +157,8 @@ PAGES = {
     "docs/testing.md": {"servers": ["redis"]},
     "examples/captcha/README.md": {
         "servers": ["captchad"],
+        # --check-config of the copy the harness runs (its port, its token).
+        "subs": [(r"examples/captcha/captchad\.yaml", "{tmp}/captchad.yaml")],
         "vary": [
             r"Your code is (\d+)",
             r"\"code\":\"(\d+)\"",
