@@ -129,6 +129,8 @@ PAGES = {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})"],
     },
+    # No server: its 127.0.0.1:8080 is an example config's address.
+    "docs/config.md": {},
     # No server: the page's 127.0.0.1:8080 is what --check-config prints.
     "docs/install.md": {"vary": [r"libratel\.so\.(\d+\.\d+\.\d+)$"]},
     "docs/lua.md": {
