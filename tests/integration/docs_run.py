@@ -323,8 +323,8 @@ class Page:
         self.tmp = tempfile.mkdtemp(prefix="ratel-docs.")
         self.ports = {}
         self.pids = []
-        self.token = os.urandom(24).hex()
-        self.api_token = os.urandom(24).hex()
+        self.token = os.urandom(32).hex()  # as `openssl rand -hex 32`
+        self.api_token = os.urandom(32).hex()
 
     # -- servers -----------------------------------------------------------
     def config_copy(self, src, port):
