@@ -12,6 +12,13 @@ Every fenced block of the pages named below that is a shell block (```sh,
                                  test suite, ...); the reason is printed
     <!-- snippet: NAME -->       run by another test (the gateway tests)
 
+and a block of a file's text (a configuration shown on a page) is checked
+against that file when the line before it says where it comes from:
+
+    <!-- from: PATH -->           the block's lines are lines of PATH (in
+                                 the repository), in order and together:
+                                 the whole file, or a part of it
+
 A shell block is neither skipped silently nor guessed at: unmarked, it runs,
 and it fails when it does not work as printed.
 
@@ -59,7 +66,7 @@ import time
 import tty
 
 SHELL_LANGS = ("sh", "bash", "shell", "console")
-MARK_RE = re.compile(r"^<!--\s*(not run|snippet):\s*(.*?)\s*-->\s*$")
+MARK_RE = re.compile(r"^<!--\s*(not run|snippet|from):\s*(.*?)\s*-->\s*$")
 PROMPT_RE = re.compile(r"^(127\.0\.0\.1|localhost):(\d+)> (.*)$")
 COMMENT_RE = re.compile(r"\s{2,}#\s.*$")
 
@@ -122,15 +129,38 @@ PAGES = {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})"],
     },
+    # No server: its 127.0.0.1:8080 is an example config's address.
+    "docs/config.md": {},
+    # No server: the page's 127.0.0.1:8080 is what --check-config prints.
+    "docs/install.md": {"vary": [r"libratel\.so\.(\d+\.\d+\.\d+)$"]},
     "docs/lua.md": {
         "servers": ["redis"],
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
     },
     "docs/deployment.md": {"starts": ["redis"]},
-    "docs/rateld.md": {"servers": ["rateld"]},
+    # No server: its 127.0.0.1:8080 is what --check-config prints.
+    "docs/envoy.md": {},
+    "docs/rateld.md": {
+        "servers": ["rateld"],
+        # --check-config of the copy the harness runs (its port, its tokens).
+        "subs": [(r"examples/rateld\.yaml", "{tmp}/rateld.yaml")],
+        "vary": [
+            r"r=0;t=(\d+)",
+            r"Retry-After: (\d+)",
+            r"Content-Length: (\d+)",
+            # Times left: a run takes a few milliseconds more or less. A
+            # shown 0 is a 0.
+            r"_ms\":([1-9]\d*)",
+            # What the page's earlier requests left: their 4xx, their keys.
+            r"code=\"4xx\"\} (\d+)$",
+            r"^ratel_store_keys (\d+)$",
+        ],
+    },
     "docs/testing.md": {"servers": ["redis"]},
     "examples/captcha/README.md": {
         "servers": ["captchad"],
+        # --check-config of the copy the harness runs (its port, its token).
+        "subs": [(r"examples/captcha/captchad\.yaml", "{tmp}/captchad.yaml")],
         "vary": [
             r"Your code is (\d+)",
             r"\"code\":\"(\d+)\"",
@@ -293,7 +323,8 @@ class Page:
         self.tmp = tempfile.mkdtemp(prefix="ratel-docs.")
         self.ports = {}
         self.pids = []
-        self.token = os.urandom(24).hex()
+        self.token = os.urandom(32).hex()  # as `openssl rand -hex 32`
+        self.api_token = os.urandom(32).hex()
 
     # -- servers -----------------------------------------------------------
     def config_copy(self, src, port):
@@ -305,6 +336,10 @@ class Page:
             text = re.sub(r"(?m)^admin_token:.*$", 'admin_token: "%s"' % self.token, text)
         else:
             text += '\nadmin_token: "%s"\n' % self.token
+        # rateld's application token, where the example has the field
+        # (captchad has none): what a reader who followed the comment above
+        # it put there.
+        text = re.sub(r"(?m)^api_token:.*$", 'api_token: "%s"' % self.api_token, text)
         dst = os.path.join(self.tmp, os.path.basename(src))
         # It holds a token: readable by its owner only, as the docs advise.
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -417,10 +452,14 @@ def run_session(page, cmds, timeout=120):
         f.write("\n".join(script) + "\n")
     master, slave = pty.openpty()
     tty.setraw(slave)
-    # $TOKEN: the admin token the harness put in the configs it wrote.
-    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token)
+    # $TOKEN and $API_TOKEN: the admin and the application token the
+    # harness put in the configs it wrote, as a reader exports the ones
+    # they put in theirs.
+    env = dict(os.environ, TERM="dumb", LC_ALL="C.UTF-8", COLUMNS="200", TOKEN=page.token,
+               API_TOKEN=page.api_token)
     # A reader's shell has none of the test suite's variables.
-    for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED"):
+    # Nor make's (a `make` a page runs would look for the suite's jobserver).
+    for name in ("BUILD", "RATEL_STORE", "RATEL_TEST_SCALE", "RATEL_TEST_SEED", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
         env.pop(name, None)
     p = subprocess.Popen(["bash", path], cwd=page.tmp, stdin=subprocess.DEVNULL,
                          stdout=slave, stderr=slave, start_new_session=True, env=env)
@@ -476,6 +515,34 @@ def check_command(page, c, got, rc, vary, tally):
         tally.fail(where, "$ %s\n--- shown:\n%s\n--- printed:\n%s" % (c.text, want, got[:3000].rstrip("\n")))
 
 
+def check_copy(root, block, tally):
+    """A block marked `from: PATH`: its lines are consecutive lines of
+    PATH, so a page never shows a configuration the file no longer has."""
+    where = "%s:%d" % (block.page, block.line)
+    path = block.mark.group(2)
+    try:
+        with open(os.path.join(root, path)) as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        tally.fail(where, "from: %s: %s" % (path, e))
+        return
+    want = block.body
+    n = len(want)
+    if n and any(lines[i : i + n] == want for i in range(len(lines) - n + 1)):
+        tally.ok(where)
+        return
+    # Say where it departs: the longest run of the block's first lines that
+    # the file has.
+    best = 0
+    for i in range(len(lines)):
+        k = 0
+        while k < n and i + k < len(lines) and lines[i + k] == want[k]:
+            k += 1
+        best = max(best, k)
+    tally.fail(where, "not the text of %s: its line %d (%r) is not there after the ones before it"
+               % (path, block.line + 1 + best, want[best] if best < n else ""))
+
+
 def check_page(root, build, name, tally, quiet=False):
     with open(os.path.join(root, name)) as f:
         blocks = blocks_of(name, f.read())
@@ -484,11 +551,16 @@ def check_page(root, build, name, tally, quiet=False):
     run = [b for b in blocks if b.is_shell() and not b.mark]
     skipped = [b for b in blocks if b.mark and b.mark.group(1) == "not run"]
     elsewhere = [b for b in blocks if b.mark and b.mark.group(1) == "snippet"]
+    copies = [b for b in blocks if b.mark and b.mark.group(1) == "from"]
     if not quiet:
-        print("== %s: %d run, %d not run (marked), %d run by other tests, %d other blocks (config, output, prose)"
-              % (name, len(run), len(skipped), len(elsewhere), len(blocks) - len(run) - len(skipped) - len(elsewhere)))
+        print("== %s: %d run, %d not run (marked), %d run by other tests, %d checked against their file, "
+              "%d other blocks (config, output, prose)"
+              % (name, len(run), len(skipped), len(elsewhere), len(copies),
+                 len(blocks) - len(run) - len(skipped) - len(elsewhere) - len(copies)))
         for b in skipped:
             print("   not run %s:%d: %s" % (name, b.line, b.mark.group(2)))
+    for b in copies:
+        check_copy(root, b, tally)
     if not run:
         return
     page = Page(root, build, name)
@@ -555,19 +627,37 @@ $ printf '1\\n2\\n3\\n'
 $ echo tagged
 tagged
 ```
+
+<!-- from: conf.yaml -->
+
+```yaml
+b: 2
+c: 3
+```
+
+<!-- from: conf.yaml -->
+
+```yaml
+a: 1
+c: 3
+```
 """
 
 
 def self_test(build, tally):
     """The runner itself: a wrong output and a failing script line fail, a
-    marked block is not run, `...` matches lines, a tag hides no session."""
+    marked block is not run, `...` matches lines, a tag hides no session,
+    a block shown as a file's text must be that text."""
     root = tempfile.mkdtemp(prefix="ratel-docs-self.")
     try:
         with open(os.path.join(root, "page.md"), "w") as f:
             f.write(SELF_TEST_PAGE)
+        with open(os.path.join(root, "conf.yaml"), "w") as f:
+            f.write("a: 1\nb: 2\nc: 3\n")
         inner = Tally(quiet=True)
         check_page(root, build, "page.md", inner, quiet=True)
-        want = ["ok page.md:3", "FAIL page.md:5", "FAIL page.md:10", "ok page.md:21", "ok page.md:27"]
+        want = ["ok page.md:33", "FAIL page.md:40", "ok page.md:3", "FAIL page.md:5", "FAIL page.md:10",
+                "ok page.md:21", "ok page.md:27"]
         if inner.lines == want:
             tally.ok("runner self-test")
         else:

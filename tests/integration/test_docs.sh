@@ -3,7 +3,8 @@
 # and examples/*/README.md run as printed, its shown output compared
 # (tests/integration/docs_run.py says how; blocks that cannot run here are
 # marked on the page with <!-- not run: WHY -->, and the gateway snippets
-# marked <!-- snippet: NAME --> are run by test_gateway_*.sh).
+# marked <!-- snippet: NAME --> are run by test_gateway_*.sh); a block
+# marked <!-- from: PATH --> must be that file's text.
 #
 #   BUILD=build bash tests/integration/test_docs.sh [PAGE...]
 set -u

@@ -87,7 +87,7 @@ TEST(config_example_file)
     CHECK(memcmp(c->trusted.blocks[1].addr, v6_loopback, 16) == 0);
     CHECK_EQ(c->limits.max_header_bytes, 0);
 
-    REQUIRE(c->npolicies == 4);
+    REQUIRE(c->npolicies == 5);
     p = rateld_config_policy(c, "ping", 4);
     REQUIRE(p != NULL);
     CHECK_EQ(p->policy.nrules, 1);
@@ -122,6 +122,17 @@ TEST(config_example_file)
     CHECK(strcmp(p->key[0].name, "X-User-Id") == 0);
     CHECK_EQ(p->key[1].kind, RATELD_KEY_PATH);
     CHECK(p->line > 0);
+
+    /* The leases example of docs/rateld.md. */
+    p = rateld_config_policy(c, "sms-provider", 12);
+    REQUIRE(p != NULL);
+    CHECK_EQ(p->policy.nrules, 2);
+    CHECK(rule_is(&p->policy.rules[0], 600, 60000));
+    CHECK_EQ(p->policy.rules[1].algo, RATEL_ALGO_CONCURRENT);
+    CHECK_EQ(p->policy.rules[1].limit, 50);
+    CHECK_EQ(p->policy.rules[1].period_ms, 30000);
+    CHECK(ratel_policy_has_leases(&p->policy));
+    CHECK_EQ(p->key[0].kind, RATELD_KEY_GLOBAL);
 
     REQUIRE(c->nroutes == 3);
     route = route_of(c, "GET", 3, "/api/ping", 9);
