@@ -358,11 +358,13 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
 
     if (read != RATELD_ORIGIN_OK) {
-        /* Ambiguity and a bad path are the client's doing: 400. */
+        /* Ambiguity, a bad path, method or host are the client's doing:
+           400. */
         static const rateld_undecided_t reason[] = {
             [RATELD_ORIGIN_UNIDENTIFIED] = RATELD_UNDECIDED_UNIDENTIFIED,
             [RATELD_ORIGIN_AMBIGUOUS] = RATELD_UNDECIDED_AMBIGUOUS,
-            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI};
+            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI,
+            [RATELD_ORIGIN_BAD_FIELD] = RATELD_UNDECIDED_BAD_REQUEST};
         int theirs = read != RATELD_ORIGIN_UNIDENTIFIED;
         undecided(
             d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,

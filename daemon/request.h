@@ -31,8 +31,10 @@ typedef struct rateld_view_s {
  * The value key source `part` reads from the view: into *value / *n
  * (pointing into the request, or into buf, len bytes, for decoded query
  * values and numbers). Returns 0 when present, 1 when absent or empty,
- * -1 when malformed (a bad %-escape, a parameter or cookie given twice, a
- * JSON body that is not an object, a value longer than RATELD_KEY_MAX).
+ * -1 when malformed (a bad %-escape, a parameter, header or cookie given
+ * twice, a JSON body that is not an object, a value longer than
+ * RATELD_KEY_MAX or holding a control byte). Spaces and tabs around a
+ * value are dropped.
  */
 int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
                       char *buf, size_t len, const char **value, size_t *n);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# A client that tries to steer its bucket through the original request's
+# method, host and key values (docs/gateways.md, docs/config.md "Keys"),
+# against a real rateld with auth.gateway nginx and auth.unmatched: allow,
+# where anything rateld did not match would pass unlimited:
+# - a method is an HTTP token, matched in any case: `get` does not leave a
+#   `method: GET` route, `x"level=error` is 400 bad-request (counted);
+# - a host is one host name: `VICTIM.example.:80` is victim.example, two
+#   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
+#   unlimited route beside the host's;
+# - a key value is one value: a header key source given twice, a value
+#   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
+#   around a value do not make another bucket.
+. "$(dirname "$0")/lib.sh"
+
+if [ ! -x "$build/rateld" ]; then
+    echo "FAIL $build/rateld missing (make)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+port=$(free_port)
+url=http://127.0.0.1:$port
+
+cat >"$tmp/rateld.yaml" <<YAML
+listen: 127.0.0.1:$port
+trusted_proxies: [127.0.0.1]
+auth:
+  gateway: nginx
+  unmatched: allow
+policies:
+  sms:
+    rules: [1/60s]
+    key: query:telephone
+  victim:
+    rules: [1/60s]
+    key: ip
+  reads:
+    rules: [1/60s]
+    key: ip
+  user:
+    rules: [1/60s]
+    key: header:X-User
+  phone:
+    rules: [1/60s]
+    key: json:phone
+routes:
+  - path: /sendCaptcha
+    policies: [sms]
+  - path: /v
+    host: victim.example
+    policies: [victim]
+  - path: /g
+    method: GET
+    policies: [reads]
+  - path: /h
+    policies: [user]
+  - path: /j
+    policies: [phone]
+YAML
+"$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+echo $! >"$tmp/pids/rateld"
+wait_for 5 curl -s -o /dev/null "$url/healthz"
+
+metric() { curl -s "$url/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }'; }
+
+# ask URI METHOD [curl args...]: "STATUS REASON" of /v1/auth for that
+# original request, sent as nginx's snippet sends it.
+ask() {
+    local uri=$1 method=$2
+    shift 2
+    curl -s -D "$tmp/h" -o /dev/null -H "X-Original-URI: $uri" \
+        -H "X-Original-Method: $method" "$@" "$url/v1/auth"
+    printf '%s %s' "$(head -1 "$tmp/h" | cut -d' ' -f2)" \
+        "$(grep -i '^X-Ratel-Reason:' "$tmp/h" | cut -d' ' -f2 | tr -d '\r')"
+}
+
+# --- methods
+same method_first "$(ask /g GET)" '200 '
+for m in GET get Get gEt; do
+    same "method_same_route $m" "$(ask /g "$m")" '429 rate-limited'
+done
+before=$(metric 'ratel_auth_undecided_total{reason="bad-request"}')
+for m in 'x"level=error' 'GET /evil' "$(printf 'G%.0s' $(seq 40))" 'GE(T'; do
+    same "method_refused $m" "$(ask /g "$m")" '400 bad-request'
+done
+after=$(metric 'ratel_auth_undecided_total{reason="bad-request"}')
+same method_refusals_counted "$((after - before))" 4
+contains method_refusal_logged "$(cat "$tmp/rateld.log")" \
+    'reason=bad-request answer=400 detail="cannot tell which request to decide: the original method is not an HTTP method'
+if grep -q 'level=error' "$tmp/rateld.log"; then
+    fail method_no_forged_field "$(grep 'level=error' "$tmp/rateld.log")"
+else
+    ok method_no_forged_field
+fi
+
+# --- hosts
+same host_first "$(ask /v GET -H 'X-Forwarded-Host: victim.example')" '200 '
+for h in VICTIM.example victim.example. victim.example:80 VICTIM.EXAMPLE.:8080; do
+    same "host_same_route $h" "$(ask /v GET -H "X-Forwarded-Host: $h")" '429 rate-limited'
+done
+for h in 'victim.example, other.example' 'victim%2eexample' 'victim.example..' \
+    'victim.example:80:90' 'user@victim.example' 'victim example'; do
+    same "host_refused $h" "$(ask /v GET -H "X-Forwarded-Host: $h")" '400 bad-request'
+done
+same host_twice "$(ask /v GET -H 'X-Forwarded-Host: a.example' -H 'X-Forwarded-Host: victim.example')" \
+    '400 ambiguous'
+# Another host is another route: the unlimited one here, by design.
+same host_other "$(ask /v GET -H 'X-Forwarded-Host: other.example')" '200 unmatched'
+
+# --- header keys
+same header_first "$(ask /h GET -H 'X-User: bob')" '200 '
+same header_same "$(ask /h GET -H 'X-User:   bob  ')" '429 rate-limited'
+same header_twice "$(ask /h GET -H 'X-User: alice' -H 'X-User: bob')" '400 bad-key'
+same header_twice_case "$(ask /h GET -H 'x-user: alice' -H 'X-USER: alice')" '400 bad-key'
+
+# --- query keys
+same query_first "$(ask '/sendCaptcha?telephone=139' GET)" '200 '
+for v in 139 %31%33%39 +139 %20139%20 '139+'; do
+    same "query_same $v" "$(ask "/sendCaptcha?telephone=$v" GET)" '429 rate-limited'
+done
+for v in '139%0a' '139%0d%0aX' '%09139' '139%7f' '139%00' '139&telephone=140'; do
+    same "query_refused $v" "$(ask "/sendCaptcha?telephone=$v" GET)" '400 bad-key'
+done
+
+# --- JSON keys
+same json_first "$(ask /j POST --data '{"phone":"138"}')" '200 '
+for body in '{"phone":138}' '{"phone":" 138"}' '{"phone":"\u0031\u00338"}' '{"phone":1.38e2}'; do
+    same "json_same $body" "$(ask /j POST --data "$body")" '429 rate-limited'
+done
+for body in '{"phone":"138\n"}' '{"phone":"13\u00008"}' '{"phone":"x","phone":"138"}' \
+    '{"phone":["138"]}'; do
+    same "json_refused $body" "$(ask /j POST --data "$body")" '400 bad-key'
+done
+
+finish
