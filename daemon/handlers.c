@@ -690,27 +690,44 @@ typedef void endpoint_fn(rateld_t *d, rateld_worker_t *w,
  * path (and, with `subpaths`, every path under it), the methods, the
  * handler. The 405's Allow header and the 404's list come from here.
  * State changes take POST only: a GET can be sent by any web page a
- * browser shows (an <img>), and proxies may repeat it.
+ * browser shows (an <img>), and proxies may repeat it. Nor does a
+ * browser send them (`browsers` 0): any web page may POST a text/plain
+ * body to an address its visitor's browser reaches (fetch's no-cors
+ * mode), rateld's own loopback address included, and would spend or
+ * give back a key's permits; a browser marks its requests with Origin
+ * or Sec-Fetch-Site, which no application's HTTP client sends.
  */
 typedef struct endpoint_s {
     const char *path;
     int subpaths;
     unsigned methods;
+    int browsers;
     endpoint_fn *handler;
 } endpoint_t;
 
 static const endpoint_t endpoints[] = {
-    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, acquire_api},
+    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, 0, acquire_api},
     /* Any method: a gateway's auth request keeps the client's; Envoy
-       appends the original path. */
-    {"/v1/auth", 1, 0, auth_api},
-    {"/v1/refund", 0, METHOD_POST, refund_api},
-    {"/v1/release", 0, METHOD_POST, release_api},
-    {"/v1/reset", 0, METHOD_POST, reset_api},
-    {"/metrics", 0, METHOD_GET, metrics_api},
-    {"/healthz", 0, METHOD_GET, healthz_api},
-    {"/readyz", 0, METHOD_GET, ready_api},
+       appends the original path. Its headers are a browser's by design. */
+    {"/v1/auth", 1, 0, 1, auth_api},
+    {"/v1/refund", 0, METHOD_POST, 0, refund_api},
+    {"/v1/release", 0, METHOD_POST, 0, release_api},
+    {"/v1/reset", 0, METHOD_POST, 0, reset_api},
+    {"/metrics", 0, METHOD_GET, 1, metrics_api},
+    {"/healthz", 0, METHOD_GET, 1, healthz_api},
+    {"/readyz", 0, METHOD_GET, 1, ready_api},
 };
+
+/* Whether a browser sent `req` on behalf of a web page: it carries Origin
+   (every cross-origin POST and fetch does), or Sec-Fetch-Site other than
+   "none" (a page's request, not an address the user typed). */
+static int from_a_page(const ratel_http_request_t *req)
+{
+    const ratel_http_str_t *site = ratel_http_header(req, "Sec-Fetch-Site");
+
+    return ratel_http_header(req, "Origin") != NULL ||
+           (site && !str_is(*site, "none"));
+}
 
 /* The endpoint at `path`, or NULL. */
 static const endpoint_t *endpoint_at(ratel_http_str_t path)
@@ -779,6 +796,12 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
         not_found(d, ex, req);
     else if (e->methods && !(e->methods & method_bit(req->method)))
         not_allowed(d, ex, req, e);
+    else if (!e->browsers && from_a_page(req))
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s is not for browsers: this request came from "
+                             "a web page (Origin or Sec-Fetch-Site); call it "
+                             "from the application (docs/rateld.md)",
+                             e->path);
     else
         e->handler(d, &d->workers[req->thread], ex, req, ratel_clock_now_us());
 }

@@ -10,7 +10,11 @@
 #   unlimited route beside the host's;
 # - a key value is one value: a header key source given twice, a value
 #   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
-#   around a value do not make another bucket.
+#   around a value do not make another bucket;
+# - a web page cannot spend or give back permits: without api_token, a
+#   browser's no-cors fetch (text/plain body, Origin, Sec-Fetch-Site)
+#   to /v1/refund, /v1/acquire, /v1/release or /v1/reset is 403, while
+#   the application's plain requests and a gateway's /v1/auth work.
 . "$(dirname "$0")/lib.sh"
 
 if [ ! -x "$build/rateld" ]; then
@@ -132,5 +136,28 @@ for body in '{"phone":"138\n"}' '{"phone":"13\u00008"}' '{"phone":"x","phone":"1
     '{"phone":["138"]}'; do
     same "json_refused $body" "$(ask /j POST --data "$body")" '400 bad-key'
 done
+
+# --- a web page in a browser that reaches rateld (no api_token here)
+post() { curl -s -o /dev/null -w '%{http_code}' -X POST "$@"; }
+page=(-H 'Origin: https://evil.example' -H 'Content-Type: text/plain;charset=UTF-8'
+    -H 'Sec-Fetch-Site: cross-site' -H 'Sec-Fetch-Mode: no-cors')
+body='{"policy":"sms","key":"13900000000"}'
+same app_acquire "$(post --data-binary "$body" "$url/v1/acquire")" 200
+same app_limited "$(post --data-binary "$body" "$url/v1/acquire")" 429
+for ep in refund release reset acquire; do
+    same "page_$ep" "$(post "${page[@]}" --data-binary "$body" "$url/v1/$ep")" 403
+done
+same page_origin_only "$(post -H 'Origin: null' --data-binary "$body" "$url/v1/refund")" 403
+same page_same_site "$(post -H 'Sec-Fetch-Site: same-site' --data-binary "$body" "$url/v1/refund")" 403
+same page_img "$(curl -s -o /dev/null -w '%{http_code}' -H 'Sec-Fetch-Site: cross-site' \
+    "$url/v1/acquire?policy=sms&key=13900000001")" 403
+same page_still_limited "$(post --data-binary "$body" "$url/v1/acquire")" 429
+contains page_says_why "$(curl -s -X POST "${page[@]}" --data-binary "$body" "$url/v1/refund")" \
+    'is not for browsers'
+same typed_address "$(curl -s -o /dev/null -w '%{http_code}' -H 'Sec-Fetch-Site: none' \
+    "$url/v1/acquire?policy=sms&key=13900000002")" 200
+same app_refunds "$(post --data-binary "$body" "$url/v1/refund")" 200
+same page_auth "$(ask /g2 GET -H 'Origin: https://evil.example' -H 'Sec-Fetch-Site: cross-site')" '200 unmatched'
+same page_metrics "$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: https://x.example' "$url/metrics")" 200
 
 finish
