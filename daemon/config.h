@@ -205,4 +205,14 @@ typedef struct rateld_route_query_s {
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
                                           const rateld_route_query_t *q);
 
+/*
+ * Whether `req` carries a header some route matches on (`headers:`) more
+ * than once: 1 with its name in *name (the config's spelling), else 0.
+ * Which of two a backend reads (first, last, both joined) is its own
+ * choice, so such a request is refused rather than matched by one.
+ */
+int rateld_config_route_header_twice(const rateld_config_t *config,
+                                     const ratel_http_request_t *req,
+                                     const char **name);
+
 #endif /* RATELD_CONFIG_H */

@@ -351,6 +351,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
     char client[RATEL__ADDR_MAX], host[256], why[160];
+    const char *twice;
     rateld_route_query_t q;
     rateld_view_t view;
     rateld_origin_t o;
@@ -369,6 +370,14 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         undecided(
             d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,
             "cannot tell which request to decide: %s (docs/gateways.md)", why);
+        return;
+    }
+    if (rateld_config_route_header_twice(c, req, &twice)) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_AMBIGUOUS,
+                  nginx_mode(w) ? 403 : 400,
+                  "cannot tell which request to decide: %s, which routes "
+                  "match on, given more than once (docs/gateways.md)",
+                  twice);
         return;
     }
     q = (rateld_route_query_t){o.method, o.path, o.host, req};

@@ -8,6 +8,7 @@
 # - a host is one host name: `VICTIM.example.:80` is victim.example, two
 #   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
 #   unlimited route beside the host's;
+# - a header a route matches on (`headers:`) given twice is 400 ambiguous;
 # - a key value is one value: a header key source given twice, a value
 #   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
 #   around a value do not make another bucket;
@@ -61,6 +62,9 @@ routes:
     policies: [user]
   - path: /j
     policies: [phone]
+  - path: /plan
+    headers: {X-Plan: free}
+    policies: [reads]
 YAML
 "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
 echo $! >"$tmp/pids/rateld"
@@ -117,6 +121,14 @@ same header_first "$(ask /h GET -H 'X-User: bob')" '200 '
 same header_same "$(ask /h GET -H 'X-User:   bob  ')" '429 rate-limited'
 same header_twice "$(ask /h GET -H 'X-User: alice' -H 'X-User: bob')" '400 bad-key'
 same header_twice_case "$(ask /h GET -H 'x-user: alice' -H 'X-USER: alice')" '400 bad-key'
+
+# --- route headers: one value, or refused
+same route_header_first "$(ask /plan GET -H 'X-Plan: free' -H 'X-Forwarded-For: 10.9.9.9')" '200 '
+same route_header_same "$(ask /plan GET -H 'X-Plan: free')" '429 rate-limited'
+same route_header_twice "$(ask /plan GET -H 'X-Plan: premium' -H 'X-Plan: free')" '400 ambiguous'
+same route_header_twice_case "$(ask /plan GET -H 'x-plan: free' -H 'X-PLAN: premium')" '400 ambiguous'
+contains route_header_says_which "$(curl -s -H 'X-Original-URI: /plan' -H 'X-Original-Method: GET' \
+    -H 'X-Plan: a' -H 'X-Plan: b' "$url/v1/auth")" 'X-Plan, which routes match on, given more than once'
 
 # --- query keys
 same query_first "$(ask '/sendCaptcha?telephone=139' GET)" '200 '
