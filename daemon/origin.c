@@ -367,6 +367,33 @@ static rateld_origin_result_t fields(rateld_origin_t *o, char *why,
     return RATELD_ORIGIN_OK;
 }
 
+/*
+ * The query with every ';' made a '&', in o->query_buf: some backends
+ * (Rack before 3, Python before 3.9.2) separate parameters at either, so
+ * "telephone=139;telephone=140" is a number given twice and
+ * "telephone=139;x=1" is 139. Read as one value, each spelling would be
+ * its own bucket while the backend served the same number. Where a
+ * backend reads ';' as data, the bucket is only coarser, never another.
+ */
+static rateld_origin_result_t query_form(rateld_origin_t *o, char *why,
+                                         size_t whylen)
+{
+    ratel_http_str_t q = o->query;
+
+    if (!memchr(q.p, ';', q.n))
+        return RATELD_ORIGIN_OK;
+    if (q.n >= sizeof o->query_buf) {
+        snprintf(why, whylen, "the original query is longer than %zu bytes",
+                 sizeof o->query_buf - 1);
+        return RATELD_ORIGIN_BAD_URI;
+    }
+    for (size_t i = 0; i < q.n; i++)
+        o->query_buf[i] = q.p[i] == ';' ? '&' : q.p[i];
+    o->query_buf[q.n] = '\0';
+    o->query = (ratel_http_str_t){o->query_buf, q.n};
+    return RATELD_ORIGIN_OK;
+}
+
 /* The path a backend serves for the original one (path.h): what routes
    and the path key source see. */
 static rateld_origin_result_t normalize(rateld_origin_t *o, char *why,
@@ -407,6 +434,8 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
         r = read_headers(g, trusted, req, o, why, whylen);
     if (r == RATELD_ORIGIN_OK)
         r = fields(o, why, whylen);
+    if (r == RATELD_ORIGIN_OK)
+        r = query_form(o, why, whylen);
     return r == RATELD_ORIGIN_OK ? normalize(o, why, whylen) : r;
 }
 

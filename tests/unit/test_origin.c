@@ -227,6 +227,15 @@ static const origin_case_t cases[] = {
      "/a",
      "",
      "10.0.0.1"},
+    /* A ';' separates query parameters as '&' does. */
+    {"nginx",
+     {.headers = {"X-Original-URI: /a?telephone=139;x=1;;y",
+                  "X-Original-Method: GET"}},
+     OK,
+     "GET",
+     "/a",
+     "telephone=139&x=1&&y",
+     ""},
     /* ... and no value that is not one: refused, never another route. */
     {"nginx",
      {.headers = {"X-Original-URI: /a", "X-Original-Method: x\"level=error"}},
