@@ -4,7 +4,7 @@
 # against a real rateld with auth.gateway nginx and auth.unmatched: allow,
 # where anything rateld did not match would pass unlimited:
 # - a method is an HTTP token, matched in any case: `get` does not leave a
-#   `method: GET` route, `x"level=error` is 400 bad-request (counted);
+#   `method: GET` route, nor does HEAD (backends run GET's handler for it), `x"level=error` is 400 bad-request (counted);
 # - a host is one host name: `VICTIM.example.:80` is victim.example, two
 #   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
 #   unlimited route beside the host's;
@@ -86,7 +86,7 @@ ask() {
 
 # --- methods
 same method_first "$(ask /g GET)" '200 '
-for m in GET get Get gEt; do
+for m in GET get Get gEt HEAD head; do
     same "method_same_route $m" "$(ask /g "$m")" '429 rate-limited'
 done
 before=$(metric 'ratel_auth_undecided_total{reason="bad-request"}')

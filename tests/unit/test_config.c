@@ -703,15 +703,17 @@ TEST(config_size_and_file_limits)
 
 TEST(config_route_matching)
 {
-    rateld_config_t *c = parse_ok(
-        P "  q:\n    rules: 2/1s\n  r:\n    rules: 3/1s\n"
-          "routes:\n"
-          "  - {path: /api, policies: [p]}\n"               /* 0 */
-          "  - {path: /api/v1, policies: [q]}\n"            /* 1 */
-          "  - {path: /api, method: POST, policies: [r]}\n" /* 2 */
-          "  - {path: /, policies: [q, r]}\n"               /* 3 */
-          "  - {path: /static/, policies: [r]}\n"           /* 4 */
-          "  - {path: /api/v1/x, method: GET, policies: [p]}\n" /* 5 */);
+    rateld_config_t *c =
+        parse_ok(P "  q:\n    rules: 2/1s\n  r:\n    rules: 3/1s\n"
+                   "routes:\n"
+                   "  - {path: /api, policies: [p]}\n"                   /* 0 */
+                   "  - {path: /api/v1, policies: [q]}\n"                /* 1 */
+                   "  - {path: /api, method: POST, policies: [r]}\n"     /* 2 */
+                   "  - {path: /, policies: [q, r]}\n"                   /* 3 */
+                   "  - {path: /static/, policies: [r]}\n"               /* 4 */
+                   "  - {path: /api/v1/x, method: GET, policies: [p]}\n" /* 5 */
+                   "  - {path: /h, method: GET, policies: [p]}\n"        /* 6 */
+                   "  - {path: /h, method: HEAD, policies: [q]}\n" /* 7 */);
     static const struct {
         const char *method, *path;
         int route; /* index, -1 for none */
@@ -729,6 +731,12 @@ TEST(config_route_matching)
         {"GET", "/api/v1/x", 5},
         {"GET", "/api/v1/x/z", 5},
         {"PUT", "/api/v1/x", 1},
+        /* HEAD is GET without the body: a GET route takes it, after a
+           HEAD route of the same prefix. */
+        {"HEAD", "/api/v1/x", 5},
+        {"HEAD", "/h", 7},
+        {"GET", "/h", 6},
+        {"HEAD", "/api", 0},
         {"GET", "/api/v1/xy", 1},
         {"GET", "/", 3},
         {"GET", "/other", 3},
