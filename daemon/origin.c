@@ -347,8 +347,35 @@ static int host_form(rateld_origin_t *o)
     return 0;
 }
 
+/*
+ * Whether the request names another method in a method-override header:
+ * Express's method-override, Symfony and many APIs serve a POST carrying
+ * "X-HTTP-Method-Override: DELETE" as a DELETE, so a route for DELETE
+ * would be left by it. The same method is no override.
+ */
+static int overridden(const ratel_http_request_t *req, const rateld_origin_t *o,
+                      char *why, size_t whylen)
+{
+    static const char *const names[] = {"X-HTTP-Method-Override",
+                                        "X-HTTP-Method", "X-Method-Override"};
+
+    for (size_t i = 0; i < COUNT_OF(names); i++) {
+        const ratel_http_str_t *v = ratel_http_header(req, names[i]);
+        if (v && (v->n != o->method.n ||
+                  strncasecmp(v->p, o->method.p, v->n) != 0)) {
+            snprintf(why, whylen,
+                     "%s names another method than the request's (a "
+                     "backend may serve either)",
+                     names[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The method and host a route matches (method_form, host_form). */
-static rateld_origin_result_t fields(rateld_origin_t *o, char *why,
+static rateld_origin_result_t fields(const ratel_http_request_t *req,
+                                     rateld_origin_t *o, char *why,
                                      size_t whylen)
 {
     if (method_form(o) < 0) {
@@ -364,6 +391,8 @@ static rateld_origin_result_t fields(rateld_origin_t *o, char *why,
                  "[IPv6] address with an optional :PORT");
         return RATELD_ORIGIN_BAD_FIELD;
     }
+    if (overridden(req, o, why, whylen))
+        return RATELD_ORIGIN_AMBIGUOUS;
     return RATELD_ORIGIN_OK;
 }
 
@@ -433,7 +462,7 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
     else
         r = read_headers(g, trusted, req, o, why, whylen);
     if (r == RATELD_ORIGIN_OK)
-        r = fields(o, why, whylen);
+        r = fields(req, o, why, whylen);
     if (r == RATELD_ORIGIN_OK)
         r = query_form(o, why, whylen);
     return r == RATELD_ORIGIN_OK ? normalize(o, why, whylen) : r;

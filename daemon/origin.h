@@ -91,9 +91,11 @@ typedef enum rateld_origin_result_e {
  * is not an HTTP token and a host that is not a name, an IPv4 address or a
  * bracketed IPv6 address (with an optional port) are refused: "a, b" names two
  * hosts, and a value no gateway would send must not fall through to another
- * route. Returns RATELD_ORIGIN_OK with *o filled, or the reason it cannot with
- * a sentence in `why` (header names and fixed words only: never a value the
- * client sent).
+ * route. A method-override header (X-HTTP-Method-Override, ...) naming
+ * another method is ambiguous: a backend that honours it serves another
+ * method than the request line's. Returns RATELD_ORIGIN_OK with *o filled, or
+ * the reason it cannot with a sentence in `why` (header names and fixed words
+ * only: never a value the client sent).
  */
 rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
                                           const ratel__trusted_t *trusted,

@@ -94,6 +94,12 @@ for m in 'x"level=error' 'GET /evil' "$(printf 'G%.0s' $(seq 40))" 'GE(T'; do
     same "method_refused $m" "$(ask /g "$m")" '400 bad-request'
 done
 after=$(metric 'ratel_auth_undecided_total{reason="bad-request"}')
+# A POST the backend would serve as another method (method-override
+# middleware): ambiguous; the same method named again is no override.
+for h in X-HTTP-Method-Override x-http-method X-Method-Override; do
+    same "method_override $h" "$(ask /g2 POST -H "$h: GET")" '400 ambiguous'
+done
+same method_override_same "$(ask /g2 POST -H 'X-HTTP-Method-Override: post')" '200 unmatched'
 same method_refusals_counted "$((after - before))" 4
 contains method_refusal_logged "$(cat "$tmp/rateld.log")" \
     'reason=bad-request answer=400 detail="cannot tell which request to decide: the original method is not an HTTP method'
