@@ -351,7 +351,8 @@ static int host_form(rateld_origin_t *o)
  * Whether the request names another method in a method-override header:
  * Express's method-override, Symfony and many APIs serve a POST carrying
  * "X-HTTP-Method-Override: DELETE" as a DELETE, so a route for DELETE
- * would be left by it. The same method is no override.
+ * would be left by it; Express and Laravel read "?_method=DELETE" too.
+ * The same method is no override.
  */
 static int overridden(const ratel_http_request_t *req, const rateld_origin_t *o,
                       char *why, size_t whylen)
@@ -359,6 +360,17 @@ static int overridden(const ratel_http_request_t *req, const rateld_origin_t *o,
     static const char *const names[] = {"X-HTTP-Method-Override",
                                         "X-HTTP-Method", "X-Method-Override"};
 
+    char m[RATELD_ORIGIN_METHOD_MAX];
+    long n = ratel_http_query_param(o->query, "_method", m, sizeof m);
+
+    if (n >= 0 ? (size_t)n != o->method.n ||
+                     strncasecmp(m, o->method.p, (size_t)n) != 0
+               : n < -1) {
+        snprintf(why, whylen,
+                 "the query's _method names another method than the "
+                 "request's (a backend may serve either)");
+        return 1;
+    }
     for (size_t i = 0; i < COUNT_OF(names); i++) {
         const ratel_http_str_t *v = ratel_http_header(req, names[i]);
         if (v && (v->n != o->method.n ||
@@ -462,9 +474,9 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
     else
         r = read_headers(g, trusted, req, o, why, whylen);
     if (r == RATELD_ORIGIN_OK)
-        r = fields(req, o, why, whylen);
-    if (r == RATELD_ORIGIN_OK)
         r = query_form(o, why, whylen);
+    if (r == RATELD_ORIGIN_OK)
+        r = fields(req, o, why, whylen);
     return r == RATELD_ORIGIN_OK ? normalize(o, why, whylen) : r;
 }
 

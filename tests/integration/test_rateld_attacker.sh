@@ -100,6 +100,10 @@ for h in X-HTTP-Method-Override x-http-method X-Method-Override; do
     same "method_override $h" "$(ask /g2 POST -H "$h: GET")" '400 ambiguous'
 done
 same method_override_same "$(ask /g2 POST -H 'X-HTTP-Method-Override: post')" '200 unmatched'
+for q in '_method=DELETE' 'a=1;_method=GET' '_method=POST&_method=GET' '_method=%zz'; do
+    same "method_override_query $q" "$(ask "/g2?$q" POST)" '400 ambiguous'
+done
+same method_override_query_same "$(ask '/g2?_method=post' POST)" '200 unmatched'
 same method_refusals_counted "$((after - before))" 4
 contains method_refusal_logged "$(cat "$tmp/rateld.log")" \
     'reason=bad-request answer=400 detail="cannot tell which request to decide: the original method is not an HTTP method'
