@@ -385,6 +385,28 @@ static int overridden(const ratel_http_request_t *req, const rateld_origin_t *o,
     return 0;
 }
 
+/*
+ * Whether the request carries a URL-override header: IIS's URL Rewrite
+ * sets X-Original-URL, and Zend, older Symfony and ASP.NET applications
+ * serve the path it (or X-Rewrite-URL) names instead of the request
+ * line's, so a client's own copy would move it to another path than the
+ * one rateld matched. No client has a reason to send one.
+ */
+static int rewritten(const ratel_http_request_t *req, char *why, size_t whylen)
+{
+    static const char *const names[] = {"X-Original-URL", "X-Rewrite-URL"};
+
+    for (size_t i = 0; i < COUNT_OF(names); i++)
+        if (ratel_http_header(req, names[i])) {
+            snprintf(why, whylen,
+                     "%s names a path some backends serve instead of the "
+                     "request's",
+                     names[i]);
+            return 1;
+        }
+    return 0;
+}
+
 /* The method and host a route matches (method_form, host_form). */
 static rateld_origin_result_t fields(const ratel_http_request_t *req,
                                      rateld_origin_t *o, char *why,
@@ -403,7 +425,7 @@ static rateld_origin_result_t fields(const ratel_http_request_t *req,
                  "[IPv6] address with an optional :PORT");
         return RATELD_ORIGIN_BAD_FIELD;
     }
-    if (overridden(req, o, why, whylen))
+    if (overridden(req, o, why, whylen) || rewritten(req, why, whylen))
         return RATELD_ORIGIN_AMBIGUOUS;
     return RATELD_ORIGIN_OK;
 }

@@ -4,7 +4,10 @@
 # against a real rateld with auth.gateway nginx and auth.unmatched: allow,
 # where anything rateld did not match would pass unlimited:
 # - a method is an HTTP token, matched in any case: `get` does not leave a
-#   `method: GET` route, nor does HEAD (backends run GET's handler for it), `x"level=error` is 400 bad-request (counted);
+#   `method: GET` route, nor does HEAD (backends run GET's handler for
+#   it); `x"level=error` is 400 bad-request (counted); a method-override
+#   (X-HTTP-Method-Override, ?_method=) naming another method, and a
+#   URL override (X-Original-URL, X-Rewrite-URL), are 400 ambiguous;
 # - a host is one host name: `VICTIM.example.:80` is victim.example, two
 #   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
 #   unlimited route beside the host's;
@@ -104,6 +107,10 @@ for q in '_method=DELETE' 'a=1;_method=GET' '_method=POST&_method=GET' '_method=
     same "method_override_query $q" "$(ask "/g2?$q" POST)" '400 ambiguous'
 done
 same method_override_query_same "$(ask '/g2?_method=post' POST)" '200 unmatched'
+# A path a backend would serve instead (IIS, Zend, older Symfony).
+for h in X-Original-URL x-rewrite-url; do
+    same "path_override $h" "$(ask /g2 GET -H "$h: /sendCaptcha?telephone=139")" '400 ambiguous'
+done
 same method_refusals_counted "$((after - before))" 4
 contains method_refusal_logged "$(cat "$tmp/rateld.log")" \
     'reason=bad-request answer=400 detail="cannot tell which request to decide: the original method is not an HTTP method'
