@@ -200,9 +200,9 @@ typedef struct rateld_route_query_s {
  * and path prefix all match, the longest prefix; for the same prefix, the
  * more specific (a host, then a method, then more headers); NULL when
  * none. A GET route matches HEAD too (after a HEAD route), as backends
- * run a GET handler for HEAD. A prefix matches at a segment boundary: "/api"
- * matches "/api",
- * "/api/x" and "/api?x", not "/apix".
+ * run a GET handler for HEAD. A prefix matches at a segment boundary:
+ * "/api" matches "/api", "/api/x", "/api?x" and "/api.json" (a format
+ * suffix), not "/apix".
  */
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
                                           const rateld_route_query_t *q);

@@ -376,13 +376,15 @@ int rateld_config_route_header_twice(const rateld_config_t *config,
 }
 
 /* Whether `path` starts with the route's prefix at a segment boundary:
-   "/api" is a prefix of "/api", "/api/x" and "/api?x", not of "/apix". */
+   "/api" is a prefix of "/api", "/api/x" and "/api?x", not of "/apix";
+   and at a format suffix: "/api.json", as Rails and Spring (suffix
+   patterns) serve "/sendCaptcha.json" as "/sendCaptcha". */
 static int prefix_matches(const char *prefix, size_t n, ratel_http_str_t path)
 {
     if (n == 0 || n > path.n || memcmp(path.p, prefix, n) != 0)
         return 0;
     return n == path.n || prefix[n - 1] == '/' || path.p[n] == '/' ||
-           path.p[n] == '?';
+           path.p[n] == '?' || path.p[n] == '.';
 }
 
 /*

@@ -8,6 +8,7 @@
 #   it); `x"level=error` is 400 bad-request (counted); a method-override
 #   (X-HTTP-Method-Override, ?_method=) naming another method, and a
 #   URL override (X-Original-URL, X-Rewrite-URL), are 400 ambiguous;
+# - a path with a format suffix (/sendCaptcha.json) is its route's;
 # - a host is one host name: `VICTIM.example.:80` is victim.example, two
 #   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
 #   unlimited route beside the host's;
@@ -119,6 +120,13 @@ if grep -q 'level=error' "$tmp/rateld.log"; then
 else
     ok method_no_forged_field
 fi
+
+# --- a format suffix: Rails and Spring serve /sendCaptcha.json as
+# /sendCaptcha (the limit is the same bucket's)
+same suffix_first "$(ask '/sendCaptcha?telephone=150' GET)" '200 '
+for p in /sendCaptcha.json /sendCaptcha.xml /sendCaptcha.; do
+    same "suffix_same $p" "$(ask "$p?telephone=150" GET)" '429 rate-limited'
+done
 
 # --- hosts
 same host_first "$(ask /v GET -H 'X-Forwarded-Host: victim.example')" '200 '
