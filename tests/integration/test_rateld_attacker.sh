@@ -20,7 +20,10 @@
 # - a web page cannot spend or give back permits: without api_token, a
 #   browser's no-cors fetch (text/plain body, Origin, Sec-Fetch-Site)
 #   to /v1/refund, /v1/acquire, /v1/release or /v1/reset is 403, while
-#   the application's plain requests and a gateway's /v1/auth work.
+#   the application's plain requests and a gateway's /v1/auth work;
+# - 20,000 unique phone numbers through /v1/auth leave the store within
+#   its max_bytes (64 KiB here), evicting the least recently used, while
+#   the number sent last is still limited.
 . "$(dirname "$0")/lib.sh"
 
 if [ ! -x "$build/rateld" ]; then
@@ -35,6 +38,9 @@ url=http://127.0.0.1:$port
 cat >"$tmp/rateld.yaml" <<YAML
 listen: 127.0.0.1:$port
 trusted_proxies: [127.0.0.1]
+store:
+  type: memory
+  max_bytes: 64KiB
 auth:
   gateway: nginx
   unmatched: allow
@@ -203,5 +209,27 @@ same typed_address "$(curl -s -o /dev/null -w '%{http_code}' -H 'Sec-Fetch-Site:
 same app_refunds "$(post --data-binary "$body" "$url/v1/refund")" 200
 same page_auth "$(ask /g2 GET -H 'Origin: https://evil.example' -H 'Sec-Fetch-Site: cross-site')" '200 unmatched'
 same page_metrics "$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: https://x.example' "$url/metrics")" 200
+
+# --- 20,000 unique keys (one keep-alive connection, as a gateway's)
+python3 - "$port" >"$tmp/flood.out" <<'PY'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+codes = {}
+for i in range(20000):
+    c.request("GET", "/v1/auth", headers={
+        "X-Original-URI": "/sendCaptcha?telephone=17%09d" % i,
+        "X-Original-Method": "GET"})
+    r = c.getresponse()
+    r.read()
+    codes[r.status] = codes.get(r.status, 0) + 1
+print(" ".join("%d:%d" % kv for kv in sorted(codes.items())))
+PY
+same flood_all_allowed "$(cat "$tmp/flood.out")" '200:20000'
+bytes=$(metric 'ratel_store_bytes ')
+max=$(metric 'ratel_store_max_bytes ')
+if [ -n "$bytes" ] && [ "$bytes" -le 65536 ]; then ok "flood_store_bounded ($bytes of $max bytes)"; else fail flood_store_bounded "[$bytes] of [$max]"; fi
+evicted=$(metric 'ratel_store_evictions_total ')
+if [ "${evicted:-0}" -gt 0 ]; then ok "flood_evicted ($evicted)"; else fail flood_evicted "[$evicted]"; fi
+same flood_last_still_limited "$(ask '/sendCaptcha?telephone=17000019999' GET)" '429 rate-limited'
 
 finish
