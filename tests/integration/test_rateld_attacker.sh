@@ -13,6 +13,8 @@
 #   hosts ("a, b") or a %-escaped one are 400 bad-request, never the
 #   unlimited route beside the host's;
 # - a header a route matches on (`headers:`) given twice is 400 ambiguous;
+# - the ip key of an IPv6 client is its /64: new addresses from one /64
+#   are one bucket;
 # - a key value is one value: a header key source given twice, a value
 #   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
 #   around a value do not make another bucket; a ';' separates query
@@ -60,7 +62,12 @@ policies:
   phone:
     rules: [1/60s]
     key: json:phone
+  addr:
+    rules: [1/60s]
+    key: ip
 routes:
+  - path: /six
+    policies: [addr]
   - path: /sendCaptcha
     policies: [sms]
   - path: /v
@@ -153,6 +160,18 @@ same header_first "$(ask /h GET -H 'X-User: bob')" '200 '
 same header_same "$(ask /h GET -H 'X-User:   bob  ')" '429 rate-limited'
 same header_twice "$(ask /h GET -H 'X-User: alice' -H 'X-User: bob')" '400 bad-key'
 same header_twice_case "$(ask /h GET -H 'x-user: alice' -H 'X-USER: alice')" '400 bad-key'
+
+# --- the ip key: an IPv6 client is its /64 (it holds all of it)
+six() { ask /six GET -H "X-Forwarded-For: $1"; }
+same six_first "$(six 2001:db8:1:2::1)" '200 '
+for a in 2001:db8:1:2::2 2001:DB8:1:2:ffff:ffff:ffff:ffff '[2001:db8:1:2:0:0:0:7]' 2001:0db8:0001:0002::9; do
+    same "six_same_64 $a" "$(six "$a")" '429 rate-limited'
+done
+same six_other_64 "$(six 2001:db8:1:3::1)" '200 '
+same six_v4 "$(six 192.0.2.1)" '200 '
+same six_v4_other "$(six 192.0.2.2)" '200 '
+same six_v4_mapped "$(six ::ffff:192.0.2.1)" '429 rate-limited'
+same six_key "$(curl -s "$url/v1/acquire?policy=addr&key=2001:db8:1:2::/64&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":0'
 
 # --- route headers: one value, or refused
 same route_header_first "$(ask /plan GET -H 'X-Plan: free' -H 'X-Forwarded-For: 10.9.9.9')" '200 '
