@@ -174,33 +174,6 @@ static int has_control(const char *p, size_t n)
     return 0;
 }
 
-/*
- * The client address as the `ip` source reads it, into buf: an IPv4
- * address as it is, an IPv6 one as its /64 ("2001:db8:1:2::/64"). One
- * IPv6 subscriber holds a whole /64 (SLAAC, privacy addresses) and can
- * take a new address for every request: keyed on the address, each
- * would be a bucket of its own.
- */
-static void client_value(const char *client, char *buf, size_t len,
-                         const char **value, size_t *n)
-{
-    struct in6_addr a;
-    char text[INET6_ADDRSTRLEN];
-
-    *value = client ? client : "";
-    *n = strlen(*value);
-    if (!memchr(*value, ':', *n) || inet_pton(AF_INET6, *value, &a) != 1)
-        return;
-    memset(a.s6_addr + 8, 0, 8);
-    if (!inet_ntop(AF_INET6, &a, text, sizeof text))
-        return;
-    int m = snprintf(buf, len, "%s/64", text);
-    if (m > 0 && (size_t)m < len) {
-        *value = buf;
-        *n = (size_t)m;
-    }
-}
-
 int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
                       char *buf, size_t len, const char **value, size_t *n)
 {
@@ -209,8 +182,9 @@ int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
     *value = NULL;
     *n = 0;
     switch (part->kind) {
-    case RATELD_KEY_IP:
-        client_value(v->client, buf, len, value, n);
+    case RATELD_KEY_IP: /* an IPv6 client's /64 (app/address.h) */
+        *n = ratel__address_bucket(v->client ? v->client : "", buf, len);
+        *value = buf;
         break;
     case RATELD_KEY_HEADER:
         if (header_value(v->req, part->name, value, n) < 0)
