@@ -74,6 +74,8 @@ typedef struct rateld_policy_s {
     size_t nkey;
     rateld_missing_t on_missing;
     int shadow;                   /* decide, log and count, but always allow */
+    int fold_case;                /* the key in lower case (A-Z only): for a
+                                     backend that reads "Alice" as "alice" */
     int line;                     /* where it was defined, for messages */
     int uses_json;                /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */

@@ -279,6 +279,11 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
             return -1;
         }
     }
+    /* A backend that reads user names or e-mail addresses in any case
+       would let "Alice", "ALICE", ... each guess in a bucket of its own. */
+    for (size_t i = strlen(p->name) + 1; p->fold_case && i < w.n; i++)
+        if (buf[i] >= 'A' && buf[i] <= 'Z')
+            buf[i] = (char)(buf[i] + 32);
     buf[w.n] = '\0';
     return (long)w.n;
 }

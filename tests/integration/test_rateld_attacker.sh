@@ -14,7 +14,7 @@
 #   unlimited route beside the host's;
 # - a header a route matches on (`headers:`) given twice is 400 ambiguous;
 # - the ip key of an IPv6 client is its /64: new addresses from one /64
-#   are one bucket;
+#   are one bucket; with fold_case, "Alice" and "ALICE" are one bucket;
 # - a key value is one value: a header key source given twice, a value
 #   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
 #   around a value do not make another bucket; a ';' separates query
@@ -65,7 +65,13 @@ policies:
   addr:
     rules: [1/60s]
     key: ip
+  login:
+    rules: [1/60s]
+    key: header:X-Login
+    fold_case: true
 routes:
+  - path: /login
+    policies: [login]
   - path: /six
     policies: [addr]
   - path: /sendCaptcha
@@ -172,6 +178,16 @@ same six_v4 "$(six 192.0.2.1)" '200 '
 same six_v4_other "$(six 192.0.2.2)" '200 '
 same six_v4_mapped "$(six ::ffff:192.0.2.1)" '429 rate-limited'
 same six_key "$(curl -s "$url/v1/acquire?policy=addr&key=2001:db8:1:2::/64&peek=1" | grep -o '"remaining":[0-9]*')" '"remaining":0'
+
+# --- fold_case: a backend that reads user names in any case
+same fold_first "$(ask /login POST -H 'X-Login: Alice@Example.com')" '200 '
+for u in alice@example.com ALICE@EXAMPLE.COM aLiCe@eXaMpLe.CoM; do
+    same "fold_same $u" "$(ask /login POST -H "X-Login: $u")" '429 rate-limited'
+done
+same fold_other "$(ask /login POST -H 'X-Login: alice2@example.com')" '200 '
+# ... and without it, the case is the client's (another bucket).
+same nofold_first "$(ask /h GET -H 'X-User: Carol')" '200 '
+same nofold_other_case "$(ask /h GET -H 'X-User: carol')" '200 '
 
 # --- route headers: one value, or refused
 same route_header_first "$(ask /plan GET -H 'X-Plan: free' -H 'X-Forwarded-For: 10.9.9.9')" '200 '

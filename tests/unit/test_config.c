@@ -482,7 +482,7 @@ static const bad_case_t bad_cases[] = {
     {"policies:\n  p: 1/1s\n", 2,
      "policies.p: expected a mapping of fields "
      "(rules, key, on_missing, shadow, "
-     "overrides)"},
+     "overrides, fold_case)"},
     {"policies:\n  p:\n    key: ip\n", 3, "policies.p.rules: required"},
     {"policies:\n  sms:\n    rules: [1/60s, 10/1x]\n", 3,
      "policies.sms.rules[1]: rule \"10/1x\": "},
