@@ -90,9 +90,13 @@ routes:
     headers: {X-Plan: free}
     policies: [reads]
 YAML
-"$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
-echo $! >"$tmp/pids/rateld"
-wait_for 5 curl -s -o /dev/null "$url/healthz"
+# RATELD_WRAP (make valgrind: "valgrind ... --error-exitcode=99")
+# prefixes rateld; an error or a leak then fails sigterm_exit.
+read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
+"${rateld_wrap[@]}" "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+rateld_pid=$!
+echo "$rateld_pid" >"$tmp/pids/rateld"
+wait_for 20 curl -s -o /dev/null "$url/healthz"
 
 metric() { curl -s "$url/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }'; }
 
@@ -266,5 +270,15 @@ if [ -n "$bytes" ] && [ "$bytes" -le 65536 ]; then ok "flood_store_bounded ($byt
 evicted=$(metric 'ratel_store_evictions_total ')
 if [ "${evicted:-0}" -gt 0 ]; then ok "flood_evicted ($evicted)"; else fail flood_evicted "[$evicted]"; fi
 same flood_last_still_limited "$(ask '/sendCaptcha?telephone=17000019999' GET)" '429 rate-limited'
+
+# --- SIGTERM: exits 0 (under valgrind: no error, no leak)
+kill -TERM "$rateld_pid"
+status=
+for _ in $(seq 600); do
+    if ! kill -0 "$rateld_pid" 2>/dev/null; then wait "$rateld_pid"; status=$?; break; fi
+    sleep 0.05
+done
+same sigterm_exit "$status" 0
+[ "$status" = 99 ] && grep '^==' "$tmp/rateld.log" | head -40
 
 finish
