@@ -251,9 +251,15 @@ size_t ratel__address_bucket(const char *addr, char *buf, size_t len)
     if (len == 0)
         return 0;
     if (strchr(addr, ':') && inet_pton(AF_INET6, addr, &a) == 1) {
-        memset(a.s6_addr + 8, 0, 8);
-        if (inet_ntop(AF_INET6, &a, text, sizeof text))
-            n = snprintf(buf, len, "%s/64", text);
+        if (IN6_IS_ADDR_V4MAPPED(&a)) {
+            /* An IPv4-mapped address is its IPv4 client, not ::/64. */
+            if (inet_ntop(AF_INET, a.s6_addr + 12, text, sizeof text))
+                n = snprintf(buf, len, "%s", text);
+        } else {
+            memset(a.s6_addr + 8, 0, 8);
+            if (inet_ntop(AF_INET6, &a, text, sizeof text))
+                n = snprintf(buf, len, "%s/64", text);
+        }
     }
     if (n < 0)
         n = snprintf(buf, len, "%s", addr);
