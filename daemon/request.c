@@ -191,6 +191,8 @@ int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
             return -1;
         break;
     case RATELD_KEY_QUERY:
+        if (v->body_params)
+            return -1; /* the backend may read the body's instead */
         got = ratel_http_query_param(v->query, part->name, buf, len);
         if (got < -1 || got > RATELD_KEY_MAX)
             return -1; /* malformed, given twice or too long */

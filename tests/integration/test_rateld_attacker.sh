@@ -19,6 +19,8 @@
 #   with a control byte (%0a, %09, \n in JSON) are 400 bad-key; spaces
 #   around a value do not make another bucket; a ';' separates query
 #   parameters as '&' does (139;x=1 is 139, 139;telephone=140 is twice);
+#   a query key on a request with a form body is 400 bad-key (backends
+#   read the body's parameter too);
 # - a web page cannot spend or give back permits: without api_token, a
 #   browser's no-cors fetch (text/plain body, Origin, Sec-Fetch-Site)
 #   to /v1/refund, /v1/acquire, /v1/release or /v1/reset is 403, while
@@ -206,6 +208,15 @@ same query_first "$(ask '/sendCaptcha?telephone=139' GET)" '200 '
 for v in 139 %31%33%39 +139 %20139%20 '139+'; do
     same "query_same $v" "$(ask "/sendCaptcha?telephone=$v" GET)" '429 rate-limited'
 done
+# A form body: a servlet, PHP's $_REQUEST and Rails would read its
+# telephone (140) beside or instead of the query's (a fresh one each
+# time): refused, whatever the query says. JSON is not refused.
+for t in application/x-www-form-urlencoded 'Multipart/Form-Data; boundary=x' \
+    'application/x-www-form-urlencoded;charset=UTF-8'; do
+    same "query_form_body $t" "$(ask "/sendCaptcha?telephone=1$RANDOM" POST -H "Content-Type: $t")" '400 bad-key'
+done
+same query_json_body "$(ask '/sendCaptcha?telephone=160' POST -H 'Content-Type: application/json')" '200 '
+
 # Rack (before 3) and older Python split a query at ';' too: 139;x=1 is
 # 139 to them, 139;telephone=140 the number twice.
 for v in '139;x=1' '139;' '139;;y'; do
