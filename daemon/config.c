@@ -417,8 +417,8 @@ static int reads_json(const rateld_policy_t *p)
 static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                        const ratel__yaml_node_t *node, rateld_policy_t *p)
 {
-    static const char *const names[] = {"rules", "key", "on_missing", "shadow",
-                                        "overrides"};
+    static const char *const names[] = {"rules",  "key",       "on_missing",
+                                        "shadow", "overrides", "fold_case"};
     static const char *const missing[] = {"reject", "shared"};
     const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -450,8 +450,10 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                                   &word);
         else if (i == 3)
             rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->shadow);
-        else
+        else if (i == 4)
             rc = read_overrides(r, v[i], field, p);
+        else
+            rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->fold_case);
         if (rc)
             return -1;
         if (i == 2)

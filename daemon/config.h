@@ -74,6 +74,8 @@ typedef struct rateld_policy_s {
     size_t nkey;
     rateld_missing_t on_missing;
     int shadow;                   /* decide, log and count, but always allow */
+    int fold_case;                /* the key in lower case (A-Z only): for a
+                                     backend that reads "Alice" as "alice" */
     int line;                     /* where it was defined, for messages */
     int uses_json;                /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */
@@ -199,10 +201,22 @@ typedef struct rateld_route_query_s {
  * The route for a request: among the routes whose method, host, headers
  * and path prefix all match, the longest prefix; for the same prefix, the
  * more specific (a host, then a method, then more headers); NULL when
- * none. A prefix matches at a segment boundary: "/api" matches "/api",
- * "/api/x" and "/api?x", not "/apix".
+ * none. A GET route matches HEAD too (after a HEAD route), as backends
+ * run a GET handler for HEAD. A prefix matches at a segment boundary:
+ * "/api" matches "/api", "/api/x", "/api?x" and "/api.json" (a format
+ * suffix), not "/apix".
  */
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
                                           const rateld_route_query_t *q);
+
+/*
+ * Whether `req` carries a header some route matches on (`headers:`) more
+ * than once: 1 with its name in *name (the config's spelling), else 0.
+ * Which of two a backend reads (first, last, both joined) is its own
+ * choice, so such a request is refused rather than matched by one.
+ */
+int rateld_config_route_header_twice(const rateld_config_t *config,
+                                     const ratel_http_request_t *req,
+                                     const char **name);
 
 #endif /* RATELD_CONFIG_H */

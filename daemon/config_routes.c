@@ -349,27 +349,77 @@ static int headers_match(const rateld_route_t *r,
     return 1;
 }
 
+/* How often header `name` occurs in `req`. */
+static size_t header_count(const ratel_http_request_t *req, const char *name)
+{
+    size_t len = strlen(name), n = 0;
+
+    for (size_t i = 0; i < req->nheaders; i++)
+        n += req->headers[i].name.n == len &&
+             strncasecmp(req->headers[i].name.p, name, len) == 0;
+    return n;
+}
+
+int rateld_config_route_header_twice(const rateld_config_t *config,
+                                     const ratel_http_request_t *req,
+                                     const char **name)
+{
+    for (size_t i = 0; config && req && i < config->nroutes; i++) {
+        const rateld_route_t *r = &config->routes[i];
+        for (size_t k = 0; k < r->nheaders; k++)
+            if (header_count(req, r->headers[k].name) > 1) {
+                *name = r->headers[k].name;
+                return 1;
+            }
+    }
+    return 0;
+}
+
 /* Whether `path` starts with the route's prefix at a segment boundary:
-   "/api" is a prefix of "/api", "/api/x" and "/api?x", not of "/apix". */
+   "/api" is a prefix of "/api", "/api/x" and "/api?x", not of "/apix";
+   and at a format suffix: "/api.json", as Rails and Spring (suffix
+   patterns) serve "/sendCaptcha.json" as "/sendCaptcha". */
 static int prefix_matches(const char *prefix, size_t n, ratel_http_str_t path)
 {
     if (n == 0 || n > path.n || memcmp(path.p, prefix, n) != 0)
         return 0;
     return n == path.n || prefix[n - 1] == '/' || path.p[n] == '/' ||
-           path.p[n] == '?';
+           path.p[n] == '?' || path.p[n] == '.';
 }
 
-/* How specific a route is beyond its prefix: host, method, headers. */
-static size_t specificity(const rateld_route_t *r)
+/*
+ * How a route's method fits the request's: 2 the same method, 1 a GET
+ * route for a HEAD request, 0 a route for any method, -1 no fit. HEAD is
+ * GET without the body (RFC 9110), and Express, Rails, Spring and Go's
+ * ServeMux run a GET handler for it: a GET route that HEAD left would
+ * let `HEAD /sendCaptcha` send the SMS unlimited.
+ */
+static int method_fit(const char *want, ratel_http_str_t got)
 {
-    return (r->host[0] ? 1000 : 0) + (r->method[0] ? 100 : 0) + r->nheaders;
+    size_t n = strlen(want);
+
+    if (!want[0])
+        return 0;
+    if (got.p && got.n == n && memcmp(want, got.p, n) == 0)
+        return 2;
+    if (got.p && got.n == 4 && memcmp(got.p, "HEAD", 4) == 0 &&
+        strcmp(want, "GET") == 0)
+        return 1;
+    return -1;
+}
+
+/* How specific a route is beyond its prefix: host, method (its own
+   before GET's for HEAD), headers. */
+static size_t specificity(const rateld_route_t *r, int fit)
+{
+    return (r->host[0] ? 1000 : 0) + (size_t)fit * 100 + r->nheaders;
 }
 
 const rateld_route_t *rateld_config_route(const rateld_config_t *config,
                                           const rateld_route_query_t *q)
 {
     const rateld_route_t *best = NULL;
-    size_t best_len = 0;
+    size_t best_len = 0, best_spec = 0;
 
     if (!config || !q || !q->path.p)
         return NULL;
@@ -378,17 +428,18 @@ const rateld_route_t *rateld_config_route(const rateld_config_t *config,
         size_t n = strlen(r->prefix);
         if (!prefix_matches(r->prefix, n, q->path))
             continue;
-        if (r->method[0] && (!q->method.p || strlen(r->method) != q->method.n ||
-                             memcmp(r->method, q->method.p, q->method.n) != 0))
+        int fit = method_fit(r->method, q->method);
+        if (fit < 0)
             continue;
         if (r->host[0] && !host_matches(r->host, q->host))
             continue;
         if (!headers_match(r, q->req))
             continue;
         if (!best || n > best_len ||
-            (n == best_len && specificity(r) > specificity(best))) {
+            (n == best_len && specificity(r, fit) > best_spec)) {
             best = r;
             best_len = n;
+            best_spec = specificity(r, fit);
         }
     }
     return best;

@@ -343,6 +343,30 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
         cJSON_Delete(root);
 }
 
+/*
+ * Whether the original request carries a form body, whose fields nearly
+ * every backend reads as parameters beside, or instead of, the query's:
+ * a servlet's getParameter (Spring's @RequestParam) and ASP.NET read both,
+ * PHP's $_REQUEST and Rails' params let the body's "telephone" win. A
+ * `query:` key would then count one number while the backend served
+ * another. (A JSON body is merged by Rails and Laravel only: the page
+ * says so, rather than refusing every JSON API keyed on its query.)
+ */
+static int body_params(const ratel_http_request_t *req)
+{
+    static const char *const types[] = {"application/x-www-form-urlencoded",
+                                        "multipart/form-data"};
+    const ratel_http_str_t *t = ratel_http_header(req, "Content-Type");
+
+    for (size_t i = 0; t && i < sizeof types / sizeof types[0]; i++) {
+        size_t n = strlen(types[i]);
+        if (t->n >= n && strncasecmp(t->p, types[i], n) == 0 &&
+            (t->n == n || t->p[n] == ';' || t->p[n] == ' '))
+            return 1;
+    }
+    return 0;
+}
+
 /* Gateway auth: the forwarded request's route and identity. */
 static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                      const ratel_http_request_t *req, int64_t start)
@@ -351,6 +375,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     const rateld_config_t *c = gen->config;
     const rateld_route_t *route;
     char client[RATEL__ADDR_MAX], host[256], why[160];
+    const char *twice;
     rateld_route_query_t q;
     rateld_view_t view;
     rateld_origin_t o;
@@ -358,15 +383,25 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
 
     if (read != RATELD_ORIGIN_OK) {
-        /* Ambiguity and a bad path are the client's doing: 400. */
+        /* Ambiguity, a bad path, method or host are the client's doing:
+           400. */
         static const rateld_undecided_t reason[] = {
             [RATELD_ORIGIN_UNIDENTIFIED] = RATELD_UNDECIDED_UNIDENTIFIED,
             [RATELD_ORIGIN_AMBIGUOUS] = RATELD_UNDECIDED_AMBIGUOUS,
-            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI};
+            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI,
+            [RATELD_ORIGIN_BAD_FIELD] = RATELD_UNDECIDED_BAD_REQUEST};
         int theirs = read != RATELD_ORIGIN_UNIDENTIFIED;
         undecided(
             d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,
             "cannot tell which request to decide: %s (docs/gateways.md)", why);
+        return;
+    }
+    if (rateld_config_route_header_twice(c, req, &twice)) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_AMBIGUOUS,
+                  nginx_mode(w) ? 403 : 400,
+                  "cannot tell which request to decide: %s, which routes "
+                  "match on, given more than once (docs/gateways.md)",
+                  twice);
         return;
     }
     q = (rateld_route_query_t){o.method, o.path, o.host, req};
@@ -385,6 +420,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
     view.query = o.query;
     view.host = host_of(o.host, host, sizeof host);
     view.client = client;
+    view.body_params = body_params(req);
     view_json(c, route, req, &view);
     queue_route(d, w, ex, req, route, &view, start);
     cJSON_Delete((cJSON *)view.json);
@@ -688,27 +724,44 @@ typedef void endpoint_fn(rateld_t *d, rateld_worker_t *w,
  * path (and, with `subpaths`, every path under it), the methods, the
  * handler. The 405's Allow header and the 404's list come from here.
  * State changes take POST only: a GET can be sent by any web page a
- * browser shows (an <img>), and proxies may repeat it.
+ * browser shows (an <img>), and proxies may repeat it. Nor does a
+ * browser send them (`browsers` 0): any web page may POST a text/plain
+ * body to an address its visitor's browser reaches (fetch's no-cors
+ * mode), rateld's own loopback address included, and would spend or
+ * give back a key's permits; a browser marks its requests with Origin
+ * or Sec-Fetch-Site, which no application's HTTP client sends.
  */
 typedef struct endpoint_s {
     const char *path;
     int subpaths;
     unsigned methods;
+    int browsers;
     endpoint_fn *handler;
 } endpoint_t;
 
 static const endpoint_t endpoints[] = {
-    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, acquire_api},
+    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, 0, acquire_api},
     /* Any method: a gateway's auth request keeps the client's; Envoy
-       appends the original path. */
-    {"/v1/auth", 1, 0, auth_api},
-    {"/v1/refund", 0, METHOD_POST, refund_api},
-    {"/v1/release", 0, METHOD_POST, release_api},
-    {"/v1/reset", 0, METHOD_POST, reset_api},
-    {"/metrics", 0, METHOD_GET, metrics_api},
-    {"/healthz", 0, METHOD_GET, healthz_api},
-    {"/readyz", 0, METHOD_GET, ready_api},
+       appends the original path. Its headers are a browser's by design. */
+    {"/v1/auth", 1, 0, 1, auth_api},
+    {"/v1/refund", 0, METHOD_POST, 0, refund_api},
+    {"/v1/release", 0, METHOD_POST, 0, release_api},
+    {"/v1/reset", 0, METHOD_POST, 0, reset_api},
+    {"/metrics", 0, METHOD_GET, 1, metrics_api},
+    {"/healthz", 0, METHOD_GET, 1, healthz_api},
+    {"/readyz", 0, METHOD_GET, 1, ready_api},
 };
+
+/* Whether a browser sent `req` on behalf of a web page: it carries Origin
+   (every cross-origin POST and fetch does), or Sec-Fetch-Site other than
+   "none" (a page's request, not an address the user typed). */
+static int from_a_page(const ratel_http_request_t *req)
+{
+    const ratel_http_str_t *site = ratel_http_header(req, "Sec-Fetch-Site");
+
+    return ratel_http_header(req, "Origin") != NULL ||
+           (site && !str_is(*site, "none"));
+}
 
 /* The endpoint at `path`, or NULL. */
 static const endpoint_t *endpoint_at(ratel_http_str_t path)
@@ -777,6 +830,12 @@ void rateld_handle(void *ud, ratel_http_exchange_t *ex,
         not_found(d, ex, req);
     else if (e->methods && !(e->methods & method_bit(req->method)))
         not_allowed(d, ex, req, e);
+    else if (!e->browsers && from_a_page(req))
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s is not for browsers: this request came from "
+                             "a web page (Origin or Sec-Fetch-Site); call it "
+                             "from the application (docs/rateld.md)",
+                             e->path);
     else
         e->handler(d, &d->workers[req->thread], ex, req, ratel_clock_now_us());
 }

@@ -52,8 +52,8 @@ typedef struct policy_counters_s {
 } policy_counters_t;
 
 static const char *const undecided_name[RATELD_UNDECIDED_REASONS] = {
-    "unidentified", "unmatched", "missing-key",
-    "bad-key",      "ambiguous", "bad-uri"};
+    "unidentified", "unmatched", "missing-key", "bad-key",
+    "ambiguous",    "bad-uri",   "bad-request"};
 
 const char *rateld_undecided_name(rateld_undecided_t reason)
 {

@@ -36,6 +36,8 @@ typedef enum rateld_undecided_e {
                                           original request (origin.h) */
     RATELD_UNDECIDED_BAD_URI,          /* an original path with no safe
                                           normal form (path.h) */
+    RATELD_UNDECIDED_BAD_REQUEST,      /* an original method or host that
+                                          is not one (origin.h) */
     RATELD_UNDECIDED_REASONS
 } rateld_undecided_t;
 

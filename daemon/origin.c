@@ -261,6 +261,202 @@ static rateld_origin_result_t read_headers(const rateld_gateway_t *g,
     return RATELD_ORIGIN_OK;
 }
 
+/* The method in upper case, into o->method_buf: 0, or -1 when it is not
+   an HTTP token (RFC 9110) of at most RATELD_ORIGIN_METHOD_MAX - 1
+   bytes. */
+static int method_form(rateld_origin_t *o)
+{
+    ratel_http_str_t m = o->method;
+
+    if (m.n == 0 || m.n >= sizeof o->method_buf)
+        return -1;
+    for (size_t i = 0; i < m.n; i++) {
+        unsigned char c = (unsigned char)m.p[i];
+        if (!rateld__tchar(c))
+            return -1;
+        o->method_buf[i] = (char)(c >= 'a' && c <= 'z' ? c - 32 : c);
+    }
+    o->method_buf[m.n] = '\0';
+    o->method = (ratel_http_str_t){o->method_buf, m.n};
+    return 0;
+}
+
+/* Whether p[0..n) is ":" and at most five digits, or nothing. */
+static int port_form(const char *p, size_t n)
+{
+    if (n == 0)
+        return 1;
+    if (p[0] != ':' || n > 6)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* The length of the name or address at the start of h[0..n), 0 when it
+   is neither: "[" IPv6 "]", or dot-separated labels of letters, digits,
+   '-' and '_' (no empty one but after a final dot). */
+static size_t host_part(const char *h, size_t n)
+{
+    size_t i = 0, label = 0;
+
+    if (n > 0 && h[0] == '[') {
+        for (i = 1; i < n && h[i] != ']'; i++)
+            if (!strchr("0123456789abcdefABCDEF:.", h[i]))
+                return 0;
+        return i < n && i > 1 ? i + 1 : 0;
+    }
+    for (; i < n && h[i] != ':'; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (c == '.' && label == 0)
+            return 0;
+        if (c == '.') {
+            label = 0;
+            continue;
+        }
+        if (!(c == '-' || c == '_' || (c >= '0' && c <= '9') ||
+              ((c | 32) >= 'a' && (c | 32) <= 'z')))
+            return 0;
+        label++;
+    }
+    return i;
+}
+
+/* The host in lower case without ":PORT" or a final dot, into
+   o->host_buf: 0, or -1 when it is not a host (an empty one is no host:
+   a route with `host:` does not match it). */
+static int host_form(rateld_origin_t *o)
+{
+    ratel_http_str_t h = o->host;
+    size_t n = host_part(h.p, h.n);
+
+    if (h.n == 0)
+        return 0;
+    if (n == 0 || !port_form(h.p + n, h.n - n))
+        return -1;
+    if (h.p[n - 1] == '.')
+        n--;
+    if (n == 0 || n >= sizeof o->host_buf)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        o->host_buf[i] =
+            (char)(h.p[i] >= 'A' && h.p[i] <= 'Z' ? h.p[i] + 32 : h.p[i]);
+    o->host_buf[n] = '\0';
+    o->host = (ratel_http_str_t){o->host_buf, n};
+    return 0;
+}
+
+/*
+ * Whether the request names another method in a method-override header:
+ * Express's method-override, Symfony and many APIs serve a POST carrying
+ * "X-HTTP-Method-Override: DELETE" as a DELETE, so a route for DELETE
+ * would be left by it; Express and Laravel read "?_method=DELETE" too.
+ * The same method is no override.
+ */
+static int overridden(const ratel_http_request_t *req, const rateld_origin_t *o,
+                      char *why, size_t whylen)
+{
+    static const char *const names[] = {"X-HTTP-Method-Override",
+                                        "X-HTTP-Method", "X-Method-Override"};
+
+    char m[RATELD_ORIGIN_METHOD_MAX];
+    long n = ratel_http_query_param(o->query, "_method", m, sizeof m);
+
+    if (n >= 0 ? (size_t)n != o->method.n ||
+                     strncasecmp(m, o->method.p, (size_t)n) != 0
+               : n < -1) {
+        snprintf(why, whylen,
+                 "the query's _method names another method than the "
+                 "request's (a backend may serve either)");
+        return 1;
+    }
+    for (size_t i = 0; i < COUNT_OF(names); i++) {
+        const ratel_http_str_t *v = ratel_http_header(req, names[i]);
+        if (v && (v->n != o->method.n ||
+                  strncasecmp(v->p, o->method.p, v->n) != 0)) {
+            snprintf(why, whylen,
+                     "%s names another method than the request's (a "
+                     "backend may serve either)",
+                     names[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Whether the request carries a URL-override header: IIS's URL Rewrite
+ * sets X-Original-URL, and Zend, older Symfony and ASP.NET applications
+ * serve the path it (or X-Rewrite-URL) names instead of the request
+ * line's, so a client's own copy would move it to another path than the
+ * one rateld matched. No client has a reason to send one.
+ */
+static int rewritten(const ratel_http_request_t *req, char *why, size_t whylen)
+{
+    static const char *const names[] = {"X-Original-URL", "X-Rewrite-URL"};
+
+    for (size_t i = 0; i < COUNT_OF(names); i++)
+        if (ratel_http_header(req, names[i])) {
+            snprintf(why, whylen,
+                     "%s names a path some backends serve instead of the "
+                     "request's",
+                     names[i]);
+            return 1;
+        }
+    return 0;
+}
+
+/* The method and host a route matches (method_form, host_form). */
+static rateld_origin_result_t fields(const ratel_http_request_t *req,
+                                     rateld_origin_t *o, char *why,
+                                     size_t whylen)
+{
+    if (method_form(o) < 0) {
+        snprintf(why, whylen,
+                 "the original method is not an HTTP method (letters, "
+                 "digits and !#$%%&'*+-.^_`|~, at most %d)",
+                 RATELD_ORIGIN_METHOD_MAX - 1);
+        return RATELD_ORIGIN_BAD_FIELD;
+    }
+    if (host_form(o) < 0) {
+        snprintf(why, whylen,
+                 "the original host is not one host name, IPv4 address or "
+                 "[IPv6] address with an optional :PORT");
+        return RATELD_ORIGIN_BAD_FIELD;
+    }
+    if (overridden(req, o, why, whylen) || rewritten(req, why, whylen))
+        return RATELD_ORIGIN_AMBIGUOUS;
+    return RATELD_ORIGIN_OK;
+}
+
+/*
+ * The query with every ';' made a '&', in o->query_buf: some backends
+ * (Rack before 3, Python before 3.9.2) separate parameters at either, so
+ * "telephone=139;telephone=140" is a number given twice and
+ * "telephone=139;x=1" is 139. Read as one value, each spelling would be
+ * its own bucket while the backend served the same number. Where a
+ * backend reads ';' as data, the bucket is only coarser, never another.
+ */
+static rateld_origin_result_t query_form(rateld_origin_t *o, char *why,
+                                         size_t whylen)
+{
+    ratel_http_str_t q = o->query;
+
+    if (!memchr(q.p, ';', q.n))
+        return RATELD_ORIGIN_OK;
+    if (q.n >= sizeof o->query_buf) {
+        snprintf(why, whylen, "the original query is longer than %zu bytes",
+                 sizeof o->query_buf - 1);
+        return RATELD_ORIGIN_BAD_URI;
+    }
+    for (size_t i = 0; i < q.n; i++)
+        o->query_buf[i] = q.p[i] == ';' ? '&' : q.p[i];
+    o->query_buf[q.n] = '\0';
+    o->query = (ratel_http_str_t){o->query_buf, q.n};
+    return RATELD_ORIGIN_OK;
+}
+
 /* The path a backend serves for the original one (path.h): what routes
    and the path key source see. */
 static rateld_origin_result_t normalize(rateld_origin_t *o, char *why,
@@ -288,6 +484,7 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
     rateld_origin_result_t r;
 
     o->path_buf[0] = '\0'; /* not all 8 KiB: set when normalised */
+    o->method_buf[0] = o->host_buf[0] = '\0';
     o->method = (ratel_http_str_t){"", 0};
     o->path = o->query = o->host = o->method;
     if (whylen)
@@ -298,6 +495,10 @@ rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
         r = read_path(req, o, why, whylen);
     else
         r = read_headers(g, trusted, req, o, why, whylen);
+    if (r == RATELD_ORIGIN_OK)
+        r = query_form(o, why, whylen);
+    if (r == RATELD_ORIGIN_OK)
+        r = fields(req, o, why, whylen);
     return r == RATELD_ORIGIN_OK ? normalize(o, why, whylen) : r;
 }
 

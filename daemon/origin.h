@@ -47,11 +47,24 @@ typedef struct rateld_gateway_s {
     char header[RATELD_ORIGIN_FIELDS][RATELD_ORIGIN_HEADER_MAX];
 } rateld_gateway_t;
 
-/* The original request: the method, query and host point into the auth
-   request's bytes; the path is its normal form (path.h), in path_buf. */
+/* Longest original method (with its NUL): the registered ones have at
+   most 17 bytes. */
+#define RATELD_ORIGIN_METHOD_MAX 32
+
+/* Longest original host (with its NUL): a DNS name has at most 253. */
+#define RATELD_ORIGIN_HOST_MAX 256
+
+/* The original request: the query points into the auth request's bytes
+   (or, with each ';' made a '&', into query_buf);
+   the path is its normal form (path.h), in path_buf; the method is in
+   upper case, in method_buf; the host is in lower case without ":PORT"
+   or a final dot, in host_buf. */
 typedef struct rateld_origin_s {
     ratel_http_str_t method, path, query, host;
     char path_buf[RATELD_PATH_MAX];
+    char method_buf[RATELD_ORIGIN_METHOD_MAX];
+    char host_buf[RATELD_ORIGIN_HOST_MAX];
+    char query_buf[RATELD_PATH_MAX]; /* the query when it has a ';' */
 } rateld_origin_t;
 
 typedef enum rateld_origin_result_e {
@@ -59,7 +72,9 @@ typedef enum rateld_origin_result_e {
     RATELD_ORIGIN_UNIDENTIFIED, /* no original request, or from a peer not
                                    in trusted_proxies */
     RATELD_ORIGIN_AMBIGUOUS,    /* more than one candidate for a field */
-    RATELD_ORIGIN_BAD_URI       /* a path with no safe normal form */
+    RATELD_ORIGIN_BAD_URI,      /* a path with no safe normal form */
+    RATELD_ORIGIN_BAD_FIELD     /* a method that is not an HTTP token, or
+                                   a host that is not a host name */
 } rateld_origin_result_t;
 
 /*
@@ -67,9 +82,20 @@ typedef enum rateld_origin_result_e {
  * it (NULL: not set), believing headers only from a peer in `trusted`.
  * Header names match case-insensitively. The path is normalised
  * (rateld_path_normalize) in every form, so that no spelling of a path
- * leaves its route. Returns RATELD_ORIGIN_OK with *o filled, or the
- * reason it cannot with a sentence in `why` (header names and fixed
- * words only: never a value the client sent).
+ * leaves its route; so are the method (upper case: `get` is GET, so
+ * that no spelling of a method leaves a `method:` route on a backend
+ * that reads methods without regard to case) and the host (lower case,
+ * no port, no final dot), and so is the query: a ';' separates
+ * parameters as a '&' does (Rack and older Python read "a=1;a=2" as two
+ * parameters, so a query key reads "1" and sees "a" given twice). A method that
+ * is not an HTTP token and a host that is not a name, an IPv4 address or a
+ * bracketed IPv6 address (with an optional port) are refused: "a, b" names two
+ * hosts, and a value no gateway would send must not fall through to another
+ * route. A method-override header (X-HTTP-Method-Override, ...) naming
+ * another method is ambiguous: a backend that honours it serves another
+ * method than the request line's. Returns RATELD_ORIGIN_OK with *o filled, or
+ * the reason it cannot with a sentence in `why` (header names and fixed words
+ * only: never a value the client sent).
  */
 rateld_origin_result_t rateld_origin_read(const rateld_gateway_t *g,
                                           const ratel__trusted_t *trusted,

@@ -142,27 +142,57 @@ static int json_value(const rateld_view_t *v, const char *name, char *buf,
     return -1;
 }
 
+/* Header NAME's one value: 0 present, 1 absent, -1 given more than once
+   (the client sent two: which one a backend reads, first, last or both
+   joined, differs, so no bucket would be the backend's). */
+static int header_value(const ratel_http_request_t *req, const char *name,
+                        const char **value, size_t *n)
+{
+    size_t len = strlen(name), seen = 0;
+
+    for (size_t i = 0; req && i < req->nheaders; i++) {
+        const ratel_http_header_t *h = &req->headers[i];
+        if (h->name.n != len || strncasecmp(h->name.p, name, len) != 0)
+            continue;
+        if (seen++)
+            return -1;
+        *value = h->value.p;
+        *n = h->value.n;
+        trim(value, n); /* HTTP's optional white space */
+    }
+    return seen ? 0 : 1;
+}
+
+/* Whether p[0..n) holds a control byte (a NUL, a line break, DEL, ...):
+   no identity has one, and a backend that strips it would serve the
+   value without it from another bucket. */
+static int has_control(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+            return 1;
+    return 0;
+}
+
 int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
                       char *buf, size_t len, const char **value, size_t *n)
 {
-    const ratel_http_str_t *h;
     long got;
 
     *value = NULL;
     *n = 0;
     switch (part->kind) {
-    case RATELD_KEY_IP:
-        *value = v->client ? v->client : "";
-        *n = strlen(*value);
+    case RATELD_KEY_IP: /* an IPv6 client's /64 (app/address.h) */
+        *n = ratel__address_bucket(v->client ? v->client : "", buf, len);
+        *value = buf;
         break;
     case RATELD_KEY_HEADER:
-        if ((h = v->req ? ratel_http_header(v->req, part->name) : NULL)) {
-            *value = h->p;
-            *n = h->n;
-            trim(value, n);
-        }
+        if (header_value(v->req, part->name, value, n) < 0)
+            return -1;
         break;
     case RATELD_KEY_QUERY:
+        if (v->body_params)
+            return -1; /* the backend may read the body's instead */
         got = ratel_http_query_param(v->query, part->name, buf, len);
         if (got < -1 || got > RATELD_KEY_MAX)
             return -1; /* malformed, given twice or too long */
@@ -194,7 +224,16 @@ int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
     case RATELD_KEY_SELF: /* not a key source: overrides read it */
         break;
     }
-    if (*n > RATELD_KEY_MAX)
+    /* Spaces around a value are not part of it (a backend trims them,
+       as HTTP does a header's), so " 139" and "139" are one bucket; a tab
+       is a control byte, refused. */
+    while (*n > 0 && (*value)[0] == ' ') {
+        (*value)++;
+        (*n)--;
+    }
+    while (*n > 0 && (*value)[*n - 1] == ' ')
+        (*n)--;
+    if (*n > RATELD_KEY_MAX || has_control(*value, *n))
         return -1;
     return *value && *n > 0 ? 0 : 1;
 }
@@ -242,6 +281,11 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
             return -1;
         }
     }
+    /* A backend that reads user names or e-mail addresses in any case
+       would let "Alice", "ALICE", ... each guess in a bucket of its own. */
+    for (size_t i = strlen(p->name) + 1; p->fold_case && i < w.n; i++)
+        if (buf[i] >= 'A' && buf[i] <= 'Z')
+            buf[i] = (char)(buf[i] + 32);
     buf[w.n] = '\0';
     return (long)w.n;
 }

@@ -25,14 +25,20 @@ typedef struct rateld_view_s {
     const struct cJSON *json;        /* the body, when it is a JSON object
                                         and a policy reads json: */
     int json_error;                  /* ... the body is not one */
+    int body_params;                 /* the original request has a form
+                                        body, whose fields backends merge
+                                        with the query's */
 } rateld_view_t;
 
 /*
  * The value key source `part` reads from the view: into *value / *n
  * (pointing into the request, or into buf, len bytes, for decoded query
  * values and numbers). Returns 0 when present, 1 when absent or empty,
- * -1 when malformed (a bad %-escape, a parameter or cookie given twice, a
- * JSON body that is not an object, a value longer than RATELD_KEY_MAX).
+ * -1 when malformed (a bad %-escape, a parameter, header or cookie given
+ * twice, a JSON body that is not an object, a value longer than
+ * RATELD_KEY_MAX or holding a control byte, a query parameter when the
+ * view has body_params). Spaces and tabs around a
+ * value are dropped.
  */
 int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
                       char *buf, size_t len, const char **value, size_t *n);

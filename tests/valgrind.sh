@@ -97,6 +97,8 @@ wrapped_suite() {
 [ -x "$build/rateld" ] &&
     wrapped_suite "rateld keys and overrides" RATELD_WRAP "$here/integration/test_rateld_keys.sh"
 [ -x "$build/rateld" ] &&
+    wrapped_suite "rateld against a steering client" RATELD_WRAP "$here/integration/test_rateld_attacker.sh"
+[ -x "$build/rateld" ] &&
     wrapped_suite "rateld on Redis" RATELD_WRAP "$here/integration/test_rateld_redis.sh"
 [ -x "$build/rateld" ] &&
     wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"

@@ -260,8 +260,17 @@ static long query_once(ratel_http_str_t query, const char *name, char *buf,
 static size_t policy_key(char *buf, size_t len, captcha_policy_t policy,
                          const char *value)
 {
-    int n = snprintf(buf, len, "captcha:%s:%s", captcha_policy_names[policy],
-                     value);
+    char addr[RATEL__ADDR_MAX];
+    int n;
+
+    /* An address is limited by what its holder holds: an IPv6 client
+       by its /64, where it could take a fresh address per request. */
+    if (policy == CAPTCHA_SEND_IP || policy == CAPTCHA_VERIFY_IP) {
+        ratel__address_bucket(value, addr, sizeof addr);
+        value = addr;
+    }
+    n = snprintf(buf, len, "captcha:%s:%s", captcha_policy_names[policy],
+                 value);
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 

@@ -343,9 +343,44 @@ check_hostile_method_host() {
     same "${name}_hosted_control" "$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.4 -H 'Host: victim.example' "http://127.0.0.1:$gport/hosted")" 200
 }
 
+# check_method_host_spellings NAME: a method or host the client writes
+# otherwise is the same one. /hosted (victim.example only, keyed on the
+# address) with the host in another case, a final dot or a port is
+# decided on its route (200, the client's ping bucket charged), never
+# unmatched; two hosts in one Host field get no 2xx. POST /sendCode
+# written `post` is never unmatched: decided on its route when the
+# gateway passes the method on (its phone charged on a 2xx), or refused
+# by the gateway (nginx: 400).
+check_method_host_spellings() {
+    local name=$1 h c codes="" bad="" n=0 url=http://127.0.0.1:$gport
+    for h in VICTIM.example victim.example. Victim.Example:$gport; do
+        c=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.8 -H "Host: $h" "$url/hosted")
+        codes+="$c " n=$((n + 1))
+        [ "$c" != 200 ] && bad+="[$h: $c] "
+    done
+    hostile_note "$name/hosted-spelled" "Host" "$codes"
+    if [ -z "$bad" ]; then ok "${name}_host_spelled ($codes)"; else fail "${name}_host_spelled" "$bad"; fi
+    same "${name}_host_spelled_charged" "$(peek ping 127.0.0.8)" "$((20 - n))"
+    c=$(raw_status "GET /hosted HTTP/1.1\r\nHost: victim.example, other.example\r\nConnection: close\r\n\r\n")
+    hostile_note "$name/hosted-spelled" "Host a, b (raw)" "$c"
+    if [[ $c == [0-9][0-9][0-9] && $c != 2* ]]; then ok "${name}_host_two_in_one ($c)"; else fail "${name}_host_two_in_one" "[$c]"; fi
+    curl -s -D "$tmp/h" -o /dev/null --interface 127.0.0.8 -X post \
+        -H 'Content-Type: application/json' -d '{"telephone":"13600136000"}' "$url/sendCode"
+    c=$(head -1 "$tmp/h" | cut -d' ' -f2)
+    hostile_note "$name/sendCode" "method post" "$c $(header X-Ratel-Reason "$tmp/h")"
+    if [ "$(header X-Ratel-Reason "$tmp/h")" = unmatched ]; then
+        fail "${name}_method_spelled" "post left the POST route: $c unmatched"
+    elif [[ $c == 2* && "$(peek code 13600136000)" != 0 ]]; then
+        fail "${name}_method_spelled" "$c but the phone was not charged"
+    else
+        ok "${name}_method_spelled ($c $(header X-Ratel-Reason "$tmp/h"))"
+    fi
+}
+
 # check_hostile NAME: all of the above.
 check_hostile() {
     check_hostile_limited "$1"
     check_hostile_route "$1"
     check_hostile_method_host "$1"
+    check_method_host_spellings "$1"
 }

@@ -378,6 +378,15 @@ keys=$(metric "$b1" captcha_store_keys)
 if [ $((${entries:-99999} - entries0)) -le 20 ]; then ok flood_code_store_bounded; else fail flood_code_store_bounded "entries $entries0 -> $entries"; fi
 if [ $((${keys:-99999} - keys0)) -le 21 ]; then ok flood_ratel_store_bounded; else fail flood_ratel_store_bounded "keys $keys0 -> $keys"; fi
 
+# --- the same from 60 addresses of one IPv6 /64 (a subscriber's own,
+# each address fresh): one address's 20 pass, as the /64 is one client
+for i in $(seq 60); do
+    printf 'url = "%s/captcha/send"\nheader = "X-Forwarded-For: 2001:db8:5:0:%x::1"\ndata = "{\\"telephone\\":\\"135%08d\\"}"\noutput = "/dev/null"\nwrite-out = "%%{http_code}\\n"\nnext\n' "$b1" "$i" "$i"
+done | sed '$d' >"$tmp/flood6.curl"
+counts=$(curl -s -K "$tmp/flood6.curl" | sort | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ' ')
+same flood_ipv6_one_client "$counts" "20 202 40 429 "
+same flood_ipv6_other_64 "$(send_status "$b1" 13500000999 2001:db8:5:1::1)" 202
+
 # --- metrics: outcomes, no phone numbers
 m=$(curl -s "$b1/metrics")
 contains metrics_sends "$m" 'captcha_sends_total{outcome="accepted"}'

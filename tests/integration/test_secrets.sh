@@ -245,21 +245,23 @@ PY
 }
 
 # rateld: a client's X-Original-URI and X-Original-Method that try to
-# close the quote and add fields of their own. The URI is refused (bad-uri:
-# its reason names no client byte); the method reaches the log in the
-# unmatched line's detail, escaped.
+# close the quote and add fields of their own. Both are refused (bad-uri,
+# bad-request: their reasons name no client byte), so no client byte
+# reaches the log.
 rateld_config 'admin_token: ""' >"$tmp/forged.yaml"
 start_rateld forged "$tmp/forged.yaml"
 forged_uri='/x" level=error msg="admin reset" policy=sms x="'
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Original-URI: $forged_uri" -H 'X-Original-Method: GET' "http://127.0.0.1:$port/v1/auth")
 same forged_uri_refused "$code" 400
 code=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Original-URI: /x' -H 'X-Original-Method: x"level=error' "http://127.0.0.1:$port/v1/auth")
-same forged_method_unmatched "$code" 403
+same forged_method_refused "$code" 400
 stop forged
 want_lines=2 check_logfmt forged_wellformed_lines "$tmp/forged.log" "auth request undecided" \
     ts level msg reason answer detail not_logged
 same forged_no_error_level "$(awk '{print $2}' "$tmp/forged.log" | grep -c 'level=error')" 0
-contains forged_method_escaped "$(grep 'reason=unmatched' "$tmp/forged.log")" 'detail="no route matches x\"level=error /x"'
+contains forged_method_says_why "$(grep 'reason=bad-request' "$tmp/forged.log")" \
+    'detail="cannot tell which request to decide: the original method is not an HTTP method'
+same forged_method_not_logged "$(grep -c 'x\\"level' "$tmp/forged.log")" 0
 
 # captchad: 1,000 refused sends on 2 threads write one line per policy
 # per thread at most (the budget), each well-formed with not_logged.

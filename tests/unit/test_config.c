@@ -493,7 +493,7 @@ static const bad_case_t bad_cases[] = {
     {"policies:\n  p: 1/1s\n", 2,
      "policies.p: expected a mapping of fields "
      "(rules, key, on_missing, shadow, "
-     "overrides)"},
+     "overrides, fold_case)"},
     {"policies:\n  p:\n    key: ip\n", 3, "policies.p.rules: required"},
     {"policies:\n  sms:\n    rules: [1/60s, 10/1x]\n", 3,
      "policies.sms.rules[1]: rule \"10/1x\": "},
@@ -714,15 +714,17 @@ TEST(config_size_and_file_limits)
 
 TEST(config_route_matching)
 {
-    rateld_config_t *c = parse_ok(
-        P "  q:\n    rules: 2/1s\n  r:\n    rules: 3/1s\n"
-          "routes:\n"
-          "  - {path: /api, policies: [p]}\n"               /* 0 */
-          "  - {path: /api/v1, policies: [q]}\n"            /* 1 */
-          "  - {path: /api, method: POST, policies: [r]}\n" /* 2 */
-          "  - {path: /, policies: [q, r]}\n"               /* 3 */
-          "  - {path: /static/, policies: [r]}\n"           /* 4 */
-          "  - {path: /api/v1/x, method: GET, policies: [p]}\n" /* 5 */);
+    rateld_config_t *c =
+        parse_ok(P "  q:\n    rules: 2/1s\n  r:\n    rules: 3/1s\n"
+                   "routes:\n"
+                   "  - {path: /api, policies: [p]}\n"                   /* 0 */
+                   "  - {path: /api/v1, policies: [q]}\n"                /* 1 */
+                   "  - {path: /api, method: POST, policies: [r]}\n"     /* 2 */
+                   "  - {path: /, policies: [q, r]}\n"                   /* 3 */
+                   "  - {path: /static/, policies: [r]}\n"               /* 4 */
+                   "  - {path: /api/v1/x, method: GET, policies: [p]}\n" /* 5 */
+                   "  - {path: /h, method: GET, policies: [p]}\n"        /* 6 */
+                   "  - {path: /h, method: HEAD, policies: [q]}\n" /* 7 */);
     static const struct {
         const char *method, *path;
         int route; /* index, -1 for none */
@@ -732,6 +734,9 @@ TEST(config_route_matching)
         {"GET", "/api/x", 0},
         {"GET", "/api?x=1", 0},
         {"GET", "/apix", 3},
+        {"GET", "/api.json", 0},
+        {"GET", "/api.", 0},
+        {"GET", "/static.css", 3},
         {"POST", "/api", 2},
         {"POST", "/api/x", 2},
         {"POST", "/api/v1", 1},
@@ -740,6 +745,12 @@ TEST(config_route_matching)
         {"GET", "/api/v1/x", 5},
         {"GET", "/api/v1/x/z", 5},
         {"PUT", "/api/v1/x", 1},
+        /* HEAD is GET without the body: a GET route takes it, after a
+           HEAD route of the same prefix. */
+        {"HEAD", "/api/v1/x", 5},
+        {"HEAD", "/h", 7},
+        {"GET", "/h", 6},
+        {"HEAD", "/api", 0},
         {"GET", "/api/v1/xy", 1},
         {"GET", "/", 3},
         {"GET", "/other", 3},

@@ -317,6 +317,7 @@ TEST(metrics_exact_text_small_case)
         "ratel_auth_undecided_total{reason=\"bad-key\"} 0\n"
         "ratel_auth_undecided_total{reason=\"ambiguous\"} 0\n"
         "ratel_auth_undecided_total{reason=\"bad-uri\"} 0\n"
+        "ratel_auth_undecided_total{reason=\"bad-request\"} 0\n"
         "# HELP ratel_store_keys Keys the store holds.\n"
         "# TYPE ratel_store_keys gauge\n"
         "ratel_store_keys 3\n"

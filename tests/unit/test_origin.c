@@ -140,6 +140,7 @@ typedef struct origin_case_s {
 #define AMBIGUOUS RATELD_ORIGIN_AMBIGUOUS
 #define UNIDENTIFIED RATELD_ORIGIN_UNIDENTIFIED
 #define BAD_URI RATELD_ORIGIN_BAD_URI
+#define BAD_FIELD RATELD_ORIGIN_BAD_FIELD
 /* A refusal: nothing read. */
 #define NO(result) result, NULL, NULL, NULL, NULL
 #define NGINX_SETS                                                             \
@@ -198,6 +199,93 @@ static const origin_case_t cases[] = {
     {"", {.headers = {NGINX_SETS, "X-Forwarded-Method: POST"}}, NO(AMBIGUOUS)},
     {"", {.headers = {CADDY_SETS, "x-original-method: POST"}}, NO(AMBIGUOUS)},
     {"", {.headers = {NGINX_SETS, "X-Original-Host: evil"}}, NO(AMBIGUOUS)},
+    /* One spelling of a method and of a host: upper-case method, lower-case
+       host without port or final dot, whichever way the client wrote them
+       (a route for GET or for site.example is not left by `get` or
+       `SITE.example.:80`). */
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: get",
+                  "X-Forwarded-Host: SITE.Example.:8080"}},
+     OK,
+     "GET",
+     "/a",
+     "",
+     "site.example"},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: M-SEARCH",
+                  "X-Forwarded-Host: [::1]:80"}},
+     OK,
+     "M-SEARCH",
+     "/a",
+     "",
+     "[::1]"},
+    {"caddy",
+     {.headers = {"X-Forwarded-Uri: /a", "X-Forwarded-Method: GET",
+                  "X-Forwarded-Host: 10.0.0.1"}},
+     OK,
+     "GET",
+     "/a",
+     "",
+     "10.0.0.1"},
+    /* A ';' separates query parameters as '&' does. */
+    {"nginx",
+     {.headers = {"X-Original-URI: /a?telephone=139;x=1;;y",
+                  "X-Original-Method: GET"}},
+     OK,
+     "GET",
+     "/a",
+     "telephone=139&x=1&&y",
+     ""},
+    /* A backend with method-override middleware serves another method. */
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: POST",
+                  "X-HTTP-Method-Override: DELETE"}},
+     NO(AMBIGUOUS)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: POST",
+                  "X-HTTP-Method-Override: post"}},
+     OK,
+     "POST",
+     "/a",
+     "",
+     ""},
+    /* ... and no value that is not one: refused, never another route. */
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: x\"level=error"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET /evil"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a",
+                  "X-Original-Method: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {NGINX_SETS, "X-Forwarded-Host: a.example, evil"}},
+     NO(AMBIGUOUS)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET",
+                  "X-Forwarded-Host: site.example, evil"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET",
+                  "X-Forwarded-Host: site%2eexample"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET",
+                  "X-Forwarded-Host: site.example.."}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET",
+                  "X-Forwarded-Host: site.example:80:90"}},
+     NO(BAD_FIELD)},
+    {"nginx",
+     {.headers = {"X-Original-URI: /a", "X-Original-Method: GET",
+                  "X-Forwarded-Host: [evil]"}},
+     NO(BAD_FIELD)},
+    {"",
+     {.headers = {"X-Original-URI: /a", "Host: user@site.example"}},
+     NO(BAD_FIELD)},
     {"", {.headers = {NGINX_SETS, "X-Forwarded-Host: evil"}}, NO(AMBIGUOUS)},
     {"",
      {.headers = {"X-Original-URI: /a", "Host: a", "Host: b"}},
@@ -391,6 +479,7 @@ static const char *result_name(rateld_origin_result_t r)
     return r == OK          ? "ok"
            : r == AMBIGUOUS ? "ambiguous"
            : r == BAD_URI   ? "bad-uri"
+           : r == BAD_FIELD ? "bad-field"
                             : "unidentified";
 }
 

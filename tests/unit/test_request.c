@@ -313,6 +313,37 @@ static long key_of(const rateld_policy_t *p, const rateld_view_t *v, char *buf,
     return n;
 }
 
+/* The address a client limit charges: IPv4 as it is, IPv6 by its /64. */
+TEST(request_address_bucket_table)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"192.0.2.1", "192.0.2.1"},
+        {"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+        {"2001:DB8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"},
+        {"2001:0db8:0001:0002:0:0:0:9", "2001:db8:1:2::/64"},
+        {"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+        {"::1", "::/64"},
+        {"::ffff:192.0.2.7", "192.0.2.7"},
+        {"", ""},
+        {"not:an:address", "not:an:address"},
+    };
+    char buf[RATEL__ADDR_MAX], m[160];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = ratel__address_bucket(cases[i].in, buf, sizeof buf);
+        if (strcmp(buf, cases[i].want) != 0 || n != strlen(buf)) {
+            snprintf(m, sizeof m, "%s: [%s] %zu, want [%s]", cases[i].in, buf,
+                     n, cases[i].want);
+            ratel_test_fail(__FILE__, __LINE__, m);
+        }
+    }
+    /* A short buffer is cut, NUL-terminated. */
+    CHECK_EQ(ratel__address_bucket("2001:db8:1:2::1", buf, 5), 4);
+    CHECK(strcmp(buf, "2001") == 0);
+}
+
 TEST(request_key_every_kind)
 {
     static ratel_http_request_t req;
@@ -779,6 +810,7 @@ RATEL_SUITE(request) = {
     {"request_client_address_table", test_request_client_address_table},
     {"request_client_address_header_name_case_and_null_config",
      test_request_client_address_header_name_case_and_null_config},
+    {"request_address_bucket_table", test_request_address_bucket_table},
     {"request_key_every_kind", test_request_key_every_kind},
     {"request_key_host_cookie_json", test_request_key_host_cookie_json},
     {"request_override_first_match_wins",
