@@ -238,7 +238,8 @@ const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
  * hex digits, or "%00": a NUL would cut the value short for C strings) or
  * longer than len-1, -3 if given more than once ("k=1&k=2": frameworks
  * disagree on which one counts, so a limiter keyed on the first could be
- * dodged by an application reading the last). A parameter without '='
+ * dodged by an application reading the last), in any case of its name
+ * ("k=1&K=2": ASP.NET reads names without case). A parameter without '='
  * has the empty value.
  */
 long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,

@@ -71,28 +71,41 @@ static int decode_at(const char *p, size_t n, size_t *i)
     return (unsigned char)c;
 }
 
-/* 1 if the encoded key p[0..n) decodes to exactly `name`. */
-static int key_matches(const char *p, size_t n, const char *name)
+static int ascii_lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+}
+
+/* 1 if the encoded key p[0..n) decodes to `name`: exactly, or with
+   `fold`, ignoring ASCII case. */
+static int key_matches(const char *p, size_t n, const char *name, int fold)
 {
     size_t i = 0, j = 0;
 
     while (i < n) {
         int c = decode_at(p, n, &i);
-        if (c < 0 || name[j] == '\0' || (unsigned char)name[j] != c)
+        unsigned char want = (unsigned char)name[j];
+        if (c < 0 || want == '\0')
+            return 0;
+        if (fold ? ascii_lower(c) != ascii_lower(want) : c != want)
             return 0;
         j++;
     }
     return name[j] == '\0';
 }
 
-/* Whether parameter `name` appears in [p, end). */
-static int given_again(const char *p, const char *end, const char *name)
+/* Whether a parameter of [p, end) other than the one at `self` is `name`
+   in any case: "k=1&k=2" and "k=1&K=2" alike, for frameworks that read
+   names without case (ASP.NET) would join or pick either. */
+static int given_again(const char *p, const char *end, const char *self,
+                       const char *name)
 {
     while (p < end) {
         const char *amp = memchr(p, '&', (size_t)(end - p));
         const char *pend = amp ? amp : end;
         const char *eq = memchr(p, '=', (size_t)(pend - p));
-        if (key_matches(p, (size_t)((eq ? eq : pend) - p), name))
+        if (p != self &&
+            key_matches(p, (size_t)((eq ? eq : pend) - p), name, 1))
             return 1;
         p = amp ? amp + 1 : end;
     }
@@ -112,10 +125,10 @@ long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
         const char *eq = memchr(p, '=', (size_t)(pend - p));
         const char *kend = eq ? eq : pend;
 
-        if (key_matches(p, (size_t)(kend - p), name)) {
+        if (key_matches(p, (size_t)(kend - p), name, 0)) {
             const char *v = eq ? eq + 1 : pend;
             size_t vn = (size_t)(pend - v), i = 0, out = 0;
-            if (given_again(amp ? amp + 1 : end, end, name))
+            if (given_again(query.p, end, p, name))
                 return -3;
             if (!buf || len == 0)
                 return -2;

@@ -223,7 +223,8 @@ for v in '139;x=1' '139;' '139;;y'; do
     same "query_semicolon_same $v" "$(ask "/sendCaptcha?telephone=$v" GET)" '429 rate-limited'
 done
 same query_semicolon_first "$(ask '/sendCaptcha?x=1;telephone=139' GET)" '429 rate-limited'
-for v in '139%0a' '139%0d%0aX' '%09139' '139%7f' '139%00' '139&telephone=140' '139;telephone=140' 'x;telephone=139'; do
+# ASP.NET reads names without case: Telephone= is the number given twice.
+for v in '139%0a' '139%0d%0aX' '%09139' '139%7f' '139%00' '139&telephone=140' '139;telephone=140' 'x;telephone=139' '139&Telephone=140' '139&TELEPHONE=139'; do
     same "query_refused $v" "$(ask "/sendCaptcha?telephone=$v" GET)" '400 bad-key'
 done
 

@@ -481,6 +481,12 @@ TEST(http_query_param)
         {"k=1&k", "k", 16, -3, NULL},
         {"k=1&%6b=2", "k", 16, -3, NULL},
         {"k=%zz&k=1", "k", 16, -3, NULL},
+        /* Another case of the name: a second one to ASP.NET. */
+        {"k=1&K=2", "k", 16, -3, NULL},
+        {"K=1&k=2", "k", 16, -3, NULL},
+        {"Tel=1&tel=2", "tel", 16, -3, NULL},
+        {"K=1", "k", 16, -1, NULL},
+        {"kK=1&k=2", "k", 16, 1, "2"},
         {"a%20b=x", "a b", 16, 1, "x"},
         {"a+b=y", "a b", 16, 1, "y"},
         {"a=1&&b=2", "b", 16, 1, "2"},
