@@ -349,17 +349,6 @@ static int headers_match(const rateld_route_t *r,
     return 1;
 }
 
-/* How often header `name` occurs in `req`. */
-static size_t header_count(const ratel_http_request_t *req, const char *name)
-{
-    size_t len = strlen(name), n = 0;
-
-    for (size_t i = 0; i < req->nheaders; i++)
-        n += req->headers[i].name.n == len &&
-             strncasecmp(req->headers[i].name.p, name, len) == 0;
-    return n;
-}
-
 int rateld_config_route_header_twice(const rateld_config_t *config,
                                      const ratel_http_request_t *req,
                                      const char **name)
@@ -367,7 +356,7 @@ int rateld_config_route_header_twice(const rateld_config_t *config,
     for (size_t i = 0; config && req && i < config->nroutes; i++) {
         const rateld_route_t *r = &config->routes[i];
         for (size_t k = 0; k < r->nheaders; k++)
-            if (header_count(req, r->headers[k].name) > 1) {
+            if (ratel_http_header_count(req, r->headers[k].name, NULL) > 1) {
                 *name = r->headers[k].name;
                 return 1;
             }

@@ -148,19 +148,17 @@ static int json_value(const rateld_view_t *v, const char *name, char *buf,
 static int header_value(const ratel_http_request_t *req, const char *name,
                         const char **value, size_t *n)
 {
-    size_t len = strlen(name), seen = 0;
+    const ratel_http_str_t *h;
+    size_t count = ratel_http_header_count(req, name, &h);
 
-    for (size_t i = 0; req && i < req->nheaders; i++) {
-        const ratel_http_header_t *h = &req->headers[i];
-        if (h->name.n != len || strncasecmp(h->name.p, name, len) != 0)
-            continue;
-        if (seen++)
-            return -1;
-        *value = h->value.p;
-        *n = h->value.n;
-        trim(value, n); /* HTTP's optional white space */
-    }
-    return seen ? 0 : 1;
+    if (count > 1)
+        return -1;
+    if (count == 0)
+        return 1;
+    *value = h->p;
+    *n = h->n;
+    trim(value, n); /* HTTP's optional white space */
+    return 0;
 }
 
 /* Whether p[0..n) holds a control byte (a NUL, a line break, DEL, ...):

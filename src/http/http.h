@@ -231,6 +231,13 @@ void ratel_http_respond(ratel_http_exchange_t *ex, int status,
 const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
                                           const char *name);
 
+/* How many headers are named `name` (case-insensitive); *first (unless
+   NULL) gets the first one's value, or NULL. A count above 1 is for the
+   caller to refuse where a client's second copy could steer it. */
+size_t ratel_http_header_count(const ratel_http_request_t *req,
+                               const char *name,
+                               const ratel_http_str_t **first);
+
 /*
  * Finds query parameter `name` in `query` and percent-decodes its value
  * ('+' is a space) into buf (at most len bytes, NUL-terminated). Returns

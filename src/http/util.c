@@ -13,23 +13,44 @@ static unsigned char lower(unsigned char c)
     return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
 }
 
+/* Whether header name k is `name` (n bytes), in any case. */
+static int name_is(const ratel_http_str_t *k, const char *name, size_t n)
+{
+    size_t j = 0;
+
+    if (k->n != n)
+        return 0;
+    while (j < n &&
+           lower((unsigned char)k->p[j]) == lower((unsigned char)name[j]))
+        j++;
+    return j == n;
+}
+
 const ratel_http_str_t *ratel_http_header(const ratel_http_request_t *req,
                                           const char *name)
 {
     size_t n = strlen(name);
 
-    for (size_t i = 0; i < req->nheaders; i++) {
-        const ratel_http_str_t *k = &req->headers[i].name;
-        size_t j = 0;
-        if (k->n != n)
-            continue;
-        while (j < n &&
-               lower((unsigned char)k->p[j]) == lower((unsigned char)name[j]))
-            j++;
-        if (j == n)
+    for (size_t i = 0; i < req->nheaders; i++)
+        if (name_is(&req->headers[i].name, name, n))
             return &req->headers[i].value;
-    }
     return NULL;
+}
+
+size_t ratel_http_header_count(const ratel_http_request_t *req,
+                               const char *name, const ratel_http_str_t **first)
+{
+    size_t n = strlen(name), count = 0;
+
+    if (first)
+        *first = NULL;
+    for (size_t i = 0; req && i < req->nheaders; i++) {
+        if (!name_is(&req->headers[i].name, name, n))
+            continue;
+        if (count++ == 0 && first)
+            *first = &req->headers[i].value;
+    }
+    return count;
 }
 
 static int hex_value(char c)
@@ -71,11 +92,6 @@ static int decode_at(const char *p, size_t n, size_t *i)
     return (unsigned char)c;
 }
 
-static int ascii_lower(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
-}
-
 /* 1 if the encoded key p[0..n) decodes to `name`: exactly, or with
    `fold`, ignoring ASCII case. */
 static int key_matches(const char *p, size_t n, const char *name, int fold)
@@ -87,7 +103,7 @@ static int key_matches(const char *p, size_t n, const char *name, int fold)
         unsigned char want = (unsigned char)name[j];
         if (c < 0 || want == '\0')
             return 0;
-        if (fold ? ascii_lower(c) != ascii_lower(want) : c != want)
+        if (fold ? lower((unsigned char)c) != lower(want) : c != want)
             return 0;
         j++;
     }
