@@ -655,6 +655,86 @@ RATEL_API int ratel_store_watch_health(ratel_store_t *store,
 /* Frees the store and everything it holds. NULL is a no-op. */
 RATEL_API void ratel_store_free(ratel_store_t *store);
 
+/* ------------------------------------------------- asynchronous calls */
+
+struct event_base;
+typedef struct ratel_async_s ratel_async_t;
+
+/*
+ * A store's calls on a libevent loop (an event_base: rateld, captchad, any
+ * program built on libevent). Each call completes through its callback,
+ * on the loop's thread, exactly once and never inside the call that
+ * started it. On a Redis store the commands a loop turn issues leave in
+ * one write per connection (automatic pipelining: one thread keeps many
+ * decisions in flight), and nothing waits for Redis: a hung server delays
+ * only the calls that need it, each answered at its own deadline
+ * (timeout_ms) by the failure policy, with the same decisions, sources and
+ * counters as the synchronous calls. Other stores decide at once and tell
+ * at the loop's next turn.
+ *
+ * One ratel_async_t serves one loop; several may share a store (each
+ * keeps its own connections). Returns 0, RATEL_EINVAL or RATEL_ENOMEM
+ * (with a message in errbuf).
+ */
+RATEL_API int ratel_async_new(ratel_async_t **out, ratel_store_t *store,
+                              struct event_base *base, char *errbuf,
+                              size_t errlen);
+
+/* Frees it on its loop's thread, before the store: calls still pending
+   are told first (RATEL_EIO, or the failure policy's decision). NULL is a
+   no-op. */
+RATEL_API void ratel_async_free(ratel_async_t *async);
+
+/* A decision, or why there is none (rc != 0: `decision` is NULL). */
+typedef void (*ratel_decision_fn)(void *ud, int rc,
+                                  const ratel_decision_t *decision);
+/* A release's answer: `held` as ratel_store_release() sets it. */
+typedef void (*ratel_release_fn)(void *ud, int rc, int held,
+                                 const ratel_decision_t *decision);
+/* A batch is decided: each item's rc and decision are set. */
+typedef void (*ratel_batch_fn)(void *ud, ratel_batch_item_t *items, size_t n);
+
+/*
+ * ratel_store_acquire() on the loop. `key` and `policy` must stay valid
+ * until `fn` runs (`request` is copied). Returns 0 (then `fn` follows) or,
+ * without calling `fn`, RATEL_EINVAL for bad arguments (as the synchronous
+ * call checks them) or RATEL_ENOMEM.
+ */
+RATEL_API int ratel_async_acquire(ratel_async_t *async, const char *key,
+                                  size_t keylen, const ratel_policy_t *policy,
+                                  int64_t now_us,
+                                  const ratel_request_t *request,
+                                  ratel_decision_fn fn, void *ud);
+
+/* ratel_async_acquire() with RATEL_PEEK: decides, charges nothing. */
+RATEL_API int ratel_async_peek(ratel_async_t *async, const char *key,
+                               size_t keylen, const ratel_policy_t *policy,
+                               int64_t now_us, const ratel_request_t *request,
+                               ratel_decision_fn fn, void *ud);
+
+/* ratel_store_refund() on the loop (as ratel_async_acquire()). */
+RATEL_API int ratel_async_refund(ratel_async_t *async, const char *key,
+                                 size_t keylen, const ratel_policy_t *policy,
+                                 int64_t now_us, uint64_t cost,
+                                 ratel_decision_fn fn, void *ud);
+
+/* ratel_store_release() on the loop (as ratel_async_acquire()). */
+RATEL_API int ratel_async_release(ratel_async_t *async, const char *key,
+                                  size_t keylen, const ratel_policy_t *policy,
+                                  int64_t now_us, uint32_t lease,
+                                  unsigned flags, ratel_release_fn fn,
+                                  void *ud);
+
+/*
+ * ratel_store_acquire_batch() on the loop: `items` (and what they point
+ * to) must stay valid until `fn` runs. Groups are all-or-nothing as in the
+ * synchronous call.
+ */
+RATEL_API int ratel_async_acquire_batch(ratel_async_t *async,
+                                        ratel_batch_item_t *items, size_t n,
+                                        int64_t now_us, ratel_batch_fn fn,
+                                        void *ud);
+
 /* --------------------------------------------------------------- clocks */
 
 /*

@@ -26,13 +26,32 @@ static int bad_policy(const ratel_policy_t *policy)
     return !policy || policy->nrules < 1 || policy->nrules > RATEL_MAX_RULES;
 }
 
+int ratel__store_check(const ratel_store_t *store, const char *key,
+                       const ratel_policy_t *policy, int64_t now_us)
+{
+    return !store || !key || bad_policy(policy) || bad_time(now_us)
+               ? RATEL_EINVAL
+               : 0;
+}
+
+int ratel__store_check_release(const ratel_store_t *store, const char *key,
+                               const ratel_policy_t *policy, int64_t now_us,
+                               uint32_t lease, unsigned flags)
+{
+    return ratel__store_check(store, key, policy, now_us) != 0 ||
+                   !store->ops->release || lease == 0 ||
+                   (flags & ~RATEL_RENEW) || !ratel_policy_has_leases(policy)
+               ? RATEL_EINVAL
+               : 0;
+}
+
 int ratel_store_acquire(ratel_store_t *store, const char *key, size_t keylen,
                         const ratel_policy_t *policy, int64_t now_us,
                         const ratel_request_t *request,
                         ratel_decision_t *decision)
 {
-    if (!store || !key || bad_policy(policy) || !request || !decision ||
-        bad_time(now_us))
+    if (ratel__store_check(store, key, policy, now_us) != 0 || !request ||
+        !decision)
         return RATEL_EINVAL;
     return store->ops->acquire(store, key, keylen, policy, now_us, request,
                                decision);
@@ -42,7 +61,7 @@ int ratel_store_refund(ratel_store_t *store, const char *key, size_t keylen,
                        const ratel_policy_t *policy, int64_t now_us,
                        uint64_t cost, ratel_decision_t *decision)
 {
-    if (!store || !key || bad_policy(policy) || !decision || bad_time(now_us))
+    if (ratel__store_check(store, key, policy, now_us) != 0 || !decision)
         return RATEL_EINVAL;
     return store->ops->refund(store, key, keylen, policy, now_us, cost,
                               decision);
@@ -55,9 +74,9 @@ int ratel_store_release(ratel_store_t *store, const char *key, size_t keylen,
 {
     if (held)
         *held = 0;
-    if (!store || !key || bad_policy(policy) || !decision || !held ||
-        bad_time(now_us) || !store->ops->release || lease == 0 ||
-        (flags & ~RATEL_RENEW) || !ratel_policy_has_leases(policy))
+    if (ratel__store_check_release(store, key, policy, now_us, lease,
+                                   flags) != 0 ||
+        !decision || !held)
         return RATEL_EINVAL;
     return store->ops->release(store, key, keylen, policy, now_us, lease, flags,
                                held, decision);
@@ -145,26 +164,34 @@ static void refund_denied_groups(ratel_store_t *store,
     }
 }
 
-int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
-                              size_t n, int64_t now_us)
+size_t ratel__store_check_batch(ratel_batch_item_t *items, size_t n,
+                                int *grouped)
 {
     size_t todo = 0;
-    int grouped = 0;
 
-    if (!store || (!items && n > 0) || bad_time(now_us))
-        return RATEL_EINVAL;
+    *grouped = 0;
     /* A bad item is answered on its own; the others still go. */
     for (size_t i = 0; i < n; i++) {
         ratel_batch_item_t *it = &items[i];
         memset(&it->decision, 0, sizeof it->decision);
         it->rc = (!it->key || bad_policy(it->policy)) ? RATEL_EINVAL : 0;
-        grouped |= it->group != 0;
+        *grouped |= it->group != 0;
     }
-    if (grouped)
+    if (*grouped)
         check_groups(items, n);
     for (size_t i = 0; i < n; i++)
         todo += items[i].rc == 0;
-    if (todo == 0)
+    return todo;
+}
+
+int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
+                              size_t n, int64_t now_us)
+{
+    int grouped = 0;
+
+    if (!store || (!items && n > 0) || bad_time(now_us))
+        return RATEL_EINVAL;
+    if (ratel__store_check_batch(items, n, &grouped) == 0)
         return 0;
     if (grouped && store->ops->acquire_group) {
         for (size_t i = 0; i < n;) {
@@ -181,7 +208,7 @@ int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
     }
     if (store->ops->acquire_batch) {
         int rc = store->ops->acquire_batch(store, items, n, now_us);
-        if (rc == 0 && grouped)
+        if (rc == 0 && grouped && !store->ops->batch_groups)
             refund_denied_groups(store, items, n, now_us);
         return rc;
     }

@@ -52,6 +52,9 @@ typedef struct ratel_store_ops_s {
        Groups are then given back by store.c where a member was denied. */
     int (*acquire_batch)(ratel_store_t *store, ratel_batch_item_t *items,
                          size_t n, int64_t now_us);
+    /* 1: acquire_batch gives back the groups with a denied member itself
+       (store.c does not). */
+    int batch_groups;
     /* Decides the n (2..RATEL_GROUP_MAX) items of one group atomically,
        charging none unless all are admitted; NULL: the batch path and
        refunds. */
@@ -71,6 +74,19 @@ typedef struct ratel_store_ops_s {
     /* Frees the store and everything it holds; `store` is not NULL. */
     void (*free)(ratel_store_t *store);
 } ratel_store_ops_t;
+
+/* The public calls' argument checks, shared with async.c: 0 or
+   RATEL_EINVAL. */
+int ratel__store_check(const ratel_store_t *store, const char *key,
+                       const ratel_policy_t *policy, int64_t now_us);
+int ratel__store_check_release(const ratel_store_t *store, const char *key,
+                               const ratel_policy_t *policy, int64_t now_us,
+                               uint32_t lease, unsigned flags);
+/* Checks each item (rc RATEL_EINVAL for a bad one, and for every member of
+   a bad group), clears decisions; returns how many items are left to
+   decide, *grouped set when a group is there. */
+size_t ratel__store_check_batch(ratel_batch_item_t *items, size_t n,
+                                int *grouped);
 
 /* The head of every backend's store object. */
 struct ratel_store_s {

@@ -1,0 +1,356 @@
+/*
+ * async.c - the store's calls on a libevent loop (ratel_async_* in
+ * ratel.h).
+ *
+ * A Redis store gets an engine of its own on the loop (engine.h on the
+ * libevent transport, transport_event.h): its calls are the synchronous
+ * calls' asynchronous halves (redis_decide.c), told by the engine when
+ * Redis answered or their deadline passed. Any other store decides at
+ * once, in the call; its answer waits in the `told` list for an event
+ * activated once per turn, so that no callback ever runs inside the call
+ * that started it, whatever the store.
+ *
+ * Each call is a job (malloc'd): what to tell whom, and the Redis half's
+ * state. The job is freed after its callback returns.
+ */
+#include "store/redis_private.h"
+#include "store/transport_event.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum job_kind_e { JOB_ACQUIRE, JOB_BATCH, JOB_REFUND, JOB_RELEASE } job_kind_t;
+
+typedef struct job_s job_t;
+struct job_s {
+    ratel_async_t *a;
+    job_t *next; /* the told list */
+    job_kind_t kind;
+    union {
+        ratel_decision_fn decision;
+        ratel_release_fn release;
+        ratel_batch_fn batch;
+    } fn;
+    void *ud;
+    ratel_batch_item_t one; /* ACQUIRE */
+    ratel_batch_item_t *items;
+    size_t n;
+    ratel_decision_t decision; /* REFUND, RELEASE */
+    int held, rc;
+    redis_batch_t rb;
+    redis_call_t rc_call;
+};
+
+struct ratel_async_s {
+    ratel_store_t *store;
+    redis_store_t *redis; /* NULL: a store that decides at once */
+    ratel__engine_t *engine;
+    ratel__event_t *transport;
+    struct event *tell;
+    job_t *told_head, *told_tail;
+};
+
+/* Runs the job's callback, then frees it. */
+static void tell(job_t *job)
+{
+    switch (job->kind) {
+    case JOB_ACQUIRE:
+        job->fn.decision(job->ud, job->one.rc,
+                         job->one.rc == 0 ? &job->one.decision : NULL);
+        break;
+    case JOB_BATCH:
+        job->fn.batch(job->ud, job->items, job->n);
+        break;
+    case JOB_REFUND:
+        job->fn.decision(job->ud, job->rc, job->rc == 0 ? &job->decision : NULL);
+        break;
+    case JOB_RELEASE:
+        job->fn.release(job->ud, job->rc, job->held,
+                        job->rc == 0 ? &job->decision : NULL);
+        break;
+    }
+    free(job);
+}
+
+static void on_tell(evutil_socket_t fd, short what, void *ud)
+{
+    ratel_async_t *a = ud;
+    job_t *job = a->told_head;
+
+    (void)fd;
+    (void)what;
+    a->told_head = a->told_tail = NULL;
+    while (job) {
+        job_t *next = job->next;
+        tell(job);
+        job = next;
+    }
+}
+
+/* An answer decided at once: told at the loop's next turn. */
+static void tell_later(job_t *job)
+{
+    ratel_async_t *a = job->a;
+
+    job->next = NULL;
+    if (a->told_tail)
+        a->told_tail->next = job;
+    else
+        a->told_head = job;
+    a->told_tail = job;
+    event_active(a->tell, EV_WRITE, 0);
+}
+
+/* ------------------------------------------------------ Redis halves */
+
+static void redis_batch_told(void *ud)
+{
+    job_t *job = ud;
+
+    redis_batch_end(&job->rb);
+    tell(job);
+}
+
+/* Starts a batch (JOB_ACQUIRE: the job's one item) on the loop's engine. */
+static int start_batch(job_t *job, int64_t now_us)
+{
+    ratel_async_t *a = job->a;
+    int rc;
+
+    job->rb = (redis_batch_t){.s = a->redis,
+                              .e = a->engine,
+                              .items = job->items,
+                              .n = job->n,
+                              .now_us = now_us,
+                              .fn = redis_batch_told,
+                              .ud = job};
+    rc = redis_batch_start(&job->rb);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        redis_batch_end(&job->rb);
+        tell_later(job);
+    }
+    return 0;
+}
+
+static void redis_call_told(void *ud)
+{
+    job_t *job = ud;
+
+    job->rc = job->rc_call.rc;
+    tell(job);
+}
+
+static void start_call(job_t *job)
+{
+    job->rc_call.s = job->a->redis;
+    job->rc_call.fn = redis_call_told;
+    job->rc_call.ud = job;
+    job->rc_call.decision = &job->decision;
+    if (job->kind == JOB_RELEASE)
+        job->rc_call.held = &job->held;
+    if (redis_call_start(job->a->engine, &job->rc_call) == 1) {
+        job->rc = job->rc_call.rc;
+        tell_later(job);
+    }
+}
+
+/* -------------------------------------------------------------- calls */
+
+static job_t *job_new(ratel_async_t *a, job_kind_t kind, void *ud)
+{
+    job_t *job = calloc(1, sizeof *job);
+
+    if (job) {
+        job->a = a;
+        job->kind = kind;
+        job->ud = ud;
+    }
+    return job;
+}
+
+int ratel_async_acquire_batch(ratel_async_t *a, ratel_batch_item_t *items,
+                              size_t n, int64_t now_us, ratel_batch_fn fn,
+                              void *ud)
+{
+    job_t *job;
+    int grouped, rc;
+
+    if (!a || !fn || (!items && n > 0))
+        return RATEL_EINVAL;
+    ratel__store_check_batch(items, n, &grouped);
+    job = job_new(a, JOB_BATCH, ud);
+    if (!job)
+        return RATEL_ENOMEM;
+    job->fn.batch = fn;
+    job->items = items;
+    job->n = n;
+    if (a->redis) {
+        rc = start_batch(job, now_us);
+        if (rc != 0)
+            free(job);
+        return rc;
+    }
+    rc = ratel_store_acquire_batch(a->store, items, n, now_us);
+    if (rc != 0) {
+        free(job);
+        return rc;
+    }
+    tell_later(job);
+    return 0;
+}
+
+int ratel_async_acquire(ratel_async_t *a, const char *key, size_t keylen,
+                        const ratel_policy_t *policy, int64_t now_us,
+                        const ratel_request_t *request, ratel_decision_fn fn,
+                        void *ud)
+{
+    job_t *job;
+    int rc;
+
+    if (!a || !fn || !request ||
+        ratel__store_check(a->store, key, policy, now_us) != 0)
+        return RATEL_EINVAL;
+    job = job_new(a, JOB_ACQUIRE, ud);
+    if (!job)
+        return RATEL_ENOMEM;
+    job->fn.decision = fn;
+    job->one = (ratel_batch_item_t){
+        .key = key, .keylen = keylen, .policy = policy, .request = *request};
+    job->items = &job->one;
+    job->n = 1;
+    if (a->redis) {
+        rc = start_batch(job, now_us);
+        if (rc != 0)
+            free(job);
+        return rc;
+    }
+    job->one.rc = ratel_store_acquire(a->store, key, keylen, policy, now_us,
+                                      request, &job->one.decision);
+    tell_later(job);
+    return 0;
+}
+
+int ratel_async_peek(ratel_async_t *a, const char *key, size_t keylen,
+                     const ratel_policy_t *policy, int64_t now_us,
+                     const ratel_request_t *request, ratel_decision_fn fn,
+                     void *ud)
+{
+    ratel_request_t peek;
+
+    if (!request)
+        return RATEL_EINVAL;
+    peek = *request;
+    peek.flags |= RATEL_PEEK;
+    return ratel_async_acquire(a, key, keylen, policy, now_us, &peek, fn, ud);
+}
+
+int ratel_async_refund(ratel_async_t *a, const char *key, size_t keylen,
+                       const ratel_policy_t *policy, int64_t now_us,
+                       uint64_t cost, ratel_decision_fn fn, void *ud)
+{
+    job_t *job;
+
+    if (!a || !fn || ratel__store_check(a->store, key, policy, now_us) != 0)
+        return RATEL_EINVAL;
+    job = job_new(a, JOB_REFUND, ud);
+    if (!job)
+        return RATEL_ENOMEM;
+    job->fn.decision = fn;
+    if (a->redis) {
+        job->rc_call.rop = (ratel__rop_t){.kind = RATEL__ROP_REFUND,
+                                          .key = key,
+                                          .keylen = keylen,
+                                          .policy = policy,
+                                          .request.cost = cost,
+                                          .now_us = now_us};
+        start_call(job);
+        return 0;
+    }
+    job->rc = ratel_store_refund(a->store, key, keylen, policy, now_us, cost,
+                                 &job->decision);
+    tell_later(job);
+    return 0;
+}
+
+int ratel_async_release(ratel_async_t *a, const char *key, size_t keylen,
+                        const ratel_policy_t *policy, int64_t now_us,
+                        uint32_t lease, unsigned flags, ratel_release_fn fn,
+                        void *ud)
+{
+    job_t *job;
+
+    if (!a || !fn ||
+        ratel__store_check_release(a->store, key, policy, now_us, lease,
+                                   flags) != 0)
+        return RATEL_EINVAL;
+    job = job_new(a, JOB_RELEASE, ud);
+    if (!job)
+        return RATEL_ENOMEM;
+    job->fn.release = fn;
+    if (a->redis) {
+        job->rc_call.rop = (ratel__rop_t){.kind = RATEL__ROP_RELEASE,
+                                          .key = key,
+                                          .keylen = keylen,
+                                          .policy = policy,
+                                          .lease = lease,
+                                          .lease_flags = flags,
+                                          .now_us = now_us};
+        start_call(job);
+        return 0;
+    }
+    job->rc = ratel_store_release(a->store, key, keylen, policy, now_us, lease,
+                                  flags, &job->held, &job->decision);
+    tell_later(job);
+    return 0;
+}
+
+/* ------------------------------------------------------------- create */
+
+int ratel_async_new(ratel_async_t **out, ratel_store_t *store,
+                    struct event_base *base, char *errbuf, size_t errlen)
+{
+    ratel_async_t *a;
+    ratel__loop_hooks_t hooks;
+
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if (!out || !store || !base) {
+        ratel__msg(errbuf, errlen, "a store and an event_base are needed");
+        return RATEL_EINVAL;
+    }
+    *out = NULL;
+    a = calloc(1, sizeof *a);
+    if (!a || !(a->tell = event_new(base, -1, 0, on_tell, a)))
+        goto nomem;
+    a->store = store;
+    if (store->ops == &ratel__redis_ops) {
+        a->redis = (redis_store_t *)store;
+        a->engine = ratel__engine_new(&a->redis->sh, &hooks);
+        if (!a->engine || ratel__event_new(&a->transport, base, &hooks) != 0)
+            goto nomem;
+        ratel__engine_set_transport(a->engine, &ratel__event_transport,
+                                    a->transport);
+    }
+    *out = a;
+    return 0;
+nomem:
+    ratel_async_free(a);
+    ratel__msg(errbuf, errlen, "out of memory");
+    return RATEL_ENOMEM;
+}
+
+void ratel_async_free(ratel_async_t *a)
+{
+    if (!a)
+        return;
+    /* Pending Redis calls are told (RATEL_EIO: the failure policy). */
+    ratel__engine_free(a->engine);
+    ratel__event_free(a->transport);
+    on_tell(-1, 0, a);
+    if (a->tell)
+        event_free(a->tell);
+    free(a);
+}

@@ -1,0 +1,608 @@
+/*
+ * engine.c - the Redis engine's commands from submission to completion
+ * (engine.h): the live list ordered by deadline, each node's queue, the
+ * dispatch of a turn's commands in one write per connection, the breaker,
+ * and the loop's two hooks (the timer and the end-of-turn flush).
+ *
+ * A command's places. Submitted, it joins the live list (by deadline) and
+ * its node's queue; the flush moves a node's queue onto one of its ready
+ * connections (encoded into the connection's output, sent in one write)
+ * where it waits for its reply in the connection's ring; a failover may
+ * park it (engine_route.c). Wherever it is, it is finished exactly once:
+ * removed from every list and put on the done list, told at the next
+ * flush, so that `done` never runs inside ratel__engine_submit().
+ */
+#include "store/engine_private.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ratel__msg(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+    vsnprintf(buf, len, fmt, ap);
+#pragma GCC diagnostic pop
+    va_end(ap);
+}
+
+int ratel__reply_starts(const redisReply *r, const char *prefix)
+{
+    size_t n = strlen(prefix);
+
+    return r->str && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+int ratel__reply_unavailable(const redisReply *r)
+{
+    static const char *const now[] = {"LOADING",     "BUSY",     "MASTERDOWN",
+                                      "CLUSTERDOWN", "TRYAGAIN", "OOM",
+                                      "READONLY"};
+
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    for (size_t i = 0; i < sizeof now / sizeof now[0]; i++)
+        if (ratel__reply_starts(r, now[i]))
+            return 1;
+    return 0;
+}
+
+void engine_error(ratel__engine_t *e, const char *message)
+{
+    if (e->sh->error)
+        e->sh->error(e->sh->note_ud, message);
+}
+
+/* ------------------------------------------------------------ lists */
+
+static void live_unlink(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    if (rop->aprev)
+        rop->aprev->anext = rop->anext;
+    else if (e->ahead == rop)
+        e->ahead = rop->anext;
+    if (rop->anext)
+        rop->anext->aprev = rop->aprev;
+    else if (e->atail == rop)
+        e->atail = rop->aprev;
+    rop->aprev = rop->anext = NULL;
+}
+
+static void queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
+                         ratel__rop_t *rop)
+{
+    if (rop->qprev)
+        rop->qprev->qnext = rop->qnext;
+    else
+        *head = rop->qnext;
+    if (rop->qnext)
+        rop->qnext->qprev = rop->qprev;
+    else
+        *tail = rop->qprev;
+    rop->qprev = rop->qnext = NULL;
+}
+
+void queue_append(ratel__rop_t **head, ratel__rop_t **tail,
+                         ratel__rop_t *rop)
+{
+    rop->qnext = NULL;
+    rop->qprev = *tail;
+    if (*tail)
+        (*tail)->qnext = rop;
+    else
+        *head = rop;
+    *tail = rop;
+}
+
+/* Takes `rop` out of the queue it waits in (not off a connection). */
+static void unplace(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    if (rop->where == WHERE_QUEUE)
+        queue_unlink(&rop->node->qhead, &rop->node->qtail, rop);
+    else if (rop->where == WHERE_PARKED)
+        queue_unlink(&e->parked_head, &e->parked_tail, rop);
+    else if (rop->where == WHERE_WAIT)
+        queue_unlink(&e->wait_head, &e->wait_tail, rop);
+    rop->where = WHERE_NONE;
+}
+
+void engine_defer(ratel__engine_t *e)
+{
+    if (!e->deferred && e->t) {
+        e->deferred = 1;
+        e->t->defer(e->tud);
+    }
+}
+
+void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
+                   redisReply *reply)
+{
+    unplace(e, rop);
+    live_unlink(e, rop);
+    rop->conn = NULL;
+    rop->rc = rc;
+    rop->reply = reply;
+    rop->down_until_us = 0;
+    if (rc != 0 && rop->node)
+        ratel__engine_node_down(rop->node, rop->now_us, &rop->down_until_us);
+    rop->where = WHERE_DONE;
+    rop->qprev = e->ftail;
+    rop->qnext = NULL;
+    if (e->ftail)
+        e->ftail->qnext = rop;
+    else
+        e->fhead = rop;
+    e->ftail = rop;
+    engine_defer(e);
+}
+
+void engine_node_dirty(ratel__node_t *node)
+{
+    ratel__engine_t *e = node->e;
+
+    if (!node->dirty) {
+        node->dirty = 1;
+        node->dnext = e->dirty_nodes;
+        e->dirty_nodes = node;
+    }
+    engine_defer(e);
+}
+
+void engine_conn_dirty(conn_t *c)
+{
+    ratel__engine_t *e = c->e;
+
+    if (!c->dirty) {
+        c->dirty = 1;
+        c->dnext = e->dirty_conns;
+        e->dirty_conns = c;
+    }
+    engine_defer(e);
+}
+
+/* ------------------------------------------------------------ nodes */
+
+ratel__node_t *engine_node_at(ratel__engine_t *e, const char *host, int port,
+                              size_t *index)
+{
+    ratel__node_t *nd;
+
+    for (size_t i = 0; i < e->nnodes; i++) {
+        if (e->nodes[i]->port == port && strcmp(e->nodes[i]->host, host) == 0) {
+            if (index)
+                *index = i;
+            return e->nodes[i];
+        }
+    }
+    if (e->nnodes == ENGINE_MAX_NODES || strlen(host) >= sizeof nd->host)
+        return NULL;
+    nd = calloc(1, sizeof *nd);
+    if (!nd)
+        return NULL;
+    nd->e = e;
+    snprintf(nd->host, sizeof nd->host, "%s", host);
+    nd->port = port;
+    ratel__msg(nd->name, sizeof nd->name,
+               strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    if (index)
+        *index = e->nnodes;
+    e->nodes[e->nnodes++] = nd;
+    return nd;
+}
+
+int ratel__engine_node_down(ratel__node_t *node, int64_t now_us,
+                            int64_t *until_us)
+{
+    if (until_us)
+        *until_us = node->down_until_us;
+    return node->down_until_us != 0 && now_us < node->down_until_us;
+}
+
+const char *ratel__engine_node_name(const ratel__node_t *node)
+{
+    return node->name;
+}
+
+const char *ratel__engine_node_error(const ratel__node_t *node)
+{
+    return node->errstr;
+}
+
+static void breaker_count(ratel__node_t *node, int open)
+{
+    ratel__redis_shared_t *sh = (ratel__redis_shared_t *)node->e->sh;
+
+    if (node->breaker_counted == open)
+        return;
+    node->breaker_counted = open;
+    atomic_fetch_add_explicit(&sh->breaker_open, open ? 1 : -1,
+                              memory_order_relaxed);
+}
+
+int ratel__engine_node_health_clear(ratel__node_t *node)
+{
+    return node->health_down &&
+           ratel__health_set(node->e->sh->health, &node->health_down, 0, NULL,
+                             ratel_clock_now_us());
+}
+
+/* A round trip on the node succeeded: the breaker closes, health is up. */
+void engine_node_ok(ratel__node_t *node)
+{
+    ratel__redis_shared_t *sh = (ratel__redis_shared_t *)node->e->sh;
+
+    node->down_until_us = 0;
+    node->fail_streak = 0;
+    node->probing = 0;
+    node->errstr[0] = '\0';
+    breaker_count(node, 0);
+    if (node->health_down &&
+        ratel__health_set(sh->health, &node->health_down, 0, NULL,
+                          ratel_clock_now_us()))
+        ratel__health_notify(sh->health);
+}
+
+/* Fails every queued command of the node that may not try it now. */
+static void fail_queue(ratel__node_t *node, int rc, int all)
+{
+    ratel__rop_t *rop = node->qhead, *next;
+
+    for (; rop; rop = next) {
+        next = rop->qnext;
+        if (all || !rop->force)
+            engine_finish(node->e, rop, rc, NULL);
+    }
+}
+
+/*
+ * The node failed (`c`'s failure, or its connect or a command timed out):
+ * its breaker opens (unless only forced commands saw it: a ping reports
+ * without moving the callers' breaker), every connection closes, and what
+ * waited for it fails. Health goes down with the reason.
+ */
+void engine_node_failed(ratel__node_t *node, conn_t *c, int rc,
+                        const char *why, int forced_only)
+{
+    ratel__engine_t *e = node->e;
+    const ratel__redis_shared_t *sh = e->sh;
+    int64_t now = e->last_now_us;
+
+    (void)c;
+    ratel__msg(node->errstr, sizeof node->errstr, "%s", why);
+    engine_error(e, why);
+    if (!forced_only) {
+        if (node->fail_streak < 3)
+            node->fail_streak++;
+        node->down_until_us = now + (sh->breaker_us << (node->fail_streak - 1));
+        if (node->down_until_us <= 0)
+            node->down_until_us = 1;
+        breaker_count(node, 1);
+    }
+    node->probing = 0;
+    while (node->conns)
+        conn_fail(node->conns, rc, why, 0);
+    fail_queue(node, rc, forced_only == 0);
+    if (ratel__health_set(sh->health, &node->health_down, 1, why,
+                          ratel_clock_now_us()))
+        ratel__health_notify(sh->health);
+}
+
+/* ---------------------------------------------------------- commands */
+
+void engine_enqueue(ratel__engine_t *e, ratel__node_t *node, ratel__rop_t *rop)
+{
+    rop->node = node;
+    if (node->down_until_us != 0 && !rop->force) {
+        if (rop->now_us < node->down_until_us) {
+            engine_finish(e, rop, RATEL_EIO, NULL);
+            return;
+        }
+        /* Half-open: this command probes; the rest wait behind it. */
+        node->probing = 1;
+    }
+    rop->where = WHERE_QUEUE;
+    queue_append(&node->qhead, &node->qtail, rop);
+    engine_node_dirty(node);
+}
+
+/* Starts a command's life: its deadline, its place in the live list. */
+void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    if (rop->now_us > e->last_now_us)
+        e->last_now_us = rop->now_us;
+    rop->deadline_us =
+        e->t->now(e->tud) + (int64_t)e->sh->command_timeout_ms * 1000;
+    rop->anext = NULL;
+    rop->aprev = e->atail;
+    if (e->atail)
+        e->atail->anext = rop;
+    else
+        e->ahead = rop;
+    e->atail = rop;
+}
+
+void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    ratel__node_t *node;
+
+    rop->rc = 0;
+    rop->reply = NULL;
+    rop->node = NULL;
+    rop->conn = NULL;
+    rop->attempts = 0;
+    rop->asking = 0;
+    rop->where = WHERE_NONE;
+    rop->found[0] = '\0';
+    rop->refused = 0;
+    engine_live_add(e, rop);
+    if (e->freeing) {
+        engine_finish(e, rop, RATEL_EIO, NULL);
+        return;
+    }
+    node = rop->target ? rop->target : route_rop(e, rop);
+    if (!node) {
+        engine_error(e, "no cluster node answered");
+        engine_finish(e, rop, RATEL_EIO, NULL);
+        return;
+    }
+    engine_enqueue(e, node, rop);
+    engine_rearm(e);
+}
+
+/* Whether a command may leave before its node is prepared. */
+static int needs_code(const ratel__rop_t *rop)
+{
+    return rop->kind <= RATEL__ROP_RELEASE;
+}
+
+/* The ready connection with the fewest replies outstanding. */
+static conn_t *pick_conn(ratel__node_t *node, int *busy)
+{
+    conn_t *best = NULL;
+
+    *busy = 1;
+    for (conn_t *c = node->conns; c; c = c->next) {
+        if (c->state != CONN_READY)
+            continue;
+        if (!best || c->pcount < best->pcount)
+            best = c;
+    }
+    if (best && best->pcount == 0)
+        *busy = 0;
+    return best;
+}
+
+/* Whether one of the node's connections is still being made. */
+static int opening(const ratel__node_t *node)
+{
+    for (const conn_t *c = node->conns; c; c = c->next)
+        if (c->state != CONN_READY)
+            return 1;
+    return 0;
+}
+
+/*
+ * Moves the node's queue onto a ready connection; opens one when none is
+ * (or, all busy, another while the pool has room).
+ */
+static void dispatch(ratel__node_t *node)
+{
+    ratel__engine_t *e = node->e;
+    int busy;
+    conn_t *c = pick_conn(node, &busy);
+
+    if ((!c || busy) && node->qhead && !opening(node) &&
+        node->nconns < e->sh->pool_size) {
+        char why[300];
+        if (!conn_open(node, why, sizeof why)) {
+            engine_node_failed(node, NULL, RATEL_EIO, why, 0);
+            return;
+        }
+    }
+    if (!c)
+        return;
+    if (!node_prepared(node))
+        conn_prepare(c);
+    for (ratel__rop_t *rop = node->qhead, *next; rop; rop = next) {
+        next = rop->qnext;
+        if (needs_code(rop) && !node_prepared(node))
+            continue;
+        queue_unlink(&node->qhead, &node->qtail, rop);
+        rop->where = WHERE_FLIGHT;
+        rop->conn = c;
+        rop->attempts++;
+        if (conn_push(c, rop, STEP_ROP) != 0)
+            engine_finish(e, rop, RATEL_ENOMEM, NULL);
+    }
+}
+
+/* Sends each dirty connection's output in one write. */
+static void send_dirty(ratel__engine_t *e)
+{
+    ratel__redis_shared_t *sh = (ratel__redis_shared_t *)e->sh;
+
+    while (e->dirty_conns) {
+        conn_t *c = e->dirty_conns;
+        e->dirty_conns = c->dnext;
+        c->dirty = 0;
+        if (c->outlen == 0 || !c->handle)
+            continue;
+        e->t->send(e->tud, c->handle, c->out, c->outlen);
+        atomic_fetch_add_explicit(&sh->round_trips, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sh->commands, c->outcmds,
+                                  memory_order_relaxed);
+        c->outlen = 0;
+        c->outcmds = 0;
+    }
+}
+
+/* The end of a turn: dispatch, write, then tell what is done. */
+static void hook_flush(void *ud)
+{
+    ratel__engine_t *e = ud;
+
+    if (e->flushing)
+        return;
+    e->flushing = 1;
+    e->deferred = 0;
+    while (e->dirty_nodes || e->dirty_conns || e->fhead) {
+        while (e->dirty_nodes) {
+            ratel__node_t *node = e->dirty_nodes;
+            e->dirty_nodes = node->dnext;
+            node->dirty = 0;
+            dispatch(node);
+        }
+        send_dirty(e);
+        while (e->fhead && !e->dirty_nodes) {
+            ratel__rop_t *rop = e->fhead;
+            e->fhead = rop->qnext;
+            if (!e->fhead)
+                e->ftail = NULL;
+            rop->qnext = rop->qprev = NULL;
+            rop->where = WHERE_NONE;
+            rop->done(rop);
+        }
+    }
+    e->deferred = 0;
+    e->flushing = 0;
+    engine_rearm(e);
+}
+
+/* ------------------------------------------------------------ timer */
+
+void engine_rearm(ratel__engine_t *e)
+{
+    int64_t at = e->ahead ? e->ahead->deadline_us : -1;
+
+    for (size_t i = 0; i < e->nnodes; i++)
+        for (conn_t *c = e->nodes[i]->conns; c; c = c->next)
+            if (c->state != CONN_READY && (at < 0 || c->open_deadline_us < at))
+                at = c->open_deadline_us;
+    if (at != e->timer_at && e->t) {
+        e->timer_at = at;
+        e->t->timer(e->tud, at);
+    }
+}
+
+/* A connection not made within connect_timeout_ms fails its node. */
+static void connect_timeouts(ratel__engine_t *e, int64_t now)
+{
+    for (size_t i = 0; i < e->nnodes; i++) {
+        ratel__node_t *node = e->nodes[i];
+        for (conn_t *c = node->conns; c; c = c->next) {
+            char why[400];
+            if (c->state == CONN_READY || c->open_deadline_us > now)
+                continue;
+            ratel__msg(why, sizeof why,
+                       "cannot connect to %s: no answer within %d ms "
+                       "(connect_timeout_ms)",
+                       node->name, e->sh->connect_timeout_ms);
+            engine_node_failed(node, c, RATEL_EIO, why, 0);
+            break;
+        }
+    }
+}
+
+/* Commands past their deadline fail; a connection that kept one fails
+   with it (a server that does not answer is hung or gone). */
+static void command_timeouts(ratel__engine_t *e, int64_t now)
+{
+    while (e->ahead && e->ahead->deadline_us <= now) {
+        ratel__rop_t *rop = e->ahead;
+        ratel__node_t *node = rop->node;
+        char why[400];
+
+        if (rop->where == WHERE_FLIGHT && rop->conn) {
+            ratel__msg(why, sizeof why, "%s: no reply within %d ms (timeout_ms)",
+                       node->name, e->sh->command_timeout_ms);
+            engine_node_failed(node, rop->conn, RATEL_EIO, why, rop->force);
+            if (rop->where != WHERE_DONE)
+                engine_finish(e, rop, RATEL_EIO, NULL);
+            continue;
+        }
+        if (node && rop->where == WHERE_QUEUE) {
+            ratel__msg(why, sizeof why,
+                       "%s: no connection within %d ms (timeout_ms)%s%s",
+                       node->name, e->sh->command_timeout_ms,
+                       node->errstr[0] ? ": " : "", node->errstr);
+            engine_error(e, why);
+        }
+        engine_finish(e, rop, RATEL_EIO, NULL);
+    }
+}
+
+static void hook_timer(void *ud)
+{
+    ratel__engine_t *e = ud;
+    int64_t now = e->t->now(e->tud);
+
+    e->timer_at = -1;
+    connect_timeouts(e, now);
+    command_timeouts(e, now);
+    engine_rearm(e);
+}
+
+/* ------------------------------------------------------------ create */
+
+ratel__engine_t *ratel__engine_new(const ratel__redis_shared_t *shared,
+                                   ratel__loop_hooks_t *hooks)
+{
+    ratel__engine_t *e = calloc(1, sizeof *e);
+
+    if (!e)
+        return NULL;
+    e->sh = shared;
+    e->timer_at = -1;
+    for (size_t i = 0; i < shared->url.naddrs; i++) {
+        if (!engine_node_at(e, shared->url.addrs[i].host,
+                            shared->url.addrs[i].port, NULL)) {
+            ratel__engine_free(e);
+            return NULL;
+        }
+    }
+    hooks->timer = hook_timer;
+    hooks->flush = hook_flush;
+    hooks->ud = e;
+    return e;
+}
+
+void ratel__engine_set_transport(ratel__engine_t *e,
+                                 const ratel__transport_t *transport,
+                                 void *tud)
+{
+    e->t = transport;
+    e->tud = tud;
+}
+
+void ratel__engine_free(ratel__engine_t *e)
+{
+    if (!e)
+        return;
+    e->freeing = 1;
+    for (size_t i = 0; i < e->nnodes; i++) {
+        ratel__node_t *node = e->nodes[i];
+        while (node->conns)
+            conn_fail(node->conns, RATEL_EIO, "the store is closing", 0);
+        fail_queue(node, RATEL_EIO, 1);
+    }
+    while (e->ahead)
+        engine_finish(e, e->ahead, RATEL_EIO, NULL);
+    while (e->fhead) {
+        ratel__rop_t *rop = e->fhead;
+        e->fhead = rop->qnext;
+        rop->where = WHERE_NONE;
+        rop->done(rop);
+    }
+    for (size_t i = 0; i < e->nnodes; i++) {
+        breaker_count(e->nodes[i], 0);
+        free(e->nodes[i]);
+    }
+    free(e);
+}

@@ -1,0 +1,621 @@
+/*
+ * engine_conn.c - one connection of the Redis engine: what the transport
+ * tells it (up, data, down), the replies read in order by hiredis's
+ * reader, the setup every connection makes (AUTH, SELECT) and the
+ * preparation a node needs once (how the core runs there).
+ *
+ * Preparation, one connection of the node at a time, each step sent when
+ * the one before was answered:
+ *
+ *   PING            the node's first connection: the peer is Redis
+ *   COMMAND INFO    mode=auto or module: is the ratel module loaded?
+ *   FCALL_RO ratel_version 0, then FUNCTION LOAD REPLACE unless it
+ *                   answered this build's version (another version is
+ *                   replaced, never kept); refused with mode=auto: the
+ *                   EVAL script instead, which the store's note says
+ *   SCRIPT LOAD     the EVAL script's mode
+ *
+ * Commands that run the core wait in their node's queue meanwhile; GET
+ * and the library's own command do not need it.
+ */
+#include "store/engine_private.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const ratel__redis_shared_t *shared(const conn_t *c)
+{
+    return c->e->sh;
+}
+
+int node_prepared(const ratel__node_t *node)
+{
+    return node->mode == RATEL__MODE_MODULE ||
+           (node->mode != RATEL__MODE_UNKNOWN && node->code_loaded);
+}
+
+/* A reply's text for a message ("(nil)", the error, the status). */
+static void reply_text(const redisReply *r, char *buf, size_t len)
+{
+    if (!r)
+        ratel__msg(buf, len, "no reply");
+    else if (r->str)
+        ratel__msg(buf, len, "%.*s", (int)(r->len > 200 ? 200 : r->len),
+                   r->str);
+    else if (r->type == REDIS_REPLY_INTEGER)
+        ratel__msg(buf, len, "%lld", r->integer);
+    else
+        ratel__msg(buf, len, "%s",
+                   r->type == REDIS_REPLY_NIL ? "(nil)" : "an array");
+}
+
+/* --------------------------------------------------------- the ring */
+
+int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
+{
+    int rc;
+
+    if (c->pcount + 2 > c->pcap) {
+        size_t cap = c->pcap ? c->pcap * 2 : 16;
+        pend_t *p = malloc(cap * sizeof *p);
+        if (!p)
+            return RATEL_ENOMEM;
+        for (size_t i = 0; i < c->pcount; i++)
+            p[i] = c->pend[(c->phead + i) % c->pcap];
+        free(c->pend);
+        c->pend = p;
+        c->pcap = cap;
+        c->phead = 0;
+    }
+    if (step == STEP_ROP && rop->asking) {
+        if (encode_words(c, 1, "ASKING") != 0)
+            return RATEL_ENOMEM;
+        c->pend[(c->phead + c->pcount++) % c->pcap] =
+            (pend_t){NULL, STEP_ASKING};
+    }
+    if (step == STEP_ROP && rop->kind == RATEL__ROP_LIBRARY)
+        step = STEP_LIB_VERSION;
+    switch (step) {
+    case STEP_ROP:
+        rc = encode_rop(c, rop);
+        break;
+    case STEP_LIB_VERSION:
+    case STEP_VERSION:
+        rc = encode_words(c, 3, "FCALL_RO", "ratel_version", "0");
+        break;
+    default: {
+        /* The setup's and the preparation's commands. */
+        const ratel__redis_shared_t *sh = shared(c);
+        argv_t a = {.n = 0};
+        char db[16];
+#define ARG(s, l) (a.v[a.n] = (s), a.len[a.n] = (l), a.n++)
+#define ARGZ(s) ARG((s), strlen(s))
+        if (step == STEP_AUTH) {
+            ARGZ("AUTH");
+            if (sh->username && sh->username[0])
+                ARGZ(sh->username);
+            ARGZ(sh->password);
+        } else if (step == STEP_SELECT) {
+            ARGZ("SELECT");
+            ARG(db, (size_t)snprintf(db, sizeof db, "%d", sh->db));
+        } else if (step == STEP_PING) {
+            ARGZ("PING");
+        } else if (step == STEP_MODE) {
+            ARGZ("COMMAND");
+            ARGZ("INFO");
+            ARGZ("ratel.acquire");
+        } else if (step == STEP_LOAD || step == STEP_LIB_LOAD) {
+            ARGZ("FUNCTION");
+            ARGZ("LOAD");
+            ARGZ("REPLACE");
+            ARG(sh->library, sh->library_len);
+        } else {
+            ARGZ("SCRIPT");
+            ARGZ("LOAD");
+            ARG(sh->script, sh->script_len);
+        }
+#undef ARG
+#undef ARGZ
+        rc = encode_argv(c, &a);
+    }
+    }
+    if (rc != 0)
+        return RATEL_ENOMEM;
+    c->pend[(c->phead + c->pcount++) % c->pcap] = (pend_t){rop, step};
+    c->outcmds++;
+    engine_conn_dirty(c);
+    return 0;
+}
+
+static int pop(conn_t *c, pend_t *out)
+{
+    if (c->pcount == 0)
+        return 0;
+    *out = c->pend[c->phead];
+    c->phead = (c->phead + 1) % c->pcap;
+    c->pcount--;
+    return 1;
+}
+
+/* ------------------------------------------------------------ close */
+
+static void unlink_dirty(conn_t *c)
+{
+    conn_t **link = &c->e->dirty_conns;
+
+    if (!c->dirty)
+        return;
+    while (*link && *link != c)
+        link = &(*link)->dnext;
+    if (*link)
+        *link = c->dnext;
+    c->dirty = 0;
+}
+
+static void conn_free(conn_t *c)
+{
+    ratel__node_t *node = c->node;
+    conn_t **link = &node->conns;
+
+    while (*link && *link != c)
+        link = &(*link)->next;
+    if (*link) {
+        *link = c->next;
+        node->nconns--;
+    }
+    if (node->preparing == c)
+        node->preparing = NULL;
+    unlink_dirty(c);
+    if (c->reader)
+        redisReaderFree(c->reader);
+    free(c->out);
+    free(c->pend);
+    free(c);
+}
+
+void conn_fail(conn_t *c, int rc, const char *why, int closed_by_transport)
+{
+    ratel__engine_t *e = c->e;
+    pend_t p;
+
+    (void)why;
+    if (c->handle && !closed_by_transport)
+        e->t->close(e->tud, c->handle);
+    c->handle = NULL;
+    while (pop(c, &p)) {
+        ratel__rop_t *rop = p.rop;
+        if (!rop || rop->where != WHERE_FLIGHT || rop->conn != c)
+            continue;
+        rop->conn = NULL;
+        rop->where = WHERE_NONE;
+        if (e->freeing || !route_park(e, rop, rc))
+            engine_finish(e, rop, rc, NULL);
+    }
+    conn_free(c);
+    engine_rearm(e);
+}
+
+/* -------------------------------------------------------- preparation */
+
+/* The preparation failed: the node fails with it. */
+static void prepare_failed(conn_t *c, int rc, const char *fmt,
+                           const redisReply *r)
+{
+    char text[256], why[400];
+
+    reply_text(r, text, sizeof text);
+    ratel__msg(why, sizeof why, fmt, c->node->name, text);
+    engine_node_failed(c->node, c, rc, why, 0);
+}
+
+/* Sends the preparation's next step, or ends it. */
+static void prepare_next(conn_t *c)
+{
+    ratel__node_t *node = c->node;
+    const ratel__redis_shared_t *sh = shared(c);
+    step_t step;
+
+    if (node->mode == RATEL__MODE_UNKNOWN && sh->mode == RATEL_REDIS_LUA)
+        node->mode = RATEL__MODE_LUA;
+    if (node->mode == RATEL__MODE_UNKNOWN && sh->mode == RATEL_REDIS_FUNCTION)
+        node->mode = RATEL__MODE_FUNCTION;
+    if (node_prepared(node)) {
+        node->preparing = NULL;
+        engine_node_dirty(node);
+        return;
+    }
+    step = node->mode == RATEL__MODE_UNKNOWN    ? STEP_MODE
+           : node->mode == RATEL__MODE_FUNCTION ? STEP_VERSION
+                                                : STEP_SCRIPT;
+    if (conn_push(c, NULL, step) != 0)
+        engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+}
+
+void conn_prepare(conn_t *c)
+{
+    ratel__node_t *node = c->node;
+
+    if (node->preparing || node_prepared(node) || c->state != CONN_READY)
+        return;
+    node->preparing = c;
+    if (!node->ever_connected) {
+        if (conn_push(c, NULL, STEP_PING) != 0)
+            engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+        return;
+    }
+    prepare_next(c);
+}
+
+static int conn_alive(const ratel__node_t *node, const conn_t *c)
+{
+    for (const conn_t *x = node->conns; x; x = x->next)
+        if (x == c)
+            return 1;
+    return 0;
+}
+
+static void on_ping(conn_t *c, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_STATUS || r->len != 4 ||
+        strncasecmp(r->str, "PONG", 4) != 0) {
+        prepare_failed(c, RATEL_EPROTO, "%s: PING answered: %s", r);
+        return;
+    }
+    prepare_next(c);
+}
+
+static void on_mode(conn_t *c, const redisReply *r)
+{
+    int loaded = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+                 r->element[0]->type == REDIS_REPLY_ARRAY;
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        prepare_failed(c, RATEL_EIO, "%s: COMMAND INFO failed: %s", r);
+        return;
+    }
+    if (!loaded && shared(c)->mode == RATEL_REDIS_MODULE) {
+        prepare_failed(c, RATEL_EPROTO,
+                       "%s has no ratel module loaded (load build/ratel.so, "
+                       "or use mode=auto, mode=function or mode=lua)%.0s",
+                       r);
+        return;
+    }
+    c->node->mode = loaded ? RATEL__MODE_MODULE : RATEL__MODE_FUNCTION;
+    prepare_next(c);
+}
+
+/* FUNCTION LOAD refused: mode=auto uses the script; mode=function fails. */
+static void library_refused(conn_t *c, const redisReply *r)
+{
+    const ratel__redis_shared_t *sh = shared(c);
+    char text[256], why[600];
+
+    reply_text(r, text, sizeof text);
+    if (sh->mode == RATEL_REDIS_FUNCTION) {
+        ratel__msg(why, sizeof why,
+                   "%s: FUNCTION LOAD of the ratel library refused: %s "
+                   "(mode=function needs the library: allow FUNCTION LOAD, "
+                   "load it with `ratel lua-load`, or use mode=auto or "
+                   "mode=lua)",
+                   c->node->name, text);
+        engine_node_failed(c->node, c, RATEL_EPROTO, why, 0);
+        return;
+    }
+    c->node->mode = RATEL__MODE_LUA;
+    c->node->code_loaded = 0;
+    if (sh->note) {
+        ratel__msg(why, sizeof why,
+                   "%s: FUNCTION LOAD of the ratel library refused: %s; "
+                   "using the EVAL script (EVALSHA) there instead",
+                   c->node->name, text);
+        sh->note(sh->note_ud, why);
+    }
+    prepare_next(c);
+}
+
+static void on_version(conn_t *c, const redisReply *r)
+{
+    if (ratel__reply_unavailable(r)) {
+        prepare_failed(c, RATEL_EIO, "%s: FCALL_RO ratel_version failed: %s",
+                       r);
+        return;
+    }
+    if (r->type == REDIS_REPLY_STRING &&
+        strlen(shared(c)->library_version) == r->len &&
+        memcmp(r->str, shared(c)->library_version, r->len) == 0) {
+        c->node->code_loaded = 1;
+        prepare_next(c);
+        return;
+    }
+    if (conn_push(c, NULL, STEP_LOAD) != 0)
+        engine_node_failed(c->node, c, RATEL_ENOMEM, "out of memory", 0);
+}
+
+static void on_load(conn_t *c, const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_STRING && r->len == 5 &&
+        memcmp(r->str, "ratel", 5) == 0) {
+        c->node->code_loaded = 1;
+        prepare_next(c);
+    } else if (ratel__reply_unavailable(r) || r->type != REDIS_REPLY_ERROR) {
+        prepare_failed(c, RATEL_EIO,
+                       "%s: FUNCTION LOAD of the ratel library failed: %s", r);
+    } else {
+        library_refused(c, r);
+    }
+}
+
+static void on_script(conn_t *c, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        prepare_failed(c,
+                       r->type == REDIS_REPLY_ERROR &&
+                               !ratel__reply_unavailable(r)
+                           ? RATEL_EPROTO
+                           : RATEL_EIO,
+                       "%s: SCRIPT LOAD of the EVAL script failed: %s", r);
+        return;
+    }
+    c->node->code_loaded = 1;
+    prepare_next(c);
+}
+
+/* ------------------------------------------------------- the library */
+
+/* A LIBRARY command's answers: the version there, then maybe the load. */
+static void on_library(conn_t *c, ratel__rop_t *rop, step_t step,
+                       redisReply *r)
+{
+    const ratel__redis_shared_t *sh = shared(c);
+    ratel__engine_t *e = c->e;
+
+    if (step == STEP_LIB_VERSION && !ratel__reply_unavailable(r)) {
+        if (r->type == REDIS_REPLY_STRING)
+            ratel__msg(rop->found, sizeof rop->found, "%.*s",
+                       (int)(r->len > 64 ? 64 : r->len), r->str);
+        freeReplyObject(r);
+        if (strcmp(rop->found, sh->library_version) != 0) {
+            if (conn_push(c, rop, STEP_LIB_LOAD) != 0)
+                engine_finish(e, rop, RATEL_ENOMEM, NULL);
+            return;
+        }
+        r = NULL;
+    } else if (step == STEP_LIB_LOAD && r->type == REDIS_REPLY_STRING &&
+               r->len == 5 && memcmp(r->str, "ratel", 5) == 0) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    rop->conn = NULL;
+    rop->where = WHERE_NONE;
+    if (!r) {
+        /* A node that fell back to the script uses the library now. */
+        c->node->mode = RATEL__MODE_UNKNOWN;
+        c->node->code_loaded = 0;
+        engine_finish(e, rop, 0, NULL);
+        return;
+    }
+    rop->refused = step == STEP_LIB_LOAD && !ratel__reply_unavailable(r);
+    engine_finish(e, rop, rop->refused ? RATEL_EPROTO : RATEL_EIO, r);
+}
+
+/* ------------------------------------------------------------ replies */
+
+static void became_ready(conn_t *c)
+{
+    c->state = CONN_READY;
+    engine_node_dirty(c->node);
+}
+
+/* One reply, matched with what it answers. Returns 0, or -1 when the
+   connection failed (and is gone). */
+static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
+{
+    ratel__node_t *node = c->node;
+    ratel__engine_t *e = c->e;
+    char text[256], why[400];
+
+    switch (p->step) {
+    case STEP_ROP:
+        if (!p->rop || p->rop->where != WHERE_FLIGHT || p->rop->conn != c) {
+            freeReplyObject(r);
+            return 0;
+        }
+        p->rop->conn = NULL;
+        p->rop->where = WHERE_NONE;
+        if (r->type == REDIS_REPLY_ERROR && route_retry(e, p->rop, r))
+            return 0;
+        engine_finish(e, p->rop, 0, r);
+        return 0;
+    case STEP_LIB_VERSION:
+    case STEP_LIB_LOAD:
+        if (p->rop && p->rop->where == WHERE_FLIGHT && p->rop->conn == c)
+            on_library(c, p->rop, p->step, r);
+        else
+            freeReplyObject(r);
+        return 0;
+    case STEP_ASKING:
+        break;
+    case STEP_AUTH:
+    case STEP_SELECT:
+        if (r->type == REDIS_REPLY_ERROR) {
+            reply_text(r, text, sizeof text);
+            if (p->step == STEP_AUTH)
+                ratel__msg(why, sizeof why, "%s refused the credentials: %s",
+                           node->name, text);
+            else
+                ratel__msg(why, sizeof why, "%s: SELECT %d failed: %s",
+                           node->name, shared(c)->db, text);
+            freeReplyObject(r);
+            engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+            return -1;
+        }
+        if (c->pcount == 0 && c->state == CONN_SETUP)
+            became_ready(c);
+        break;
+    default: {
+        static void (*const step_fn[])(conn_t *, const redisReply *) = {
+            [STEP_PING] = on_ping,
+            [STEP_MODE] = on_mode,
+            [STEP_VERSION] = on_version,
+            [STEP_LOAD] = on_load,
+            [STEP_SCRIPT] = on_script,
+        };
+        step_fn[p->step](c, r);
+        freeReplyObject(r);
+        /* A failed preparation failed the node and closed `c`. */
+        return conn_alive(node, c) ? 0 : -1;
+    }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* ------------------------------------------------- transport callbacks */
+
+static void link_up(ratel__link_t *link)
+{
+    conn_t *c = (conn_t *)link;
+    const ratel__redis_shared_t *sh = shared(c);
+    ratel__node_t *node = c->node;
+
+    if (node->ever_connected)
+        atomic_fetch_add_explicit(
+            &((ratel__redis_shared_t *)sh)->reconnects, 1,
+            memory_order_relaxed);
+    if (sh->password || sh->db != 0) {
+        c->state = CONN_SETUP;
+        if ((sh->password && conn_push(c, NULL, STEP_AUTH) != 0) ||
+            (sh->db != 0 && conn_push(c, NULL, STEP_SELECT) != 0))
+            engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+        return;
+    }
+    became_ready(c);
+}
+
+static void link_data(ratel__link_t *link, const char *p, size_t n)
+{
+    conn_t *c = (conn_t *)link;
+    ratel__node_t *node = c->node;
+
+    if (redisReaderFeed(c->reader, p, n) != REDIS_OK)
+        goto broken;
+    for (;;) {
+        void *reply = NULL;
+        pend_t pend;
+        if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+            goto broken;
+        if (!reply)
+            break;
+        if (!pop(c, &pend)) {
+            freeReplyObject(reply);
+            goto unexpected;
+        }
+        if (!c->answered) {
+            c->answered = 1;
+            node->ever_connected = 1;
+        }
+        if (node->down_until_us || node->health_down || node->fail_streak)
+            engine_node_ok(node);
+        if (on_reply(c, &pend, reply) != 0)
+            return;
+    }
+    engine_rearm(c->e);
+    return;
+broken : {
+    char why[400];
+    ratel__msg(why, sizeof why,
+               "%s answered something that is not the Redis protocol (is "
+               "it Redis?): %s",
+               node->name, c->reader->errstr);
+    engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+    return;
+}
+unexpected : {
+    char why[400];
+    ratel__msg(why, sizeof why, "%s sent a reply nothing asked for",
+               node->name);
+    engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+}
+}
+
+/* Whether every command waiting on `c` was forced (a ping's). */
+static int forced_only(const conn_t *c)
+{
+    int any = 0;
+
+    for (size_t i = 0; i < c->pcount; i++) {
+        const pend_t *p = &c->pend[(c->phead + i) % c->pcap];
+        if (p->rop && !p->rop->force)
+            return 0;
+        any |= p->rop != NULL;
+    }
+    for (const ratel__rop_t *q = c->node->qhead; q; q = q->qnext)
+        if (!q->force)
+            return 0;
+    return any;
+}
+
+static void link_down(ratel__link_t *link, const char *why, int tls_error)
+{
+    conn_t *c = (conn_t *)link;
+    ratel__node_t *node = c->node;
+    int forced = forced_only(c), rc = tls_error ? RATEL_EPROTO : RATEL_EIO;
+    char msg[600];
+
+    c->handle = NULL;
+    if (c->state == CONN_READY && c->pcount == 0 && c->answered) {
+        /* An idle connection the server closed (its `timeout`, a
+           restart): the next command opens another and finds out. */
+        conn_fail(c, RATEL_EIO, why, 1);
+        return;
+    }
+    if (c->state == CONN_OPENING)
+        ratel__msg(msg, sizeof msg, "cannot connect to %s: %s", node->name,
+                   why);
+    else
+        ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
+    conn_fail(c, rc, msg, 1);
+    engine_node_failed(node, NULL, rc, msg, forced);
+}
+
+conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
+{
+    ratel__engine_t *e = node->e;
+    const ratel__redis_shared_t *sh = e->sh;
+    ratel__tls_target_t tls = {sh->tls,
+                               sh->tls_server_name ? sh->tls_server_name
+                                                   : node->host,
+                               sh->tls_insecure};
+    conn_t *c = calloc(1, sizeof *c);
+
+    if (!c || !(c->reader = redisReaderCreate())) {
+        free(c);
+        ratel__msg(why, whylen, "%s: out of memory", node->name);
+        return NULL;
+    }
+    c->link.up = link_up;
+    c->link.data = link_data;
+    c->link.down = link_down;
+    c->e = e;
+    c->node = node;
+    c->state = CONN_OPENING;
+    c->open_deadline_us =
+        e->t->now(e->tud) + (int64_t)sh->connect_timeout_ms * 1000;
+    c->next = node->conns;
+    node->conns = c;
+    node->nconns++;
+    c->handle = e->t->open(e->tud, &c->link, node->host, node->port,
+                           sh->tls ? &tls : NULL, why, whylen);
+    if (!c->handle) {
+        char reason[300];
+        ratel__msg(reason, sizeof reason, "%s", why);
+        ratel__msg(why, whylen, "cannot connect to %s: %s", node->name,
+                   reason);
+        conn_free(c);
+        return NULL;
+    }
+    engine_rearm(e);
+    return c;
+}

@@ -1,0 +1,159 @@
+/*
+ * engine_encode.c - a command's bytes: RESP arrays of bulk strings
+ * appended to a connection's output, sent at the end of the turn.
+ *
+ * ACQUIRE, REFUND, RESET and RELEASE go as the node's mode asks: the
+ * module's command (RATEL.ACQUIRE KEY ARGS...), the library's function
+ * (FCALL ratel_acquire 1 KEY ARGS...) or the EVAL script's operation
+ * (EVALSHA SHA 1 KEY ACQUIRE ARGS...), with the same ARGS in all three.
+ */
+#include "store/engine_private.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int reserve(conn_t *c, size_t more)
+{
+    size_t cap;
+    char *p;
+
+    if (c->outlen + more <= c->outcap)
+        return 0;
+    cap = c->outcap ? c->outcap : 4096;
+    while (cap < c->outlen + more)
+        cap *= 2;
+    p = realloc(c->out, cap);
+    if (!p)
+        return -1;
+    c->out = p;
+    c->outcap = cap;
+    return 0;
+}
+
+/* "*N\r\n" then "$LEN\r\nBYTES\r\n" per argument. */
+int encode_argv(conn_t *c, const argv_t *a)
+{
+    size_t need = 16;
+
+    for (int i = 0; i < a->n; i++)
+        need += a->len[i] + 24;
+    if (reserve(c, need) != 0)
+        return -1;
+    c->outlen += (size_t)sprintf(c->out + c->outlen, "*%d\r\n", a->n);
+    for (int i = 0; i < a->n; i++) {
+        c->outlen +=
+            (size_t)sprintf(c->out + c->outlen, "$%zu\r\n", a->len[i]);
+        memcpy(c->out + c->outlen, a->v[i], a->len[i]);
+        c->outlen += a->len[i];
+        memcpy(c->out + c->outlen, "\r\n", 2);
+        c->outlen += 2;
+    }
+    return 0;
+}
+
+int encode_words(conn_t *c, int argc, ...)
+{
+    argv_t a = {.n = 0};
+    va_list ap;
+
+    va_start(ap, argc);
+    for (int i = 0; i < argc && i < 32; i++) {
+        a.v[a.n] = va_arg(ap, const char *);
+        a.len[a.n] = strlen(a.v[a.n]);
+        a.n++;
+    }
+    va_end(ap);
+    return encode_argv(c, &a);
+}
+
+static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
+{
+    if (t->policy == p && memcmp(&t->copy, p, sizeof *p) == 0)
+        return;
+    for (uint32_t i = 0; i < p->nrules; i++)
+        t->len[i] = (size_t)ratel_rule_format(&p->rules[i], t->text[i],
+                                              sizeof t->text[i]);
+    t->policy = p;
+    t->copy = *p;
+}
+
+/* What follows the key of ACQUIRE, REFUND and RELEASE. */
+static void options(argv_t *a, const ratel__rop_t *rop, char num[4][24],
+                    rule_texts_t *rules)
+{
+#define ARG(s_, l_) (a->v[a->n] = (s_), a->len[a->n] = (l_), a->n++)
+#define ARGZ(s_) ARG((s_), strlen(s_))
+#define NUM(i, fmt, v) ARG(num[i], (size_t)snprintf(num[i], 24, fmt, v))
+    if (rop->kind == RATEL__ROP_RELEASE) {
+        NUM(0, "%u", rop->lease);
+        if (rop->lease_flags & RATEL_RENEW)
+            ARGZ("RENEW");
+    } else if (rop->request.cost != 1) {
+        ARGZ("COST");
+        NUM(0, "%llu", (unsigned long long)rop->request.cost);
+    }
+    if (rop->kind == RATEL__ROP_ACQUIRE && (rop->request.flags & RATEL_PEEK))
+        ARGZ("PEEK");
+    if (rop->kind == RATEL__ROP_ACQUIRE && rop->request.max_wait_ms > 0) {
+        ARGZ("MAXWAIT");
+        NUM(1, "%lld", (long long)rop->request.max_wait_ms);
+    }
+    if (rop->at_ms >= 0) {
+        ARGZ("AT");
+        NUM(2, "%lld", (long long)rop->at_ms);
+    }
+    format_rules(rules, rop->policy);
+    for (uint32_t i = 0; i < rop->policy->nrules; i++)
+        ARG(rules->text[i], rules->len[i]);
+}
+
+int encode_rop(conn_t *c, const ratel__rop_t *rop)
+{
+    static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
+                                             "RATEL.RESET", "RATEL.RELEASE"};
+    static const char *const function[] = {"ratel_acquire", "ratel_refund",
+                                           "ratel_reset", "ratel_release"};
+    static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET",
+                                         "RELEASE"};
+    static const char *const plain[] = {
+        [RATEL__ROP_GET] = "GET",
+        [RATEL__ROP_PING] = "PING",
+        [RATEL__ROP_SLOTS] = "CLUSTER",
+        [RATEL__ROP_ROLE] = "ROLE",
+    };
+    ratel__node_mode_t mode = c->node->mode;
+    int lua = mode == RATEL__MODE_LUA;
+    argv_t args = {.n = 0}, *a = &args;
+    char num[4][24];
+
+    if (rop->kind > RATEL__ROP_RELEASE) {
+        ARGZ(plain[rop->kind]);
+        if (rop->kind == RATEL__ROP_GET)
+            ARG(rop->key, rop->keylen);
+        if (rop->kind == RATEL__ROP_SLOTS)
+            ARGZ("SLOTS");
+        return encode_argv(c, a);
+    }
+    if (mode == RATEL__MODE_MODULE) {
+        ARGZ(module_cmd[rop->kind]);
+        ARG(rop->key, rop->keylen);
+    } else {
+        ARGZ(lua ? "EVALSHA" : "FCALL");
+        if (lua)
+            ARG(c->e->sh->script_sha, 40);
+        else
+            ARGZ(function[rop->kind]);
+        ARGZ("1");
+        ARG(rop->key, rop->keylen);
+        if (lua)
+            ARGZ(lua_op[rop->kind]);
+    }
+    if (rop->kind != RATEL__ROP_RESET)
+        options(a, rop, num, &c->e->rules);
+#undef ARG
+#undef ARGZ
+#undef NUM
+    return encode_argv(c, a);
+}

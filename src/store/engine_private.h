@@ -1,0 +1,189 @@
+/*
+ * engine_private.h - the Redis engine's parts, shared by its files:
+ *
+ *   engine.c        commands' lives: queues, dispatch, deadlines, the
+ *                   breaker, the loop's hooks
+ *   engine_conn.c   one connection: the transport's callbacks, the
+ *                   reply reader, the setup (AUTH, SELECT) and the node's
+ *                   preparation (the module, the library or the script)
+ *   engine_route.c  where a command goes: the cluster's slot map, MOVED
+ *                   and ASK, failovers (ROLE), and which answers are sent
+ *                   again
+ *   engine_encode.c a command's bytes (RESP), as the node's mode asks
+ */
+#ifndef RATEL_STORE_ENGINE_PRIVATE_H
+#define RATEL_STORE_ENGINE_PRIVATE_H
+
+#include "store/engine.h"
+
+#define ENGINE_MAX_NODES 256
+#define ENGINE_SLOTS 16384
+
+/* Where a command is (rop->where). */
+enum {
+    WHERE_NONE,
+    WHERE_QUEUE,  /* its node's queue */
+    WHERE_PARKED, /* a failover's: sent again after it */
+    WHERE_WAIT,   /* a discovery's: told when it ends */
+    WHERE_FLIGHT, /* on a connection, waiting for its reply */
+    WHERE_DONE    /* the done list, told at the flush */
+};
+
+/* What a reply on a connection answers. */
+typedef enum step_e {
+    STEP_ROP = 0, /* a command's (the rop's) */
+    STEP_ASKING,  /* ASKING before a command: ignored */
+    STEP_AUTH,
+    STEP_SELECT,
+    STEP_PING,         /* preparation: the peer is Redis */
+    STEP_MODE,         /* preparation: COMMAND INFO ratel.acquire */
+    STEP_VERSION,      /* preparation: FCALL_RO ratel_version 0 */
+    STEP_LOAD,         /* preparation: FUNCTION LOAD REPLACE */
+    STEP_SCRIPT,       /* preparation: SCRIPT LOAD */
+    STEP_LIB_VERSION,  /* a LIBRARY rop's FCALL_RO ratel_version 0 */
+    STEP_LIB_LOAD      /* a LIBRARY rop's FUNCTION LOAD REPLACE */
+} step_t;
+
+typedef struct pend_s {
+    ratel__rop_t *rop; /* STEP_ROP, STEP_LIB_*: the command */
+    step_t step;
+} pend_t;
+
+typedef enum conn_state_e {
+    CONN_OPENING, /* the transport connects (and shakes hands) */
+    CONN_SETUP,   /* AUTH and SELECT sent, not answered yet */
+    CONN_READY
+} conn_state_t;
+
+typedef struct conn_s conn_t;
+struct conn_s {
+    ratel__link_t link; /* first: the transport's callbacks find us */
+    ratel__engine_t *e;
+    ratel__node_t *node;
+    conn_t *next; /* the node's connections */
+    void *handle; /* the transport's */
+    conn_state_t state;
+    int64_t open_deadline_us; /* OPENING, SETUP: connect_timeout_ms */
+    redisReader *reader;
+    /* Commands encoded this turn, sent at the flush. */
+    char *out;
+    size_t outlen, outcap, outcmds;
+    conn_t *dnext; /* the engine's connections with output */
+    int dirty;
+    /* Replies expected, oldest first (a ring). */
+    pend_t *pend;
+    size_t phead, pcount, pcap;
+    int answered; /* a reply arrived: the peer speaks Redis */
+};
+
+struct ratel__node_s {
+    ratel__engine_t *e;
+    char host[256];
+    int port;
+    char name[300];
+    conn_t *conns;
+    unsigned nconns;
+    ratel__rop_t *qhead, *qtail; /* waiting for a connection or preparation */
+    ratel__node_t *dnext;        /* the engine's nodes with queued commands */
+    int dirty;
+    ratel__node_mode_t mode;
+    int code_loaded; /* the library (FUNCTION) or the script (LUA) is there */
+    conn_t *preparing; /* the connection preparing the node, if any */
+    int ever_connected;
+    int64_t down_until_us; /* breaker: no attempts before (0: closed) */
+    int probing;           /* the probe's connection is being made */
+    int fail_streak;
+    int breaker_counted; /* counted in shared->breaker_open */
+    char errstr[256];
+    int health_down;
+};
+
+/* The rule texts of the last policy encoded: a turn usually carries many
+   commands of one policy. */
+typedef struct rule_texts_s {
+    const ratel_policy_t *policy;
+    ratel_policy_t copy; /* what was formatted (the pointer may be reused) */
+    char text[RATEL_MAX_RULES][64];
+    size_t len[RATEL_MAX_RULES];
+} rule_texts_t;
+
+struct ratel__engine_s {
+    const ratel__redis_shared_t *sh;
+    const ratel__transport_t *t;
+    void *tud;
+    ratel__node_t *nodes[ENGINE_MAX_NODES];
+    size_t nnodes;
+    size_t primary; /* standalone: index in nodes */
+    uint16_t slots[ENGINE_SLOTS]; /* cluster: node index + 1, 0: unknown */
+    int64_t last_map_us, last_failover_us, last_now_us;
+    /* Live commands by deadline (submission order: one timeout for all). */
+    ratel__rop_t *ahead, *atail;
+    /* Commands done, told at the flush. */
+    ratel__rop_t *fhead, *ftail;
+    ratel__node_t *dirty_nodes;
+    conn_t *dirty_conns;
+    int deferred;
+    int64_t timer_at;
+    /* A failover in progress: the commands it will send again. */
+    ratel__rop_t *parked_head, *parked_tail;
+    ratel__rop_t role[RATEL_REDIS_MAX_ADDRS];
+    size_t roles_pending, role_found;
+    int failing_over;
+    /* A slot map being read: the discover commands waiting for it. */
+    ratel__rop_t map_rop;
+    size_t map_next; /* the next node to ask */
+    int mapping;
+    ratel__rop_t *wait_head, *wait_tail;
+    int flushing;
+    int freeing;
+    rule_texts_t rules;
+};
+
+/* engine.c */
+void queue_append(ratel__rop_t **head, ratel__rop_t **tail, ratel__rop_t *rop);
+void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop);
+void engine_defer(ratel__engine_t *e);
+void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
+                   redisReply *reply);
+void engine_enqueue(ratel__engine_t *e, ratel__node_t *node,
+                    ratel__rop_t *rop);
+void engine_node_dirty(ratel__node_t *node);
+void engine_conn_dirty(conn_t *c);
+void engine_node_failed(ratel__node_t *node, conn_t *c, int rc,
+                        const char *why, int forced_only);
+void engine_node_ok(ratel__node_t *node);
+void engine_error(ratel__engine_t *e, const char *message);
+void engine_rearm(ratel__engine_t *e);
+ratel__node_t *engine_node_at(ratel__engine_t *e, const char *host, int port,
+                              size_t *index);
+
+/* engine_conn.c */
+conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen);
+void conn_close(conn_t *c);
+int conn_push(conn_t *c, ratel__rop_t *rop, step_t step);
+/* Fails the connection: closes it, its pending commands fail. */
+void conn_fail(conn_t *c, int rc, const char *why, int closed_by_transport);
+/* Starts the node's preparation on `c` (ready) when it needs one. */
+void conn_prepare(conn_t *c);
+int node_prepared(const ratel__node_t *node);
+
+/* engine_encode.c */
+typedef struct argv_s {
+    const char *v[24 + RATEL_MAX_RULES];
+    size_t len[24 + RATEL_MAX_RULES];
+    int n;
+} argv_t;
+int encode_argv(conn_t *c, const argv_t *a);
+int encode_rop(conn_t *c, const ratel__rop_t *rop);
+int encode_words(conn_t *c, int argc, ...);
+
+/* engine_route.c */
+ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop);
+/* Looks at an answer: 1 when the command was sent again (or parked for
+   a failover), 0 when it is final. */
+int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r);
+/* A transport failure of the primary's command: 1 when parked for a
+   failover (sent again after it), 0 when final. */
+int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc);
+
+#endif /* RATEL_STORE_ENGINE_PRIVATE_H */

@@ -1,0 +1,434 @@
+/*
+ * engine_route.c - where the Redis engine sends a command, and what it
+ * does with an answer that says "not here" or "not now".
+ *
+ * - Standalone: the current primary. With several addresses, a transport
+ *   failure of the primary's command or a READONLY answer starts a
+ *   failover (at most one per breaker interval of the callers' time):
+ *   every address is asked for its ROLE, the one saying "master" becomes
+ *   the primary, and the commands parked meanwhile are sent there (each
+ *   within its own deadline). When no other primary is found they fail.
+ * - Cluster: the slot map from CLUSTER SLOTS (asked of the known nodes,
+ *   then the seeds, until one answers; again after a MOVED, at most every
+ *   100 ms of the callers' time); a key's slot is CRC16 of the key (or of
+ *   its {hash tag}) mod 16384. A command for a slot not known yet goes to
+ *   any node, which answers MOVED. MOVED updates the map and is followed,
+ *   ASK is followed once with ASKING.
+ * - Answers that mean "learn again": NOSCRIPT and "Function not found"
+ *   (the script or the library is gone: a restart, a failover, a flush),
+ *   an unknown command where the module or the library was used (the
+ *   node finds its mode again).
+ */
+#include "store/engine_private.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAP_INTERVAL_US 100000
+
+static uint16_t crc16_table[256];
+static pthread_once_t crc16_once = PTHREAD_ONCE_INIT;
+
+/* CRC16-CCITT (XModem), the polynomial Redis Cluster hashes keys with. */
+static void crc16_init(void)
+{
+    for (unsigned i = 0; i < 256; i++) {
+        uint16_t crc = (uint16_t)(i << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
+        crc16_table[i] = crc;
+    }
+}
+
+/* The cluster slot of a key: of its first non-empty {hash tag}, if any. */
+static unsigned key_slot(const char *key, size_t len)
+{
+    uint16_t crc = 0;
+    size_t start = 0, end = len;
+    const char *open = memchr(key, '{', len);
+
+    if (open) {
+        size_t i = (size_t)(open - key);
+        const char *close = memchr(open + 1, '}', len - i - 1);
+        if (close && close > open + 1) {
+            start = i + 1;
+            end = (size_t)(close - key);
+        }
+    }
+    pthread_once(&crc16_once, crc16_init);
+    for (size_t i = start; i < end; i++)
+        crc = (uint16_t)((crc << 8) ^
+                         crc16_table[((crc >> 8) ^ (uint8_t)key[i]) & 0xff]);
+    return crc & (ENGINE_SLOTS - 1);
+}
+
+/* --------------------------------------------------------- slot map */
+
+static void map_try(ratel__engine_t *e);
+
+/* Tells every discovery waiting that it ended with `rc`. */
+static void wake_waiters(ratel__engine_t *e, int rc)
+{
+    while (e->wait_head)
+        engine_finish(e, e->wait_head, rc, NULL);
+}
+
+/* Reads CLUSTER SLOTS' answer (asked of `asked`) into the map. */
+static int apply_slots(ratel__engine_t *e, const redisReply *r,
+                       const ratel__node_t *asked)
+{
+    int ok = 0;
+
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *s = r->element[i], *m;
+        ratel__node_t *node;
+        size_t idx;
+        if (s->type != REDIS_REPLY_ARRAY || s->elements < 3 ||
+            s->element[0]->type != REDIS_REPLY_INTEGER ||
+            s->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        m = s->element[2];
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        node = engine_node_at(e, m->element[0]->len ? m->element[0]->str
+                                                    : asked->host,
+                              (int)m->element[1]->integer, &idx);
+        if (!node)
+            continue;
+        for (long long slot = s->element[0]->integer;
+             slot <= s->element[1]->integer && slot < ENGINE_SLOTS; slot++)
+            if (slot >= 0)
+                e->slots[slot] = (uint16_t)(idx + 1);
+        ok = 1;
+    }
+    return ok;
+}
+
+static void map_done(ratel__rop_t *rop)
+{
+    ratel__engine_t *e = rop->ud;
+    int ok = rop->rc == 0 && apply_slots(e, rop->reply, rop->node);
+
+    if (rop->rc == 0 && !ok) {
+        char why[400];
+        ratel__msg(why, sizeof why,
+                   "%s does not answer CLUSTER SLOTS (is it a cluster node? "
+                   "use redis:// for a standalone server)",
+                   rop->node->name);
+        engine_error(e, why);
+    }
+    freeReplyObject(rop->reply);
+    rop->reply = NULL;
+    if (ok || e->freeing) {
+        e->mapping = 0;
+        wake_waiters(e, ok ? 0 : RATEL_EIO);
+        return;
+    }
+    map_try(e);
+}
+
+/* Asks the next node for the map; none left: the discovery failed. */
+static void map_try(ratel__engine_t *e)
+{
+    ratel__rop_t *rop = &e->map_rop;
+
+    if (e->map_next >= e->nnodes) {
+        e->mapping = 0;
+        engine_error(e, "no cluster node answered");
+        wake_waiters(e, RATEL_EIO);
+        return;
+    }
+    memset(rop, 0, sizeof *rop);
+    rop->kind = RATEL__ROP_SLOTS;
+    rop->target = e->nodes[e->map_next++];
+    rop->force = 1;
+    rop->now_us = e->last_now_us;
+    rop->done = map_done;
+    rop->ud = e;
+    ratel__engine_submit(e, rop);
+}
+
+/* Reads the map again unless one was read within 100 ms (`force`: now). */
+static void map_start(ratel__engine_t *e, int force)
+{
+    int64_t now = e->last_now_us;
+
+    if (e->mapping)
+        return;
+    if (!force && now >= e->last_map_us && e->last_map_us != 0 &&
+        now - e->last_map_us < MAP_INTERVAL_US)
+        return;
+    e->last_map_us = now;
+    e->mapping = 1;
+    e->map_next = 0;
+    map_try(e);
+}
+
+ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    unsigned idx;
+
+    if (!e->sh->url.cluster)
+        return e->nodes[e->primary];
+    idx = e->slots[key_slot(rop->key, rop->keylen)];
+    if (idx)
+        return e->nodes[idx - 1];
+    /* No map yet: any node answers with MOVED meanwhile. */
+    map_start(e, 0);
+    return e->nnodes ? e->nodes[0] : NULL;
+}
+
+/* --------------------------------------------------------- failover */
+
+static int can_fail_over(const ratel__engine_t *e)
+{
+    return !e->sh->url.cluster && e->sh->url.naddrs > 1;
+}
+
+static void failover_end(ratel__engine_t *e)
+{
+    size_t old = e->primary;
+    int moved = e->role_found != (size_t)-1 && e->role_found != old;
+
+    e->failing_over = 0;
+    if (moved) {
+        e->primary = e->role_found;
+        /* The old primary no longer serves: its failure is not ours. */
+        if (ratel__engine_node_health_clear(e->nodes[old]))
+            ratel__health_notify(e->sh->health);
+    }
+    while (e->parked_head) {
+        ratel__rop_t *rop = e->parked_head;
+        int rc = rop->rc;
+        rop->rc = 0;
+        if (!moved || e->freeing) {
+            engine_finish(e, rop, rc, NULL);
+            continue;
+        }
+        rop->where = WHERE_NONE;
+        e->parked_head = rop->qnext;
+        if (!e->parked_head)
+            e->parked_tail = NULL;
+        rop->qprev = rop->qnext = NULL;
+        if (e->parked_head)
+            e->parked_head->qprev = NULL;
+        engine_enqueue(e, e->nodes[e->primary], rop);
+    }
+    wake_waiters(e, e->role_found != (size_t)-1 ? 0 : RATEL_EIO);
+}
+
+static void role_done(ratel__rop_t *rop)
+{
+    ratel__engine_t *e = rop->ud;
+    const redisReply *r = rop->reply;
+    size_t i = (size_t)(rop - e->role);
+
+    if (rop->rc == 0 && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(r->element[0]->str, "master") == 0 &&
+        e->role_found == (size_t)-1)
+        e->role_found = i;
+    freeReplyObject(rop->reply);
+    rop->reply = NULL;
+    if (--e->roles_pending == 0)
+        failover_end(e);
+}
+
+/* Asks every address for its ROLE, unless one was asked within the
+   breaker's interval (`force`: now). Returns 1 when one is under way. */
+static int failover_start(ratel__engine_t *e, int force)
+{
+    int64_t now = e->last_now_us;
+
+    if (!can_fail_over(e))
+        return 0;
+    if (e->failing_over)
+        return 1;
+    if (!force && e->last_failover_us != 0 && now >= e->last_failover_us &&
+        now - e->last_failover_us < e->sh->breaker_us)
+        return 0;
+    e->last_failover_us = now ? now : 1;
+    e->failing_over = 1;
+    e->role_found = (size_t)-1;
+    e->roles_pending = e->sh->url.naddrs;
+    for (size_t i = 0; i < e->sh->url.naddrs; i++) {
+        ratel__rop_t *rop = &e->role[i];
+        memset(rop, 0, sizeof *rop);
+        rop->kind = RATEL__ROP_ROLE;
+        rop->target = e->nodes[i]; /* the URL's addresses come first */
+        rop->force = 1;
+        rop->now_us = now;
+        rop->done = role_done;
+        rop->ud = e;
+        ratel__engine_submit(e, rop);
+    }
+    return 1;
+}
+
+int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
+{
+    if (rop->force || rop->kind > RATEL__ROP_PING || !can_fail_over(e) ||
+        rop->node != e->nodes[e->primary] ||
+        rop->attempts >= RATEL__ENGINE_ATTEMPTS || !failover_start(e, 0))
+        return 0;
+    rop->rc = rc;
+    rop->where = WHERE_PARKED;
+    queue_append(&e->parked_head, &e->parked_tail, rop);
+    return 1;
+}
+
+/* --------------------------------------------------------- retries */
+
+/* Parses "MOVED 3999 host:port" / "ASK ..." into slot, host and port. */
+static int parse_redirect(const char *msg, size_t len, unsigned *slot,
+                          char *host, size_t hostlen, int *port)
+{
+    char buf[400];
+    const char *sp, *colon;
+    char *end;
+    long v;
+
+    if (len >= sizeof buf)
+        return 0;
+    memcpy(buf, msg, len);
+    buf[len] = '\0';
+    sp = strchr(buf, ' ');
+    if (!sp)
+        return 0;
+    v = strtol(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || v < 0 || v >= ENGINE_SLOTS)
+        return 0;
+    *slot = (unsigned)v;
+    colon = strrchr(end + 1, ':');
+    if (!colon || colon == end + 1 || (size_t)(colon - end - 1) >= hostlen)
+        return 0;
+    memcpy(host, end + 1, (size_t)(colon - end - 1));
+    host[colon - end - 1] = '\0';
+    v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v < 1 || v > 65535)
+        return 0;
+    *port = (int)v;
+    return 1;
+}
+
+/* MOVED or ASK: the node named (NULL: not a redirection we can follow). */
+static ratel__node_t *redirect(ratel__engine_t *e, ratel__rop_t *rop,
+                               const redisReply *r)
+{
+    char host[256];
+    unsigned slot;
+    size_t idx;
+    int port, moved = r->str[0] == 'M';
+    ratel__node_t *node;
+
+    if (!parse_redirect(r->str, r->len, &slot, host, sizeof host, &port))
+        return NULL;
+    node = engine_node_at(e, host, port, &idx);
+    if (!node)
+        return NULL;
+    atomic_fetch_add_explicit(&((ratel__redis_shared_t *)e->sh)->redirects, 1,
+                              memory_order_relaxed);
+    rop->asking = !moved;
+    if (moved) {
+        e->slots[slot] = (uint16_t)(idx + 1);
+        map_start(e, 0);
+    }
+    return node;
+}
+
+int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
+{
+    ratel__node_t *node = rop->node, *again = NULL;
+
+    if (rop->attempts >= RATEL__ENGINE_ATTEMPTS || rop->force)
+        return 0;
+    if (ratel__reply_starts(r, "MOVED ") || ratel__reply_starts(r, "ASK ")) {
+        again = redirect(e, rop, r);
+    } else if (ratel__reply_starts(r, "NOSCRIPT") ||
+               ratel__reply_starts(r, "ERR Function not found")) {
+        node->code_loaded = 0;
+        again = node;
+    } else if (ratel__reply_starts(r, "ERR unknown command") &&
+               node->mode != RATEL__MODE_LUA &&
+               rop->kind <= RATEL__ROP_RELEASE) {
+        node->mode = RATEL__MODE_UNKNOWN;
+        node->code_loaded = 0;
+        again = node;
+    } else if (ratel__reply_starts(r, "READONLY")) {
+        if (!route_park(e, rop, RATEL_EIO))
+            return 0;
+        freeReplyObject(r);
+        return 1;
+    }
+    if (!again)
+        return 0;
+    freeReplyObject(r);
+    if (again != rop->node || !rop->asking)
+        rop->asking = again != rop->node && rop->asking;
+    engine_enqueue(e, again, rop);
+    return 1;
+}
+
+/* -------------------------------------------------------- discovery */
+
+void ratel__engine_discover(ratel__engine_t *e, ratel__rop_t *rop)
+{
+    rop->rc = 0;
+    rop->reply = NULL;
+    rop->node = NULL;
+    rop->where = WHERE_NONE;
+    engine_live_add(e, rop);
+    if (e->sh->url.cluster) {
+        rop->where = WHERE_WAIT;
+        queue_append(&e->wait_head, &e->wait_tail, rop);
+        map_start(e, 1);
+    } else if (failover_start(e, 1)) {
+        rop->where = WHERE_WAIT;
+        queue_append(&e->wait_head, &e->wait_tail, rop);
+    } else {
+        engine_finish(e, rop, 0, NULL);
+    }
+    engine_rearm(e);
+}
+
+size_t ratel__engine_serving(ratel__engine_t *e, ratel__node_t **serving,
+                             size_t max)
+{
+    unsigned char owns[ENGINE_MAX_NODES] = {0};
+    size_t n = 0;
+
+    if (!e->sh->url.cluster) {
+        if (max > 0 && e->nnodes > 0)
+            serving[n++] = e->nodes[e->primary];
+        return n;
+    }
+    for (size_t slot = 0; slot < ENGINE_SLOTS; slot++)
+        if (e->slots[slot])
+            owns[e->slots[slot] - 1] = 1;
+    for (size_t i = 0; i < e->nnodes && n < max; i++)
+        if (owns[i])
+            serving[n++] = e->nodes[i];
+    return n;
+}
+
+int ratel__engine_health_prune(ratel__engine_t *e)
+{
+    ratel__node_t *serving[ENGINE_MAX_NODES];
+    size_t n = ratel__engine_serving(e, serving, ENGINE_MAX_NODES);
+    int changed = 0;
+
+    for (size_t i = 0; i < e->nnodes; i++) {
+        int serves = 0;
+        for (size_t j = 0; j < n && !serves; j++)
+            serves = serving[j] == e->nodes[i];
+        if (!serves)
+            changed |= ratel__engine_node_health_clear(e->nodes[i]);
+    }
+    return changed;
+}
