@@ -356,10 +356,11 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
     engine_rearm(e);
 }
 
-/* Whether a command may leave before its node is prepared. */
+/* Whether a command waits for its node's preparation: those that run the
+   core, and PING (ratel_store_ping() checks that the core can run). */
 static int needs_code(const ratel__rop_t *rop)
 {
-    return rop->kind <= RATEL__ROP_RELEASE;
+    return rop->kind <= RATEL__ROP_RELEASE || rop->kind == RATEL__ROP_PING;
 }
 
 /* The ready connection with the fewest replies outstanding. */
@@ -510,6 +511,15 @@ static void connect_timeouts(ratel__engine_t *e, int64_t now)
     }
 }
 
+/* Whether one of the node's connections waits for an answer. */
+static int stuck(const ratel__node_t *node)
+{
+    for (const conn_t *c = node->conns; c; c = c->next)
+        if (c->pcount > 0 || c->state != CONN_READY)
+            return 1;
+    return 0;
+}
+
 /* Commands past their deadline fail; a connection that kept one fails
    with it (a server that does not answer is hung or gone). */
 static void command_timeouts(ratel__engine_t *e, int64_t now)
@@ -527,12 +537,14 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
                 engine_finish(e, rop, RATEL_EIO, NULL);
             continue;
         }
-        if (node && rop->where == WHERE_QUEUE) {
-            ratel__msg(why, sizeof why,
-                       "%s: no connection within %d ms (timeout_ms)%s%s",
-                       node->name, e->sh->command_timeout_ms,
-                       node->errstr[0] ? ": " : "", node->errstr);
-            engine_error(e, why);
+        if (node && rop->where == WHERE_QUEUE && stuck(node)) {
+            /* It waited behind a connection that does not answer (its
+               setup or the node's preparation): the node is hung. */
+            ratel__msg(why, sizeof why, "%s: no reply within %d ms (timeout_ms)",
+                       node->name, e->sh->command_timeout_ms);
+            engine_node_failed(node, NULL, RATEL_EIO, why, rop->force);
+            if (rop->where == WHERE_DONE)
+                continue;
         }
         engine_finish(e, rop, RATEL_EIO, NULL);
     }
