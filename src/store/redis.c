@@ -40,11 +40,6 @@ void redis_set_error(redis_store_t *s, const char *message)
     pthread_mutex_unlock(&s->err_lock);
 }
 
-static void shared_error(void *ud, const char *message)
-{
-    redis_set_error(ud, message);
-}
-
 /* ------------------------------------------------- synchronous calls */
 
 static void sync_done(void *ud)
