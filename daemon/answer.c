@@ -137,11 +137,11 @@ size_t rateld_decision_body(char *body, size_t len, const rateld_policy_t *pol,
     return (size_t)(n < (int)len ? n : (int)len - 1);
 }
 
-void rateld_answer_acquire(rateld_t *d, rateld_worker_t *w, unsigned thread,
+void rateld_answer_acquire(rateld_t *d, rateld_flight_t *f, unsigned thread,
                            const rateld_gen_t *gen, size_t first, int64_t now)
 {
-    rateld_pending_t *p = &w->pending[first];
-    ratel_batch_item_t *it = &w->items[first];
+    rateld_pending_t *p = &f->pending[first];
+    ratel_batch_item_t *it = &f->items[first];
     const ratel_decision_t *dec = &it->decision;
     unsigned long long not_logged;
     int shadow_denied = !dec->allowed && p->policy->shadow;
@@ -163,7 +163,7 @@ void rateld_answer_acquire(rateld_t *d, rateld_worker_t *w, unsigned thread,
                                          : RATELD_OUTCOME_ALLOWED,
                          dec->source, now - p->start_us);
     if (shadow_denied &&
-        rateld_log_budget_take(w, RATELD_LOG_SHADOW_DENY, now, &not_logged))
+        rateld_log_budget_take(f->w, RATELD_LOG_SHADOW_DENY, now, &not_logged))
         ratel__log("info", "shadow deny",
                    "policy=%s retry_after_ms=%lld not_logged=%llu",
                    p->policy->name, (long long)dec->retry_after_ms, not_logged);
@@ -225,27 +225,27 @@ static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
  * field names the binding rule over all the policies: denied, the one
  * whose retry is furthest; allowed, the one closest to exhaustion.
  */
-void rateld_answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
+void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now)
 {
     static const ratel_http_header_t store_error[] = {
         RATEL_HTTP_JSON_HEADER, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
-    rateld_pending_t *head = &w->pending[first];
+    rateld_pending_t *head = &f->pending[first];
     size_t count = (size_t)head->count, binding = first;
     int denied = 0, failed = 0, status;
     char policies[4096], body[512];
     rateld_answer_t a;
 
     for (size_t i = first; i < first + count; i++) {
-        ratel_batch_item_t *it = &w->items[i];
-        int no = count_auth_item(d, thread, gen, &w->pending[i], it,
+        ratel_batch_item_t *it = &f->items[i];
+        int no = count_auth_item(d, thread, gen, &f->pending[i], it,
                                  now - head->start_us);
         failed |= it->rc != 0;
         if (no && (!denied || it->decision.retry_after_ms >
-                                  w->items[binding].decision.retry_after_ms))
+                                  f->items[binding].decision.retry_after_ms))
             binding = i;
         if (!no && !denied && it->rc == 0 &&
-            it->decision.remaining < w->items[binding].decision.remaining)
+            it->decision.remaining < f->items[binding].decision.remaining)
             binding = i;
         denied |= no;
     }
@@ -255,8 +255,8 @@ void rateld_answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
                        sizeof msg - 1);
         return;
     }
-    rateld_decision_headers(&a, &w->pending[binding],
-                            &w->items[binding].decision, denied);
+    rateld_decision_headers(&a, &f->pending[binding],
+                            &f->items[binding].decision, denied);
     a.h[1].value = route_policy_field(head, count, policies, sizeof policies);
     if (denied)
         a.h[a.n++] =
@@ -272,6 +272,6 @@ void rateld_answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
     else
         rateld_respond(
             d, head->ex, thread, status, a.h, a.n, body,
-            rateld_decision_body(body, sizeof body, w->pending[binding].policy,
-                                 &w->items[binding].decision, 0, ""));
+            rateld_decision_body(body, sizeof body, f->pending[binding].policy,
+                                 &f->items[binding].decision, 0, ""));
 }

@@ -54,11 +54,11 @@ size_t rateld_decision_body(char *body, size_t len, const rateld_policy_t *pol,
                             const ratel_decision_t *dec, int shadow_denied,
                             const char *extra);
 
-/* The answers of the decided batch (rateld_answer_fn): the decision API's
-   item w->pending[first], and an auth request's items from `first`. */
-void rateld_answer_acquire(rateld_t *d, rateld_worker_t *w, unsigned thread,
+/* The answers of a decided batch (rateld_answer_fn): the decision API's
+   item f->pending[first], and an auth request's items from `first`. */
+void rateld_answer_acquire(rateld_t *d, rateld_flight_t *f, unsigned thread,
                            const rateld_gen_t *gen, size_t first, int64_t now);
-void rateld_answer_auth(rateld_t *d, rateld_worker_t *w, unsigned thread,
+void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now);
 
 #endif /* RATELD_ANSWER_H */

@@ -514,65 +514,130 @@ static int body_only(rateld_t *d, ratel_http_exchange_t *ex,
     return -1;
 }
 
+/* A refund or a release on its way to the store: what its answer needs.
+   It holds its configuration (the policy, the rules) until answered. */
+typedef struct change_s {
+    rateld_t *d;
+    ratel_http_exchange_t *ex;
+    unsigned thread;
+    rateld_gen_t *gen;
+    const rateld_policy_t *pol;
+    int release, renew;
+    rateld_pending_t p;
+} change_t;
+
+/* The store's answer to a change: the key as a peek sees it after. */
+static void change_answer(change_t *c, int rc, int held,
+                          const ratel_decision_t *dec)
+{
+    char body[512], extra[40] = "";
+    rateld_answer_t a;
+
+    if (atomic_load(&c->d->stopping)) {
+        /* rateld stops: the exchange may be gone. */
+    } else if (rc != 0) {
+        rateld_respond_error(c->d, c->ex, c->thread,
+                             rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
+    } else {
+        if (c->release)
+            snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
+                     held ? "true" : "false",
+                     held && c->renew ? "true" : "false");
+        rateld_decision_headers(&a, &c->p, dec, 0);
+        rateld_respond(
+            c->d, c->ex, c->thread, 200, a.h, a.n, body,
+            rateld_decision_body(body, sizeof body, c->pol, dec, 0, extra));
+    }
+    atomic_fetch_sub(&c->gen->flights, 1);
+    free(c);
+}
+
+static void refunded(void *ud, int rc, const ratel_decision_t *dec)
+{
+    change_answer(ud, rc, 0, dec);
+}
+
+static void released(void *ud, int rc, int held, const ratel_decision_t *dec)
+{
+    change_answer(ud, rc, held, dec);
+}
+
+/* Checks a change's request into *c; 0, or -1 when it was answered. */
+static int change_check(rateld_t *d, rateld_gen_t *gen,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, change_t *c,
+                        rateld_params_t *prm)
+{
+    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
+    const char *what = c->release ? "release" : "refund";
+    char client[RATEL__ADDR_MAX], host[256];
+    rateld_view_t view;
+
+    if ((tokens[0][0] || tokens[1][0]) &&
+        require_token(d, ex, req, tokens, 2, what,
+                      "the api_token or the admin_token"))
+        return -1;
+    if (body_only(d, ex, req, what) ||
+        !(c->pol = params_policy(d, gen, ex, req, prm, c->release)))
+        return -1;
+    set_key(&c->p, c->pol->name, prm->key, prm->keylen);
+    api_view(gen->config, req, &view, client, host, sizeof host);
+    if (set_rules(gen, &c->p, c->pol, (size_t)(c->pol - gen->config->policies),
+                  &view)) {
+        rateld_respond_error(d, ex, req->thread, 400,
+                             "policy %s: this key is exempt; nothing to %s",
+                             c->pol->name, what);
+        return -1;
+    }
+    if (c->release && !ratel_policy_has_leases(c->p.rules)) {
+        rateld_respond_error(
+            d, ex, req->thread, 400,
+            "policy %s has no concurrent rule: it takes no leases",
+            c->pol->name);
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * /v1/refund and /v1/release: a change to one key under a policy's rules,
- * answered at once with the key as a peek sees it after.
+ * answered when the store has taken it (the worker does not wait), with
+ * the key as a peek sees it after.
  */
 static void change_api(rateld_t *d, rateld_worker_t *w,
                        ratel_http_exchange_t *ex,
                        const ratel_http_request_t *req, int release)
 {
     rateld_gen_t *gen = rateld_take_gen(d, w);
-    const rateld_policy_t *pol;
-    rateld_pending_t p;
-    ratel_decision_t dec;
-    char body[512], client[RATEL__ADDR_MAX], host[256], extra[40] = "";
-    rateld_view_t view;
+    change_t *c = calloc(1, sizeof *c);
     rateld_params_t prm;
-    rateld_answer_t a;
-    int rc, held = 0;
-    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
+    int rc;
 
-    if ((tokens[0][0] || tokens[1][0]) &&
-        require_token(d, ex, req, tokens, 2, release ? "release" : "refund",
-                      "the api_token or the admin_token"))
-        return;
-    if (body_only(d, ex, req, release ? "release" : "refund") ||
-        !(pol = params_policy(d, gen, ex, req, &prm, release)))
-        return;
-    set_key(&p, pol->name, prm.key, prm.keylen);
-    api_view(gen->config, req, &view, client, host, sizeof host);
-    if (set_rules(gen, &p, pol, (size_t)(pol - gen->config->policies), &view)) {
-        rateld_respond_error(d, ex, req->thread, 400,
-                             "policy %s: this key is exempt; nothing to %s",
-                             pol->name, release ? "release" : "refund");
+    if (!c) {
+        rateld_respond_error(d, ex, req->thread, 500, "out of memory");
         return;
     }
-    if (release && !ratel_policy_has_leases(p.rules)) {
-        rateld_respond_error(
-            d, ex, req->thread, 400,
-            "policy %s has no concurrent rule: it takes no leases", pol->name);
+    *c = (change_t){.d = d,
+                    .ex = ex,
+                    .thread = req->thread,
+                    .gen = gen,
+                    .release = release};
+    if (change_check(d, gen, ex, req, c, &prm) != 0) {
+        free(c);
         return;
     }
+    c->renew = prm.renew;
+    atomic_fetch_add(&gen->flights, 1);
     rc = release
-             ? ratel_store_release(d->store, p.key, p.keylen, p.rules,
+             ? ratel_async_release(w->async, c->p.key, c->p.keylen, c->p.rules,
                                    ratel_clock_now_us(), (uint32_t)prm.lease,
-                                   prm.renew ? RATEL_RENEW : 0, &held, &dec)
-             : ratel_store_refund(d->store, p.key, p.keylen, p.rules,
+                                   prm.renew ? RATEL_RENEW : 0, released, c)
+             : ratel_async_refund(w->async, c->p.key, c->p.keylen, c->p.rules,
                                   ratel_clock_now_us(), (uint64_t)prm.cost,
-                                  &dec);
-    if (rc != 0) {
-        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                             "the store failed: %s", ratel_strerror(rc));
-        return;
-    }
-    if (release)
-        snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
-                 held ? "true" : "false", held && prm.renew ? "true" : "false");
-    rateld_decision_headers(&a, &p, &dec, 0);
-    rateld_respond(
-        d, ex, req->thread, 200, a.h, a.n, body,
-        rateld_decision_body(body, sizeof body, pol, &dec, 0, extra));
+                                  refunded, c);
+    if (rc != 0)
+        change_answer(c, rc, 0, NULL);
 }
 
 static void reset_api(rateld_t *d, rateld_worker_t *w,

@@ -197,6 +197,15 @@ static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
         ratel__log("error", "cannot listen", "reason=\"%s\"", err);
         return -1;
     }
+    /* Each worker calls the store on its own loop, never waiting. */
+    for (unsigned t = 0; t < d->threads; t++) {
+        if (ratel_async_new(&d->workers[t].async, d->store,
+                            ratel_http_server_base(d->http, t), err,
+                            sizeof err) != 0) {
+            ratel__log("error", "cannot start", "reason=\"%s\"", err);
+            return -1;
+        }
+    }
     ratel__log("info", "rateld started",
                "version=%s listen=%s port=%d threads=%u store=%s "
                "policies=%zu routes=%zu grpc_port=%d envoy_limits=%zu "
@@ -214,6 +223,11 @@ static void daemon_free(rateld_t *d)
 {
     rateld_gen_t *g = atomic_load(&d->current), *r;
 
+    /* Flights still on their way are told (nothing is answered any more)
+       before their exchanges and configurations go. */
+    atomic_store(&d->stopping, 1);
+    for (unsigned t = 0; d->workers && t < d->threads; t++)
+        ratel_async_free(d->workers[t].async);
     ratel_http_server_free(d->http);
     rateld_gen_free(g);
     while ((r = d->retired)) {

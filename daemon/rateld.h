@@ -45,6 +45,9 @@ enum {
 };
 
 typedef struct rateld_rls_s rateld_rls_t;
+typedef struct rateld_flight_s rateld_flight_t;
+typedef struct rateld_worker_s rateld_worker_t;
+typedef struct rateld_s rateld_t;
 
 /* Freed RLS call states a worker keeps for its next calls. */
 typedef struct rateld_rls_pool_s {
@@ -55,10 +58,11 @@ typedef struct rateld_rls_pool_s {
 /* A configuration and what is derived from it once, at load. */
 typedef struct rateld_gen_s {
     rateld_config_t *config;
-    int *metric;         /* metrics index per policy */
-    int *erl_metric;     /* metrics index per Envoy limit (erl.h index) */
-    char **policy_field; /* RateLimit-Policy value per policy */
-    uint64_t epoch;      /* when it was published */
+    int *metric;              /* metrics index per policy */
+    int *erl_metric;          /* metrics index per Envoy limit (erl.h index) */
+    char **policy_field;      /* RateLimit-Policy value per policy */
+    uint64_t epoch;           /* when it was published */
+    _Atomic unsigned flights; /* batches on their way that hold it */
     struct rateld_gen_s *next_retired;
 } rateld_gen_t;
 
@@ -89,22 +93,42 @@ typedef enum rateld_log_kind_e {
     RATELD_LOG_KINDS = RATELD_LOG_REFUSED + RATEL_HTTP_REFUSALS
 } rateld_log_kind_t;
 
+/*
+ * A batch on its way: the requests of one pass, copied out of the worker
+ * at its flush and decided by the store without the worker waiting
+ * (ratel_async_acquire_batch: at once for the memory store, when Redis
+ * answered or the deadline passed for Redis). It holds its configuration
+ * (gen->flights) until every request is answered.
+ */
+struct rateld_flight_s {
+    rateld_t *d;
+    rateld_worker_t *w;
+    unsigned thread;
+    rateld_gen_t *gen;
+    size_t n;
+    rateld_pending_t *pending; /* n of each */
+    ratel_batch_item_t *items;
+    int on_heap; /* 0: the worker's own arrays (no memory for a flight) */
+};
+
 /* A worker's state; only its own thread touches it, but for `active` and
    `epoch` which the reloader reads. */
-typedef struct rateld_worker_s {
-    _Atomic int active;     /* holds a configuration now */
-    _Atomic uint64_t epoch; /* the epoch of the one it holds */
-    rateld_gen_t *gen;      /* the configuration of this pass */
-    rateld_pending_t *pending;
-    ratel_batch_item_t *items;
+struct rateld_worker_s {
+    _Atomic int active;        /* holds a configuration now */
+    _Atomic uint64_t epoch;    /* the epoch of the one it holds */
+    rateld_gen_t *gen;         /* the configuration of this pass */
+    rateld_pending_t *pending; /* this pass's requests */
     size_t npending;
+    ratel_batch_item_t *items; /* answering them without a flight */
+    ratel_async_t *async;      /* the store's calls on this worker's loop */
+    unsigned flights;          /* batches on their way */
     /* Lines about clients' requests: one per kind per 10 s. */
     ratel__log_budget_t log_budget[RATELD_LOG_KINDS];
     rateld_rls_pool_t rls_pool;
     char pad[64];
-} rateld_worker_t;
+};
 
-typedef struct rateld_s {
+struct rateld_s {
     _Atomic(rateld_gen_t *) current;
     _Atomic uint64_t epoch;
     rateld_gen_t *retired; /* older configurations not yet freed */
@@ -117,9 +141,10 @@ typedef struct rateld_s {
     rateld_worker_t *workers;
     unsigned threads;
 
+    _Atomic int stopping; /* the server has stopped: answer nothing more */
     _Atomic uint64_t reloads, reload_failures;
     const char *config_path;
-} rateld_t;
+};
 
 /* The handler and flush hook given to the HTTP server (ud is rateld_t). */
 void rateld_handle(void *ud, ratel_http_exchange_t *ex,
@@ -152,14 +177,14 @@ rateld_rls_t *rateld_rls_decode(rateld_rls_pool_t *pool, const uint8_t *msg,
 void rateld_rls_free(rateld_rls_pool_t *pool, rateld_rls_t *r);
 void rateld_rls_pool_drain(rateld_rls_pool_t *pool);
 
-/* Answers the request whose first item is w->pending[first], once the
+/* Answers the request whose first item is f->pending[first], once its
    batch is decided (batch.c's table: one answer per RATELD_KIND_*). */
-typedef void rateld_answer_fn(rateld_t *d, rateld_worker_t *w, unsigned thread,
+typedef void rateld_answer_fn(rateld_t *d, rateld_flight_t *f, unsigned thread,
                               const rateld_gen_t *gen, size_t first,
                               int64_t now);
 
 /* The answer of an RLS call (rls.c). */
-void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
+void rateld_rls_answer(rateld_t *d, rateld_flight_t *f, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now);
 
 /*

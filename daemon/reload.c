@@ -69,7 +69,7 @@ static void reclaim(rateld_t *d)
     rateld_gen_t **link = &d->retired, *g;
 
     while ((g = *link)) {
-        int used = 0;
+        int used = atomic_load(&g->flights) != 0;
         for (unsigned t = 0; t < d->threads; t++)
             if (atomic_load(&d->workers[t].active) &&
                 atomic_load(&d->workers[t].epoch) <= g->epoch)

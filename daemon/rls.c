@@ -351,13 +351,13 @@ static void answer_call(rateld_t *d, unsigned thread, const rateld_gen_t *gen,
     answer_packed(r->call, &resp.base);
 }
 
-void rateld_rls_answer(rateld_t *d, rateld_worker_t *w, unsigned thread,
+void rateld_rls_answer(rateld_t *d, rateld_flight_t *f, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now)
 {
-    rateld_rls_t *r = w->pending[first].rls;
+    rateld_rls_t *r = f->pending[first].rls;
 
-    answer_call(d, thread, gen, r, &w->items[r->base], now);
-    rateld_rls_free(&w->rls_pool, r);
+    answer_call(d, thread, gen, r, &f->items[r->base], now);
+    rateld_rls_free(&f->w->rls_pool, r);
 }
 
 /* ---------------------------------------------------------- requests */

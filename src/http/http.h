@@ -62,6 +62,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+struct event_base;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -185,6 +187,15 @@ typedef struct ratel_http_options_s {
 int ratel_http_server_new(ratel_http_server_t **out,
                           const ratel_http_options_t *options, char *err,
                           size_t errlen);
+
+/*
+ * Worker `thread`'s event loop (0..threads-1), from ratel_http_server_new()
+ * to ratel_http_server_free(): what a handler keeps waiting on that
+ * worker (an asynchronous store call) runs there, on the worker's thread
+ * while the server runs.
+ */
+struct event_base *ratel_http_server_base(ratel_http_server_t *server,
+                                          unsigned thread);
 
 /* The port actually bound (useful with port 0). */
 int ratel_http_server_port(const ratel_http_server_t *server);

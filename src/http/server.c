@@ -296,6 +296,12 @@ int ratel_http_server_port(const ratel_http_server_t *server)
     return server->addresses[0].port;
 }
 
+struct event_base *ratel_http_server_base(ratel_http_server_t *server,
+                                          unsigned thread)
+{
+    return thread < server->nworkers ? server->workers[thread].base : NULL;
+}
+
 int ratel_http_server_grpc_port(const ratel_http_server_t *server)
 {
     return server->naddresses > 1 ? server->addresses[1].port : 0;

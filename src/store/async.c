@@ -20,7 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum job_kind_e { JOB_ACQUIRE, JOB_BATCH, JOB_REFUND, JOB_RELEASE } job_kind_t;
+typedef enum job_kind_e {
+    JOB_ACQUIRE,
+    JOB_BATCH,
+    JOB_REFUND,
+    JOB_RELEASE
+} job_kind_t;
 
 typedef struct job_s job_t;
 struct job_s {
@@ -63,7 +68,8 @@ static void tell(job_t *job)
         job->fn.batch(job->ud, job->items, job->n);
         break;
     case JOB_REFUND:
-        job->fn.decision(job->ud, job->rc, job->rc == 0 ? &job->decision : NULL);
+        job->fn.decision(job->ud, job->rc,
+                         job->rc == 0 ? &job->decision : NULL);
         break;
     case JOB_RELEASE:
         job->fn.release(job->ud, job->rc, job->held,

@@ -89,8 +89,7 @@ static void queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
     rop->qprev = rop->qnext = NULL;
 }
 
-void queue_append(ratel__rop_t **head, ratel__rop_t **tail,
-                         ratel__rop_t *rop)
+void queue_append(ratel__rop_t **head, ratel__rop_t **tail, ratel__rop_t *rop)
 {
     rop->qnext = NULL;
     rop->qprev = *tail;
@@ -191,6 +190,12 @@ ratel__node_t *engine_node_at(ratel__engine_t *e, const char *host, int port,
     nd->port = port;
     ratel__msg(nd->name, sizeof nd->name,
                strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    nd->health_down =
+        ratel__redis_health_flag((ratel__redis_shared_t *)e->sh, nd->name);
+    if (!nd->health_down) {
+        free(nd);
+        return NULL;
+    }
     if (index)
         *index = e->nnodes;
     e->nodes[e->nnodes++] = nd;
@@ -228,8 +233,8 @@ static void breaker_count(ratel__node_t *node, int open)
 
 int ratel__engine_node_health_clear(ratel__node_t *node)
 {
-    return node->health_down &&
-           ratel__health_set(node->e->sh->health, &node->health_down, 0, NULL,
+    return *node->health_down &&
+           ratel__health_set(node->e->sh->health, node->health_down, 0, NULL,
                              ratel_clock_now_us());
 }
 
@@ -243,9 +248,8 @@ void engine_node_ok(ratel__node_t *node)
     node->probing = 0;
     node->errstr[0] = '\0';
     breaker_count(node, 0);
-    if (node->health_down &&
-        ratel__health_set(sh->health, &node->health_down, 0, NULL,
-                          ratel_clock_now_us()))
+    if (*node->health_down && ratel__health_set(sh->health, node->health_down,
+                                                0, NULL, ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
 
@@ -267,8 +271,8 @@ static void fail_queue(ratel__node_t *node, int rc, int all)
  * without moving the callers' breaker), every connection closes, and what
  * waited for it fails. Health goes down with the reason.
  */
-void engine_node_failed(ratel__node_t *node, conn_t *c, int rc,
-                        const char *why, int forced_only)
+void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
+                        int forced_only)
 {
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
@@ -289,7 +293,7 @@ void engine_node_failed(ratel__node_t *node, conn_t *c, int rc,
     while (node->conns)
         conn_fail(node->conns, rc, why, 0);
     fail_queue(node, rc, forced_only == 0);
-    if (ratel__health_set(sh->health, &node->health_down, 1, why,
+    if (ratel__health_set(sh->health, node->health_down, 1, why,
                           ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
@@ -530,8 +534,9 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
         char why[400];
 
         if (rop->where == WHERE_FLIGHT && rop->conn) {
-            ratel__msg(why, sizeof why, "%s: no reply within %d ms (timeout_ms)",
-                       node->name, e->sh->command_timeout_ms);
+            ratel__msg(why, sizeof why,
+                       "%s: no reply within %d ms (timeout_ms)", node->name,
+                       e->sh->command_timeout_ms);
             engine_node_failed(node, rop->conn, RATEL_EIO, why, rop->force);
             if (rop->where != WHERE_DONE)
                 engine_finish(e, rop, RATEL_EIO, NULL);
@@ -540,8 +545,9 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
         if (node && rop->where == WHERE_QUEUE && stuck(node)) {
             /* It waited behind a connection that does not answer (its
                setup or the node's preparation): the node is hung. */
-            ratel__msg(why, sizeof why, "%s: no reply within %d ms (timeout_ms)",
-                       node->name, e->sh->command_timeout_ms);
+            ratel__msg(why, sizeof why,
+                       "%s: no reply within %d ms (timeout_ms)", node->name,
+                       e->sh->command_timeout_ms);
             engine_node_failed(node, NULL, RATEL_EIO, why, rop->force);
             if (rop->where == WHERE_DONE)
                 continue;
@@ -586,8 +592,7 @@ ratel__engine_t *ratel__engine_new(const ratel__redis_shared_t *shared,
 }
 
 void ratel__engine_set_transport(ratel__engine_t *e,
-                                 const ratel__transport_t *transport,
-                                 void *tud)
+                                 const ratel__transport_t *transport, void *tud)
 {
     e->t = transport;
     e->tud = tud;

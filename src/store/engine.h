@@ -89,8 +89,8 @@ typedef struct ratel__redis_shared_s {
     const char *library_version; /* what its ratel_version answers */
     const char *script;          /* the EVAL script */
     size_t script_len;
-    char script_sha[41]; /* its SHA1, computed once */
-    SSL_CTX *tls;        /* NULL: plain TCP */
+    char script_sha[41];         /* its SHA1, computed once */
+    SSL_CTX *tls;                /* NULL: plain TCP */
     const char *tls_server_name; /* NULL: each node's host */
     int tls_insecure;            /* no verification (tls_insecure=yes) */
     /* Told, once per node and change, what a user should know that is no
@@ -102,7 +102,18 @@ typedef struct ratel__redis_shared_s {
     _Atomic uint64_t round_trips, commands, reconnects, redirects;
     _Atomic int breaker_open; /* nodes whose breaker is open, all engines */
     ratel_health_t *health;
+    /* Each address's health flag (a source of `health`), one for all the
+       store's engines: what one engine saw last of an address is the
+       store's view of it, so a success on any engine ends an outage
+       another engine saw (ratel__redis_health_flag). */
+    pthread_mutex_t sources_lock;
+    struct ratel__health_source_s *sources;
 } ratel__redis_shared_t;
+
+/* The health flag of address `name` ("host:port"), made on first use;
+   NULL when out of memory. Freed by ratel__redis_health_sources_free(). */
+int *ratel__redis_health_flag(ratel__redis_shared_t *sh, const char *name);
+void ratel__redis_health_sources_free(ratel__redis_shared_t *sh);
 
 typedef struct ratel__engine_s ratel__engine_t;
 typedef struct ratel__node_s ratel__node_t;
@@ -127,9 +138,9 @@ struct ratel__rop_s {
     ratel__rop_fn done;
     void *ud;
     /* Out, when `done` is called: */
-    int rc;             /* 0: `reply` is set; RATEL_EIO, RATEL_EPROTO */
-    redisReply *reply;  /* the submitter frees it (freeReplyObject) */
-    ratel__node_t *node; /* the node it ran on last */
+    int rc;                /* 0: `reply` is set; RATEL_EIO, RATEL_EPROTO */
+    redisReply *reply;     /* the submitter frees it (freeReplyObject) */
+    ratel__node_t *node;   /* the node it ran on last */
     int64_t down_until_us; /* rc != 0: the node's breaker (0: closed) */
     char found[80];        /* LIBRARY: the version there before ("" none) */
     int refused;           /* LIBRARY: the server refused FUNCTION LOAD */

@@ -365,8 +365,7 @@ static void on_script(conn_t *c, const redisReply *r)
 /* ------------------------------------------------------- the library */
 
 /* A LIBRARY command's answers: the version there, then maybe the load. */
-static void on_library(conn_t *c, ratel__rop_t *rop, step_t step,
-                       redisReply *r)
+static void on_library(conn_t *c, ratel__rop_t *rop, step_t step, redisReply *r)
 {
     const ratel__redis_shared_t *sh = shared(c);
     ratel__engine_t *e = c->e;
@@ -456,10 +455,8 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
         break;
     default: {
         static void (*const step_fn[])(conn_t *, const redisReply *) = {
-            [STEP_PING] = on_ping,
-            [STEP_MODE] = on_mode,
-            [STEP_VERSION] = on_version,
-            [STEP_LOAD] = on_load,
+            [STEP_PING] = on_ping,       [STEP_MODE] = on_mode,
+            [STEP_VERSION] = on_version, [STEP_LOAD] = on_load,
             [STEP_SCRIPT] = on_script,
         };
         step_fn[p->step](c, r);
@@ -481,9 +478,8 @@ static void link_up(ratel__link_t *link)
     ratel__node_t *node = c->node;
 
     if (node->ever_connected)
-        atomic_fetch_add_explicit(
-            &((ratel__redis_shared_t *)sh)->reconnects, 1,
-            memory_order_relaxed);
+        atomic_fetch_add_explicit(&((ratel__redis_shared_t *)sh)->reconnects, 1,
+                                  memory_order_relaxed);
     if (sh->password || sh->db != 0) {
         c->state = CONN_SETUP;
         if ((sh->password && conn_push(c, NULL, STEP_AUTH) != 0) ||
@@ -516,7 +512,7 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
             c->answered = 1;
             node->ever_connected = 1;
         }
-        if (node->down_until_us || node->health_down || node->fail_streak)
+        if (node->down_until_us || *node->health_down || node->fail_streak)
             engine_node_ok(node);
         if (on_reply(c, &pend, reply) != 0)
             return;
@@ -584,10 +580,9 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
 {
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
-    ratel__tls_target_t tls = {sh->tls,
-                               sh->tls_server_name ? sh->tls_server_name
-                                                   : node->host,
-                               sh->tls_insecure};
+    ratel__tls_target_t tls = {
+        sh->tls, sh->tls_server_name ? sh->tls_server_name : node->host,
+        sh->tls_insecure};
     conn_t *c = calloc(1, sizeof *c);
 
     if (!c || !(c->reader = redisReaderCreate())) {
@@ -611,8 +606,7 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
     if (!c->handle) {
         char reason[300];
         ratel__msg(reason, sizeof reason, "%s", why);
-        ratel__msg(why, whylen, "cannot connect to %s: %s", node->name,
-                   reason);
+        ratel__msg(why, whylen, "cannot connect to %s: %s", node->name, reason);
         conn_free(c);
         return NULL;
     }

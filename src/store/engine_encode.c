@@ -43,8 +43,7 @@ int encode_argv(conn_t *c, const argv_t *a)
         return -1;
     c->outlen += (size_t)sprintf(c->out + c->outlen, "*%d\r\n", a->n);
     for (int i = 0; i < a->n; i++) {
-        c->outlen +=
-            (size_t)sprintf(c->out + c->outlen, "$%zu\r\n", a->len[i]);
+        c->outlen += (size_t)sprintf(c->out + c->outlen, "$%zu\r\n", a->len[i]);
         memcpy(c->out + c->outlen, a->v[i], a->len[i]);
         c->outlen += a->len[i];
         memcpy(c->out + c->outlen, "\r\n", 2);

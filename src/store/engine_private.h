@@ -35,13 +35,13 @@ typedef enum step_e {
     STEP_ASKING,  /* ASKING before a command: ignored */
     STEP_AUTH,
     STEP_SELECT,
-    STEP_PING,         /* preparation: the peer is Redis */
-    STEP_MODE,         /* preparation: COMMAND INFO ratel.acquire */
-    STEP_VERSION,      /* preparation: FCALL_RO ratel_version 0 */
-    STEP_LOAD,         /* preparation: FUNCTION LOAD REPLACE */
-    STEP_SCRIPT,       /* preparation: SCRIPT LOAD */
-    STEP_LIB_VERSION,  /* a LIBRARY rop's FCALL_RO ratel_version 0 */
-    STEP_LIB_LOAD      /* a LIBRARY rop's FUNCTION LOAD REPLACE */
+    STEP_PING,        /* preparation: the peer is Redis */
+    STEP_MODE,        /* preparation: COMMAND INFO ratel.acquire */
+    STEP_VERSION,     /* preparation: FCALL_RO ratel_version 0 */
+    STEP_LOAD,        /* preparation: FUNCTION LOAD REPLACE */
+    STEP_SCRIPT,      /* preparation: SCRIPT LOAD */
+    STEP_LIB_VERSION, /* a LIBRARY rop's FCALL_RO ratel_version 0 */
+    STEP_LIB_LOAD     /* a LIBRARY rop's FUNCTION LOAD REPLACE */
 } step_t;
 
 typedef struct pend_s {
@@ -87,7 +87,7 @@ struct ratel__node_s {
     ratel__node_t *dnext;        /* the engine's nodes with queued commands */
     int dirty;
     ratel__node_mode_t mode;
-    int code_loaded; /* the library (FUNCTION) or the script (LUA) is there */
+    int code_loaded;   /* the library (FUNCTION) or the script (LUA) is there */
     conn_t *preparing; /* the connection preparing the node, if any */
     int ever_connected;
     int64_t down_until_us; /* breaker: no attempts before (0: closed) */
@@ -95,7 +95,8 @@ struct ratel__node_s {
     int fail_streak;
     int breaker_counted; /* counted in shared->breaker_open */
     char errstr[256];
-    int health_down;
+    int *health_down; /* the address's flag, shared by the store's engines
+                         (ratel__redis_health_flag) */
 };
 
 /* The rule texts of the last policy encoded: a turn usually carries many
@@ -113,7 +114,7 @@ struct ratel__engine_s {
     void *tud;
     ratel__node_t *nodes[ENGINE_MAX_NODES];
     size_t nnodes;
-    size_t primary; /* standalone: index in nodes */
+    size_t primary;               /* standalone: index in nodes */
     uint16_t slots[ENGINE_SLOTS]; /* cluster: node index + 1, 0: unknown */
     int64_t last_map_us, last_failover_us, last_now_us;
     /* Live commands by deadline (submission order: one timeout for all). */
@@ -145,12 +146,11 @@ void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop);
 void engine_defer(ratel__engine_t *e);
 void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
                    redisReply *reply);
-void engine_enqueue(ratel__engine_t *e, ratel__node_t *node,
-                    ratel__rop_t *rop);
+void engine_enqueue(ratel__engine_t *e, ratel__node_t *node, ratel__rop_t *rop);
 void engine_node_dirty(ratel__node_t *node);
 void engine_conn_dirty(conn_t *c);
-void engine_node_failed(ratel__node_t *node, conn_t *c, int rc,
-                        const char *why, int forced_only);
+void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
+                        int forced_only);
 void engine_node_ok(ratel__node_t *node);
 void engine_error(ratel__engine_t *e, const char *message);
 void engine_rearm(ratel__engine_t *e);

@@ -96,9 +96,9 @@ static int apply_slots(ratel__engine_t *e, const redisReply *r,
             m->element[0]->type != REDIS_REPLY_STRING ||
             m->element[1]->type != REDIS_REPLY_INTEGER)
             continue;
-        node = engine_node_at(e, m->element[0]->len ? m->element[0]->str
-                                                    : asked->host,
-                              (int)m->element[1]->integer, &idx);
+        node = engine_node_at(
+            e, m->element[0]->len ? m->element[0]->str : asked->host,
+            (int)m->element[1]->integer, &idx);
         if (!node)
             continue;
         for (long long slot = s->element[0]->integer;
@@ -431,4 +431,38 @@ int ratel__engine_health_prune(ratel__engine_t *e)
             changed |= ratel__engine_node_health_clear(e->nodes[i]);
     }
     return changed;
+}
+
+/* ------------------------------------------------- health sources */
+
+struct ratel__health_source_s {
+    struct ratel__health_source_s *next;
+    int down;
+    char name[300];
+};
+
+int *ratel__redis_health_flag(ratel__redis_shared_t *sh, const char *name)
+{
+    struct ratel__health_source_s *src;
+
+    pthread_mutex_lock(&sh->sources_lock);
+    for (src = sh->sources; src; src = src->next)
+        if (strcmp(src->name, name) == 0)
+            break;
+    if (!src && (src = calloc(1, sizeof *src))) {
+        snprintf(src->name, sizeof src->name, "%s", name);
+        src->next = sh->sources;
+        sh->sources = src;
+    }
+    pthread_mutex_unlock(&sh->sources_lock);
+    return src ? &src->down : NULL;
+}
+
+void ratel__redis_health_sources_free(ratel__redis_shared_t *sh)
+{
+    while (sh->sources) {
+        struct ratel__health_source_s *next = sh->sources->next;
+        free(sh->sources);
+        sh->sources = next;
+    }
 }

@@ -94,10 +94,8 @@ static int redis_acquire(ratel_store_t *store, const char *key, size_t keylen,
                          const ratel_request_t *request,
                          ratel_decision_t *decision)
 {
-    ratel_batch_item_t item = {.key = key,
-                               .keylen = keylen,
-                               .policy = policy,
-                               .request = *request};
+    ratel_batch_item_t item = {
+        .key = key, .keylen = keylen, .policy = policy, .request = *request};
     int rc = redis_acquire_batch(store, &item, 1, now_us);
 
     *decision = item.decision;
@@ -341,6 +339,8 @@ void redis_free(ratel_store_t *store)
     if (s->sh.tls)
         SSL_CTX_free(s->sh.tls);
     pthread_mutex_destroy(&s->err_lock);
+    ratel__redis_health_sources_free(&s->sh);
+    pthread_mutex_destroy(&s->sh.sources_lock);
     ratel__health_destroy(&s->health);
     free(s);
 }
@@ -374,8 +374,11 @@ static int library_report(const ratel__rop_t *rop, ratel__library_fn fn,
                           void *ud)
 {
     ratel__library_report_t report = {ratel__engine_node_name(rop->node),
-                                       rop->found, NULL, rop->rc,
-                                       rop->refused, ""};
+                                      rop->found,
+                                      NULL,
+                                      rop->rc,
+                                      rop->refused,
+                                      ""};
     char why[400] = "";
 
     if (rop->rc == 0) {

@@ -131,8 +131,8 @@ static int fail_decide(redis_store_t *s, const ratel__rop_t *rop,
         memset(d, 0, sizeof *d);
         d->allowed = 0;
         d->limit = p->rules[0].limit;
-        d->retry_after_ms = until > now ? (until - now + 999) / 1000
-                                        : s->sh.breaker_us / 1000;
+        d->retry_after_ms =
+            until > now ? (until - now + 999) / 1000 : s->sh.breaker_us / 1000;
         if (d->retry_after_ms < 1)
             d->retry_after_ms = 1;
         d->reset_after_ms = d->rule_reset_ms = d->retry_after_ms;
@@ -238,9 +238,8 @@ static size_t give_back_groups(redis_batch_t *b)
                 ratel__deny_cache_forget(b->s->cache, it->key, it->keylen);
             if (b->s->local) {
                 ratel_decision_t back;
-                ratel_store_refund(b->s->local, it->key, it->keylen,
-                                   it->policy, b->now_us, it->request.cost,
-                                   &back);
+                ratel_store_refund(b->s->local, it->key, it->keylen, it->policy,
+                                   b->now_us, it->request.cost, &back);
             }
             if (it->decision.source != RATEL_SOURCE_STORE)
                 continue;
@@ -272,8 +271,8 @@ static int batch_decide(redis_batch_t *b)
         ratel__rop_t *rop = &b->rops[i];
         grouped |= b->items[i].group != 0;
         if (rop->key)
-            b->items[i].rc = finish_acquire(b->s, rop, b->fps[i],
-                                            &b->items[i].decision);
+            b->items[i].rc =
+                finish_acquire(b->s, rop, b->fps[i], &b->items[i].decision);
     }
     b->giving_back = 1;
     return grouped && give_back_groups(b) > 0;
@@ -325,8 +324,7 @@ int redis_batch_start(redis_batch_t *b)
         if (s->cache) {
             b->fps[i] = ratel__policy_fingerprint(it->policy);
             if (ratel__deny_cache_get(s->cache, it->key, it->keylen, b->fps[i],
-                                      &it->request, b->now_us,
-                                      &it->decision)) {
+                                      &it->request, b->now_us, &it->decision)) {
                 count(&s->cache_hits);
                 continue;
             }
@@ -378,9 +376,9 @@ static int call_result(redis_call_t *call)
         redis_set_error(call->s, r->str);
     } else if (rop->kind == RATEL__ROP_GET) {
         if (r->type == REDIS_REPLY_STRING)
-            rc = ratel_state_inspect((const uint8_t *)r->str, r->len,
-                                     rop->now_us, call->out, call->max,
-                                     call->n);
+            rc =
+                ratel_state_inspect((const uint8_t *)r->str, r->len,
+                                    rop->now_us, call->out, call->max, call->n);
         else if (r->type != REDIS_REPLY_NIL)
             rc = RATEL_EPROTO;
     } else if (call->decision) {
@@ -393,8 +391,7 @@ static int call_result(redis_call_t *call)
     }
     freeReplyObject(r);
     rop->reply = NULL;
-    if ((rc == RATEL_EIO || rc == RATEL_EPROTO) &&
-        rop->kind != RATEL__ROP_GET)
+    if ((rc == RATEL_EIO || rc == RATEL_EPROTO) && rop->kind != RATEL__ROP_GET)
         count(&call->s->errors);
     /* What Redis did not take is RATEL_EIO, whatever the reason. */
     if (rc == RATEL_EPROTO && rop->rc != 0 && rop->kind != RATEL__ROP_GET)

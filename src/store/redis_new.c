@@ -176,6 +176,7 @@ int ratel_store_redis_new(ratel_store_t **out,
         return RATEL_ENOMEM;
     s->base.ops = &ratel__redis_ops;
     pthread_mutex_init(&s->err_lock, NULL);
+    pthread_mutex_init(&s->sh.sources_lock, NULL);
     ratel__health_init(&s->health);
     rc = check_options(options, errbuf, errlen);
     if (rc == 0)

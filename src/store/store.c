@@ -74,8 +74,8 @@ int ratel_store_release(ratel_store_t *store, const char *key, size_t keylen,
 {
     if (held)
         *held = 0;
-    if (ratel__store_check_release(store, key, policy, now_us, lease,
-                                   flags) != 0 ||
+    if (ratel__store_check_release(store, key, policy, now_us, lease, flags) !=
+            0 ||
         !decision || !held)
         return RATEL_EINVAL;
     return store->ops->release(store, key, keylen, policy, now_us, lease, flags,
