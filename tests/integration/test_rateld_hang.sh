@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# rateld never waits for Redis: with the server SIGSTOPped while clients
+# keep calling /v1/acquire on rateld's one worker, /healthz and /metrics
+# answer at once (a generous ceiling of 100 ms each, not a benchmark),
+# every acquire is answered by the failure policy at its own deadline
+# (timeout_ms 300, `local`: source "local"), and after SIGCONT decisions
+# come from Redis again. The slowest /healthz seen is printed.
+. "$(dirname "$0")/lib.sh"
+
+require_built rateld
+rport=$(redis_start) || { fail redis "did not start"; finish; exit 1; }
+rpid=$(cat "$tmp/redis-$rport/pid")
+# A stopped server would not see the cleanup's SIGTERM: wake it first.
+trap 'kill -CONT "$rpid" 2>/dev/null; cleanup' EXIT
+port=$(free_port)
+h=http://127.0.0.1:$port
+cat >"$tmp/rateld.yaml" <<EOF
+listen: 127.0.0.1:$port
+threads: 1
+store:
+  type: redis
+  url: redis://127.0.0.1:$rport
+  on_failure: local
+  timeout_ms: 300
+policies:
+  ping:
+    rules: [1000/1m]
+EOF
+read -r -a wrap <<<"${RATELD_WRAP:-}"
+server_start rateld "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/rateld.yaml" ||
+    { fail start "rateld did not start"; finish; exit 1; }
+
+acquire() { # KEY: prints the source and the seconds the answer took
+    curl -s -m 10 -w ' %{time_total}' "$h/v1/acquire?policy=ping&key=$1" |
+        tr -d '\n' | sed -n 's/.*"source":"\([a-z]*\)".* \([0-9.]*\)$/\1 \2/p'
+}
+contains before_hang "$(acquire k0)" "store"
+
+# Four clients keep acquiring while Redis hangs.
+clients() {
+    local i=$1
+    while [ ! -e "$tmp/stop" ]; do
+        acquire "c$i" >>"$tmp/client$i.out"
+    done
+}
+for i in 1 2 3 4; do clients "$i" & echo $! >"$tmp/pids/client$i"; done
+kill -STOP "$rpid"
+
+# /healthz and /metrics, 20 times each, spread over the outage.
+slowest=0 slow=0
+for _ in $(seq 20); do
+    for path in healthz metrics; do
+        read -r code t < <(curl -s -o /dev/null -m 10 -w '%{http_code} %{time_total}' "$h/$path")
+        [ "$code" = 200 ] || fail "${path}_during_hang" "answered $code"
+        awk -v t="$t" 'BEGIN { exit !(t < 0.1) }' || slow=$((slow + 1))
+        slowest=$(awk -v a="$slowest" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
+    done
+    sleep 0.05
+done
+same slow_answers_during_hang "$slow" 0
+echo "# slowest /healthz or /metrics while Redis hung: ${slowest}s"
+
+# An acquire during the hang: the failure policy's answer at its deadline
+# (300 ms, or at once while the breaker is open), never a wait past it.
+read -r src t <<<"$(acquire k1)"
+same hang_source "$src" local
+awk -v t="$t" 'BEGIN { exit !(t < 1.0) }' && ok hang_acquire_deadline ||
+    fail hang_acquire_deadline "took ${t}s (timeout_ms is 300)"
+
+kill -CONT "$rpid"
+back() { [ "$(acquire k2 | cut -d' ' -f1)" = store ]; }
+wait_for 15 back && ok back_to_redis || fail back_to_redis "no decision from Redis after SIGCONT"
+touch "$tmp/stop"
+for i in 1 2 3 4; do wait "$(cat "$tmp/pids/client$i")" 2>/dev/null; done
+# Every client request got an answer from Redis or from the failure
+# policy, none an error.
+bad=$(cat "$tmp"/client*.out | awk '$1 != "store" && $1 != "local"' | wc -l)
+same clients_answered "$bad" 0
+[ "$(cat "$tmp"/client*.out | grep -c '^local')" -gt 0 ] && ok clients_saw_policy ||
+    fail clients_saw_policy "no client request was decided by the failure policy"
+server_stop rateld
+same exit_status "$stopped" 0
+finish
