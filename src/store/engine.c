@@ -292,9 +292,10 @@ void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
     node->probing = 0;
     while (node->conns)
         conn_fail(node->conns, rc, why, 0);
-    fail_queue(node, rc, forced_only == 0);
-    if (ratel__health_set(sh->health, node->health_down, 1, why,
-                          ratel_clock_now_us()))
+    fail_queue(node, rc, 1);
+    /* A Sentinel that fails is one voice fewer, not an outage. */
+    if (!node->sentinel && ratel__health_set(sh->health, node->health_down,
+                                             1, why, ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
 
@@ -351,6 +352,13 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
         return;
     }
     node = rop->target ? rop->target : route_rop(e, rop);
+    if (!node && !e->have_primary) {
+        /* Sentinel: no primary named yet; it waits for the answer. */
+        if (!route_park(e, rop, RATEL_EIO))
+            engine_finish(e, rop, RATEL_EIO, NULL);
+        engine_rearm(e);
+        return;
+    }
     if (!node) {
         engine_error(e, "no cluster node answered");
         engine_finish(e, rop, RATEL_EIO, NULL);
@@ -374,7 +382,7 @@ static conn_t *pick_conn(ratel__node_t *node, int *busy)
 
     *busy = 1;
     for (conn_t *c = node->conns; c; c = c->next) {
-        if (c->state != CONN_READY)
+        if (c->state != CONN_READY || c->subscriber)
             continue;
         if (!best || c->pcount < best->pcount)
             best = c;
@@ -388,7 +396,7 @@ static conn_t *pick_conn(ratel__node_t *node, int *busy)
 static int opening(const ratel__node_t *node)
 {
     for (const conn_t *c = node->conns; c; c = c->next)
-        if (c->state != CONN_READY)
+        if (c->state != CONN_READY && !c->subscriber)
             return 1;
     return 0;
 }
@@ -404,7 +412,8 @@ static void dispatch(ratel__node_t *node)
     conn_t *c = pick_conn(node, &busy);
 
     if ((!c || busy) && node->qhead && !opening(node) &&
-        node->nconns < e->sh->pool_size) {
+        node->nconns < e->sh->pool_size + (e->subscription &&
+                                           e->subscription->node == node)) {
         char why[300];
         if (!conn_open(node, why, sizeof why)) {
             engine_node_failed(node, NULL, RATEL_EIO, why, 0);
@@ -519,7 +528,7 @@ static void connect_timeouts(ratel__engine_t *e, int64_t now)
 static int stuck(const ratel__node_t *node)
 {
     for (const conn_t *c = node->conns; c; c = c->next)
-        if (c->pcount > 0 || c->state != CONN_READY)
+        if (!c->subscriber && (c->pcount > 0 || c->state != CONN_READY))
             return 1;
     return 0;
 }
@@ -578,12 +587,15 @@ ratel__engine_t *ratel__engine_new(const ratel__redis_shared_t *shared,
         return NULL;
     e->sh = shared;
     e->timer_at = -1;
+    e->have_primary = !shared->url.sentinel;
     for (size_t i = 0; i < shared->url.naddrs; i++) {
-        if (!engine_node_at(e, shared->url.addrs[i].host,
-                            shared->url.addrs[i].port, NULL)) {
+        ratel__node_t *node = engine_node_at(e, shared->url.addrs[i].host,
+                                             shared->url.addrs[i].port, NULL);
+        if (!node) {
             ratel__engine_free(e);
             return NULL;
         }
+        node->sentinel = shared->url.sentinel;
     }
     hooks->timer = hook_timer;
     hooks->flush = hook_flush;

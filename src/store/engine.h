@@ -70,7 +70,8 @@ typedef enum ratel__rop_kind_e {
     RATEL__ROP_LIBRARY, /* the library on one node, loaded if needed */
     /* The engine's own (ratel__engine_discover and failovers): */
     RATEL__ROP_SLOTS, /* CLUSTER SLOTS */
-    RATEL__ROP_ROLE   /* ROLE */
+    RATEL__ROP_ROLE,  /* ROLE */
+    RATEL__ROP_MASTER /* SENTINEL GET-MASTER-ADDR-BY-NAME */
 } ratel__rop_kind_t;
 
 /* What every engine of a store shares: settings, counters, health. */
@@ -83,6 +84,8 @@ typedef struct ratel__redis_shared_s {
     int64_t breaker_us;
     const char *username; /* "" or NULL: none */
     const char *password; /* NULL: no AUTH */
+    const char *sentinel_username; /* the Sentinels': "" or NULL none */
+    const char *sentinel_password; /* NULL: no AUTH to Sentinels */
     int db;               /* SELECT when not 0 */
     const char *library;  /* the Functions library, `#!lua name=ratel` */
     size_t library_len;

@@ -32,7 +32,7 @@ static const ratel__redis_shared_t *shared(const conn_t *c)
 
 int node_prepared(const ratel__node_t *node)
 {
-    return node->mode == RATEL__MODE_MODULE ||
+    return node->sentinel || node->mode == RATEL__MODE_MODULE ||
            (node->mode != RATEL__MODE_UNKNOWN && node->code_loaded);
 }
 
@@ -93,10 +93,15 @@ int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
 #define ARG(s, l) (a.v[a.n] = (s), a.len[a.n] = (l), a.n++)
 #define ARGZ(s) ARG((s), strlen(s))
         if (step == STEP_AUTH) {
+            const char *user = c->node->sentinel ? sh->sentinel_username
+                                                 : sh->username;
             ARGZ("AUTH");
-            if (sh->username && sh->username[0])
-                ARGZ(sh->username);
-            ARGZ(sh->password);
+            if (user && user[0])
+                ARGZ(user);
+            ARGZ(c->node->sentinel ? sh->sentinel_password : sh->password);
+        } else if (step == STEP_SUBSCRIBE) {
+            ARGZ("SUBSCRIBE");
+            ARGZ("+switch-master");
         } else if (step == STEP_SELECT) {
             ARGZ("SELECT");
             ARG(db, (size_t)snprintf(db, sizeof db, "%d", sh->db));
@@ -167,6 +172,8 @@ static void conn_free(conn_t *c)
     }
     if (node->preparing == c)
         node->preparing = NULL;
+    if (c->e->subscription == c)
+        c->e->subscription = NULL;
     unlink_dirty(c);
     if (c->reader)
         redisReaderFree(c->reader);
@@ -404,7 +411,10 @@ static void on_library(conn_t *c, ratel__rop_t *rop, step_t step, redisReply *r)
 static void became_ready(conn_t *c)
 {
     c->state = CONN_READY;
-    engine_node_dirty(c->node);
+    if (c->subscriber && conn_push(c, NULL, STEP_SUBSCRIBE) != 0)
+        engine_node_failed(c->node, c, RATEL_ENOMEM, "out of memory", 0);
+    else
+        engine_node_dirty(c->node);
 }
 
 /* One reply, matched with what it answers. Returns 0, or -1 when the
@@ -435,6 +445,9 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
             freeReplyObject(r);
         return 0;
     case STEP_ASKING:
+        break;
+    case STEP_SUBSCRIBE:
+        /* The subscription's confirmation; messages follow unasked. */
         break;
     case STEP_AUTH:
     case STEP_SELECT:
@@ -476,14 +489,17 @@ static void link_up(ratel__link_t *link)
     conn_t *c = (conn_t *)link;
     const ratel__redis_shared_t *sh = shared(c);
     ratel__node_t *node = c->node;
+    const char *password =
+        node->sentinel ? sh->sentinel_password : sh->password;
+    int db = node->sentinel ? 0 : sh->db;
 
     if (node->ever_connected)
         atomic_fetch_add_explicit(&((ratel__redis_shared_t *)sh)->reconnects, 1,
                                   memory_order_relaxed);
-    if (sh->password || sh->db != 0) {
+    if (password || db != 0) {
         c->state = CONN_SETUP;
-        if ((sh->password && conn_push(c, NULL, STEP_AUTH) != 0) ||
-            (sh->db != 0 && conn_push(c, NULL, STEP_SELECT) != 0))
+        if ((password && conn_push(c, NULL, STEP_AUTH) != 0) ||
+            (db != 0 && conn_push(c, NULL, STEP_SELECT) != 0))
             engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
         return;
     }
@@ -505,6 +521,11 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
         if (!reply)
             break;
         if (!pop(c, &pend)) {
+            if (c->subscriber) {
+                sentinel_message(c, reply);
+                freeReplyObject(reply);
+                continue;
+            }
             freeReplyObject(reply);
             goto unexpected;
         }

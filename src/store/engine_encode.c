@@ -121,6 +121,7 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
         [RATEL__ROP_PING] = "PING",
         [RATEL__ROP_SLOTS] = "CLUSTER",
         [RATEL__ROP_ROLE] = "ROLE",
+        [RATEL__ROP_MASTER] = "SENTINEL",
     };
     ratel__node_mode_t mode = c->node->mode;
     int lua = mode == RATEL__MODE_LUA;
@@ -133,6 +134,10 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
             ARG(rop->key, rop->keylen);
         if (rop->kind == RATEL__ROP_SLOTS)
             ARGZ("SLOTS");
+        if (rop->kind == RATEL__ROP_MASTER) {
+            ARGZ("GET-MASTER-ADDR-BY-NAME");
+            ARGZ(c->e->sh->url.master_name);
+        }
         return encode_argv(c, a);
     }
     if (mode == RATEL__MODE_MODULE) {

@@ -73,11 +73,13 @@ struct conn_s {
     /* Replies expected, oldest first (a ring). */
     pend_t *pend;
     size_t phead, pcount, pcap;
-    int answered; /* a reply arrived: the peer speaks Redis */
+    int answered;   /* a reply arrived: the peer speaks Redis */
+    int subscriber; /* a Sentinel's +switch-master subscription */
 };
 
 struct ratel__node_s {
     ratel__engine_t *e;
+    int sentinel; /* a Sentinel (redis+sentinel://), not a data node */
     char host[256];
     int port;
     char name[300];
@@ -130,6 +132,10 @@ struct ratel__engine_s {
     ratel__rop_t role[RATEL_REDIS_MAX_ADDRS];
     size_t roles_pending, role_found;
     int failing_over;
+    /* Sentinel: the question asked now, to whom, and the subscription. */
+    ratel__rop_t ask_rop;
+    size_t ask_next;
+    conn_t *subscription;
     /* A slot map being read: the discover commands waiting for it. */
     ratel__rop_t map_rop;
     size_t map_next; /* the next node to ask */
@@ -177,7 +183,17 @@ int encode_argv(conn_t *c, const argv_t *a);
 int encode_rop(conn_t *c, const ratel__rop_t *rop);
 int encode_words(conn_t *c, int argc, ...);
 
+/* engine_sentinel.c */
+/* Asks the Sentinels for the primary (unless asked within 100 ms, or
+   `force`): 1 when a question is under way. */
+int sentinel_ask(ratel__engine_t *e, int force);
+/* A message on the subscription (+switch-master). */
+void sentinel_message(conn_t *c, const redisReply *r);
+
 /* engine_route.c */
+/* The failover or the Sentinels' answer is in: `found` is the primary's
+   index in nodes ((size_t)-1: none); parked commands go there or fail. */
+void route_primary_found(ratel__engine_t *e, size_t found);
 ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop);
 /* Looks at an answer: 1 when the command was sent again (or parked for
    a failover), 0 when it is final. */

@@ -175,7 +175,7 @@ ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
     unsigned idx;
 
     if (!e->sh->url.cluster)
-        return e->nodes[e->primary];
+        return e->have_primary ? e->nodes[e->primary] : NULL;
     idx = e->slots[key_slot(rop->key, rop->keylen)];
     if (idx)
         return e->nodes[idx - 1];
@@ -188,39 +188,44 @@ ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
 
 static int can_fail_over(const ratel__engine_t *e)
 {
-    return !e->sh->url.cluster && e->sh->url.naddrs > 1;
+    return !e->sh->url.cluster &&
+           (e->sh->url.naddrs > 1 || e->sh->url.sentinel);
 }
 
-static void failover_end(ratel__engine_t *e)
+void route_primary_found(ratel__engine_t *e, size_t found)
 {
     size_t old = e->primary;
-    int moved = e->role_found != (size_t)-1 && e->role_found != old;
+    int had = e->have_primary,
+        moved = found != (size_t)-1 && (found != old || !had);
 
     e->failing_over = 0;
     if (moved) {
-        e->primary = e->role_found;
+        e->primary = found;
+        e->have_primary = 1;
         /* The old primary no longer serves: its failure is not ours. */
-        if (ratel__engine_node_health_clear(e->nodes[old]))
+        if (had && old != found &&
+            ratel__engine_node_health_clear(e->nodes[old]))
             ratel__health_notify(e->sh->health);
     }
     while (e->parked_head) {
         ratel__rop_t *rop = e->parked_head;
         int rc = rop->rc;
         rop->rc = 0;
-        if (!moved || e->freeing) {
-            engine_finish(e, rop, rc, NULL);
+        if (!e->have_primary || e->freeing ||
+            (!moved && rop->attempts > 0)) {
+            engine_finish(e, rop, rc ? rc : RATEL_EIO, NULL);
             continue;
         }
         rop->where = WHERE_NONE;
         e->parked_head = rop->qnext;
         if (!e->parked_head)
             e->parked_tail = NULL;
-        rop->qprev = rop->qnext = NULL;
-        if (e->parked_head)
+        else
             e->parked_head->qprev = NULL;
+        rop->qprev = rop->qnext = NULL;
         engine_enqueue(e, e->nodes[e->primary], rop);
     }
-    wake_waiters(e, e->role_found != (size_t)-1 ? 0 : RATEL_EIO);
+    wake_waiters(e, e->have_primary ? 0 : RATEL_EIO);
 }
 
 static void role_done(ratel__rop_t *rop)
@@ -237,7 +242,7 @@ static void role_done(ratel__rop_t *rop)
     freeReplyObject(rop->reply);
     rop->reply = NULL;
     if (--e->roles_pending == 0)
-        failover_end(e);
+        route_primary_found(e, e->role_found);
 }
 
 /* Asks every address for its ROLE, unless one was asked within the
@@ -248,6 +253,8 @@ static int failover_start(ratel__engine_t *e, int force)
 
     if (!can_fail_over(e))
         return 0;
+    if (e->sh->url.sentinel)
+        return sentinel_ask(e, force);
     if (e->failing_over)
         return 1;
     if (!force && e->last_failover_us != 0 && now >= e->last_failover_us &&
@@ -274,7 +281,7 @@ static int failover_start(ratel__engine_t *e, int force)
 int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
 {
     if (rop->force || rop->kind > RATEL__ROP_PING || !can_fail_over(e) ||
-        rop->node != e->nodes[e->primary] ||
+        (e->have_primary && rop->node != e->nodes[e->primary]) ||
         rop->attempts >= RATEL__ENGINE_ATTEMPTS || !failover_start(e, 0))
         return 0;
     rop->rc = rc;
@@ -404,7 +411,7 @@ size_t ratel__engine_serving(ratel__engine_t *e, ratel__node_t **serving,
     size_t n = 0;
 
     if (!e->sh->url.cluster) {
-        if (max > 0 && e->nnodes > 0)
+        if (max > 0 && e->nnodes > 0 && e->have_primary)
             serving[n++] = e->nodes[e->primary];
         return n;
     }
