@@ -1,0 +1,935 @@
+/*
+ * test_transport.c - the two transports of the Redis engine (poll and
+ * libevent, store/transport.h) driven by a small test engine against real
+ * redis-servers on loopback: plain, killed, refused, TLS-only.
+ *
+ * Every test runs on both transports (transport_poll_NAME and
+ * transport_event_NAME) through a driver: `wait` runs the transport's
+ * loop until a flag is set (ratel__poll_wait, or event_base_loop). The
+ * test engine's one timer doubles as the watchdog of each wait, so a
+ * transport that loses a callback fails the test instead of hanging it.
+ * These tests read the monotonic clock: the transport's timer is I/O
+ * (it wakes the loop), not a limiter's time.
+ */
+#include "test.h"
+
+#include "store/transport.h"
+#include "store/transport_event.h"
+#include "store/transport_poll.h"
+#include "tests/integration/servers.h"
+
+#include <event2/event.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#define WATCHDOG_US 10000000
+
+/* ------------------------------------------------------------ drivers */
+
+typedef struct driver_s driver_t;
+struct driver_s {
+    const char *name;
+    const ratel__transport_t *t;
+    void *tud;
+    ratel__poll_t *poll;
+    ratel__event_t *event;
+    struct event_base *base;
+    /* the test engine's hooks */
+    int timer_fires;
+    int64_t timer_fired_at;
+    int flushes;
+    int *wake_on_timer; /* the flag of the wait in progress */
+    int *wake_on_flush;
+    void (*on_flush)(driver_t *d);
+    void (*on_timer)(driver_t *d);
+    void *arg; /* for on_flush and on_timer */
+};
+
+static void hook_timer(void *ud)
+{
+    driver_t *d = ud;
+
+    d->timer_fires++;
+    d->timer_fired_at = d->t->now(d->tud);
+    if (d->on_timer)
+        d->on_timer(d);
+    if (d->wake_on_timer)
+        *d->wake_on_timer = 1;
+}
+
+static void hook_flush(void *ud)
+{
+    driver_t *d = ud;
+
+    d->flushes++;
+    if (d->on_flush)
+        d->on_flush(d);
+    if (d->wake_on_flush)
+        *d->wake_on_flush = 1;
+}
+
+static int driver_init(driver_t *d, int event)
+{
+    ratel__loop_hooks_t hooks = {hook_timer, hook_flush, d};
+
+    memset(d, 0, sizeof *d);
+    if (event) {
+        d->base = event_base_new();
+        if (!d->base || ratel__event_new(&d->event, d->base, &hooks) != 0)
+            return -1;
+        d->t = &ratel__event_transport;
+        d->tud = d->event;
+        return 0;
+    }
+    if (ratel__poll_new(&d->poll, &hooks) != 0)
+        return -1;
+    ratel__poll_lock(d->poll);
+    d->t = &ratel__poll_transport;
+    d->tud = d->poll;
+    return 0;
+}
+
+static void driver_free(driver_t *d)
+{
+    if (d->poll) {
+        ratel__poll_unlock(d->poll);
+        ratel__poll_free(d->poll);
+    }
+    ratel__event_free(d->event);
+    if (d->base)
+        event_base_free(d->base);
+}
+
+/* Runs the loop until *done (no watchdog: the caller arms one). */
+static void driver_run(driver_t *d, int *done)
+{
+    if (d->poll) {
+        ratel__poll_wait(d->poll, done);
+        return;
+    }
+    while (!*done)
+        event_base_loop(d->base, EVLOOP_ONCE);
+}
+
+/* Runs the loop until *done or 10 s; returns 0, or -1 on the watchdog. */
+static int driver_wait(driver_t *d, int *done)
+{
+    int fires = d->timer_fires, rc;
+
+    d->t->timer(d->tud, d->t->now(d->tud) + WATCHDOG_US);
+    d->wake_on_timer = done;
+    driver_run(d, done);
+    d->wake_on_timer = NULL;
+    rc = d->timer_fires != fires ? -1 : 0;
+    d->t->timer(d->tud, -1);
+    d->timer_fires = fires;
+    return rc;
+}
+
+/* ------------------------------------------------------------ test links */
+
+typedef enum close_when_e {
+    CLOSE_NEVER,
+    CLOSE_IN_UP,
+    CLOSE_IN_DATA
+} close_when_t;
+
+typedef struct tlink_s {
+    ratel__link_t link; /* first: the callbacks cast back */
+    driver_t *d;
+    void *h;
+    int ups, downs, datas, tls_error;
+    char why[256];
+    char in[262144];
+    size_t n;
+    size_t expect; /* done once this many bytes arrived */
+    int done;
+    close_when_t close_when;
+    int defers_in_data; /* `defer` calls made in each data callback */
+} tlink_t;
+
+static void on_up(ratel__link_t *link)
+{
+    tlink_t *l = (tlink_t *)link;
+
+    l->ups++;
+    if (l->close_when == CLOSE_IN_UP) {
+        l->d->t->close(l->d->tud, l->h);
+        l->h = NULL;
+        l->done = 1;
+    }
+}
+
+static void on_data(ratel__link_t *link, const char *p, size_t n)
+{
+    tlink_t *l = (tlink_t *)link;
+
+    l->datas++;
+    if (n > sizeof l->in - l->n)
+        n = sizeof l->in - l->n;
+    memcpy(l->in + l->n, p, n);
+    l->n += n;
+    for (int i = 0; i < l->defers_in_data; i++)
+        l->d->t->defer(l->d->tud);
+    if (l->close_when == CLOSE_IN_DATA) {
+        l->d->t->close(l->d->tud, l->h);
+        l->h = NULL;
+        l->done = 1;
+    }
+    if (l->expect && l->n >= l->expect)
+        l->done = 1;
+}
+
+static void on_down(ratel__link_t *link, const char *why, int tls_error)
+{
+    tlink_t *l = (tlink_t *)link;
+
+    l->downs++;
+    l->tls_error = tls_error;
+    snprintf(l->why, sizeof l->why, "%s", why);
+    l->h = NULL;
+    l->done = 1;
+}
+
+static void tlink_init(tlink_t *l, driver_t *d)
+{
+    memset(l, 0, sizeof *l);
+    l->link.up = on_up;
+    l->link.data = on_data;
+    l->link.down = on_down;
+    l->d = d;
+}
+
+static int tlink_open(tlink_t *l, const char *host, int port,
+                      const ratel__tls_target_t *tls)
+{
+    l->h = l->d->t->open(l->d->tud, &l->link, host, port, tls, l->why,
+                         sizeof l->why);
+    return l->h ? 0 : -1;
+}
+
+static void tlink_send(tlink_t *l, const char *s)
+{
+    l->d->t->send(l->d->tud, l->h, s, strlen(s));
+}
+
+static void tlink_close(tlink_t *l)
+{
+    if (l->h)
+        l->d->t->close(l->d->tud, l->h);
+    l->h = NULL;
+}
+
+/* Sends PING twice (inline and RESP) and waits for both PONGs. */
+static int tlink_ping(tlink_t *l)
+{
+    static const char pongs[] = "+PONG\r\n+PONG\r\n";
+
+    l->n = 0;
+    l->done = 0;
+    l->expect = strlen(pongs);
+    tlink_send(l, "PING\r\n");
+    tlink_send(l, "*1\r\n$4\r\nPING\r\n");
+    if (driver_wait(l->d, &l->done) != 0 || l->downs)
+        return -1;
+    return l->n == l->expect && memcmp(l->in, pongs, l->n) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ servers */
+
+static test_redis_t plain;
+static int plain_started;
+
+/* One redis-server for the tests that only talk to it, on 127.0.0.1 and
+   ::1 (the '-' makes ::1 optional). */
+static int plain_port(void)
+{
+    static const char *const extra[] = {"--bind", "127.0.0.1 -::1", NULL};
+
+    if (!plain_started && test_redis_start(&plain, NULL, extra) == 0)
+        plain_started = 1;
+    return plain_started ? plain.port : -1;
+}
+
+/* Certificates (made by openssl(1) in a directory of their own) and a
+   TLS-only redis-server. */
+static char tls_dir[256];
+static pid_t tls_pid;
+static int tls_port;
+
+static void tls_cleanup(void)
+{
+    char cmd[400];
+
+    if (tls_pid > 0) {
+        kill(tls_pid, SIGKILL);
+        waitpid(tls_pid, NULL, 0);
+        tls_pid = 0;
+    }
+    if (tls_dir[0]) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tls_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tls_dir);
+        tls_dir[0] = '\0';
+    }
+}
+
+static int make_certificates(void)
+{
+    char cmd[2048];
+
+    snprintf(tls_dir, sizeof tls_dir, "/tmp/ratel-tls-XXXXXX");
+    if (!mkdtemp(tls_dir)) {
+        tls_dir[0] = '\0';
+        return -1;
+    }
+    atexit(tls_cleanup);
+    snprintf(cmd, sizeof cmd,
+             "(cd '%s' && K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+             "-nodes' && "
+             "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 "
+             "-subj /CN=ratel-test-ca && "
+             "openssl req -x509 $K -keyout other.key -out other.crt -days 2 "
+             "-subj /CN=ratel-other-ca && "
+             "openssl req $K -keyout server.key -out server.csr "
+             "-subj /CN=localhost && "
+             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >ext && "
+             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key "
+             "-CAcreateserial -out server.crt -days 2 -extfile ext",
+             tls_dir);
+    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd),
+             ") >'%s/openssl.log' 2>&1", tls_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "openssl failed: see %s/openssl.log\n", tls_dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int port_accepts(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void exec_tls_server(void)
+{
+    char port[16], f[4][400];
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    snprintf(port, sizeof port, "%d", tls_port);
+    snprintf(f[0], sizeof f[0], "%s/server.crt", tls_dir);
+    snprintf(f[1], sizeof f[1], "%s/server.key", tls_dir);
+    snprintf(f[2], sizeof f[2], "%s/ca.crt", tls_dir);
+    snprintf(f[3], sizeof f[3], "%s/redis.log", tls_dir);
+    execlp("redis-server", "redis-server", "--port", "0", "--tls-port", port,
+           "--bind", "127.0.0.1", "--tls-cert-file", f[0], "--tls-key-file",
+           f[1], "--tls-ca-cert-file", f[2], "--tls-auth-clients", "no",
+           "--save", "", "--appendonly", "no", "--dir", tls_dir, "--logfile",
+           f[3], (char *)NULL);
+    _exit(127);
+}
+
+/* The TLS-only server's port (started at the first call), or -1. */
+static int tls_server_port(void)
+{
+    static int failed;
+
+    if (tls_pid > 0 || failed)
+        return failed ? -1 : tls_port;
+    failed = 1;
+    if (make_certificates() != 0 || (tls_port = test_free_port()) < 0)
+        return -1;
+    tls_pid = fork();
+    if (tls_pid == 0)
+        exec_tls_server();
+    if (tls_pid < 0)
+        return -1;
+    for (int i = 0; i < 500 && !port_accepts(tls_port); i++)
+        usleep(20000);
+    if (!port_accepts(tls_port)) {
+        fprintf(stderr, "the TLS redis-server did not start: %s/redis.log\n",
+                tls_dir);
+        return -1;
+    }
+    failed = 0;
+    return tls_port;
+}
+
+static SSL_CTX *client_ctx(const char *ca)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    char path[400];
+
+    snprintf(path, sizeof path, "%s/%s", tls_dir, ca);
+    if (ctx && SSL_CTX_load_verify_locations(ctx, path, NULL) != 1) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void t_ping(driver_t *d)
+{
+    tlink_t l;
+    int port = plain_port();
+
+    REQUIRE(port > 0);
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, NULL) == 0);
+    CHECK_EQ(l.ups, 0); /* never from inside `open` */
+    CHECK(tlink_ping(&l) == 0);
+    CHECK_EQ(l.ups, 1);
+    CHECK_EQ(l.downs, 0);
+    CHECK(tlink_ping(&l) == 0); /* the connection stays usable */
+    tlink_close(&l);
+}
+
+/* A name (from /etc/hosts) and an IPv6 address. */
+static void t_names(driver_t *d)
+{
+    static const char *const hosts[] = {"localhost", "::1"};
+    int port = plain_port();
+
+    REQUIRE(port > 0);
+    for (size_t i = 0; i < 2; i++) {
+        tlink_t l;
+
+        tlink_init(&l, d);
+        REQUIRE(tlink_open(&l, hosts[i], port, NULL) == 0);
+        CHECK(tlink_ping(&l) == 0);
+        if (l.downs)
+            fprintf(stderr, "  %s: %s\n", hosts[i], l.why);
+        tlink_close(&l);
+    }
+}
+
+/* A name that does not resolve is refused by `open` or reported by
+   `down`, saying so. */
+static void t_bad_name(driver_t *d)
+{
+    tlink_t l;
+
+    tlink_init(&l, d);
+    if (tlink_open(&l, "no-such-host.invalid", 6379, NULL) == 0) {
+        CHECK(driver_wait(d, &l.done) == 0);
+        CHECK_EQ(l.downs, 1);
+    }
+    CHECK(strstr(l.why, "cannot resolve no-such-host.invalid") != NULL);
+    CHECK_EQ(l.ups, 0);
+    tlink_init(&l, d);
+    CHECK(tlink_open(&l, "127.0.0.1", 0, NULL) != 0);
+    CHECK(strstr(l.why, "port 0") != NULL);
+}
+
+/* ECHO commands; fills expect with their replies. */
+static void send_echoes(tlink_t *l, int count, size_t size, char *expect,
+                        size_t cap)
+{
+    char *msg = malloc(size + 1), head[64];
+    size_t n = 0;
+
+    for (int i = 0; i < count && msg; i++) {
+        memset(msg, 'a' + i % 26, size);
+        snprintf(msg, size + 1, "m-%d", i);
+        msg[strlen(msg)] = size > strlen(msg) ? '.' : '\0';
+        msg[size] = '\0';
+        snprintf(head, sizeof head, "*2\r\n$4\r\nECHO\r\n$%zu\r\n", size);
+        tlink_send(l, head);
+        l->d->t->send(l->d->tud, l->h, msg, size);
+        tlink_send(l, "\r\n");
+        n += (size_t)snprintf(expect + n, cap - n, "$%zu\r\n%s\r\n", size, msg);
+    }
+    free(msg);
+    l->expect = n;
+}
+
+static void check_echoes(driver_t *d, const ratel__tls_target_t *tls, int port,
+                         int count, size_t size)
+{
+    static char expect[262144];
+    tlink_t *l = malloc(sizeof *l);
+
+    REQUIRE(l != NULL);
+    tlink_init(l, d);
+    if (tlink_open(l, "127.0.0.1", port, tls) != 0) {
+        CHECK(!"open");
+        free(l);
+        return;
+    }
+    send_echoes(l, count, size, expect, sizeof expect);
+    CHECK_EQ(l->ups, 0);
+    CHECK(driver_wait(d, &l->done) == 0);
+    CHECK_EQ(l->ups, 1);
+    CHECK_EQ(l->downs, 0);
+    CHECK_EQ(l->n, l->expect);
+    CHECK(l->n == l->expect && memcmp(l->in, expect, l->n) == 0);
+    tlink_close(l);
+    free(l);
+}
+
+/* Many commands sent before `up` leave once connected, in order; one
+   bigger than a socket buffer (and than a TLS record) arrives whole. */
+static void t_queued_before_up(driver_t *d)
+{
+    int port = plain_port();
+
+    REQUIRE(port > 0);
+    check_echoes(d, NULL, port, 300, 20);
+    check_echoes(d, NULL, port, 1, 200000);
+}
+
+static void t_refused(driver_t *d)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    ratel__tls_target_t tls = {ctx, "localhost", 0};
+    int port = test_free_port();
+
+    REQUIRE(port > 0 && ctx);
+    for (int i = 0; i < 2; i++) {
+        tlink_t l;
+
+        tlink_init(&l, d);
+        REQUIRE(tlink_open(&l, "127.0.0.1", port, i ? &tls : NULL) == 0);
+        tlink_send(&l, "PING\r\n");
+        CHECK(driver_wait(d, &l.done) == 0);
+        CHECK_EQ(l.downs, 1);
+        CHECK_EQ(l.ups, 0);
+        CHECK_EQ(l.tls_error, 0); /* an outage, not TLS's refusal */
+        CHECK(strstr(l.why, "Connection refused") != NULL);
+    }
+    SSL_CTX_free(ctx);
+}
+
+static void t_server_killed(driver_t *d)
+{
+    test_redis_t r;
+    tlink_t l;
+
+    REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+    tlink_init(&l, d);
+    if (tlink_open(&l, "127.0.0.1", r.port, NULL) == 0) {
+        CHECK(tlink_ping(&l) == 0);
+        test_redis_kill(&r);
+        l.done = 0;
+        CHECK(driver_wait(d, &l.done) == 0);
+        CHECK_EQ(l.downs, 1);
+        CHECK_EQ(l.tls_error, 0);
+        CHECK(strstr(l.why, "closed by the server") ||
+              strstr(l.why, "reset by peer"));
+    } else {
+        CHECK(!"open");
+    }
+    test_redis_free(&r);
+}
+
+/* The timer fires once, at its time (never early); arming replaces the
+   previous time; -1 disarms. */
+static void t_timer(driver_t *d)
+{
+    int64_t t0 = d->t->now(d->tud);
+    int done = 0;
+    int port = plain_port();
+    tlink_t l;
+
+    REQUIRE(port > 0);
+    d->wake_on_timer = &done;
+    d->t->timer(d->tud, t0 + 10000000);
+    d->t->timer(d->tud, t0 + 30000);
+    driver_run(d, &done);
+    d->wake_on_timer = NULL;
+    CHECK_EQ(d->timer_fires, 1);
+    CHECK(d->timer_fired_at >= t0 + 30000);
+    CHECK(d->timer_fired_at < t0 + 5000000);
+
+    /* Disarmed: a 10 ms timer stays silent while the loop waits 100 ms
+       for BLPOP's answer. */
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, NULL) == 0);
+    d->t->timer(d->tud, d->t->now(d->tud) + 10000);
+    d->t->timer(d->tud, -1);
+    tlink_send(&l, "BLPOP ratel-transport-nothing 0.1\r\n");
+    l.expect = 5; /* "*-1\r\n" */
+    driver_run(d, &l.done);
+    CHECK_EQ(d->timer_fires, 1);
+    CHECK(l.n == 5 && memcmp(l.in, "*-1\r\n", 5) == 0);
+    tlink_close(&l);
+}
+
+static void flush_sends_ping(driver_t *d)
+{
+    tlink_send(d->arg, "PING\r\n");
+}
+
+/* `defer` called many times in a turn gives one flush, after the turn's
+   callbacks and before the loop waits. */
+static void t_defer(driver_t *d)
+{
+    int port = plain_port(), flushed = 0;
+    tlink_t l;
+
+    REQUIRE(port > 0);
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, NULL) == 0);
+
+    /* From outside the loop: the flush sends the PING. */
+    d->on_flush = flush_sends_ping;
+    d->arg = &l;
+    for (int i = 0; i < 3; i++)
+        d->t->defer(d->tud);
+    CHECK_EQ(d->flushes, 0);
+    l.expect = 7;
+    CHECK(driver_wait(d, &l.done) == 0);
+    CHECK_EQ(d->flushes, 1);
+    CHECK(l.n == 7 && memcmp(l.in, "+PONG\r\n", 7) == 0);
+
+    /* From inside a data callback: once after it. */
+    d->on_flush = NULL;
+    l.defers_in_data = 3;
+    l.n = 0;
+    l.done = 0;
+    tlink_send(&l, "PING\r\n");
+    d->wake_on_flush = &flushed;
+    CHECK(driver_wait(d, &flushed) == 0);
+    d->wake_on_flush = NULL;
+    CHECK_EQ(l.datas, 2);
+    CHECK_EQ(d->flushes, 2);
+
+    /* No defer, no flush. */
+    l.defers_in_data = 0;
+    CHECK(tlink_ping(&l) == 0);
+    CHECK_EQ(d->flushes, 2);
+    tlink_close(&l);
+}
+
+/* A link closes itself from `up` and from `data`: nothing more reaches
+   it, and the loop goes on serving the others. */
+static void t_close_in_callback(driver_t *d)
+{
+    int port = plain_port();
+    tlink_t a, b, c;
+
+    REQUIRE(port > 0);
+    tlink_init(&a, d);
+    a.close_when = CLOSE_IN_UP;
+    REQUIRE(tlink_open(&a, "127.0.0.1", port, NULL) == 0);
+    tlink_send(&a, "PING\r\n");
+    CHECK(driver_wait(d, &a.done) == 0);
+
+    tlink_init(&b, d);
+    b.close_when = CLOSE_IN_DATA;
+    REQUIRE(tlink_open(&b, "127.0.0.1", port, NULL) == 0);
+    tlink_send(&b, "PING\r\nPING\r\nPING\r\n");
+    CHECK(driver_wait(d, &b.done) == 0);
+
+    tlink_init(&c, d);
+    REQUIRE(tlink_open(&c, "127.0.0.1", port, NULL) == 0);
+    CHECK(tlink_ping(&c) == 0);
+    CHECK(tlink_ping(&c) == 0);
+    tlink_close(&c);
+    CHECK_EQ(a.ups, 1);
+    CHECK_EQ(a.datas, 0);
+    CHECK_EQ(a.downs, 0);
+    CHECK_EQ(b.datas, 1);
+    CHECK_EQ(b.downs, 0);
+}
+
+static void t_tls(driver_t *d)
+{
+    int port = tls_server_port();
+    SSL_CTX *ctx;
+    ratel__tls_target_t tls = {NULL, "localhost", 0};
+    tlink_t l;
+
+    REQUIRE(port > 0);
+    ctx = client_ctx("ca.crt");
+    REQUIRE(ctx != NULL);
+    tls.ctx = ctx;
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+    CHECK(tlink_ping(&l) == 0);
+    if (l.downs)
+        fprintf(stderr, "  TLS: %s\n", l.why);
+    CHECK_EQ(l.ups, 1);
+    tlink_close(&l);
+
+    /* Many commands before the handshake ends, one of many records. */
+    check_echoes(d, &tls, port, 300, 20);
+    check_echoes(d, &tls, port, 1, 200000);
+
+    /* Closed from its own data callback. */
+    tlink_init(&l, d);
+    l.close_when = CLOSE_IN_DATA;
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+    tlink_send(&l, "PING\r\nPING\r\n");
+    CHECK(driver_wait(d, &l.done) == 0);
+    CHECK_EQ(l.datas, 1);
+    CHECK_EQ(l.downs, 0);
+    SSL_CTX_free(ctx);
+}
+
+/* A certificate the CA did not sign, and a name the certificate does not
+   carry: `down` with tls_error = 1, naming the problem. */
+static void t_tls_refused(driver_t *d)
+{
+    static const struct {
+        const char *ca, *name, *why;
+    } cases[] = {
+        {"other.crt", "localhost", "certificate verify failed"},
+        {"ca.crt", "wrong.example", "hostname mismatch"},
+    };
+    int port = tls_server_port();
+
+    REQUIRE(port > 0);
+    for (size_t i = 0; i < 2; i++) {
+        SSL_CTX *ctx = client_ctx(cases[i].ca);
+        ratel__tls_target_t tls = {ctx, cases[i].name, 0};
+        tlink_t l;
+
+        REQUIRE(ctx != NULL);
+        tlink_init(&l, d);
+        REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+        tlink_send(&l, "PING\r\n");
+        CHECK(driver_wait(d, &l.done) == 0);
+        CHECK_EQ(l.ups, 0);
+        CHECK_EQ(l.downs, 1);
+        CHECK_EQ(l.tls_error, 1);
+        CHECK(strstr(l.why, cases[i].why) != NULL);
+        if (!strstr(l.why, cases[i].why))
+            fprintf(stderr, "  %s: got \"%s\"\n", cases[i].why, l.why);
+        SSL_CTX_free(ctx);
+    }
+}
+
+/* ------------------------------------------------------------ threads */
+
+/* Callers of the poll transport on one connection: each queues a PING,
+   the flush sends every queued one in one write, each PONG completes the
+   oldest caller. */
+typedef struct caller_s caller_t;
+struct caller_s {
+    int done;
+    caller_t *next;
+};
+
+typedef struct shared_s {
+    ratel__link_t link;
+    driver_t *d;
+    void *h;
+    int up, expired;
+    caller_t *head, *tail; /* waiting for a PONG, oldest first */
+    int unsent;
+    size_t carry; /* bytes of a PONG not complete yet */
+    int sends, most;
+    int completed[4];
+} shared_t;
+
+static void shared_up(ratel__link_t *link)
+{
+    ((shared_t *)link)->up = 1;
+}
+
+static void shared_data(ratel__link_t *link, const char *p, size_t n)
+{
+    shared_t *s = (shared_t *)link;
+
+    (void)p;
+    s->carry += n;
+    while (s->carry >= 7 && s->head) {
+        caller_t *c = s->head;
+
+        s->carry -= 7;
+        s->head = c->next;
+        if (!s->head)
+            s->tail = NULL;
+        c->done = 1;
+    }
+}
+
+static void shared_down(ratel__link_t *link, const char *why, int tls_error)
+{
+    shared_t *s = (shared_t *)link;
+
+    (void)tls_error;
+    fprintf(stderr, "  shared connection down: %s\n", why);
+    s->h = NULL;
+    s->expired = 1;
+    for (caller_t *c = s->head; c; c = c->next)
+        c->done = 1;
+}
+
+static void shared_flush(driver_t *d)
+{
+    shared_t *s = d->arg;
+    static const char ping[] = "PING\r\n";
+
+    if (!s->h || !s->unsent)
+        return;
+    for (int i = 0; i < s->unsent; i++)
+        d->t->send(d->tud, s->h, ping, 6);
+    s->sends++;
+    if (s->unsent > s->most)
+        s->most = s->unsent;
+    s->unsent = 0;
+}
+
+static void shared_expire(driver_t *d)
+{
+    shared_t *s = d->arg;
+
+    s->expired = 1;
+    for (caller_t *c = s->head; c; c = c->next)
+        c->done = 1;
+}
+
+typedef struct worker_s {
+    shared_t *s;
+    int index;
+} worker_t;
+
+static void *caller_thread(void *arg)
+{
+    worker_t *w = arg;
+    shared_t *s = w->s;
+    driver_t *d = s->d;
+
+    for (int i = 0; i < 100; i++) {
+        caller_t c = {0, NULL};
+
+        ratel__poll_lock(d->poll);
+        if (s->expired) {
+            ratel__poll_unlock(d->poll);
+            break;
+        }
+        if (s->tail)
+            s->tail->next = &c;
+        else
+            s->head = &c;
+        s->tail = &c;
+        s->unsent++;
+        d->t->defer(d->tud);
+        ratel__poll_wait(d->poll, &c.done);
+        if (!s->expired)
+            s->completed[w->index]++;
+        ratel__poll_unlock(d->poll);
+    }
+    return NULL;
+}
+
+TEST(transport_poll_threads)
+{
+    driver_t d;
+    shared_t s;
+    pthread_t threads[4];
+    worker_t workers[4];
+    int port = plain_port();
+
+    REQUIRE(port > 0);
+    REQUIRE(driver_init(&d, 0) == 0);
+    memset(&s, 0, sizeof s);
+    s.link = (ratel__link_t){shared_up, shared_data, shared_down};
+    s.d = &d;
+    s.h = d.t->open(d.tud, &s.link, "127.0.0.1", port, NULL, NULL, 0);
+    if (!s.h || driver_wait(&d, &s.up) != 0) {
+        CHECK(!"connected");
+        driver_free(&d);
+        return;
+    }
+    d.arg = &s;
+    d.on_flush = shared_flush;
+    d.on_timer = shared_expire;
+    d.t->timer(d.tud, d.t->now(d.tud) + 30 * 1000000LL);
+    ratel__poll_unlock(d.poll);
+    for (int i = 0; i < 4; i++) {
+        workers[i] = (worker_t){&s, i};
+        pthread_create(&threads[i], NULL, caller_thread, &workers[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+    ratel__poll_lock(d.poll);
+    CHECK_EQ(s.expired, 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(s.completed[i], 100);
+    CHECK(s.head == NULL);
+    CHECK(s.sends >= 1 && s.sends <= 400);
+    if (s.h)
+        d.t->close(d.tud, s.h);
+    driver_free(&d);
+}
+
+/* ------------------------------------------------------------ table */
+
+static void run_on(int event, void (*body)(driver_t *))
+{
+    driver_t d;
+
+    if (driver_init(&d, event) != 0) {
+        CHECK(!"driver_init");
+        driver_free(&d);
+        return;
+    }
+    body(&d);
+    driver_free(&d);
+}
+
+#define BOTH(name)                                                             \
+    TEST(transport_poll_##name)                                                \
+    {                                                                          \
+        run_on(0, t_##name);                                                   \
+    }                                                                          \
+    TEST(transport_event_##name)                                               \
+    {                                                                          \
+        run_on(1, t_##name);                                                   \
+    }
+
+BOTH(ping)
+BOTH(names)
+BOTH(bad_name)
+BOTH(queued_before_up)
+BOTH(refused)
+BOTH(server_killed)
+BOTH(timer)
+BOTH(defer)
+BOTH(close_in_callback)
+BOTH(tls)
+BOTH(tls_refused)
+
+#define BOTH_ROWS(name)                                                        \
+    {"transport_poll_" #name, test_transport_poll_##name},                     \
+    {                                                                          \
+        "transport_event_" #name, test_transport_event_##name                  \
+    }
+
+RATEL_SUITE(transport) = {
+    BOTH_ROWS(ping),
+    BOTH_ROWS(names),
+    BOTH_ROWS(bad_name),
+    BOTH_ROWS(queued_before_up),
+    BOTH_ROWS(refused),
+    BOTH_ROWS(server_killed),
+    BOTH_ROWS(timer),
+    BOTH_ROWS(defer),
+    BOTH_ROWS(close_in_callback),
+    BOTH_ROWS(tls),
+    BOTH_ROWS(tls_refused),
+    {"transport_poll_threads", test_transport_poll_threads},
+    {0},
+};
