@@ -217,8 +217,11 @@ $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integratio
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
-# The transports' unit tests start real redis-servers (servers.c).
-$(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/tests/integration/servers.o $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+# The transports' unit tests start real redis-servers, TLS-only ones too
+# (servers.c, tls_servers.c).
+UNIT_HARNESS := $(BUILD)/tests/integration/servers.o $(BUILD)/tests/integration/tls_servers.o
+
+$(BUILD)/test_unit: $(UNIT_OBJ) $(UNIT_HARNESS) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated

@@ -232,6 +232,38 @@ static void read_cb(struct bufferevent *bev, void *arg)
     drop(c);
 }
 
+/*
+ * A TLS connection that ended without TLS saying why: a failed write may
+ * have hidden what the server sent before it went, such as the alert by
+ * which TLS 1.3 refuses a missing client certificate after the handshake.
+ * Reads what is left on the socket through the SSL: replies go to `data`,
+ * an alert becomes the reason (returns 1). Returns -1 when `data` closed
+ * the connection, 0 when TLS has nothing to add.
+ */
+static int tls_last_words(conn_t *c, char *why, size_t len)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+    char buf[4096];
+    int r;
+
+    if (!ssl)
+        return 0;
+    ERR_clear_error();
+    while ((r = SSL_read(ssl, buf, sizeof buf)) > 0) {
+        c->link->data(c->link, buf, (size_t)r);
+        if (c->closed)
+            return -1;
+        ERR_clear_error();
+    }
+    if (SSL_get_error(ssl, r) != SSL_ERROR_SSL) {
+        ERR_clear_error();
+        return 0;
+    }
+    ratel__tls_describe(ssl, SSL_ERROR_SSL, why, len);
+    ERR_clear_error();
+    return 1;
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     conn_t *c = arg;
@@ -243,17 +275,21 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         c->state = CONN_UP;
         c->link->up(c->link);
-    } else if (what & BEV_EVENT_EOF) {
-        report_down(c,
-                    c->state == CONN_HANDSHAKE
-                        ? "connection closed by the server during the TLS "
-                          "handshake"
-                        : "connection closed by the server",
-                    0);
-    } else if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-        tls_error = bev_error(c, why, sizeof why);
-        report_down(c, why, tls_error);
+        drop(c);
+        return;
     }
+    if (what & BEV_EVENT_EOF)
+        snprintf(why, sizeof why, "%s",
+                 c->state == CONN_HANDSHAKE
+                     ? "connection closed by the server during the TLS "
+                       "handshake"
+                     : "connection closed by the server");
+    else
+        tls_error = bev_error(c, why, sizeof why);
+    if (!tls_error)
+        tls_error = tls_last_words(c, why, sizeof why);
+    if (tls_error >= 0)
+        report_down(c, why, tls_error);
     drop(c);
 }
 

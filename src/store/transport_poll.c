@@ -79,13 +79,14 @@ struct conn_s {
     int closed; /* closed or reported down: buried after the turn */
     struct addrinfo *addrs, *next_addr;
     int last_errno;
-    SSL *ssl;      /* TLS only; owns its memory BIOs */
-    BIO *rbio;     /* ciphertext received, for SSL_read */
-    BIO *wbio;     /* ciphertext OpenSSL wants sent */
-    buf_t out;     /* bytes for the socket (ciphertext with TLS) */
-    buf_t plain;   /* TLS: plaintext sent before the handshake ended */
-    char why[256]; /* CONN_FAILED: what `down` will say */
-    int tls_error; /* CONN_FAILED: `down`'s tls_error */
+    int write_errno; /* a write failed: reads go on until they end */
+    SSL *ssl;        /* TLS only; owns its memory BIOs */
+    BIO *rbio;       /* ciphertext received, for SSL_read */
+    BIO *wbio;       /* ciphertext OpenSSL wants sent */
+    buf_t out;       /* bytes for the socket (ciphertext with TLS) */
+    buf_t plain;     /* TLS: plaintext sent before the handshake ended */
+    char why[256];   /* CONN_FAILED: what `down` will say */
+    int tls_error;   /* CONN_FAILED: `down`'s tls_error */
     conn_t *prev, *next;
 };
 
@@ -436,10 +437,16 @@ static void tls_handshake(conn_t *c)
 
 /* ------------------------------------------------------------ I/O */
 
-/* Writes what is queued until the socket would block. No callbacks. */
+/*
+ * Writes what is queued until the socket would block. No callbacks. A
+ * failed write does not end the connection yet: what the server sent
+ * before it went (a TLS alert saying why it refused us, replies) is read
+ * first, and read_in reports the write's error once nothing more comes.
+ */
 static void write_out(conn_t *c)
 {
-    while (c->state != CONN_FAILED && buf_size(&c->out) > 0) {
+    while (c->state != CONN_FAILED && !c->write_errno &&
+           buf_size(&c->out) > 0) {
         ssize_t n =
             send(c->fd, c->out.p + c->out.off, buf_size(&c->out), MSG_NOSIGNAL);
 
@@ -450,7 +457,9 @@ static void write_out(conn_t *c)
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             return;
         } else {
-            mark_failed_errno(c, n < 0 ? errno : EPIPE);
+            c->write_errno = n < 0 ? errno : EPIPE;
+            buf_free(&c->out);
+            wake(c->poll);
             return;
         }
     }
@@ -497,6 +506,10 @@ static void read_in(conn_t *c)
     for (int round = 0; round < READ_ROUNDS; round++) {
         ssize_t n = recv(c->fd, buf, sizeof buf, 0);
 
+        if (n == 0 && c->write_errno) {
+            mark_failed_errno(c, c->write_errno);
+            return;
+        }
         if (n == 0) {
             mark_failed(c,
                         c->state == CONN_HANDSHAKE
@@ -511,6 +524,8 @@ static void read_in(conn_t *c)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 mark_failed_errno(c, errno);
+            else if (c->write_errno)
+                mark_failed_errno(c, c->write_errno);
             return;
         }
         if (!c->ssl) {
@@ -574,8 +589,10 @@ static short conn_events(const conn_t *c)
     return (short)(POLLIN | (buf_size(&c->out) ? POLLOUT : 0));
 }
 
-/* Fills the poll set; returns its size (the eventfd and what fits). */
-static size_t build_poll_set(ratel__poll_t *p)
+/* Fills the poll set; returns its size (the eventfd and what fits).
+   *now is set when a connection must be read without waiting (its write
+   failed). */
+static size_t build_poll_set(ratel__poll_t *p, int *now)
 {
     size_t want = 1, n = 1;
 
@@ -597,6 +614,7 @@ static size_t build_poll_set(ratel__poll_t *p)
     for (conn_t *c = p->conns; c && n < p->pcap; c = c->next) {
         if (c->state == CONN_FAILED)
             continue;
+        *now |= c->write_errno != 0;
         p->pfds[n] = (struct pollfd){.fd = c->fd, .events = conn_events(c)};
         p->pconns[n++] = c;
     }
@@ -605,8 +623,9 @@ static size_t build_poll_set(ratel__poll_t *p)
 
 static void wait_io(ratel__poll_t *p)
 {
-    size_t n = build_poll_set(p);
-    int timeout = poll_timeout(p), r;
+    int now = 0;
+    size_t n = build_poll_set(p, &now);
+    int timeout = now ? 0 : poll_timeout(p), r;
 
     p->in_poll = 1;
     pthread_mutex_unlock(&p->lock);
@@ -614,13 +633,18 @@ static void wait_io(ratel__poll_t *p)
     pthread_mutex_lock(&p->lock);
     p->in_poll = 0;
     drain_wake(p);
-    if (r <= 0)
+    if (r < 0)
         return;
     for (size_t i = 1; i < n; i++) {
         conn_t *c = p->pconns[i];
+        short revents = p->pfds[i].revents;
 
-        if (p->pfds[i].revents && !c->closed && c->state != CONN_FAILED)
-            conn_ready(c, p->pfds[i].revents);
+        if (c->closed || c->state == CONN_FAILED)
+            continue;
+        if (c->write_errno)
+            revents |= POLLIN;
+        if (revents)
+            conn_ready(c, revents);
     }
 }
 
@@ -761,7 +785,7 @@ static void poll_send(void *tud, void *handle, const char *bytes, size_t n)
     int rc = 0;
 
     (void)tud;
-    if (c->state == CONN_FAILED || n == 0)
+    if (c->state == CONN_FAILED || c->write_errno || n == 0)
         return;
     if (c->ssl && c->state == CONN_UP)
         tls_write(c, bytes, n);

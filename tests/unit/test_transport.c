@@ -17,6 +17,7 @@
 #include "store/transport_event.h"
 #include "store/transport_poll.h"
 #include "tests/integration/servers.h"
+#include "tests/integration/tls_servers.h"
 
 #include <event2/event.h>
 #include <openssl/ssl.h>
@@ -24,9 +25,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -281,21 +280,20 @@ static int plain_port(void)
     return plain_started ? plain.port : -1;
 }
 
-/* Certificates (made by openssl(1) in a directory of their own) and a
-   TLS-only redis-server. */
+/* Certificates (tls_servers.h) in a directory of their own, removed at
+   exit, and TLS-only redis-servers started at their first use: one that
+   asks no client certificate, one that requires one, one whose
+   certificate has expired. */
+enum { TLS_PLAIN, TLS_CLIENT_CERTS, TLS_EXPIRED, TLS_SERVERS };
 static char tls_dir[256];
-static pid_t tls_pid;
-static int tls_port;
+static test_tls_redis_t tls_servers[TLS_SERVERS];
 
 static void tls_cleanup(void)
 {
     char cmd[400];
 
-    if (tls_pid > 0) {
-        kill(tls_pid, SIGKILL);
-        waitpid(tls_pid, NULL, 0);
-        tls_pid = 0;
-    }
+    for (int i = 0; i < TLS_SERVERS; i++)
+        test_tls_redis_stop(&tls_servers[i]);
     if (tls_dir[0]) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tls_dir);
         if (system(cmd) != 0)
@@ -304,102 +302,48 @@ static void tls_cleanup(void)
     }
 }
 
-static int make_certificates(void)
+/* The port of TLS server `which`, or -1. */
+static int tls_server_port(int which)
 {
-    char cmd[2048];
+    static int certs_failed;
+    test_tls_redis_t *s = &tls_servers[which];
 
-    snprintf(tls_dir, sizeof tls_dir, "/tmp/ratel-tls-XXXXXX");
-    if (!mkdtemp(tls_dir)) {
-        tls_dir[0] = '\0';
-        return -1;
+    if (!tls_dir[0] && !certs_failed) {
+        snprintf(tls_dir, sizeof tls_dir, "/tmp/ratel-tls-XXXXXX");
+        certs_failed = 1;
+        if (!mkdtemp(tls_dir)) {
+            tls_dir[0] = '\0';
+            return -1;
+        }
+        atexit(tls_cleanup);
+        certs_failed = test_tls_certs(tls_dir) != 0;
     }
-    atexit(tls_cleanup);
-    snprintf(cmd, sizeof cmd,
-             "(cd '%s' && K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-             "-nodes' && "
-             "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 "
-             "-subj /CN=ratel-test-ca && "
-             "openssl req -x509 $K -keyout other.key -out other.crt -days 2 "
-             "-subj /CN=ratel-other-ca && "
-             "openssl req $K -keyout server.key -out server.csr "
-             "-subj /CN=localhost && "
-             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >ext && "
-             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key "
-             "-CAcreateserial -out server.crt -days 2 -extfile ext",
-             tls_dir);
-    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd),
-             ") >'%s/openssl.log' 2>&1", tls_dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "openssl failed: see %s/openssl.log\n", tls_dir);
+    if (certs_failed)
         return -1;
-    }
-    return 0;
+    if (!s->pid && test_tls_redis_start(
+                       s, tls_dir, which == TLS_EXPIRED ? "expired" : "server",
+                       which == TLS_CLIENT_CERTS, NULL) != 0)
+        return -1;
+    return s->port;
 }
 
-static int port_accepts(int port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
-static void exec_tls_server(void)
-{
-    char port[16], f[4][400];
-
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    snprintf(port, sizeof port, "%d", tls_port);
-    snprintf(f[0], sizeof f[0], "%s/server.crt", tls_dir);
-    snprintf(f[1], sizeof f[1], "%s/server.key", tls_dir);
-    snprintf(f[2], sizeof f[2], "%s/ca.crt", tls_dir);
-    snprintf(f[3], sizeof f[3], "%s/redis.log", tls_dir);
-    execlp("redis-server", "redis-server", "--port", "0", "--tls-port", port,
-           "--bind", "127.0.0.1", "--tls-cert-file", f[0], "--tls-key-file",
-           f[1], "--tls-ca-cert-file", f[2], "--tls-auth-clients", "no",
-           "--save", "", "--appendonly", "no", "--dir", tls_dir, "--logfile",
-           f[3], (char *)NULL);
-    _exit(127);
-}
-
-/* The TLS-only server's port (started at the first call), or -1. */
-static int tls_server_port(void)
-{
-    static int failed;
-
-    if (tls_pid > 0 || failed)
-        return failed ? -1 : tls_port;
-    failed = 1;
-    if (make_certificates() != 0 || (tls_port = test_free_port()) < 0)
-        return -1;
-    tls_pid = fork();
-    if (tls_pid == 0)
-        exec_tls_server();
-    if (tls_pid < 0)
-        return -1;
-    for (int i = 0; i < 500 && !port_accepts(tls_port); i++)
-        usleep(20000);
-    if (!port_accepts(tls_port)) {
-        fprintf(stderr, "the TLS redis-server did not start: %s/redis.log\n",
-                tls_dir);
-        return -1;
-    }
-    failed = 0;
-    return tls_port;
-}
-
-static SSL_CTX *client_ctx(const char *ca)
+/* A client context trusting tls_dir/ca (a file name), with tls_dir/
+   cert.crt and .key as its certificate when cert is not NULL. */
+static SSL_CTX *client_ctx(const char *ca, const char *cert)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    char path[400];
+    char path[400], key[400];
+    int ok;
 
     snprintf(path, sizeof path, "%s/%s", tls_dir, ca);
-    if (ctx && SSL_CTX_load_verify_locations(ctx, path, NULL) != 1) {
+    ok = ctx && SSL_CTX_load_verify_locations(ctx, path, NULL) == 1;
+    if (ok && cert) {
+        snprintf(path, sizeof path, "%s/%s.crt", tls_dir, cert);
+        snprintf(key, sizeof key, "%s/%s.key", tls_dir, cert);
+        ok = SSL_CTX_use_certificate_file(ctx, path, SSL_FILETYPE_PEM) == 1 &&
+             SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1;
+    }
+    if (!ok) {
         SSL_CTX_free(ctx);
         return NULL;
     }
@@ -691,13 +635,13 @@ static void t_close_in_callback(driver_t *d)
 
 static void t_tls(driver_t *d)
 {
-    int port = tls_server_port();
+    int port = tls_server_port(TLS_PLAIN);
     SSL_CTX *ctx;
     ratel__tls_target_t tls = {NULL, "localhost", 0};
     tlink_t l;
 
     REQUIRE(port > 0);
-    ctx = client_ctx("ca.crt");
+    ctx = client_ctx("ca.crt", NULL);
     REQUIRE(ctx != NULL);
     tls.ctx = ctx;
     tlink_init(&l, d);
@@ -723,21 +667,30 @@ static void t_tls(driver_t *d)
     SSL_CTX_free(ctx);
 }
 
-/* A certificate the CA did not sign, and a name the certificate does not
-   carry: `down` with tls_error = 1, naming the problem. */
+/*
+ * What TLS refuses gives `down` with tls_error = 1 and a reason naming
+ * the problem: a certificate the trusted CA did not sign, a name the
+ * certificate does not carry, an expired certificate, a server that
+ * requires a client certificate and got none (TLS 1.3 says so after the
+ * handshake: `up` comes first). A client certificate makes the last one
+ * work.
+ */
 static void t_tls_refused(driver_t *d)
 {
     static const struct {
-        const char *ca, *name, *why;
+        int server;
+        const char *ca, *cert, *name, *why;
     } cases[] = {
-        {"other.crt", "localhost", "certificate verify failed"},
-        {"ca.crt", "wrong.example", "hostname mismatch"},
+        {TLS_PLAIN, "other.crt", NULL, "localhost",
+         "certificate verify failed"},
+        {TLS_PLAIN, "ca.crt", NULL, "wrong.example", "hostname mismatch"},
+        {TLS_EXPIRED, "ca.crt", NULL, "localhost", "expired"},
+        {TLS_CLIENT_CERTS, "ca.crt", NULL, "localhost", "certificate required"},
     };
-    int port = tls_server_port();
 
-    REQUIRE(port > 0);
-    for (size_t i = 0; i < 2; i++) {
-        SSL_CTX *ctx = client_ctx(cases[i].ca);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int port = tls_server_port(cases[i].server);
+        SSL_CTX *ctx = port > 0 ? client_ctx(cases[i].ca, cases[i].cert) : NULL;
         ratel__tls_target_t tls = {ctx, cases[i].name, 0};
         tlink_t l;
 
@@ -746,14 +699,50 @@ static void t_tls_refused(driver_t *d)
         REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
         tlink_send(&l, "PING\r\n");
         CHECK(driver_wait(d, &l.done) == 0);
-        CHECK_EQ(l.ups, 0);
+        if (cases[i].server != TLS_CLIENT_CERTS)
+            CHECK_EQ(l.ups, 0);
         CHECK_EQ(l.downs, 1);
         CHECK_EQ(l.tls_error, 1);
+        CHECK_EQ(l.n, 0);
         CHECK(strstr(l.why, cases[i].why) != NULL);
-        if (!strstr(l.why, cases[i].why))
-            fprintf(stderr, "  %s: got \"%s\"\n", cases[i].why, l.why);
+        if (!strstr(l.why, cases[i].why) || getenv("RATEL_TEST_VERBOSE"))
+            fprintf(stderr, "  want \"%s\", got \"%s\"\n", cases[i].why, l.why);
         SSL_CTX_free(ctx);
     }
+}
+
+/* A client certificate where the server requires one. */
+static void t_tls_client_cert(driver_t *d)
+{
+    int port = tls_server_port(TLS_CLIENT_CERTS);
+    SSL_CTX *ctx = port > 0 ? client_ctx("ca.crt", "client") : NULL;
+    ratel__tls_target_t tls = {ctx, "localhost", 0};
+    tlink_t l;
+
+    REQUIRE(ctx != NULL);
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+    CHECK(tlink_ping(&l) == 0);
+    CHECK_EQ(l.downs, 0);
+    tlink_close(&l);
+    SSL_CTX_free(ctx);
+}
+
+/* tls_insecure: no verification, so even another CA's trust store (and a
+   wrong name) connects. */
+static void t_tls_insecure(driver_t *d)
+{
+    int port = tls_server_port(TLS_PLAIN);
+    SSL_CTX *ctx = port > 0 ? client_ctx("other.crt", NULL) : NULL;
+    ratel__tls_target_t tls = {ctx, "wrong.example", 1};
+    tlink_t l;
+
+    REQUIRE(ctx != NULL);
+    tlink_init(&l, d);
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+    CHECK(tlink_ping(&l) == 0);
+    tlink_close(&l);
+    SSL_CTX_free(ctx);
 }
 
 /*
@@ -987,6 +976,8 @@ BOTH(defer)
 BOTH(close_in_callback)
 BOTH(tls)
 BOTH(tls_refused)
+BOTH(tls_client_cert)
+BOTH(tls_insecure)
 
 #define BOTH_ROWS(name)                                                        \
     {"transport_poll_" #name, test_transport_poll_##name},                     \
@@ -1006,6 +997,8 @@ RATEL_SUITE(transport) = {
     BOTH_ROWS(close_in_callback),
     BOTH_ROWS(tls),
     BOTH_ROWS(tls_refused),
+    BOTH_ROWS(tls_client_cert),
+    BOTH_ROWS(tls_insecure),
     {"transport_poll_no_sigpipe", test_transport_poll_no_sigpipe},
     {"transport_poll_threads", test_transport_poll_threads},
     {0},
