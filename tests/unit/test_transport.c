@@ -656,6 +656,17 @@ static void t_tls(driver_t *d)
     check_echoes(d, &tls, port, 300, 20);
     check_echoes(d, &tls, port, 1, 200000);
 
+    /* Closed from its own `up`, which follows the handshake. */
+    tlink_init(&l, d);
+    l.close_when = CLOSE_IN_UP;
+    REQUIRE(tlink_open(&l, "127.0.0.1", port, &tls) == 0);
+    tlink_send(&l, "PING\r\n");
+    CHECK(driver_wait(d, &l.done) == 0);
+    CHECK_EQ(l.ups, 1);
+    CHECK(tlink_ping_new(d, plain_port()) == 0); /* the loop goes on */
+    CHECK_EQ(l.datas, 0);
+    CHECK_EQ(l.downs, 0);
+
     /* Closed from its own data callback. */
     tlink_init(&l, d);
     l.close_when = CLOSE_IN_DATA;
