@@ -332,12 +332,21 @@ static void make_bev(conn_t *c)
 
 static void connect_cb(evutil_socket_t fd, short what, void *arg);
 
+/*
+ * No Nagle delay (commands are small and pipelined by the engine), and
+ * keepalive as hiredis's redisEnableKeepAlive sets it: a peer that
+ * vanished without a word is noticed after about 30 s of silence
+ * (15 s idle, then 3 probes 5 s apart), not the kernel's 2 hours.
+ */
 static void socket_options(int fd)
 {
-    int one = 1;
+    int one = 1, idle = 15, interval = 5, count = 3;
 
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
 /*
