@@ -43,9 +43,13 @@ SANITIZE ?=
 LTO      ?= -flto=auto -ffat-lto-objects
 AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
-# hiredis (Debian's libhiredis-dev) for the Redis store.
+# hiredis (Debian's libhiredis-dev) for the Redis store's protocol; its
+# transports (src/store/transport_*.c) speak TLS with OpenSSL (libssl-dev)
+# and run on libevent's loop with its OpenSSL bufferevents
+# (libevent-dev).
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
-LDLIBS   += $(HIREDIS_LIBS) -pthread
+STORE_LIBS := $(shell pkg-config --libs openssl libevent libevent_openssl 2>/dev/null || echo -lssl -lcrypto -levent -levent_openssl)
+LDLIBS   += $(HIREDIS_LIBS) $(STORE_LIBS) -pthread
 
 # rateld and the captcha service: libevent (the event loop), http-parser
 # (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies), libsystemd
@@ -213,7 +217,11 @@ $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integratio
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
-$(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+# The transports' unit tests start real redis-servers, TLS-only ones too
+# (servers.c, tls_servers.c).
+UNIT_HARNESS := $(BUILD)/tests/integration/servers.o $(BUILD)/tests/integration/tls_servers.o
+
+$(BUILD)/test_unit: $(UNIT_OBJ) $(UNIT_HARNESS) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
