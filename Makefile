@@ -45,7 +45,9 @@ AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 # hiredis (Debian's libhiredis-dev) for the Redis store.
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
-LDLIBS   += $(HIREDIS_LIBS) -pthread
+# OpenSSL (Debian's libssl-dev) for TLS to Redis (src/store/tls.c).
+TLS_LIBS := $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
+LDLIBS   += $(HIREDIS_LIBS) $(TLS_LIBS) -pthread
 
 # rateld and the captcha service: libevent (the event loop), http-parser
 # (HTTP/1.1 parsing), libyaml (config), cJSON (request bodies), libsystemd
