@@ -17,8 +17,34 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+/*
+ * Whether the server asked this connection for a client certificate, kept
+ * on the SSL (ex_data). A TLS 1.3 server refuses a missing or unknown
+ * client certificate only after the client has finished its handshake;
+ * when the client's first command is already on its way, the server's
+ * close turns into a reset that discards its alert, and only this mark
+ * is left to say why.
+ */
+static int asked_index = -1;
+static pthread_once_t asked_once = PTHREAD_ONCE_INIT;
+
+static void asked_init(void)
+{
+    asked_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+}
+
+/* OpenSSL calls this on a client when the server requests a certificate;
+   the certificate (if any) is the context's, so nothing to choose. */
+static int note_certificate_request(SSL *ssl, void *arg)
+{
+    (void)arg;
+    SSL_set_ex_data(ssl, asked_index, (void *)1);
+    return 1;
+}
 
 /* ------------------------------------------------------------- context */
 
@@ -202,6 +228,9 @@ int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
                  server_name);
         return RATEL_EINVAL;
     }
+    pthread_once(&asked_once, asked_init);
+    if (asked_index >= 0)
+        SSL_set_cert_cb(ssl, note_certificate_request, NULL);
     SSL_set_connect_state(ssl);
     *out = ssl;
     return 0;
@@ -382,6 +411,21 @@ static const char *reason_text(int reason)
     return NULL;
 }
 
+/* A connection the server cut right after a handshake in which it asked
+   for a client certificate: what it most likely refused; NULL otherwise. */
+static const char *refused_client_certificate(SSL *ssl)
+{
+    if (asked_index < 0 || !SSL_get_ex_data(ssl, asked_index) ||
+        !SSL_is_init_finished(ssl))
+        return NULL;
+    if (!SSL_get_certificate(ssl))
+        return "the server asked for a client certificate (set "
+               "tls_cert_file and tls_key_file)";
+    return "the server closed the connection after the handshake: it "
+           "refused our client certificate (is tls_cert_file signed by a CA "
+           "in the server's tls-ca-cert-file?)";
+}
+
 /* A failure without a verify result: from the error queue, else from the
    SSL error code and errno. */
 static void describe_queue(SSL *ssl, int code, char *buf, size_t len)
@@ -397,6 +441,10 @@ static void describe_queue(SSL *ssl, int code, char *buf, size_t len)
             text = reason_text(ERR_GET_REASON(e));
     }
     if (text) {
+        snprintf(buf, len, "%s", text);
+    } else if ((code == SSL_ERROR_SYSCALL || code == SSL_ERROR_SSL ||
+                code == SSL_ERROR_ZERO_RETURN) &&
+               (text = refused_client_certificate(ssl)) != NULL) {
         snprintf(buf, len, "%s", text);
     } else if (first &&
                ERR_GET_REASON(first) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
