@@ -30,35 +30,58 @@
 
 #define TLS_CMD_TIMEOUT_MS 5000
 
+/* tls_certs.sh from the source tree: tests/integration/ under the working
+   directory, else beside this program's build directory (BUILD/..). */
+static const char *default_script(char *buf, size_t cap)
+{
+    static const char rel[] = "tests/integration/tls_certs.sh";
+    char exe[PATH_MAX];
+    ssize_t n;
+    char *slash;
+
+    if (access(rel, R_OK) == 0)
+        return rel;
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return rel;
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    snprintf(buf, cap, "%.3900s/../%s", exe, rel);
+    return buf;
+}
+
 int test_tls_certs(char *dir, size_t cap)
 {
     const char *script = getenv("RATEL_TLS_CERTS_SH");
-    char path[PATH_MAX], cmd[PATH_MAX * 2 + 64], marker[PATH_MAX + 16];
+    char path[PATH_MAX], found[PATH_MAX], cmd[PATH_MAX * 2 + 64];
+    char marker[PATH_MAX + 16];
     struct stat st;
     int status;
 
     const char *root = test_servers_root_make();
 
-    if (script == NULL)
-        script = "tests/integration/tls_certs.sh";
     if (root == NULL)
         return -1;
+    if (script == NULL)
+        script = default_script(path, sizeof(path));
     snprintf(dir, cap, "%s/certs", root);
     snprintf(marker, sizeof(marker), "%s/client.key", dir);
     if (stat(marker, &st) == 0)
         return 0;
-    if (realpath(script, path) == NULL) {
+    if (realpath(script, found) == NULL) {
         fprintf(stderr,
                 "test_tls_certs: %s: %s (run from the source tree, "
                 "or set RATEL_TLS_CERTS_SH)\n",
                 script, strerror(errno));
         return -1;
     }
-    snprintf(cmd, sizeof(cmd), "sh '%s' '%s' >'%s.log' 2>&1", path, dir, dir);
+    snprintf(cmd, sizeof(cmd), "sh '%s' '%s' >'%s.log' 2>&1", found, dir, dir);
     status = system(cmd);
     if (status != 0 || stat(marker, &st) != 0) {
         fprintf(stderr, "test_tls_certs: %s failed (status %d); see %s.log\n",
-                path, status, dir);
+                found, status, dir);
         return -1;
     }
     return 0;
