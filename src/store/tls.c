@@ -314,57 +314,96 @@ static void checked_name(SSL *ssl, char *out, size_t cap)
     OPENSSL_free(ip);
 }
 
-/* A failed verification of the server's certificate, in words. */
+/* The certificate has expired: the server's own, or a CA's above it. */
+static void expired_text(SSL *ssl, X509 *cert, long result, char *buf,
+                         size_t len)
+{
+    char when[64];
+
+    (void)ssl;
+    (void)result;
+    if (!cert || X509_cmp_current_time(X509_get0_notAfter(cert)) >= 0) {
+        snprintf(buf, len,
+                 "a CA certificate in the server's chain has "
+                 "expired");
+        return;
+    }
+    time_text(X509_get0_notAfter(cert), when, sizeof when);
+    snprintf(buf, len, "the server's certificate has expired (notAfter %s)",
+             when);
+}
+
+/* Not valid yet: most often this machine's clock. */
+static void not_yet_valid_text(SSL *ssl, X509 *cert, long result, char *buf,
+                               size_t len)
+{
+    char when[64];
+
+    (void)ssl;
+    (void)result;
+    time_text(cert ? X509_get0_notBefore(cert) : NULL, when, sizeof when);
+    snprintf(buf, len,
+             "the server's certificate is not valid yet (notBefore %s; is "
+             "this machine's clock right?)",
+             when);
+}
+
+/* Another name: the names it carries and the one checked. */
+static void name_mismatch_text(SSL *ssl, X509 *cert, long result, char *buf,
+                               size_t len)
+{
+    char names[400], name[300];
+
+    (void)result;
+    certificate_names(cert, names, sizeof names);
+    checked_name(ssl, name, sizeof name);
+    snprintf(buf, len,
+             "the server's certificate is for %s, not %s (set "
+             "tls_server_name?)",
+             names, name);
+}
+
+/* A chain that ends at no CA we trust: most often the wrong tls_ca_file. */
+static void untrusted_text(SSL *ssl, X509 *cert, long result, char *buf,
+                           size_t len)
+{
+    (void)ssl;
+    (void)cert;
+    snprintf(buf, len,
+             "certificate verify failed: %s (is tls_ca_file the CA that "
+             "signed the server's certificate?)",
+             X509_verify_cert_error_string(result));
+}
+
+/* A failed verification of the server's certificate, in words: the
+   verify results that have more to say than OpenSSL's own text. */
 static void describe_verify(SSL *ssl, long result, char *buf, size_t len)
 {
-    X509 *cert = server_certificate(ssl);
-    char names[400], name[300], when[64];
+    static const struct {
+        long result;
+        void (*text)(SSL *ssl, X509 *cert, long result, char *buf, size_t len);
+    } texts[] = {
+        {X509_V_ERR_CERT_HAS_EXPIRED, expired_text},
+        {X509_V_ERR_CERT_NOT_YET_VALID, not_yet_valid_text},
+        {X509_V_ERR_HOSTNAME_MISMATCH, name_mismatch_text},
+        {X509_V_ERR_IP_ADDRESS_MISMATCH, name_mismatch_text},
+        {X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, untrusted_text},
+        {X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT, untrusted_text},
+        {X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, untrusted_text},
+        {X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN, untrusted_text},
+        {X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE, untrusted_text},
+        {X509_V_ERR_CERT_UNTRUSTED, untrusted_text},
+        {X509_V_ERR_CERT_SIGNATURE_FAILURE, untrusted_text},
+    };
 
-    switch (result) {
-    case X509_V_ERR_CERT_HAS_EXPIRED:
-        if (cert && X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
-            time_text(X509_get0_notAfter(cert), when, sizeof when);
-            snprintf(buf, len,
-                     "the server's certificate has expired (notAfter %s)",
-                     when);
-        } else {
-            snprintf(buf, len,
-                     "a CA certificate in the server's chain has "
-                     "expired");
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        if (texts[i].result == result) {
+            texts[i].text(ssl, server_certificate(ssl), result, buf, len);
+            return;
         }
-        return;
-    case X509_V_ERR_CERT_NOT_YET_VALID:
-        time_text(cert ? X509_get0_notBefore(cert) : NULL, when, sizeof when);
-        snprintf(buf, len,
-                 "the server's certificate is not valid yet (notBefore %s; "
-                 "is this machine's clock right?)",
-                 when);
-        return;
-    case X509_V_ERR_HOSTNAME_MISMATCH:
-    case X509_V_ERR_IP_ADDRESS_MISMATCH:
-        certificate_names(cert, names, sizeof names);
-        checked_name(ssl, name, sizeof name);
-        snprintf(buf, len,
-                 "the server's certificate is for %s, not %s (set "
-                 "tls_server_name?)",
-                 names, name);
-        return;
-    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
-    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
-    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
-    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
-    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
-    case X509_V_ERR_CERT_UNTRUSTED:
-    case X509_V_ERR_CERT_SIGNATURE_FAILURE:
-        snprintf(buf, len,
-                 "certificate verify failed: %s (is tls_ca_file the CA that "
-                 "signed the server's certificate?)",
-                 X509_verify_cert_error_string(result));
-        return;
-    default:
-        snprintf(buf, len, "certificate verify failed: %s",
-                 X509_verify_cert_error_string(result));
     }
+    snprintf(buf, len, "certificate verify failed: %s",
+             X509_verify_cert_error_string(result));
 }
 
 /* What an OpenSSL reason from the error queue means here; NULL when it
