@@ -325,7 +325,7 @@ static int check_server_name(const char *text, char *why, size_t whylen)
 {
     for (const char *c = text; *c; c++) {
         if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-            (*c >= '0' && *c <= '9') || strchr(".-_:*", *c))
+            (*c >= '0' && *c <= '9') || strchr(".-_:", *c))
             continue;
         snprintf(why, whylen,
                  "holds '%c'; expected a host name or an IP address as the "
