@@ -207,21 +207,24 @@ $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
 
 # The Redis store against real redis-servers (tests/integration/servers.c
 # starts, kills and restarts them).
-$(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/servers.c tests/integration/servers.h $(BUILD)/libratel.a
+# The test servers: plain, TLS-only, clusters and Sentinel setups.
+TEST_SERVERS := tests/integration/servers.c tests/integration/servers_tls.c \
+                tests/integration/servers_sentinel.c
+TEST_SERVERS_OBJ := $(TEST_SERVERS:%.c=$(BUILD)/%.o)
+
+$(BUILD)/test_redis_store: tests/integration/test_redis_store.c $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
-# The harness's own test (starts, kills and restarts servers; a cluster).
-$(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
+# The harness's own test (starts, kills and restarts servers; a cluster,
+# TLS, Sentinel).
+$(BUILD)/servers_selftest: tests/integration/servers_selftest.c $(TEST_SERVERS) tests/integration/servers.h
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
-# The transports' unit tests start real redis-servers, TLS-only ones too
-# (servers.c, tls_servers.c).
-UNIT_HARNESS := $(BUILD)/tests/integration/servers.o $(BUILD)/tests/integration/tls_servers.o
-
-$(BUILD)/test_unit: $(UNIT_OBJ) $(UNIT_HARNESS) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+# The TLS and transport suites start real (TLS-only too) redis-servers.
+$(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(BUILD)/tests/integration/tls_servers.o $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated

@@ -442,11 +442,14 @@ typedef enum ratel_redis_mode_e {
  * Options of a Redis store. Zero means "the URL's value, else the default".
  * The URL (docs/deployment.md) is `redis://[[user]:password@]host[:port]
  * [,host[:port]...][/db][?name=value&...]` for one primary (several
- * addresses: the store follows a failover to whichever is primary), or
- * `redis+cluster://host:port[,host:port...]` for Redis Cluster. Its query
- * may set connect_timeout_ms, timeout_ms, pool, on_failure
- * (open|closed|local), mode (auto|module|function|lua) and deny_cache
- * (entries).
+ * addresses: the store follows a failover to whichever is primary),
+ * `redis+cluster://host:port[,host:port...]` for Redis Cluster, or
+ * `redis+sentinel://host:port[,host:port...]/master_name` for the primary
+ * that Sentinels name; `rediss://`, `rediss+cluster://` and
+ * `rediss+sentinel://` are the same over TLS. Its query may set
+ * connect_timeout_ms, timeout_ms, pool, on_failure (open|closed|local),
+ * mode (auto|module|function|lua), deny_cache (entries), the tls_ and
+ * sentinel_ settings below (by the same names) and, with Sentinel, db.
  */
 typedef struct ratel_redis_options_s {
     const char *url;        /* required */
@@ -469,6 +472,27 @@ typedef struct ratel_redis_options_s {
     int client_time;              /* 1: send the caller's now_us as AT (tests,
                                      replays); 0: Redis's own clock decides */
     int lazy_connect; /* 1: start even if Redis is unreachable now */
+    /* TLS, for a rediss scheme only (an error with a plain one). Strings
+       are the caller's and read while ratel_store_redis_new runs; NULL:
+       the URL's query value, else the default. */
+    const char *tls_ca_file;     /* PEM file of the CAs that verify the
+                                    server's certificate; default: the
+                                    system's CAs */
+    const char *tls_cert_file;   /* PEM client certificate, for servers
+                                    with tls-auth-clients yes; needs
+                                    tls_key_file */
+    const char *tls_key_file;    /* the client certificate's private key */
+    const char *tls_server_name; /* the name sent as SNI and checked in the
+                                    server's certificate; default: the host
+                                    of the address connected to */
+    int tls_insecure;            /* 1: do not verify the server's certificate
+                                    (anyone on the path can read and change
+                                    the traffic); logs a warning at start */
+    /* Sentinel (redis+sentinel://) only: the Sentinels' own credentials
+       when they differ from the data nodes' (the URL's user and password).
+       NULL: the URL's query value, else none. */
+    const char *sentinel_username;
+    const char *sentinel_password;
 } ratel_redis_options_t;
 
 /*

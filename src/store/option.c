@@ -319,3 +319,49 @@ const ratel__option_t ratel__redis_query_options[] = {
 
 const size_t ratel__redis_query_noptions =
     sizeof ratel__redis_query_options / sizeof ratel__redis_query_options[0];
+
+/* A server name: a DNS name or an IP address, as a certificate names it. */
+static int check_server_name(const char *text, char *why, size_t whylen)
+{
+    for (const char *c = text; *c; c++) {
+        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+            (*c >= '0' && *c <= '9') || strchr(".-_:", *c))
+            continue;
+        snprintf(why, whylen,
+                 "holds '%c'; expected a host name or an IP address as the "
+                 "server's certificate names it, e.g. redis.example.com",
+                 *c);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *const yes_no_words[] = {"yes", "no", NULL};
+static const int yes_no_values[] = {1, 0};
+
+/*
+ * The URL's own settings: how to reach and trust the addresses it names.
+ * They sit beside the addresses and credentials (a configuration writes
+ * them in store.url's query), so a configuration's store: section does not
+ * read this table; the strings live as long as the parsed URL.
+ */
+const ratel__option_t ratel__redis_url_options[] = {
+    {"db", RATEL__OPTION_UINT, 0, 15, 0, FIELD(db), NULL, NULL, NULL},
+    {"tls_ca_file", RATEL__OPTION_STRING, 0, 0, 0, FIELD(tls_ca_file), NULL,
+     NULL, NULL},
+    {"tls_cert_file", RATEL__OPTION_STRING, 0, 0, 0, FIELD(tls_cert_file), NULL,
+     NULL, NULL},
+    {"tls_key_file", RATEL__OPTION_STRING, 0, 0, 0, FIELD(tls_key_file), NULL,
+     NULL, NULL},
+    {"tls_server_name", RATEL__OPTION_STRING, 0, 0, 0, FIELD(tls_server_name),
+     NULL, NULL, check_server_name},
+    {"tls_insecure", RATEL__OPTION_ENUM, 0, 0, 0, FIELD(tls_insecure),
+     yes_no_words, yes_no_values, NULL},
+    {"sentinel_username", RATEL__OPTION_STRING, 0, 0, 0,
+     FIELD(sentinel_username), NULL, NULL, NULL},
+    {"sentinel_password", RATEL__OPTION_STRING, 0, 0, 0,
+     FIELD(sentinel_password), NULL, NULL, NULL},
+};
+
+const size_t ratel__redis_url_noptions =
+    sizeof ratel__redis_url_options / sizeof ratel__redis_url_options[0];

@@ -73,4 +73,9 @@ void ratel__option_accepted(const ratel__option_t *opt, char *out, size_t cap);
 extern const ratel__option_t ratel__redis_query_options[];
 extern const size_t ratel__redis_query_noptions;
 
+/* The URL's own query settings (db with Sentinel, tls_*, sentinel_*), in
+   ratel_redis_url_t too; only a URL's query reads them (redis_url.h). */
+extern const ratel__option_t ratel__redis_url_options[];
+extern const size_t ratel__redis_url_noptions;
+
 #endif /* RATEL_STORE_OPTION_H */

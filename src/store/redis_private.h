@@ -35,6 +35,10 @@ typedef struct redis_store_s {
     _Atomic int64_t last_now_us;
     _Atomic uint64_t cache_hits, errors, fallback_open, fallback_closed,
         fallback_local;
+    /* Copies of the caller's TLS and Sentinel strings (sh points here). */
+    char tls_server_name[256];
+    char sentinel_username[256];
+    char sentinel_password[512];
     /* The synchronous calls' engine, on the poll transport. */
     ratel__poll_t *poll;
     ratel__engine_t *engine;

@@ -32,12 +32,29 @@
 #define QUOTED_SIZE(max) (4 * ((max) + 3) + 8)
 
 #define DEFAULT_PORT 6379
+#define SENTINEL_PORT 26379
 #define DB_MAX 15
 
 static const char url_hint[] =
     "expected redis://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/DB]"
-    "[?NAME=VALUE&...] or redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]"
-    "[,HOST[:PORT]...][?NAME=VALUE&...]";
+    "[?NAME=VALUE&...], redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]"
+    "[,HOST[:PORT]...][?NAME=VALUE&...] or redis+sentinel://[[USER]:"
+    "PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[?NAME=VALUE&...] "
+    "(rediss: the same over TLS)";
+
+/* The schemes: one row each, what it turns on. */
+static const struct scheme_s {
+    const char *name;
+    int cluster, tls, sentinel;
+} schemes[] = {
+    {"redis", 0, 0, 0},          {"redis+cluster", 1, 0, 0},
+    {"redis+sentinel", 0, 0, 1}, {"rediss", 0, 1, 0},
+    {"rediss+cluster", 1, 1, 0}, {"rediss+sentinel", 0, 1, 1},
+};
+
+#define SCHEME_NAMES                                                           \
+    "redis://, redis+cluster://, redis+sentinel://, rediss://, "               \
+    "rediss+cluster:// and rediss+sentinel://"
 
 static const char host_hint[] =
     "a host is a name or an IPv4 address (letters, digits, '.', '-' and "
@@ -49,6 +66,7 @@ typedef struct parser_s {
     const char *url;
     size_t len;
     size_t secret_start, secret_end; /* shown as "***" when not empty */
+    int default_port;                /* 6379, or 26379 for Sentinels */
     char *errbuf;
     size_t errlen;
 } parser_t;
@@ -423,13 +441,13 @@ static int parse_address(const parser_t *p, const char *s, size_t n,
         return fail(p, "host in \"%s\" is longer than %d bytes", q,
                     RATEL_REDIS_HOST_MAX);
 
-    addr->port = DEFAULT_PORT;
+    addr->port = p->default_port;
     if (port) {
         if (plen == 0)
             return fail(p,
                         "address \"%s\" has an empty port; expected a port "
-                        "from 1 to 65535 after ':' (or no ':' for 6379)",
-                        q);
+                        "from 1 to 65535 after ':' (or no ':' for %d)",
+                        q, p->default_port);
         rc = read_number(port, plen, 65535, &value);
         if (rc < 0)
             return fail(p,
@@ -503,7 +521,38 @@ static int parse_addresses(const parser_t *p, size_t start, size_t end,
     }
 }
 
-/* Parses the path url[start..end), after its '/': the db. */
+/*
+ * The master name of a Sentinel URL, s[0..n): the name the Sentinels
+ * monitor (sentinel monitor NAME ...). Sentinel accepts any name without
+ * spaces; the URL's bytes are already printable ASCII without spaces, so
+ * only '/' (which no path segment holds) and the length are checked here.
+ */
+static int parse_master_name(const parser_t *p, const char *s, size_t n,
+                             ratel_redis_url_t *u)
+{
+    char q[QUOTED_SIZE(PIECE_QUOTE_MAX)];
+
+    quote_bytes(q, s, n, PIECE_QUOTE_MAX);
+    if (n == 0)
+        return fail(p, "no master name after '/'; a Sentinel URL names the "
+                       "master the Sentinels monitor, e.g. "
+                       "redis+sentinel://10.0.0.1:26379/mymaster");
+    if (memchr(s, '/', n))
+        return fail(p,
+                    "the master name \"%s\" holds '/'; expected one name "
+                    "(printable, no spaces) after the addresses, e.g. "
+                    "/mymaster (the db is the query's db=N with Sentinel)",
+                    q);
+    if (n >= sizeof u->master_name)
+        return fail(p, "the master name \"%s\" is longer than %zu bytes", q,
+                    sizeof u->master_name - 1);
+    memcpy(u->master_name, s, n);
+    u->master_name[n] = '\0';
+    return 0;
+}
+
+/* Parses the path url[start..end), after its '/': the db (the master name
+   with Sentinel). */
 static int parse_db(const parser_t *p, size_t start, size_t end,
                     ratel_redis_url_t *u)
 {
@@ -514,6 +563,8 @@ static int parse_db(const parser_t *p, size_t start, size_t end,
     int rc;
 
     quote_bytes(q, s, n, PIECE_QUOTE_MAX);
+    if (u->sentinel)
+        return parse_master_name(p, s, n, u);
     if (u->cluster) {
         if (n == 0 || (n == 1 && s[0] == '0'))
             return 0;
@@ -537,55 +588,135 @@ static int parse_db(const parser_t *p, size_t start, size_t end,
     return 0;
 }
 
+/* The names of both query tables, for "the parameters are ..." lists. */
+static void query_names(char *out, size_t cap)
+{
+    size_t n;
+
+    ratel__option_names(ratel__redis_query_options, ratel__redis_query_noptions,
+                        out, cap);
+    n = strlen(out);
+    if (n + 2 < cap) {
+        memcpy(out + n, ", ", 3);
+        ratel__option_names(ratel__redis_url_options, ratel__redis_url_noptions,
+                            out + n + 2, cap - n - 2);
+    }
+}
+
 /*
- * Parses one NAME=VALUE pair, s[0..n), into u by the store's option table
- * (option.c: the names, types and ranges a configuration's store: section
- * has too); `seen` marks names given.
+ * The query parameter name[0..len) in the store's table (option.c: the
+ * names, types and ranges a configuration's store: section has too) or the
+ * URL's own; *index numbers both tables' entries for the `seen` bits.
+ */
+static const ratel__option_t *query_option(const char *name, size_t len,
+                                           size_t *index)
+{
+    const ratel__option_t *opt = ratel__option_find(
+        ratel__redis_query_options, ratel__redis_query_noptions, name, len);
+
+    if (opt) {
+        *index = (size_t)(opt - ratel__redis_query_options);
+        return opt;
+    }
+    opt = ratel__option_find(ratel__redis_url_options,
+                             ratel__redis_url_noptions, name, len);
+    if (opt)
+        *index = ratel__redis_query_noptions +
+                 (size_t)(opt - ratel__redis_url_options);
+    return opt;
+}
+
+/*
+ * Percent-decodes a string value, src[0..len), into dst (cap bytes) for
+ * option `name`; *dlen is its length. The value may be a password, so no
+ * message shows its bytes.
+ */
+static int decode_value(const parser_t *p, const char *name, const char *src,
+                        size_t len, char *dst, size_t cap, size_t *dlen)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len && n + 1 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(src[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(src[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return fail(p,
+                            "query parameter %s: bad percent escape: '%%' "
+                            "must be followed by two hex digits (write '%%' "
+                            "itself as %%25)",
+                            name);
+            c = (unsigned char)(hi * 16 + lo);
+            if (c == 0)
+                return fail(p,
+                            "query parameter %s holds %%00: a NUL byte is "
+                            "not accepted",
+                            name);
+            i += 2;
+        }
+        dst[n++] = (char)c;
+    }
+    dst[n] = '\0';
+    *dlen = n;
+    return 0;
+}
+
+/*
+ * Parses one NAME=VALUE pair, s[0..n), into u by the query tables; `seen`
+ * marks names given. String values are percent-decoded first.
  */
 static int parse_param(const parser_t *p, const char *s, size_t n,
                        ratel_redis_url_t *u, unsigned *seen)
 {
-    char qname[QUOTED_SIZE(PIECE_QUOTE_MAX)], names[200], why[300];
+    char qname[QUOTED_SIZE(PIECE_QUOTE_MAX)], names[400], why[300];
+    char decoded[RATEL_REDIS_PATH_MAX + 1];
     const char *eq = memchr(s, '=', n);
     size_t nlen = eq ? (size_t)(eq - s) : n;
     const char *value = eq ? eq + 1 : s + n;
-    size_t vlen = n - nlen - (eq != NULL), k;
+    size_t vlen = n - nlen - (eq != NULL), k = 0;
     const ratel__option_t *opt;
+    int rc;
 
     quote_bytes(qname, s, nlen, PIECE_QUOTE_MAX);
     if (n == 0)
         return fail(p, "empty query parameter (\"&&\", or '&' at an end); "
                        "expected NAME=VALUE pairs joined by '&'");
-    opt = ratel__option_find(ratel__redis_query_options,
-                             ratel__redis_query_noptions, s, nlen);
+    opt = query_option(s, nlen, &k);
     if (!opt) {
-        ratel__option_names(ratel__redis_query_options,
-                            ratel__redis_query_noptions, names, sizeof names);
+        query_names(names, sizeof names);
         return fail(p, "unknown query parameter \"%s\"; the parameters are %s",
                     qname, names);
     }
-    k = (size_t)(opt - ratel__redis_query_options);
     if (*seen & (1u << k))
         return fail(p, "query parameter %s is given twice; give it once",
                     opt->name);
     *seen |= 1u << k;
     if (vlen == 0)
         return fail(p, "query parameter %s has no value", opt->name);
-    if (ratel__option_set(opt, value, vlen, u, why, sizeof why) != 0)
+    if (opt->type == RATEL__OPTION_STRING) {
+        rc = decode_value(p, opt->name, value, vlen, decoded, sizeof decoded,
+                          &vlen);
+        if (rc != 0)
+            return rc;
+        value = decoded;
+    }
+    rc = ratel__option_set(opt, value, vlen, u, why, sizeof why);
+    wipe(decoded, sizeof decoded);
+    if (rc != 0)
         return fail(p, "query parameter %s: %s", opt->name, why);
     return 0;
 }
 
 /* Parses the query url[start..len), after its '?'. */
-static int parse_query(const parser_t *p, size_t start, ratel_redis_url_t *u)
+static int parse_query(const parser_t *p, size_t start, unsigned *seen,
+                       ratel_redis_url_t *u)
 {
-    unsigned seen = 0;
     size_t s = start;
-    char names[200];
+    char names[400];
 
     if (start == p->len) {
-        ratel__option_names(ratel__redis_query_options,
-                            ratel__redis_query_noptions, names, sizeof names);
+        query_names(names, sizeof names);
         return fail(p,
                     "empty query after '?'; expected NAME=VALUE pairs "
                     "joined by '&' (the names are %s), or no '?'",
@@ -597,7 +728,7 @@ static int parse_query(const parser_t *p, size_t start, ratel_redis_url_t *u)
 
         while (e < p->len && p->url[e] != '&')
             e++;
-        rc = parse_param(p, p->url + s, e - s, u, &seen);
+        rc = parse_param(p, p->url + s, e - s, u, seen);
         if (rc != 0)
             return rc;
         if (e == p->len)
@@ -640,6 +771,69 @@ static size_t mark_secret(parser_t *p, size_t *at)
     return auth;
 }
 
+/* The row of schemes[] named url[0..len) in any case, or NULL. */
+static const struct scheme_s *find_scheme(const char *url, size_t len)
+{
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (equal_nocase(url, len, schemes[i].name))
+            return &schemes[i];
+    return NULL;
+}
+
+/* Whether the query gave the URL option `name` (its `seen` bit). */
+static int given(unsigned seen, const char *name)
+{
+    size_t k = 0;
+
+    return query_option(name, strlen(name), &k) && (seen & (1u << k));
+}
+
+/*
+ * The query parameters that only some schemes take, and those that go in
+ * pairs: what the table of one option cannot say.
+ */
+static int check_combination(const parser_t *p, const ratel_redis_url_t *u,
+                             unsigned seen)
+{
+    static const char *const tls_names[] = {"tls_ca_file", "tls_cert_file",
+                                            "tls_key_file", "tls_server_name",
+                                            "tls_insecure"};
+
+    for (size_t i = 0; !u->tls && i < sizeof tls_names / sizeof *tls_names; i++)
+        if (given(seen, tls_names[i]))
+            return fail(p,
+                        "query parameter %s is a TLS setting and this URL "
+                        "is plain TCP: use rediss:// (rediss+cluster://, "
+                        "rediss+sentinel://) for TLS",
+                        tls_names[i]);
+    if (!u->tls_cert_file[0] != !u->tls_key_file[0])
+        return fail(p,
+                    "query parameter %s is given without %s: a client "
+                    "certificate needs its key; give tls_cert_file and "
+                    "tls_key_file together, or neither",
+                    u->tls_cert_file[0] ? "tls_cert_file" : "tls_key_file",
+                    u->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
+    if (!u->sentinel && given(seen, "db"))
+        return fail(p,
+                    "query parameter db is for redis+sentinel:// and "
+                    "rediss+sentinel:// (whose path is the master name); "
+                    "here write the db as the path: %s://HOST/%d",
+                    u->tls ? "rediss" : "redis", u->db);
+    if (!u->sentinel &&
+        (given(seen, "sentinel_username") || given(seen, "sentinel_password")))
+        return fail(p,
+                    "query parameter %s is for redis+sentinel:// and "
+                    "rediss+sentinel:// only (the Sentinels' own "
+                    "credentials)",
+                    given(seen, "sentinel_username") ? "sentinel_username"
+                                                     : "sentinel_password");
+    if (u->sentinel_username[0] && !given(seen, "sentinel_password"))
+        return fail(p, "query parameter sentinel_username is given without "
+                       "sentinel_password; AUTH needs both (or give only "
+                       "sentinel_password for the default user)");
+    return 0;
+}
+
 /*
  * Parses p->url into *u (zeroed, defaults set by the caller): the secret
  * part first, then the bytes outside the userinfo, the scheme, the
@@ -648,8 +842,10 @@ static size_t mark_secret(parser_t *p, size_t *at)
  */
 static int parse(parser_t *p, ratel_redis_url_t *u)
 {
+    const struct scheme_s *scheme;
     const char *url = p->url;
     size_t auth, at, pos, end, tok;
+    unsigned seen = 0;
     int rc;
 
     if (p->len == 0)
@@ -679,30 +875,23 @@ static int parse(parser_t *p, ratel_redis_url_t *u)
     tok = 0;
     while (tok < p->len && is_scheme_byte(url[tok]))
         tok++;
+    scheme = find_scheme(url, tok);
     if (auth == 0) {
-        if (tok < p->len && url[tok] == ':' &&
-            (equal_nocase(url, tok, "redis") ||
-             equal_nocase(url, tok, "redis+cluster")))
+        if (tok < p->len && url[tok] == ':' && scheme)
             return fail(p, "expected \"//\" after \"%.*s:\"; %s", (int)tok, url,
                         url_hint);
         return fail(p, "missing scheme; %s", url_hint);
     }
-    if (equal_nocase(url, tok, "redis")) {
-        u->cluster = 0;
-    } else if (equal_nocase(url, tok, "redis+cluster")) {
-        u->cluster = 1;
-    } else if (equal_nocase(url, tok, "rediss") ||
-               equal_nocase(url, tok, "rediss+cluster")) {
-        return fail(p, "TLS (rediss://) is not supported; use redis:// or "
-                       "redis+cluster:// over plain TCP");
-    } else {
+    if (!scheme) {
         char q[QUOTED_SIZE(32)];
         quote_bytes(q, url, tok, 32);
-        return fail(p,
-                    "unknown scheme \"%s\"; the schemes are redis:// and "
-                    "redis+cluster://",
+        return fail(p, "unknown scheme \"%s\"; the schemes are " SCHEME_NAMES,
                     q);
     }
+    u->cluster = scheme->cluster;
+    u->tls = scheme->tls;
+    u->sentinel = scheme->sentinel;
+    p->default_port = u->sentinel ? SENTINEL_PORT : DEFAULT_PORT;
 
     /* The userinfo: USER:PASSWORD or :PASSWORD, before the last '@'. */
     pos = auth;
@@ -747,10 +936,15 @@ static int parse(parser_t *p, ratel_redis_url_t *u)
         if (rc != 0)
             return rc;
         pos = end;
+    } else if (u->sentinel) {
+        return parse_master_name(p, url + pos, 0, u);
     }
-    if (pos < p->len)
-        return parse_query(p, pos + 1, u); /* url[pos] is '?' */
-    return 0;
+    if (pos < p->len) {
+        rc = parse_query(p, pos + 1, &seen, u); /* url[pos] is '?' */
+        if (rc != 0)
+            return rc;
+    }
+    return check_combination(p, u, seen);
 }
 
 int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
@@ -778,6 +972,7 @@ int ratel__redis_url_parse(const char *url, ratel_redis_url_t *out,
     if (rc == 0)
         memcpy(out, &u, sizeof u);
     wipe(u.password, sizeof u.password);
+    wipe(u.sentinel_password, sizeof u.sentinel_password);
     return rc;
 }
 
@@ -805,6 +1000,20 @@ void ratel__redis_query_to_options(const ratel_redis_url_t *u,
     /* In the options 0 means the default and negative means off. */
     if (u->deny_cache >= 0)
         o->deny_cache_entries = u->deny_cache ? u->deny_cache : -1;
+    if (u->tls_ca_file[0])
+        o->tls_ca_file = u->tls_ca_file;
+    if (u->tls_cert_file[0])
+        o->tls_cert_file = u->tls_cert_file;
+    if (u->tls_key_file[0])
+        o->tls_key_file = u->tls_key_file;
+    if (u->tls_server_name[0])
+        o->tls_server_name = u->tls_server_name;
+    if (u->tls_insecure)
+        o->tls_insecure = 1;
+    if (u->sentinel_username[0])
+        o->sentinel_username = u->sentinel_username;
+    if (u->sentinel_password[0])
+        o->sentinel_password = u->sentinel_password;
 }
 
 /* Longest URL ratel__url_mask shows before "...". */

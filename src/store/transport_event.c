@@ -24,7 +24,7 @@
 #include "store/transport_event.h"
 
 #include "ratel.h"
-#include "store/tls_provisional.h"
+#include "store/tls.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

@@ -33,7 +33,7 @@
 #include "store/transport_poll.h"
 
 #include "ratel.h"
-#include "store/tls_provisional.h"
+#include "store/tls.h"
 
 #include <errno.h>
 #include <limits.h>

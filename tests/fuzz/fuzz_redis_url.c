@@ -12,10 +12,14 @@
  *   - a parsed URL is in range: 1..RATEL_REDIS_MAX_ADDRS distinct
  *     addresses, non-empty NUL-terminated hosts of the accepted bytes, ports
  *     1..65535, db 0..15 (0 for cluster), every query value in its range,
- *     the scheme the input starts with; parsing again gives the same;
+ *     the scheme the input starts with (its cluster, tls and sentinel
+ *     flags), a master name exactly with Sentinel (printable, no space, no
+ *     '/'), tls_ settings only with TLS, a client certificate only with its
+ *     key, sentinel_ credentials only with Sentinel; parsing again gives
+ *     the same;
  *   - the password never shapes a message. When the input's password (the
- *     bytes between the first ':' after "redis://" or "redis+cluster://"
- *     and the last '@') is well formed, the same URL with the password
+ *     bytes between the first ':' after the scheme's "://" and the last
+ *     '@') is well formed, the same URL with the password
  *     replaced by as many 'Q' as it has decoded bytes gives the identical
  *     result and message: nothing of the password, not even a byte of it,
  *     reaches the text. A parsed password of 4 bytes or more is then also
@@ -23,8 +27,10 @@
  *     '#' (sound: it may appear there only if the 'Q' twin's message holds
  *     it too, e.g. because the host has the same name);
  *   - a marker password put in front of the input ("redis://:MARKER@"
- *     followed by the input, raw and percent-encoded) never appears in a
- *     message unless the input itself holds the marker.
+ *     followed by the input, raw and percent-encoded), or given as the
+ *     Sentinels' password before it ("redis+sentinel://h/m?
+ *     sentinel_password=MARKER&" followed by the input), never appears in
+ *     a message unless the input itself holds the marker.
  */
 #include "ratel.h"
 #include "store/redis_url.h"
@@ -106,10 +112,65 @@ static int same_host(const char *a, const char *b)
     return *a == *b;
 }
 
+/* The scheme a URL parsed with these flags starts with. */
+static const char *scheme_of(const ratel_redis_url_t *u)
+{
+    static const char *const names[2][3] = {
+        {"redis://", "redis+cluster://", "redis+sentinel://"},
+        {"rediss://", "rediss+cluster://", "rediss+sentinel://"}};
+    return names[u->tls][u->sentinel ? 2 : u->cluster];
+}
+
+/* Where the authority of url starts (after a known scheme's "://"), or 0. */
+static size_t authority(const char *url)
+{
+    static const char *const schemes[] = {
+        "redis://",  "redis+cluster://",  "redis+sentinel://",
+        "rediss://", "rediss+cluster://", "rediss+sentinel://"};
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (starts_nocase(url, schemes[i]))
+            return strlen(schemes[i]);
+    return 0;
+}
+
+/* A string field: NUL-terminated inside its array. */
+#define TERMINATED(f) ASSERT(strnlen((f), sizeof(f)) < sizeof(f))
+
+static void check_tls_sentinel(const ratel_redis_url_t *u)
+{
+    size_t n = strnlen(u->master_name, sizeof u->master_name);
+
+    ASSERT(n < sizeof u->master_name);
+    ASSERT(u->sentinel ? n > 0 : n == 0);
+    for (size_t i = 0; i < n; i++)
+        ASSERT(u->master_name[i] > 0x20 && u->master_name[i] < 0x7f &&
+               u->master_name[i] != '/');
+    TERMINATED(u->tls_ca_file);
+    TERMINATED(u->tls_cert_file);
+    TERMINATED(u->tls_key_file);
+    TERMINATED(u->tls_server_name);
+    TERMINATED(u->sentinel_username);
+    TERMINATED(u->sentinel_password);
+    ASSERT(u->tls_insecure == 0 || u->tls_insecure == 1);
+    if (!u->tls)
+        ASSERT(!u->tls_ca_file[0] && !u->tls_cert_file[0] &&
+               !u->tls_key_file[0] && !u->tls_server_name[0] &&
+               !u->tls_insecure);
+    ASSERT(!u->tls_cert_file[0] == !u->tls_key_file[0]);
+    if (!u->sentinel)
+        ASSERT(!u->sentinel_username[0] && !u->sentinel_password[0]);
+    if (u->sentinel_username[0])
+        ASSERT(u->sentinel_password[0]);
+}
+
 static void check_parsed(const char *url, const ratel_redis_url_t *u)
 {
     ASSERT(u->cluster == 0 || u->cluster == 1);
-    ASSERT(starts_nocase(url, u->cluster ? "redis+cluster://" : "redis://"));
+    ASSERT(u->tls == 0 || u->tls == 1);
+    ASSERT(u->sentinel == 0 || u->sentinel == 1);
+    ASSERT(!(u->cluster && u->sentinel));
+    ASSERT(starts_nocase(url, scheme_of(u)));
+    check_tls_sentinel(u);
     ASSERT(u->naddrs >= 1 && u->naddrs <= RATEL_REDIS_MAX_ADDRS);
     for (size_t i = 0; i < u->naddrs; i++) {
         const ratel_redis_addr_t *a = &u->addrs[i];
@@ -147,6 +208,16 @@ static void check_parsed(const char *url, const ratel_redis_url_t *u)
 static int same_but_password(const ratel_redis_url_t *a,
                              const ratel_redis_url_t *b)
 {
+    if (a->tls != b->tls || a->sentinel != b->sentinel ||
+        strcmp(a->master_name, b->master_name) != 0 ||
+        strcmp(a->tls_ca_file, b->tls_ca_file) != 0 ||
+        strcmp(a->tls_cert_file, b->tls_cert_file) != 0 ||
+        strcmp(a->tls_key_file, b->tls_key_file) != 0 ||
+        strcmp(a->tls_server_name, b->tls_server_name) != 0 ||
+        a->tls_insecure != b->tls_insecure ||
+        strcmp(a->sentinel_username, b->sentinel_username) != 0 ||
+        strcmp(a->sentinel_password, b->sentinel_password) != 0)
+        return 0;
     if (a->cluster != b->cluster || a->naddrs != b->naddrs ||
         strcmp(a->username, b->username) != 0 ||
         a->has_password != b->has_password || a->db != b->db ||
@@ -215,11 +286,8 @@ static const char *check_password_twin(const char *url, int rc,
     char *twin;
     int twin_rc;
 
-    if (starts_nocase(url, "redis://"))
-        start = 8;
-    else if (starts_nocase(url, "redis+cluster://"))
-        start = 16;
-    else
+    start = authority(url);
+    if (start == 0)
         return NULL;
     for (at = len; at > start && url[at - 1] != '@'; at--)
         ;
@@ -315,6 +383,22 @@ static void check_marker(const char *input)
         memcpy(url + plen + slen + 1, input, len + 1);
         if (check_url(url, &mu, merr) == 0)
             ASSERT(mu.has_password && strncmp(mu.password, marker, 8) == 0);
+        else
+            ASSERT(strstr(merr, marker_tail) == NULL);
+        free(url);
+    }
+    /* The Sentinels' password, given before the input's own query. */
+    {
+        static const char pre[] = "redis+sentinel://h/m?sentinel_password=";
+        size_t plen = sizeof pre - 1, slen = strlen(marker);
+        char *url = malloc(plen + slen + 1 + len + 1);
+        ASSERT(url);
+        memcpy(url, pre, plen);
+        memcpy(url + plen, marker, slen);
+        url[plen + slen] = '&';
+        memcpy(url + plen + slen + 1, input, len + 1);
+        if (check_url(url, &mu, merr) == 0)
+            ASSERT(strcmp(mu.sentinel_password, marker) == 0);
         else
             ASSERT(strstr(merr, marker_tail) == NULL);
         free(url);

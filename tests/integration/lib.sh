@@ -7,6 +7,13 @@
 #   port=$(redis_start)                      # standalone, module loaded
 #   port=$(redis_start --appendonly yes)     # extra redis-server arguments
 #   rcli "$port" RATEL.ACQUIRE k 1/1s        # redis-cli -p PORT --no-raw ...
+#   certs=$(tls_certs)                       # tls_certs.sh's files, once
+#   port=$(redis_start_tls [--cert expired] [--auth-clients] [ARGS...])
+#   rcli_tls "$port" PING                    # redis-cli over TLS
+#   sport=$(sentinel_start "$primary")       # a Sentinel on mymaster
+#   sentinel_wait "$sport" "$primary" 1      # it names the primary and
+#                                            # knows 1 replica (20 s)
+#   sentinel_failover "$sport" "$replica"    # SENTINEL FAILOVER, waits
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
 #   wait_for 10 COMMAND...                   # until it succeeds, or 1
 #   require_built rateld captchad            # else one FAIL and exit
@@ -192,8 +199,13 @@ redis_start_on() {
     local pid=$!
     echo "$pid" >"$tmp/pids/$port"
     echo "$pid" >"$dir/pid"
+    local ping=(redis-cli -p "$port" PING)
+    if [[ " $* " == *" --tls-port "* ]]; then
+        ping=(rcli_tls "$port" --insecure PING) # any certificate
+        touch "$dir/tls"
+    fi
     for _ in $(seq 100); do
-        if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+        if [ "$("${ping[@]}" 2>/dev/null)" = PONG ]; then
             return 0
         fi
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -211,7 +223,132 @@ redis_start_on() {
 redis_stop() {
     local port=$1 dir=$tmp/redis-$1 pid
     pid=$(cat "$dir/pid")
-    redis-cli -p "$port" SHUTDOWN >/dev/null 2>&1
+    if [ -e "$dir/tls" ]; then
+        rcli_tls "$port" SHUTDOWN >/dev/null 2>&1
+    else
+        redis-cli -p "$port" SHUTDOWN >/dev/null 2>&1
+    fi
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null
+}
+
+# ------------------------------------------------------------------ TLS
+
+# tls_certs: makes the test certificates once (tls_certs.sh documents each
+# file: ca.crt, other-ca.crt, server.crt, expired.crt, wrong-name.crt,
+# client.crt, other-client.crt and their keys) and prints their directory.
+tls_certs() {
+    if [ ! -f "$tmp/certs/client.key" ]; then
+        sh "$lib_here/tls_certs.sh" "$tmp/certs" >&2 || return 1
+    fi
+    echo "$tmp/certs"
+}
+
+# rcli_tls PORT ARGS...: redis-cli over TLS, trusting the test CA and
+# presenting the test client certificate.
+rcli_tls() {
+    local port=$1; shift
+    redis-cli --tls --cacert "$tmp/certs/ca.crt" --cert "$tmp/certs/client.crt" \
+        --key "$tmp/certs/client.key" -p "$port" "$@"
+}
+
+# redis_start_tls [--cert NAME] [--auth-clients] [ARGS...]: a redis-server
+# that speaks only TLS on the port it prints (--port 0 --tls-port PORT),
+# with certificate NAME (server, expired, wrong-name: default server),
+# the test CA for clients and --tls-auth-clients no (yes with
+# --auth-clients). rcli_tls and redis_stop speak TLS to it.
+redis_start_tls() {
+    local cert=server auth=no port certs
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --cert) cert=$2; shift 2 ;;
+        --auth-clients) auth=yes; shift ;;
+        *) break ;;
+        esac
+    done
+    certs=$(tls_certs) || return 1
+    for _ in 1 2 3 4 5; do
+        port=$(free_port) || return 1
+        if redis_start_on "$port" --port 0 --tls-port "$port" \
+            --tls-cert-file "$certs/$cert.crt" --tls-key-file "$certs/$cert.key" \
+            --tls-ca-cert-file "$certs/ca.crt" --tls-auth-clients "$auth" \
+            --tls-replication yes "$@" 2>"$tmp/start.err"; then
+            echo "$port"
+            return 0
+        fi
+    done
+    cat "$tmp/start.err" >&2
+    return 1
+}
+
+# ------------------------------------------------------------- Sentinel
+
+# sentinel_start PRIMARY_PORT: a `redis-server CONF --sentinel` on a free
+# port (printed) monitoring 127.0.0.1:PRIMARY_PORT as mymaster, quorum 1,
+# down-after-milliseconds 1000, failover-timeout 5000. Several Sentinels
+# on one primary find each other. The EXIT trap stops it.
+sentinel_start() {
+    local primary=$1 port dir pid
+    port=$(free_port) || return 1
+    dir=$tmp/sentinel-$port
+    mkdir -p "$dir"
+    printf '%s\n' "sentinel monitor mymaster 127.0.0.1 $primary 1" \
+        "sentinel down-after-milliseconds mymaster 1000" \
+        "sentinel failover-timeout mymaster 5000" \
+        "sentinel parallel-syncs mymaster 1" >"$dir/sentinel.conf"
+    (cd "$dir" && exec redis-server "$dir/sentinel.conf" --sentinel \
+        --port "$port" --bind 127.0.0.1 --daemonize no --dir "$dir" \
+        --logfile "$dir/log") >"$dir/stdout" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$tmp/pids/sentinel-$port"
+    for _ in $(seq 100); do
+        if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+            echo "$port"
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "sentinel_start: Sentinel on $port did not answer; its log:" >&2
+    tail -20 "$dir/log" >&2
+    return 1
+}
+
+# sentinel_primary SENTINEL_PORT: the port the Sentinel names for mymaster.
+sentinel_primary() {
+    redis-cli -p "$1" SENTINEL GET-MASTER-ADDR-BY-NAME mymaster 2>/dev/null |
+        sed -n 2p
+}
+
+# Whether the Sentinel names PRIMARY and counts at least REPLICAS replicas.
+sentinel_agrees() {
+    local replicas
+    [ "$(sentinel_primary "$1")" = "$2" ] || return 1
+    replicas=$(redis-cli -p "$1" SENTINEL MASTER mymaster 2>/dev/null |
+        sed -n '/^num-slaves$/{n;p}')
+    [ "${replicas:-0}" -ge "$3" ]
+}
+
+# sentinel_wait SENTINEL_PORT PRIMARY_PORT [REPLICAS]: waits (20 s) until
+# the Sentinel names PRIMARY_PORT and knows REPLICAS (default 1) replicas.
+sentinel_wait() {
+    wait_for 20 sentinel_agrees "$1" "$2" "${3:-1}"
+}
+
+# Whether SENTINEL FAILOVER was accepted; whether PORT is a primary.
+sentinel_failover_asked() {
+    [ "$(redis-cli -p "$1" SENTINEL FAILOVER mymaster 2>/dev/null)" = OK ]
+}
+is_primary() {
+    [ "$(redis-cli -p "$1" ROLE 2>/dev/null | head -1)" = master ]
+}
+sentinel_switched() {
+    [ "$(sentinel_primary "$1")" = "$2" ] && is_primary "$2"
+}
+
+# sentinel_failover SENTINEL_PORT NEW_PRIMARY_PORT: SENTINEL FAILOVER
+# (asked again while no replica is promotable yet), then waits (20 s)
+# until the Sentinel names NEW_PRIMARY_PORT and that server is a primary.
+sentinel_failover() {
+    wait_for 20 sentinel_failover_asked "$1" && wait_for 20 sentinel_switched "$1" "$2"
 }

@@ -302,6 +302,11 @@ const char *test_servers_root(void)
     return owner == getpid() ? root : "";
 }
 
+const char *test_servers_root_make(void)
+{
+    return ensure_root() == 0 ? root : NULL;
+}
+
 /* ------------------------------------------------------------- ports */
 
 /* Whether a port belongs to a server of ours, or is the bus port of one. */
@@ -417,27 +422,91 @@ static int reap(test_redis_t *r, int slot)
     return status;
 }
 
+/* How to start one server: test_redis_start()'s arguments, and what
+ * test_redis_start_tls() and test_sentinel_start() add. */
+typedef struct {
+    const char *module_path;  /* absolute, or NULL */
+    const char *const *extra; /* NULL-terminated, or NULL */
+    const char *certs;        /* TLS only on the port: test_tls_certs() */
+    const char *cert_name;    /* "server", "expired", "wrong-name" */
+    int auth_clients;         /* --tls-auth-clients yes */
+    const char *conf;         /* written to DIR/redis.conf, argv[1] */
+} spec_t;
+
+/* The TLS arguments of spec into all[*n..]: the port speaks only TLS. */
+static void tls_argv(const spec_t *spec, const char *port, char files[3][600],
+                     const char **all, int *n)
+{
+    const char *args[] = {
+        "--port",
+        "0",
+        "--tls-port",
+        port,
+        "--tls-cert-file",
+        files[0],
+        "--tls-key-file",
+        files[1],
+        "--tls-ca-cert-file",
+        files[2],
+        "--tls-auth-clients",
+        spec->auth_clients ? "yes" : "no",
+        "--tls-replication",
+        "yes",
+    };
+    size_t k;
+    snprintf(files[0], 600, "%s/%s.crt", spec->certs, spec->cert_name);
+    snprintf(files[1], 600, "%s/%s.key", spec->certs, spec->cert_name);
+    snprintf(files[2], 600, "%s/ca.crt", spec->certs);
+    for (k = 0; k < sizeof(args) / sizeof(args[0]); k++)
+        all[(*n)++] = args[k];
+}
+
+/* Writes spec->conf to DIR/redis.conf (a Sentinel rewrites its file);
+ * -1 with the reason on stderr. */
+static int write_conf(const test_redis_t *r, const char *conf, char *path,
+                      size_t cap)
+{
+    FILE *f;
+    snprintf(path, cap, "%s/redis.conf", r->dir);
+    f = fopen(path, "w");
+    if (f == NULL || fputs(conf, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "test_redis_start: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Fills servers[slot] and r->argv with the command line; -1 if too long or
  * out of memory. */
-static int build_argv(test_redis_t *r, int slot, const char *module_path,
-                      const char *const *extra)
+static int build_argv(test_redis_t *r, int slot, const spec_t *spec)
 {
-    char port[16], log[600];
+    char port[16], log[600], conf[600], files[3][600];
     const char *fixed[][2] = {
         {"--port", port},       {"--bind", "127.0.0.1"}, {"--save", ""},
         {"--appendonly", "no"}, {"--dir", r->dir},       {"--logfile", log},
         {"--daemonize", "no"},
     };
+    const char *module_path = spec->module_path;
+    const char *const *extra = spec->extra;
     const char *all[MAX_ARGS];
     int n = 0, i;
     size_t k;
     snprintf(port, sizeof(port), "%d", r->port);
     snprintf(log, sizeof(log), "%s/log", r->dir);
     all[n++] = "redis-server";
+    if (spec->conf != NULL) {
+        if (write_conf(r, spec->conf, conf, sizeof(conf)) != 0) {
+            slot_release(slot);
+            return -1;
+        }
+        all[n++] = conf;
+    }
     for (k = 0; k < sizeof(fixed) / sizeof(fixed[0]); k++) {
         all[n++] = fixed[k][0];
         all[n++] = fixed[k][1];
     }
+    if (spec->certs != NULL)
+        tls_argv(spec, port, files, all, &n);
     if (module_path != NULL) {
         all[n++] = "--loadmodule";
         all[n++] = module_path;
@@ -546,11 +615,26 @@ static int launch(test_redis_t *r, int slot)
     return 0;
 }
 
+/* One command to the server of r, plain or TLS (NULL: no reply). */
+static redisReply *command(const test_redis_t *r, redisContext *c,
+                           const char *fmt, ...)
+{
+    char err[256];
+    redisReply *reply;
+    va_list ap;
+    va_start(ap, fmt);
+    reply = r->tls[0] != '\0' ? test_redis_tls_vcommand(r->port, r->tls, err,
+                                                        sizeof(err), fmt, ap)
+                              : redisvCommand(c, fmt, ap);
+    va_end(ap);
+    return reply;
+}
+
 /* PING answered: PONG, or an error other than LOADING (a server that
  * wants AUTH is up too). */
-static int answers_ping(redisContext *c)
+static int answers_ping(const test_redis_t *r, redisContext *c)
 {
-    redisReply *reply = redisCommand(c, "PING");
+    redisReply *reply = command(r, c, "PING");
     int up = reply != NULL && (reply->type != REDIS_REPLY_ERROR ||
                                strncmp(reply->str, "LOADING", 7) != 0);
     freeReplyObject(reply);
@@ -558,10 +642,10 @@ static int answers_ping(redisContext *c)
 }
 
 /* Whether the server answering on c runs in dir; an error reply (CONFIG
- * renamed, AUTH needed) cannot tell, and counts as yes. */
-static int runs_in(redisContext *c, const char *dir)
+ * renamed, AUTH needed, a Sentinel) cannot tell, and counts as yes. */
+static int runs_in(const test_redis_t *r, redisContext *c, const char *dir)
 {
-    redisReply *reply = redisCommand(c, "CONFIG GET dir");
+    redisReply *reply = command(r, c, "CONFIG GET dir");
     int mine = 1;
     if (reply == NULL)
         return 0;
@@ -570,6 +654,22 @@ static int runs_in(redisContext *c, const char *dir)
         mine = strcmp(reply->element[1]->str, dir) == 0;
     freeReplyObject(reply);
     return mine;
+}
+
+/* Whether something accepts a TCP connection on 127.0.0.1:port. */
+static int can_connect(int port)
+{
+    struct sockaddr_in sin;
+    int ok, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons((uint16_t)port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok = connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+    close(fd);
+    return ok;
 }
 
 /*
@@ -603,11 +703,12 @@ static int wait_ready(test_redis_t *r, int slot, int report_taken)
             print_server_files(r);
             return taken ? 1 : -1;
         }
-        c = test_redis_connect(r->port, 500);
-        if (c != NULL) {
-            int up = answers_ping(c);
-            int mine = up && runs_in(c, r->dir);
-            redisFree(c);
+        c = r->tls[0] != '\0' ? NULL : test_redis_connect(r->port, 500);
+        if (c != NULL || (r->tls[0] != '\0' && can_connect(r->port))) {
+            int up = answers_ping(r, c);
+            int mine = up && runs_in(r, c, r->dir);
+            if (c != NULL)
+                redisFree(c);
             if (up && mine)
                 return 0;
             foreign |= up && !mine;
@@ -661,18 +762,22 @@ static int free_slot(void)
     return -1;
 }
 
-int test_redis_start(test_redis_t *r, const char *module_path,
-                     const char *const *extra)
+/* test_redis_start() by a spec_t. */
+static int start(test_redis_t *r, const spec_t *given)
 {
     char module[PATH_MAX];
+    spec_t spec = *given;
     int attempt;
     memset(r, 0, sizeof(*r));
     /* The server runs in its own directory: a relative path would miss. */
-    if (module_path != NULL && realpath(module_path, module) == NULL) {
-        fprintf(stderr, "test_redis_start: module %s: %s\n", module_path,
+    if (spec.module_path != NULL &&
+        realpath(spec.module_path, module) == NULL) {
+        fprintf(stderr, "test_redis_start: module %s: %s\n", spec.module_path,
                 strerror(errno));
         return -1;
     }
+    if (spec.module_path != NULL)
+        spec.module_path = module;
     if (ensure_root() != 0)
         return -1;
     for (attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
@@ -681,11 +786,13 @@ int test_redis_start(test_redis_t *r, const char *module_path,
         if (slot < 0)
             return -1;
         memset(r, 0, sizeof(*r));
+        if (spec.certs != NULL)
+            snprintf(r->tls, sizeof(r->tls), "%s", spec.certs);
         r->port = test_free_port();
         if (r->port < 0 || make_dir(r) != 0)
             return -1;
         servers[slot].port = r->port; /* reserves the port */
-        if (build_argv(r, slot, module_path ? module : NULL, extra) != 0) {
+        if (build_argv(r, slot, &spec) != 0) {
             slot_release(slot);
             return -1;
         }
@@ -702,6 +809,32 @@ int test_redis_start(test_redis_t *r, const char *module_path,
     }
     fprintf(stderr, "test_redis_start: port taken %d times\n", START_ATTEMPTS);
     return -1;
+}
+
+int test_redis_start(test_redis_t *r, const char *module_path,
+                     const char *const *extra)
+{
+    spec_t spec = {module_path, extra, NULL, NULL, 0, NULL};
+    return start(r, &spec);
+}
+
+int test_redis_start_tls(test_redis_t *r, const char *certs,
+                         const char *cert_name, int auth_clients,
+                         const char *module_path, const char *const *extra)
+{
+    spec_t spec = {module_path, extra, certs, cert_name, auth_clients, NULL};
+    if (certs == NULL || cert_name == NULL) {
+        fprintf(stderr, "test_redis_start_tls: no certificates\n");
+        return -1;
+    }
+    return start(r, &spec);
+}
+
+int test_redis_start_conf(test_redis_t *r, const char *conf, const char *certs,
+                          const char *const *extra)
+{
+    spec_t spec = {NULL, extra, certs, "server", 0, conf};
+    return start(r, &spec);
 }
 
 int test_redis_restart(test_redis_t *r)
@@ -746,13 +879,14 @@ void test_redis_stop(test_redis_t *r)
         forget_process(r, slot); /* it had died already */
         return;
     }
-    c = test_redis_connect(r->port, 1000);
-    if (c != NULL) {
+    c = r->tls[0] != '\0' ? NULL : test_redis_connect(r->port, 1000);
+    if (c != NULL || r->tls[0] != '\0') {
         /* On success the server closes the connection: no reply. */
-        redisReply *reply = redisCommand(c, "SHUTDOWN NOSAVE NOW");
+        redisReply *reply = command(r, c, "SHUTDOWN NOSAVE NOW");
         asked = reply == NULL || reply->type != REDIS_REPLY_ERROR;
         freeReplyObject(reply);
-        redisFree(c);
+        if (c != NULL)
+            redisFree(c);
     }
     if (!asked)
         kill(r->pid, SIGTERM);
@@ -890,6 +1024,63 @@ int test_redis_cmd(int port, char *out, size_t outlen, const char *fmt, ...)
     return 0;
 }
 
+int test_redis_tls_cmd(int port, const char *certs, char *out, size_t outlen,
+                       const char *fmt, ...)
+{
+    text_t t = {out, outlen, 0, 1};
+    char err[256];
+    redisReply *reply;
+    va_list ap;
+    if (outlen > 0)
+        out[0] = '\0';
+    va_start(ap, fmt);
+    reply = test_redis_tls_vcommand(port, certs, err, sizeof(err), fmt, ap);
+    va_end(ap);
+    if (reply == NULL) {
+        snprintf(out, outlen, "(no reply) %s", err);
+        return -1;
+    }
+    text_reply(&t, reply);
+    freeReplyObject(reply);
+    return 0;
+}
+
+int test_redis_cmd_on(const test_redis_t *r, char *out, size_t outlen,
+                      const char *fmt, ...)
+{
+    text_t t = {out, outlen, 0, 1};
+    char err[256];
+    redisContext *c = NULL;
+    redisReply *reply;
+    va_list ap;
+    if (outlen > 0)
+        out[0] = '\0';
+    if (r->tls[0] == '\0') {
+        c = test_redis_connect(r->port, CMD_TIMEOUT_MS);
+        if (c == NULL) {
+            snprintf(out, outlen, "(no reply) cannot connect to port %d",
+                     r->port);
+            return -1;
+        }
+    }
+    va_start(ap, fmt);
+    reply = c != NULL ? redisvCommand(c, fmt, ap)
+                      : test_redis_tls_vcommand(r->port, r->tls, err,
+                                                sizeof(err), fmt, ap);
+    va_end(ap);
+    if (reply == NULL) {
+        snprintf(out, outlen, "(no reply) %s", c != NULL ? c->errstr : err);
+        if (c != NULL)
+            redisFree(c);
+        return -1;
+    }
+    text_reply(&t, reply);
+    freeReplyObject(reply);
+    if (c != NULL)
+        redisFree(c);
+    return 0;
+}
+
 /* ----------------------------------------------------------- cluster */
 
 /* This process' environment with TERM=dumb: redis-cli colours its log
@@ -912,14 +1103,36 @@ static char **environment_without_colours(void)
     return env;
 }
 
-/* Runs redis-cli --cluster create on the three nodes; 0 when it succeeded. */
+/* Runs redis-cli --cluster create on the three nodes (over TLS when they
+ * are TLS servers); 0 when it succeeded. */
 static int cluster_create(test_redis_t nodes[3])
 {
-    char addr[3][32], log[600];
-    char *argv[] = {
-        "redis-cli", "--cluster",          "create", addr[0],         addr[1],
-        addr[2],     "--cluster-replicas", "0",      "--cluster-yes", NULL};
+    char addr[3][32], log[600], ca[600], cert[600], key[600];
+    char *argv[] = {"redis-cli",
+                    "--cluster",
+                    "create",
+                    addr[0],
+                    addr[1],
+                    addr[2],
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
     char **env = environment_without_colours();
+    if (nodes[0].tls[0] != '\0') {
+        char *tls[] = {"--tls", "--cacert", ca, "--cert", cert, "--key", key};
+        snprintf(ca, sizeof(ca), "%s/ca.crt", nodes[0].tls);
+        snprintf(cert, sizeof(cert), "%s/client.crt", nodes[0].tls);
+        snprintf(key, sizeof(key), "%s/client.key", nodes[0].tls);
+        memcpy(argv + 9, tls, sizeof(tls));
+    }
     int64_t deadline = now_ms() + CLUSTER_CREATE_TIMEOUT_MS;
     int i, status = 0;
     pid_t pid;
@@ -971,8 +1184,8 @@ static int cluster_wait_ok(test_redis_t nodes[3])
     int i;
     for (;;) {
         for (i = 0; i < 3; i++) {
-            if (test_redis_cmd(nodes[i].port, info, sizeof(info),
-                               "CLUSTER INFO") != 0 ||
+            if (test_redis_cmd_on(&nodes[i], info, sizeof(info),
+                                  "CLUSTER INFO") != 0 ||
                 !cluster_node_ok(info))
                 break;
         }
@@ -989,13 +1202,19 @@ static int cluster_wait_ok(test_redis_t nodes[3])
     return -1;
 }
 
-int test_cluster_start(test_redis_t nodes[3], const char *module_path)
+/* test_cluster_start(), TLS when certs is not NULL. */
+static int cluster_start(test_redis_t nodes[3], const char *module_path,
+                         const char *certs)
 {
-    static const char *const cluster[] = {"--cluster-enabled", "yes", NULL};
+    static const char *const cluster[] = {"--cluster-enabled", "yes",
+                                          "--tls-cluster", "yes", NULL};
+    static const char *const plain[] = {"--cluster-enabled", "yes", NULL};
+    spec_t spec = {module_path, certs ? cluster : plain, certs, "server", 0,
+                   NULL};
     int i;
     memset(nodes, 0, 3 * sizeof(nodes[0]));
     for (i = 0; i < 3; i++) {
-        if (test_redis_start(&nodes[i], module_path, cluster) != 0)
+        if (start(&nodes[i], &spec) != 0)
             goto fail;
     }
     if (cluster_create(nodes) == 0 && cluster_wait_ok(nodes) == 0)
@@ -1004,6 +1223,17 @@ fail:
     for (i = 0; i < 3; i++)
         test_redis_free(&nodes[i]);
     return -1;
+}
+
+int test_cluster_start(test_redis_t nodes[3], const char *module_path)
+{
+    return cluster_start(nodes, module_path, NULL);
+}
+
+int test_cluster_start_tls(test_redis_t nodes[3], const char *certs,
+                           const char *module_path)
+{
+    return cluster_start(nodes, module_path, certs);
 }
 
 /* ------------------------------------------------------ fake servers */

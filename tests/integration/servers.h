@@ -13,6 +13,16 @@
  *   test_redis_restart(&r);                (same port, directory, args)
  *   test_redis_stop(&r);                   (clean SHUTDOWN)
  *
+ *   char certs[512];                       (TLS: tls_certs.sh's files)
+ *   test_tls_certs(certs, sizeof(certs));
+ *   test_redis_start_tls(&r, certs, "server", 0, NULL, NULL);
+ *   test_redis_cmd_on(&r, out, sizeof(out), "PING");   (plain or TLS)
+ *
+ *   test_sentinel_t s;                     (a primary, a replica and
+ *   test_sentinel_start(&s, 3, NULL, NULL);  Sentinels monitoring them)
+ *   int new_port = test_sentinel_failover(&s, 20000);
+ *   test_sentinel_free(&s);
+ *
  * Every server runs on a loopback port in its own directory under one
  * temporary root per process. Whatever a test forgets, test_servers_cleanup()
  * (registered with atexit() by the first start) kills the servers and
@@ -35,6 +45,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -52,6 +63,8 @@ typedef struct test_redis_s {
      * test_servers_cleanup() frees them; never free them yourself. */
     char *argv[64];
     int argc;
+    char tls[512]; /* the certificates' directory of a TLS-only server
+                      (r->port speaks only TLS); "" for a plain one */
 } test_redis_t;
 
 /*
@@ -150,6 +163,128 @@ redisContext *test_redis_connect(int port, int timeout_ms);
  */
 int test_cluster_start(test_redis_t nodes[3], const char *module_path);
 
+/* ------------------------------------------------------------- TLS */
+
+/*
+ * The test certificates (tests/integration/tls_certs.sh documents each
+ * file: ca.crt, other-ca.crt, server.crt, expired.crt, wrong-name.crt,
+ * client.crt, other-client.crt and their keys), made once per process in
+ * ROOT/certs; their directory is written into dir (cap bytes). The script
+ * is found relative to the working directory (tests run from the source
+ * tree) unless RATEL_TLS_CERTS_SH names it. Returns 0, or -1 with the
+ * reason on stderr.
+ */
+int test_tls_certs(char *dir, size_t cap);
+
+/*
+ * A TLS-only redis-server, as test_redis_start() starts one but with
+ *
+ *   --port 0 --tls-port P --tls-cert-file CERTS/NAME.crt
+ *   --tls-key-file CERTS/NAME.key --tls-ca-cert-file CERTS/ca.crt
+ *   --tls-auth-clients yes|no --tls-replication yes
+ *
+ * before EXTRA: r->port is the TLS port, r->tls the certificates'
+ * directory. cert_name is "server", "expired" or "wrong-name" (the server
+ * comes up with any of them: the harness's own client verifies nothing
+ * and presents client.crt). The harness's functions (stop, restart,
+ * test_redis_cmd_on) speak TLS to it; test_redis_cmd() and
+ * test_redis_connect() do not (hiredis 0.14 has no TLS).
+ */
+int test_redis_start_tls(test_redis_t *r, const char *certs,
+                         const char *cert_name, int auth_clients,
+                         const char *module_path, const char *const *extra);
+
+/*
+ * A server started from a configuration file: `conf` is written to
+ * DIR/redis.conf and given as the first argument, before the usual ones
+ * and EXTRA (e.g. {"--sentinel", NULL}); TLS-only with CERTS/server.crt
+ * (and tls-auth-clients no) when certs is not NULL. test_sentinel_start()
+ * starts its Sentinels this way.
+ */
+int test_redis_start_conf(test_redis_t *r, const char *conf, const char *certs,
+                          const char *const *extra);
+
+/*
+ * test_redis_cmd() to the server of r, over TLS when it is a TLS server.
+ */
+int test_redis_cmd_on(const test_redis_t *r, char *out, size_t outlen,
+                      const char *fmt, ...);
+
+/* test_redis_cmd() over TLS to 127.0.0.1:PORT, presenting
+   CERTS/client.crt and verifying nothing. */
+int test_redis_tls_cmd(int port, const char *certs, char *out, size_t outlen,
+                       const char *fmt, ...);
+
+/* The reply of one command over TLS (as above); NULL with the reason in
+   err. The caller frees it with freeReplyObject(). */
+redisReply *test_redis_tls_vcommand(int port, const char *certs, char *err,
+                                    size_t errlen, const char *fmt, va_list ap);
+
+/*
+ * test_cluster_start() with TLS-only nodes (CERTS/server.crt,
+ * --tls-cluster yes: the cluster bus speaks TLS too) joined by
+ * `redis-cli --tls --cacert CERTS/ca.crt --cert CERTS/client.crt --key
+ * CERTS/client.key --cluster create ...`; CLUSTER SLOTS names the TLS
+ * ports.
+ */
+int test_cluster_start_tls(test_redis_t nodes[3], const char *certs,
+                           const char *module_path);
+
+/* -------------------------------------------------------- Sentinel */
+
+#define TEST_SENTINEL_MASTER "mymaster"
+#define TEST_SENTINEL_MAX 3
+
+/*
+ * A Sentinel setup: data[0] (the primary at start) and data[1] (its
+ * replica), and n Sentinels monitoring them as TEST_SENTINEL_MASTER with
+ * quorum 1, down-after-milliseconds 1000, failover-timeout 5000 and
+ * parallel-syncs 1. primary_port is the primary the Sentinels last agreed
+ * on (test_sentinel_wait, test_sentinel_failover).
+ */
+typedef struct test_sentinel_s {
+    test_redis_t data[2];
+    test_redis_t sentinels[TEST_SENTINEL_MAX];
+    int nsentinels;
+    int primary_port;
+} test_sentinel_t;
+
+/*
+ * Starts the primary (module loaded when module_path is not NULL), the
+ * replica (--replicaof the primary, waits until its link is up) and
+ * nsentinels (1..3) `redis-server CONF --sentinel` on free loopback
+ * ports, then waits (test_sentinel_wait, 20 s) until every Sentinel names
+ * the primary, knows the replica and knows the other Sentinels. With
+ * certs, every server is TLS-only (Sentinels included, tls-replication
+ * yes, so Sentinels reach the data nodes over TLS). Returns 0, or -1 with
+ * the reason on stderr and everything stopped.
+ */
+int test_sentinel_start(test_sentinel_t *s, int nsentinels,
+                        const char *module_path, const char *certs);
+
+/*
+ * Waits up to timeout_ms until every Sentinel answers SENTINEL
+ * GET-MASTER-ADDR-BY-NAME with 127.0.0.1 and primary_port, counts one
+ * replica and nsentinels - 1 other Sentinels, and the server on that port
+ * says ROLE master. Sets s->primary_port. Returns 0, or -1 with what the
+ * Sentinels said on stderr.
+ */
+int test_sentinel_wait(test_sentinel_t *s, int primary_port, int timeout_ms);
+
+/*
+ * SENTINEL FAILOVER on the first Sentinel, then waits (timeout_ms) until
+ * every Sentinel names the other data node and it says ROLE master.
+ * Returns the new primary's port (also in s->primary_port), or -1 with the
+ * reason on stderr.
+ */
+int test_sentinel_failover(test_sentinel_t *s, int timeout_ms);
+
+/* The data node on primary_port (data[0] or data[1]), or NULL. */
+test_redis_t *test_sentinel_primary(test_sentinel_t *s);
+
+/* Frees the Sentinels and the data nodes (test_redis_free). */
+void test_sentinel_free(test_sentinel_t *s);
+
 /*
  * Kills (SIGKILL) and reaps every server this process started and did not
  * free, stops the fake servers, frees the argv strings and removes the
@@ -164,6 +299,9 @@ void test_servers_cleanup(void);
  * and after cleanup). Owned by the library.
  */
 const char *test_servers_root(void);
+
+/* The root directory, made if missing; NULL with the reason on stderr. */
+const char *test_servers_root_make(void);
 
 /*
  * A random loopback TCP port in 10000..21999 on which nothing listens,

@@ -1,8 +1,9 @@
 /*
  * servers_selftest.c - checks the test server library (servers.h) against
  * real redis-server processes: start, commands, pause, kill, restart,
- * stop, AOF persistence, a three-node cluster, the fake servers, crashes
- * of the test and cleanup.
+ * stop, AOF persistence, a three-node cluster, TLS-only servers and a TLS
+ * cluster, a Sentinel setup and its failover (plain and TLS), the fake
+ * servers, crashes of the test and cleanup.
  *
  *   servers_selftest MODULE_PATH [TEST...]
  *
@@ -429,6 +430,153 @@ static void test_cluster(void)
         test_redis_free(&nodes[i]);
 }
 
+/* A TLS-only server: it answers over TLS only, stops and restarts over
+   TLS; with tls-auth-clients yes too (the harness presents client.crt). */
+static void test_tls(void)
+{
+    test_redis_t r;
+    char certs[512], out[512];
+
+    if (test_tls_certs(certs, sizeof(certs)) != 0) {
+        fail("tls.certs", "test_tls_certs failed (see stderr)");
+        return;
+    }
+    ok("tls.certs");
+    if (test_redis_start_tls(&r, certs, "server", 1, module, NULL) != 0) {
+        fail("tls.start", "test_redis_start_tls failed (see stderr)");
+        return;
+    }
+    ok("tls.start");
+    test_redis_cmd_on(&r, out, sizeof(out), "SET %s %s", "k", "v");
+    same("tls.set", out, "OK");
+    test_redis_tls_cmd(r.port, certs, out, sizeof(out), "GET %s", "k");
+    same("tls.get", out, "v");
+    test_redis_cmd_on(&r, out, sizeof(out), "CONFIG GET %s", "port");
+    same("tls.no_plain_port", out, "port\n0");
+    /* The plain protocol gets no answer on a TLS port. */
+    prefix("tls.plain_refused",
+           (test_redis_cmd(r.port, out, sizeof(out), "PING"), out),
+           "(no reply)");
+    test_redis_stop(&r);
+    if (r.pid == 0)
+        ok("tls.stop");
+    else
+        fail("tls.stop", "still running");
+    if (test_redis_restart(&r) == 0) {
+        test_redis_cmd_on(&r, out, sizeof(out), "PING");
+        same("tls.restart", out, "PONG");
+    } else {
+        fail("tls.restart", "test_redis_restart failed");
+    }
+    test_redis_free(&r);
+    /* A server on the expired certificate comes up all the same. */
+    if (test_redis_start_tls(&r, certs, "expired", 0, NULL, NULL) == 0) {
+        test_redis_cmd_on(&r, out, sizeof(out), "PING");
+        same("tls.expired_server", out, "PONG");
+    } else {
+        fail("tls.expired_server", "did not start");
+    }
+    test_redis_free(&r);
+}
+
+static void test_tls_cluster(void)
+{
+    test_redis_t nodes[3];
+    char certs[512], out[2048], want[64];
+    int i, info_ok = 1;
+
+    if (test_tls_certs(certs, sizeof(certs)) != 0 ||
+        test_cluster_start_tls(nodes, certs, module) != 0) {
+        fail("tls_cluster.start", "test_cluster_start_tls failed");
+        return;
+    }
+    ok("tls_cluster.start");
+    for (i = 0; i < 3; i++) {
+        test_redis_cmd_on(&nodes[i], out, sizeof(out), "CLUSTER INFO");
+        info_ok &= strstr(out, "cluster_state:ok") != NULL;
+    }
+    if (info_ok)
+        ok("tls_cluster.info");
+    else
+        fail("tls_cluster.info", "a node says [%.200s]", out);
+    /* CLUSTER SLOTS names the TLS ports. */
+    test_redis_cmd_on(&nodes[0], out, sizeof(out), "CLUSTER SLOTS");
+    snprintf(want, sizeof(want), "127.0.0.1\n%d\n", nodes[1].port);
+    if (strstr(out, want) != NULL)
+        ok("tls_cluster.slots");
+    else
+        fail("tls_cluster.slots", "no %d in [%.300s]", nodes[1].port, out);
+    for (i = 0; i < 3; i++)
+        test_redis_free(&nodes[i]);
+}
+
+/* A primary, a replica and Sentinels; SENTINEL FAILOVER moves the
+   primary and every Sentinel follows. */
+static void sentinel_case(const char *name, int n, const char *certs)
+{
+    test_sentinel_t s;
+    char out[512], label[64];
+    int64_t t0 = now_ms();
+    int next;
+
+    snprintf(label, sizeof(label), "%s.start", name);
+    if (test_sentinel_start(&s, n, module, certs) != 0) {
+        fail(label, "test_sentinel_start failed (see stderr)");
+        return;
+    }
+    ok(label);
+    snprintf(label, sizeof(label), "%s.primary", name);
+    if (s.primary_port == s.data[0].port)
+        ok(label);
+    else
+        fail(label, "primary %d, want %d", s.primary_port, s.data[0].port);
+    test_redis_cmd_on(&s.data[0], out, sizeof(out), "SET %s %s", "k", "1");
+    /* Replication is asynchronous: the replica has it before it is
+       promoted. */
+    test_redis_cmd_on(&s.data[0], out, sizeof(out), "WAIT 1 5000");
+    next = test_sentinel_failover(&s, 30000);
+    snprintf(label, sizeof(label), "%s.failover", name);
+    if (next == s.data[1].port && s.primary_port == next)
+        ok(label);
+    else
+        fail(label, "new primary %d, want %d", next, s.data[1].port);
+    test_redis_cmd_on(&s.data[1], out, sizeof(out), "ROLE");
+    snprintf(label, sizeof(label), "%s.new_role", name);
+    prefix(label, out, "master\n");
+    test_redis_cmd_on(&s.data[1], out, sizeof(out), "GET %s", "k");
+    snprintf(label, sizeof(label), "%s.data_kept", name);
+    same(label, out, "1");
+    test_redis_cmd_on(&s.sentinels[n - 1], out, sizeof(out),
+                      "SENTINEL GET-MASTER-ADDR-BY-NAME %s",
+                      TEST_SENTINEL_MASTER);
+    {
+        char want[64];
+        snprintf(want, sizeof(want), "127.0.0.1\n%d", s.data[1].port);
+        snprintf(label, sizeof(label), "%s.sentinels_follow", name);
+        same(label, out, want);
+    }
+    printf("# %s: %d Sentinels, start and failover in %lld ms\n", name, n,
+           (long long)(now_ms() - t0));
+    test_sentinel_free(&s);
+}
+
+static void test_sentinel(void)
+{
+    sentinel_case("sentinel1", 1, NULL);
+    sentinel_case("sentinel3", 3, NULL);
+}
+
+static void test_sentinel_tls(void)
+{
+    char certs[512];
+
+    if (test_tls_certs(certs, sizeof(certs)) != 0) {
+        fail("sentinel_tls.certs", "test_tls_certs failed");
+        return;
+    }
+    sentinel_case("sentinel_tls", 2, certs);
+}
+
 static void test_fakes(void)
 {
     char buf[512], why[256];
@@ -669,6 +817,10 @@ static const struct {
     {"standalone", test_standalone},
     {"aof", test_aof},
     {"cluster", test_cluster},
+    {"tls", test_tls},
+    {"tls_cluster", test_tls_cluster},
+    {"sentinel", test_sentinel},
+    {"sentinel_tls", test_sentinel_tls},
     {"fakes", test_fakes},
     {"ports", test_ports},
     {"crash", test_crash},

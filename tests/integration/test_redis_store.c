@@ -151,7 +151,8 @@ static void test_bad_targets(void)
         "redis://127.0.0.1:0",
         "redis://127.0.0.1:99999",
         "redis://127.0.0.1/99",
-        "rediss://h",
+        "rediss://h?tls_cert_file=client.crt",
+        "redis+sentinel://h",
         "redis://h?pool=0",
         "redis://h?on_failure=maybe",
     };

@@ -242,8 +242,88 @@ TEST(redis_url_malformed_names_the_problem)
         {"http://localhost", "unknown scheme \"http\""},
         {"unix:///tmp/redis.sock", "unknown scheme \"unix\""},
         {"redis-cluster://h", "unknown scheme \"redis-cluster\""},
-        {"rediss://h", "TLS (rediss://) is not supported"},
-        {"REDISS+cluster://h", "TLS (rediss://) is not supported"},
+        {"rediss:h", "expected \"//\" after \"rediss:\""},
+        {"redis+sentinel:h/m", "expected \"//\" after \"redis+sentinel:\""},
+        {"rediss+tls://h", "unknown scheme \"rediss+tls\"; the schemes are "
+                           "redis://, redis+cluster://, redis+sentinel://, "
+                           "rediss://, rediss+cluster:// and "
+                           "rediss+sentinel://"},
+        {"redis+sentinels://h/m", "unknown scheme \"redis+sentinels\""},
+        {"sentinel://h/m", "unknown scheme \"sentinel\""},
+        /* Sentinel: the path is the master name, required. */
+        {"redis+sentinel://h", "no master name after '/'"},
+        {"redis+sentinel://h/", "no master name after '/'"},
+        {"redis+sentinel://h?db=1", "no master name after '/'"},
+        {"rediss+sentinel://h/?db=1", "no master name after '/'"},
+        {"redis+sentinel://h/m/0", "the master name \"m/0\" holds '/'"},
+        {"redis+sentinel://h/m y", "a space"},
+        {"redis+sentinel://h/m\x01", "byte \\x01"},
+        {"redis+sentinel://h:0/m", "out of range"},
+        {"redis+sentinel://h:,h2/m", "empty port; expected a port from 1 to "
+                                     "65535 after ':' (or no ':' for 26379)"},
+        {"redis+sentinel://h,h:26379/m", "given twice"},
+        {"redis+sentinel://h/m?db=16",
+         "query parameter db: 16 is out of range; accepted: 0..15"},
+        {"redis+sentinel://h/m?db=x", "db: expected a whole number"},
+        {"redis+sentinel://h/m?db=1&db=1", "db is given twice"},
+        {"redis://h?db=1", "query parameter db is for redis+sentinel:// and "
+                           "rediss+sentinel:// (whose path is the master "
+                           "name); here write the db as the path: "
+                           "redis://HOST/1"},
+        {"rediss://h/2?db=3", "write the db as the path: rediss://HOST/3"},
+        {"redis+cluster://h?db=0", "query parameter db is for "
+                                   "redis+sentinel://"},
+        {"redis://h?sentinel_password=x",
+         "query parameter sentinel_password is for redis+sentinel:// and "
+         "rediss+sentinel:// only"},
+        {"rediss://h?sentinel_username=u&sentinel_password=p",
+         "sentinel_username is for redis+sentinel://"},
+        {"redis+sentinel://h/m?sentinel_username=u",
+         "sentinel_username is given without sentinel_password"},
+        {"redis+sentinel://h/m?sentinel_password=",
+         "sentinel_password has no value"},
+        {"redis+sentinel://h/m?sentinel_password=%zz",
+         "query parameter sentinel_password: bad percent escape"},
+        {"redis+sentinel://h/m?sentinel_password=a%00",
+         "sentinel_password holds %00"},
+        {"redis+sentinel://h/m?sentinel_password=a%0d",
+         "sentinel_password: contains the control character 0x0d"},
+        /* TLS settings need a TLS scheme. */
+        {"redis://h?tls_ca_file=ca.crt",
+         "query parameter tls_ca_file is a TLS setting and this URL is "
+         "plain TCP: use rediss://"},
+        {"redis+cluster://h?tls_insecure=yes", "tls_insecure is a TLS "
+                                               "setting"},
+        {"redis+sentinel://h/m?tls_server_name=x", "use rediss://"},
+        {"redis://h?tls_cert_file=c&tls_key_file=k", "tls_cert_file is a TLS "
+                                                     "setting"},
+        {"redis://h?tls_insecure=no", "use rediss://"},
+        {"rediss://h?tls_cert_file=c.crt",
+         "query parameter tls_cert_file is given without tls_key_file: a "
+         "client certificate needs its key; give tls_cert_file and "
+         "tls_key_file together, or neither"},
+        {"rediss+cluster://h?tls_key_file=c.key",
+         "tls_key_file is given without tls_cert_file"},
+        {"rediss://h?tls_insecure=true",
+         "query parameter tls_insecure: expected yes | no, got \"true\""},
+        {"rediss://h?tls_insecure=", "tls_insecure has no value"},
+        {"rediss://h?tls_ca_file=", "tls_ca_file has no value"},
+        {"rediss://h?tls_ca_file=a&tls_ca_file=b", "tls_ca_file is given "
+                                                   "twice"},
+        {"rediss://h?tls_ca_file=a%2", "tls_ca_file: bad percent escape"},
+        {"rediss://h?tls_ca_file=a%0a", "tls_ca_file: contains the control "
+                                        "character 0x0a"},
+        {"rediss://h?tls_server_name=a/b",
+         "query parameter tls_server_name: holds '/'; expected a host name "
+         "or an IP address"},
+        {"rediss://h?TLS_CA_FILE=x", "unknown query parameter "
+                                     "\"TLS_CA_FILE\""},
+        {"rediss://h?tls_ca=x", "unknown query parameter \"tls_ca\"; the "
+                                "parameters are connect_timeout_ms, "
+                                "timeout_ms, pool, on_failure, mode, "
+                                "deny_cache, db, tls_ca_file, tls_cert_file, "
+                                "tls_key_file, tls_server_name, tls_insecure, "
+                                "sentinel_username, sentinel_password"},
         {"redis://", "no host"},
         {"redis://:pw@", "no host"},
         {"redis:///0", "no host"},
@@ -390,7 +470,9 @@ TEST(redis_url_password_never_in_a_message)
         "redis://:Tr0ub4dor@h x",
         "redis://:Tr0ub4dor@h\n",
         "redis+cluster://:Tr0ub4dor@h/3",
-        "rediss://:Tr0ub4dor@h",
+        "rediss://:Tr0ub4dor@h:0",
+        "redis+sentinel://:Tr0ub4dor@h",
+        "rediss+sentinel://:Tr0ub4dor@h/m?db=99",
         "http://:Tr0ub4dor@h",
         "redis:/:Tr0ub4dor@h",
         "redis//:Tr0ub4dor@h",
@@ -429,6 +511,176 @@ TEST(redis_url_password_never_in_a_message)
         CHECK(strstr(err, "longer than 511 bytes") != NULL);
         CHECK(strstr(err, "ub4d") == NULL);
     }
+}
+
+/* The TLS and Sentinel schemes: what each turns on, and the Sentinels'
+   own default port. */
+TEST(redis_url_tls_and_sentinel_schemes)
+{
+    static const struct {
+        const char *url;
+        int cluster, tls, sentinel, port0;
+        const char *master;
+        int db;
+    } cases[] = {
+        {"rediss://h", 0, 1, 0, 6379, "", 0},
+        {"REDISS://h:6380/2", 0, 1, 0, 6380, "", 2},
+        {"rediss+cluster://a:7000,b:7001", 1, 1, 0, 7000, "", 0},
+        {"Rediss+Cluster://a/0", 1, 1, 0, 6379, "", 0},
+        {"redis+sentinel://s1/mymaster", 0, 0, 1, 26379, "mymaster", 0},
+        {"redis+sentinel://s1:5000,s2,[::1]:5002/my-master.1?db=15", 0, 0, 1,
+         5000, "my-master.1", 15},
+        {"rediss+sentinel://:pw@s1/m?db=0", 0, 1, 1, 26379, "m", 0},
+        {"REDIS+SENTINEL://s1/Master_Name", 0, 0, 1, 26379, "Master_Name", 0},
+        {"redis+sentinel://s1/!$'()*+,;:=", 0, 0, 1, 26379, "!$'()*+,;:=", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ratel_redis_url_t u;
+        if (parse_ok(cases[i].url, &u) != 0)
+            continue;
+        CHECK_EQ(u.cluster, cases[i].cluster);
+        CHECK_EQ(u.tls, cases[i].tls);
+        CHECK_EQ(u.sentinel, cases[i].sentinel);
+        CHECK_EQ(u.addrs[0].port, cases[i].port0);
+        CHECK_URL(strcmp(u.master_name, cases[i].master) == 0, cases[i].url,
+                  u.master_name);
+        CHECK_EQ(u.db, cases[i].db);
+    }
+    /* The longest master name, and one byte more. */
+    {
+        char url[400], name[300], err[1024] = "";
+        ratel_redis_url_t u;
+        memset(name, 'm', 255);
+        name[255] = '\0';
+        snprintf(url, sizeof url, "redis+sentinel://h/%s", name);
+        REQUIRE(parse_ok(url, &u) == 0);
+        CHECK(strcmp(u.master_name, name) == 0);
+        snprintf(url, sizeof url, "redis+sentinel://h/%sm", name);
+        CHECK_EQ(ratel__redis_url_parse(url, &u, err, sizeof err),
+                 RATEL_EINVAL);
+        CHECK_URL(strstr(err, "is longer than 255 bytes") != NULL, url, err);
+    }
+    /* With Sentinel the userinfo is the data nodes'. */
+    {
+        ratel_redis_url_t u;
+        REQUIRE(parse_ok("redis+sentinel://app:s%40cret@s1:26379,s2:26380/"
+                         "mymaster?sentinel_username=sen&sentinel_password="
+                         "p%26w%3D",
+                         &u) == 0);
+        CHECK(strcmp(u.username, "app") == 0);
+        CHECK(strcmp(u.password, "s@cret") == 0);
+        CHECK(strcmp(u.sentinel_username, "sen") == 0);
+        CHECK(strcmp(u.sentinel_password, "p&w=") == 0);
+        CHECK_EQ(u.naddrs, 2);
+        CHECK_EQ(u.addrs[1].port, 26380);
+        REQUIRE(parse_ok("redis+sentinel://s1/m?sentinel_password=x", &u) == 0);
+        CHECK(strcmp(u.sentinel_username, "") == 0);
+        CHECK(strcmp(u.sentinel_password, "x") == 0);
+    }
+}
+
+/* The TLS settings: read, percent-decoded, and copied into the options. */
+TEST(redis_url_tls_settings)
+{
+    ratel_redis_url_t u;
+    ratel_redis_options_t o;
+
+    REQUIRE(parse_ok("rediss://h:6380?tls_ca_file=/etc/ssl/my%20ca.crt&"
+                     "tls_cert_file=client.crt&tls_key_file=client.key&"
+                     "tls_server_name=redis.example.com&timeout_ms=500",
+                     &u) == 0);
+    CHECK(strcmp(u.tls_ca_file, "/etc/ssl/my ca.crt") == 0);
+    CHECK(strcmp(u.tls_cert_file, "client.crt") == 0);
+    CHECK(strcmp(u.tls_key_file, "client.key") == 0);
+    CHECK(strcmp(u.tls_server_name, "redis.example.com") == 0);
+    CHECK_EQ(u.tls_insecure, 0);
+    CHECK_EQ(u.timeout_ms, 500);
+    memset(&o, 0, sizeof o);
+    ratel__redis_query_to_options(&u, &o);
+    CHECK(o.tls_ca_file == u.tls_ca_file);
+    CHECK(o.tls_cert_file == u.tls_cert_file);
+    CHECK(o.tls_key_file == u.tls_key_file);
+    CHECK(o.tls_server_name == u.tls_server_name);
+    CHECK_EQ(o.tls_insecure, 0);
+    CHECK(o.sentinel_username == NULL && o.sentinel_password == NULL);
+    CHECK_EQ(o.command_timeout_ms, 500);
+
+    REQUIRE(parse_ok("rediss+cluster://a,b?tls_insecure=yes&"
+                     "tls_server_name=10.0.0.1",
+                     &u) == 0);
+    CHECK_EQ(u.tls_insecure, 1);
+    CHECK(strcmp(u.tls_server_name, "10.0.0.1") == 0);
+    CHECK(strcmp(u.tls_ca_file, "") == 0);
+    memset(&o, 0, sizeof o);
+    ratel__redis_query_to_options(&u, &o);
+    CHECK_EQ(o.tls_insecure, 1);
+    CHECK(o.tls_ca_file == NULL);
+    REQUIRE(parse_ok("rediss://h?tls_insecure=no", &u) == 0);
+    CHECK_EQ(u.tls_insecure, 0);
+
+    REQUIRE(parse_ok("rediss+sentinel://s/m?sentinel_username=a&"
+                     "sentinel_password=b&tls_ca_file=ca.pem&db=3",
+                     &u) == 0);
+    memset(&o, 0, sizeof o);
+    ratel__redis_query_to_options(&u, &o);
+    CHECK(o.sentinel_username && strcmp(o.sentinel_username, "a") == 0);
+    CHECK(o.sentinel_password && strcmp(o.sentinel_password, "b") == 0);
+    CHECK(o.tls_ca_file && strcmp(o.tls_ca_file, "ca.pem") == 0);
+    CHECK_EQ(u.db, 3);
+
+    /* A file name as long as the field holds, and one byte more. */
+    {
+        char url[2400], name[1100], err[1024] = "";
+        memset(name, 'f', RATEL_REDIS_PATH_MAX - 1);
+        name[RATEL_REDIS_PATH_MAX - 1] = '\0';
+        snprintf(url, sizeof url, "rediss://h?tls_ca_file=%s", name);
+        REQUIRE(parse_ok(url, &u) == 0);
+        CHECK_EQ(strlen(u.tls_ca_file), RATEL_REDIS_PATH_MAX - 1);
+        snprintf(url, sizeof url, "rediss://h?tls_ca_file=%sf", name);
+        CHECK_EQ(ratel__redis_url_parse(url, &u, err, sizeof err),
+                 RATEL_EINVAL);
+        CHECK_URL(strstr(err, "tls_ca_file: 1024 bytes long; at most 1023") !=
+                      NULL,
+                  url, err);
+    }
+}
+
+/* The Sentinels' password is never in a message, and masked in logs. */
+TEST(redis_url_sentinel_password_hidden)
+{
+    static const char *const bad[] = {
+        "redis+sentinel://h/m?sentinel_password=Tr0ub4dor&db=99",
+        "redis+sentinel://h/m?sentinel_password=Tr0ub4dor&nope=1",
+        "redis+sentinel://h/m?sentinel_password=Tr0ub4dor%zz",
+        "redis+sentinel://h/m?sentinel_password=Tr0ub4dor%01",
+        "redis://h?sentinel_password=Tr0ub4dor",
+        "redis+sentinel://h/m?sentinel_password=Tr0ub4dor&"
+        "sentinel_password=Tr0ub4dor",
+    };
+    char out[256];
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ratel_redis_url_t u;
+        char err[1024] = "";
+        int rc = ratel__redis_url_parse(bad[i], &u, err, sizeof err);
+        CHECK_URL(rc == RATEL_EINVAL, bad[i], err);
+        CHECK_URL(strstr(err, "ub4d") == NULL, bad[i], err);
+        CHECK_URL(strstr(err, "sentinel_password=***") != NULL, bad[i], err);
+    }
+    CHECK_EQ(ratel__url_mask("rediss+sentinel://u:pw@s1:26379,s2/mymaster?"
+                             "sentinel_username=sen&sentinel_password=Tr0ub&"
+                             "db=2",
+                             out, sizeof out),
+             1);
+    CHECK_URL(strcmp(out, "rediss+sentinel://***@s1:26379,s2/mymaster?"
+                          "sentinel_username=sen&sentinel_password=***&"
+                          "db=2") == 0,
+              "mask", out);
+    CHECK_EQ(ratel__url_mask("redis+sentinel://s/m?sentinel_password=x", out,
+                             sizeof out),
+             1);
+    CHECK_URL(strcmp(out, "redis+sentinel://s/m?sentinel_password=***") == 0,
+              "mask", out);
 }
 
 TEST(redis_url_hostile_bytes_are_escaped)
@@ -542,6 +794,11 @@ RATEL_SUITE(redis_url) = {
      test_redis_url_malformed_names_the_problem},
     {"redis_url_password_never_in_a_message",
      test_redis_url_password_never_in_a_message},
+    {"redis_url_tls_and_sentinel_schemes",
+     test_redis_url_tls_and_sentinel_schemes},
+    {"redis_url_tls_settings", test_redis_url_tls_settings},
+    {"redis_url_sentinel_password_hidden",
+     test_redis_url_sentinel_password_hidden},
     {"redis_url_hostile_bytes_are_escaped",
      test_redis_url_hostile_bytes_are_escaped},
     {"redis_url_errbuf_any_size", test_redis_url_errbuf_any_size},
