@@ -224,7 +224,7 @@ $(BUILD)/servers_selftest: tests/integration/servers_selftest.c $(TEST_SERVERS) 
 $(BUILD)/tests/unit/main.o: tests/unit/suites.def
 
 # The TLS and transport suites start real (TLS-only too) redis-servers.
-$(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(BUILD)/tests/integration/tls_servers.o $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+$(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated

@@ -41,7 +41,8 @@ typedef enum step_e {
     STEP_LOAD,        /* preparation: FUNCTION LOAD REPLACE */
     STEP_SCRIPT,      /* preparation: SCRIPT LOAD */
     STEP_LIB_VERSION, /* a LIBRARY rop's FCALL_RO ratel_version 0 */
-    STEP_LIB_LOAD     /* a LIBRARY rop's FUNCTION LOAD REPLACE */
+    STEP_LIB_LOAD,    /* a LIBRARY rop's FUNCTION LOAD REPLACE */
+    STEP_SUBSCRIBE    /* a Sentinel's SUBSCRIBE +switch-master */
 } step_t;
 
 typedef struct pend_s {
@@ -116,7 +117,8 @@ struct ratel__engine_s {
     void *tud;
     ratel__node_t *nodes[ENGINE_MAX_NODES];
     size_t nnodes;
-    size_t primary;               /* standalone: index in nodes */
+    size_t primary;   /* standalone: index in nodes */
+    int have_primary; /* Sentinel: a primary was named (others: 1) */
     uint16_t slots[ENGINE_SLOTS]; /* cluster: node index + 1, 0: unknown */
     int64_t last_map_us, last_failover_us, last_now_us;
     /* Live commands by deadline (submission order: one timeout for all). */

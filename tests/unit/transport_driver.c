@@ -4,8 +4,8 @@
  */
 #include "transport_driver.h"
 
+#include "store/tls.h"
 #include "tests/integration/servers.h"
-#include "tests/integration/tls_servers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,71 +221,48 @@ int plain_port(void)
     return plain_started ? plain.port : -1;
 }
 
-/* Certificates (tls_servers.h) in a directory of their own, removed at
-   exit, and TLS-only redis-servers started at their first use: one that
-   asks no client certificate, one that requires one, one whose
-   certificate has expired. */
-static char tls_dir[256];
-static test_tls_redis_t tls_servers[TLS_SERVERS];
-
-static void tls_cleanup(void)
-{
-    char cmd[400];
-
-    for (int i = 0; i < TLS_SERVERS; i++)
-        test_tls_redis_stop(&tls_servers[i]);
-    if (tls_dir[0]) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tls_dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tls_dir);
-        tls_dir[0] = '\0';
-    }
-}
+/* The harness's certificates (servers.h: test_tls_certs) and TLS-only
+   redis-servers started at their first use: one that asks no client
+   certificate, one that requires one, one whose certificate has expired.
+   The harness stops them at exit. */
+static char tls_dir[512];
+static test_redis_t tls_servers[TLS_SERVERS];
+static int tls_started[TLS_SERVERS];
 
 /* The port of TLS server `which`, or -1. */
 int tls_server_port(int which)
 {
     static int certs_failed;
-    test_tls_redis_t *s = &tls_servers[which];
 
-    if (!tls_dir[0] && !certs_failed) {
-        snprintf(tls_dir, sizeof tls_dir, "/tmp/ratel-tls-XXXXXX");
+    if (!tls_dir[0] && !certs_failed &&
+        test_tls_certs(tls_dir, sizeof tls_dir) != 0)
         certs_failed = 1;
-        if (!mkdtemp(tls_dir)) {
-            tls_dir[0] = '\0';
-            return -1;
-        }
-        atexit(tls_cleanup);
-        certs_failed = test_tls_certs(tls_dir) != 0;
-    }
     if (certs_failed)
         return -1;
-    if (!s->pid && test_tls_redis_start(
-                       s, tls_dir, which == TLS_EXPIRED ? "expired" : "server",
-                       which == TLS_CLIENT_CERTS, NULL) != 0)
-        return -1;
-    return s->port;
+    if (!tls_started[which] &&
+        test_redis_start_tls(&tls_servers[which], tls_dir,
+                             which == TLS_EXPIRED ? "expired" : "server",
+                             which == TLS_CLIENT_CERTS, NULL, NULL) == 0)
+        tls_started[which] = 1;
+    return tls_started[which] ? tls_servers[which].port : -1;
 }
 
 /* A client context trusting tls_dir/ca (a file name), with tls_dir/
    cert.crt and .key as its certificate when cert is not NULL. */
 SSL_CTX *client_ctx(const char *ca, const char *cert)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    char path[400], key[400];
-    int ok;
+    char ca_path[600], cert_path[600], key_path[600], err[300];
+    ratel__tls_options_t o = {.ca_file = ca_path};
+    SSL_CTX *ctx = NULL;
 
-    snprintf(path, sizeof path, "%s/%s", tls_dir, ca);
-    ok = ctx && SSL_CTX_load_verify_locations(ctx, path, NULL) == 1;
-    if (ok && cert) {
-        snprintf(path, sizeof path, "%s/%s.crt", tls_dir, cert);
-        snprintf(key, sizeof key, "%s/%s.key", tls_dir, cert);
-        ok = SSL_CTX_use_certificate_file(ctx, path, SSL_FILETYPE_PEM) == 1 &&
-             SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1;
+    snprintf(ca_path, sizeof ca_path, "%s/%s", tls_dir, ca);
+    if (cert) {
+        snprintf(cert_path, sizeof cert_path, "%s/%s.crt", tls_dir, cert);
+        snprintf(key_path, sizeof key_path, "%s/%s.key", tls_dir, cert);
+        o.cert_file = cert_path;
+        o.key_file = key_path;
     }
-    if (!ok) {
-        SSL_CTX_free(ctx);
-        return NULL;
-    }
+    if (ratel__tls_ctx_new(&o, &ctx, err, sizeof err) != 0)
+        fprintf(stderr, "client_ctx: %s\n", err);
     return ctx;
 }

@@ -85,7 +85,7 @@ int tlink_ping_new(driver_t *d, int port);
    (started at the first call), or -1. */
 int plain_port(void);
 
-/* TLS-only redis-servers (tests/integration/tls_servers.h), started at
+/* TLS-only redis-servers (tests/integration/servers.h), started at
    their first use: the port, or -1. */
 enum { TLS_PLAIN, TLS_CLIENT_CERTS, TLS_EXPIRED, TLS_SERVERS };
 int tls_server_port(int which);
