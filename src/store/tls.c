@@ -180,6 +180,66 @@ int ratel__tls_ctx_new(const ratel__tls_options_t *o, SSL_CTX **out, char *err,
     return 0;
 }
 
+/* ------------------------------------------------------- the settings */
+
+/* The option's string when set, else the URL's when given, else NULL. */
+static const char *pick(const char *option, const char *from_url)
+{
+    if (option && option[0])
+        return option;
+    return from_url[0] ? from_url : NULL;
+}
+
+int ratel__tls_options_pick(const ratel_redis_url_t *u,
+                            const ratel_redis_options_t *o,
+                            ratel__tls_options_t *out, char *err, size_t errlen)
+{
+    static const char *const names[] = {"tls_ca_file", "tls_cert_file",
+                                        "tls_key_file", "tls_server_name",
+                                        "tls_insecure"};
+    const int given[] = {o->tls_ca_file && o->tls_ca_file[0],
+                         o->tls_cert_file && o->tls_cert_file[0],
+                         o->tls_key_file && o->tls_key_file[0],
+                         o->tls_server_name && o->tls_server_name[0],
+                         o->tls_insecure != 0};
+
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; !u->tls && i < sizeof names / sizeof names[0]; i++) {
+        if (given[i]) {
+            snprintf(err, errlen,
+                     "redis store: %s is a TLS setting and the URL is plain "
+                     "TCP: use rediss:// (rediss+cluster://, "
+                     "rediss+sentinel://) for TLS",
+                     names[i]);
+            return RATEL_EINVAL;
+        }
+    }
+    if (!u->sentinel && ((o->sentinel_username && o->sentinel_username[0]) ||
+                         (o->sentinel_password && o->sentinel_password[0]))) {
+        snprintf(err, errlen,
+                 "redis store: sentinel_username and sentinel_password are "
+                 "for redis+sentinel:// and rediss+sentinel:// URLs only");
+        return RATEL_EINVAL;
+    }
+    if (!u->tls)
+        return 0;
+    out->ca_file = pick(o->tls_ca_file, u->tls_ca_file);
+    out->cert_file = pick(o->tls_cert_file, u->tls_cert_file);
+    out->key_file = pick(o->tls_key_file, u->tls_key_file);
+    out->server_name = pick(o->tls_server_name, u->tls_server_name);
+    out->insecure = o->tls_insecure != 0 || u->tls_insecure != 0;
+    if (!out->cert_file != !out->key_file) {
+        snprintf(err, errlen,
+                 "redis store: %s is given without %s: give tls_cert_file "
+                 "and tls_key_file together, or neither",
+                 out->cert_file ? "tls_cert_file" : "tls_key_file",
+                 out->cert_file ? "tls_key_file" : "tls_cert_file");
+        memset(out, 0, sizeof *out);
+        return RATEL_EINVAL;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------- connection */
 
 /* Whether name is an IPv4 or IPv6 address literal. */

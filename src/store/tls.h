@@ -22,6 +22,9 @@
 #ifndef RATEL_STORE_TLS_H
 #define RATEL_STORE_TLS_H
 
+#include "ratel.h"
+#include "store/redis_url.h"
+
 #include <openssl/ssl.h>
 
 #include <stddef.h>
@@ -38,7 +41,29 @@ typedef struct ratel__tls_options_s {
     const char *key_file;  /* tls_key_file: its unencrypted PEM key; needed
                               with cert_file and only with it */
     int insecure;          /* tls_insecure: 1 verifies nothing */
+    const char *server_name; /* tls_server_name, or NULL: each address's
+                                host (ratel__tls_new's server_name) */
 } ratel__tls_options_t;
+
+/* What a store logs once at start when o->insecure is set. */
+#define RATEL__TLS_INSECURE_WARNING                                            \
+    "TLS certificate verification is off (tls_insecure=yes): the traffic "     \
+    "is encrypted, but anyone on the path can pose as the server; set "        \
+    "tls_ca_file instead"
+
+/*
+ * A store's TLS settings into *out: each of `o` (ratel_redis_options_t,
+ * NULL or 0 when not set) over the URL's query value. Returns 0 (for a URL
+ * without TLS, *out is all NULL and 0), or RATEL_EINVAL with a message in
+ * err: a TLS setting in `o` for a URL that is not rediss ("use
+ * rediss://"), a client certificate without its key or the reverse, or
+ * Sentinel credentials in `o` for a URL that is not a Sentinel one. The
+ * strings point into u and o.
+ */
+int ratel__tls_options_pick(const ratel_redis_url_t *u,
+                            const ratel_redis_options_t *o,
+                            ratel__tls_options_t *out, char *err,
+                            size_t errlen);
 
 /*
  * Makes a client SSL_CTX for *o into *out: TLS 1.2 at least; with

@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include "ratel.h"
+#include "store/redis_url.h"
 #include "store/tls.h"
 #include "tests/integration/servers.h"
 
@@ -325,7 +326,62 @@ TEST(tls_context_errors_name_the_file)
     }
 }
 
+/* The store's TLS settings: options over the URL's, and no TLS setting
+   for a plain URL. */
+TEST(tls_options_pick)
+{
+    ratel_redis_url_t u;
+    ratel_redis_options_t o;
+    ratel__tls_options_t t;
+    char err[512] = "";
+
+    memset(&o, 0, sizeof o);
+    REQUIRE(ratel__redis_url_parse("rediss://h?tls_ca_file=url-ca.crt&"
+                                   "tls_server_name=url.example.com",
+                                   &u, err, sizeof err) == 0);
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err), 0);
+    CHECK(t.ca_file && strcmp(t.ca_file, "url-ca.crt") == 0);
+    CHECK(t.server_name && strcmp(t.server_name, "url.example.com") == 0);
+    CHECK(t.cert_file == NULL && t.key_file == NULL && t.insecure == 0);
+    o.tls_ca_file = "option-ca.crt";
+    o.tls_cert_file = "c.crt";
+    o.tls_key_file = "c.key";
+    o.tls_insecure = 1;
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err), 0);
+    CHECK(strcmp(t.ca_file, "option-ca.crt") == 0);
+    CHECK(strcmp(t.cert_file, "c.crt") == 0 &&
+          strcmp(t.key_file, "c.key") == 0);
+    CHECK_EQ(t.insecure, 1);
+    /* The key from the options, the certificate from nowhere. */
+    o.tls_cert_file = NULL;
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err),
+             RATEL_EINVAL);
+    CHECK_MSG_TEXT(strstr(err, "tls_key_file is given without tls_cert_file") !=
+                       NULL,
+                   err);
+
+    /* A plain URL: no TLS, and a TLS option says which scheme to use. */
+    memset(&o, 0, sizeof o);
+    REQUIRE(ratel__redis_url_parse("redis://h", &u, err, sizeof err) == 0);
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err), 0);
+    CHECK(t.ca_file == NULL && t.server_name == NULL && t.insecure == 0);
+    o.tls_server_name = "x";
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err),
+             RATEL_EINVAL);
+    CHECK_MSG_TEXT(strstr(err, "tls_server_name is a TLS setting and the URL "
+                               "is plain TCP: use rediss://") != NULL,
+                   err);
+    o.tls_server_name = NULL;
+    o.sentinel_password = "pw";
+    CHECK_EQ(ratel__tls_options_pick(&u, &o, &t, err, sizeof err),
+             RATEL_EINVAL);
+    CHECK_MSG_TEXT(strstr(err, "for redis+sentinel://") != NULL &&
+                       strstr(err, "pw") == NULL,
+                   err);
+}
+
 RATEL_SUITE(tls) = {
+    {"tls_options_pick", test_tls_options_pick},
     {"tls_verified_handshakes", test_tls_verified_handshakes},
     {"tls_certificate_problems_named", test_tls_certificate_problems_named},
     {"tls_client_certificates", test_tls_client_certificates},
