@@ -111,10 +111,11 @@ static void keep(char *buf, size_t len, const char *text)
 }
 
 /*
- * TLS (a rediss scheme): one OpenSSL context for every connection of the
- * store, verifying the server's certificate against tls_ca_file or the
- * system's CAs and its name against tls_server_name or each host; and
- * the Sentinels' own credentials. The caller's strings are copied.
+ * TLS (a rediss scheme, tls.h picks the settings): one OpenSSL context
+ * for every connection of the store, verifying the server's certificate
+ * against tls_ca_file or the system's CAs and its name against
+ * tls_server_name or each host; and the Sentinels' own credentials. The
+ * caller's strings are copied.
  */
 static int configure_tls(redis_store_t *s, const ratel_redis_options_t *o,
                          char *errbuf, size_t errlen)
@@ -123,37 +124,25 @@ static int configure_tls(redis_store_t *s, const ratel_redis_options_t *o,
     const ratel_redis_url_t *u = &sh->url;
     ratel__tls_options_t t;
     char err[600];
-    int rc;
+    int rc = ratel__tls_options_pick(u, o, &t, errbuf, errlen);
 
+    if (rc != 0)
+        return rc;
     keep(s->sentinel_username, sizeof s->sentinel_username,
          pick_text(o->sentinel_username, u->sentinel_username));
     keep(s->sentinel_password, sizeof s->sentinel_password,
          pick_text(o->sentinel_password, u->sentinel_password));
     sh->sentinel_username = s->sentinel_username;
-    sh->sentinel_password = s->sentinel_password[0] ? s->sentinel_password
-                                                    : NULL;
-    if (!u->tls) {
-        if (!pick_text(o->tls_ca_file, NULL) &&
-            !pick_text(o->tls_cert_file, NULL) &&
-            !pick_text(o->tls_key_file, NULL) &&
-            !pick_text(o->tls_server_name, NULL) && !o->tls_insecure)
-            return 0;
-        ratel__msg(errbuf, errlen,
-                   "redis store: the tls_ settings need TLS: use rediss://, "
-                   "rediss+cluster:// or rediss+sentinel://");
-        return RATEL_EINVAL;
-    }
-    t = (ratel__tls_options_t){pick_text(o->tls_ca_file, u->tls_ca_file),
-                               pick_text(o->tls_cert_file, u->tls_cert_file),
-                               pick_text(o->tls_key_file, u->tls_key_file),
-                               o->tls_insecure || u->tls_insecure};
+    sh->sentinel_password =
+        s->sentinel_password[0] ? s->sentinel_password : NULL;
+    if (!u->tls)
+        return 0;
     rc = ratel__tls_ctx_new(&t, &sh->tls, err, sizeof err);
     if (rc != 0) {
         ratel__msg(errbuf, errlen, "redis store: %s", err);
         return rc;
     }
-    keep(s->tls_server_name, sizeof s->tls_server_name,
-         pick_text(o->tls_server_name, u->tls_server_name));
+    keep(s->tls_server_name, sizeof s->tls_server_name, t.server_name);
     sh->tls_server_name = s->tls_server_name[0] ? s->tls_server_name : NULL;
     sh->tls_insecure = t.insecure;
     return 0;
