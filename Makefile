@@ -35,7 +35,7 @@ BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN) $(WERROR)
 # (-MMD) and read back below, so a changed header rebuilds exactly what
 # includes it; -MP keeps a deleted header from breaking the build.
 DEPFLAGS := -MMD -MP
-CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
+CPPFLAGS += -Iinclude -Ilib -Isrc -I. -D_GNU_SOURCE
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by
@@ -66,14 +66,14 @@ PROTO_C   := $(PROTO_SRC:proto/%.proto=$(BUILD)/gen/proto/%.pb-c.c) \
 PROTO_OBJ := $(PROTO_C:.c=.o)
 CPPFLAGS  += -I$(BUILD)/gen/proto
 
-CORE_SRC  := $(sort $(wildcard src/core/*.c))
+CORE_SRC  := $(sort $(wildcard lib/core/*.c))
 HTTP_SRC  := $(sort $(wildcard src/http/*.c))
 # Code rateld and captchad share as equals (src/app/: YAML readers, log,
 # client address, main skeleton, strict JSON, RateLimit headers).
 APP_SRC   := $(sort $(wildcard src/app/*.c))
 DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
-# src/tz reads the system's time-zone database for tz=Area/City rules.
-LIB_SRC   := $(sort $(wildcard src/core/*.c src/tz/*.c src/store/*.c))
+# lib/tz reads the system's time-zone database for tz=Area/City rules.
+LIB_SRC   := $(sort $(wildcard lib/core/*.c lib/tz/*.c lib/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
 CLI_SRC   := $(sort $(wildcard cli/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
@@ -187,7 +187,7 @@ $(BUILD)/module/%.o: module/%.c $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
-# The core again, its public symbols hidden too, and without src/tz: the
+# The core again, its public symbols hidden too, and without lib/tz: the
 # module takes tz offsets as the Lua script does, not zone names
 # (docs/algorithms.md says why).
 $(BUILD)/modcore/%.o: %.c
@@ -254,7 +254,7 @@ fuzz:
 
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
-C_FILES = $(sort $(wildcard include/*.h src/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
+C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] src/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
             module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)

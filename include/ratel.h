@@ -105,7 +105,7 @@ RATEL_API const char *ratel_err_name(int err);
  * The algorithms: XX(NAME, name, number) for each, the number being the
  * byte that marks its records in stored state (docs/state-format.md), so
  * it never changes. The enum, the names and the core's dispatch are made
- * from this list; an algorithm is a line here and its file in src/core.
+ * from this list; an algorithm is a line here and its file in lib/core.
  *   sliding  exact sliding window log (the default)
  *   fixed    counter per epoch-aligned window
  *   approx   two-window weighted counter

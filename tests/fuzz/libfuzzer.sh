@@ -3,7 +3,7 @@
 # clang's libFuzzer, AddressSanitizer and UBSan, FUZZ_SECONDS each
 # (default 60), one target after the other.
 #
-# Each target is compiled with src/core/*.c and src/store/*.c into
+# Each target is compiled with lib/core/*.c and lib/store/*.c into
 # build-fuzz/ (FUZZ_BUILD). The seeds in tests/fuzz/corpus/NAME/ are read
 # (each is first run alone: a failing one is named and left out);
 # inputs libFuzzer finds are written to build-fuzz/corpus/NAME/ (kept between
@@ -23,11 +23,11 @@ passed=0 failed=0
 
 cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iinclude -Isrc -D_GNU_SOURCE -pthread
+        -Iinclude -Ilib -Isrc -D_GNU_SOURCE -pthread
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
-lib=(src/core/*.c)
-for f in src/tz/*.c src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
+lib=(lib/core/*.c)
+for f in lib/tz/*.c lib/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 # The Redis store embeds the Lua artefacts and links hiredis.
 sh scripts/lua-build.sh "$out/lua"
 scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"

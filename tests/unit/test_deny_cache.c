@@ -1,6 +1,6 @@
 /*
  * test_deny_cache.c - the Redis store's local cache of denials
- * (src/store/deny_cache.c).
+ * (lib/store/deny_cache.c).
  *
  * A hit must only ever repeat a denial recorded for that exact key and
  * policy, counted down to the time asked, and only for requests the denial

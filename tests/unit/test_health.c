@@ -1,5 +1,5 @@
 /*
- * test_health.c - a store's health (src/store/health.c, ratel_store_health)
+ * test_health.c - a store's health (lib/store/health.c, ratel_store_health)
  * and rateld's budgeted log of its changes (daemon/health.c).
  *
  * The health must follow its sources exactly: down while any source is,

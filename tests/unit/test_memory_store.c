@@ -1,5 +1,5 @@
 /*
- * test_memory_store.c - the embedded store (src/store/memory.c).
+ * test_memory_store.c - the embedded store (lib/store/memory.c).
  *
  * The store must give exactly the decisions the core gives on a private
  * buffer, keep them atomic per key under threads, forget idle keys at their

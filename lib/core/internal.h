@@ -175,7 +175,7 @@ int ratel__rule_check(const ratel_rule_t *rule, char *errbuf, size_t errlen);
 /* -------------------------------------------------------------- calendar */
 
 /*
- * A zone of the tz database, as src/tz builds it: the instants its offset
+ * A zone of the tz database, as lib/tz builds it: the instants its offset
  * changes and the offsets between them, through the core's time range (the
  * zone's rule for future years already unrolled), so that the core only
  * searches an array.
@@ -210,7 +210,7 @@ void ratel__window(const ratel_rule_t *rule, int64_t t, int64_t *start,
 #ifndef RATEL_NO_TZDB
 /*
  * Loads (once per process) the zone `name` from the system's tz database,
- * src/tz/tzdb.c. NULL with a reason in `why` if it cannot.
+ * lib/tz/tzdb.c. NULL with a reason in `why` if it cannot.
  */
 const ratel_zone_t *ratel__tzdb_load(const char *name, size_t len, char *why,
                                      size_t whylen);

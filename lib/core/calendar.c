@@ -16,7 +16,7 @@
  * end of the gap, and a start that falls in a repeated hour is its first
  * occurrence. Dates are proleptic Gregorian, computed in integers.
  *
- * Zones are read from the system's database by src/tz (not the core: it is
+ * Zones are read from the system's database by lib/tz (not the core: it is
  * I/O) and registered here, so that a record naming a zone by its id can
  * find it again. The registry only grows; a zone lives as long as the
  * process.
