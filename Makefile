@@ -35,7 +35,7 @@ BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN) $(WERROR)
 # (-MMD) and read back below, so a changed header rebuilds exactly what
 # includes it; -MP keeps a deleted header from breaking the build.
 DEPFLAGS := -MMD -MP
-CPPFLAGS += -Iinclude -Ilib -Isrc -I. -D_GNU_SOURCE
+CPPFLAGS += -Iinclude -Ilib -Iserver -I. -D_GNU_SOURCE
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by
@@ -67,10 +67,10 @@ PROTO_OBJ := $(PROTO_C:.c=.o)
 CPPFLAGS  += -I$(BUILD)/gen/proto
 
 CORE_SRC  := $(sort $(wildcard lib/core/*.c))
-HTTP_SRC  := $(sort $(wildcard src/http/*.c))
-# Code rateld and captchad share as equals (src/app/: YAML readers, log,
+HTTP_SRC  := $(sort $(wildcard server/http/*.c))
+# Code rateld and captchad share as equals (server/app/: YAML readers, log,
 # client address, main skeleton, strict JSON, RateLimit headers).
-APP_SRC   := $(sort $(wildcard src/app/*.c))
+APP_SRC   := $(sort $(wildcard server/app/*.c))
 DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
 # lib/tz reads the system's time-zone database for tz=Area/City rules.
 LIB_SRC   := $(sort $(wildcard lib/core/*.c lib/tz/*.c lib/store/*.c))
@@ -140,11 +140,11 @@ $(BUILD)/libratel.so: $(BUILD)/libratel.so.$(VERSION)
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The HTTP server rateld and the captcha service share (src/http/).
+# The HTTP server rateld and the captcha service share (server/http/).
 $(BUILD)/libratel_http.a: $(HTTP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# What rateld and captchad share (src/app/).
+# What rateld and captchad share (server/app/).
 $(BUILD)/libratel_app.a: $(APP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
@@ -254,7 +254,7 @@ fuzz:
 
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
-C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] src/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
+C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
             module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
@@ -282,7 +282,7 @@ demo: all
 
 # ---------------------------------------------------------------- captchad
 # The SMS verification-code service (examples/captcha/): libratel, the
-# shared HTTP server, the code it shares with rateld as an equal (src/app/:
+# shared HTTP server, the code it shares with rateld as an equal (server/app/:
 # YAML readers, log, client address, main skeleton), SQLite for notices
 # and libcurl for the webhook sender.
 CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))

@@ -1,6 +1,6 @@
 /*
  * config.c - rateld's configuration: the schema of docs/config.md checked
- * over the tree src/app/yaml.c builds, loading, and the policy and route
+ * over the tree server/app/yaml.c builds, loading, and the policy and route
  * look-ups.
  *
  * Every field is checked where it stands and the first problem is

@@ -3,7 +3,7 @@
  * unchanged into the loaded set (erl.h; erl_dir.c reads a directory of
  * them, erl_match.c matches descriptors against the set).
  *
- * A file is read by the shared YAML reader (src/app/yaml.h) into a tree
+ * A file is read by the shared YAML reader (server/app/yaml.h) into a tree
  * with lines, then checked field by field against ERL's schema as ERL's
  * src/config/config_impl.go reads it:
  *

@@ -1,6 +1,6 @@
 /*
  * request.c - the store key a policy limits and the overrides that apply
- * to a request (who the client is: src/app/address.c).
+ * to a request (who the client is: server/app/address.c).
  */
 #include "daemon/request.h"
 

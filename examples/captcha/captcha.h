@@ -2,7 +2,7 @@
  * captcha.h - captchad, the SMS verification-code service built on
  * libratel: the shared state of its parts.
  *
- *   captcha_config.c    the YAML file (src/app's readers, FILE:LINE errors)
+ *   captcha_config.c    the YAML file (server/app's readers, FILE:LINE errors)
  *   captcha_codes.c     the code store: memory (bounded, TTL) or Redis
  *   captcha_notices.c   the notice table in SQLite
  *   captcha_sender.c    the bounded queue, the worker thread, the senders

@@ -1,7 +1,7 @@
 /*
  * captcha_config.c - captchad's YAML file (examples/captcha/captchad.yaml
  * documents every field), read with the tree and typed readers rateld
- * uses too (src/app/yaml.c) so that both programs report problems the
+ * uses too (server/app/yaml.c) so that both programs report problems the
  * same way: "FILE:LINE: PATH: reason", unknown fields included.
  */
 #include "examples/captcha/captcha.h"

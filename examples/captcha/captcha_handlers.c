@@ -42,7 +42,7 @@ static void respond_json(ratel_http_exchange_t *ex, int status,
 }
 
 /* Answers `status` with {"error":"MESSAGE"}, the body built by cJSON
-   (src/app/json.h) so that any message is valid JSON. */
+   (server/app/json.h) so that any message is valid JSON. */
 static void __attribute__((format(printf, 3, 4)))
 respond_error(ratel_http_exchange_t *ex, int status, const char *fmt, ...)
 {
@@ -66,7 +66,7 @@ respond_error(ratel_http_exchange_t *ex, int status, const char *fmt, ...)
 
 /*
  * 429 for a request denied by `limit` (decision d): the RateLimit-Policy
- * and RateLimit fields of that policy (src/app/ratelimit.h: its binding
+ * and RateLimit fields of that policy (server/app/ratelimit.h: its binding
  * rule, named "POLICY-INDEX"), Retry-After in whole seconds rounded up,
  * and a body with the same figures.
  */
@@ -174,7 +174,7 @@ int captcha_code_new(unsigned len, char *out)
 /*
  * Reads the string fields `names` (n of them) of a JSON object body into
  * out[i] (each cap bytes). Absent fields read "". The body must be strict
- * JSON (src/app/json.h: no trailing data, NUL, invalid UTF-8, \u0000 or
+ * JSON (server/app/json.h: no trailing data, NUL, invalid UTF-8, \u0000 or
  * key given twice). Returns 0, or -1 with the reason in why: the body is
  * not strict JSON, not an object, or a named field is not a string that
  * fits (other fields are ignored).

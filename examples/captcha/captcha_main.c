@@ -1,6 +1,6 @@
 /*
  * captcha_main.c - captchad: arguments, the stores, the notice database,
- * the sender thread and signals around the HTTP server (src/http).
+ * the sender thread and signals around the HTTP server (server/http).
  *
  *   captchad --config FILE           run
  *   captchad --check-config FILE     check FILE, print a summary

@@ -2,7 +2,7 @@
  * option.h - descriptor tables of settings (nginx's ngx_command_t model):
  * each option of a section is declared once, with its name, its type, its
  * range and where it goes (offsetof a field), and every front end reads it
- * through the same table: rateld's and captchad's YAML (src/app/yaml.c,
+ * through the same table: rateld's and captchad's YAML (server/app/yaml.c,
  * ratel__yaml_options) and the Redis store URL's query (redis_url.c). So an
  * option has one name, one grammar, one range and one error message
  * wherever it is written.

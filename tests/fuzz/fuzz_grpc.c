@@ -1,6 +1,6 @@
 /*
  * fuzz_grpc.c - the gRPC path on arbitrary bytes, without sockets: an h2c
- * connection (src/http/h2.c, driven through its protocol table as
+ * connection (server/http/h2.c, driven through its protocol table as
  * worker.c drives it), and every call's message through rateld's one
  * RateLimitRequest decoder (rateld_rls_decode, daemon/rls.c).
  *

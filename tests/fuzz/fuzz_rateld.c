@@ -1,6 +1,6 @@
 /*
  * fuzz_rateld.c - rateld's endpoints (daemon/handlers.c) on arbitrary
- * bytes, through the real HTTP connection state machine (src/http/conn.h)
+ * bytes, through the real HTTP connection state machine (server/http/conn.h)
  * and a real memory store, with the configuration of examples/rateld.yaml
  * (plus an admin token, an api token and a trusted proxy).
  *

@@ -23,7 +23,7 @@ passed=0 failed=0
 
 cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iinclude -Ilib -Isrc -D_GNU_SOURCE -pthread
+        -Iinclude -Ilib -Iserver -D_GNU_SOURCE -pthread
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
 lib=(lib/core/*.c)
@@ -33,8 +33,8 @@ sh scripts/lua-build.sh "$out/lua"
 scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
 # rateld's and captchad's parsers (config, HTTP) and what they need:
-# the code they share (src/app/) and rateld's (daemon/, without main).
-for f in src/http/*.c src/app/*.c daemon/*.c; do
+# the code they share (server/app/) and rateld's (daemon/, without main).
+for f in server/http/*.c server/app/*.c daemon/*.c; do
     [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
 done
 # Envoy's and gRPC health's messages, generated as the Makefile does.

@@ -323,7 +323,7 @@ same verify_missing_code "$(status -X POST -d '{"telephone":"13800138000"}' "$b1
 same verify_code_number "$(status -X POST -d '{"telephone":"13800138000","code":123456}' "$b1/captcha/verify")" 400
 head -c 1048576 /dev/zero | tr '\0' 'a' >"$tmp/big"
 same body_1mb "$(status -X POST --data-binary @"$tmp/big" "$b1/captcha/send")" 413
-# (The 413 comes from the HTTP layer, src/http, before captchad runs: JSON
+# (The 413 comes from the HTTP layer, server/http, before captchad runs: JSON
 # as well, naming the limit.)
 contains body_1mb_reason "$(curl -s -X POST --data-binary @"$tmp/big" "$b1/captcha/send")" '{"error":"request body larger than limits.max_body_bytes"}'
 # Every 4xx body captchad writes is JSON with an "error" string.

@@ -1,5 +1,5 @@
 /*
- * test_http.c - the HTTP server (src/http): helpers, the connection state
+ * test_http.c - the HTTP server (server/http): helpers, the connection state
  * machine fed directly, and a real server on 127.0.0.1 port 0 in a thread
  * driven by raw-socket clients.
  *

@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 /* `limits:`: every field of ratel_http_limits_t; 0 (or absent) means
-   src/http/http.h's default. */
+   server/http/http.h's default. */
 extern const ratel__option_t ratel__limits_options[];
 extern const size_t ratel__limits_noptions;
 
