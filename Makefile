@@ -71,7 +71,7 @@ HTTP_SRC  := $(sort $(wildcard server/http/*.c))
 # Code rateld and captchad share as equals (server/app/: YAML readers, log,
 # client address, main skeleton, strict JSON, RateLimit headers).
 APP_SRC   := $(sort $(wildcard server/app/*.c))
-DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
+DAEMON_SRC := $(sort $(filter-out rateld/main.c,$(wildcard rateld/*.c)))
 # lib/tz reads the system's time-zone database for tz=Area/City rules.
 LIB_SRC   := $(sort $(wildcard lib/core/*.c lib/tz/*.c lib/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
@@ -80,15 +80,18 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_script.o
-CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
-MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
-CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
-UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
-HTTP_OBJ  := $(HTTP_SRC:%.c=$(BUILD)/%.o)
-APP_OBJ   := $(APP_SRC:%.c=$(BUILD)/%.o)
+# Objects go under $(BUILD)/obj, mirroring the tree (build/obj/rateld/
+# beside the program build/rateld).
+OBJ       := $(BUILD)/obj
+LIB_OBJ   := $(LIB_SRC:%.c=$(OBJ)/%.o) $(BUILD)/gen/lua_script.o
+CORE_OBJ  := $(CORE_SRC:%.c=$(OBJ)/%.o)
+MOD_OBJ   := $(MOD_SRC:%.c=$(OBJ)/%.o) $(CORE_SRC:%.c=$(OBJ)/modcore/%.o)
+CLI_OBJ   := $(CLI_SRC:%.c=$(OBJ)/%.o)
+UNIT_OBJ  := $(UNIT_SRC:%.c=$(OBJ)/%.o)
+HTTP_OBJ  := $(HTTP_SRC:%.c=$(OBJ)/%.o)
+APP_OBJ   := $(APP_SRC:%.c=$(OBJ)/%.o)
 APP_LIB   := $(if $(APP_SRC),$(BUILD)/libratel_app.a)
-DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o)
 # The shared library's version and soname come from RATEL_VERSION.
 VERSION   := $(shell sed -n 's/^\#define RATEL_VERSION "\(.*\)"/\1/p' include/ratel.h)
 SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
@@ -96,7 +99,7 @@ SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
 .PHONY: all test asan valgrind bench fuzz clean format format-check module lua man
 all: lua man $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BUILD)/rateld
 
-$(BUILD)/%.o: %.c
+$(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
@@ -160,11 +163,11 @@ $(PROTO_OBJ): %.o: %.c
 $(BUILD)/libratel_proto.a: $(PROTO_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# Everything in daemon/ may include a generated header.
-$(DAEMON_OBJ) $(BUILD)/daemon/main.o $(UNIT_OBJ): | $(PROTO_C)
+# Everything in rateld/ may include a generated header.
+$(DAEMON_OBJ) $(OBJ)/rateld/main.o $(UNIT_OBJ): | $(PROTO_C)
 
-# rateld: daemon/ on libratel and the HTTP server.
-$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+# rateld: rateld/ on libratel and the HTTP server.
+$(BUILD)/rateld: $(OBJ)/rateld/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
@@ -183,14 +186,14 @@ $(BUILD)/redismodule/redismodule.h:
 # and module/args.c by its fuzz target.
 MOD_CFLAGS = $(BASE) $(CFLAGS) $(LTO)
 
-$(BUILD)/module/%.o: module/%.c $(REDISMODULE_H)
+$(OBJ)/module/%.o: module/%.c $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
 # The core again, its public symbols hidden too, and without lib/tz: the
 # module takes tz offsets as the Lua script does, not zone names
 # (docs/algorithms.md says why).
-$(BUILD)/modcore/%.o: %.c
+$(OBJ)/modcore/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
@@ -211,7 +214,7 @@ $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integratio
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 # The runner lists the suites: a new one in suites.def rebuilds it.
-$(BUILD)/tests/unit/main.o: tests/unit/suites.def
+$(OBJ)/tests/unit/main.o: tests/unit/suites.def
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
@@ -254,7 +257,7 @@ fuzz:
 
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
-C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
+C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] rateld/*.[ch] \
             module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
@@ -286,10 +289,10 @@ demo: all
 # YAML readers, log, client address, main skeleton), SQLite for notices
 # and libcurl for the webhook sender.
 CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
-CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(BUILD)/%.o)
+CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(OBJ)/%.o)
 CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
 
-$(BUILD)/examples/captcha/%.o: examples/captcha/%.c
+$(OBJ)/examples/captcha/%.o: examples/captcha/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 

@@ -1,6 +1,6 @@
 /*
  * yaml.h - the YAML half of a program's configuration, shared by rateld
- * (daemon/config.c) and captchad (examples/captcha/captcha_config.c) so
+ * (rateld/config.c) and captchad (examples/captcha/captcha_config.c) so
  * that both read files alike and report problems alike.
  *
  * libyaml's event parser turns the text into a small tree of mappings,
@@ -24,7 +24,7 @@
 /* Deepest nesting of mappings and lists (the schema needs 4). */
 #define RATEL__YAML_DEPTH_MAX 16
 /* The most ratel__yaml_load_nested may allow instead: an
-   envoyproxy/ratelimit file nests two per descriptor level (daemon/erl.h). */
+   envoyproxy/ratelimit file nests two per descriptor level (rateld/erl.h). */
 #define RATEL__YAML_DEPTH_LIMIT 32
 /* Most values in one file (4,096 policies of a dozen values each fit):
    bounds the memory a hostile 1 MiB file of "[1,1,1,...]" makes. */

@@ -33,9 +33,9 @@ sh scripts/lua-build.sh "$out/lua"
 scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
 # rateld's and captchad's parsers (config, HTTP) and what they need:
-# the code they share (server/app/) and rateld's (daemon/, without main).
-for f in server/http/*.c server/app/*.c daemon/*.c; do
-    [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
+# the code they share (server/app/) and rateld's (rateld/, without main).
+for f in server/http/*.c server/app/*.c rateld/*.c; do
+    [ -e "$f" ] && [ "$f" != rateld/main.c ] && lib+=("$f")
 done
 # Envoy's and gRPC health's messages, generated as the Makefile does.
 mkdir -p "$out/gen/proto"

@@ -16,7 +16,7 @@
 
 #include "app/address.h"
 #include "app/yaml.h"
-#include "daemon/path.h"
+#include "rateld/path.h"
 #include "http/http.h"
 
 #include <stddef.h>

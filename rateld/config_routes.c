@@ -3,8 +3,8 @@
  * configuration (method, path prefix, host, headers and the policies a
  * route applies) and the look-up of a request's route.
  */
-#include "daemon/config_private.h"
-#include "daemon/path.h"
+#include "rateld/config_private.h"
+#include "rateld/path.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -27,7 +27,7 @@
  * byte here; ERL's README gives wildcards to values only.
  */
 #include "app/yaml.h"
-#include "daemon/erl_private.h"
+#include "rateld/erl_private.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
  * worker can hold them any more (rateld.h explains the epochs).
  */
 #include "app/ratelimit.h"
-#include "daemon/erl.h"
-#include "daemon/rateld.h"
+#include "rateld/erl.h"
+#include "rateld/rateld.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,9 +21,9 @@
 #define RATELD_RATELD_H
 
 #include "app/log.h"
-#include "daemon/config.h"
-#include "daemon/metrics.h"
-#include "daemon/request.h"
+#include "rateld/config.h"
+#include "rateld/metrics.h"
+#include "rateld/request.h"
 #include "http/http.h"
 #include "ratel.h"
 

@@ -2,7 +2,7 @@
  * request.c - the store key a policy limits and the overrides that apply
  * to a request (who the client is: server/app/address.c).
  */
-#include "daemon/request.h"
+#include "rateld/request.h"
 
 #include <cjson/cJSON.h>
 

@@ -10,7 +10,7 @@
 
 #include "app/options.h"
 #include "app/yaml.h"
-#include "daemon/config.h"
+#include "rateld/config.h"
 
 #define COUNT(a) RATEL__COUNT(a)
 /* A field of the configuration, for a table entry. */

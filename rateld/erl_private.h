@@ -7,7 +7,7 @@
 #define RATELD_ERL_PRIVATE_H
 
 #include "app/yaml.h"
-#include "daemon/erl.h"
+#include "rateld/erl.h"
 
 #include <stddef.h>
 

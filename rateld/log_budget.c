@@ -12,7 +12,7 @@
  * The budget itself is the one captchad uses too (app/log.h); this file
  * says which kinds rateld has and writes what is left at the stop.
  */
-#include "daemon/rateld.h"
+#include "rateld/rateld.h"
 
 int rateld_log_budget_take(rateld_worker_t *w, rateld_log_kind_t kind,
                            int64_t now_us, unsigned long long *not_logged)

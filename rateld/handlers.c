@@ -18,9 +18,9 @@
  * it, rateld_flush() decides the batch and answer.c answers.
  */
 #include "app/json.h"
-#include "daemon/answer.h"
-#include "daemon/params.h"
-#include "daemon/rateld.h"
+#include "rateld/answer.h"
+#include "rateld/params.h"
+#include "rateld/rateld.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>

@@ -6,8 +6,8 @@
  * answer of its kind. A request goes down one way: endpoint, batch,
  * store, answer; no endpoint file calls another.
  */
-#include "daemon/answer.h"
-#include "daemon/rateld.h"
+#include "rateld/answer.h"
+#include "rateld/rateld.h"
 
 #include <stdatomic.h>
 

@@ -4,7 +4,7 @@
  * worker's batch is decided (batch.c calls rateld_answer_acquire and
  * rateld_answer_auth through its table of answers).
  */
-#include "daemon/answer.h"
+#include "rateld/answer.h"
 
 #include "app/json.h"
 #include "app/ratelimit.h"

@@ -5,8 +5,8 @@
 #ifndef RATELD_PARAMS_H
 #define RATELD_PARAMS_H
 
-#include "daemon/config.h"
-#include "daemon/request.h"
+#include "rateld/config.h"
+#include "rateld/request.h"
 #include "http/http.h"
 
 #include <stddef.h>

@@ -5,7 +5,7 @@
 #ifndef RATELD_ANSWER_H
 #define RATELD_ANSWER_H
 
-#include "daemon/rateld.h"
+#include "rateld/rateld.h"
 
 #include <stddef.h>
 

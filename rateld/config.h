@@ -11,7 +11,7 @@
 #define RATELD_CONFIG_H
 
 #include "app/address.h"
-#include "daemon/origin.h"
+#include "rateld/origin.h"
 #include "http/http.h"
 #include "ratel.h"
 
@@ -115,7 +115,7 @@ typedef struct rateld_auth_s {
        then 403 and X-Ratel-Reason tells them apart). Default 429. */
     int deny_status;
     rateld_unmatched_t unmatched; /* a request no route matches */
-    /* Which headers carry the original request (daemon/origin.h); zeroed:
+    /* Which headers carry the original request (rateld/origin.h); zeroed:
        not set, any known one, ambiguity refused. */
     rateld_gateway_t gateway;
 } rateld_auth_t;

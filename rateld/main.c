@@ -12,9 +12,9 @@
  */
 #include "app/program.h"
 #include "app/ratelimit.h"
-#include "daemon/health.h"
-#include "daemon/erl.h"
-#include "daemon/rateld.h"
+#include "rateld/health.h"
+#include "rateld/erl.h"
+#include "rateld/rateld.h"
 #include "store/redis_url.h"
 
 #include <errno.h>

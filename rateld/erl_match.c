@@ -7,7 +7,7 @@
  * the exact and key-only tries.
  */
 #include "app/yaml.h"
-#include "daemon/erl_private.h"
+#include "rateld/erl_private.h"
 
 #include <stdlib.h>
 #include <string.h>

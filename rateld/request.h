@@ -6,7 +6,7 @@
 #define RATELD_REQUEST_H
 
 #include "app/address.h"
-#include "daemon/config.h"
+#include "rateld/config.h"
 #include "http/http.h"
 
 #include <stddef.h>

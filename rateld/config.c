@@ -12,10 +12,10 @@
 #include "app/options.h"
 #include "app/ratelimit.h"
 #include "app/yaml.h"
-#include "daemon/config.h"
-#include "daemon/config_private.h"
-#include "daemon/erl.h"
-#include "daemon/request.h"
+#include "rateld/config.h"
+#include "rateld/config_private.h"
+#include "rateld/erl.h"
+#include "rateld/request.h"
 #include "store/redis_url.h"
 
 #include <errno.h>

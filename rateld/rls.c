@@ -15,8 +15,8 @@
  * declares huge repeated fields cannot make us allocate much.
  */
 #include "app/ratelimit.h"
-#include "daemon/erl.h"
-#include "daemon/rateld.h"
+#include "rateld/erl.h"
+#include "rateld/rateld.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 

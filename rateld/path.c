@@ -1,7 +1,7 @@
 /*
  * path.c - the normal form of a request's path (path.h).
  */
-#include "daemon/path.h"
+#include "rateld/path.h"
 
 #include <string.h>
 

@@ -3,9 +3,9 @@
  * the table of gateways and the headers each one sets, reading them, and
  * auth.gateway's configuration.
  */
-#include "daemon/origin.h"
+#include "rateld/origin.h"
 
-#include "daemon/config_private.h"
+#include "rateld/config_private.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * health.c - the thread that watches the store's health and the budgeted
  * log of its changes (health.h says why it is built this way).
  */
-#include "daemon/health.h"
-#include "daemon/rateld.h"
+#include "rateld/health.h"
+#include "rateld/rateld.h"
 
 #include <pthread.h>
 #include <stdio.h>

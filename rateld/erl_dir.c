@@ -4,7 +4,7 @@
  * them), read in path order into one loaded set (erl_load.c).
  */
 #include "app/yaml.h"
-#include "daemon/erl_private.h"
+#include "rateld/erl_private.h"
 
 #include <dirent.h>
 #include <errno.h>

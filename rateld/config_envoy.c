@@ -1,11 +1,11 @@
 /*
  * config_envoy.c - the envoy: section of rateld's configuration (Envoy's
  * rate limit service, docs/envoy.md) and the loading of the
- * envoyproxy/ratelimit files it names (daemon/erl_dir.c and erl_load.c read
+ * envoyproxy/ratelimit files it names (rateld/erl_dir.c and erl_load.c read
  * them).
  */
-#include "daemon/config_private.h"
-#include "daemon/erl.h"
+#include "rateld/config_private.h"
+#include "rateld/erl.h"
 
 #include <stdio.h>
 #include <string.h>

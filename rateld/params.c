@@ -6,7 +6,7 @@
  * request (a proxy that reads the query, rateld that reads the body)
  * must never see two different requests.
  */
-#include "daemon/params.h"
+#include "rateld/params.h"
 
 #include "app/json.h"
 

@@ -14,7 +14,7 @@
  * Registration (rare: at config load) takes a mutex; the hot path uses the
  * index it returned and never looks a name up.
  */
-#include "daemon/metrics.h"
+#include "rateld/metrics.h"
 #include "http/http.h"
 
 #include <pthread.h>
