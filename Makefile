@@ -119,7 +119,7 @@ MAN_OUT := $(BUILD)/man/rateld.8 $(BUILD)/man/ratel.1 \
 man: $(MAN_OUT)
 
 $(MAN_OUT) &: docs/rateld.md docs/cli.md docs/config.md \
-              examples/captcha/README.md scripts/man.sh include/ratel.h
+              captchad/README.md scripts/man.sh include/ratel.h
 	sh scripts/man.sh $(BUILD)/man
 
 $(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
@@ -258,7 +258,7 @@ fuzz:
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
 C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] rateld/*.[ch] \
-            module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
+            module/*.[ch] captchad/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
 
@@ -284,15 +284,15 @@ demo: all
 	BUILD=$(BUILD) scripts/demo.sh
 
 # ---------------------------------------------------------------- captchad
-# The SMS verification-code service (examples/captcha/): libratel, the
+# The SMS verification-code service (captchad/): libratel, the
 # shared HTTP server, the code it shares with rateld as an equal (server/app/:
 # YAML readers, log, client address, main skeleton), SQLite for notices
 # and libcurl for the webhook sender.
-CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
+CAPTCHA_SRC  := $(sort $(wildcard captchad/*.c))
 CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(OBJ)/%.o)
 CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
 
-$(OBJ)/examples/captcha/%.o: examples/captcha/%.c
+$(OBJ)/captchad/%.o: captchad/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
@@ -304,8 +304,8 @@ test: $(BUILD)/captchad
 
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
-$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c captchad/captcha_config.c captchad/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
 
 # The compiler's header dependencies of every object built so far.
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,6 +1,6 @@
 /*
  * yaml.h - the YAML half of a program's configuration, shared by rateld
- * (rateld/config.c) and captchad (examples/captcha/captcha_config.c) so
+ * (rateld/config.c) and captchad (captchad/captcha_config.c) so
  * that both read files alike and report problems alike.
  *
  * libyaml's event parser turns the text into a small tree of mappings,

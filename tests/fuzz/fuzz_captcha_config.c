@@ -1,6 +1,6 @@
 /*
  * fuzz_captcha_config.c - captchad's configuration parser
- * (examples/captcha/captcha_config.c) on arbitrary bytes.
+ * (captchad/captcha_config.c) on arbitrary bytes.
  *
  * Two views of one input:
  *
@@ -25,7 +25,7 @@
  * so that this target links like the others, here and under
  * tests/fuzz/libfuzzer.sh.
  */
-#include "examples/captcha/captcha_config.c"
+#include "captchad/captcha_config.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,7 +10,7 @@
  * (up to 5 s), deliver the messages already queued, and exit 0. SIGHUP is
  * logged and ignored: captchad does not reload its configuration.
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "app/program.h"
 #include "store/redis_url.h"
@@ -33,7 +33,7 @@ static void usage(FILE *out)
             "codes with\n"
             "per-phone and per-IP limits, notices in SQLite, a log or "
             "webhook sender.\n"
-            "FILE is YAML (examples/captcha/captchad.yaml documents every "
+            "FILE is YAML (captchad/captchad.yaml documents every "
             "field).\n"
             "\n"
             "  -c, --config FILE        run with FILE\n"

@@ -1,10 +1,10 @@
 /*
- * captcha_config.c - captchad's YAML file (examples/captcha/captchad.yaml
+ * captcha_config.c - captchad's YAML file (captchad/captchad.yaml
  * documents every field), read with the tree and typed readers rateld
  * uses too (server/app/yaml.c) so that both programs report problems the
  * same way: "FILE:LINE: PATH: reason", unknown fields included.
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "app/options.h"
 #include "app/yaml.h"

@@ -18,7 +18,7 @@
  * time, and only a match runs the second, a compare-and-delete: of two
  * concurrent correct verifies on any instances, exactly one deletes it.
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "store/redis_url.h"
 

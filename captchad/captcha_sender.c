@@ -20,7 +20,7 @@
  *            (Debian's libcurl4-openssl-dev): 2xx is success; any other
  *            status, a refused connection or the timeout is failure
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "app/file.h"
 

@@ -1,5 +1,5 @@
 /*
- * captcha_handlers.c - captchad's endpoints (examples/captcha/README.md):
+ * captcha_handlers.c - captchad's endpoints (captchad/README.md):
  *
  *   POST /captcha/send          {telephone}: limits, a code, a queued SMS
  *   POST /captcha/verify        {telephone, code}: 200 once, else 400
@@ -12,7 +12,7 @@
  * Handlers answer at once on their worker thread: a send's slow part (the
  * gateway) runs on the sender thread, everything else is a store call.
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "app/json.h"
 #include "app/ratelimit.h"

@@ -19,7 +19,7 @@
  * becomes SUCCESS or FAILED when the sender has an answer, or FAILED at
  * once when the queue is full. INIT is the only state a crash strands.
  */
-#include "examples/captcha/captcha.h"
+#include "captchad/captcha.h"
 
 #include "app/file.h"
 
