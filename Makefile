@@ -35,7 +35,25 @@ BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN) $(WERROR)
 # (-MMD) and read back below, so a changed header rebuilds exactly what
 # includes it; -MP keeps a deleted header from breaking the build.
 DEPFLAGS := -MMD -MP
-CPPFLAGS += -Iinclude -Ilib -Iserver -I. -D_GNU_SOURCE
+CPPFLAGS += -D_GNU_SOURCE
+# Include paths per area (docs/layout.md, "Source layout"): an object sees
+# the public header, its own area and the documented internal headers it
+# is allowed, nothing else. libratel (lib/) sees itself. The server kit
+# (server/) and the programs see libratel only through lib/internal/
+# (ratel_internal.h); rateld and captchad name their own headers from the
+# top ("rateld/config.h"), hence -I. for them. Unit and fuzz tests and
+# benchmarks are white-box: they reach every area's headers.
+INC_lib      := -Iinclude -Ilib
+INC_server   := -Iinclude -Iserver -Ilib/internal
+INC_cli      := -Iinclude -Ilib/internal
+INC_module   := -Iinclude
+INC_rateld   := -Iinclude -Ilib/internal -Iserver -I. -I$(BUILD)/gen/proto
+INC_captchad := -Iinclude -Ilib/internal -Iserver -I.
+INC_tests    := -Iinclude -Ilib -Ilib/internal -Iserver -I. -I$(BUILD)/gen/proto
+INC_bench    := -Iinclude -Ilib -Ilib/internal -Iserver
+INC_integration := -Iinclude -Ilib/internal
+# The area of the object being built: build/obj/AREA/...
+area = $(word 1,$(subst /, ,$(patsubst $(OBJ)/%,%,$@)))
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by
@@ -64,7 +82,6 @@ PROTO_WKT := duration wrappers struct
 PROTO_C   := $(PROTO_SRC:proto/%.proto=$(BUILD)/gen/proto/%.pb-c.c) \
              $(PROTO_WKT:%=$(BUILD)/gen/proto/google/protobuf/%.pb-c.c)
 PROTO_OBJ := $(PROTO_C:.c=.o)
-CPPFLAGS  += -I$(BUILD)/gen/proto
 
 CORE_SRC  := $(sort $(wildcard lib/core/*.c))
 HTTP_SRC  := $(sort $(wildcard server/http/*.c))
@@ -101,7 +118,7 @@ all: lua man $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BU
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_$(area)) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Functions library and the EVAL script, joined from lua/*.lua by a
 # POSIX shell script (docs/lua.md), and compiled into libratel as strings
@@ -126,7 +143,7 @@ $(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
 	scripts/embed-lua.sh $(LUA_OUT) $@
 
 $(BUILD)/gen/lua_script.o: $(BUILD)/gen/lua_script.c
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_lib) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libratel.a: $(LIB_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -158,7 +175,7 @@ $(PROTO_C) &: $(PROTO_SRC)
 
 # Generated code: compiled without our warnings (it is protoc-c's style).
 $(PROTO_OBJ): %.o: %.c
-	$(CC) $(CPPFLAGS) $(filter-out $(WARN) -Werror,$(BASE)) $(CFLAGS) $(SANITIZE) $(LTO) -c $< -o $@
+	$(CC) -I$(BUILD)/gen/proto $(CPPFLAGS) $(filter-out $(WARN) -Werror,$(BASE)) $(CFLAGS) $(SANITIZE) $(LTO) -c $< -o $@
 
 $(BUILD)/libratel_proto.a: $(PROTO_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -188,30 +205,30 @@ MOD_CFLAGS = $(BASE) $(CFLAGS) $(LTO)
 
 $(OBJ)/module/%.o: module/%.c $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(INC_module) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
 # The core again, its public symbols hidden too, and without lib/tz: the
 # module takes tz offsets as the Lua script does, not zone names
 # (docs/algorithms.md says why).
 $(OBJ)/modcore/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(INC_lib) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
 $(BUILD)/ratel.so: $(MOD_OBJ)
 	$(CC) $(MOD_CFLAGS) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The conformance driver: core, module and Lua script on the same traces.
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The Redis store against real redis-servers (tests/integration/servers.c
 # starts, kills and restarts them).
 $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/servers.c tests/integration/servers.h $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 # The harness's own test (starts, kills and restarts servers; a cluster).
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c tests/integration/servers.c tests/integration/servers.h
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 # The runner lists the suites: a new one in suites.def rebuilds it.
 $(OBJ)/tests/unit/main.o: tests/unit/suites.def
@@ -222,20 +239,20 @@ $(BUILD)/test_unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUIL
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_bench) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The HTTP server alone, answering like rateld (bench/rateld.sh's floor).
 $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_bench) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
@@ -294,7 +311,7 @@ CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -l
 
 $(OBJ)/captchad/%.o: captchad/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_captchad) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
@@ -305,7 +322,7 @@ test: $(BUILD)/captchad
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
 $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c captchad/captcha_config.c captchad/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
 
 # The compiler's header dependencies of every object built so far.
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -20,7 +20,7 @@
  */
 #include "captchad/captcha.h"
 
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>

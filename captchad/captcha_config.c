@@ -8,7 +8,7 @@
 
 #include "app/options.h"
 #include "app/yaml.h"
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

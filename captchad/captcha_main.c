@@ -13,7 +13,7 @@
 #include "captchad/captcha.h"
 
 #include "app/program.h"
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 #include "rateld/config_private.h"
 #include "rateld/erl.h"
 #include "rateld/request.h"
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "rateld/health.h"
 #include "rateld/erl.h"
 #include "rateld/rateld.h"
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <stdarg.h>

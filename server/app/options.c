@@ -5,7 +5,7 @@
 #include "app/options.h"
 
 #include "app/address.h"
-#include "store/redis_url.h"
+#include "ratel_internal.h"
 
 #include <stdio.h>
 #include <string.h>

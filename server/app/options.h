@@ -9,7 +9,7 @@
 #include "app/yaml.h"
 #include "http/http.h"
 #include "ratel.h"
-#include "store/option.h"
+#include "ratel_internal.h"
 
 #include <stddef.h>
 

@@ -14,7 +14,7 @@
 #ifndef RATEL_APP_YAML_H
 #define RATEL_APP_YAML_H
 
-#include "store/option.h"
+#include "ratel_internal.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -23,7 +23,7 @@ passed=0 failed=0
 
 cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iinclude -Ilib -Iserver -D_GNU_SOURCE -pthread
+        -Iinclude -Ilib -Ilib/internal -Iserver -D_GNU_SOURCE -pthread
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
 lib=(lib/core/*.c)
