@@ -91,8 +91,6 @@ static const char *const store_types[] = {"memory", "redis", NULL};
 static const ratel__option_t store_options[] = {
     {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(store_redis), store_types,
      NULL, NULL},
-    {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
-     CONFIG(memory_max_bytes), NULL, NULL, NULL},
     {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL,
      check_code_url},
 };
@@ -101,7 +99,7 @@ static int read_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node, captcha_config_t *c)
 {
     return ratel__yaml_store(ctx, node, store_options, COUNT(store_options), c,
-                             &c->redis);
+                             &c->memory_max_bytes, &c->redis);
 }
 
 /* One limit: a rule ("1/60s") or a list of rules. */

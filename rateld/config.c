@@ -56,8 +56,6 @@ static const int store_kinds[] = {RATELD_STORE_MEMORY, RATELD_STORE_REDIS};
 static const ratel__option_t store_options[] = {
     {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(store), store_types,
      store_kinds, NULL},
-    {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
-     CONFIG(memory_max_bytes), NULL, NULL, NULL},
     {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL,
      ratel__check_nonempty},
 };
@@ -65,7 +63,8 @@ static const ratel__option_t store_options[] = {
 static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
     return ratel__yaml_store(&r->ctx, node, store_options, COUNT(store_options),
-                             r->config, &r->config->redis);
+                             r->config, &r->config->memory_max_bytes,
+                             &r->config->redis);
 }
 
 /* ------------------------------------------------------------- policies */

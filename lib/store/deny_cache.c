@@ -28,6 +28,7 @@
  */
 #include "store/deny_cache.h"
 #include "store/keyhash.h"
+#include "store/option.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -40,7 +41,6 @@
 #define DENY_CACHE_STRIPES 256u
 #define DENY_CACHE_HIT_COUNTERS 64u
 #define DENY_CACHE_MIN_ENTRIES 4u
-#define DENY_CACHE_MAX_ENTRIES ((size_t)1 << 24)
 #define DENY_CACHE_KEY_WORDS ((RATEL_DENY_CACHE_KEY_MAX + 7) / 8)
 
 /* Fields a reader may see change: relaxed atomic accesses. */
@@ -271,7 +271,11 @@ int ratel__deny_cache_new(ratel_deny_cache_t **out, size_t entries,
     if (!out)
         return RATEL_EINVAL;
     *out = NULL;
-    if (entries < 1 || entries > DENY_CACHE_MAX_ENTRIES || max_ms < 1)
+    /* The upper bound is deny_cache's in the Redis store's option table
+       (option.c), the one range a URL, YAML and the C API share. */
+    if (entries < 1 ||
+        ratel__redis_option_check("deny_cache", (int64_t)entries) != 0 ||
+        max_ms < 1)
         return RATEL_EINVAL;
     while (n < entries)
         n <<= 1;

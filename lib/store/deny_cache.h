@@ -43,9 +43,9 @@ typedef struct ratel_deny_cache_stats_s {
 } ratel_deny_cache_stats_t;
 
 /*
- * Creates a cache of `entries` slots (1..2^24; rounded up to a power of two,
- * at least 4) answering a denial for at most `max_ms` (>= 1). Returns 0,
- * RATEL_EINVAL or RATEL_ENOMEM.
+ * Creates a cache of `entries` slots (1..1,048,576, the deny_cache option's
+ * range in option.c; rounded up to a power of two, at least 4) answering a
+ * denial for at most `max_ms` (>= 1). Returns 0, RATEL_EINVAL or RATEL_ENOMEM.
  */
 int ratel__deny_cache_new(ratel_deny_cache_t **out, size_t entries,
                           int64_t max_ms);

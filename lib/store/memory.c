@@ -26,6 +26,7 @@
  */
 #include "core/owned.h"
 #include "store/keyhash.h"
+#include "store/option.h"
 #include "store/store.h"
 
 #include <malloc.h>
@@ -38,9 +39,9 @@
 #include <time.h>
 
 #define MEMORY_DEFAULT_MAX_BYTES ((size_t)64 << 20)
-/* The smallest store, and the smallest share of it one shard may get: room
-   for six sliding keys at their 256-run cap (~2.5 KiB each). */
-#define MEMORY_MIN_BYTES ((size_t)64 << 10)
+/* The smallest share of the store one shard may get: room for six sliding
+   keys at their 256-run cap (~2.5 KiB each). The store's own range is
+   max_bytes's in the option table (option.c: 64 KiB..1 TiB). */
 #define MEMORY_MIN_SHARD_BYTES ((size_t)16 << 10)
 #define MEMORY_DEFAULT_SHARDS 4096u
 #define MEMORY_MAX_SHARDS 65536u
@@ -930,7 +931,9 @@ int ratel_store_memory_new(ratel_store_t **out,
             max_bytes = options->max_bytes;
         want = options->shards;
     }
-    if (max_bytes < MEMORY_MIN_BYTES)
+    /* One range for max_bytes, the option table's, as YAML reads it. */
+    if (ratel__option_check(ratel__memory_options, ratel__memory_noptions,
+                            "max_bytes", (int64_t)max_bytes) != 0)
         return RATEL_EINVAL;
     n = shard_count(want, max_bytes);
 

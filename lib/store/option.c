@@ -276,6 +276,68 @@ int ratel__option_set(const ratel__option_t *opt, const char *text, size_t len,
     }
 }
 
+/* The entry `name` of `table` when it is a number option, else NULL. */
+static const ratel__option_t *number_option(const ratel__option_t *table,
+                                            size_t n, const char *name)
+{
+    const ratel__option_t *opt =
+        ratel__option_find(table, n, name, strlen(name));
+
+    if (!opt ||
+        (opt->type != RATEL__OPTION_UINT && opt->type != RATEL__OPTION_SIZE &&
+         opt->type != RATEL__OPTION_MSEC))
+        return NULL;
+    return opt;
+}
+
+int ratel__option_range(const ratel__option_t *table, size_t n,
+                        const char *name, uint64_t *min, uint64_t *max)
+{
+    const ratel__option_t *opt = number_option(table, n, name);
+
+    if (!opt)
+        return -1;
+    *min = opt->min;
+    *max = opt->max;
+    return 0;
+}
+
+int ratel__option_check(const ratel__option_t *table, size_t n,
+                        const char *name, int64_t v)
+{
+    const ratel__option_t *opt = number_option(table, n, name);
+
+    if (!opt || v < 0)
+        return RATEL_EINVAL;
+    if ((v == 0 && opt->zero_default) ||
+        ((uint64_t)v >= opt->min && (uint64_t)v <= opt->max))
+        return 0;
+    return RATEL_EINVAL;
+}
+
+int ratel__redis_option_check(const char *name, int64_t v)
+{
+    return ratel__option_check(ratel__redis_query_options,
+                               ratel__redis_query_noptions, name, v);
+}
+
+/* ------------------------------------------------- the memory store's table */
+
+/*
+ * max_bytes 64 KiB..1 TiB: below 64 KiB the fixed bookkeeping leaves the
+ * shards nothing to hold keys in; above 1 TiB is a typing mistake on any
+ * machine this runs on. ratel_store_memory_new() checks the same range
+ * (0 there means the default, 64 MiB).
+ */
+const ratel__option_t ratel__memory_options[] = {
+    {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
+     offsetof(ratel_memory_options_t, max_bytes),
+     sizeof(((ratel_memory_options_t *)0)->max_bytes), NULL, NULL, NULL},
+};
+
+const size_t ratel__memory_noptions =
+    sizeof ratel__memory_options / sizeof ratel__memory_options[0];
+
 /* ------------------------------------------------- the Redis store's table */
 
 static const char *const failure_words[] = {"open", "closed", "local", NULL};

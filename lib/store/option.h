@@ -73,4 +73,33 @@ void ratel__option_accepted(const ratel__option_t *opt, char *out, size_t cap);
 extern const ratel__option_t ratel__redis_query_options[];
 extern const size_t ratel__redis_query_noptions;
 
+/* The memory store's settings, in the fields of ratel_memory_options_t
+   (max_bytes); a configuration's store: section reads them too. */
+extern const ratel__option_t ratel__memory_options[];
+extern const size_t ratel__memory_noptions;
+
+/*
+ * The range of the number option `name` of `table` (n entries) in *min
+ * and *max. Returns 0, or -1 when the table has no number option of that
+ * name. For messages that state what is accepted.
+ */
+int ratel__option_range(const ratel__option_t *table, size_t n,
+                        const char *name, uint64_t *min, uint64_t *max);
+
+/*
+ * Whether `v` is in the range of the number option `name` of `table`:
+ * 0, or RATEL_EINVAL when v is negative, out of range, or the table has
+ * no number option of that name (0 is in range when the option has
+ * zero_default). The C API checks a value given in a struct with it, so
+ * that a setting has one range whether it comes from YAML, a store URL's
+ * query or a C caller; where the C API gives 0 its own meaning ("the
+ * default"), the caller checks only values other than 0.
+ */
+int ratel__option_check(const ratel__option_t *table, size_t n,
+                        const char *name, int64_t v);
+
+/* ratel__option_check on the Redis store's table
+   (ratel__redis_query_options): "timeout_ms", "deny_cache", ... */
+int ratel__redis_option_check(const char *name, int64_t v);
+
 #endif /* RATEL_STORE_OPTION_H */

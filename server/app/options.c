@@ -130,46 +130,69 @@ static uint64_t field_value(const void *config, const ratel__option_t *field)
     return v;
 }
 
+/* The name of field i of a store: section's fields, laid out as
+   ratel__yaml_store reads them: type, the memory store's table, the
+   program's other fields, the Redis query's table. */
+static const char *store_field_name(const ratel__option_t *own, size_t nown,
+                                    size_t i)
+{
+    size_t nm = ratel__memory_noptions;
+
+    if (i == 0)
+        return own[0].name;
+    if (i < 1 + nm)
+        return ratel__memory_options[i - 1].name;
+    if (i < nown + nm)
+        return own[i - nm].name;
+    return ratel__redis_query_options[i - nown - nm].name;
+}
+
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,
                       const ratel__option_t *own, size_t nown, void *config,
-                      ratel_redis_options_t *redis)
+                      size_t *max_bytes, ratel_redis_options_t *redis)
 {
     ratel_redis_url_t query;
-    const ratel__yaml_group_t groups[] = {{own, nown, config, NULL, NULL},
-                                          {ratel__redis_query_options,
-                                           ratel__redis_query_noptions, &query,
-                                           NULL, NULL}};
+    ratel_memory_options_t memory = {.max_bytes = *max_bytes};
+    /* type, then the memory store's own table (libratel's: one range for
+       max_bytes in YAML and in ratel_store_memory_new), then url and the
+       program's others, then the Redis URL's query table. */
+    const ratel__yaml_group_t groups[] = {
+        {own, 1, config, NULL, NULL},
+        {ratel__memory_options, ratel__memory_noptions, &memory, NULL, NULL},
+        {own + 1, nown - 1, config, NULL, NULL},
+        {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
+         NULL}};
     const ratel__yaml_node_t *v[RATEL__YAML_FIELDS_MAX];
     size_t order[RATEL__YAML_FIELDS_MAX],
-        n = nown + ratel__redis_query_noptions;
+        nm = ratel__memory_noptions,
+        n = nown + nm + ratel__redis_query_noptions;
 
-    if (nown < 3 || n > RATEL__YAML_FIELDS_MAX || own[0].size != sizeof(int) ||
-        own[1].size != sizeof(size_t))
+    if (nown < 2 || n > RATEL__YAML_FIELDS_MAX || own[0].size != sizeof(int))
         return ratel__yaml_fail(ctx, node->line, "store: bad option table");
     ratel__redis_query_init(&query);
-    if (ratel__yaml_groups(ctx, node, "store", groups, 2, v))
+    if (ratel__yaml_groups(ctx, node, "store", groups, RATEL__COUNT(groups), v))
         return -1;
+    *max_bytes = memory.max_bytes;
     if (field_value(config, &own[0]) == 0) { /* memory */
-        /* Everything after max_bytes is for Redis: the first one given. */
-        if (ratel__yaml_by_line(v + 2, n - 2, order) > 0)
+        /* Everything after the memory store's fields is for Redis: the
+           first one given. */
+        if (ratel__yaml_by_line(v + 1 + nm, n - 1 - nm, order) > 0)
             return ratel__yaml_fail(
-                ctx, v[2 + order[0]]->line,
+                ctx, v[1 + nm + order[0]]->line,
                 "store.%s: applies to type: redis only (this store is "
                 "memory)",
-                order[0] + 2 < nown
-                    ? own[2 + order[0]].name
-                    : ratel__redis_query_options[order[0] + 2 - nown].name);
+                store_field_name(own, nown, 1 + nm + order[0]));
         memset(redis, 0, sizeof *redis);
         return 0;
     }
-    if (!v[2])
+    if (!v[1 + nm])
         return ratel__yaml_fail(ctx, node->line,
                                 "store.url: required with type: redis (e.g. "
                                 "redis://127.0.0.1:6379)");
-    redis->url = (const char *)config + own[2].offset;
+    redis->url = (const char *)config + own[1].offset;
     ratel__redis_query_to_options(&query, redis);
     /* Redis: max_bytes bounds the `local` failure policy's store. */
-    redis->local.max_bytes = (size_t)field_value(config, &own[1]);
+    redis->local.max_bytes = memory.max_bytes;
     return 0;
 }

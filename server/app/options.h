@@ -62,10 +62,12 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
 
 /*
  * A `store:` section, the same in both programs: the program's own table
- * `own` (its first three entries type - words memory, redis -, max_bytes
- * and url, fields of `config`) and the Redis URL's query options (pool,
- * timeouts, mode, ...) in one mapping. For a Redis store, url is required
- * and *redis gets the query options, its url pointing at the url field and
+ * `own` (its first two entries type - words memory, redis - and url,
+ * fields of `config`), libratel's memory store table (max_bytes, into
+ * *max_bytes, which holds the default on entry) and the Redis URL's query
+ * options (pool, timeouts, mode, ...) in one mapping: every range is the
+ * one libratel's C API checks too. For a Redis store, url is required and
+ * *redis gets the query options, its url pointing at the url field and
  * the `local` failure policy's store bounded by max_bytes; a memory store
  * refuses the Redis fields, naming the first one given, and zeroes
  * *redis. Returns 0, or -1 with "FILE:LINE: store.FIELD: reason".
@@ -73,7 +75,7 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,
                       const ratel__option_t *own, size_t nown, void *config,
-                      ratel_redis_options_t *redis);
+                      size_t *max_bytes, ratel_redis_options_t *redis);
 
 /* An option table's entry count. */
 #define RATEL__COUNT(a) (sizeof(a) / sizeof((a)[0]))
