@@ -1,6 +1,6 @@
 /*
  * address.c - CIDR blocks, trusted proxies, who the client is (the peer,
- * or X-Forwarded-For behind trusted proxies) and listen addresses.
+ * or X-Forwarded-For behind trusted proxies).
  */
 #include "app/address.h"
 
@@ -266,46 +266,7 @@ size_t ratel__address_bucket(const char *addr, char *buf, size_t len)
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
-/* ------------------------------------------------- listen, CIDR blocks */
-
-/* "HOST:PORT", "[V6]:PORT" or ":PORT"; host a name or an IPv4 address. */
-int ratel__listen_valid(const char *s)
-{
-    const char *colon, *port;
-    unsigned long p = 0;
-    size_t n;
-
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        char v6[INET6_ADDRSTRLEN];
-        unsigned char bin[16];
-        if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof v6)
-            return 0;
-        memcpy(v6, s + 1, (size_t)(close - s - 1));
-        v6[close - s - 1] = '\0';
-        if (inet_pton(AF_INET6, v6, bin) != 1)
-            return 0;
-        colon = close + 1;
-    } else {
-        colon = strchr(s, ':');
-        if (!colon || strchr(colon + 1, ':'))
-            return 0;
-        for (const char *h = s; h < colon; h++)
-            if (!(*h >= 'a' && *h <= 'z') && !(*h >= 'A' && *h <= 'Z') &&
-                !(*h >= '0' && *h <= '9') && *h != '.' && *h != '-')
-                return 0;
-    }
-    port = colon + 1;
-    n = strlen(port);
-    if (n == 0 || n > 5)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (port[i] < '0' || port[i] > '9')
-            return 0;
-        p = p * 10 + (unsigned long)(port[i] - '0');
-    }
-    return p <= 65535;
-}
+/* ------------------------------------------------------- CIDR blocks */
 
 static int cidr_error(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,7 +1,8 @@
 /*
  * address.h - addresses as rateld and captchad read them: CIDR blocks, the
  * trusted proxies a configuration lists, the client address of a request
- * seen through them, and listen addresses.
+ * seen through them (listen addresses are server/http's:
+ * ratel_http_listen_parse).
  *
  * Addresses are always written in one canonical spelling (inet_ntop: IPv4
  * dotted quad, IPv6 compressed lower case, IPv4-mapped IPv6 as IPv4) so a
@@ -87,9 +88,5 @@ size_t ratel__client_address(const ratel__trusted_t *trusted,
  * address, so a fresh bucket, for every request. Returns the length.
  */
 size_t ratel__address_bucket(const char *addr, char *buf, size_t len);
-
-/* Whether `s` is "HOST:PORT", "[IPV6]:PORT" or ":PORT" (HOST a name or an
-   IPv4 address, PORT 0..65535). */
-int ratel__listen_valid(const char *s);
 
 #endif /* RATEL_APP_ADDRESS_H */

@@ -39,15 +39,18 @@ const size_t ratel__limits_noptions = RATEL__COUNT(ratel__limits_options);
 
 int ratel__check_listen(const char *text, char *why, size_t whylen)
 {
-    char q[96];
+    char q[96], reason[200];
+    ratel_http_listen_t a;
 
-    if (ratel__listen_valid(text))
+    /* The servers' own reading (server/http/listen.c): an address the
+       configuration accepts is one the server can parse. */
+    if (ratel_http_listen_parse(text, &a, reason, sizeof reason) == 0)
         return 0;
     ratel__yaml_quote(text, strlen(text), q, sizeof q);
     snprintf(why, whylen,
              "\"%s\" is not HOST:PORT, [IPV6]:PORT or :PORT (e.g. "
-             "127.0.0.1:8080, [::1]:8080, :8080); port 0..65535",
-             q);
+             "127.0.0.1:8080, [::1]:8080, :8080): %s",
+             q, reason);
     return -1;
 }
 

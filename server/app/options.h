@@ -20,7 +20,8 @@ extern const size_t ratel__limits_noptions;
 
 /* Checks of string options (ratel__option_t.check): 0, or -1 with why. */
 
-/* A listen address: HOST:PORT, [IPV6]:PORT or :PORT (address.c). */
+/* A listen address: HOST:PORT, [IPV6]:PORT or :PORT, as the servers read
+   it (ratel_http_listen_parse, server/http/listen.c). */
 int ratel__check_listen(const char *text, char *why, size_t whylen);
 /* The shortest token accepted: 32 bytes (`openssl rand -hex 32` makes 64). */
 #define RATEL__TOKEN_MIN 32

@@ -255,6 +255,34 @@ long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
 /* The reason phrase of a status code ("Too Many Requests"). */
 const char *ratel_http_reason(int status);
 
+/* Longest host of a listen address (a DNS name's 253 bytes fit). */
+#define RATEL_HTTP_LISTEN_HOST_MAX 255
+
+/* A listen address split into its parts (ratel_http_listen_parse). */
+typedef struct ratel_http_listen_s {
+    char host[RATEL_HTTP_LISTEN_HOST_MAX + 1]; /* "": every address */
+    int ipv6;                                  /* host was in brackets */
+    unsigned port;                             /* 0..65535; 0: any free */
+} ratel_http_listen_t;
+
+/*
+ * The one reading of a listen address, for the servers (listen.c) and
+ * for the configurations that name one (rateld's listen and envoy.listen,
+ * captchad's listen), so that an address a configuration accepts is one a
+ * server can open:
+ *
+ *   HOST:PORT      HOST a name or an IPv4 address: letters, digits, '.'
+ *                  and '-' (127.0.0.1:8080, localhost:8080)
+ *   [IPV6]:PORT    an IPv6 address in brackets, checked ([::1]:8080)
+ *   :PORT          every IPv4 address (0.0.0.0)
+ *
+ * PORT is 1 to 5 decimal digits, 0..65535. Returns 0 with *out filled, or
+ * -1 with the reason in why, naming the part that is wrong and saying
+ * what is accepted (the caller puts the address and its place in front).
+ */
+int ratel_http_listen_parse(const char *text, ratel_http_listen_t *out,
+                            char *why, size_t whylen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,78 +13,169 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* "HOST:PORT", "[V6]:PORT" or ":PORT" (all IPv4 addresses). */
+/* Whether c may be in a listen address's host outside brackets: a DNS
+   name's characters, which cover an IPv4 address's too. */
+static int host_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '-';
+}
+
+/* The port after the host: 1 to 5 digits, 0..65535, and nothing else. */
+static int listen_port(const char *port, unsigned *out, char *why,
+                       size_t whylen)
+{
+    size_t n = strlen(port);
+    unsigned v = 0;
+
+    if (n == 0) {
+        snprintf(why, whylen, "the port is missing (e.g. :8080)");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (port[i] < '0' || port[i] > '9' || i == 5) {
+            snprintf(why, whylen,
+                     "the port \"%.16s%s\" is not a number 0..65535", port,
+                     n > 16 ? "..." : "");
+            return -1;
+        }
+    for (size_t i = 0; i < n; i++)
+        v = v * 10 + (unsigned)(port[i] - '0');
+    if (v > 65535) {
+        snprintf(why, whylen, "the port %u is out of range; accepted: 0..65535",
+                 v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* [IPV6] at text: the address into out->host; *rest after ']'. */
+static int listen_ipv6(const char *text, ratel_http_listen_t *out,
+                       const char **rest, char *why, size_t whylen)
+{
+    const char *close = strchr(text, ']');
+    unsigned char bin[16];
+    size_t hn;
+
+    if (!close) {
+        snprintf(why, whylen, "'[' without its ']' (e.g. [::1]:8080)");
+        return -1;
+    }
+    hn = (size_t)(close - text - 1);
+    if (hn >= sizeof out->host) {
+        snprintf(why, whylen, "the address in brackets is too long");
+        return -1;
+    }
+    memcpy(out->host, text + 1, hn);
+    out->host[hn] = '\0';
+    if (inet_pton(AF_INET6, out->host, bin) != 1) {
+        snprintf(why, whylen,
+                 "\"%.64s\" in brackets is not an IPv6 address (e.g. "
+                 "[::1]:8080, [::]:8080)",
+                 out->host);
+        return -1;
+    }
+    if (close[1] != ':') {
+        snprintf(why, whylen, "expected ':' and the port after ']'");
+        return -1;
+    }
+    out->ipv6 = 1;
+    *rest = close + 2;
+    return 0;
+}
+
+int ratel_http_listen_parse(const char *text, ratel_http_listen_t *out,
+                            char *why, size_t whylen)
+{
+    const char *colon, *port;
+    size_t hn;
+
+    memset(out, 0, sizeof *out);
+    if (!text)
+        text = "";
+    if (text[0] == '[') {
+        if (listen_ipv6(text, out, &port, why, whylen) != 0)
+            return -1;
+        return listen_port(port, &out->port, why, whylen);
+    }
+    colon = strchr(text, ':');
+    if (!colon) {
+        snprintf(why, whylen, "no ':' before the port");
+        return -1;
+    }
+    if (strchr(colon + 1, ':')) {
+        snprintf(why, whylen,
+                 "an IPv6 address goes in brackets (e.g. [::1]:8080)");
+        return -1;
+    }
+    hn = (size_t)(colon - text);
+    if (hn >= sizeof out->host) {
+        snprintf(why, whylen, "the host is longer than %d bytes",
+                 RATEL_HTTP_LISTEN_HOST_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < hn; i++)
+        if (!host_char(text[i])) {
+            unsigned char c = (unsigned char)text[i];
+            snprintf(why, whylen,
+                     c >= 0x20 && c < 0x7f
+                         ? "the host holds '%c'; a host is a name or an IPv4 "
+                           "address (letters, digits, '.' and '-')"
+                         : "the host holds the byte 0x%02x; a host is a name "
+                           "or an IPv4 address (letters, digits, '.' and '-')",
+                     c);
+            return -1;
+        }
+    memcpy(out->host, text, hn);
+    out->host[hn] = '\0';
+    return listen_port(colon + 1, &out->port, why, whylen);
+}
+
+/* A listen address into *ss / *len: parsed by ratel_http_listen_parse,
+   then the host resolved (an empty one is every IPv4 address). */
 int ratel__parse_listen(const char *text, struct sockaddr_storage *ss,
                         socklen_t *len, char *err, size_t errlen)
 {
-    char host[256];
-    const char *colon, *port;
-    char *end;
-    unsigned long p;
-    size_t hn;
+    ratel_http_listen_t a;
+    char why[200];
     struct addrinfo hints, *res = NULL;
 
     memset(ss, 0, sizeof *ss);
     if (!text)
         text = "";
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (!close || close[1] != ':')
-            goto bad;
-        hn = (size_t)(close - text - 1);
-        if (hn == 0 || hn >= sizeof host)
-            goto bad;
-        memcpy(host, text + 1, hn);
-        host[hn] = '\0';
-        port = close + 2;
-    } else {
-        colon = strrchr(text, ':');
-        if (!colon || memchr(text, ':', (size_t)(colon - text)))
-            goto bad;
-        hn = (size_t)(colon - text);
-        if (hn >= sizeof host)
-            goto bad;
-        memcpy(host, text, hn);
-        host[hn] = '\0';
-        port = colon + 1;
+    if (ratel_http_listen_parse(text, &a, why, sizeof why) != 0) {
+        snprintf(err, errlen,
+                 "listen \"%.80s\": expected HOST:PORT (\"127.0.0.1:8080\", "
+                 "\"[::1]:8080\" or \":8080\"): %s",
+                 text, why);
+        return -1;
     }
-    if (*port < '0' || *port > '9')
-        goto bad;
-    errno = 0;
-    p = strtoul(port, &end, 10);
-    if (*end || errno || p > 65535)
-        goto bad;
-    if (host[0] == '\0') {
+    if (a.host[0] == '\0') {
         struct sockaddr_in *in = (struct sockaddr_in *)ss;
         in->sin_family = AF_INET;
         in->sin_addr.s_addr = htonl(INADDR_ANY);
-        in->sin_port = htons((uint16_t)p);
+        in->sin_port = htons((uint16_t)a.port);
         *len = sizeof *in;
         return 0;
     }
     memset(&hints, 0, sizeof hints);
-    hints.ai_family = text[0] == '[' ? AF_INET6 : AF_UNSPEC;
+    hints.ai_family = a.ipv6 ? AF_INET6 : AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
-        snprintf(err, errlen, "listen \"%s\": cannot resolve host \"%s\"", text,
-                 host);
+    if (getaddrinfo(a.host, NULL, &hints, &res) != 0 || !res) {
+        snprintf(err, errlen, "listen \"%.80s\": cannot resolve host \"%s\"",
+                 text, a.host);
         return -1;
     }
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     *len = (socklen_t)res->ai_addrlen;
     freeaddrinfo(res);
     if (ss->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)a.port);
     else
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)a.port);
     return 0;
-bad:
-    snprintf(err, errlen,
-             "listen \"%s\": expected HOST:PORT (\"127.0.0.1:8080\", "
-             "\"[::1]:8080\" or \":8080\")",
-             text);
-    return -1;
 }
 
 /* The address as text ("127.0.0.1:8080", "[::1]:8080"), whatever its
