@@ -35,7 +35,25 @@ BASE     := -std=gnu11 -fPIC -fvisibility=hidden -pthread $(WARN) $(WERROR)
 # (-MMD) and read back below, so a changed header rebuilds exactly what
 # includes it; -MP keeps a deleted header from breaking the build.
 DEPFLAGS := -MMD -MP
-CPPFLAGS += -Iinclude -Isrc -I. -D_GNU_SOURCE
+CPPFLAGS += -D_GNU_SOURCE
+# Include paths per area (docs/layout.md, "Source layout"): an object sees
+# the public header, its own area and the documented internal headers it
+# is allowed, nothing else. libratel (lib/) sees itself. The server kit
+# (server/) and the programs see libratel only through lib/internal/
+# (ratel_internal.h); rateld and captchad name their own headers from the
+# top ("rateld/config.h"), hence -I. for them. Unit and fuzz tests and
+# benchmarks are white-box: they reach every area's headers.
+INC_lib      := -Iinclude -Ilib
+INC_server   := -Iinclude -Iserver -Ilib/internal
+INC_cli      := -Iinclude -Ilib/internal
+INC_module   := -Iinclude
+INC_rateld   := -Iinclude -Ilib/internal -Iserver -I. -I$(BUILD)/gen/proto
+INC_captchad := -Iinclude -Ilib/internal -Iserver -I.
+INC_tests    := -Iinclude -Ilib -Ilib/internal -Iserver -I. -I$(BUILD)/gen/proto
+INC_bench    := -Iinclude -Ilib -Ilib/internal -Iserver
+INC_integration := -Iinclude -Ilib/internal
+# The area of the object being built: build/obj/AREA/...
+area = $(word 1,$(subst /, ,$(patsubst $(OBJ)/%,%,$@)))
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by
@@ -44,7 +62,7 @@ LTO      ?= -flto=auto -ffat-lto-objects
 AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 # hiredis (Debian's libhiredis-dev) for the Redis store's protocol; its
-# transports (src/store/transport_*.c) speak TLS with OpenSSL (libssl-dev)
+# transports (lib/store/transport_*.c) speak TLS with OpenSSL (libssl-dev)
 # and run on libevent's loop with its OpenSSL bufferevents
 # (libevent-dev).
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
@@ -68,31 +86,33 @@ PROTO_WKT := duration wrappers struct
 PROTO_C   := $(PROTO_SRC:proto/%.proto=$(BUILD)/gen/proto/%.pb-c.c) \
              $(PROTO_WKT:%=$(BUILD)/gen/proto/google/protobuf/%.pb-c.c)
 PROTO_OBJ := $(PROTO_C:.c=.o)
-CPPFLAGS  += -I$(BUILD)/gen/proto
 
-CORE_SRC  := $(sort $(wildcard src/core/*.c))
-HTTP_SRC  := $(sort $(wildcard src/http/*.c))
-# Code rateld and captchad share as equals (src/app/: YAML readers, log,
+CORE_SRC  := $(sort $(wildcard lib/core/*.c))
+HTTP_SRC  := $(sort $(wildcard server/http/*.c))
+# Code rateld and captchad share as equals (server/app/: YAML readers, log,
 # client address, main skeleton, strict JSON, RateLimit headers).
-APP_SRC   := $(sort $(wildcard src/app/*.c))
-DAEMON_SRC := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
-# src/tz reads the system's time-zone database for tz=Area/City rules.
-LIB_SRC   := $(sort $(wildcard src/core/*.c src/tz/*.c src/store/*.c))
+APP_SRC   := $(sort $(wildcard server/app/*.c))
+DAEMON_SRC := $(sort $(filter-out rateld/main.c,$(wildcard rateld/*.c)))
+# lib/tz reads the system's time-zone database for tz=Area/City rules.
+LIB_SRC   := $(sort $(wildcard lib/core/*.c lib/tz/*.c lib/store/*.c))
 MOD_SRC   := $(sort $(wildcard module/*.c))
 CLI_SRC   := $(sort $(wildcard cli/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_script.o
-CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
-MOD_OBJ   := $(MOD_SRC:%.c=$(BUILD)/%.o) $(CORE_SRC:%.c=$(BUILD)/modcore/%.o)
-CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
-UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
-HTTP_OBJ  := $(HTTP_SRC:%.c=$(BUILD)/%.o)
-APP_OBJ   := $(APP_SRC:%.c=$(BUILD)/%.o)
+# Objects go under $(BUILD)/obj, mirroring the tree (build/obj/rateld/
+# beside the program build/rateld).
+OBJ       := $(BUILD)/obj
+LIB_OBJ   := $(LIB_SRC:%.c=$(OBJ)/%.o) $(BUILD)/gen/lua_script.o
+CORE_OBJ  := $(CORE_SRC:%.c=$(OBJ)/%.o)
+MOD_OBJ   := $(MOD_SRC:%.c=$(OBJ)/%.o) $(CORE_SRC:%.c=$(OBJ)/modcore/%.o)
+CLI_OBJ   := $(CLI_SRC:%.c=$(OBJ)/%.o)
+UNIT_OBJ  := $(UNIT_SRC:%.c=$(OBJ)/%.o)
+HTTP_OBJ  := $(HTTP_SRC:%.c=$(OBJ)/%.o)
+APP_OBJ   := $(APP_SRC:%.c=$(OBJ)/%.o)
 APP_LIB   := $(if $(APP_SRC),$(BUILD)/libratel_app.a)
-DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o)
 # The shared library's version and soname come from RATEL_VERSION.
 VERSION   := $(shell sed -n 's/^\#define RATEL_VERSION "\(.*\)"/\1/p' include/ratel.h)
 SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
@@ -100,9 +120,9 @@ SONAME    := libratel.so.$(firstword $(subst ., ,$(VERSION)))
 .PHONY: all test asan valgrind bench fuzz clean format format-check module lua man
 all: lua man $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BUILD)/rateld
 
-$(BUILD)/%.o: %.c
+$(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_$(area)) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 # The Functions library and the EVAL script, joined from lua/*.lua by a
 # POSIX shell script (docs/lua.md), and compiled into libratel as strings
@@ -120,14 +140,14 @@ MAN_OUT := $(BUILD)/man/rateld.8 $(BUILD)/man/ratel.1 \
 man: $(MAN_OUT)
 
 $(MAN_OUT) &: docs/rateld.md docs/cli.md docs/config.md \
-              examples/captcha/README.md scripts/man.sh include/ratel.h
+              captchad/README.md scripts/man.sh include/ratel.h
 	sh scripts/man.sh $(BUILD)/man
 
 $(BUILD)/gen/lua_script.c: $(LUA_OUT) scripts/embed-lua.sh
 	scripts/embed-lua.sh $(LUA_OUT) $@
 
 $(BUILD)/gen/lua_script.o: $(BUILD)/gen/lua_script.c
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_lib) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libratel.a: $(LIB_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -144,11 +164,11 @@ $(BUILD)/libratel.so: $(BUILD)/libratel.so.$(VERSION)
 $(BUILD)/ratel: $(CLI_OBJ) $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The HTTP server rateld and the captcha service share (src/http/).
+# The HTTP server rateld and the captcha service share (server/http/).
 $(BUILD)/libratel_http.a: $(HTTP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# What rateld and captchad share (src/app/).
+# What rateld and captchad share (server/app/).
 $(BUILD)/libratel_app.a: $(APP_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
@@ -159,16 +179,16 @@ $(PROTO_C) &: $(PROTO_SRC)
 
 # Generated code: compiled without our warnings (it is protoc-c's style).
 $(PROTO_OBJ): %.o: %.c
-	$(CC) $(CPPFLAGS) $(filter-out $(WARN) -Werror,$(BASE)) $(CFLAGS) $(SANITIZE) $(LTO) -c $< -o $@
+	$(CC) -I$(BUILD)/gen/proto $(CPPFLAGS) $(filter-out $(WARN) -Werror,$(BASE)) $(CFLAGS) $(SANITIZE) $(LTO) -c $< -o $@
 
 $(BUILD)/libratel_proto.a: $(PROTO_OBJ)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# Everything in daemon/ may include a generated header.
-$(DAEMON_OBJ) $(BUILD)/daemon/main.o $(UNIT_OBJ): | $(PROTO_C)
+# Everything in rateld/ may include a generated header.
+$(DAEMON_OBJ) $(OBJ)/rateld/main.o $(UNIT_OBJ): | $(PROTO_C)
 
-# rateld: daemon/ on libratel and the HTTP server.
-$(BUILD)/rateld: $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
+# rateld: rateld/ on libratel and the HTTP server.
+$(BUILD)/rateld: $(OBJ)/rateld/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
@@ -187,41 +207,41 @@ $(BUILD)/redismodule/redismodule.h:
 # and module/args.c by its fuzz target.
 MOD_CFLAGS = $(BASE) $(CFLAGS) $(LTO)
 
-$(BUILD)/module/%.o: module/%.c $(REDISMODULE_H)
+$(OBJ)/module/%.o: module/%.c $(REDISMODULE_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(INC_module) $(CPPFLAGS) $(DEPFLAGS) -isystem $(dir $(REDISMODULE_H)) $(MOD_CFLAGS) -c $< -o $@
 
-# The core again, its public symbols hidden too, and without src/tz: the
+# The core again, its public symbols hidden too, and without lib/tz: the
 # module takes tz offsets as the Lua script does, not zone names
 # (docs/algorithms.md says why).
-$(BUILD)/modcore/%.o: %.c
+$(OBJ)/modcore/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
+	$(CC) $(INC_lib) $(CPPFLAGS) $(DEPFLAGS) -DRATEL_HIDDEN -DRATEL_NO_TZDB $(MOD_CFLAGS) -c $< -o $@
 
 $(BUILD)/ratel.so: $(MOD_OBJ)
 	$(CC) $(MOD_CFLAGS) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The conformance driver: core, module and Lua script on the same traces.
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The Redis store against real redis-servers (tests/integration/servers.c
 # starts, kills and restarts them).
 # The test servers: plain, TLS-only, clusters and Sentinel setups.
 TEST_SERVERS := tests/integration/servers.c tests/integration/servers_tls.c \
                 tests/integration/servers_sentinel.c
-TEST_SERVERS_OBJ := $(TEST_SERVERS:%.c=$(BUILD)/%.o)
+TEST_SERVERS_OBJ := $(TEST_SERVERS:%.c=$(OBJ)/%.o)
 
 $(BUILD)/test_redis_store: tests/integration/test_redis_store.c $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 # The harness's own test (starts, kills and restarts servers; a cluster,
 # TLS, Sentinel).
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c $(TEST_SERVERS) tests/integration/servers.h
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 # The runner lists the suites: a new one in suites.def rebuilds it.
-$(BUILD)/tests/unit/main.o: tests/unit/suites.def
+$(OBJ)/tests/unit/main.o: tests/unit/suites.def
 
 # The TLS and transport suites start real (TLS-only too) redis-servers.
 $(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
@@ -230,20 +250,20 @@ $(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(i
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(INC_bench) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The HTTP server alone, answering like rateld (bench/rateld.sh's floor).
 $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_bench) $(CPPFLAGS) $(ALL_CFLAGS) -O2 $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
@@ -265,8 +285,8 @@ fuzz:
 
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
-C_FILES = $(sort $(wildcard include/*.h src/*/*.[ch] cli/*.[ch] daemon/*.[ch] \
-            module/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
+C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] rateld/*.[ch] \
+            module/*.[ch] captchad/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
 
@@ -292,17 +312,17 @@ demo: all
 	BUILD=$(BUILD) scripts/demo.sh
 
 # ---------------------------------------------------------------- captchad
-# The SMS verification-code service (examples/captcha/): libratel, the
-# shared HTTP server, the code it shares with rateld as an equal (src/app/:
+# The SMS verification-code service (captchad/): libratel, the
+# shared HTTP server, the code it shares with rateld as an equal (server/app/:
 # YAML readers, log, client address, main skeleton), SQLite for notices
 # and libcurl for the webhook sender.
-CAPTCHA_SRC  := $(sort $(wildcard examples/captcha/*.c))
-CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(BUILD)/%.o)
+CAPTCHA_SRC  := $(sort $(wildcard captchad/*.c))
+CAPTCHA_OBJ  := $(CAPTCHA_SRC:%.c=$(OBJ)/%.o)
 CAPTCHA_LIBS := $(shell pkg-config --libs sqlite3 libcurl 2>/dev/null || echo -lsqlite3 -lcurl)
 
-$(BUILD)/examples/captcha/%.o: examples/captcha/%.c
+$(OBJ)/captchad/%.o: captchad/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_captchad) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
@@ -312,8 +332,8 @@ test: $(BUILD)/captchad
 
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
-$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c examples/captcha/captcha_config.c examples/captcha/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out examples/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+$(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c captchad/captcha_config.c captchad/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
 
 # The compiler's header dependencies of every object built so far.
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,6 +1,6 @@
 /*
  * bench_deny_cache.c - hits per second of the Redis store's local deny
- * cache (src/store/deny_cache.c) on a hot set of 1,000 denied keys, on one
+ * cache (lib/store/deny_cache.c) on a hot set of 1,000 denied keys, on one
  * thread and on two. Prints "ratel<TAB>NAME<TAB>VALUE<TAB>UNIT" lines on
  * stdout like bench_core; progress goes to stderr.
  *

@@ -20,7 +20,7 @@
  * service's store would decide it.
  */
 #include "cli.h"
-#include "store/redis.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <getopt.h>

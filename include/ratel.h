@@ -105,7 +105,7 @@ RATEL_API const char *ratel_err_name(int err);
  * The algorithms: XX(NAME, name, number) for each, the number being the
  * byte that marks its records in stored state (docs/state-format.md), so
  * it never changes. The enum, the names and the core's dispatch are made
- * from this list; an algorithm is a line here and its file in src/core.
+ * from this list; an algorithm is a line here and its file in lib/core.
  *   sliding  exact sliding window log (the default)
  *   fixed    counter per epoch-aligned window
  *   approx   two-window weighted counter
@@ -376,7 +376,9 @@ RATEL_API int ratel_state_inspect(const uint8_t *state, size_t len,
 typedef struct ratel_store_s ratel_store_t;
 
 typedef struct ratel_memory_options_s {
-    size_t max_bytes; /* bound on all memory the store holds; 0: 64 MiB */
+    size_t max_bytes; /* bound on all memory the store holds; 0: 64 MiB;
+                         else 64 KiB..1 TiB (RATEL_EINVAL outside: the
+                         range YAML's store.max_bytes has too) */
     unsigned shards;  /* lock shards, rounded up to a power of two; 0: 4096
                          (fewer if max_bytes gives a shard under 16 KiB) */
 } ratel_memory_options_t;
@@ -407,7 +409,8 @@ typedef struct ratel_store_stats_s {
 /*
  * Creates the embedded in-process store: thread-safe, sharded, bounded by
  * `options->max_bytes` (NULL: defaults). Frees with ratel_store_free().
- * Returns 0, RATEL_EINVAL or RATEL_ENOMEM.
+ * Returns 0, RATEL_EINVAL (max_bytes outside 64 KiB..1 TiB) or
+ * RATEL_ENOMEM.
  */
 RATEL_API int ratel_store_memory_new(ratel_store_t **out,
                                      const ratel_memory_options_t *options);
@@ -460,7 +463,9 @@ typedef struct ratel_redis_options_s {
     ratel_failure_t on_failure;
     ratel_redis_mode_t mode;
     long deny_cache_entries;      /* 0: 16,384 (288 bytes each); negative:
-                                     no deny cache */
+                                     no deny cache; at most 1,048,576
+                                     (more: RATEL_EINVAL, as the URL's
+                                     deny_cache query refuses it) */
     int64_t deny_cache_max_ms;    /* longest a denial is answered locally
                                      (another process's refund is not seen);
                                      0: 10,000 ms */

@@ -1,5 +1,5 @@
 -- calendar.lua - where the windows of fixed and approx lie in time
--- (mirrors src/core/calendar.c for fixed offsets).
+-- (mirrors lib/core/calendar.c for fixed offsets).
 
 --[[
 A rule without a calendar has windows aligned to the Unix epoch in UTC

@@ -1,5 +1,5 @@
 -- concurrent.lua - at most LIMIT permits held at once, each lease expiring
--- after PERIOD unless released or renewed (mirrors src/core/concurrent.c).
+-- after PERIOD unless released or renewed (mirrors lib/core/concurrent.c).
 --
 -- A record keeps its entries as the stored bytes (r.ents: n entries of
 -- u32 expiry offset_ms from r.base, u32 lease id, in order of expiry,

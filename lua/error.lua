@@ -1,4 +1,4 @@
--- error.lua - error replies (mirrors src/core/error.c and the module's
+-- error.lua - error replies (mirrors lib/core/error.c and the module's
 -- texts).
 
 -- An error reply is kept here and the call is left with error(): the

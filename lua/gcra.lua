@@ -1,4 +1,4 @@
--- gcra.lua - token bucket as GCRA (mirrors src/core/gcra.c).
+-- gcra.lua - token bucket as GCRA (mirrors lib/core/gcra.c).
 
 --[[
 The core keeps TAT and now in units of 1/LIMIT us, where the emission

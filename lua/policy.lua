@@ -1,4 +1,4 @@
--- policy.lua - several rules decided together (mirrors src/core/policy.c).
+-- policy.lua - several rules decided together (mirrors lib/core/policy.c).
 
 local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status, cc_status }
 local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide, cc_decide }

@@ -1,5 +1,5 @@
 -- rule.lua - rules: LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE] (mirrors
--- src/core/rule.c as the module builds it: offsets, weeks and months are
+-- lib/core/rule.c as the module builds it: offsets, weeks and months are
 -- calendars (lua/calendar.lua), zone names are refused with the module's
 -- words).
 

@@ -1,4 +1,4 @@
--- sliding.lua - the sliding log in runs (mirrors src/core/sliding.c).
+-- sliding.lua - the sliding log in runs (mirrors lib/core/sliding.c).
 --
 -- A record keeps its runs as the stored bytes (r.runs: n runs of u32
 -- offset_ms, u32 count, docs/state-format.md), read where a step needs a

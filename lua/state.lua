@@ -1,4 +1,4 @@
--- state.lua - records and the state blob (mirrors src/core/state.c;
+-- state.lua - records and the state blob (mirrors lib/core/state.c;
 -- layout: docs/state-format.md).
 
 --[[

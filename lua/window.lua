@@ -1,4 +1,4 @@
--- window.lua - fixed and approx windows (mirrors src/core/window.c).
+-- window.lua - fixed and approx windows (mirrors lib/core/window.c).
 
 -- window_at(): the window [ws, we) holding now_ms, clamped to the stored
 -- one (a clock gone back stays in it). Epoch-aligned windows find the

@@ -1,7 +1,7 @@
 /*
  * ratel.c - the Redis module: thin glue from RATEL.* commands to the core.
  *
- * Every decision is made by the same core libratel runs (src/core, linked
+ * Every decision is made by the same core libratel runs (lib/core, linked
  * in); this file only reads the key, calls the core and writes back. The
  * contract is docs/commands.md:
  *

@@ -30,7 +30,7 @@ manifest() {
 644 $BUILD/lua/ratel.lib.lua $datadir/ratel/lua
 644 $BUILD/lua/ratel.eval.lua $datadir/ratel/lua
 644 examples/rateld.yaml $datadir/ratel/examples
-644 examples/captcha/captchad.yaml $datadir/ratel/examples
+644 captchad/captchad.yaml $datadir/ratel/examples
 644 examples/gateways/ratel-haproxy.lua $datadir/ratel/examples/gateways
 644 ops/grafana/rateld.json $datadir/ratel/grafana
 644 ops/prometheus/rateld.rules.yml $datadir/ratel/prometheus

@@ -4,7 +4,7 @@
 #   OUTDIR/rateld.8        docs/rateld.md
 #   OUTDIR/ratel.1         docs/cli.md
 #   OUTDIR/rateld.yaml.5   docs/config.md
-#   OUTDIR/captchad.8      examples/captcha/README.md
+#   OUTDIR/captchad.8      captchad/README.md
 #
 # Each page is a small generated head (the title line, NAME, the heading
 # DESCRIPTION) followed by the document's body, then a generated SEE ALSO.
@@ -44,7 +44,7 @@ mkdir -p "$out"
 pages='rateld|8|docs/rateld.md|the ratel rate-limit daemon (HTTP decisions, gateway auth, metrics)
 ratel|1|docs/cli.md|try rate-limit rules, replay traces and query a ratel store
 rateld.yaml|5|docs/config.md|the configuration file of rateld(8)
-captchad|8|examples/captcha/README.md|SMS verification codes, rate-limited with ratel'
+captchad|8|captchad/README.md|SMS verification codes, rate-limited with ratel'
 
 # page_date SOURCE: YYYY-MM-DD, or nothing.
 page_date() {

@@ -17,7 +17,8 @@
 #                                   HAProxy's Lua action (tests, bench)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
-#   curl
+#   curl, openssl, libssl-dev       TLS to Redis (rediss://): OpenSSL's headers;
+#                                   libevent-dev brings libevent_openssl
 #   xxd                             the Lua tests' byte dumps (its own
 #                                   package on bookworm, absent from minbase)
 #   clang-format                    test_format.sh: every C file as
@@ -72,7 +73,7 @@ packages=(
     caddy haproxy
     nodejs npm
     librsvg2-bin
-    curl openssl
+    curl openssl libssl-dev
     xxd clang-format
     libsystemd-dev systemd
     go-md2man man-db prometheus
@@ -99,9 +100,94 @@ done
 # (scripts/redismodule-h.sh), so the Debian archive's deb-src entries must
 # be configured: they are added once, beside the binary ones, in their own
 # file. Stanzas of other archives (NodeSource, ...) are left alone.
-deb_src=/etc/apt/sources.list.d/ratel-deb-src.sources
+# RATEL_APT_ETC points at another apt configuration directory (a copy made
+# to rehearse this script); apt-get then reads that one too.
+apt_etc=${RATEL_APT_ETC:-/etc/apt}
+deb_src=$apt_etc/sources.list.d/ratel-deb-src.sources
+
+# Prints one deb-src stanza per Debian archive URI and suite listed as `deb`
+# anywhere in the apt configuration, one-line entries and deb822 stanzas
+# alike. A machine may list the same archive twice (debootstrap's one-line
+# sources.list and a debian.sources with Signed-By): apt then requires every
+# entry for that URI and suite, deb-src included, to carry the same
+# Signed-By, so the stanza takes the Signed-By the deb entries give (first
+# one found) and the union of their components.
+deb_src_stanzas() {
+    local f
+    {
+        for f in "$apt_etc"/sources.list.d/*.sources; do
+            [ -e "$f" ] || continue
+            # Fields may continue on lines that start with a space (an
+            # inline Signed-By key); those are joined with a \001 marker.
+            awk 'BEGIN { RS = ""; FS = "\n" }
+                {
+                    delete v; key = ""
+                    for (i = 1; i <= NF; i++) {
+                        if ($i ~ /^#/) continue
+                        if ($i ~ /^[ \t]/ && key != "") { v[key] = v[key] "\001" $i; continue }
+                        key = tolower($i); sub(/:.*/, "", key)
+                        val = $i; sub(/^[^:]*:[ \t]*/, "", val); v[key] = val
+                    }
+                    if (tolower(v["enabled"]) == "no") next
+                    if (v["types"] !~ /(^|[ \t])deb([ \t]|$)/) next
+                    nu = split(v["uris"], uris, /[ \t]+/)
+                    ns = split(v["suites"], suites, /[ \t]+/)
+                    for (u = 1; u <= nu; u++) for (s = 1; s <= ns; s++)
+                        if (uris[u] != "" && suites[s] != "")
+                            print uris[u] "\t" suites[s] "\t" v["signed-by"] "\t" v["components"]
+                }' "$f"
+        done
+        for f in "$apt_etc"/sources.list "$apt_etc"/sources.list.d/*.list; do
+            [ -e "$f" ] || continue
+            # deb [opt=value ...] URI SUITE COMPONENT...
+            awk '$1 != "deb" { next }
+                {
+                    signed = ""; i = 2
+                    if ($2 ~ /^\[/) {
+                        for (; i <= NF; i++) {
+                            o = $i; gsub(/[][]/, "", o)
+                            if (o ~ /^signed-by=/) { sub(/^signed-by=/, "", o); signed = o }
+                            if ($i ~ /\]$/) { i++; break }
+                        }
+                    }
+                    comps = ""
+                    for (c = i + 2; c <= NF; c++) comps = comps (comps == "" ? "" : " ") $c
+                    print $i "\t" $(i + 1) "\t" signed "\t" comps
+                }' "$f"
+        done
+    } | awk -F '\t' '$1 ~ /debian\.(org|net)/ {
+            k = $1 "\t" $2
+            if (!(k in seen)) { seen[k] = 1; order[++n] = k; comps[k] = "" }
+            if (signed[k] == "" && $3 != "") signed[k] = $3
+            m = split($4, cs, /[ \t]+/)
+            for (c = 1; c <= m; c++)
+                if (cs[c] != "" && index(" " comps[k] " ", " " cs[c] " ") == 0)
+                    comps[k] = comps[k] (comps[k] == "" ? "" : " ") cs[c]
+        }
+        END {
+            for (j = 1; j <= n; j++) {
+                k = order[j]; split(k, us, "\t")
+                print "Types: deb-src\nURIs: " us[1] "\nSuites: " us[2] "\nComponents: " comps[k]
+                if (signed[k] != "") { s = signed[k]; gsub("\001", "\n", s); print "Signed-By: " s }
+                print ""
+            }
+        }'
+}
+
+# deb-src entries configured elsewhere (by hand, by another tool) win: then
+# this script's own file is not wanted. Otherwise its file must hold exactly
+# the stanzas derived above; an older file (one that repeated an archive with
+# conflicting Signed-By values) is rewritten.
+want_src=""
+if ! grep -rqsE '^(Types:.*deb-src|deb-src )' "$apt_etc/sources.list" \
+    $(find "$apt_etc/sources.list.d" -maxdepth 1 \( -name '*.list' -o -name '*.sources' \) \
+        ! -path "$deb_src" 2>/dev/null); then
+    want_src=$(deb_src_stanzas)
+fi
+have_src=""
+[ -e "$deb_src" ] && have_src=$(cat "$deb_src")
 need_src=0
-if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+if [ "$want_src" != "$have_src" ]; then
     need_src=1
 fi
 
@@ -115,32 +201,29 @@ if [ "$(id -u)" -eq 0 ]; then
 elif command -v sudo >/dev/null; then
     as_root=(sudo)
 else
-    echo "setup: missing ${missing[*]} ${need_src:+(and deb-src entries)}; run this as root (no sudo here)" >&2
+    echo "setup: missing ${missing[*]}$([ "$need_src" -eq 1 ] && echo " (and deb-src entries)"); run this as root (no sudo here)" >&2
     exit 1
 fi
 
 if [ "$need_src" -eq 1 ]; then
-    # deb822 stanzas (Debian 12's debian.sources) and one-line entries alike.
-    {
-        for f in /etc/apt/sources.list.d/*.sources; do
-            [ -e "$f" ] && awk 'BEGIN { RS = ""; ORS = "\n\n" }
-                /URIs:[^\n]*debian\.(org|net)/ { sub(/Types: deb/, "Types: deb-src"); print }' "$f"
-        done
-        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-            [ -e "$f" ] && awk '$1 == "deb" && /debian\.(org|net)/ {
-                sub(/^deb /, ""); print "Types: deb-src\nURIs: " $1 "\nSuites: " $2
-                printf "Components:"; for (i = 3; i <= NF; i++) printf " %s", $i
-                print "\n" }' "$f" | grep -v '^URIs: \[' || true
-        done
-    } | "${as_root[@]}" tee "$deb_src" >/dev/null
-    echo "setup: added the Debian archive's deb-src entries ($deb_src)"
+    if [ -n "$want_src" ]; then
+        printf '%s\n' "$want_src" | "${as_root[@]}" tee "$deb_src" >/dev/null
+        echo "setup: wrote the Debian archive's deb-src entries, one per archive and suite ($deb_src)"
+    else
+        "${as_root[@]}" rm -f "$deb_src"
+        echo "setup: removed $deb_src (deb-src entries are configured elsewhere)"
+    fi
 fi
 
+apt_opts=()
+if [ "$apt_etc" != /etc/apt ]; then
+    apt_opts=(-o "Dir::Etc=$apt_etc")
+fi
 echo "setup: apt-get update"
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q "${apt_opts[@]}"
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: apt-get install ${missing[*]}"
     "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -q --no-install-recommends "${missing[@]}"
+        apt-get install -y -q --no-install-recommends "${apt_opts[@]}" "${missing[@]}"
     echo "setup: installed ${missing[*]}"
 fi

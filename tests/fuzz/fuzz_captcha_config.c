@@ -1,6 +1,6 @@
 /*
  * fuzz_captcha_config.c - captchad's configuration parser
- * (examples/captcha/captcha_config.c) on arbitrary bytes.
+ * (captchad/captcha_config.c) on arbitrary bytes.
  *
  * Two views of one input:
  *
@@ -25,7 +25,7 @@
  * so that this target links like the others, here and under
  * tests/fuzz/libfuzzer.sh.
  */
-#include "examples/captcha/captcha_config.c"
+#include "captchad/captcha_config.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,9 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_loaded(const captcha_config_t *c)
 {
     char err[512];
+    ratel_http_listen_t listen;
 
     ASSERT(memchr(c->listen, '\0', sizeof c->listen));
-    ASSERT(ratel__listen_valid(c->listen));
+    ASSERT(ratel_http_listen_parse(c->listen, &listen, err, sizeof err) == 0);
     ASSERT(c->threads >= 1 && c->threads <= 256);
     ASSERT(c->code_length >= CAPTCHA_CODE_MIN_LEN &&
            c->code_length <= CAPTCHA_CODE_MAX_LEN);

@@ -17,7 +17,7 @@
  *   - on -1, *out is NULL and the message is non-empty, NUL-terminated,
  *     "fuzz.yaml:LINE: ..." with LINE >= 1, identical on a second parse
  *     and cut cleanly (a prefix, NUL-terminated) into a small buffer;
- *   - on 0, every promise of daemon/config.h holds: listen, threads and
+ *   - on 0, every promise of rateld/config.h holds: listen, threads and
  *     limits in their ranges; the store's fields consistent with its kind
  *     (the Redis URL pointing into redis_url); trusted blocks in range with
  *     no host bits and no repeats; 1.. policies with valid, unique names,
@@ -29,7 +29,7 @@
  *   - ratel__cidr_parse gives 0 and a block in range without host bits,
  *     or -1 and a non-empty message.
  */
-#include "daemon/config.h"
+#include "rateld/config.h"
 
 #include <arpa/inet.h>
 #include <stdint.h>

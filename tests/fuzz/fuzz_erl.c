@@ -1,5 +1,5 @@
 /*
- * fuzz_erl.c - envoyproxy/ratelimit configuration files (daemon/erl.h) on
+ * fuzz_erl.c - envoyproxy/ratelimit configuration files (rateld/erl.h) on
  * arbitrary bytes.
  *
  * Two views of one input:
@@ -30,7 +30,7 @@
  *     entries; apply_replaces only turns limits into NULL, never an
  *     unlimited one, and only those some matched limit names.
  */
-#include "daemon/erl.h"
+#include "rateld/erl.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /*
  * fuzz_grpc.c - the gRPC path on arbitrary bytes, without sockets: an h2c
- * connection (src/http/h2.c, driven through its protocol table as
+ * connection (server/http/h2.c, driven through its protocol table as
  * worker.c drives it), and every call's message through rateld's one
- * RateLimitRequest decoder (rateld_rls_decode, daemon/rls.c).
+ * RateLimitRequest decoder (rateld_rls_decode, rateld/rls.c).
  *
  * Input: byte 0 chooses the set-up, the rest is what a client sends
  * after the connection preface and an empty SETTINGS frame (added unless
@@ -24,7 +24,7 @@
  * well-formed HTTP/2 frame headers; memory is freed (AddressSanitizer and
  * valgrind watch).
  */
-#include "daemon/rateld.h"
+#include "rateld/rateld.h"
 #include "http/conn.h"
 
 #include <stdint.h>

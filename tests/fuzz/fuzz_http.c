@@ -1,5 +1,5 @@
 /*
- * fuzz_http.c - the HTTP connection state machine (src/http/conn.h) on
+ * fuzz_http.c - the HTTP connection state machine (server/http/conn.h) on
  * arbitrary bytes, without sockets.
  *
  * Input: byte 0 chooses the set-up, byte 1 seeds the piece sizes, the rest

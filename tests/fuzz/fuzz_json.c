@@ -1,5 +1,5 @@
 /*
- * fuzz_json.c - the strict JSON body parser (src/app/json.c) on arbitrary
+ * fuzz_json.c - the strict JSON body parser (server/app/json.c) on arbitrary
  * bytes.
  *
  * Two views of one input:

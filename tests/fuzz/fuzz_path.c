@@ -1,5 +1,5 @@
 /*
- * fuzz_path.c - the normal form of a path (daemon/path.h) on arbitrary
+ * fuzz_path.c - the normal form of a path (rateld/path.h) on arbitrary
  * bytes, against a second, plainer model of the same rules.
  *
  * The input is a path as is, and the input after a '/'. Invariants (a
@@ -18,7 +18,7 @@
  *     the same when the buffer holds 3 bytes per input byte), never a cut
  *     one (ASan sees any byte written past the buffer).
  */
-#include "daemon/path.h"
+#include "rateld/path.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
- * fuzz_rateld.c - rateld's endpoints (daemon/handlers.c) on arbitrary
- * bytes, through the real HTTP connection state machine (src/http/conn.h)
+ * fuzz_rateld.c - rateld's endpoints (rateld/handlers.c) on arbitrary
+ * bytes, through the real HTTP connection state machine (server/http/conn.h)
  * and a real memory store, with the configuration of examples/rateld.yaml
  * (plus an admin token, an api token and a trusted proxy).
  *
@@ -18,7 +18,7 @@
  * (the memory store cannot fail), except when the store runs out of its
  * bound (then 500 is allowed).
  */
-#include "daemon/rateld.h"
+#include "rateld/rateld.h"
 #include "http/conn.h"
 
 #include <arpa/inet.h>

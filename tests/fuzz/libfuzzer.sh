@@ -3,7 +3,7 @@
 # clang's libFuzzer, AddressSanitizer and UBSan, FUZZ_SECONDS each
 # (default 60), one target after the other.
 #
-# Each target is compiled with src/core/*.c and src/store/*.c into
+# Each target is compiled with lib/core/*.c and lib/store/*.c into
 # build-fuzz/ (FUZZ_BUILD). The seeds in tests/fuzz/corpus/NAME/ are read
 # (each is first run alone: a failing one is named and left out);
 # inputs libFuzzer finds are written to build-fuzz/corpus/NAME/ (kept between
@@ -23,19 +23,19 @@ passed=0 failed=0
 
 cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iinclude -Isrc -D_GNU_SOURCE -pthread
+        -Iinclude -Ilib -Ilib/internal -Iserver -D_GNU_SOURCE -pthread
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
         -Wpointer-arith -Wvla)
-lib=(src/core/*.c)
-for f in src/tz/*.c src/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
+lib=(lib/core/*.c)
+for f in lib/tz/*.c lib/store/*.c module/args.c; do [ -e "$f" ] && lib+=("$f"); done
 # The Redis store embeds the Lua artefacts and links hiredis.
 sh scripts/lua-build.sh "$out/lua"
 scripts/embed-lua.sh "$out/lua/ratel.lib.lua" "$out/lua/ratel.eval.lua" "$out/gen/lua_script.c"
 lib+=("$out/gen/lua_script.c")
 # rateld's and captchad's parsers (config, HTTP) and what they need:
-# the code they share (src/app/) and rateld's (daemon/, without main).
-for f in src/http/*.c src/app/*.c daemon/*.c; do
-    [ -e "$f" ] && [ "$f" != daemon/main.c ] && lib+=("$f")
+# the code they share (server/app/) and rateld's (rateld/, without main).
+for f in server/http/*.c server/app/*.c rateld/*.c; do
+    [ -e "$f" ] && [ "$f" != rateld/main.c ] && lib+=("$f")
 done
 # Envoy's and gRPC health's messages, generated as the Makefile does.
 mkdir -p "$out/gen/proto"

@@ -97,7 +97,7 @@ PAGES = {
     "README.md": {
         "servers": ["rateld"],
         "starts": ["redis", "captchad"],
-        "subs": [(r"examples/captcha/captchad\.yaml", "{tmp}/captchad.yaml")],
+        "subs": [(r"captchad/captchad\.yaml", "{tmp}/captchad.yaml")],
         "vary": [
             r"r=0;t=(\d+)",
             r"Retry-After: (\d+)",
@@ -159,10 +159,10 @@ PAGES = {
         ],
     },
     "docs/testing.md": {"servers": ["redis"]},
-    "examples/captcha/README.md": {
+    "captchad/README.md": {
         "servers": ["captchad"],
         # --check-config of the copy the harness runs (its port, its token).
-        "subs": [(r"examples/captcha/captchad\.yaml", "{tmp}/captchad.yaml")],
+        "subs": [(r"captchad/captchad\.yaml", "{tmp}/captchad.yaml")],
         "vary": [
             r"Your code is (\d+)",
             r"\"code\":\"(\d+)\"",
@@ -361,7 +361,7 @@ class Page:
             cfg = self.config_copy("examples/rateld.yaml", port)
             self.spawn([os.path.join(b, "rateld"), "--config", cfg], "rateld.log")
         elif kind == "captchad":
-            cfg = self.config_copy("examples/captcha/captchad.yaml", port)
+            cfg = self.config_copy("captchad/captchad.yaml", port)
             self.spawn([os.path.join(b, "captchad"), "--config", cfg], "captchad.log")
         elif kind in ("redis", "redis_plain"):
             argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
@@ -394,7 +394,7 @@ class Page:
             self.ports[kind] = free_port()
         for kind in self.conf.get("starts", []):
             if kind == "captchad":
-                self.config_copy("examples/captcha/captchad.yaml", self.ports[kind])
+                self.config_copy("captchad/captchad.yaml", self.ports[kind])
         for kind in self.conf.get("servers", []):
             self.start(kind, self.ports[kind])
 
@@ -674,6 +674,7 @@ def main():
     if not pages:
         pages = ["README.md", "README.zh-CN.md"]
         pages += sorted("docs/" + f for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))
+        pages.append("captchad/README.md")
         ex = os.path.join(root, "examples")
         pages += sorted("examples/%s/README.md" % d for d in os.listdir(ex)
                         if os.path.exists(os.path.join(ex, d, "README.md")))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# captchad (examples/captcha) end to end over real HTTP on loopback: send,
+# captchad (captchad) end to end over real HTTP on loopback: send,
 # the log sender's file, verify once and only once (also concurrently),
 # expiry, wrong attempts, the per-phone and per-IP limits, the verify
 # limits, the login rule, a webhook gateway that fails or never answers
@@ -133,7 +133,7 @@ ok start
 same version "$("$captchad" --version)" "captchad $(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
 contains help "$("$captchad" --help)" '--check-config'
 contains check_config "$("$captchad" --check-config "$tmp/main.yaml")" ': ok:'
-contains check_example "$("$captchad" --check-config "$root/examples/captcha/captchad.yaml")" ': ok:'
+contains check_example "$("$captchad" --check-config "$root/captchad/captchad.yaml")" ': ok:'
 printf 'listen: 127.0.0.1:1\npolicies:\n  send_phone: [1/60s]\n  colour: red\n' >"$tmp/bad1.yaml"
 same bad_unknown_field "$("$captchad" --check-config "$tmp/bad1.yaml" 2>&1)" \
     "captchad: $tmp/bad1.yaml:4: policies.colour: unknown field; accepted: send_phone, send_ip, verify_phone, verify_ip, login_user"
@@ -323,7 +323,7 @@ same verify_missing_code "$(status -X POST -d '{"telephone":"13800138000"}' "$b1
 same verify_code_number "$(status -X POST -d '{"telephone":"13800138000","code":123456}' "$b1/captcha/verify")" 400
 head -c 1048576 /dev/zero | tr '\0' 'a' >"$tmp/big"
 same body_1mb "$(status -X POST --data-binary @"$tmp/big" "$b1/captcha/send")" 413
-# (The 413 comes from the HTTP layer, src/http, before captchad runs: JSON
+# (The 413 comes from the HTTP layer, server/http, before captchad runs: JSON
 # as well, naming the limit.)
 contains body_1mb_reason "$(curl -s -X POST --data-binary @"$tmp/big" "$b1/captcha/send")" '{"error":"request body larger than limits.max_body_bytes"}'
 # Every 4xx body captchad writes is JSON with an "error" string.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_docs.sh - every shell example of README.md, README.zh-CN.md, docs/*.md
-# and examples/*/README.md run as printed, its shown output compared
+# test_docs.sh - every shell example of README.md, README.zh-CN.md, docs/*.md,
+# captchad/README.md and examples/*/README.md run as printed, its shown output compared
 # (tests/integration/docs_run.py says how; blocks that cannot run here are
 # marked on the page with <!-- not run: WHY -->, and the gateway snippets
 # marked <!-- snippet: NAME --> are run by test_gateway_*.sh); a block

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rateld's /v1/auth decides the path a backend serves, not the client's
-# spelling of it (daemon/path.h, docs/gateways.md "Which path rateld
+# spelling of it (rateld/path.h, docs/gateways.md "Which path rateld
 # matches"), without a gateway in front: the header form (auth.gateway
 # nginx) and Envoy's form (/v1/auth + the original path), both with
 # auth.unmatched: allow, where a spelling rateld did not match would pass

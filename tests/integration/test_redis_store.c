@@ -17,7 +17,7 @@
  */
 #include "ratel.h"
 #include "servers.h"
-#include "store/redis.h"
+#include "ratel_internal.h"
 
 #include <dirent.h>
 #include <pthread.h>

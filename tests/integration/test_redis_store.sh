@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Redis store (src/store/redis*.c) against real redis-servers that the
+# The Redis store (lib/store/redis*.c) against real redis-servers that the
 # test binary starts, kills, pauses and restarts itself (servers.c):
 # standalone with the module and with the Lua script, a primary and its
 # replica, a 3-master cluster with a slot migrated under load.

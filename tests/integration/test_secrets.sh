@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_secrets.sh - no default secret works, no secret is printed, and
 # the files and logs a client touches cannot be abused:
-#  - every token the pages print (README*.md, docs/, examples/), the
+#  - every token the pages print (README*.md, docs/, examples/, captchad/), the
 #    example tokens and a short token are refused by rateld and captchad
 #    at start and by --check-config, naming the reason; a long random one
 #    is accepted;
@@ -39,7 +39,7 @@ EOF
 # values and Authorization / X-Admin-Token header values (not variables).
 printed=$(cd "$root" && grep -rhoE \
     "(admin_token|api_token): *\"?[^\" ]+\"?|Bearer [^ '\"\`\\\\]+|X-Admin-Token: [^ '\"\`\\\\]+" \
-    README*.md docs examples 2>/dev/null |
+    README*.md docs examples captchad 2>/dev/null |
     sed -E 's/^(admin_token|api_token): *//; s/^Bearer //; s/^X-Admin-Token: //; s/^"//; s/"$//' |
     sed -E 's/[).,;:]+$//' | grep -v '^\$' | grep -v '^$' | sort -u)
 tokens=$(printf '%s\n' "$printed" change-me-to-a-long-random-string change-me \
@@ -82,7 +82,7 @@ same random_token_ok "$("$rateld" --check-config "$tmp/tok.yaml" >/dev/null 2>&1
 printf 'admin_token: "%s"\n' "$good_token" >"$tmp/ctok.yaml"
 same captchad_random_token_ok "$("$captchad" --check-config "$tmp/ctok.yaml" >/dev/null 2>&1; echo $?)" 0
 # The shipped examples: empty tokens, and valid.
-same examples_empty_tokens "$(grep -h '^admin_token:' "$root/examples/rateld.yaml" "$root/examples/captcha/captchad.yaml")" \
+same examples_empty_tokens "$(grep -h '^admin_token:' "$root/examples/rateld.yaml" "$root/captchad/captchad.yaml")" \
     'admin_token: ""
 admin_token: ""'
 

@@ -10,7 +10,7 @@
 
 # The units with this build's binaries and example configurations.
 mkdir -p "$tmp/units" "$tmp/etc/ratel"
-cp "$root/examples/rateld.yaml" "$root/examples/captcha/captchad.yaml" "$tmp/etc/ratel/"
+cp "$root/examples/rateld.yaml" "$root/captchad/captchad.yaml" "$tmp/etc/ratel/"
 for u in rateld captchad; do
     sed -e "s|@sbindir@|$build|g" -e "s|@sysconfdir@|$tmp/etc|g" \
         "$root/systemd/$u.service.in" >"$tmp/units/$u.service"
@@ -94,7 +94,7 @@ same rateld_exit "$?" 0
 # Without NOTIFY_SOCKET nothing is sent and nothing fails (every other
 # suite runs rateld so).
 
-start_notified captchad "$root/examples/captcha/captchad.yaml"
+start_notified captchad "$root/captchad/captchad.yaml"
 kill -TERM "$pid"
 wait_msgs captchad 2
 same captchad_stopping "$(msg captchad 2)" "STOPPING=1"

@@ -1,7 +1,7 @@
 /*
  * test_calendar.c - calendar windows (tz=, weeks, months) against brute
  * force references written here: glibc's localtime_r and timegm give local
- * times (an implementation independent of calendar.c and src/tz), and a
+ * times (an implementation independent of calendar.c and lib/tz), and a
  * scan finds where each window starts. Then fixed and approx decisions on
  * random traces against counters kept per reference window.
  */

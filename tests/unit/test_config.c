@@ -3,8 +3,8 @@
  * valid forms, a table of bad files (line and message), route matching and
  * CIDR parsing.
  */
-#include "daemon/config.h"
-#include "daemon/erl.h"
+#include "rateld/config.h"
+#include "rateld/erl.h"
 #include "test.h"
 
 #include <arpa/inet.h>

@@ -1,6 +1,6 @@
 /*
  * test_deny_cache.c - the Redis store's local cache of denials
- * (src/store/deny_cache.c).
+ * (lib/store/deny_cache.c).
  *
  * A hit must only ever repeat a denial recorded for that exact key and
  * policy, counted down to the time asked, and only for requests the denial
@@ -92,8 +92,14 @@ TEST(deny_cache_new_checks_and_rounds)
 
     CHECK_EQ(ratel__deny_cache_new(&c, 0, 1000), RATEL_EINVAL);
     CHECK(c == NULL);
-    CHECK_EQ(ratel__deny_cache_new(&c, ((size_t)1 << 24) + 1, 1000),
-             RATEL_EINVAL);
+    /* The deny_cache option's range (option.c), not a bound of its own. */
+    CHECK_EQ(ratel__deny_cache_new(&c, 1048577, 1000), RATEL_EINVAL);
+    CHECK(c == NULL);
+    CHECK_EQ(ratel__deny_cache_new(&c, (size_t)1 << 24, 1000), RATEL_EINVAL);
+    REQUIRE(ratel__deny_cache_new(&c, 1048576, 1) == 0);
+    CHECK_EQ(stats_of(c).entries, 1048576);
+    ratel__deny_cache_free(c);
+    c = NULL;
     CHECK_EQ(ratel__deny_cache_new(&c, 16, 0), RATEL_EINVAL);
     CHECK_EQ(ratel__deny_cache_new(&c, 16, -5), RATEL_EINVAL);
     CHECK_EQ(ratel__deny_cache_new(NULL, 16, 1000), RATEL_EINVAL);

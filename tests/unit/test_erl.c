@@ -1,10 +1,10 @@
 /*
- * test_erl.c - envoyproxy/ratelimit configuration files (daemon/erl.h):
+ * test_erl.c - envoyproxy/ratelimit configuration files (rateld/erl.h):
  * the README's examples loaded and matched, wildcards, replaces, every
  * validation error with its line and message, ratel's extension fields,
  * the bounds, and a configuration directory on disk.
  */
-#include "daemon/erl.h"
+#include "rateld/erl.h"
 #include "test.h"
 
 #include <stdio.h>

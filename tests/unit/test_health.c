@@ -1,6 +1,6 @@
 /*
- * test_health.c - a store's health (src/store/health.c, ratel_store_health)
- * and rateld's budgeted log of its changes (daemon/health.c).
+ * test_health.c - a store's health (lib/store/health.c, ratel_store_health)
+ * and rateld's budgeted log of its changes (rateld/health.c).
  *
  * The health must follow its sources exactly: down while any source is,
  * up only when the last one recovers, counting every change once, with
@@ -12,7 +12,7 @@
  */
 #include "test.h"
 
-#include "daemon/health.h"
+#include "rateld/health.h"
 #include "ratel.h"
 #include "store/health.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_http.c - the HTTP server (src/http): helpers, the connection state
+ * test_http.c - the HTTP server (server/http): helpers, the connection state
  * machine fed directly, and a real server on 127.0.0.1 port 0 in a thread
  * driven by raw-socket clients.
  *
@@ -511,6 +511,83 @@ TEST(http_query_param)
         CHECK_EQ(ratel_http_query_param(q, "j", NULL, 0), -1);
         CHECK_EQ(ratel_http_query_param(none, "k", buf, sizeof buf), -1);
     }
+}
+
+/* The one reading of a listen address (servers and configurations): what
+   it accepts, what it refuses and the reason it gives. */
+TEST(http_listen_parse)
+{
+    static const struct {
+        const char *text, *host;
+        int ipv6;
+        unsigned port;
+    } good[] = {
+        {"127.0.0.1:8080", "127.0.0.1", 0, 8080},
+        {"localhost:80", "localhost", 0, 80},
+        {"rate-limit.example.org:65535", "rate-limit.example.org", 0, 65535},
+        {":8080", "", 0, 8080},
+        {":0", "", 0, 0},
+        {"[::1]:8080", "::1", 1, 8080},
+        {"[::]:1", "::", 1, 1},
+        {"[::ffff:10.0.0.1]:9", "::ffff:10.0.0.1", 1, 9},
+        {"10.0.0.1:00080", "10.0.0.1", 0, 80},
+    };
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"", "no ':'"},
+        {"127.0.0.1", "no ':'"},
+        {"127.0.0.1:", "the port is missing"},
+        {":", "the port is missing"},
+        {"127.0.0.1:65536",
+         "the port 65536 is out of range; accepted: 0..65535"},
+        {"127.0.0.1:99999", "out of range"},
+        {"127.0.0.1:123456", "is not a number 0..65535"},
+        {"127.0.0.1:8x", "the port \"8x\" is not a number"},
+        {"127.0.0.1:+80", "is not a number"},
+        {"127.0.0.1:80 ", "is not a number"},
+        {"::1:80", "an IPv6 address goes in brackets"},
+        {"[::1]80", "expected ':' and the port after ']'"},
+        {"[::1]", "expected ':' and the port after ']'"},
+        {"[::1:80", "'[' without its ']'"},
+        {"[]:80", "\"\" in brackets is not an IPv6 address"},
+        {"[::g]:80", "\"::g\" in brackets is not an IPv6 address"},
+        {"[127.0.0.1]:80", "is not an IPv6 address"},
+        {"[fe80::1%eth0]:80", "is not an IPv6 address"},
+        {"a b:80", "the host holds ' '"},
+        {"host_name:80", "the host holds '_'"},
+        {"h\x01:80", "the host holds the byte 0x01"},
+        {"h\xc3\xa9:80", "the byte 0xc3"},
+        {"a/b:80", "the host holds '/'"},
+    };
+    ratel_http_listen_t a;
+    char why[256], longhost[300];
+
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        why[0] = '\0';
+        CHECK_EQ(ratel_http_listen_parse(good[i].text, &a, why, sizeof why), 0);
+        CHECK(strcmp(a.host, good[i].host) == 0);
+        CHECK_EQ(a.ipv6, good[i].ipv6);
+        CHECK_EQ(a.port, good[i].port);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = '\0';
+        CHECK_EQ(ratel_http_listen_parse(bad[i].text, &a, why, sizeof why), -1);
+        if (!strstr(why, bad[i].why)) {
+            char m[400];
+            snprintf(m, sizeof m, "%s: got \"%s\", want \"%s\"", bad[i].text,
+                     why, bad[i].why);
+            ratel_test_fail(__FILE__, __LINE__, m);
+        }
+    }
+    CHECK_EQ(ratel_http_listen_parse(NULL, &a, why, sizeof why), -1);
+    memset(longhost, 'a', 256);
+    memcpy(longhost + 256, ":80", 4);
+    CHECK_EQ(ratel_http_listen_parse(longhost, &a, why, sizeof why), -1);
+    CHECK(strstr(why, "longer than 255 bytes") != NULL);
+    memcpy(longhost + 255, ":80", 4);
+    CHECK_EQ(ratel_http_listen_parse(longhost, &a, why, sizeof why), 0);
+    CHECK_EQ(a.port, 80);
 }
 
 TEST(http_listen_errors)
@@ -1279,6 +1356,7 @@ RATEL_SUITE(http) = {
     {"http_reason_phrases", test_http_reason_phrases},
     {"http_header_lookup", test_http_header_lookup},
     {"http_query_param", test_http_query_param},
+    {"http_listen_parse", test_http_listen_parse},
     {"http_listen_errors", test_http_listen_errors},
     {"http_conn_pipeline_limit", test_http_conn_pipeline_limit},
     {"http_conn_buffer_moves", test_http_conn_buffer_moves},

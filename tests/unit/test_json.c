@@ -1,5 +1,5 @@
 /*
- * test_json.c - src/app/json.c: strict JSON bodies (every refusal with
+ * test_json.c - server/app/json.c: strict JSON bodies (every refusal with
  * its offset and message, a table of bodies that pass) and error bodies
  * that are always valid JSON.
  */

@@ -1,6 +1,6 @@
 /*
  * test_log_budget.c - rateld's budget for log lines about clients'
- * requests (daemon/log_budget.c): one line per kind per 10 s on a worker,
+ * requests (rateld/log_budget.c): one line per kind per 10 s on a worker,
  * each saying how many events it did not write since the last, kinds
  * apart, and the counts still held back written when rateld stops. A
  * flood of 1,000 events within the interval writes one line. Time is
@@ -8,7 +8,7 @@
  */
 #include "test.h"
 
-#include "daemon/rateld.h"
+#include "rateld/rateld.h"
 
 #include <stdio.h>
 #include <string.h>

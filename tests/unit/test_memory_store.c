@@ -1,5 +1,5 @@
 /*
- * test_memory_store.c - the embedded store (src/store/memory.c).
+ * test_memory_store.c - the embedded store (lib/store/memory.c).
  *
  * The store must give exactly the decisions the core gives on a private
  * buffer, keep them atomic per key under threads, forget idle keys at their
@@ -812,7 +812,9 @@ TEST(memory_store_bad_arguments)
     ratel_decision_t d;
     ratel_rule_status_t rs[1];
     ratel_store_stats_t st;
-    ratel_memory_options_t tiny = {1000, 0}, odd = {100 << 10, 3};
+    ratel_memory_options_t tiny = {1000, 0}, odd = {100 << 10, 3},
+                           huge = {((size_t)1 << 40) + 1, 0},
+                           least = {(size_t)64 << 10, 0};
     ratel_store_t *s = NULL;
     static char longkey[5000];
     size_t n;
@@ -823,6 +825,13 @@ TEST(memory_store_bad_arguments)
     CHECK_EQ(ratel_store_memory_new(NULL, NULL), RATEL_EINVAL);
     CHECK_EQ(ratel_store_memory_new(&s, &tiny), RATEL_EINVAL);
     CHECK(s == NULL);
+    /* max_bytes's range is the option table's, as YAML reads it. */
+    CHECK_EQ(ratel_store_memory_new(&s, &huge), RATEL_EINVAL);
+    CHECK(s == NULL);
+    CHECK_EQ(ratel_store_memory_new(&s, &least), 0);
+    REQUIRE(s);
+    ratel_store_free(s);
+    s = NULL;
     CHECK_EQ(ratel_store_memory_new(&s, &odd), 0);
     REQUIRE(s);
     CHECK(stats_of(s).bytes <= 100 << 10);

@@ -3,7 +3,7 @@
  */
 #include "test.h"
 
-#include "daemon/metrics.h"
+#include "rateld/metrics.h"
 #include "http/http.h"
 #include "ratel.h"
 

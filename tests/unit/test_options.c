@@ -309,6 +309,48 @@ TEST(options_limits_table_covers_the_struct)
     CHECK_EQ(all.max_pipeline, 1024);
 }
 
+/* The C API's checks take their bounds from the tables: each edge of
+   deny_cache and max_bytes is accepted, one past it refused, by the
+   check and by the constructors that use it. */
+TEST(options_c_api_ranges_are_the_tables)
+{
+    uint64_t min = 0, max = 0;
+    ratel_store_t *s = NULL;
+    ratel_memory_options_t mo = {0, 0};
+
+    REQUIRE(ratel__option_range(ratel__redis_query_options,
+                                ratel__redis_query_noptions, "deny_cache", &min,
+                                &max) == 0);
+    CHECK_EQ(min, 0);
+    CHECK_EQ(max, 1048576);
+    CHECK_EQ(ratel__redis_option_check("deny_cache", 0), 0);
+    CHECK_EQ(ratel__redis_option_check("deny_cache", 1048576), 0);
+    CHECK_EQ(ratel__redis_option_check("deny_cache", 1048577), RATEL_EINVAL);
+    CHECK_EQ(ratel__redis_option_check("deny_cache", -1), RATEL_EINVAL);
+    CHECK_EQ(ratel__redis_option_check("timeout_ms", 60000), 0);
+    CHECK_EQ(ratel__redis_option_check("timeout_ms", 60001), RATEL_EINVAL);
+    CHECK_EQ(ratel__redis_option_check("timeout_ms", 0), RATEL_EINVAL);
+    /* Not a number option, or no such option: refused, never accepted. */
+    CHECK_EQ(ratel__redis_option_check("mode", 1), RATEL_EINVAL);
+    CHECK_EQ(ratel__redis_option_check("no_such", 1), RATEL_EINVAL);
+    CHECK(ratel__option_range(ratel__redis_query_options,
+                              ratel__redis_query_noptions, "mode", &min,
+                              &max) == -1);
+
+    REQUIRE(ratel__option_range(ratel__memory_options, ratel__memory_noptions,
+                                "max_bytes", &min, &max) == 0);
+    CHECK_EQ(min, 65536);
+    CHECK_EQ(max, (uint64_t)1 << 40);
+    mo.max_bytes = (size_t)max + 1;
+    CHECK_EQ(ratel_store_memory_new(&s, &mo), RATEL_EINVAL);
+    mo.max_bytes = (size_t)min - 1;
+    CHECK_EQ(ratel_store_memory_new(&s, &mo), RATEL_EINVAL);
+    CHECK(s == NULL);
+    mo.max_bytes = (size_t)min;
+    REQUIRE(ratel_store_memory_new(&s, &mo) == 0);
+    ratel_store_free(s);
+}
+
 RATEL_SUITE(options) = {
     {"options_every_type_from_yaml", test_options_every_type_from_yaml},
     {"options_range_edges_and_messages", test_options_range_edges_and_messages},
@@ -317,5 +359,7 @@ RATEL_SUITE(options) = {
     {"options_redis_query_to_options", test_options_redis_query_to_options},
     {"options_limits_table_covers_the_struct",
      test_options_limits_table_covers_the_struct},
+    {"options_c_api_ranges_are_the_tables",
+     test_options_c_api_ranges_are_the_tables},
     {0, 0},
 };

@@ -1,12 +1,12 @@
 /*
- * test_origin.c - the original request of an auth request (daemon/origin.h):
+ * test_origin.c - the original request of an auth request (rateld/origin.h):
  * each auth.gateway reads exactly its own headers, the unset default
  * refuses two candidates for a field, and no header a client adds (alone,
  * twice, in any case) makes a gateway's request read as another one.
  */
 #include "test.h"
 
-#include "daemon/origin.h"
+#include "rateld/origin.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -1,11 +1,11 @@
 /*
- * test_path.c - the normal form of a request's path (daemon/path.h): every
+ * test_path.c - the normal form of a request's path (rateld/path.h): every
  * spelling of a path a backend serves as the same one normalises to it,
  * and what cannot be normalised safely is refused.
  */
 #include "test.h"
 
-#include "daemon/path.h"
+#include "rateld/path.h"
 
 #include <stdio.h>
 #include <stdlib.h>

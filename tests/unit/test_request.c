@@ -6,7 +6,7 @@
 #include "test.h"
 
 #include "app/ratelimit.h"
-#include "daemon/request.h"
+#include "rateld/request.h"
 #include "ratel.h"
 
 #include <cjson/cJSON.h>

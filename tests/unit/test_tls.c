@@ -1,5 +1,5 @@
 /*
- * test_tls.c - src/store/tls.c against real TLS-only redis-servers
+ * test_tls.c - lib/store/tls.c against real TLS-only redis-servers
  * (tests/integration/servers.h starts them; tls_certs.sh makes the
  * certificates): a handshake over a plain blocking socket, a PING, and
  * for each way it can fail, the message a user reads.

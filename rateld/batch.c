@@ -1,0 +1,142 @@
+/*
+ * batch.c - each worker's batch of decisions (rateld.h): the endpoints
+ * (handlers.c for HTTP, rls.c for Envoy's gRPC) check a request and queue
+ * its items; the flush at the end of the worker's pass sends them all to
+ * the store in one ratel_async_acquire_batch() and goes on: the worker
+ * never waits for the store. When the store has decided (at once for the
+ * memory store; for Redis, when it answered or, hung or gone, at the
+ * request's deadline by the failure policy), each request is answered by
+ * its kind's answer. A request goes down one way: endpoint, batch, store,
+ * answer; no endpoint file calls another.
+ */
+#include "rateld/answer.h"
+#include "rateld/rateld.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What answers each kind of pending request once the batch is decided;
+   NULL for the later items of a request, answered with its first. */
+static rateld_answer_fn *const answer_of[RATELD_KINDS] = {
+    [RATELD_KIND_ACQUIRE] = rateld_answer_acquire,
+    [RATELD_KIND_AUTH] = rateld_answer_auth,
+    [RATELD_KIND_PART] = NULL,
+    [RATELD_KIND_RLS] = rateld_rls_answer,
+};
+
+rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)
+{
+    if (!w->gen) {
+        atomic_store(&w->active, 1);
+        w->gen = atomic_load(&d->current);
+        atomic_store(&w->epoch, w->gen->epoch);
+    }
+    return w->gen;
+}
+
+/* The store decided a flight (or failed it: every item's rc says so):
+   each request gets its answer, then the flight lets go of its
+   configuration. While rateld stops, the exchanges may be gone: nothing
+   is answered. */
+static void flight_decided(void *ud, ratel_batch_item_t *items, size_t n)
+{
+    rateld_flight_t *f = ud;
+    int64_t now = ratel_clock_now_us();
+
+    (void)items;
+    for (size_t i = 0; i < n && !atomic_load(&f->d->stopping); i++) {
+        rateld_answer_fn *answer = answer_of[f->pending[i].kind];
+        if (answer)
+            answer(f->d, f, f->thread, f->gen, i, now);
+    }
+    if (f->on_heap) {
+        f->w->flights--;
+        atomic_fetch_sub(&f->gen->flights, 1);
+        free(f);
+    }
+}
+
+/* The pass's requests, copied into a flight of their own. */
+static rateld_flight_t *take_off(rateld_t *d, rateld_worker_t *w,
+                                 unsigned thread)
+{
+    size_t n = w->npending;
+    rateld_flight_t *f =
+        malloc(sizeof *f + n * sizeof *f->items + n * sizeof *f->pending);
+
+    if (!f)
+        return NULL;
+    f->d = d;
+    f->w = w;
+    f->thread = thread;
+    f->gen = w->gen;
+    f->n = n;
+    f->on_heap = 1;
+    f->items = (ratel_batch_item_t *)(f + 1);
+    f->pending = (rateld_pending_t *)(f->items + n);
+    memcpy(f->pending, w->pending, n * sizeof *f->pending);
+    for (size_t i = 0; i < n; i++) {
+        const rateld_pending_t *p = &f->pending[i];
+        /* A route's policies are one all-or-nothing group: the store
+           charges none of them unless all admit. */
+        f->items[i] = (ratel_batch_item_t){
+            .key = p->key,
+            .keylen = p->keylen,
+            .policy = p->rules,
+            .request = p->request,
+            .group = p->count > 1 ? (uint32_t)p->first + 1 : 0};
+    }
+    atomic_fetch_add(&f->gen->flights, 1);
+    w->flights++;
+    return f;
+}
+
+/*
+ * Sends the worker's batch to the store and returns at once. A batch the
+ * store cannot take (out of memory) is answered as a store error, item by
+ * item.
+ */
+static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
+{
+    rateld_flight_t *f,
+        own = {d, w, thread, w->gen, w->npending, w->pending, w->items, 0};
+    int rc = RATEL_ENOMEM;
+
+    if (w->npending == 0)
+        return;
+    f = take_off(d, w, thread);
+    if (f)
+        rc = ratel_async_acquire_batch(w->async, f->items, f->n,
+                                       ratel_clock_now_us(), flight_decided, f);
+    w->npending = 0;
+    if (rc == 0)
+        return;
+    if (!f)
+        f = &own;
+    for (size_t i = 0; i < f->n; i++)
+        f->items[i].rc = rc;
+    flight_decided(f, f->items, f->n);
+}
+
+void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                    size_t need)
+{
+    if (w->npending + need > RATELD_BATCH_MAX)
+        run_batch(d, w, thread);
+}
+
+/* The end of the worker's pass: the batch sent, the pass's configuration
+   let go of (its flights hold it until answered; a reload frees it once
+   neither a worker nor a flight does). */
+void rateld_flush(void *ud, unsigned thread)
+{
+    rateld_t *d = ud;
+    rateld_worker_t *w = &d->workers[thread];
+
+    run_batch(d, w, thread);
+    if (w->gen) {
+        w->gen = NULL;
+        atomic_store(&w->active, 0);
+    }
+}

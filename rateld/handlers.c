@@ -1,0 +1,906 @@
+/*
+ * handlers.c - rateld's endpoints (docs/rateld.md):
+ *
+ *   GET|POST /v1/acquire   decide for {policy, key, cost, peek}: 200 / 429
+ *   POST     /v1/refund    give permits back (api or admin token)
+ *   POST     /v1/release   release or renew a concurrent rule's lease
+ *                          (api or admin token)
+ *   POST     /v1/reset     forget a key (admin token)
+ *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
+ *            /v1/auth/PATH request's route and identity: 200 / 429 (+
+ *                          Retry-After) / 400 / 403, never a silent allow
+ *   GET      /metrics      Prometheus text
+ *   GET      /healthz      the process answers
+ *   GET      /readyz       the store answers
+ *
+ * Each endpoint is one entry of the table at the end. Decisions are
+ * batched per worker (batch.c): the handler checks the request and queues
+ * it, rateld_flush() decides the batch and answer.c answers.
+ */
+#include "app/json.h"
+#include "rateld/answer.h"
+#include "rateld/params.h"
+#include "rateld/rateld.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int str_is(ratel_http_str_t s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* Copies s into buf as a C string; 0 when it does not fit. */
+static int str_copy(ratel_http_str_t s, char *buf, size_t len)
+{
+    if (s.n >= len)
+        return 0;
+    memcpy(buf, s.p, s.n);
+    buf[s.n] = '\0';
+    return 1;
+}
+
+/*
+ * The parameters of a keyed endpoint and their policy; NULL after
+ * answering 400 (bad parameters) or 404 (no such policy).
+ */
+static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
+                                            ratel_http_exchange_t *ex,
+                                            const ratel_http_request_t *req,
+                                            rateld_params_t *prm, int release)
+{
+    const rateld_policy_t *pol;
+    char err[400];
+
+    if (rateld_params_read(req, prm, release, err, sizeof err) != 0) {
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
+        return NULL;
+    }
+    pol = rateld_config_policy(gen->config, prm->policy, strlen(prm->policy));
+    if (!pol) {
+        char names[300];
+        rateld_config_policy_names(gen->config, names, sizeof names);
+        rateld_respond_error(d, ex, req->thread, 404,
+                             "no policy named \"%s\"; defined: %s", prm->policy,
+                             names);
+    }
+    return pol;
+}
+
+/* Cost larger than a rule can ever admit: the store's ECOST, named. */
+static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
+                      long long cost, char *err, size_t errlen)
+{
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    size_t i = 0;
+    char text[64];
+
+    req.cost = (uint64_t)cost;
+    if (ratel_policy_check_request(rules, &req, &i) != RATEL_ECOST)
+        return 0;
+    ratel_rule_format(&rules->rules[i], text, sizeof text);
+    snprintf(err, errlen,
+             "cost %lld is more than rule %s of policy %s can ever admit", cost,
+             text, pol->name);
+    return -1;
+}
+
+/* "POLICY:" + key as the store key. */
+static void set_key(rateld_pending_t *p, const char *policy, const char *key,
+                    size_t keylen)
+{
+    size_t n = strlen(policy);
+    memcpy(p->key, policy, n);
+    p->key[n] = ':';
+    memcpy(p->key + n + 1, key, keylen);
+    p->keylen = n + 1 + keylen;
+}
+
+static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
+                     const rateld_policy_t *pol, size_t index,
+                     const rateld_view_t *view);
+static void api_view(const rateld_config_t *c, const ratel_http_request_t *req,
+                     rateld_view_t *view, char *client, char *host,
+                     size_t hostlen);
+
+/* The decision API: check, then queue for the flush. Overrides read the
+   API request itself (its headers, its client address; `key` is the
+   key given). */
+static void acquire_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = rateld_take_gen(d, w);
+    const rateld_policy_t *pol;
+    rateld_pending_t *p;
+    char err[400], client[RATEL__ADDR_MAX], host[256];
+    rateld_view_t view;
+    rateld_params_t prm;
+
+    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
+        return;
+    rateld_enqueue(d, w, req->thread, 1);
+    p = &w->pending[w->npending];
+    set_key(p, pol->name, prm.key, prm.keylen);
+    api_view(gen->config, req, &view, client, host, sizeof host);
+    if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
+        static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
+        char body[160];
+        int m =
+            snprintf(body, sizeof body,
+                     "{\"allowed\":true,\"policy\":\"%s\",\"exempt\":true}\n",
+                     pol->name);
+        rateld_respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
+        return;
+    }
+    if (check_cost(pol, p->rules, prm.cost, err, sizeof err) != 0) {
+        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
+        return;
+    }
+    p->ex = ex;
+    p->kind = RATELD_KIND_ACQUIRE;
+    p->first = (int)w->npending;
+    p->count = 1;
+    p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+    p->request.cost = (uint64_t)prm.cost;
+    p->request.flags = prm.peek ? RATEL_PEEK : 0;
+    p->start_us = start;
+    w->npending++;
+}
+
+/* ---------------------------------------------------------------- auth */
+
+/*
+ * Whether refusals go to nginx's auth_request (auth.deny_status 403). They
+ * carry no body then: nginx shows the client its own answer, never ours,
+ * and it closes its keep-alive connection to rateld after an auth answer
+ * with a body it did not read, so every refused request would cost a new
+ * connection (measured: half the throughput on a denied path).
+ */
+static int nginx_mode(const rateld_worker_t *w)
+{
+    return w->gen && w->gen->config->auth.deny_status == 403;
+}
+
+/*
+ * Answers an auth request rateld will not decide by policies: counted,
+ * logged (one line per reason per 10 s on each worker, with how many were
+ * not logged since), and answered 200 (auth.unmatched: allow) or with
+ * `status`, X-Ratel-Reason and a JSON error.
+ */
+static void __attribute__((format(printf, 7, 8)))
+undecided(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
+          const ratel_http_request_t *req, rateld_undecided_t reason,
+          int status, const char *fmt, ...)
+{
+    const char *name = rateld_undecided_name(reason);
+    ratel_http_header_t h[2] = {
+        {{"Content-Type", 12}, {"application/json", 16}},
+        {{"X-Ratel-Reason", 14}, {name, strlen(name)}}};
+    int64_t now = ratel_clock_now_us();
+    unsigned long long not_logged;
+    char msg[600];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rateld_metrics_undecided(d->metrics, req->thread, reason);
+    if (rateld_log_budget_take(w, (rateld_log_kind_t)reason, now, &not_logged))
+        ratel__log(status == 200 ? "info" : "warn", "auth request undecided",
+                   "reason=%s answer=%d detail=\"%s\" not_logged=%llu", name,
+                   status, msg, not_logged);
+    if (status == 200 || nginx_mode(w))
+        rateld_respond(d, ex, req->thread, status, h + 1, 1, NULL, 0);
+    else
+        rateld_respond_json_error(d, ex, req->thread, status, h, 2, name, msg);
+}
+
+/*
+ * Fills pending item `p` for policy `pol` (index `index`) and its key
+ * (already in p->key): the rules of the first override that applies, or
+ * the policy's own. Returns 1 when an override exempts the request.
+ */
+static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
+                     const rateld_policy_t *pol, size_t index,
+                     const rateld_view_t *view)
+{
+    size_t prefix = strlen(pol->name) + 1;
+    const rateld_override_t *ov =
+        pol->noverrides ? rateld_policy_override(pol, view, p->key + prefix,
+                                                 p->keylen - prefix)
+                        : NULL;
+
+    p->policy = pol;
+    p->policy_index = index;
+    p->rules = ov ? &ov->policy : &pol->policy;
+    p->field = ov ? ov->field : gen->policy_field[index];
+    return ov && ov->exempt;
+}
+
+/* Queues the route's policies for the flush (those an override exempts
+   left out; 200 at once when that is all of them); 0, or -1 after
+   answering a request whose key cannot be built. */
+static int queue_route(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req,
+                       const rateld_route_t *route, const rateld_view_t *view,
+                       int64_t start)
+{
+    rateld_gen_t *gen = w->gen;
+    int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
+    size_t first, k = 0;
+
+    rateld_enqueue(d, w, req->thread, route->npolicies);
+    first = w->npending;
+    for (size_t i = 0; i < route->npolicies; i++) {
+        size_t index = route->policies[i];
+        const rateld_policy_t *pol = &gen->config->policies[index];
+        rateld_pending_t *p = &w->pending[first + k];
+        long n = rateld_policy_key(pol, view, p->key, sizeof p->key);
+        if (n <= 0) {
+            rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
+                                 RATELD_OUTCOME_REJECTED, RATEL_SOURCE_STORE,
+                                 ratel_clock_now_us() - start);
+            undecided(d, w, ex, req,
+                      n == 0 ? RATELD_UNDECIDED_MISSING_KEY
+                             : RATELD_UNDECIDED_BAD_KEY,
+                      client_error, "policy %s: its key source is %s",
+                      pol->name, n == 0 ? "missing" : "malformed or too long");
+            return -1;
+        }
+        p->keylen = (size_t)n;
+        if (set_rules(gen, p, pol, index, view)) {
+            rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
+                                 RATELD_OUTCOME_ALLOWED, RATEL_SOURCE_STORE,
+                                 ratel_clock_now_us() - start);
+            continue;
+        }
+        p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+        p->start_us = start;
+        k++;
+    }
+    if (k == 0) {
+        rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
+        return 0;
+    }
+    for (size_t j = 0; j < k; j++) {
+        rateld_pending_t *p = &w->pending[first + j];
+        p->ex = j == 0 ? ex : NULL;
+        p->kind = j == 0 ? RATELD_KIND_AUTH : RATELD_KIND_PART;
+        p->first = (int)first;
+        p->count = (int)k;
+    }
+    w->npending += k;
+    return 0;
+}
+
+/* The host part of a Host value, lower case, without ":PORT" or a final
+   dot ("[::1]:80" keeps its brackets), into buf. */
+static ratel_http_str_t host_of(ratel_http_str_t in, char *buf, size_t len)
+{
+    size_t n = in.n;
+
+    if (n > 0 && in.p[0] != '[') {
+        const char *colon = memchr(in.p, ':', n);
+        if (colon)
+            n = (size_t)(colon - in.p);
+    } else if (n > 0) {
+        const char *end = memchr(in.p, ']', n);
+        n = end ? (size_t)(end - in.p) + 1 : n;
+    }
+    if (n > 0 && in.p[n - 1] == '.')
+        n--;
+    if (n >= len)
+        n = len - 1;
+    for (size_t i = 0; i < n; i++)
+        buf[i] =
+            (char)(in.p[i] >= 'A' && in.p[i] <= 'Z' ? in.p[i] + 32 : in.p[i]);
+    buf[n] = '\0';
+    return (ratel_http_str_t){buf, n};
+}
+
+/* What overrides of the decision API read: the API request itself. */
+static void api_view(const rateld_config_t *c, const ratel_http_request_t *req,
+                     rateld_view_t *view, char *client, char *host,
+                     size_t hostlen)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, "Host");
+
+    memset(view, 0, sizeof *view);
+    view->req = req;
+    view->path = req->path;
+    view->query = req->query;
+    view->host = host_of(h ? *h : (ratel_http_str_t){"", 0}, host, hostlen);
+    ratel__client_address(&c->trusted, req, client, RATEL__ADDR_MAX);
+    view->client = client;
+}
+
+/* Parses the body for json: key sources when a policy of the route reads
+   them (the caller deletes view->json). */
+static void view_json(const rateld_config_t *c, const rateld_route_t *route,
+                      const ratel_http_request_t *req, rateld_view_t *view)
+{
+    cJSON *root = NULL;
+    int wanted = 0;
+
+    for (size_t i = 0; i < route->npolicies; i++)
+        wanted |= c->policies[route->policies[i]].uses_json;
+    if (!wanted || req->body.n == 0)
+        return;
+    if (ratel__json_parse_strict(req->body.p, req->body.n, &root, NULL, NULL,
+                                 0) != 0 ||
+        !cJSON_IsObject(root))
+        view->json_error = 1;
+    else
+        view->json = root;
+    if (!view->json)
+        cJSON_Delete(root);
+}
+
+/*
+ * Whether the original request carries a form body, whose fields nearly
+ * every backend reads as parameters beside, or instead of, the query's:
+ * a servlet's getParameter (Spring's @RequestParam) and ASP.NET read both,
+ * PHP's $_REQUEST and Rails' params let the body's "telephone" win. A
+ * `query:` key would then count one number while the backend served
+ * another. (A JSON body is merged by Rails and Laravel only: the page
+ * says so, rather than refusing every JSON API keyed on its query.)
+ */
+static int body_params(const ratel_http_request_t *req)
+{
+    static const char *const types[] = {"application/x-www-form-urlencoded",
+                                        "multipart/form-data"};
+    const ratel_http_str_t *t = ratel_http_header(req, "Content-Type");
+
+    for (size_t i = 0; t && i < sizeof types / sizeof types[0]; i++) {
+        size_t n = strlen(types[i]);
+        if (t->n >= n && strncasecmp(t->p, types[i], n) == 0 &&
+            (t->n == n || t->p[n] == ';' || t->p[n] == ' '))
+            return 1;
+    }
+    return 0;
+}
+
+/* Gateway auth: the forwarded request's route and identity. */
+static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = rateld_take_gen(d, w);
+    const rateld_config_t *c = gen->config;
+    const rateld_route_t *route;
+    char client[RATEL__ADDR_MAX], host[256], why[160];
+    const char *twice;
+    rateld_route_query_t q;
+    rateld_view_t view;
+    rateld_origin_t o;
+    rateld_origin_result_t read = rateld_origin_read(
+        &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
+
+    if (read != RATELD_ORIGIN_OK) {
+        /* Ambiguity, a bad path, method or host are the client's doing:
+           400. */
+        static const rateld_undecided_t reason[] = {
+            [RATELD_ORIGIN_UNIDENTIFIED] = RATELD_UNDECIDED_UNIDENTIFIED,
+            [RATELD_ORIGIN_AMBIGUOUS] = RATELD_UNDECIDED_AMBIGUOUS,
+            [RATELD_ORIGIN_BAD_URI] = RATELD_UNDECIDED_BAD_URI,
+            [RATELD_ORIGIN_BAD_FIELD] = RATELD_UNDECIDED_BAD_REQUEST};
+        int theirs = read != RATELD_ORIGIN_UNIDENTIFIED;
+        undecided(
+            d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,
+            "cannot tell which request to decide: %s (docs/gateways.md)", why);
+        return;
+    }
+    if (rateld_config_route_header_twice(c, req, &twice)) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_AMBIGUOUS,
+                  nginx_mode(w) ? 403 : 400,
+                  "cannot tell which request to decide: %s, which routes "
+                  "match on, given more than once (docs/gateways.md)",
+                  twice);
+        return;
+    }
+    q = (rateld_route_query_t){o.method, o.path, o.host, req};
+    if (!(route = rateld_config_route(c, &q))) {
+        undecided(d, w, ex, req, RATELD_UNDECIDED_UNMATCHED,
+                  c->auth.unmatched == RATELD_UNMATCHED_ALLOW ? 200 : 403,
+                  "no route matches %.*s %.*s",
+                  (int)(o.method.n > 16 ? 16 : o.method.n), o.method.p,
+                  (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
+        return;
+    }
+    ratel__client_address(&c->trusted, req, client, sizeof client);
+    memset(&view, 0, sizeof view);
+    view.req = req;
+    view.path = o.path;
+    view.query = o.query;
+    view.host = host_of(o.host, host, sizeof host);
+    view.client = client;
+    view.body_params = body_params(req);
+    view_json(c, route, req, &view);
+    queue_route(d, w, ex, req, route, &view, start);
+    cJSON_Delete((cJSON *)view.json);
+}
+
+/* ------------------------------------------------------------- tokens */
+
+/*
+ * Whether `len` bytes at `tok` are the secret: in a time that depends on
+ * the secret's length only (no early exit at the first byte that differs,
+ * which would let a client find a token byte by byte). An empty secret
+ * matches nothing.
+ */
+static int same_secret(const char *tok, size_t len, const char *secret)
+{
+    size_t n = strlen(secret);
+    unsigned char diff = len != n;
+
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(secret[i] ^ (i < len ? tok[i] : 0));
+    return n > 0 && diff == 0;
+}
+
+/*
+ * The one token check of rateld's guarded endpoints: the request's
+ * "Authorization: Bearer TOKEN" (or "X-Admin-Token: TOKEN") against each
+ * of the `n` tokens (empty ones match nothing; every one is compared, so
+ * the time does not say which matched). 0 when it carries one of them,
+ * 401 when it carries no token, 403 when it carries another.
+ */
+static int token_status(const ratel_http_request_t *req,
+                        const char *const *tokens, size_t n)
+{
+    const ratel_http_str_t *h = ratel_http_header(req, "Authorization");
+    ratel_http_str_t tok;
+    int match = 0;
+
+    if (h && h->n > 7 && strncasecmp(h->p, "Bearer ", 7) == 0)
+        tok = (ratel_http_str_t){h->p + 7, h->n - 7};
+    else if ((h = ratel_http_header(req, "X-Admin-Token")))
+        tok = *h;
+    else
+        return 401;
+    for (size_t i = 0; i < n; i++)
+        match |= same_secret(tok.p, tok.n, tokens[i]);
+    return match ? 0 : 403;
+}
+
+/*
+ * Answers 401 (with WWW-Authenticate: Bearer) or 403 unless the request
+ * carries one of the `n` tokens; returns 0 when it does. `what` names
+ * the endpoint and `which` the tokens, for the message.
+ */
+static int require_token(rateld_t *d, ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req,
+                         const char *const *tokens, size_t n, const char *what,
+                         const char *which)
+{
+    static const ratel_http_header_t challenge = {
+        {"WWW-Authenticate", 16}, {"Bearer realm=\"rateld\"", 21}};
+    int status = token_status(req, tokens, n);
+
+    if (status == 401)
+        rateld_respond_error_with(
+            d, ex, req->thread, 401, challenge,
+            "%s needs a token: Authorization: Bearer TOKEN "
+            "(%s)",
+            what, which);
+    else if (status == 403)
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s: the token given is not %s", what, which);
+    return status ? -1 : 0;
+}
+
+/* ------------------------------------------- the synchronous endpoints */
+
+/*
+ * Refund, release and reset change state: their parameters come from the
+ * JSON body alone, so that no URL (a link, a form's action, an image)
+ * names a change by itself. 0, or -1 after answering 400.
+ */
+static int body_only(rateld_t *d, ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, const char *what)
+{
+    if (req->query.n == 0)
+        return 0;
+    rateld_respond_error(d, ex, req->thread, 400,
+                         "%s takes its parameters in a JSON body, not in the "
+                         "query",
+                         what);
+    return -1;
+}
+
+/* A refund or a release on its way to the store: what its answer needs.
+   It holds its configuration (the policy, the rules) until answered. */
+typedef struct change_s {
+    rateld_t *d;
+    ratel_http_exchange_t *ex;
+    unsigned thread;
+    rateld_gen_t *gen;
+    const rateld_policy_t *pol;
+    int release, renew;
+    rateld_pending_t p;
+} change_t;
+
+/* The store's answer to a change: the key as a peek sees it after. */
+static void change_answer(change_t *c, int rc, int held,
+                          const ratel_decision_t *dec)
+{
+    char body[512], extra[40] = "";
+    rateld_answer_t a;
+
+    if (atomic_load(&c->d->stopping)) {
+        /* rateld stops: the exchange may be gone. */
+    } else if (rc != 0) {
+        rateld_respond_error(c->d, c->ex, c->thread,
+                             rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
+    } else {
+        if (c->release)
+            snprintf(extra, sizeof extra, ",\"held\":%s,\"renewed\":%s",
+                     held ? "true" : "false",
+                     held && c->renew ? "true" : "false");
+        rateld_decision_headers(&a, &c->p, dec, 0);
+        rateld_respond(
+            c->d, c->ex, c->thread, 200, a.h, a.n, body,
+            rateld_decision_body(body, sizeof body, c->pol, dec, 0, extra));
+    }
+    atomic_fetch_sub(&c->gen->flights, 1);
+    free(c);
+}
+
+static void refunded(void *ud, int rc, const ratel_decision_t *dec)
+{
+    change_answer(ud, rc, 0, dec);
+}
+
+static void released(void *ud, int rc, int held, const ratel_decision_t *dec)
+{
+    change_answer(ud, rc, held, dec);
+}
+
+/* Checks a change's request into *c; 0, or -1 when it was answered. */
+static int change_check(rateld_t *d, rateld_gen_t *gen,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, change_t *c,
+                        rateld_params_t *prm)
+{
+    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
+    const char *what = c->release ? "release" : "refund";
+    char client[RATEL__ADDR_MAX], host[256];
+    rateld_view_t view;
+
+    if ((tokens[0][0] || tokens[1][0]) &&
+        require_token(d, ex, req, tokens, 2, what,
+                      "the api_token or the admin_token"))
+        return -1;
+    if (body_only(d, ex, req, what) ||
+        !(c->pol = params_policy(d, gen, ex, req, prm, c->release)))
+        return -1;
+    set_key(&c->p, c->pol->name, prm->key, prm->keylen);
+    api_view(gen->config, req, &view, client, host, sizeof host);
+    if (set_rules(gen, &c->p, c->pol, (size_t)(c->pol - gen->config->policies),
+                  &view)) {
+        rateld_respond_error(d, ex, req->thread, 400,
+                             "policy %s: this key is exempt; nothing to %s",
+                             c->pol->name, what);
+        return -1;
+    }
+    if (c->release && !ratel_policy_has_leases(c->p.rules)) {
+        rateld_respond_error(
+            d, ex, req->thread, 400,
+            "policy %s has no concurrent rule: it takes no leases",
+            c->pol->name);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * /v1/refund and /v1/release: a change to one key under a policy's rules,
+ * answered when the store has taken it (the worker does not wait), with
+ * the key as a peek sees it after.
+ */
+static void change_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req, int release)
+{
+    rateld_gen_t *gen = rateld_take_gen(d, w);
+    change_t *c = calloc(1, sizeof *c);
+    rateld_params_t prm;
+    int rc;
+
+    if (!c) {
+        rateld_respond_error(d, ex, req->thread, 500, "out of memory");
+        return;
+    }
+    *c = (change_t){.d = d,
+                    .ex = ex,
+                    .thread = req->thread,
+                    .gen = gen,
+                    .release = release};
+    if (change_check(d, gen, ex, req, c, &prm) != 0) {
+        free(c);
+        return;
+    }
+    c->renew = prm.renew;
+    atomic_fetch_add(&gen->flights, 1);
+    rc = release
+             ? ratel_async_release(w->async, c->p.key, c->p.keylen, c->p.rules,
+                                   ratel_clock_now_us(), (uint32_t)prm.lease,
+                                   prm.renew ? RATEL_RENEW : 0, released, c)
+             : ratel_async_refund(w->async, c->p.key, c->p.keylen, c->p.rules,
+                                  ratel_clock_now_us(), (uint64_t)prm.cost,
+                                  refunded, c);
+    if (rc != 0)
+        change_answer(c, rc, 0, NULL);
+}
+
+static void reset_api(rateld_t *d, rateld_worker_t *w,
+                      ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req, int64_t start)
+{
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
+    rateld_gen_t *gen = rateld_take_gen(d, w);
+    const char *admin = gen->config->admin_token;
+    const rateld_policy_t *pol;
+    rateld_pending_t p;
+    rateld_params_t prm;
+    int rc;
+
+    (void)start;
+    if (!gen->config->admin_token[0]) {
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "reset is disabled: no admin_token in the "
+                             "configuration");
+        return;
+    }
+    if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
+        return;
+    if (body_only(d, ex, req, "reset") ||
+        !(pol = params_policy(d, gen, ex, req, &prm, 0)))
+        return;
+    set_key(&p, pol->name, prm.key, prm.keylen);
+    rc = ratel_store_reset(d->store, p.key, p.keylen);
+    if (rc != 0) {
+        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
+        return;
+    }
+    ratel__log("info", "reset", "policy=%s", pol->name);
+    rateld_respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
+}
+
+static void metrics_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    unsigned thread = req->thread;
+    static const ratel_http_header_t text[] = {
+        {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
+    ratel_store_stats_t st;
+    ratel_store_health_t health;
+    size_t len = 0;
+    char *body;
+
+    (void)w;
+    (void)start;
+    ratel_store_stats(d->store, &st);
+    ratel_store_health(d->store, &health);
+    body = rateld_metrics_render(d->metrics, &st, &health,
+                                 atomic_load(&d->reloads),
+                                 atomic_load(&d->reload_failures), &len);
+    if (!body) {
+        rateld_respond_error(d, ex, thread, 500, "out of memory");
+        return;
+    }
+    rateld_respond(d, ex, thread, 200, text, 1, body, len);
+    free(body);
+}
+
+/*
+ * /readyz: 200 while the store is up, else 503 with the cause, from the
+ * store's health as last seen (ratel_store_health(): no I/O, so a hung
+ * Redis never holds up this worker). The health thread (health.c) keeps
+ * it right while no request comes. Body: {"ready":..., "store":...,
+ * "since_ms": ms in this state (0: never changed)} and, when down,
+ * "cause" and "error".
+ */
+static void ready_api(rateld_t *d, rateld_worker_t *w,
+                      ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req, int64_t start)
+{
+    unsigned thread = req->thread;
+    static const ratel_http_header_t json_type[] = {
+        {{"Content-Type", 12}, {"application/json", 16}}};
+    ratel_store_health_t h;
+    cJSON *o = cJSON_CreateObject();
+    char *body = NULL, error[400];
+    int64_t age = 0;
+
+    (void)w;
+    (void)start;
+    if (ratel_store_health(d->store, &h) != 0)
+        snprintf(h.cause, sizeof h.cause, "no store");
+    if (h.since_us > 0 && ratel_clock_now_us() > h.since_us)
+        age = (ratel_clock_now_us() - h.since_us) / 1000;
+    snprintf(error, sizeof error, "store %s not ready: %s", d->store_name,
+             h.cause);
+    if (o && cJSON_AddBoolToObject(o, "ready", h.up) &&
+        cJSON_AddStringToObject(o, "store", d->store_name) &&
+        cJSON_AddNumberToObject(o, "since_ms", (double)age) &&
+        (h.up || (cJSON_AddStringToObject(o, "cause", h.cause) &&
+                  cJSON_AddStringToObject(o, "error", error))))
+        body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) {
+        rateld_respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
+        return;
+    }
+    rateld_respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
+                   strlen(body));
+    cJSON_free(body);
+}
+
+/* ----------------------------------------------------------- endpoints */
+
+static void refund_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 0);
+}
+
+static void release_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)start;
+    change_api(d, w, ex, req, 1);
+}
+
+static void healthz_api(rateld_t *d, rateld_worker_t *w,
+                        ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, int64_t start)
+{
+    (void)w;
+    (void)start;
+    rateld_respond(d, ex, req->thread, 200, NULL, 0, "ok\n", 3);
+}
+
+/* Methods an endpoint takes (endpoint_t.methods); 0: any. */
+enum { METHOD_GET = 1, METHOD_POST = 2 };
+static const struct {
+    const char *name;
+    unsigned bit;
+} method_names[] = {{"GET", METHOD_GET}, {"POST", METHOD_POST}};
+
+typedef void endpoint_fn(rateld_t *d, rateld_worker_t *w,
+                         ratel_http_exchange_t *ex,
+                         const ratel_http_request_t *req, int64_t start);
+
+/*
+ * rateld's endpoints (docs/rateld.md says who should reach each): the
+ * path (and, with `subpaths`, every path under it), the methods, the
+ * handler. The 405's Allow header and the 404's list come from here.
+ * State changes take POST only: a GET can be sent by any web page a
+ * browser shows (an <img>), and proxies may repeat it. Nor does a
+ * browser send them (`browsers` 0): any web page may POST a text/plain
+ * body to an address its visitor's browser reaches (fetch's no-cors
+ * mode), rateld's own loopback address included, and would spend or
+ * give back a key's permits; a browser marks its requests with Origin
+ * or Sec-Fetch-Site, which no application's HTTP client sends.
+ */
+typedef struct endpoint_s {
+    const char *path;
+    int subpaths;
+    unsigned methods;
+    int browsers;
+    endpoint_fn *handler;
+} endpoint_t;
+
+static const endpoint_t endpoints[] = {
+    {"/v1/acquire", 0, METHOD_GET | METHOD_POST, 0, acquire_api},
+    /* Any method: a gateway's auth request keeps the client's; Envoy
+       appends the original path. Its headers are a browser's by design. */
+    {"/v1/auth", 1, 0, 1, auth_api},
+    {"/v1/refund", 0, METHOD_POST, 0, refund_api},
+    {"/v1/release", 0, METHOD_POST, 0, release_api},
+    {"/v1/reset", 0, METHOD_POST, 0, reset_api},
+    {"/metrics", 0, METHOD_GET, 1, metrics_api},
+    {"/healthz", 0, METHOD_GET, 1, healthz_api},
+    {"/readyz", 0, METHOD_GET, 1, ready_api},
+};
+
+/* Whether a browser sent `req` on behalf of a web page: it carries Origin
+   (every cross-origin POST and fetch does), or Sec-Fetch-Site other than
+   "none" (a page's request, not an address the user typed). */
+static int from_a_page(const ratel_http_request_t *req)
+{
+    const ratel_http_str_t *site = ratel_http_header(req, "Sec-Fetch-Site");
+
+    return ratel_http_header(req, "Origin") != NULL ||
+           (site && !str_is(*site, "none"));
+}
+
+/* The endpoint at `path`, or NULL. */
+static const endpoint_t *endpoint_at(ratel_http_str_t path)
+{
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++) {
+        const endpoint_t *e = &endpoints[i];
+        size_t n = strlen(e->path);
+        if (str_is(path, e->path) ||
+            (e->subpaths && path.n > n && memcmp(path.p, e->path, n) == 0 &&
+             path.p[n] == '/'))
+            return e;
+    }
+    return NULL;
+}
+
+/* The method's bit (METHOD_*), 0 for any other method. */
+static unsigned method_bit(ratel_http_str_t method)
+{
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (str_is(method, method_names[i].name))
+            return method_names[i].bit;
+    return 0;
+}
+
+/* 405 with Allow: the endpoint's methods. */
+static void not_allowed(rateld_t *d, ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req, const endpoint_t *e)
+{
+    char allow[64] = "";
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (e->methods & method_names[i].bit)
+            n += (size_t)snprintf(allow + n, sizeof allow - n, "%s%s",
+                                  n ? ", " : "", method_names[i].name);
+    rateld_respond_error_with(d, ex, req->thread, 405,
+                              (ratel_http_header_t){{"Allow", 5}, {allow, n}},
+                              "method %.*s not allowed on %s; allowed: %s",
+                              (int)(req->method.n > 16 ? 16 : req->method.n),
+                              req->method.p, e->path, allow);
+}
+
+/* 404 naming the endpoints there are. */
+static void not_found(rateld_t *d, ratel_http_exchange_t *ex,
+                      const ratel_http_request_t *req)
+{
+    char p[128], list[200] = "";
+    size_t n = 0;
+
+    if (!str_copy(req->path, p, sizeof p))
+        strcpy(p, "(long path)");
+    for (size_t i = 0; i < sizeof endpoints / sizeof endpoints[0]; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                              endpoints[i].path);
+    rateld_respond_error(d, ex, req->thread, 404, "no endpoint %s; see %s", p,
+                         list);
+}
+
+void rateld_handle(void *ud, ratel_http_exchange_t *ex,
+                   const ratel_http_request_t *req)
+{
+    rateld_t *d = ud;
+    const endpoint_t *e = endpoint_at(req->path);
+
+    if (!e)
+        not_found(d, ex, req);
+    else if (e->methods && !(e->methods & method_bit(req->method)))
+        not_allowed(d, ex, req, e);
+    else if (!e->browsers && from_a_page(req))
+        rateld_respond_error(d, ex, req->thread, 403,
+                             "%s is not for browsers: this request came from "
+                             "a web page (Origin or Sec-Fetch-Site); call it "
+                             "from the application (docs/rateld.md)",
+                             e->path);
+    else
+        e->handler(d, &d->workers[req->thread], ex, req, ratel_clock_now_us());
+}
