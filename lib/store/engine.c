@@ -294,8 +294,8 @@ void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
         conn_fail(node->conns, rc, why, 0);
     fail_queue(node, rc, 1);
     /* A Sentinel that fails is one voice fewer, not an outage. */
-    if (!node->sentinel && ratel__health_set(sh->health, node->health_down,
-                                             1, why, ratel_clock_now_us()))
+    if (!node->sentinel && ratel__health_set(sh->health, node->health_down, 1,
+                                             why, ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
 
@@ -412,8 +412,8 @@ static void dispatch(ratel__node_t *node)
     conn_t *c = pick_conn(node, &busy);
 
     if ((!c || busy) && node->qhead && !opening(node) &&
-        node->nconns < e->sh->pool_size + (e->subscription &&
-                                           e->subscription->node == node)) {
+        node->nconns < e->sh->pool_size +
+                           (e->subscription && e->subscription->node == node)) {
         char why[300];
         if (!conn_open(node, why, sizeof why)) {
             engine_node_failed(node, NULL, RATEL_EIO, why, 0);

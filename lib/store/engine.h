@@ -82,12 +82,12 @@ typedef struct ratel__redis_shared_s {
     unsigned pool_size;
     ratel_redis_mode_t mode;
     int64_t breaker_us;
-    const char *username; /* "" or NULL: none */
-    const char *password; /* NULL: no AUTH */
+    const char *username;          /* "" or NULL: none */
+    const char *password;          /* NULL: no AUTH */
     const char *sentinel_username; /* the Sentinels': "" or NULL none */
     const char *sentinel_password; /* NULL: no AUTH to Sentinels */
-    int db;               /* SELECT when not 0 */
-    const char *library;  /* the Functions library, `#!lua name=ratel` */
+    int db;                        /* SELECT when not 0 */
+    const char *library; /* the Functions library, `#!lua name=ratel` */
     size_t library_len;
     const char *library_version; /* what its ratel_version answers */
     const char *script;          /* the EVAL script */

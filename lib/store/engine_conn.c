@@ -93,8 +93,8 @@ int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
 #define ARG(s, l) (a.v[a.n] = (s), a.len[a.n] = (l), a.n++)
 #define ARGZ(s) ARG((s), strlen(s))
         if (step == STEP_AUTH) {
-            const char *user = c->node->sentinel ? sh->sentinel_username
-                                                 : sh->username;
+            const char *user =
+                c->node->sentinel ? sh->sentinel_username : sh->username;
             ARGZ("AUTH");
             if (user && user[0])
                 ARGZ(user);

@@ -117,10 +117,8 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
     static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET",
                                          "RELEASE"};
     static const char *const plain[] = {
-        [RATEL__ROP_GET] = "GET",
-        [RATEL__ROP_PING] = "PING",
-        [RATEL__ROP_SLOTS] = "CLUSTER",
-        [RATEL__ROP_ROLE] = "ROLE",
+        [RATEL__ROP_GET] = "GET",         [RATEL__ROP_PING] = "PING",
+        [RATEL__ROP_SLOTS] = "CLUSTER",   [RATEL__ROP_ROLE] = "ROLE",
         [RATEL__ROP_MASTER] = "SENTINEL",
     };
     ratel__node_mode_t mode = c->node->mode;

@@ -211,8 +211,7 @@ void route_primary_found(ratel__engine_t *e, size_t found)
         ratel__rop_t *rop = e->parked_head;
         int rc = rop->rc;
         rop->rc = 0;
-        if (!e->have_primary || e->freeing ||
-            (!moved && rop->attempts > 0)) {
+        if (!e->have_primary || e->freeing || (!moved && rop->attempts > 0)) {
             engine_finish(e, rop, rc ? rc : RATEL_EIO, NULL);
             continue;
         }

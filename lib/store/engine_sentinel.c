@@ -144,8 +144,7 @@ void sentinel_message(conn_t *c, const redisReply *r)
     text = r->element[2];
     if (text->len > 600 ||
         sscanf(text->str, "%255s %*s %*s %255s %d", name, host, &port) != 3 ||
-        strcmp(name, e->sh->url.master_name) != 0 || port < 1 ||
-        port > 65535)
+        strcmp(name, e->sh->url.master_name) != 0 || port < 1 || port > 65535)
         return;
     if (engine_node_at(e, host, port, &index) && !e->failing_over)
         route_primary_found(e, index);

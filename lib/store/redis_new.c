@@ -101,8 +101,9 @@ static void configure_shared(redis_store_t *s, const ratel_redis_options_t *o)
 /* The caller's string when given, else the URL's ("" or NULL: none). */
 static const char *pick_text(const char *option, const char *from_url)
 {
-    return option && option[0] ? option : from_url && from_url[0] ? from_url
-                                                                  : NULL;
+    return option && option[0]       ? option
+           : from_url && from_url[0] ? from_url
+                                     : NULL;
 }
 
 static void keep(char *buf, size_t len, const char *text)

@@ -367,8 +367,7 @@ static void t_tls_refused(driver_t *d)
          "certificate verify failed"},
         {TLS_PLAIN, "ca.crt", NULL, "wrong.example", "not wrong.example"},
         {TLS_EXPIRED, "ca.crt", NULL, "localhost", "has expired"},
-        {TLS_CLIENT_CERTS, "ca.crt", NULL, "localhost",
-         "client certificate"},
+        {TLS_CLIENT_CERTS, "ca.crt", NULL, "localhost", "client certificate"},
     };
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
