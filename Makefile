@@ -232,7 +232,11 @@ TEST_SERVERS := tests/integration/servers.c tests/integration/servers_tls.c \
                 tests/integration/servers_sentinel.c
 TEST_SERVERS_OBJ := $(TEST_SERVERS:%.c=$(OBJ)/%.o)
 
-$(BUILD)/test_redis_store: tests/integration/test_redis_store.c $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
+$(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integration/store_test.h $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
+# The store over TLS and through Sentinel (the same harness).
+$(BUILD)/test_redis_reach: tests/integration/test_redis_reach.c tests/integration/store_test.h $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
 	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 # The harness's own test (starts, kills and restarts servers; a cluster,
@@ -267,14 +271,14 @@ $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/servers_selftest
+test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/test_redis_reach $(BUILD)/servers_selftest
 	BUILD=$(BUILD) tests/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store module $(BUILD)/rateld $(BUILD)/captchad
+valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store $(BUILD)/test_redis_reach module $(BUILD)/rateld $(BUILD)/captchad
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)

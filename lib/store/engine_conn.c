@@ -591,6 +591,11 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
     if (c->state == CONN_OPENING)
         ratel__msg(msg, sizeof msg, "cannot connect to %s: %s", node->name,
                    why);
+    else if (!c->answered && !shared(c)->tls && !node->sentinel)
+        /* Closed before a word: a TLS port says nothing to plain text. */
+        ratel__msg(msg, sizeof msg,
+                   "%s: %s before answering (a TLS port? use rediss://)",
+                   node->name, why);
     else
         ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
     conn_fail(c, rc, msg, 1);

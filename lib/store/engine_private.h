@@ -137,6 +137,7 @@ struct ratel__engine_s {
     /* Sentinel: the question asked now, to whom, and the subscription. */
     ratel__rop_t ask_rop;
     size_t ask_next;
+    int ask_answered; /* a Sentinel answered this round */
     conn_t *subscription;
     /* A slot map being read: the discover commands waiting for it. */
     ratel__rop_t map_rop;

@@ -69,6 +69,7 @@ static void ask_done(ratel__rop_t *rop)
     ratel__node_t *primary =
         rop->rc == 0 ? named_primary(e, rop->reply, &index) : NULL;
 
+    e->ask_answered |= rop->rc == 0;
     if (rop->rc == 0 && !primary) {
         char why[400];
         ratel__msg(why, sizeof why,
@@ -99,7 +100,11 @@ static void ask_try(ratel__engine_t *e)
     ratel__rop_t *rop = &e->ask_rop;
 
     if (e->ask_next >= e->sh->url.naddrs) {
-        engine_error(e, "no Sentinel named a primary");
+        /* A Sentinel's own answer ("knows no primary named ...") says
+           more than this; this is for when none answered. */
+        if (!e->ask_answered)
+            engine_error(e, "no Sentinel answered (SENTINEL "
+                            "GET-MASTER-ADDR-BY-NAME)");
         route_primary_found(e, (size_t)-1);
         return;
     }
@@ -125,6 +130,7 @@ int sentinel_ask(ratel__engine_t *e, int force)
     e->last_failover_us = now ? now : 1;
     e->failing_over = 1;
     e->ask_next = 0;
+    e->ask_answered = 0;
     ask_try(e);
     return 1;
 }

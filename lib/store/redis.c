@@ -208,10 +208,12 @@ static int discover(redis_store_t *s, ratel__node_t **serving, size_t *n,
     rop.ud = &w;
     ratel__engine_discover(s->engine, &rop);
     sync_wait(s, &w.done);
-    if (rop.rc != 0 && s->sh.url.cluster) {
+    if (rop.rc != 0 && (s->sh.url.cluster || s->sh.url.sentinel)) {
         pthread_mutex_lock(&s->err_lock);
         ratel__msg(err, errlen, "%s",
-                   s->errstr[0] ? s->errstr : "no cluster node answered");
+                   s->errstr[0]         ? s->errstr
+                   : s->sh.url.sentinel ? "no Sentinel named a primary"
+                                        : "no cluster node answered");
         pthread_mutex_unlock(&s->err_lock);
         return RATEL_EIO;
     }
