@@ -456,10 +456,12 @@ typedef enum ratel_redis_mode_e {
  */
 typedef struct ratel_redis_options_s {
     const char *url;        /* required */
-    int connect_timeout_ms; /* 0: 250 ms */
-    int command_timeout_ms; /* 0: 250 ms; a round trip slower than this
-                               fails and the failure policy decides */
-    unsigned pool_size;     /* connections per node; 0: 4 */
+    int connect_timeout_ms; /* 1..60,000; 0: 250 ms */
+    int command_timeout_ms; /* 1..60,000; 0: 250 ms. Each command's
+                               deadline: one not answered by then fails
+                               (and its connection with it) and the
+                               failure policy decides */
+    unsigned pool_size;     /* connections per node, 1..256; 0: 4 */
     ratel_failure_t on_failure;
     ratel_redis_mode_t mode;
     long deny_cache_entries;      /* 0: 16,384 (288 bytes each); negative:

@@ -6,6 +6,7 @@
  * wrong address, password, a server that is not Redis or a missing module
  * at once.
  */
+#include "store/option.h"
 #include "store/redis_private.h"
 #include "store/redis_url.h"
 #include "store/tls.h"
@@ -46,18 +47,44 @@ static int script_sha(char out[41])
     return 0;
 }
 
+/* One C option against the option table's range ("timeout_ms" ...);
+   0 (the URL's, else the default) is always accepted. */
+static int in_range(const char *name, int64_t v, char *errbuf, size_t errlen)
+{
+    uint64_t min = 0, max = 0;
+
+    if (v == 0 || ratel__redis_option_check(name, v) == 0)
+        return 0;
+    ratel__option_range(ratel__redis_query_options, ratel__redis_query_noptions,
+                        name, &min, &max);
+    ratel__msg(errbuf, errlen,
+               "redis store: %s %lld is out of range; accepted: %llu..%llu "
+               "(0: the URL's, else the default)",
+               name, (long long)v, (unsigned long long)min,
+               (unsigned long long)max);
+    return RATEL_EINVAL;
+}
+
+/* The C options' ranges: those of the option table (option.h) that a
+   URL's query and a configuration's store: section are held to. */
 static int check_options(const ratel_redis_options_t *o, char *errbuf,
                          size_t errlen)
 {
-    if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 ||
-        o->breaker_ms < 0 || o->deny_cache_max_ms < 0 ||
+    if (in_range("connect_timeout_ms", o->connect_timeout_ms, errbuf, errlen) ||
+        in_range("timeout_ms", o->command_timeout_ms, errbuf, errlen) ||
+        in_range("pool", o->pool_size, errbuf, errlen) ||
+        in_range("deny_cache",
+                 o->deny_cache_entries > 0 ? o->deny_cache_entries : 0, errbuf,
+                 errlen))
+        return RATEL_EINVAL;
+    if (o->breaker_ms < 0 || o->deny_cache_max_ms < 0 ||
         o->on_failure < RATEL_FAILURE_DEFAULT ||
         o->on_failure > RATEL_FAILURE_LOCAL || o->mode < RATEL_REDIS_AUTO ||
-        o->mode > RATEL_REDIS_FUNCTION || o->pool_size > 256) {
+        o->mode > RATEL_REDIS_FUNCTION) {
         ratel__msg(errbuf, errlen,
-                   "redis store: an option is out of range (timeouts, "
-                   "breaker_ms and deny_cache_max_ms >= 0, pool_size "
-                   "<= 256, on_failure and mode one of theirs)");
+                   "redis store: an option is out of range (breaker_ms and "
+                   "deny_cache_max_ms >= 0, on_failure and mode one of "
+                   "theirs)");
         return RATEL_EINVAL;
     }
     return 0;

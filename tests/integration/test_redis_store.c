@@ -85,6 +85,29 @@ static void test_bad_targets(void)
         ratel_redis_options_t o = {.url = NULL};
         CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err), RATEL_EINVAL);
     }
+    /* The C options have the option table's ranges (as a URL's query). */
+    {
+        static const struct {
+            ratel_redis_options_t o;
+            const char *words;
+        } out_of_range[] = {
+            {{.command_timeout_ms = 60001}, "timeout_ms 60001 is out of range"},
+            {{.connect_timeout_ms = -1}, "connect_timeout_ms -1"},
+            {{.pool_size = 257}, "accepted: 1..256"},
+            {{.deny_cache_entries = 1048577}, "deny_cache 1048577"},
+        };
+        for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0];
+             i++) {
+            ratel_redis_options_t o = out_of_range[i].o;
+            o.url = "redis://127.0.0.1:6379";
+            o.lazy_connect = 1;
+            CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err),
+                     RATEL_EINVAL);
+            if (!strstr(err, out_of_range[i].words))
+                fail_at(__LINE__, "[%s] lacks [%s]", err,
+                        out_of_range[i].words);
+        }
+    }
     /* Nobody listening. */
     port = test_free_port();
     url_of(url, sizeof url, port);
