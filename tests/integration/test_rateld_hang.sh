@@ -4,7 +4,8 @@
 # answer at once (a generous ceiling of 100 ms each, not a benchmark),
 # every acquire is answered by the failure policy at its own deadline
 # (timeout_ms 300, `local`: source "local"), and after SIGCONT decisions
-# come from Redis again. The slowest /healthz seen is printed.
+# come from Redis again. The same for a gRPC call of Envoy's rate limit
+# service. The slowest /healthz seen is printed.
 . "$(dirname "$0")/lib.sh"
 
 require_built rateld
@@ -13,6 +14,7 @@ rpid=$(cat "$tmp/redis-$rport/pid")
 # A stopped server would not see the cleanup's SIGTERM: wake it first.
 trap 'kill -CONT "$rpid" 2>/dev/null; cleanup' EXIT
 port=$(free_port)
+gport=$(free_port)
 h=http://127.0.0.1:$port
 cat >"$tmp/rateld.yaml" <<EOF
 listen: 127.0.0.1:$port
@@ -22,6 +24,9 @@ store:
   url: redis://127.0.0.1:$rport
   on_failure: local
   timeout_ms: 300
+envoy:
+  listen: 127.0.0.1:$gport
+  config_dir: $root/examples/envoy/ratelimit
 policies:
   ping:
     rules: [1000/1m]
@@ -66,6 +71,12 @@ read -r src t <<<"$(acquire k1)"
 same hang_source "$src" local
 awk -v t="$t" 'BEGIN { exit !(t < 1.0) }' && ok hang_acquire_deadline ||
     fail hang_acquire_deadline "took ${t}s (timeout_ms is 300)"
+
+# A gRPC call of Envoy's rate limit service, likewise.
+rls=$(/usr/bin/python3 "$lib_here/rls_client.py" call "127.0.0.1:$gport" ratel remote_address=10.1.1.1)
+contains hang_grpc_answered "$rls" "OK [OK 20/MINUTE"
+contains hang_grpc_by_policy "$(curl -s "$h/metrics")" \
+    'ratel_decisions_total{policy="envoy:ratel:remote_address",outcome="allowed",source="local"} 1'
 
 kill -CONT "$rpid"
 back() { [ "$(acquire k2 | cut -d' ' -f1)" = store ]; }
