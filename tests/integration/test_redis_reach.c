@@ -5,11 +5,13 @@
  * - TLS-only redis-servers (certificates made by tls_certs.sh): decisions
  *   through rediss:// with tls_ca_file; client certificates with
  *   tls-auth-clients yes; a wrong CA, a wrong name and a missing client
- *   certificate each refused at start with its own message; a plain
+ *   certificate each refused at start with its own message; an ACL user
+ *   over TLS; a plain
  *   redis:// URL to a TLS port said to be one; a cluster over TLS.
  * - Sentinel: decisions through redis+sentinel://; SENTINEL FAILOVER
  *   while a thread keeps deciding: no error reaches the caller, every
- *   decision says its source, and decisions land on the new primary.
+ *   decision says its source, and decisions land on the new primary;
+ *   Sentinels and data nodes over TLS.
  *
  *   test_redis_reach MODULE_PATH [TEST...]
  */
@@ -98,6 +100,18 @@ static void test_tls(void)
     refused(url, "ca.crt", NULL, "redis.example.com", "not redis.example.com");
     snprintf(plain, sizeof plain, "redis://127.0.0.1:%d", r.port);
     refused(plain, NULL, NULL, NULL, "rediss://");
+    /* An ACL user over TLS: AUTH user password, then decisions. */
+    test_redis_cmd_on(&r, plain, sizeof plain,
+                      "ACL SETUSER limiter on >s3cret ~* &* +@all");
+    CHECK(strcmp(plain, "OK") == 0);
+    snprintf(url, sizeof url, "rediss://limiter:s3cret@127.0.0.1:%d", r.port);
+    s = NULL;
+    CHECK_EQ(try_store(url, "ca.crt", NULL, NULL, &s, err, sizeof err), 0);
+    if (s)
+        decides(s, "acl");
+    ratel_store_free(s);
+    snprintf(url, sizeof url, "rediss://limiter:wrong@127.0.0.1:%d", r.port);
+    refused(url, "ca.crt", NULL, NULL, "refused the credentials");
     test_redis_free(&r);
 }
 
@@ -253,6 +267,27 @@ static void test_sentinel(void)
     test_sentinel_free(&st);
 }
 
+/* TLS to the Sentinels and to the data nodes they name. */
+static void test_sentinel_tls(void)
+{
+    test_sentinel_t st;
+    ratel_store_t *s = NULL;
+    char url[160], err[600];
+
+    REQUIRE(have_certs());
+    REQUIRE(test_sentinel_start(&st, 1, module_path, certs) == 0);
+    snprintf(url, sizeof url, "rediss+sentinel://127.0.0.1:%d/%s",
+             st.sentinels[0].port, TEST_SENTINEL_MASTER);
+    CHECK_EQ(try_store(url, "ca.crt", NULL, NULL, &s, err, sizeof err), 0);
+    if (!s)
+        fail_at(__LINE__, "%s", err);
+    if (s)
+        decides(s, "sentinel-tls");
+    CHECK(acquires_on(test_sentinel_primary(&st)) >= 3);
+    ratel_store_free(s);
+    test_sentinel_free(&st);
+}
+
 /* A Sentinel URL naming a master no Sentinel knows. */
 static void test_sentinel_unknown(void)
 {
@@ -277,6 +312,7 @@ static const store_test_t tests[] = {
     {"tls_client_certificates", test_tls_client_certificates},
     {"tls_cluster", test_tls_cluster},
     {"sentinel", test_sentinel},
+    {"sentinel_tls", test_sentinel_tls},
     {"sentinel_unknown", test_sentinel_unknown},
 };
 
