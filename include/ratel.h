@@ -756,6 +756,13 @@ RATEL_API int ratel_async_release(ratel_async_t *async, const char *key,
                                   unsigned flags, ratel_release_fn fn,
                                   void *ud);
 
+/* A call that answers only whether it worked (0 or a RATEL_E* code). */
+typedef void (*ratel_done_fn)(void *ud, int rc);
+
+/* ratel_store_reset() on the loop: `key` must stay valid until `fn`. */
+RATEL_API int ratel_async_reset(ratel_async_t *async, const char *key,
+                                size_t keylen, ratel_done_fn fn, void *ud);
+
 /*
  * ratel_store_acquire_batch() on the loop: `items` (and what they point
  * to) must stay valid until `fn` runs. Groups are all-or-nothing as in the

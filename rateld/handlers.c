@@ -640,16 +640,43 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
         change_answer(c, rc, 0, NULL);
 }
 
+/* A reset on its way to the store: what its answer needs. */
+typedef struct reset_s {
+    rateld_t *d;
+    ratel_http_exchange_t *ex;
+    unsigned thread;
+    char policy[RATELD_NAME_MAX + 1];
+    rateld_pending_t p;
+} reset_t;
+
+static void reset_done(void *ud, int rc)
+{
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
+    reset_t *r = ud;
+
+    if (atomic_load(&r->d->stopping)) {
+        /* rateld stops: the exchange may be gone. */
+    } else if (rc != 0) {
+        rateld_respond_error(r->d, r->ex, r->thread,
+                             rc == RATEL_EIO ? 503 : 500,
+                             "the store failed: %s", ratel_strerror(rc));
+    } else {
+        ratel__log("info", "reset", "policy=%s", r->policy);
+        rateld_respond(r->d, r->ex, r->thread, 200, json, 1,
+                       "{\"reset\":true}\n", 15);
+    }
+    free(r);
+}
+
 static void reset_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
                       const ratel_http_request_t *req, int64_t start)
 {
-    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
     rateld_gen_t *gen = rateld_take_gen(d, w);
     const char *admin = gen->config->admin_token;
     const rateld_policy_t *pol;
-    rateld_pending_t p;
     rateld_params_t prm;
+    reset_t *r;
     int rc;
 
     (void)start;
@@ -664,15 +691,18 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     if (body_only(d, ex, req, "reset") ||
         !(pol = params_policy(d, gen, ex, req, &prm, 0)))
         return;
-    set_key(&p, pol->name, prm.key, prm.keylen);
-    rc = ratel_store_reset(d->store, p.key, p.keylen);
-    if (rc != 0) {
-        rateld_respond_error(d, ex, req->thread, rc == RATEL_EIO ? 503 : 500,
-                             "the store failed: %s", ratel_strerror(rc));
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        rateld_respond_error(d, ex, req->thread, 500, "out of memory");
         return;
     }
-    ratel__log("info", "reset", "policy=%s", pol->name);
-    rateld_respond(d, ex, req->thread, 200, json, 1, "{\"reset\":true}\n", 15);
+    *r = (reset_t){.d = d, .ex = ex, .thread = req->thread};
+    snprintf(r->policy, sizeof r->policy, "%s", pol->name);
+    set_key(&r->p, pol->name, prm.key, prm.keylen);
+    /* The worker does not wait: the answer follows from the store. */
+    rc = ratel_async_reset(w->async, r->p.key, r->p.keylen, reset_done, r);
+    if (rc != 0)
+        reset_done(r, rc);
 }
 
 static void metrics_api(rateld_t *d, rateld_worker_t *w,

@@ -24,7 +24,8 @@ typedef enum job_kind_e {
     JOB_ACQUIRE,
     JOB_BATCH,
     JOB_REFUND,
-    JOB_RELEASE
+    JOB_RELEASE,
+    JOB_RESET
 } job_kind_t;
 
 typedef struct job_s job_t;
@@ -36,6 +37,7 @@ struct job_s {
         ratel_decision_fn decision;
         ratel_release_fn release;
         ratel_batch_fn batch;
+        ratel_done_fn done;
     } fn;
     void *ud;
     ratel_batch_item_t one; /* ACQUIRE */
@@ -74,6 +76,9 @@ static void tell(job_t *job)
     case JOB_RELEASE:
         job->fn.release(job->ud, job->rc, job->held,
                         job->rc == 0 ? &job->decision : NULL);
+        break;
+    case JOB_RESET:
+        job->fn.done(job->ud, job->rc);
         break;
     }
     free(job);
@@ -154,7 +159,8 @@ static void start_call(job_t *job)
     job->rc_call.s = job->a->redis;
     job->rc_call.fn = redis_call_told;
     job->rc_call.ud = job;
-    job->rc_call.decision = &job->decision;
+    if (job->kind != JOB_RESET)
+        job->rc_call.decision = &job->decision;
     if (job->kind == JOB_RELEASE)
         job->rc_call.held = &job->held;
     if (redis_call_start(job->a->engine, &job->rc_call) == 1) {
@@ -309,6 +315,33 @@ int ratel_async_release(ratel_async_t *a, const char *key, size_t keylen,
     }
     job->rc = ratel_store_release(a->store, key, keylen, policy, now_us, lease,
                                   flags, &job->held, &job->decision);
+    tell_later(job);
+    return 0;
+}
+
+int ratel_async_reset(ratel_async_t *a, const char *key, size_t keylen,
+                      ratel_done_fn fn, void *ud)
+{
+    job_t *job;
+
+    if (!a || !fn || !key)
+        return RATEL_EINVAL;
+    job = job_new(a, JOB_RESET, ud);
+    if (!job)
+        return RATEL_ENOMEM;
+    job->fn.done = fn;
+    if (a->redis) {
+        int64_t t =
+            atomic_load_explicit(&a->redis->last_now_us, memory_order_relaxed);
+        job->rc_call.rop =
+            (ratel__rop_t){.kind = RATEL__ROP_RESET,
+                           .key = key,
+                           .keylen = keylen,
+                           .now_us = t > 0 ? t : ratel_clock_now_us()};
+        start_call(job);
+        return 0;
+    }
+    job->rc = ratel_store_reset(a->store, key, keylen);
     tell_later(job);
     return 0;
 }

@@ -19,6 +19,7 @@ h=http://127.0.0.1:$port
 cat >"$tmp/rateld.yaml" <<EOF
 listen: 127.0.0.1:$port
 threads: 1
+admin_token: "hang-test-admin-token-0123456789abcdef"
 store:
   type: redis
   url: redis://127.0.0.1:$rport
@@ -71,6 +72,14 @@ read -r src t <<<"$(acquire k1)"
 same hang_source "$src" local
 awk -v t="$t" 'BEGIN { exit !(t < 1.0) }' && ok hang_acquire_deadline ||
     fail hang_acquire_deadline "took ${t}s (timeout_ms is 300)"
+
+# An admin reset: Redis cannot take it, so 503 at its deadline, not later.
+read -r code t < <(curl -s -o /dev/null -m 10 -w '%{http_code} %{time_total}' -X POST \
+    -H 'Authorization: Bearer hang-test-admin-token-0123456789abcdef' \
+    -d '{"policy":"ping","key":"k1"}' "$h/v1/reset")
+same hang_reset_503 "$code" 503
+awk -v t="$t" 'BEGIN { exit !(t < 1.0) }' && ok hang_reset_deadline ||
+    fail hang_reset_deadline "took ${t}s (timeout_ms is 300)"
 
 # A gRPC call of Envoy's rate limit service, likewise.
 rls=$(/usr/bin/python3 "$lib_here/rls_client.py" call "127.0.0.1:$gport" ratel remote_address=10.1.1.1)
