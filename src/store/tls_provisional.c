@@ -59,6 +59,12 @@ void ratel__tls_describe(SSL *ssl, int ssl_error_code, char *buf, size_t len)
     if (v != X509_V_OK) {
         snprintf(buf, len, "certificate verify failed: %s",
                  X509_verify_cert_error_string(v));
+    } else if ((ssl_error_code == SSL_ERROR_SYSCALL ||
+                ssl_error_code == SSL_ERROR_ZERO_RETURN) &&
+               SSL_is_init_finished(ssl) && !e) {
+        snprintf(buf, len,
+                 "the server closed the TLS connection after the handshake "
+                 "(does it require a client certificate?)");
     } else if (e) {
         char reason[200];
 
