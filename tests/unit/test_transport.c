@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ tests */
 
@@ -260,6 +261,62 @@ static void t_defer(driver_t *d)
     CHECK(tlink_ping(&l) == 0);
     CHECK_EQ(d->flushes, 2);
     tlink_close(&l);
+}
+
+/* The flush of a pass in which two connections received data runs once,
+   after both data callbacks: what the engine queues in one pass of the
+   loop leaves together. */
+typedef struct pass_s {
+    tlink_t a, b;
+    int seen; /* data callbacks before the flush */
+} pass_t;
+
+static void flush_counts_data(driver_t *d)
+{
+    pass_t *p = d->arg;
+
+    p->seen = p->a.datas + p->b.datas;
+}
+
+static void t_flush_after_pass(driver_t *d)
+{
+    int port = plain_port(), flushed = 0, flushes;
+    pass_t *p = calloc(1, sizeof *p);
+
+    REQUIRE(port > 0 && p);
+    tlink_init(&p->a, d);
+    tlink_init(&p->b, d);
+    if (tlink_open(&p->a, "127.0.0.1", port, NULL) != 0 ||
+        tlink_open(&p->b, "127.0.0.1", port, NULL) != 0 ||
+        tlink_ping(&p->a) != 0 || tlink_ping(&p->b) != 0) {
+        CHECK(!"connected");
+        tlink_close(&p->a);
+        tlink_close(&p->b);
+        free(p);
+        return;
+    }
+    /* Both PINGs leave (a turn that only flushes), then both answers
+       wait in the sockets before the loop looks again. */
+    tlink_send(&p->a, "PING\r\n");
+    tlink_send(&p->b, "PING\r\n");
+    d->t->defer(d->tud);
+    d->wake_on_flush = &flushed;
+    CHECK(driver_wait(d, &flushed) == 0);
+    usleep(200000);
+    p->a.datas = p->b.datas = 0;
+    p->a.defers_in_data = p->b.defers_in_data = 1;
+    d->arg = p;
+    d->on_flush = flush_counts_data;
+    flushes = d->flushes;
+    flushed = 0;
+    CHECK(driver_wait(d, &flushed) == 0);
+    CHECK_EQ(p->seen, 2);
+    CHECK_EQ(d->flushes, flushes + 1);
+    d->on_flush = NULL;
+    d->wake_on_flush = NULL;
+    tlink_close(&p->a);
+    tlink_close(&p->b);
+    free(p);
 }
 
 /* A link closes itself from `up` and from `data`: nothing more reaches
@@ -653,6 +710,7 @@ BOTH(refused)
 BOTH(server_killed)
 BOTH(timer)
 BOTH(defer)
+BOTH(flush_after_pass)
 BOTH(close_in_callback)
 BOTH(tls)
 BOTH(tls_refused)
@@ -674,6 +732,7 @@ RATEL_SUITE(transport) = {
     BOTH_ROWS(server_killed),
     BOTH_ROWS(timer),
     BOTH_ROWS(defer),
+    BOTH_ROWS(flush_after_pass),
     BOTH_ROWS(close_in_callback),
     BOTH_ROWS(tls),
     BOTH_ROWS(tls_refused),
