@@ -277,6 +277,8 @@ SSL_CTX *client_ctx(const char *ca, const char *cert)
 
     snprintf(path, sizeof path, "%s/%s", tls_dir, ca);
     ok = ctx && SSL_CTX_load_verify_locations(ctx, path, NULL) == 1;
+    if (ok) /* as tls.c's contexts do; tls_insecure turns it off */
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     if (ok && cert) {
         snprintf(path, sizeof path, "%s/%s.crt", tls_dir, cert);
         snprintf(key, sizeof key, "%s/%s.key", tls_dir, cert);
