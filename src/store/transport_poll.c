@@ -14,10 +14,14 @@
  *   I/O      connects that finished, reads (and `up`/`data` callbacks),
  *            writes that can go on
  *
- * Failures found while writing or reading are recorded on the connection
- * (its socket closed at once) and reported by the next turn's first step,
- * so `down` never runs inside `send` or `open`, and a write failure found
- * in a loop over the connections cannot change the list under it.
+ * Failures found while reading are recorded on the connection (its
+ * socket closed at once) and reported by the next turn's first step, so
+ * `down` never runs inside `send` or `open`, and a failure found in a
+ * loop over the connections cannot change the list under it. A failed
+ * write only stops the writing: the reads go on until they too end, so
+ * what the server said before it went (replies, or the TLS alert naming
+ * why it refused us) arrives first, and the write's error is reported
+ * when nothing more comes.
  *
  * A closed connection stays allocated until the turn ends: a callback may
  * close any connection (its own included) while the turn still holds
