@@ -70,7 +70,10 @@ void ratel__poll_unlock(ratel__poll_t *p);
  * driving thread with the lock held; the lock is released only around
  * poll(). Returns with the lock held. The engine must arm its timer for
  * every deadline it keeps: a wait with no timer, no connection and no
- * flush pending never returns.
+ * flush pending never returns. Never call it from a callback or hook
+ * (the driver would wait for itself). What is queued while no thread
+ * waits leaves at the next wait of any thread, or at once when a driver
+ * sits in poll().
  */
 void ratel__poll_wait(ratel__poll_t *p, const int *done);
 
