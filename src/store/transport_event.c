@@ -28,6 +28,7 @@
 #include "store/transport_sock.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -415,10 +416,13 @@ static void connect_cb(evutil_socket_t fd, short what, void *arg)
     drop(c);
 }
 
+/* A failed lookup in the C library's words where it has them, so both
+   transports say "Name or service not known" of an unknown name. */
 static void lookup_failed(conn_t *c, int code, char *why, size_t len)
 {
     snprintf(why, len, "cannot resolve %s: %s", c->host,
-             evutil_gai_strerror(code));
+             code == EVUTIL_EAI_NONAME ? gai_strerror(EAI_NONAME)
+                                       : evutil_gai_strerror(code));
 }
 
 static void resolved(int result, struct evutil_addrinfo *ai, void *arg)
