@@ -57,26 +57,34 @@ static void t_names(driver_t *d)
     }
 }
 
-/* A name that does not resolve is refused by `open` or reported by
-   `down`, saying so. */
+/*
+ * A name that does not resolve is refused by `open` or reported by
+ * `down`, saying so. Its 64-byte label is longer than DNS allows, so both
+ * resolvers refuse it without asking a server: the test does not depend
+ * on the network (a package build has none).
+ */
 static void t_bad_name(driver_t *d)
 {
+    static const char bad[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                              "aaaaaaaaaaaaaaaaaaaa.invalid";
+    char want[128];
     tlink_t l;
 
     tlink_init(&l, d);
-    if (tlink_open(&l, "no-such-host.invalid", 6379, NULL) == 0) {
+    if (tlink_open(&l, bad, 6379, NULL) == 0) {
         CHECK(driver_wait(d, &l.done) == 0);
         CHECK_EQ(l.downs, 1);
     }
-    CHECK(strstr(l.why, "cannot resolve no-such-host.invalid: Name or "
-                        "service not known") != NULL);
+    snprintf(want, sizeof want, "cannot resolve %s: ", bad);
+    CHECK(strncmp(l.why, want, strlen(want)) == 0);
     CHECK_EQ(l.ups, 0);
     tlink_init(&l, d);
     CHECK(tlink_open(&l, "127.0.0.1", 0, NULL) != 0);
     CHECK(strstr(l.why, "port 0") != NULL);
 
-    /* Closed while the name is being looked up: nothing follows, nothing
-       leaks (valgrind). */
+    /* Closed while the name is being looked up (by a DNS server, or
+       waiting for one to answer at all): nothing follows, nothing leaks
+       (valgrind). */
     tlink_init(&l, d);
     if (tlink_open(&l, "no-such-host.invalid", 6379, NULL) == 0)
         tlink_close(&l);
