@@ -687,6 +687,89 @@ TEST(transport_poll_threads)
     driver_free(&d);
 }
 
+/*
+ * Two threads on one poll transport. The main thread drives, waiting in
+ * poll() for a BLPOP that answers after 1.5 s; meanwhile a second thread
+ * sends a PING on another connection and waits for it: its `send` wakes
+ * the driver (the eventfd), so the PING leaves at once instead of after
+ * the BLPOP. Then the second thread waits for its own BLPOP (1.5 s) while
+ * the main thread's ends first: the driver leaves and the waiter takes
+ * over the loop.
+ */
+typedef struct wake_s {
+    driver_t *d;
+    tlink_t *y;
+    int64_t ping_us; /* the PING's round trip */
+    int ok;
+} wake_t;
+
+static void *wake_thread(void *arg)
+{
+    wake_t *w = arg;
+    driver_t *d = w->d;
+    int64_t t0;
+
+    usleep(200000); /* the main thread is in poll() by now */
+    ratel__poll_lock(d->poll);
+    t0 = d->t->now(d->tud);
+    w->y->n = 0;
+    w->y->expect = 7;
+    tlink_send(w->y, "PING\r\n");
+    ratel__poll_wait(d->poll, &w->y->done);
+    w->ping_us = d->t->now(d->tud) - t0;
+    w->ok = w->y->n == 7 && memcmp(w->y->in, "+PONG\r\n", 7) == 0;
+    /* Outlives the main thread's wait: it drives after that ends. */
+    w->y->n = 0;
+    w->y->done = 0;
+    w->y->expect = 5;
+    tlink_send(w->y, "BLPOP ratel-transport-nothing 1.5\r\n");
+    ratel__poll_wait(d->poll, &w->y->done);
+    w->ok = w->ok && w->y->n == 5;
+    ratel__poll_unlock(d->poll);
+    return NULL;
+}
+
+TEST(transport_poll_wake_and_takeover)
+{
+    driver_t d;
+    tlink_t *x = malloc(sizeof *x), *y = malloc(sizeof *y);
+    wake_t w = {&d, y, 0, 0};
+    pthread_t thread;
+    int port = plain_port();
+
+    REQUIRE(port > 0 && x && y);
+    REQUIRE(driver_init(&d, 0) == 0);
+    tlink_init(x, &d);
+    tlink_init(y, &d);
+    if (tlink_open(x, "127.0.0.1", port, NULL) != 0 ||
+        tlink_open(y, "127.0.0.1", port, NULL) != 0 || tlink_ping(x) != 0 ||
+        tlink_ping(y) != 0) {
+        CHECK(!"connected");
+        goto out;
+    }
+    x->n = 0;
+    x->done = 0;
+    x->expect = 5;
+    tlink_send(x, "BLPOP ratel-transport-nothing 1.5\r\n");
+    y->done = 0;
+    pthread_create(&thread, NULL, wake_thread, &w);
+    CHECK(driver_wait(&d, &x->done) == 0);
+    CHECK_EQ(x->n, 5);
+    ratel__poll_unlock(d.poll); /* the second thread takes over */
+    pthread_join(thread, NULL);
+    ratel__poll_lock(d.poll);
+    CHECK(w.ok);
+    CHECK(w.ping_us < 1000000); /* not held until the BLPOP's answer */
+    if (w.ping_us >= 1000000)
+        fprintf(stderr, "  the PING took %lld us\n", (long long)w.ping_us);
+out:
+    tlink_close(x);
+    tlink_close(y);
+    driver_free(&d);
+    free(x);
+    free(y);
+}
+
 /* ------------------------------------------------------------ table */
 
 static void run_on(int event, void (*body)(driver_t *))
@@ -750,5 +833,6 @@ RATEL_SUITE(transport) = {
     BOTH_ROWS(tls_insecure),
     {"transport_poll_no_sigpipe", test_transport_poll_no_sigpipe},
     {"transport_poll_threads", test_transport_poll_threads},
+    {"transport_poll_wake_and_takeover", test_transport_poll_wake_and_takeover},
     {0},
 };
