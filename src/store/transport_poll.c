@@ -74,6 +74,7 @@ typedef struct buf_s {
 } buf_t;
 
 typedef struct conn_s conn_t;
+typedef struct waiter_s waiter_t;
 struct conn_s {
     ratel__poll_t *poll;
     ratel__link_t *link;
@@ -96,13 +97,12 @@ struct conn_s {
 
 struct ratel__poll_s {
     pthread_mutex_t lock;
-    pthread_cond_t turn_cv; /* a turn ended, or the driver left */
     ratel__loop_hooks_t hooks;
     int efd;             /* eventfd: wakes the driver out of poll() */
     int driving;         /* a thread runs the loop */
     int in_poll;         /* ... and sits in poll(), the lock released */
     int woken;           /* the eventfd was written since the last drain */
-    int waiters;         /* threads waiting on turn_cv */
+    waiter_t *waiting;   /* threads waiting while another drives */
     int deferred;        /* flush asked for */
     int failed;          /* connections in CONN_FAILED */
     int64_t timer_at;    /* monotonic us, -1 when disarmed */
@@ -671,6 +671,59 @@ static void flush(ratel__poll_t *p)
     p->hooks.flush(p->hooks.ud);
 }
 
+/* ------------------------------------------------------------ waiters */
+
+/*
+ * A thread waiting while another drives. Each has its own condition
+ * variable, so a turn wakes exactly the waiters whose flags it set, and
+ * a driver that leaves wakes one waiter to take over: with many threads,
+ * a turn costs the wakeups it earned, not one per waiting thread.
+ */
+struct waiter_s {
+    const int *done;
+    pthread_cond_t cv;
+    waiter_t *prev, *next;
+};
+
+/* After a turn: wakes the waiters whose flags are set. */
+static void wake_done(ratel__poll_t *p)
+{
+    for (waiter_t *w = p->waiting; w; w = w->next)
+        if (*w->done)
+            pthread_cond_signal(&w->cv);
+}
+
+/* The driver left: wakes one waiter still waiting to drive. */
+static void wake_driver(ratel__poll_t *p)
+{
+    for (waiter_t *w = p->waiting; w; w = w->next)
+        if (!*w->done) {
+            pthread_cond_signal(&w->cv);
+            return;
+        }
+}
+
+/* Waits while another thread drives and *done is not set. */
+static void wait_for_driver(ratel__poll_t *p, const int *done)
+{
+    waiter_t w = {.done = done};
+
+    pthread_cond_init(&w.cv, NULL);
+    w.next = p->waiting;
+    if (p->waiting)
+        p->waiting->prev = &w;
+    p->waiting = &w;
+    while (!*done && p->driving)
+        pthread_cond_wait(&w.cv, &p->lock);
+    if (w.prev)
+        w.prev->next = w.next;
+    else
+        p->waiting = w.next;
+    if (w.next)
+        w.next->prev = w.prev;
+    pthread_cond_destroy(&w.cv);
+}
+
 static void turn(ratel__poll_t *p, const int *done)
 {
     report_failed(p);
@@ -680,17 +733,14 @@ static void turn(ratel__poll_t *p, const int *done)
     if (!*done)
         wait_io(p);
     bury(p);
-    if (p->waiters)
-        pthread_cond_broadcast(&p->turn_cv);
+    wake_done(p);
 }
 
 void ratel__poll_wait(ratel__poll_t *p, const int *done)
 {
     while (!*done) {
         if (p->driving) {
-            p->waiters++;
-            pthread_cond_wait(&p->turn_cv, &p->lock);
-            p->waiters--;
+            wait_for_driver(p, done);
             continue;
         }
         p->driving = 1;
@@ -702,8 +752,8 @@ void ratel__poll_wait(ratel__poll_t *p, const int *done)
         write_all(p);
         bury(p);
         p->driving = 0;
-        if (p->waiters)
-            pthread_cond_broadcast(&p->turn_cv);
+        wake_done(p);
+        wake_driver(p);
     }
 }
 
@@ -867,7 +917,6 @@ int ratel__poll_new(ratel__poll_t **out, const ratel__loop_hooks_t *hooks)
         return RATEL_ENOMEM;
     }
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->turn_cv, NULL);
     *out = p;
     return 0;
 }
@@ -882,7 +931,6 @@ void ratel__poll_free(ratel__poll_t *p)
     close(p->efd);
     free(p->pfds);
     free(p->pconns);
-    pthread_cond_destroy(&p->turn_cv);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }

@@ -13,14 +13,14 @@
  *   ... read the answer ...               set my_done, lock held)
  *   ratel__poll_unlock(p);
  *
- * One thread at a time drives the loop (the driver); the others wait on a
- * condition variable and are woken after each turn that ran callbacks, so
- * each returns as soon as its own flag is set. When the driver's flag is
- * set it leaves and a waiter takes over. The lock is released only while
- * the driver sits in poll(): a command another thread queues then (its
- * `defer` or `send`) wakes the driver through an eventfd, so commands of
- * concurrent callers leave together in the driver's next write (automatic
- * pipelining across threads).
+ * One thread at a time drives the loop (the driver); the others wait,
+ * each on a condition variable of its own, woken by the turn that set
+ * its flag, so each returns as soon as its own flag is set. When the
+ * driver's flag is set it leaves and wakes one waiter to take over. The lock is
+ * released only while the driver sits in poll(): a command another thread
+ * queues then (its `defer` or `send`) wakes the driver through an eventfd, so
+ * commands of concurrent callers leave together in the driver's next write
+ * (automatic pipelining across threads).
  *
  * Sockets and signals. Addresses are resolved with getaddrinfo() inside
  * `open` (IPv4, IPv6 and names; a name blocks the caller, with the lock
