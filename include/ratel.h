@@ -704,8 +704,10 @@ typedef struct ratel_async_s ratel_async_t;
  * at the loop's next turn.
  *
  * One ratel_async_t serves one loop; several may share a store (each
- * keeps its own connections). Returns 0, RATEL_EINVAL or RATEL_ENOMEM
- * (with a message in errbuf).
+ * keeps its own connections). libevent writes to sockets with writev()
+ * and OpenSSL with write(): a program using these calls ignores SIGPIPE
+ * (signal(SIGPIPE, SIG_IGN)), as servers built on libevent do. Returns 0,
+ * RATEL_EINVAL or RATEL_ENOMEM (with a message in errbuf).
  */
 RATEL_API int ratel_async_new(ratel_async_t **out, ratel_store_t *store,
                               struct event_base *base, char *errbuf,

@@ -25,23 +25,22 @@
 
 #include "ratel.h"
 #include "store/tls.h"
+#include "store/transport_sock.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef enum conn_state_e {
@@ -77,6 +76,7 @@ struct conn_s {
     SSL *ssl;                 /* until the OpenSSL bufferevent owns it */
     struct bufferevent *bev;  /* CONN_HANDSHAKE, CONN_UP */
     struct evbuffer *pending; /* sent before the bufferevent existed */
+    int got_data;             /* application data arrived */
     int holds;                /* callbacks of ours on the stack */
     int closed;
     conn_t *prev, *next;
@@ -92,14 +92,6 @@ struct ratel__event_s {
     struct evdns_base *dns; /* made at the first name */
     conn_t *conns;
 };
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* ------------------------------------------------------------ lifetime */
 
@@ -225,6 +217,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             break;
+        c->got_data = 1;
         c->link->data(c->link, v.iov_base, v.iov_len);
         if (!c->closed)
             evbuffer_drain(in, v.iov_len);
@@ -244,22 +237,30 @@ static int tls_last_words(conn_t *c, char *why, size_t len)
 {
     SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
     char buf[4096];
-    int r;
+    int r, err;
 
     if (!ssl)
         return 0;
     ERR_clear_error();
     while ((r = SSL_read(ssl, buf, sizeof buf)) > 0) {
+        c->got_data = 1;
         c->link->data(c->link, buf, (size_t)r);
         if (c->closed)
             return -1;
         ERR_clear_error();
     }
-    if (SSL_get_error(ssl, r) != SSL_ERROR_SSL) {
-        ERR_clear_error();
-        return 0;
+    err = SSL_get_error(ssl, r);
+    if (err != SSL_ERROR_SSL) {
+        /* Cut after asking for a client certificate, before anything
+           else arrived: refused by TLS (transport_sock.h). */
+        if (c->state != CONN_UP || c->got_data ||
+            !ratel__transport_tls_asked(ssl)) {
+            ERR_clear_error();
+            return 0;
+        }
+        err = SSL_ERROR_SYSCALL;
     }
-    ratel__tls_describe(ssl, SSL_ERROR_SSL, why, len);
+    ratel__tls_describe(ssl, err, why, len);
     ERR_clear_error();
     return 1;
 }
@@ -333,23 +334,6 @@ static void make_bev(conn_t *c)
 static void connect_cb(evutil_socket_t fd, short what, void *arg);
 
 /*
- * No Nagle delay (commands are small and pipelined by the engine), and
- * keepalive as hiredis's redisEnableKeepAlive sets it: a peer that
- * vanished without a word is noticed after about 30 s of silence
- * (15 s idle, then 3 probes 5 s apart), not the kernel's 2 hours.
- */
-static void socket_options(int fd)
-{
-    int one = 1, idle = 15, interval = 5, count = 3;
-
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
-/*
  * Starts a connect to the next address and waits for it to finish.
  * Returns 0, or -1 with fail_errno when no address is left (the caller
  * reports it; from `open`, through connect_ev on the loop).
@@ -370,7 +354,7 @@ static int connect_next(conn_t *c)
             c->fail_errno = errno;
             continue;
         }
-        socket_options(fd);
+        ratel__transport_socket_options(fd);
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 &&
             errno != EINPROGRESS) {
             c->fail_errno = errno;
@@ -432,10 +416,13 @@ static void connect_cb(evutil_socket_t fd, short what, void *arg)
     drop(c);
 }
 
+/* A failed lookup in the C library's words where it has them, so both
+   transports say "Name or service not known" of an unknown name. */
 static void lookup_failed(conn_t *c, int code, char *why, size_t len)
 {
     snprintf(why, len, "cannot resolve %s: %s", c->host,
-             evutil_gai_strerror(code));
+             code == EVUTIL_EAI_NONAME ? gai_strerror(EAI_NONAME)
+                                       : evutil_gai_strerror(code));
 }
 
 static void resolved(int result, struct evutil_addrinfo *ai, void *arg)
@@ -572,6 +559,8 @@ static void *event_open(void *tud, ratel__link_t *link, const char *host,
     if (tls && ratel__tls_new(tls->ctx, tls->server_name, tls->insecure,
                               &c->ssl, why, whylen) != 0)
         goto fail;
+    if (c->ssl)
+        ratel__transport_tls_watch(c->ssl);
     if (start_lookup(c, &waiting, why, whylen) != 0)
         goto fail;
     if (!waiting && connect_next(c) != 0 && fail_later(c) != 0) {
@@ -609,7 +598,7 @@ static void event_close(void *tud, void *handle)
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     ratel__event_t *e = arg;
-    int64_t left = e->timer_at - now_us();
+    int64_t left = e->timer_at - ratel__transport_now_us();
 
     (void)fd;
     (void)what;
@@ -638,7 +627,7 @@ static void event_timer(void *tud, int64_t at_us)
         return;
     }
     e->timer_at = at_us;
-    left = at_us - now_us();
+    left = at_us - ratel__transport_now_us();
     if (left < 0)
         left = 0;
     tv.tv_sec = left / 1000000;
@@ -669,7 +658,7 @@ static void event_defer(void *tud)
 static int64_t event_now(void *tud)
 {
     (void)tud;
-    return now_us();
+    return ratel__transport_now_us();
 }
 
 const ratel__transport_t ratel__event_transport = {

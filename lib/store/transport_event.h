@@ -54,7 +54,9 @@ extern const ratel__transport_t ratel__event_transport;
  * Closes every handle still open, without callbacks, and frees e and its
  * events (and its evdns_base). NULL is a no-op. A bufferevent's memory is
  * released by the loop's next pass (libevent finalizes it there) or by
- * event_base_free().
+ * event_base_free(). A name lookup cancelled by a close answers in the
+ * loop's next pass: freeing the event_base before that pass leaks the
+ * lookup's small request (libevent's and ours).
  */
 void ratel__event_free(ratel__event_t *e);
 

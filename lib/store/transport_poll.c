@@ -14,10 +14,14 @@
  *   I/O      connects that finished, reads (and `up`/`data` callbacks),
  *            writes that can go on
  *
- * Failures found while writing or reading are recorded on the connection
- * (its socket closed at once) and reported by the next turn's first step,
- * so `down` never runs inside `send` or `open`, and a write failure found
- * in a loop over the connections cannot change the list under it.
+ * Failures found while reading are recorded on the connection (its
+ * socket closed at once) and reported by the next turn's first step, so
+ * `down` never runs inside `send` or `open`, and a failure found in a
+ * loop over the connections cannot change the list under it. A failed
+ * write only stops the writing: the reads go on until they too end, so
+ * what the server said before it went (replies, or the TLS alert naming
+ * why it refused us) arrives first, and the write's error is reported
+ * when nothing more comes.
  *
  * A closed connection stays allocated until the turn ends: a callback may
  * close any connection (its own included) while the turn still holds
@@ -34,12 +38,12 @@
 
 #include "ratel.h"
 #include "store/tls.h"
+#include "store/transport_sock.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
@@ -49,7 +53,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define READ_CHUNK 16384
@@ -71,6 +74,7 @@ typedef struct buf_s {
 } buf_t;
 
 typedef struct conn_s conn_t;
+typedef struct waiter_s waiter_t;
 struct conn_s {
     ratel__poll_t *poll;
     ratel__link_t *link;
@@ -80,6 +84,7 @@ struct conn_s {
     struct addrinfo *addrs, *next_addr;
     int last_errno;
     int write_errno; /* a write failed: reads go on until they end */
+    int got_data;    /* TLS: application data arrived */
     SSL *ssl;        /* TLS only; owns its memory BIOs */
     BIO *rbio;       /* ciphertext received, for SSL_read */
     BIO *wbio;       /* ciphertext OpenSSL wants sent */
@@ -92,13 +97,12 @@ struct conn_s {
 
 struct ratel__poll_s {
     pthread_mutex_t lock;
-    pthread_cond_t turn_cv; /* a turn ended, or the driver left */
     ratel__loop_hooks_t hooks;
     int efd;             /* eventfd: wakes the driver out of poll() */
     int driving;         /* a thread runs the loop */
     int in_poll;         /* ... and sits in poll(), the lock released */
     int woken;           /* the eventfd was written since the last drain */
-    int waiters;         /* threads waiting on turn_cv */
+    waiter_t *waiting;   /* threads waiting while another drives */
     int deferred;        /* flush asked for */
     int failed;          /* connections in CONN_FAILED */
     int64_t timer_at;    /* monotonic us, -1 when disarmed */
@@ -299,23 +303,6 @@ static void report_failed(ratel__poll_t *p)
     }
 }
 
-/*
- * No Nagle delay (commands are small and pipelined by the engine), and
- * keepalive as hiredis's redisEnableKeepAlive sets it: a peer that
- * vanished without a word is noticed after about 30 s of silence
- * (15 s idle, then 3 probes 5 s apart), not the kernel's 2 hours.
- */
-static void socket_options(int fd)
-{
-    int one = 1, idle = 15, interval = 5, count = 3;
-
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
 /* Starts connecting to the next address; 0, or -1 with last_errno when
    no address is left. */
 static int connect_next(conn_t *c)
@@ -331,7 +318,7 @@ static int connect_next(conn_t *c)
             c->last_errno = errno;
             continue;
         }
-        socket_options(fd);
+        ratel__transport_socket_options(fd);
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
             errno == EINPROGRESS) {
             c->fd = fd;
@@ -404,6 +391,7 @@ static void tls_read(conn_t *c)
         ERR_clear_error();
         r = SSL_read(c->ssl, buf, sizeof buf);
         if (r > 0) {
+            c->got_data = 1;
             c->link->data(c->link, buf, (size_t)r);
             continue;
         }
@@ -447,6 +435,24 @@ static void tls_handshake(conn_t *c)
     c->link->up(c->link);
     if (!c->closed)
         tls_read(c);
+}
+
+/*
+ * The socket failed (err, or 0 for the server's close). A TLS session the
+ * server cut after asking for a client certificate, before anything else
+ * arrived, was refused by TLS (transport_sock.h): its reason is TLS's.
+ */
+static void fail_socket(conn_t *c, int err, const char *closed)
+{
+    if (c->ssl && c->state == CONN_UP && !c->got_data &&
+        ratel__transport_tls_asked(c->ssl)) {
+        errno = err;
+        tls_fail(c, SSL_ERROR_SYSCALL);
+    } else if (err) {
+        mark_failed_errno(c, err);
+    } else {
+        mark_failed(c, closed, 0);
+    }
 }
 
 /* ------------------------------------------------------------ I/O */
@@ -520,26 +526,21 @@ static void read_in(conn_t *c)
     for (int round = 0; round < READ_ROUNDS; round++) {
         ssize_t n = recv(c->fd, buf, sizeof buf, 0);
 
-        if (n == 0 && c->write_errno) {
-            mark_failed_errno(c, c->write_errno);
-            return;
-        }
         if (n == 0) {
-            mark_failed(c,
+            fail_socket(c, c->write_errno,
                         c->state == CONN_HANDSHAKE
                             ? "connection closed by the server during the "
                               "TLS handshake"
-                            : "connection closed by the server",
-                        0);
+                            : "connection closed by the server");
             return;
         }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                mark_failed_errno(c, errno);
+                fail_socket(c, errno, NULL);
             else if (c->write_errno)
-                mark_failed_errno(c, c->write_errno);
+                fail_socket(c, c->write_errno, NULL);
             return;
         }
         if (!c->ssl) {
@@ -571,14 +572,6 @@ static void conn_ready(conn_t *c, short revents)
 
 /* ------------------------------------------------------------ the loop */
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* poll()'s timeout in ms: rounded up, so the timer is never early. */
 static int poll_timeout(const ratel__poll_t *p)
 {
@@ -588,7 +581,7 @@ static int poll_timeout(const ratel__poll_t *p)
         return 0;
     if (p->timer_at < 0)
         return -1;
-    wait_us = p->timer_at - now_us();
+    wait_us = p->timer_at - ratel__transport_now_us();
     if (wait_us <= 0)
         return 0;
     if (wait_us / 1000 >= INT_MAX)
@@ -664,7 +657,7 @@ static void wait_io(ratel__poll_t *p)
 
 static void fire_timer(ratel__poll_t *p)
 {
-    if (p->timer_at < 0 || now_us() < p->timer_at)
+    if (p->timer_at < 0 || ratel__transport_now_us() < p->timer_at)
         return;
     p->timer_at = -1;
     p->hooks.timer(p->hooks.ud);
@@ -678,6 +671,59 @@ static void flush(ratel__poll_t *p)
     p->hooks.flush(p->hooks.ud);
 }
 
+/* ------------------------------------------------------------ waiters */
+
+/*
+ * A thread waiting while another drives. Each has its own condition
+ * variable, so a turn wakes exactly the waiters whose flags it set, and
+ * a driver that leaves wakes one waiter to take over: with many threads,
+ * a turn costs the wakeups it earned, not one per waiting thread.
+ */
+struct waiter_s {
+    const int *done;
+    pthread_cond_t cv;
+    waiter_t *prev, *next;
+};
+
+/* After a turn: wakes the waiters whose flags are set. */
+static void wake_done(ratel__poll_t *p)
+{
+    for (waiter_t *w = p->waiting; w; w = w->next)
+        if (*w->done)
+            pthread_cond_signal(&w->cv);
+}
+
+/* The driver left: wakes one waiter still waiting to drive. */
+static void wake_driver(ratel__poll_t *p)
+{
+    for (waiter_t *w = p->waiting; w; w = w->next)
+        if (!*w->done) {
+            pthread_cond_signal(&w->cv);
+            return;
+        }
+}
+
+/* Waits while another thread drives and *done is not set. */
+static void wait_for_driver(ratel__poll_t *p, const int *done)
+{
+    waiter_t w = {.done = done};
+
+    pthread_cond_init(&w.cv, NULL);
+    w.next = p->waiting;
+    if (p->waiting)
+        p->waiting->prev = &w;
+    p->waiting = &w;
+    while (!*done && p->driving)
+        pthread_cond_wait(&w.cv, &p->lock);
+    if (w.prev)
+        w.prev->next = w.next;
+    else
+        p->waiting = w.next;
+    if (w.next)
+        w.next->prev = w.prev;
+    pthread_cond_destroy(&w.cv);
+}
+
 static void turn(ratel__poll_t *p, const int *done)
 {
     report_failed(p);
@@ -687,17 +733,14 @@ static void turn(ratel__poll_t *p, const int *done)
     if (!*done)
         wait_io(p);
     bury(p);
-    if (p->waiters)
-        pthread_cond_broadcast(&p->turn_cv);
+    wake_done(p);
 }
 
 void ratel__poll_wait(ratel__poll_t *p, const int *done)
 {
     while (!*done) {
         if (p->driving) {
-            p->waiters++;
-            pthread_cond_wait(&p->turn_cv, &p->lock);
-            p->waiters--;
+            wait_for_driver(p, done);
             continue;
         }
         p->driving = 1;
@@ -709,8 +752,8 @@ void ratel__poll_wait(ratel__poll_t *p, const int *done)
         write_all(p);
         bury(p);
         p->driving = 0;
-        if (p->waiters)
-            pthread_cond_broadcast(&p->turn_cv);
+        wake_done(p);
+        wake_driver(p);
     }
 }
 
@@ -760,6 +803,7 @@ static int tls_setup(conn_t *c, const ratel__tls_target_t *tls, char *why,
     }
     SSL_set_bio(c->ssl, c->rbio, c->wbio);
     SSL_set_connect_state(c->ssl);
+    ratel__transport_tls_watch(c->ssl);
     return 0;
 }
 
@@ -839,7 +883,7 @@ static void poll_defer(void *tud)
 static int64_t poll_now(void *tud)
 {
     (void)tud;
-    return now_us();
+    return ratel__transport_now_us();
 }
 
 const ratel__transport_t ratel__poll_transport = {
@@ -873,7 +917,6 @@ int ratel__poll_new(ratel__poll_t **out, const ratel__loop_hooks_t *hooks)
         return RATEL_ENOMEM;
     }
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->turn_cv, NULL);
     *out = p;
     return 0;
 }
@@ -888,7 +931,6 @@ void ratel__poll_free(ratel__poll_t *p)
     close(p->efd);
     free(p->pfds);
     free(p->pconns);
-    pthread_cond_destroy(&p->turn_cv);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }

@@ -13,14 +13,14 @@
  *   ... read the answer ...               set my_done, lock held)
  *   ratel__poll_unlock(p);
  *
- * One thread at a time drives the loop (the driver); the others wait on a
- * condition variable and are woken after each turn that ran callbacks, so
- * each returns as soon as its own flag is set. When the driver's flag is
- * set it leaves and a waiter takes over. The lock is released only while
- * the driver sits in poll(): a command another thread queues then (its
- * `defer` or `send`) wakes the driver through an eventfd, so commands of
- * concurrent callers leave together in the driver's next write (automatic
- * pipelining across threads).
+ * One thread at a time drives the loop (the driver); the others wait,
+ * each on a condition variable of its own, woken by the turn that set
+ * its flag, so each returns as soon as its own flag is set. When the
+ * driver's flag is set it leaves and wakes one waiter to take over. The lock is
+ * released only while the driver sits in poll(): a command another thread
+ * queues then (its `defer` or `send`) wakes the driver through an eventfd, so
+ * commands of concurrent callers leave together in the driver's next write
+ * (automatic pipelining across threads).
  *
  * Sockets and signals. Addresses are resolved with getaddrinfo() inside
  * `open` (IPv4, IPv6 and names; a name blocks the caller, with the lock
@@ -70,7 +70,10 @@ void ratel__poll_unlock(ratel__poll_t *p);
  * driving thread with the lock held; the lock is released only around
  * poll(). Returns with the lock held. The engine must arm its timer for
  * every deadline it keeps: a wait with no timer, no connection and no
- * flush pending never returns.
+ * flush pending never returns. Never call it from a callback or hook
+ * (the driver would wait for itself). What is queued while no thread
+ * waits leaves at the next wait of any thread, or at once when a driver
+ * sits in poll().
  */
 void ratel__poll_wait(ratel__poll_t *p, const int *done);
 
