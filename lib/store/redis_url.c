@@ -363,13 +363,39 @@ static int looks_like_ipv6(const char *s, size_t n)
  * [IPV6][:PORT], into *addr. The address lies after the userinfo, so it
  * may be quoted.
  */
+/* The PORT of an address (`q`: the address, quoted for messages). */
+static int parse_port(const parser_t *p, const char *port, size_t plen,
+                      const char *q, int *out)
+{
+    long value;
+    int rc;
+
+    if (plen == 0)
+        return fail(p,
+                    "address \"%s\" has an empty port; expected a port "
+                    "from 1 to 65535 after ':' (or no ':' for %d)",
+                    q, p->default_port);
+    rc = read_number(port, plen, 65535, &value);
+    if (rc < 0)
+        return fail(p,
+                    "the port of \"%s\" is not a number; expected a port "
+                    "from 1 to 65535",
+                    q);
+    if (rc > 0 || value == 0)
+        return fail(p,
+                    "the port of \"%s\" is out of range; expected a port "
+                    "from 1 to 65535",
+                    q);
+    *out = (int)value;
+    return 0;
+}
+
 static int parse_address(const parser_t *p, const char *s, size_t n,
                          size_t index, ratel_redis_addr_t *addr)
 {
     char q[QUOTED_SIZE(PIECE_QUOTE_MAX)];
     const char *host, *port = NULL;
     size_t hlen, plen = 0;
-    long value;
     int rc;
 
     quote_bytes(q, s, n, PIECE_QUOTE_MAX);
@@ -442,25 +468,8 @@ static int parse_address(const parser_t *p, const char *s, size_t n,
                     RATEL_REDIS_HOST_MAX);
 
     addr->port = p->default_port;
-    if (port) {
-        if (plen == 0)
-            return fail(p,
-                        "address \"%s\" has an empty port; expected a port "
-                        "from 1 to 65535 after ':' (or no ':' for %d)",
-                        q, p->default_port);
-        rc = read_number(port, plen, 65535, &value);
-        if (rc < 0)
-            return fail(p,
-                        "the port of \"%s\" is not a number; expected a port "
-                        "from 1 to 65535",
-                        q);
-        if (rc > 0 || value == 0)
-            return fail(p,
-                        "the port of \"%s\" is out of range; expected a port "
-                        "from 1 to 65535",
-                        q);
-        addr->port = (int)value;
-    }
+    if (port && (rc = parse_port(p, port, plen, q, &addr->port)) != 0)
+        return rc;
     memcpy(addr->host, host, hlen);
     addr->host[hlen] = '\0';
     return 0;
@@ -840,22 +849,12 @@ static int check_combination(const parser_t *p, const ratel_redis_url_t *u,
  * userinfo, the addresses, the db and the query. The first problem found
  * is the one reported.
  */
-static int parse(parser_t *p, ratel_redis_url_t *u)
+/* Outside the userinfo [auth, at] (checked on its own, without quoting
+   it), a URL is printable ASCII without spaces and ends before any '#'. */
+static int check_bytes(parser_t *p, size_t auth, size_t at)
 {
-    const struct scheme_s *scheme;
-    const char *url = p->url;
-    size_t auth, at, pos, end, tok;
-    unsigned seen = 0;
-    int rc;
-
-    if (p->len == 0)
-        return fail(p, "empty URL; %s", url_hint);
-    auth = mark_secret(p, &at);
-
-    /* Outside the userinfo (checked on its own, without quoting it), a URL
-       is printable ASCII without spaces and ends before any '#'. */
     for (size_t i = 0; i < p->len; i++) {
-        unsigned char c = (unsigned char)url[i];
+        unsigned char c = (unsigned char)p->url[i];
         if (at < p->len && i >= auth && i <= at)
             continue;
         if (c == '#')
@@ -870,6 +869,52 @@ static int parse(parser_t *p, ratel_redis_url_t *u)
                         "ASCII (percent-encode other bytes in the password)",
                         (unsigned)c);
     }
+    return 0;
+}
+
+/* The userinfo [auth, at): USER:PASSWORD or :PASSWORD, before the last
+   '@'. */
+static int parse_userinfo(parser_t *p, size_t auth, size_t at,
+                          ratel_redis_url_t *u)
+{
+    const char *url = p->url, *colon = memchr(url + auth, ':', at - auth);
+    int rc;
+
+    if (at == auth)
+        return fail(p, "nothing before '@'; write redis://:PASSWORD@HOST "
+                       "or redis://USER:PASSWORD@HOST, or leave out "
+                       "the '@'");
+    if (!colon)
+        return fail(p, "a user name without a password before '@' (hidden "
+                       "here: it may be a password); AUTH needs a password: "
+                       "write redis://USER:PASSWORD@HOST, or "
+                       "redis://:PASSWORD@HOST for the default user");
+    rc = decode_userinfo(p, url + auth, (size_t)(colon - url) - auth,
+                         u->username, sizeof u->username, "user name", 0);
+    if (rc != 0)
+        return rc;
+    rc = decode_userinfo(p, colon + 1, at - (size_t)(colon - url) - 1,
+                         u->password, sizeof u->password, "password", 1);
+    if (rc == 0)
+        u->has_password = 1;
+    return rc;
+}
+
+static int parse(parser_t *p, ratel_redis_url_t *u)
+{
+    const struct scheme_s *scheme;
+    const char *url = p->url;
+    size_t auth, at, pos, end, tok;
+    unsigned seen = 0;
+    int rc;
+
+    if (p->len == 0)
+        return fail(p, "empty URL; %s", url_hint);
+    auth = mark_secret(p, &at);
+
+    rc = check_bytes(p, auth, at);
+    if (rc != 0)
+        return rc;
 
     /* The scheme. */
     tok = 0;
@@ -893,29 +938,11 @@ static int parse(parser_t *p, ratel_redis_url_t *u)
     u->sentinel = scheme->sentinel;
     p->default_port = u->sentinel ? SENTINEL_PORT : DEFAULT_PORT;
 
-    /* The userinfo: USER:PASSWORD or :PASSWORD, before the last '@'. */
     pos = auth;
     if (at < p->len) {
-        const char *colon = memchr(url + auth, ':', at - auth);
-        if (at == auth)
-            return fail(p, "nothing before '@'; write redis://:PASSWORD@HOST "
-                           "or redis://USER:PASSWORD@HOST, or leave out "
-                           "the '@'");
-        if (!colon)
-            return fail(p,
-                        "a user name without a password before '@' (hidden "
-                        "here: it may be a password); AUTH needs a password: "
-                        "write redis://USER:PASSWORD@HOST, or "
-                        "redis://:PASSWORD@HOST for the default user");
-        rc = decode_userinfo(p, url + auth, (size_t)(colon - url) - auth,
-                             u->username, sizeof u->username, "user name", 0);
+        rc = parse_userinfo(p, auth, at, u);
         if (rc != 0)
             return rc;
-        rc = decode_userinfo(p, colon + 1, at - (size_t)(colon - url) - 1,
-                             u->password, sizeof u->password, "password", 1);
-        if (rc != 0)
-            return rc;
-        u->has_password = 1;
         pos = at + 1;
     }
 

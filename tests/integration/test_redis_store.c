@@ -56,6 +56,36 @@ static int open_fds(void)
 /* ------------------------------------------------------------------ */
 
 /* Bad URLs, unreachable addresses, servers that are not Redis. */
+/* The C options have the option table's ranges (as a URL's query). */
+static void test_option_ranges(void)
+{
+    ratel_store_t *s;
+    char err[512];
+
+    {
+        static const struct {
+            ratel_redis_options_t o;
+            const char *words;
+        } out_of_range[] = {
+            {{.command_timeout_ms = 60001}, "timeout_ms 60001 is out of range"},
+            {{.connect_timeout_ms = -1}, "connect_timeout_ms -1"},
+            {{.pool_size = 257}, "accepted: 1..256"},
+            {{.deny_cache_entries = 1048577}, "deny_cache 1048577"},
+        };
+        for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0];
+             i++) {
+            ratel_redis_options_t o = out_of_range[i].o;
+            o.url = "redis://127.0.0.1:6379";
+            o.lazy_connect = 1;
+            CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err),
+                     RATEL_EINVAL);
+            if (!strstr(err, out_of_range[i].words))
+                fail_at(__LINE__, "[%s] lacks [%s]", err,
+                        out_of_range[i].words);
+        }
+    }
+}
+
 static void test_bad_targets(void)
 {
     static const char *const bad_urls[] = {
@@ -84,29 +114,6 @@ static void test_bad_targets(void)
     {
         ratel_redis_options_t o = {.url = NULL};
         CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err), RATEL_EINVAL);
-    }
-    /* The C options have the option table's ranges (as a URL's query). */
-    {
-        static const struct {
-            ratel_redis_options_t o;
-            const char *words;
-        } out_of_range[] = {
-            {{.command_timeout_ms = 60001}, "timeout_ms 60001 is out of range"},
-            {{.connect_timeout_ms = -1}, "connect_timeout_ms -1"},
-            {{.pool_size = 257}, "accepted: 1..256"},
-            {{.deny_cache_entries = 1048577}, "deny_cache 1048577"},
-        };
-        for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0];
-             i++) {
-            ratel_redis_options_t o = out_of_range[i].o;
-            o.url = "redis://127.0.0.1:6379";
-            o.lazy_connect = 1;
-            CHECK_EQ(ratel_store_redis_new(&s, &o, err, sizeof err),
-                     RATEL_EINVAL);
-            if (!strstr(err, out_of_range[i].words))
-                fail_at(__LINE__, "[%s] lacks [%s]", err,
-                        out_of_range[i].words);
-        }
     }
     /* Nobody listening. */
     port = test_free_port();
@@ -1237,6 +1244,7 @@ static void test_cluster(void)
 
 static const store_test_t tests[] = {
     {"bad_targets", test_bad_targets},
+    {"option_ranges", test_option_ranges},
     {"modes_agree", test_modes_agree},
     {"library", test_library},
     {"library_replaced", test_library_replaced},
