@@ -7,7 +7,9 @@
  *   captcha_notices.c   the notice table in SQLite
  *   captcha_sender.c    the bounded queue, the worker thread, the senders
  *                       (log file, webhook via libcurl)
- *   captcha_handlers.c  the HTTP endpoints and the metrics
+ *   captcha_handlers.c  the HTTP endpoints: each store call a callback
+ *                       on the worker's loop (the worker never waits)
+ *   captcha_metrics.c   /metrics
  *   captcha_main.c      arguments, startup, signals, shutdown
  *
  * The rate limits live in a ratel store (memory or Redis): one policy per
@@ -275,6 +277,11 @@ struct captcha_s {
        a client causes, indexed QUIET_SEND_LIMITED + policy or another
        QUIET_ kind. NULL: every line is written. */
     ratel__log_budget_t (*log_budgets)[QUIET_KINDS];
+    /* Per HTTP thread: the store's calls on that worker's loop. */
+    ratel_async_t **asyncs;
+    /* Set once the HTTP server has stopped: a store call still pending
+       is told, and nothing is answered any more. */
+    _Atomic int stopping;
 };
 
 /* The HTTP server's refused hook (ud is captcha_t): counts the
@@ -282,13 +289,17 @@ struct captcha_s {
 void captcha_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
                      const char *client);
 
+/* /metrics: Prometheus text of the counters. */
+void captcha_metrics(captcha_t *app, ratel_http_exchange_t *ex);
+
 /* The HTTP handler (ud is captcha_t). */
 void captcha_handle(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req);
 
 /*
- * Gives back the send permits of `phone` and `ip` (the provider failed,
- * the message could not be queued, or a crash stranded it), so that our
+ * Gives back the send permits of `phone` and `ip` (the provider failed
+ * or a crash stranded it: the sender thread and start-up, which may wait
+ * for the store; a worker gives back through its loop), so that our
  * failure does not lock a user out; `ip` "" gives back the phone's only.
  * Returns 0, or -1 when the store did not take a refund (logged and
  * counted).
