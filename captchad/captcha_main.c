@@ -104,6 +104,9 @@ static int open_stores(captcha_t *app)
     {
         ratel_redis_options_t o = c->redis;
         o.lazy_connect = 1; /* start; the failure policy decides meanwhile */
+        if (ratel__redis_tls_insecure(&o))
+            ratel__log("warn", "redis store TLS is not verified",
+                       "reason=\"%s\"", RATEL__TLS_INSECURE_WARNING);
         rc = ratel_store_redis_new(&app->store, &o, err, sizeof err);
     }
     if (rc == 0)

@@ -23,7 +23,8 @@
 #define RATEL_STORE_TLS_H
 
 #include "ratel.h"
-#include "store/redis_url.h"
+/* Beside this file: programs reach it through lib/internal/. */
+#include "redis_url.h"
 
 #include <openssl/ssl.h>
 

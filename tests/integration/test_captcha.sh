@@ -161,6 +161,18 @@ printf 'limits:\n  max_pipeline: 1025\n' >"$tmp/bad6.yaml"
 contains limits_range "$("$captchad" --check-config "$tmp/bad6.yaml" 2>&1)" "bad6.yaml:2: limits.max_pipeline: 1025 is out of range"
 printf 'store:\n  type: memory\n  url: redis://x\n' >"$tmp/bad5.yaml"
 contains bad_store_field "$("$captchad" --check-config "$tmp/bad5.yaml" 2>&1)" "bad5.yaml:3: store.url: applies to type: redis only"
+# store.url is read by libratel's parser (its words for a URL it refuses);
+# the code store then refuses what it cannot reach, saying why.
+printf 'store:\n  type: redis\n  url: redis://127.0.0.1:99999\n' >"$tmp/bad7.yaml"
+contains url_parser_words "$("$captchad" --check-config "$tmp/bad7.yaml" 2>&1)" \
+    'bad7.yaml:3: store.url: redis URL "redis://127.0.0.1:99999": the port of "127.0.0.1:99999" is out of range'
+printf 'store:\n  type: redis\n  url: http://127.0.0.1\n' >"$tmp/bad8.yaml"
+contains url_parser_scheme "$("$captchad" --check-config "$tmp/bad8.yaml" 2>&1)" 'unknown scheme "http"; the schemes are redis://'
+printf 'store:\n  type: redis\n  url: rediss://127.0.0.1:6380\n' >"$tmp/bad9.yaml"
+contains url_codes_tls "$("$captchad" --check-config "$tmp/bad9.yaml" 2>&1)" \
+    'bad9.yaml:3: store.url: TLS (rediss://): captchad keeps its codes in this Redis over a plain connection to one primary'
+printf 'store:\n  type: redis\n  url: "redis://u:pw@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300"\n' >"$tmp/ok9.yaml"
+contains url_plain_ok "$("$captchad" --check-config "$tmp/ok9.yaml" 2>&1)" 'store redis://***@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300'
 "$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
 same bad_exit "$?" 1
 
