@@ -127,13 +127,23 @@ int captcha_codes_memory_new(captcha_codes_t **out, size_t max_entries,
                              unsigned max_attempts);
 
 /*
- * A Redis code store at `url` (redis://, one primary): a hash per phone
+ * A Redis code store at `url` (redis:// or rediss://, one primary, TLS
+ * settings in its query as for the rate limits): a hash per phone
  * `captcha:code:{PHONE}` with fields code and attempts, PEXPIRE = TTL.
- * Connects lazily; 0 or RATEL_EINVAL with a message in err.
+ * Connects lazily; 0, RATEL_ENOMEM, or RATEL_EINVAL with a message in
+ * err.
  */
 int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
                             int timeout_ms, unsigned max_attempts, char *err,
                             size_t errlen);
+
+/* HTTP worker `thread`'s own Redis connection, on its loop (`base`), for
+   the _async calls; nothing for a memory store. 0 or RATEL_ENOMEM. */
+int captcha_codes_attach(captcha_codes_t *c, unsigned thread,
+                         struct event_base *base);
+/* Frees the workers' connections, their pending calls told (RATEL_EIO),
+   once the loops have stopped. */
+void captcha_codes_detach(captcha_codes_t *c);
 
 /* Stores `code` for `phone` until now_ms + ttl_ms, replacing an earlier
    code and its attempts. 0, RATEL_ENOMEM or RATEL_EIO. */
@@ -153,6 +163,23 @@ int captcha_codes_verify(captcha_codes_t *c, const char *phone,
 /* Drops `phone`'s code if it is still `code` (a send that failed). */
 int captcha_codes_discard(captcha_codes_t *c, const char *phone,
                           const char *code);
+
+/*
+ * The same calls from HTTP worker `thread`, never waiting for Redis: `fn`
+ * gets what the call returns (for a memory store, at once), on the
+ * worker's loop; a Redis that does not answer within timeout_ms gets
+ * RATEL_EIO. The strings are copied.
+ */
+typedef void captcha_codes_fn(void *ud, int rc);
+void captcha_codes_put_async(captcha_codes_t *c, unsigned thread,
+                             const char *phone, const char *code,
+                             int64_t now_ms, int64_t ttl_ms,
+                             captcha_codes_fn *fn, void *ud);
+void captcha_codes_verify_async(captcha_codes_t *c, unsigned thread,
+                                const char *phone, const char *code,
+                                int64_t now_ms, captcha_codes_fn *fn, void *ud);
+void captcha_codes_discard_async(captcha_codes_t *c, unsigned thread,
+                                 const char *phone, const char *code);
 
 void captcha_codes_stats(captcha_codes_t *c, captcha_codes_stats_t *out);
 void captcha_codes_free(captcha_codes_t *c);

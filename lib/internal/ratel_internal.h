@@ -21,6 +21,10 @@
  *   lib/store/tls.h        the store's TLS settings as it reads them, and
  *                          the words a program warns with when
  *                          tls_insecure turns verification off
+ *   lib/store/transport_event.h, transport_poll.h
+ *                          the store's connections (TLS included) on a
+ *                          libevent loop or on the caller's thread:
+ *                          captchad's code store speaks Redis over them
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -32,6 +36,8 @@
 #include "../store/redis.h"
 #include "../store/redis_url.h"
 #include "../store/tls.h"
+#include "../store/transport_event.h"
+#include "../store/transport_poll.h"
 
 #include <stdlib.h>
 
