@@ -537,67 +537,89 @@ static void flow_start(flow_t *f, const char *a, const char *b)
 /* ---------------------------------------------------------- endpoints */
 
 /*
- * Stores a new code for the job's phone, records its notice and queues
- * it. 0, or the failure (answered 503, the code dropped); the permits
- * are the caller's to give back.
+ * A send whose code is stored: its notice, the queue, the answer (202).
+ * 0, or -1 answered 503 with the code dropped: the permits are the
+ * caller's to give back.
  */
-static int send_queue(captcha_t *app, ratel_http_exchange_t *ex,
-                      captcha_job_t *job)
+static int send_queue(flow_t *f)
 {
+    captcha_t *app = f->app;
     const captcha_config_t *c = app->config;
-    char content[160];
+    char content[160], body[160];
     int64_t id = 0, now_ms = ratel_clock_now_us() / 1000;
-
-    captcha_message(c, NULL, content, sizeof content);
-    if (captcha_code_new(c->code_length, job->code) != 0 ||
-        captcha_codes_put(app->codes, job->phone, job->code, now_ms,
-                          c->code_ttl_ms) != 0 ||
-        captcha_notices_add(app->notices, job->phone, job->ip, content, now_ms,
-                            &id)) {
-        captcha_codes_discard(app->codes, job->phone, job->code);
-        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        respond_error(ex, 503, "cannot store the code; try again");
-        return -1;
-    }
-    job->notice_id = id;
-    /* Logged first: the sender may have delivered it before we return. */
-    ratel__log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
-               job->ip);
-    if (captcha_sender_enqueue(app->sender, job) != 0) {
-        captcha_codes_discard(app->codes, job->phone, job->code);
-        captcha_notices_finish(app->notices, id, 0, "not sent: queue full",
-                               now_ms);
-        atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
-        ratel__log("warn", "send queue full", "notice=%lld", (long long)id);
-        respond_error(ex, 503, "too busy to send now; try again");
-        return -1;
-    }
-    return 0;
-}
-
-/* A send once its permits are charged: a code, the notice, the queue. */
-static void send_admitted(flow_t *f)
-{
-    const captcha_config_t *c = f->app->config;
-    char body[160];
     captcha_job_t job;
-    int n;
+    int n, rc = -1;
 
     memset(&job, 0, sizeof job);
     memcpy(job.phone, f->phone, sizeof job.phone);
     memcpy(job.ip, f->ip, sizeof job.ip);
-    if (send_queue(f->app, f->ex, &job) != 0) {
-        flow_give_back(f);
-    } else {
-        atomic_fetch_add(&f->app->sends[SEND_ACCEPTED], 1);
-        n = snprintf(
-            body, sizeof body,
-            "{\"sent\":true,\"notice_id\":%lld,\"expires_in_s\":%lld}\n",
-            (long long)job.notice_id,
-            (long long)((c->code_ttl_ms + 999) / 1000));
-        respond_json(f->ex, 202, body, (size_t)n);
+    memcpy(job.code, f->code, sizeof job.code - 1); /* a code: 4..10 digits */
+    captcha_message(c, NULL, content, sizeof content);
+    if (captcha_notices_add(app->notices, job.phone, job.ip, content, now_ms,
+                            &id)) {
+        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
+        respond_error(f->ex, 503, "cannot store the code; try again");
+        goto out;
     }
+    job.notice_id = id;
+    /* Logged first: the sender may have delivered it before we return. */
+    ratel__log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
+               job.ip);
+    if (captcha_sender_enqueue(app->sender, &job) != 0) {
+        captcha_notices_finish(app->notices, id, 0, "not sent: queue full",
+                               now_ms);
+        atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
+        ratel__log("warn", "send queue full", "notice=%lld", (long long)id);
+        respond_error(f->ex, 503, "too busy to send now; try again");
+        goto out;
+    }
+    atomic_fetch_add(&app->sends[SEND_ACCEPTED], 1);
+    n = snprintf(body, sizeof body,
+                 "{\"sent\":true,\"notice_id\":%lld,\"expires_in_s\":%lld}\n",
+                 (long long)id, (long long)((c->code_ttl_ms + 999) / 1000));
+    respond_json(f->ex, 202, body, (size_t)n);
+    rc = 0;
+out:
+    if (rc != 0)
+        captcha_codes_discard_async(app->codes, f->thread, job.phone, job.code);
     memset(&job, 0, sizeof job);
+    return rc;
+}
+
+/* The code store took the send's code (rc 0) or did not. */
+static void code_stored(void *ud, int rc)
+{
+    flow_t *f = ud;
+
+    if (atomic_load(&f->app->stopping)) {
+        flow_release(f);
+        return;
+    }
+    if (rc != 0) {
+        captcha_codes_discard_async(f->app->codes, f->thread, f->phone,
+                                    f->code);
+        atomic_fetch_add(&f->app->sends[SEND_ERROR], 1);
+        respond_error(f->ex, 503, "cannot store the code; try again");
+    }
+    if (rc != 0 || send_queue(f) != 0)
+        flow_give_back(f);
+    flow_release(f);
+}
+
+/* A send once its permits are charged: a new code into the code store
+   (on the worker's loop), then the notice and the queue. */
+static void send_admitted(flow_t *f)
+{
+    const captcha_config_t *c = f->app->config;
+
+    f->holds++;
+    if (captcha_code_new(c->code_length, f->code) != 0) {
+        code_stored(f, -1);
+        return;
+    }
+    captcha_codes_put_async(f->app->codes, f->thread, f->phone, f->code,
+                            ratel_clock_now_us() / 1000, c->code_ttl_ms,
+                            code_stored, f);
 }
 
 /*
@@ -684,27 +706,13 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
     flow_start(f, ip, phone);
 }
 
-/* The guess against the code store, once the pair admitted it. */
-static int verify_code(flow_t *f)
-{
-    if (!code_well_formed(f->code, f->app->config->code_length))
-        return CAPTCHA_CODE_INVALID;
-    return captcha_codes_verify(f->app->codes, f->phone, f->code,
-                                ratel_clock_now_us() / 1000);
-}
-
-static void verify_decided(flow_t *f, int rc)
+/* A verify's answer: CAPTCHA_CODE_OK, CAPTCHA_CODE_INVALID or a
+   RATEL_E* code (the code store failed). */
+static void verify_answer(flow_t *f, int rc)
 {
     captcha_t *app = f->app;
     uint64_t quiet = 0;
 
-    if (rc == 0) {
-        atomic_fetch_add(&app->verifies[VERIFY_LIMITED], 1);
-        respond_limited(app, f->ex, f->which, &f->decision);
-        return;
-    }
-    if (rc == 1)
-        rc = verify_code(f);
     memset(f->code, 0, sizeof f->code);
     if (rc < 0) {
         atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
@@ -727,6 +735,35 @@ static void verify_decided(flow_t *f, int rc)
         respond_json(f->ex, 200, "{\"verified\":true}\n", 18);
     else
         respond_error(f->ex, 400, INVALID_CODE);
+}
+
+/* The code store's verdict on the guess. */
+static void code_verified(void *ud, int rc)
+{
+    flow_t *f = ud;
+
+    if (!atomic_load(&f->app->stopping))
+        verify_answer(f, rc);
+    flow_release(f);
+}
+
+/* Limited, failed, or admitted: then the guess goes to the code store
+   (on the worker's loop) unless it cannot be a code at all. */
+static void verify_decided(flow_t *f, int rc)
+{
+    if (rc == 0) {
+        atomic_fetch_add(&f->app->verifies[VERIFY_LIMITED], 1);
+        respond_limited(f->app, f->ex, f->which, &f->decision);
+        return;
+    }
+    if (rc == 1 && code_well_formed(f->code, f->app->config->code_length)) {
+        f->holds++;
+        captcha_codes_verify_async(f->app->codes, f->thread, f->phone, f->code,
+                                   ratel_clock_now_us() / 1000, code_verified,
+                                   f);
+        return;
+    }
+    verify_answer(f, rc == 1 ? CAPTCHA_CODE_INVALID : rc);
 }
 
 static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,

@@ -174,6 +174,12 @@ static int run(captcha_t *app, const char *path)
             ratel__log("error", "cannot start", "reason=\"%s\"", err);
             return 1;
         }
+    for (unsigned t = 0; t < c->threads; t++)
+        if (captcha_codes_attach(app->codes, t,
+                                 ratel_http_server_base(app->http, t)) != 0) {
+            ratel__log("error", "cannot start", "reason=\"out of memory\"");
+            return 1;
+        }
     signals.http = app->http;
     if (ratel__signals_start(&signals) != 0) {
         ratel__log("error", "cannot start the signal thread", "%s", "");
@@ -224,6 +230,8 @@ int main(int argc, char **argv)
     for (unsigned t = 0; app.asyncs && t < app.config->threads; t++)
         ratel_async_free(app.asyncs[t]);
     free(app.asyncs);
+    if (app.codes)
+        captcha_codes_detach(app.codes);
     captcha_sender_stop(app.sender);
     ratel_http_server_free(app.http);
     captcha_notices_close(app.notices);
