@@ -77,10 +77,9 @@ static int refuse_old_limits(const ratel__yaml_ctx_t *ctx,
 /*
  * store.url as libratel's parser reads it (a URL it refuses is refused in
  * its words, naming the part that is wrong). The verification codes live
- * in the same Redis, and the code store reaches it over a plain
- * connection to one primary: a URL with TLS, Sentinel or Cluster, which
- * the rate limits would take, is refused here saying so, not at the first
- * send.
+ * in the same Redis, on one primary (redis:// or rediss://, TLS settings
+ * as for the rate limits): Sentinel and Cluster, which the rate limits
+ * would take, are refused here saying so, not at the first send.
  */
 static int check_code_url(const char *text, char *why, size_t whylen)
 {
@@ -91,14 +90,13 @@ static int check_code_url(const char *text, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory");
     else if (ratel__redis_url_parse(text, u, why, whylen) != 0)
         rc = -1;
-    else if (u->tls || u->sentinel || u->cluster)
+    else if (u->sentinel || u->cluster)
         snprintf(why, whylen,
-                 "%s: captchad keeps its codes in this Redis over a plain "
-                 "connection to one primary; TLS, Sentinel and Cluster are "
-                 "not supported for the codes: give redis://HOST:PORT",
-                 u->tls        ? "TLS (rediss://)"
-                 : u->sentinel ? "Sentinel (redis+sentinel://)"
-                               : "Redis Cluster (redis+cluster://)");
+                 "%s: captchad keeps its codes in this Redis on one primary; "
+                 "Sentinel and Cluster are not supported for the codes: give "
+                 "redis://HOST:PORT or rediss://HOST:PORT",
+                 u->sentinel ? "Sentinel (redis+sentinel://)"
+                             : "Redis Cluster (redis+cluster://)");
     else
         rc = 0;
     free(u);
