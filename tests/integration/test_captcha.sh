@@ -703,8 +703,10 @@ fi
 unset CAPTCHA_DB
 if tport=$(redis_start_tls); then
     certs=$(tls_certs)
+    # Generous times: a TLS handshake under valgrind takes a while.
     pt=$(free_port); bt=http://127.0.0.1:$pt
-    tls_store=$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_ca_file=%s/ca.crt&tls_server_name=localhost"\n  on_failure: closed' "$tport" "$certs")
+    tls_times=$'\n  timeout_ms: 5000\n  connect_timeout_ms: 5000'
+    tls_store=$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_ca_file=%s/ca.crt&tls_server_name=localhost"\n  on_failure: closed%s' "$tport" "$certs" "$tls_times")
     write_config tls "$pt" "$tls_store"
     start tls "$pt" || fail start_tls "did not come up"
     same tls_send "$(send_status "$bt" 13500000001 10.8.0.1)" 202
@@ -715,7 +717,7 @@ if tport=$(redis_start_tls); then
     same tls_not_warned "$(grep -c 'tls_insecure' "$tmp/tls.log")" 0
     stop tls
     same tls_sigterm "$stopped" 0
-    write_config tlsi "$pt" "$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_insecure=yes"\n  on_failure: closed' "$tport")"
+    write_config tlsi "$pt" "$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_insecure=yes"\n  on_failure: closed%s' "$tport" "$tls_times")"
     start tlsi "$pt" || fail start_tlsi "did not come up"
     same tls_insecure_send "$(send_status "$bt" 13500000002 10.8.0.3)" 202
     stop tlsi
