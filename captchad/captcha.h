@@ -7,7 +7,9 @@
  *   captcha_notices.c   the notice table in SQLite
  *   captcha_sender.c    the bounded queue, the worker thread, the senders
  *                       (log file, webhook via libcurl)
- *   captcha_handlers.c  the HTTP endpoints and the metrics
+ *   captcha_handlers.c  the HTTP endpoints: each store call a callback
+ *                       on the worker's loop (the worker never waits)
+ *   captcha_metrics.c   /metrics
  *   captcha_main.c      arguments, startup, signals, shutdown
  *
  * The rate limits live in a ratel store (memory or Redis): one policy per
@@ -125,13 +127,23 @@ int captcha_codes_memory_new(captcha_codes_t **out, size_t max_entries,
                              unsigned max_attempts);
 
 /*
- * A Redis code store at `url` (redis://, one primary): a hash per phone
+ * A Redis code store at `url` (redis:// or rediss://, one primary, TLS
+ * settings in its query as for the rate limits): a hash per phone
  * `captcha:code:{PHONE}` with fields code and attempts, PEXPIRE = TTL.
- * Connects lazily; 0 or RATEL_EINVAL with a message in err.
+ * Connects lazily; 0, RATEL_ENOMEM, or RATEL_EINVAL with a message in
+ * err.
  */
 int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
                             int timeout_ms, unsigned max_attempts, char *err,
                             size_t errlen);
+
+/* HTTP worker `thread`'s own Redis connection, on its loop (`base`), for
+   the _async calls; nothing for a memory store. 0 or RATEL_ENOMEM. */
+int captcha_codes_attach(captcha_codes_t *c, unsigned thread,
+                         struct event_base *base);
+/* Frees the workers' connections, their pending calls told (RATEL_EIO),
+   once the loops have stopped. */
+void captcha_codes_detach(captcha_codes_t *c);
 
 /* Stores `code` for `phone` until now_ms + ttl_ms, replacing an earlier
    code and its attempts. 0, RATEL_ENOMEM or RATEL_EIO. */
@@ -151,6 +163,23 @@ int captcha_codes_verify(captcha_codes_t *c, const char *phone,
 /* Drops `phone`'s code if it is still `code` (a send that failed). */
 int captcha_codes_discard(captcha_codes_t *c, const char *phone,
                           const char *code);
+
+/*
+ * The same calls from HTTP worker `thread`, never waiting for Redis: `fn`
+ * gets what the call returns (for a memory store, at once), on the
+ * worker's loop; a Redis that does not answer within timeout_ms gets
+ * RATEL_EIO. The strings are copied.
+ */
+typedef void captcha_codes_fn(void *ud, int rc);
+void captcha_codes_put_async(captcha_codes_t *c, unsigned thread,
+                             const char *phone, const char *code,
+                             int64_t now_ms, int64_t ttl_ms,
+                             captcha_codes_fn *fn, void *ud);
+void captcha_codes_verify_async(captcha_codes_t *c, unsigned thread,
+                                const char *phone, const char *code,
+                                int64_t now_ms, captcha_codes_fn *fn, void *ud);
+void captcha_codes_discard_async(captcha_codes_t *c, unsigned thread,
+                                 const char *phone, const char *code);
 
 void captcha_codes_stats(captcha_codes_t *c, captcha_codes_stats_t *out);
 void captcha_codes_free(captcha_codes_t *c);
@@ -275,6 +304,11 @@ struct captcha_s {
        a client causes, indexed QUIET_SEND_LIMITED + policy or another
        QUIET_ kind. NULL: every line is written. */
     ratel__log_budget_t (*log_budgets)[QUIET_KINDS];
+    /* Per HTTP thread: the store's calls on that worker's loop. */
+    ratel_async_t **asyncs;
+    /* Set once the HTTP server has stopped: a store call still pending
+       is told, and nothing is answered any more. */
+    _Atomic int stopping;
 };
 
 /* The HTTP server's refused hook (ud is captcha_t): counts the
@@ -282,13 +316,17 @@ struct captcha_s {
 void captcha_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
                      const char *client);
 
+/* /metrics: Prometheus text of the counters. */
+void captcha_metrics(captcha_t *app, ratel_http_exchange_t *ex);
+
 /* The HTTP handler (ud is captcha_t). */
 void captcha_handle(void *ud, ratel_http_exchange_t *ex,
                     const ratel_http_request_t *req);
 
 /*
- * Gives back the send permits of `phone` and `ip` (the provider failed,
- * the message could not be queued, or a crash stranded it), so that our
+ * Gives back the send permits of `phone` and `ip` (the provider failed
+ * or a crash stranded it: the sender thread and start-up, which may wait
+ * for the store; a worker gives back through its loop), so that our
  * failure does not lock a user out; `ip` "" gives back the phone's only.
  * Returns 0, or -1 when the store did not take a refund (logged and
  * counted).

@@ -12,15 +12,18 @@
  * the bound (and the per-IP limit stops him long before).
  *
  * redis: a hash per phone `captcha:code:{PHONE}` {code, attempts} with
- * PEXPIRE = TTL, so that every captchad sharing the Redis sees one code.
+ * PEXPIRE = TTL, so that every captchad sharing the Redis sees one code,
+ * over captcha_redis.c's connections (TLS as the rate limits' store; an
+ * HTTP worker's on its loop, never waiting).
  * A verify runs two scripts: the first counts the attempt and returns the
  * stored code (deleting it past max_attempts), C compares in constant
  * time, and only a match runs the second, a compare-and-delete: of two
  * concurrent correct verifies on any instances, exactly one deletes it.
  */
 #include "captchad/captcha.h"
+#include "captchad/captcha_redis.h"
 
-#include "ratel_internal.h"
+#include "app/log.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -42,16 +45,19 @@ struct captcha_codes_s {
     int redis;
     unsigned max_attempts;
     pthread_mutex_t lock;
-    uint64_t expirations, evictions, errors;
+    uint64_t expirations, evictions;
+    _Atomic uint64_t errors;
     /* memory */
     code_entry_t **buckets;
     size_t nbuckets; /* a power of two */
     size_t count, max_entries;
     code_entry_t *oldest, *newest;
-    /* redis */
-    redisContext *ctx;
-    ratel_redis_url_t url;
-    int timeout_ms;
+    /* redis: one connection for the threads that may wait (the sender,
+       start-up), one per HTTP worker on its loop */
+    captcha_redis_conf_t conf;
+    captcha_redis_t *sync;
+    captcha_redis_t **workers;
+    unsigned nworkers;
 };
 
 int captcha_code_equal(const char *a, const char *b)
@@ -235,163 +241,273 @@ int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
                             size_t errlen)
 {
     captcha_codes_t *c = calloc(1, sizeof *c);
+    ratel_redis_options_t o = {.url = url};
+    ratel__tls_options_t tls;
 
     *out = NULL;
     if (!c)
         return RATEL_ENOMEM;
-    if (ratel__redis_url_parse(url, &c->url, err, errlen) != 0) {
-        free(c);
-        return RATEL_EINVAL;
-    }
-    if (c->url.cluster) {
-        snprintf(err, errlen,
-                 "the code store needs one Redis primary, not "
-                 "redis+cluster://");
-        free(c);
-        return RATEL_EINVAL;
-    }
+    pthread_mutex_init(&c->lock, NULL);
     c->redis = 1;
     c->max_attempts = max_attempts ? max_attempts : 5;
-    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 500;
-    pthread_mutex_init(&c->lock, NULL);
+    c->conf.timeout_ms = timeout_ms > 0 ? timeout_ms : 500;
+    if (ratel__redis_url_parse(url, &c->conf.url, err, errlen) != 0 ||
+        ratel__tls_options_pick(&c->conf.url, &o, &tls, err, errlen) != 0 ||
+        (c->conf.url.tls &&
+         ratel__tls_ctx_new(&tls, &c->conf.tls_ctx, err, errlen) != 0)) {
+        captcha_codes_free(c);
+        return RATEL_EINVAL;
+    }
+    if (c->conf.url.cluster || c->conf.url.sentinel) {
+        snprintf(err, errlen,
+                 "the code store needs one Redis primary (redis:// or "
+                 "rediss://), not Redis Cluster or Sentinel");
+        captcha_codes_free(c);
+        return RATEL_EINVAL;
+    }
+    c->conf.server_name =
+        c->conf.url.tls_server_name[0] ? c->conf.url.tls_server_name : NULL;
+    c->conf.insecure = tls.insecure;
+    if (captcha_redis_new(&c->sync, &c->conf, NULL) != 0) {
+        captcha_codes_free(c);
+        return RATEL_ENOMEM;
+    }
     *out = c;
     return 0;
 }
 
-/* A connected context (made if needed), AUTH and SELECT done; NULL when
-   Redis cannot be reached. Under c->lock. */
-static redisContext *connection(captcha_codes_t *c)
+int captcha_codes_attach(captcha_codes_t *c, unsigned thread,
+                         struct event_base *base)
 {
-    struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
-    const ratel_redis_addr_t *a = &c->url.addrs[0];
-    redisReply *r;
+    captcha_redis_t **more;
 
-    if (c->ctx && !c->ctx->err)
-        return c->ctx;
-    if (c->ctx)
-        redisFree(c->ctx);
-    c->ctx = redisConnectWithTimeout(a->host, a->port, tv);
-    if (!c->ctx || c->ctx->err)
-        goto fail;
-    redisSetTimeout(c->ctx, tv);
-    if (c->url.has_password) {
-        r = c->url.username[0]
-                ? redisCommand(c->ctx, "AUTH %s %s", c->url.username,
-                               c->url.password)
-                : redisCommand(c->ctx, "AUTH %s", c->url.password);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            freeReplyObject(r);
-            goto fail;
-        }
-        freeReplyObject(r);
+    if (!c->redis)
+        return 0;
+    if (thread >= c->nworkers) {
+        more = realloc(c->workers, (thread + 1) * sizeof *more);
+        if (!more)
+            return RATEL_ENOMEM;
+        memset(more + c->nworkers, 0,
+               (thread + 1 - c->nworkers) * sizeof *more);
+        c->workers = more;
+        c->nworkers = thread + 1;
     }
-    if (c->url.db) {
-        r = redisCommand(c->ctx, "SELECT %d", c->url.db);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            freeReplyObject(r);
-            goto fail;
-        }
-        freeReplyObject(r);
-    }
-    return c->ctx;
-fail:
-    if (c->ctx)
-        redisFree(c->ctx);
-    c->ctx = NULL;
-    return NULL;
+    return captcha_redis_new(&c->workers[thread], &c->conf, base);
 }
 
-/* EVAL `script` on the phone's key with two arguments; the reply, or NULL
-   (counted as an error) when Redis failed. Under c->lock. */
-static redisReply *eval(captcha_codes_t *c, const char *script,
-                        const char *phone, const char *a1, const char *a2)
+void captcha_codes_detach(captcha_codes_t *c)
 {
-    char key[64];
-    redisContext *ctx = connection(c);
-    redisReply *r;
+    for (unsigned t = 0; t < c->nworkers; t++)
+        captcha_redis_free(c->workers[t]);
+    free(c->workers);
+    c->workers = NULL;
+    c->nworkers = 0;
+}
 
-    snprintf(key, sizeof key, "captcha:code:{%s}", phone);
-    if (!ctx) {
-        c->errors++;
+/* One code store call on Redis: its keys and strings live here until its
+   callback. */
+typedef struct code_op_s {
+    captcha_codes_t *c;
+    captcha_redis_t *r;
+    char key[64];
+    char code[CAPTCHA_CODE_MAX];
+    char stored[CAPTCHA_CODE_MAX];
+    captcha_codes_fn *fn;
+    void *ud;
+} code_op_t;
+
+static code_op_t *op_new(captcha_codes_t *c, captcha_redis_t *r,
+                         const char *phone, const char *code,
+                         captcha_codes_fn *fn, void *ud)
+{
+    code_op_t *op = calloc(1, sizeof *op);
+
+    if (!op)
         return NULL;
+    *op = (code_op_t){.c = c, .r = r, .fn = fn, .ud = ud};
+    snprintf(op->key, sizeof op->key, "captcha:code:{%s}", phone);
+    snprintf(op->code, sizeof op->code, "%s", code);
+    return op;
+}
+
+static void op_done(code_op_t *op, int rc)
+{
+    if (op->fn)
+        op->fn(op->ud, rc);
+    memset(op, 0, sizeof *op); /* the codes */
+    free(op);
+}
+
+/* EVAL `script` on op's key with one or two arguments. */
+static void eval(code_op_t *op, const char *script, const char *a1,
+                 const char *a2, captcha_reply_fn *fn)
+{
+    const char *argv[] = {"EVAL", script, "1", op->key, a1, a2};
+
+    captcha_redis_command(op->r, a2 ? 6 : 5, argv, fn, op);
+}
+
+/* Whether Redis answered (not an error, counted and logged). */
+static int answered(code_op_t *op, redisReply *reply)
+{
+    if (reply && reply->type != REDIS_REPLY_ERROR)
+        return 1;
+    if (reply)
+        ratel__log("error", "redis code store", "reason=\"%s\"", reply->str);
+    atomic_fetch_add(&op->c->errors, 1);
+    return 0;
+}
+
+static void put_replied(void *ud, redisReply *reply)
+{
+    code_op_t *op = ud;
+
+    op_done(op, answered(op, reply) ? 0 : RATEL_EIO);
+    freeReplyObject(reply);
+}
+
+static void consumed(void *ud, redisReply *reply)
+{
+    code_op_t *op = ud;
+    int ok = answered(op, reply);
+
+    op_done(op, !ok ? RATEL_EIO
+                : reply->type == REDIS_REPLY_INTEGER && reply->integer == 1
+                    ? CAPTCHA_CODE_OK
+                    : CAPTCHA_CODE_INVALID);
+    freeReplyObject(reply);
+}
+
+/* The stored code and its attempts: a match consumes it (exactly one of
+   concurrent verifiers deletes it); the max_attempts-th wrong guess ends
+   it now. */
+static void checked(void *ud, redisReply *reply)
+{
+    code_op_t *op = ud;
+    long long attempts;
+
+    if (!answered(op, reply) || reply->type != REDIS_REPLY_ARRAY ||
+        reply->elements != 2 || reply->element[0]->type != REDIS_REPLY_STRING ||
+        reply->element[0]->len >= sizeof op->stored) {
+        /* nil: no code (or used up) */
+        op_done(op, reply ? CAPTCHA_CODE_INVALID : RATEL_EIO);
+        freeReplyObject(reply);
+        return;
     }
-    r = a2 ? redisCommand(ctx, "EVAL %s 1 %s %s %s", script, key, a1, a2)
-           : redisCommand(ctx, "EVAL %s 1 %s %s", script, key, a1);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r)
-            ratel__log("error", "redis code store", "reason=\"%s\"", r->str);
-        freeReplyObject(r);
-        c->errors++;
-        return NULL;
+    memcpy(op->stored, reply->element[0]->str, reply->element[0]->len);
+    attempts = reply->element[1]->integer;
+    freeReplyObject(reply);
+    if (captcha_code_equal(op->stored, op->code)) {
+        eval(op, consume_script, op->stored, NULL, consumed);
+        return;
     }
-    return r;
+    if (attempts >= (long long)op->c->max_attempts) {
+        op->fn(op->ud, CAPTCHA_CODE_INVALID);
+        op->fn = NULL;
+        eval(op, consume_script, op->stored, NULL, consumed);
+        return;
+    }
+    op_done(op, CAPTCHA_CODE_INVALID);
+}
+
+static void redis_put_on(captcha_codes_t *c, captcha_redis_t *r,
+                         const char *phone, const char *code, int64_t ttl_ms,
+                         captcha_codes_fn *fn, void *ud)
+{
+    code_op_t *op = op_new(c, r, phone, code, fn, ud);
+    char ttl[24];
+
+    if (!op) {
+        fn(ud, RATEL_ENOMEM);
+        return;
+    }
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    eval(op, put_script, code, ttl, put_replied);
+}
+
+static void redis_verify_on(captcha_codes_t *c, captcha_redis_t *r,
+                            const char *phone, const char *code,
+                            captcha_codes_fn *fn, void *ud)
+{
+    code_op_t *op = op_new(c, r, phone, code, fn, ud);
+    char max[16];
+
+    if (!op) {
+        fn(ud, RATEL_ENOMEM);
+        return;
+    }
+    snprintf(max, sizeof max, "%u", c->max_attempts);
+    eval(op, check_script, max, NULL, checked);
+}
+
+static void redis_discard_on(captcha_codes_t *c, captcha_redis_t *r,
+                             const char *phone, const char *code,
+                             captcha_codes_fn *fn, void *ud)
+{
+    code_op_t *op = op_new(c, r, phone, code, fn, ud);
+
+    if (!op) {
+        if (fn)
+            fn(ud, RATEL_ENOMEM);
+        return;
+    }
+    eval(op, consume_script, op->code, NULL, consumed);
+}
+
+/* A call on the shared connection, waited for on this thread. */
+typedef struct waiter_s {
+    int done, rc;
+} waiter_t;
+
+static void waited(void *ud, int rc)
+{
+    waiter_t *w = ud;
+
+    w->rc = rc;
+    w->done = 1;
+}
+
+static int redis_wait(captcha_codes_t *c, code_op_t *op, const char *script,
+                      const char *a1, const char *a2, captcha_reply_fn *fn,
+                      waiter_t *w)
+{
+    if (!op)
+        return RATEL_ENOMEM;
+    captcha_redis_lock(c->sync);
+    eval(op, script, a1, a2, fn);
+    captcha_redis_wait(c->sync, &w->done);
+    captcha_redis_unlock(c->sync);
+    return w->rc;
 }
 
 static int redis_put(captcha_codes_t *c, const char *phone, const char *code,
                      int64_t ttl_ms)
 {
+    waiter_t w = {0, 0};
     char ttl[24];
-    redisReply *r;
 
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    pthread_mutex_lock(&c->lock);
-    r = eval(c, put_script, phone, code, ttl);
-    pthread_mutex_unlock(&c->lock);
-    if (!r)
-        return RATEL_EIO;
-    freeReplyObject(r);
-    return 0;
-}
-
-static int redis_discard(captcha_codes_t *c, const char *phone,
-                         const char *code, int *deleted)
-{
-    redisReply *r;
-
-    pthread_mutex_lock(&c->lock);
-    r = eval(c, consume_script, phone, code, NULL);
-    pthread_mutex_unlock(&c->lock);
-    if (!r)
-        return RATEL_EIO;
-    if (deleted)
-        *deleted = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    return 0;
+    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
+                      put_script, code, ttl, put_replied, &w);
 }
 
 static int redis_verify(captcha_codes_t *c, const char *phone, const char *code)
 {
-    char max[16], stored[CAPTCHA_CODE_MAX];
-    long long attempts;
-    int deleted = 0, rc;
-    redisReply *r;
+    waiter_t w = {0, 0};
+    char max[16];
 
     snprintf(max, sizeof max, "%u", c->max_attempts);
-    pthread_mutex_lock(&c->lock);
-    r = eval(c, check_script, phone, max, NULL);
-    pthread_mutex_unlock(&c->lock);
-    if (!r)
-        return RATEL_EIO;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[0]->len >= sizeof stored) {
-        freeReplyObject(r); /* nil: no code (or used up) */
-        return CAPTCHA_CODE_INVALID;
-    }
-    memcpy(stored, r->element[0]->str, r->element[0]->len);
-    stored[r->element[0]->len] = '\0';
-    attempts = r->element[1]->integer;
-    freeReplyObject(r);
-    if (captcha_code_equal(stored, code)) {
-        rc = redis_discard(c, phone, stored, &deleted);
-        if (rc)
-            return rc;
-        return deleted ? CAPTCHA_CODE_OK : CAPTCHA_CODE_INVALID;
-    }
-    /* The max_attempts-th wrong guess ends the code now. */
-    if (attempts >= (long long)c->max_attempts)
-        redis_discard(c, phone, stored, NULL);
-    return CAPTCHA_CODE_INVALID;
+    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
+                      check_script, max, NULL, checked, &w);
+}
+
+static int redis_discard(captcha_codes_t *c, const char *phone,
+                         const char *code)
+{
+    waiter_t w = {0, 0};
+
+    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
+                      consume_script, code, NULL, consumed, &w);
 }
 
 /* ---------------------------------------------------------------- common */
@@ -413,8 +529,50 @@ int captcha_codes_verify(captcha_codes_t *c, const char *phone,
 int captcha_codes_discard(captcha_codes_t *c, const char *phone,
                           const char *code)
 {
-    return c->redis ? redis_discard(c, phone, code, NULL)
+    return c->redis ? redis_discard(c, phone, code)
                     : memory_discard(c, phone, code);
+}
+
+/* The worker's own connection (captcha_codes_attach), or NULL: memory. */
+static captcha_redis_t *worker(captcha_codes_t *c, unsigned thread)
+{
+    return c->redis && thread < c->nworkers ? c->workers[thread] : NULL;
+}
+
+void captcha_codes_put_async(captcha_codes_t *c, unsigned thread,
+                             const char *phone, const char *code,
+                             int64_t now_ms, int64_t ttl_ms,
+                             captcha_codes_fn *fn, void *ud)
+{
+    captcha_redis_t *r = worker(c, thread);
+
+    if (r)
+        redis_put_on(c, r, phone, code, ttl_ms, fn, ud);
+    else
+        fn(ud, captcha_codes_put(c, phone, code, now_ms, ttl_ms));
+}
+
+void captcha_codes_verify_async(captcha_codes_t *c, unsigned thread,
+                                const char *phone, const char *code,
+                                int64_t now_ms, captcha_codes_fn *fn, void *ud)
+{
+    captcha_redis_t *r = worker(c, thread);
+
+    if (r)
+        redis_verify_on(c, r, phone, code, fn, ud);
+    else
+        fn(ud, captcha_codes_verify(c, phone, code, now_ms));
+}
+
+void captcha_codes_discard_async(captcha_codes_t *c, unsigned thread,
+                                 const char *phone, const char *code)
+{
+    captcha_redis_t *r = worker(c, thread);
+
+    if (r)
+        redis_discard_on(c, r, phone, code, NULL, NULL);
+    else
+        captcha_codes_discard(c, phone, code);
 }
 
 void captcha_codes_stats(captcha_codes_t *c, captcha_codes_stats_t *out)
@@ -424,8 +582,8 @@ void captcha_codes_stats(captcha_codes_t *c, captcha_codes_stats_t *out)
     out->max_entries = c->max_entries;
     out->expirations = c->expirations;
     out->evictions = c->evictions;
-    out->errors = c->errors;
     pthread_mutex_unlock(&c->lock);
+    out->errors = atomic_load(&c->errors);
 }
 
 void captcha_codes_free(captcha_codes_t *c)
@@ -435,8 +593,11 @@ void captcha_codes_free(captcha_codes_t *c)
     while (c->oldest)
         entry_drop(c, c->oldest);
     free(c->buckets);
-    if (c->ctx)
-        redisFree(c->ctx);
+    captcha_codes_detach(c);
+    captcha_redis_free(c->sync);
+    if (c->conf.tls_ctx)
+        SSL_CTX_free(c->conf.tls_ctx);
     pthread_mutex_destroy(&c->lock);
+    memset(&c->conf.url, 0, sizeof c->conf.url); /* the password */
     free(c);
 }

@@ -9,8 +9,11 @@
  *   GET  /metrics               Prometheus text
  *   GET  /healthz               the process answers
  *
- * Handlers answer at once on their worker thread: a send's slow part (the
- * gateway) runs on the sender thread, everything else is a store call.
+ * A worker never waits for the ratel store: a request that needs it is a
+ * flow (below) answered from the store's callback on the worker's loop,
+ * so /healthz and /metrics answer at once while Redis hangs, and each
+ * pending request gets the failure policy's answer at its own deadline.
+ * A send's slow part (the gateway) runs on the sender thread.
  */
 #include "captchad/captcha.h"
 
@@ -274,47 +277,6 @@ static size_t policy_key(char *buf, size_t len, captcha_policy_t policy,
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
-/*
- * Charges the `first` policy on key a, then the `second` on key b: both
- * admit or neither is charged (a denial of the second refunds the first).
- * The first is the broader key (the client IP): when it denies, the
- * narrower key is never created, so a flood of unique phones from one
- * address adds no state. Returns 1 admitted, 0 denied (the denying
- * policy in *which, its decision in *denied), or a RATEL_E* code.
- */
-static int acquire_pair(captcha_t *app, captcha_policy_t first, const char *a,
-                        captcha_policy_t second, const char *b,
-                        captcha_policy_t *which, ratel_decision_t *denied)
-{
-    const ratel_policy_t *pol = app->config->policies;
-    ratel_request_t one = RATEL_REQUEST_INIT;
-    ratel_decision_t d2, back;
-    char k1[96], k2[96];
-    size_t n1 = policy_key(k1, sizeof k1, first, a);
-    size_t n2 = policy_key(k2, sizeof k2, second, b);
-    int64_t now = ratel_clock_now_us();
-    int rc;
-
-    rc =
-        ratel_store_acquire(app->store, k1, n1, &pol[first], now, &one, denied);
-    if (rc != 0)
-        return rc;
-    if (!denied->allowed) {
-        *which = first;
-        return 0;
-    }
-    rc = ratel_store_acquire(app->store, k2, n2, &pol[second], now, &one, &d2);
-    if (rc == 0 && d2.allowed)
-        return 1;
-    if (ratel_store_refund(app->store, k1, n1, &pol[first], now, 1, &back))
-        atomic_fetch_add(&app->refund_errors, 1);
-    if (rc != 0)
-        return rc;
-    *which = second;
-    *denied = d2;
-    return 0;
-}
-
 int captcha_refund_send(captcha_t *app, const char *phone, const char *ip)
 {
     const ratel_policy_t *pol = app->config->policies;
@@ -341,48 +303,323 @@ int captcha_refund_send(captcha_t *app, const char *phone, const char *ip)
     return rc ? -1 : 0;
 }
 
+/* -------------------------------------------------------------- flows */
+
+/*
+ * A request that needs the ratel store is a flow: one context per request
+ * carries it through the store's callbacks on its worker's loop, so the
+ * worker never waits for Redis (a hung server delays only the requests
+ * that need it, each answered at its own deadline by the failure policy).
+ * The kinds share one shape: charge the `first` policy, then the `second`
+ * (a pair: both admit or neither is charged), then answer.
+ */
+typedef struct flow_s flow_t;
+
+/* Answers a flow once the store decided: rc 1 admitted, 0 denied (the
+   denying policy in f->which, its decision in f->decision; a single
+   key's decision either way), or a RATEL_E* code. */
+typedef void flow_decided_fn(flow_t *f, int rc);
+
+typedef struct flow_kind_s {
+    captcha_policy_t first;
+    captcha_policy_t second; /* CAPTCHA_POLICIES: one key only */
+    int peek;                /* decide without charging */
+    flow_decided_fn *decided;
+} flow_kind_t;
+
+struct flow_s {
+    captcha_t *app;
+    const flow_kind_t *kind;
+    ratel_http_exchange_t *ex;
+    unsigned thread;
+    int64_t now_us;
+    /* The store's keys of `first` and `second`: the store reads them
+       until its callback, so they live here, not on a handler's stack. */
+    char key[2][CAPTCHA_USER_MAX + 64];
+    size_t keylen[2];
+    captcha_policy_t which;
+    ratel_decision_t decision;
+    int second_rc;           /* the second call's rc ... */
+    ratel_decision_t second; /* ... and decision, while the first is
+                                given back */
+    unsigned holds;          /* the answer and each give-back pending */
+    int gave_back, give_back_rc;
+    char ip[RATEL__ADDR_MAX];
+    char phone[CAPTCHA_PHONE_MAX];
+    char code[CAPTCHA_USER_MAX + 1]; /* a verify's guess */
+};
+
+static void send_decided(flow_t *f, int rc);
+static void verify_decided(flow_t *f, int rc);
+static void login_decided(flow_t *f, int rc);
+
+/* The first key of a pair is the broader (the client IP): when it denies,
+   the narrower key is never created, so a flood of unique phones from one
+   address adds no state. */
+enum { FLOW_SEND, FLOW_VERIFY, FLOW_LOGIN_FAIL, FLOW_LOGIN_PEEK };
+static const flow_kind_t flow_kinds[] = {
+    [FLOW_SEND] = {CAPTCHA_SEND_IP, CAPTCHA_SEND_PHONE, 0, send_decided},
+    [FLOW_VERIFY] = {CAPTCHA_VERIFY_IP, CAPTCHA_VERIFY_PHONE, 0,
+                     verify_decided},
+    [FLOW_LOGIN_FAIL] = {CAPTCHA_LOGIN_USER, CAPTCHA_POLICIES, 0,
+                         login_decided},
+    [FLOW_LOGIN_PEEK] = {CAPTCHA_LOGIN_USER, CAPTCHA_POLICIES, 1,
+                         login_decided},
+};
+
+static const ratel_policy_t *flow_policy(const flow_t *f, int i)
+{
+    return &f->app->config->policies[i ? f->kind->second : f->kind->first];
+}
+
+/* Drops one hold on f; the last frees it (a code guess is wiped first).
+   A give-back that failed is counted and logged once. */
+static void flow_release(flow_t *f)
+{
+    captcha_t *app = f->app;
+
+    if (--f->holds)
+        return;
+    if (f->gave_back) {
+        atomic_fetch_add(f->give_back_rc ? &app->refund_errors : &app->refunds,
+                         1);
+        if (f->give_back_rc)
+            ratel__log("error", "refund failed", "reason=\"%s\"",
+                       ratel_strerror(f->give_back_rc));
+    }
+    memset(f->code, 0, sizeof f->code);
+    free(f);
+}
+
+static void given_back(void *ud, int rc, const ratel_decision_t *d)
+{
+    flow_t *f = ud;
+
+    (void)d;
+    if (rc)
+        f->give_back_rc = rc;
+    flow_release(f);
+}
+
+/*
+ * Gives back the send permits the flow charged (the code could not be
+ * stored, the message not queued), so that our failure does not lock a
+ * user out. Answered already: f lives on until the store took both.
+ */
+static void flow_give_back(flow_t *f)
+{
+    f->gave_back = 1;
+    for (int i = 0; i < 2; i++) {
+        int rc;
+        f->holds++;
+        rc = ratel_async_refund(f->app->asyncs[f->thread], f->key[i],
+                                f->keylen[i], flow_policy(f, i), f->now_us, 1,
+                                given_back, f);
+        if (rc)
+            given_back(f, rc, NULL);
+    }
+}
+
+/* The store decided: the kind answers, unless the program is stopping
+   (the exchange is gone with the server: nothing is answered). */
+static void flow_finish(flow_t *f, int rc)
+{
+    if (!atomic_load(&f->app->stopping))
+        f->kind->decided(f, rc);
+    flow_release(f);
+}
+
+static void flow_refunded(void *ud, int rc, const ratel_decision_t *d)
+{
+    flow_t *f = ud;
+
+    (void)d;
+    if (rc)
+        atomic_fetch_add(&f->app->refund_errors, 1);
+    if (f->second_rc) {
+        flow_finish(f, f->second_rc);
+        return;
+    }
+    f->which = f->kind->second;
+    f->decision = f->second;
+    flow_finish(f, 0);
+}
+
+/* The second key of a pair: a denial (or a failure) gives back the
+   first's permit before the answer. */
+static void flow_second(void *ud, int rc, const ratel_decision_t *d)
+{
+    flow_t *f = ud;
+
+    if (rc == 0 && d->allowed) {
+        flow_finish(f, 1);
+        return;
+    }
+    if (atomic_load(&f->app->stopping)) {
+        flow_release(f);
+        return;
+    }
+    f->second_rc = rc;
+    if (d)
+        f->second = *d;
+    rc = ratel_async_refund(f->app->asyncs[f->thread], f->key[0], f->keylen[0],
+                            flow_policy(f, 0), f->now_us, 1, flow_refunded, f);
+    if (rc)
+        flow_refunded(f, rc, NULL);
+}
+
+static void flow_first(void *ud, int rc, const ratel_decision_t *d)
+{
+    flow_t *f = ud;
+    ratel_request_t one = RATEL_REQUEST_INIT;
+
+    if (rc != 0) {
+        flow_finish(f, rc);
+        return;
+    }
+    f->which = f->kind->first;
+    f->decision = *d;
+    if (!d->allowed || f->kind->second == CAPTCHA_POLICIES) {
+        flow_finish(f, d->allowed ? 1 : 0);
+        return;
+    }
+    if (atomic_load(&f->app->stopping)) {
+        flow_release(f);
+        return;
+    }
+    rc =
+        ratel_async_acquire(f->app->asyncs[f->thread], f->key[1], f->keylen[1],
+                            flow_policy(f, 1), f->now_us, &one, flow_second, f);
+    if (rc)
+        flow_second(f, rc, NULL);
+}
+
+/* A flow of `kind` for the exchange; NULL (answered 500) without memory. */
+static flow_t *flow_new(captcha_t *app, int kind, ratel_http_exchange_t *ex,
+                        const ratel_http_request_t *req)
+{
+    flow_t *f = calloc(1, sizeof *f);
+
+    if (!f) {
+        respond_error(ex, 500, "out of memory");
+        return NULL;
+    }
+    f->app = app;
+    f->kind = &flow_kinds[kind];
+    f->ex = ex;
+    f->thread = req->thread;
+    f->holds = 1;
+    return f;
+}
+
+/* Charges the flow's first key on value a (and its second on b). */
+static void flow_start(flow_t *f, const char *a, const char *b)
+{
+    ratel_request_t one = RATEL_REQUEST_INIT;
+    ratel_async_t *async = f->app->asyncs[f->thread];
+    int rc;
+
+    f->keylen[0] = policy_key(f->key[0], sizeof f->key[0], f->kind->first, a);
+    if (b)
+        f->keylen[1] =
+            policy_key(f->key[1], sizeof f->key[1], f->kind->second, b);
+    f->now_us = ratel_clock_now_us();
+    rc = f->kind->peek ? ratel_async_peek(async, f->key[0], f->keylen[0],
+                                          flow_policy(f, 0), f->now_us, &one,
+                                          flow_first, f)
+                       : ratel_async_acquire(async, f->key[0], f->keylen[0],
+                                             flow_policy(f, 0), f->now_us, &one,
+                                             flow_first, f);
+    if (rc)
+        flow_first(f, rc, NULL);
+}
+
 /* ---------------------------------------------------------- endpoints */
 
-/* A send once its permits are charged: a code, the notice, the queue. */
-static void send_admitted(captcha_t *app, ratel_http_exchange_t *ex,
-                          captcha_job_t *job)
+/*
+ * A send whose code is stored: its notice, the queue, the answer (202).
+ * 0, or -1 answered 503 with the code dropped: the permits are the
+ * caller's to give back.
+ */
+static int send_queue(flow_t *f)
 {
+    captcha_t *app = f->app;
     const captcha_config_t *c = app->config;
     char content[160], body[160];
     int64_t id = 0, now_ms = ratel_clock_now_us() / 1000;
-    int n;
+    captcha_job_t job;
+    int n, rc = -1;
 
+    memset(&job, 0, sizeof job);
+    memcpy(job.phone, f->phone, sizeof job.phone);
+    memcpy(job.ip, f->ip, sizeof job.ip);
+    memcpy(job.code, f->code, sizeof job.code - 1); /* a code: 4..10 digits */
     captcha_message(c, NULL, content, sizeof content);
-    if (captcha_code_new(c->code_length, job->code) != 0 ||
-        captcha_codes_put(app->codes, job->phone, job->code, now_ms,
-                          c->code_ttl_ms) != 0 ||
-        captcha_notices_add(app->notices, job->phone, job->ip, content, now_ms,
+    if (captcha_notices_add(app->notices, job.phone, job.ip, content, now_ms,
                             &id)) {
-        captcha_codes_discard(app->codes, job->phone, job->code);
-        captcha_refund_send(app, job->phone, job->ip);
         atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        respond_error(ex, 503, "cannot store the code; try again");
-        return;
+        respond_error(f->ex, 503, "cannot store the code; try again");
+        goto out;
     }
-    job->notice_id = id;
+    job.notice_id = id;
     /* Logged first: the sender may have delivered it before we return. */
     ratel__log("info", "send accepted", "notice=%lld ip=%s", (long long)id,
-               job->ip);
-    if (captcha_sender_enqueue(app->sender, job) != 0) {
-        captcha_codes_discard(app->codes, job->phone, job->code);
+               job.ip);
+    if (captcha_sender_enqueue(app->sender, &job) != 0) {
         captcha_notices_finish(app->notices, id, 0, "not sent: queue full",
                                now_ms);
-        captcha_refund_send(app, job->phone, job->ip);
         atomic_fetch_add(&app->sends[SEND_QUEUE_FULL], 1);
         ratel__log("warn", "send queue full", "notice=%lld", (long long)id);
-        respond_error(ex, 503, "too busy to send now; try again");
-        return;
+        respond_error(f->ex, 503, "too busy to send now; try again");
+        goto out;
     }
     atomic_fetch_add(&app->sends[SEND_ACCEPTED], 1);
     n = snprintf(body, sizeof body,
                  "{\"sent\":true,\"notice_id\":%lld,\"expires_in_s\":%lld}\n",
                  (long long)id, (long long)((c->code_ttl_ms + 999) / 1000));
-    respond_json(ex, 202, body, (size_t)n);
+    respond_json(f->ex, 202, body, (size_t)n);
+    rc = 0;
+out:
+    if (rc != 0)
+        captcha_codes_discard_async(app->codes, f->thread, job.phone, job.code);
+    memset(&job, 0, sizeof job);
+    return rc;
+}
+
+/* The code store took the send's code (rc 0) or did not. */
+static void code_stored(void *ud, int rc)
+{
+    flow_t *f = ud;
+
+    if (atomic_load(&f->app->stopping)) {
+        flow_release(f);
+        return;
+    }
+    if (rc != 0) {
+        captcha_codes_discard_async(f->app->codes, f->thread, f->phone,
+                                    f->code);
+        atomic_fetch_add(&f->app->sends[SEND_ERROR], 1);
+        respond_error(f->ex, 503, "cannot store the code; try again");
+    }
+    if (rc != 0 || send_queue(f) != 0)
+        flow_give_back(f);
+    flow_release(f);
+}
+
+/* A send once its permits are charged: a new code into the code store
+   (on the worker's loop), then the notice and the queue. */
+static void send_admitted(flow_t *f)
+{
+    const captcha_config_t *c = f->app->config;
+
+    f->holds++;
+    if (captcha_code_new(c->code_length, f->code) != 0) {
+        code_stored(f, -1);
+        return;
+    }
+    captcha_codes_put_async(f->app->codes, f->thread, f->phone, f->code,
+                            ratel_clock_now_us() / 1000, c->code_ttl_ms,
+                            code_stored, f);
 }
 
 /*
@@ -413,57 +650,120 @@ void captcha_refused(void *ud, unsigned thread, ratel_http_refusal_t why,
             ratel_http_refusal_name(why), client, (unsigned long long)quiet);
 }
 
+static void send_decided(flow_t *f, int rc)
+{
+    captcha_t *app = f->app;
+    uint64_t quiet = 0;
+
+    if (rc < 0) {
+        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
+        if (log_allowed(app, f->thread, QUIET_SEND_FAILED, &quiet))
+            ratel__log("error", "store failed",
+                       "op=send reason=\"%s\" not_logged=%llu",
+                       ratel_strerror(rc), (unsigned long long)quiet);
+        respond_error(f->ex, 503, "the rate-limit store is unavailable");
+        return;
+    }
+    if (rc == 0) {
+        atomic_fetch_add(&app->sends[SEND_LIMITED], 1);
+        if (log_allowed(app, f->thread, QUIET_SEND_LIMITED + (int)f->which,
+                        &quiet))
+            ratel__log("info", "send limited",
+                       "ip=%s policy=%s retry_after_ms=%lld not_logged=%llu",
+                       f->ip, captcha_policy_names[f->which],
+                       (long long)f->decision.retry_after_ms,
+                       (unsigned long long)quiet);
+        respond_limited(app, f->ex, f->which, &f->decision);
+        return;
+    }
+    send_admitted(f);
+}
+
 static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                         const ratel_http_request_t *req, const char *ip)
 {
     static const char *const names[] = {"telephone"};
-    char in[1][CAPTCHA_USER_MAX + 1], why[400];
-    captcha_policy_t which = CAPTCHA_SEND_IP;
-    ratel_decision_t denied;
-    captcha_job_t job;
-    uint64_t quiet = 0;
-    int rc;
+    char in[1][CAPTCHA_USER_MAX + 1], phone[CAPTCHA_PHONE_MAX], why[400];
+    flow_t *f;
 
-    memset(&job, 0, sizeof job);
     if (read_body(req, names, 1, in, why, sizeof why) != 0) {
         atomic_fetch_add(&app->sends[SEND_INVALID], 1);
         respond_error(ex, 400, "%s; expected {\"telephone\": \"13800138000\"}",
                       why);
         return;
     }
-    if (!phone_canonical(in[0], job.phone)) {
+    if (!phone_canonical(in[0], phone)) {
         atomic_fetch_add(&app->sends[SEND_INVALID], 1);
         respond_error(ex, 400,
                       "expected {\"telephone\": \"13800138000\"}: a mainland "
                       "China mobile number or +E.164 (+ and 8..15 digits)");
         return;
     }
-    snprintf(job.ip, sizeof job.ip, "%s", ip);
-    rc = acquire_pair(app, CAPTCHA_SEND_IP, ip, CAPTCHA_SEND_PHONE, job.phone,
-                      &which, &denied);
+    if (!(f = flow_new(app, FLOW_SEND, ex, req)))
+        return;
+    snprintf(f->ip, sizeof f->ip, "%s", ip);
+    memcpy(f->phone, phone, sizeof f->phone);
+    flow_start(f, ip, phone);
+}
+
+/* A verify's answer: CAPTCHA_CODE_OK, CAPTCHA_CODE_INVALID or a
+   RATEL_E* code (the code store failed). */
+static void verify_answer(flow_t *f, int rc)
+{
+    captcha_t *app = f->app;
+    uint64_t quiet = 0;
+
+    memset(f->code, 0, sizeof f->code);
     if (rc < 0) {
-        atomic_fetch_add(&app->sends[SEND_ERROR], 1);
-        if (log_allowed(app, req->thread, QUIET_SEND_FAILED, &quiet))
-            ratel__log("error", "store failed",
-                       "op=send reason=\"%s\" not_logged=%llu",
-                       ratel_strerror(rc), (unsigned long long)quiet);
-        respond_error(ex, 503, "the rate-limit store is unavailable");
-        return;
-    }
-    if (rc == 0) {
-        atomic_fetch_add(&app->sends[SEND_LIMITED], 1);
-        if (log_allowed(app, req->thread, QUIET_SEND_LIMITED + (int)which,
-                        &quiet))
-            ratel__log("info", "send limited",
-                       "ip=%s policy=%s retry_after_ms=%lld not_logged=%llu",
-                       ip, captcha_policy_names[which],
-                       (long long)denied.retry_after_ms,
+        atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
+        if (log_allowed(app, f->thread, QUIET_VERIFY_FAILED, &quiet))
+            ratel__log("error", "verify failed",
+                       "reason=\"%s\" not_logged=%llu", ratel_strerror(rc),
                        (unsigned long long)quiet);
-        respond_limited(app, ex, which, &denied);
+        respond_error(f->ex, 503, "the store is unavailable; try again");
         return;
     }
-    send_admitted(app, ex, &job);
-    memset(&job, 0, sizeof job);
+    atomic_fetch_add(
+        &app->verifies[rc == CAPTCHA_CODE_OK ? VERIFY_SUCCESS : VERIFY_INVALID],
+        1);
+    if (rc == CAPTCHA_CODE_OK)
+        ratel__log("info", "verified", "ip=%s", f->ip);
+    else if (log_allowed(app, f->thread, QUIET_VERIFY_REFUSED, &quiet))
+        ratel__log("info", "verify refused", "ip=%s not_logged=%llu", f->ip,
+                   (unsigned long long)quiet);
+    if (rc == CAPTCHA_CODE_OK)
+        respond_json(f->ex, 200, "{\"verified\":true}\n", 18);
+    else
+        respond_error(f->ex, 400, INVALID_CODE);
+}
+
+/* The code store's verdict on the guess. */
+static void code_verified(void *ud, int rc)
+{
+    flow_t *f = ud;
+
+    if (!atomic_load(&f->app->stopping))
+        verify_answer(f, rc);
+    flow_release(f);
+}
+
+/* Limited, failed, or admitted: then the guess goes to the code store
+   (on the worker's loop) unless it cannot be a code at all. */
+static void verify_decided(flow_t *f, int rc)
+{
+    if (rc == 0) {
+        atomic_fetch_add(&f->app->verifies[VERIFY_LIMITED], 1);
+        respond_limited(f->app, f->ex, f->which, &f->decision);
+        return;
+    }
+    if (rc == 1 && code_well_formed(f->code, f->app->config->code_length)) {
+        f->holds++;
+        captcha_codes_verify_async(f->app->codes, f->thread, f->phone, f->code,
+                                   ratel_clock_now_us() / 1000, code_verified,
+                                   f);
+        return;
+    }
+    verify_answer(f, rc == 1 ? CAPTCHA_CODE_INVALID : rc);
 }
 
 static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
@@ -471,9 +771,7 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
 {
     static const char *const names[] = {"telephone", "code"};
     char in[2][CAPTCHA_USER_MAX + 1], phone[CAPTCHA_PHONE_MAX], why[400];
-    captcha_policy_t which = CAPTCHA_VERIFY_IP;
-    ratel_decision_t denied;
-    uint64_t quiet = 0;
+    flow_t *f;
     int rc;
 
     rc = read_body(req, names, 2, in, why, sizeof why);
@@ -488,56 +786,55 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
     if (!phone_canonical(in[0], phone)) {
         atomic_fetch_add(&app->verifies[VERIFY_INVALID], 1);
         respond_error(ex, 400, INVALID_CODE);
-        return;
+    } else if ((f = flow_new(app, FLOW_VERIFY, ex, req))) {
+        snprintf(f->ip, sizeof f->ip, "%s", ip);
+        memcpy(f->phone, phone, sizeof f->phone);
+        memcpy(f->code, in[1], sizeof f->code);
+        flow_start(f, ip, phone);
     }
-    rc = acquire_pair(app, CAPTCHA_VERIFY_IP, ip, CAPTCHA_VERIFY_PHONE, phone,
-                      &which, &denied);
-    if (rc == 0) {
-        atomic_fetch_add(&app->verifies[VERIFY_LIMITED], 1);
-        respond_limited(app, ex, which, &denied);
-        return;
-    }
-    if (rc == 1)
-        rc = code_well_formed(in[1], app->config->code_length)
-                 ? captcha_codes_verify(app->codes, phone, in[1],
-                                        ratel_clock_now_us() / 1000)
-                 : CAPTCHA_CODE_INVALID;
     memset(in, 0, sizeof in);
-    if (rc < 0) {
-        atomic_fetch_add(&app->verifies[VERIFY_ERROR], 1);
-        if (log_allowed(app, req->thread, QUIET_VERIFY_FAILED, &quiet))
-            ratel__log("error", "verify failed",
-                       "reason=\"%s\" not_logged=%llu", ratel_strerror(rc),
-                       (unsigned long long)quiet);
-        respond_error(ex, 503, "the store is unavailable; try again");
-        return;
-    }
-    atomic_fetch_add(
-        &app->verifies[rc == CAPTCHA_CODE_OK ? VERIFY_SUCCESS : VERIFY_INVALID],
-        1);
-    if (rc == CAPTCHA_CODE_OK)
-        ratel__log("info", "verified", "ip=%s", ip);
-    else if (log_allowed(app, req->thread, QUIET_VERIFY_REFUSED, &quiet))
-        ratel__log("info", "verify refused", "ip=%s not_logged=%llu", ip,
-                   (unsigned long long)quiet);
-    if (rc == CAPTCHA_CODE_OK)
-        respond_json(ex, 200, "{\"verified\":true}\n", 18);
-    else
-        respond_error(ex, 400, INVALID_CODE);
 }
 
-/* /login/fail (acquire) and /login/needs-captcha (peek). */
+/* /login/fail (acquire) and /login/needs-captcha (peek), decided. */
+static void login_decided(flow_t *f, int rc)
+{
+    const ratel_decision_t *d = &f->decision;
+    int peek = f->kind->peek, needs;
+    char body[200];
+    size_t n;
+
+    if (rc < 0) {
+        respond_error(f->ex, 503, "the rate-limit store is unavailable");
+        return;
+    }
+    /* After the policy's allowance of failures, the next attempt needs a
+       captcha: a peek would be denied. */
+    needs = !d->allowed || (!peek && d->remaining == 0);
+    if (!peek) {
+        atomic_fetch_add(&f->app->login_failures, 1);
+        if (needs)
+            atomic_fetch_add(&f->app->login_limited, 1);
+    }
+    if (peek)
+        n = (size_t)snprintf(body, sizeof body,
+                             "{\"needs_captcha\":%s,\"retry_after_s\":%lld}"
+                             "\n",
+                             needs ? "true" : "false",
+                             (long long)((d->retry_after_ms + 999) / 1000));
+    else
+        n = (size_t)snprintf(
+            body, sizeof body, "{\"recorded\":%s,\"needs_captcha\":%s}\n",
+            d->allowed ? "true" : "false", needs ? "true" : "false");
+    respond_json(f->ex, 200, body, n);
+}
+
 static void handle_login(captcha_t *app, ratel_http_exchange_t *ex,
                          const ratel_http_request_t *req, int peek)
 {
     static const char *const names[] = {"user"};
-    char in[1][CAPTCHA_USER_MAX + 1], key[CAPTCHA_USER_MAX + 64], body[200];
-    char why[400] = "";
-    ratel_request_t r = RATEL_REQUEST_INIT;
-    ratel_decision_t d;
-    size_t n;
+    char in[1][CAPTCHA_USER_MAX + 1], why[400] = "";
     long got = -1;
-    int rc, needs;
+    flow_t *f;
 
     in[0][0] = '\0';
     if (peek)
@@ -551,34 +848,9 @@ static void handle_login(captcha_t *app, ratel_http_exchange_t *ex,
                            : "expected {\"user\": \"NAME\"} (1..128 bytes)");
         return;
     }
-    r.flags = peek ? RATEL_PEEK : 0;
-    n = policy_key(key, sizeof key, CAPTCHA_LOGIN_USER, in[0]);
-    rc = ratel_store_acquire(app->store, key, n,
-                             &app->config->policies[CAPTCHA_LOGIN_USER],
-                             ratel_clock_now_us(), &r, &d);
-    if (rc != 0) {
-        respond_error(ex, 503, "the rate-limit store is unavailable");
-        return;
-    }
-    /* After the policy's allowance of failures, the next attempt needs a
-       captcha: a peek would be denied. */
-    needs = !d.allowed || (!peek && d.remaining == 0);
-    if (!peek) {
-        atomic_fetch_add(&app->login_failures, 1);
-        if (needs)
-            atomic_fetch_add(&app->login_limited, 1);
-    }
-    if (peek)
-        n = (size_t)snprintf(body, sizeof body,
-                             "{\"needs_captcha\":%s,\"retry_after_s\":%lld}"
-                             "\n",
-                             needs ? "true" : "false",
-                             (long long)((d.retry_after_ms + 999) / 1000));
-    else
-        n = (size_t)snprintf(
-            body, sizeof body, "{\"recorded\":%s,\"needs_captcha\":%s}\n",
-            d.allowed ? "true" : "false", needs ? "true" : "false");
-    respond_json(ex, 200, body, n);
+    f = flow_new(app, peek ? FLOW_LOGIN_PEEK : FLOW_LOGIN_FAIL, ex, req);
+    if (f)
+        flow_start(f, in[0], NULL);
 }
 
 /* The admin token, compared in constant time. */
@@ -628,129 +900,6 @@ static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
     free(list);
 }
 
-/* ------------------------------------------------------------ metrics */
-
-typedef struct text_s {
-    char *p;
-    size_t n, cap;
-} text_t;
-
-static void __attribute__((format(printf, 2, 3)))
-put(text_t *t, const char *fmt, ...)
-{
-    va_list ap;
-    int w;
-
-    if (!t->p)
-        return;
-    for (;;) {
-        va_start(ap, fmt);
-        w = vsnprintf(t->p + t->n, t->cap - t->n, fmt, ap);
-        va_end(ap);
-        if (w >= 0 && (size_t)w < t->cap - t->n) {
-            t->n += (size_t)w;
-            return;
-        }
-        char *bigger = w < 0 ? NULL : realloc(t->p, t->cap * 2 + (size_t)w);
-        if (!bigger) {
-            free(t->p);
-            t->p = NULL;
-            return;
-        }
-        t->p = bigger;
-        t->cap = t->cap * 2 + (size_t)w;
-    }
-}
-
-static void counter(text_t *t, const char *name, const char *help,
-                    const char *label, const char *const *values,
-                    _Atomic uint64_t *counts, size_t n)
-{
-    put(t, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
-    for (size_t i = 0; i < n; i++)
-        put(t, "%s{%s=\"%s\"} %llu\n", name, label, values[i],
-            (unsigned long long)atomic_load(&counts[i]));
-}
-
-/* One value; a name ending in _total is a counter, others gauges. */
-static void gauge(text_t *t, const char *name, const char *help,
-                  unsigned long long v)
-{
-    size_t n = strlen(name);
-    int total = n > 6 && !strcmp(name + n - 6, "_total");
-
-    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name,
-        total ? "counter" : "gauge", name, v);
-}
-
-static void handle_metrics(captcha_t *app, ratel_http_exchange_t *ex)
-{
-    static const char *const sends[] = {"accepted", "limited", "invalid",
-                                        "queue_full", "error"};
-    static const char *const verifies[] = {"success", "invalid", "limited",
-                                           "bad_request", "error"};
-    static const char *const results[] = {"success", "failure"};
-    static const char *const recovered[] = {"resent", "failed"};
-    static const ratel_http_header_t text[] = {
-        {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
-    const char *limits[RATEL_HTTP_REFUSALS];
-    text_t t = {malloc(4096), 0, 4096};
-    ratel_store_stats_t st;
-    captcha_codes_stats_t cs;
-
-    ratel_store_stats(app->store, &st);
-    captcha_codes_stats(app->codes, &cs);
-    counter(&t, "captcha_sends_total", "Send requests by outcome.", "outcome",
-            sends, app->sends, SEND_OUTCOMES);
-    counter(&t, "captcha_verifies_total", "Verify requests by outcome.",
-            "outcome", verifies, app->verifies, VERIFY_OUTCOMES);
-    counter(&t, "captcha_sender_results_total",
-            "Messages the sender delivered or failed to.", "result", results,
-            app->sender_results, SENDER_RESULTS);
-    counter(&t, "captcha_recovered_notices_total",
-            "Notices a crash left unsent, re-sent or failed at start-up.",
-            "action", recovered, app->recovered, RECOVER_ACTIONS);
-    for (int l = 0; l < RATEL_HTTP_REFUSALS; l++)
-        limits[l] = ratel_http_refusal_name((ratel_http_refusal_t)l);
-    counter(&t, "captcha_connections_refused_total",
-            "Connections refused with 503 as they were accepted, by the "
-            "limit that refused them.",
-            "limit", limits, app->refused, RATEL_HTTP_REFUSALS);
-    gauge(&t, "captcha_refunds_total", "Send permits given back.",
-          atomic_load(&app->refunds));
-    gauge(&t, "captcha_refund_errors_total", "Refunds the store did not take.",
-          atomic_load(&app->refund_errors));
-    gauge(&t, "captcha_login_failures_total", "Failed logins counted.",
-          atomic_load(&app->login_failures));
-    gauge(&t, "captcha_queue_depth", "Messages waiting for the sender.",
-          captcha_sender_depth(app->sender));
-    gauge(&t, "captcha_queue_capacity", "The send queue's size.",
-          app->config->queue_size);
-    gauge(&t, "captcha_code_store_entries", "Codes held (memory store).",
-          cs.entries);
-    gauge(&t, "captcha_code_store_max_entries", "The code store's bound.",
-          cs.max_entries);
-    gauge(&t, "captcha_code_store_expirations_total", "Codes expired.",
-          cs.expirations);
-    gauge(&t, "captcha_code_store_evictions_total",
-          "Live codes dropped to stay within the bound.", cs.evictions);
-    gauge(&t, "captcha_code_store_errors_total", "Code store Redis failures.",
-          cs.errors);
-    gauge(&t, "captcha_store_keys", "Rate-limit keys held.", st.keys);
-    gauge(&t, "captcha_store_bytes", "Rate-limit store memory.", st.bytes);
-    gauge(&t, "captcha_store_max_bytes", "Its bound.", st.max_bytes);
-    gauge(&t, "captcha_store_evictions_total", "Rate-limit keys evicted.",
-          st.evictions);
-    gauge(&t, "captcha_store_errors_total",
-          "Requests Redis did not decide (the failure policy did).", st.errors);
-    if (!t.p) {
-        respond_error(ex, 500, "out of memory");
-        return;
-    }
-    ratel_http_respond(ex, 200, text, 1, t.p, t.n);
-    free(t.p);
-}
-
 /* ------------------------------------------------------------ routing */
 
 void captcha_handle(void *ud, ratel_http_exchange_t *ex,
@@ -773,7 +922,7 @@ void captcha_handle(void *ud, ratel_http_exchange_t *ex,
     else if (str_is(req->path, "/notices") && get)
         handle_notices(app, ex, req);
     else if (str_is(req->path, "/metrics") && get)
-        handle_metrics(app, ex);
+        captcha_metrics(app, ex);
     else if (str_is(req->path, "/healthz") && get)
         respond_json(ex, 200, "{\"ok\":true}\n", 12);
     else if (str_is(req->path, "/captcha/send") ||

@@ -104,6 +104,9 @@ static int open_stores(captcha_t *app)
     {
         ratel_redis_options_t o = c->redis;
         o.lazy_connect = 1; /* start; the failure policy decides meanwhile */
+        if (ratel__redis_tls_insecure(&o))
+            ratel__log("warn", "redis store TLS is not verified",
+                       "reason=\"%s\"", RATEL__TLS_INSECURE_WARNING);
         rc = ratel_store_redis_new(&app->store, &o, err, sizeof err);
     }
     if (rc == 0)
@@ -158,6 +161,25 @@ static int run(captcha_t *app, const char *path)
         ratel__log("error", "cannot listen", "reason=\"%s\"", err);
         return 1;
     }
+    /* Each worker calls the store on its own loop, never waiting. */
+    app->asyncs = calloc(c->threads, sizeof *app->asyncs);
+    if (!app->asyncs) {
+        ratel__log("error", "cannot start", "reason=\"out of memory\"");
+        return 1;
+    }
+    for (unsigned t = 0; t < c->threads; t++)
+        if (ratel_async_new(&app->asyncs[t], app->store,
+                            ratel_http_server_base(app->http, t), err,
+                            sizeof err) != 0) {
+            ratel__log("error", "cannot start", "reason=\"%s\"", err);
+            return 1;
+        }
+    for (unsigned t = 0; t < c->threads; t++)
+        if (captcha_codes_attach(app->codes, t,
+                                 ratel_http_server_base(app->http, t)) != 0) {
+            ratel__log("error", "cannot start", "reason=\"out of memory\"");
+            return 1;
+        }
     signals.http = app->http;
     if (ratel__signals_start(&signals) != 0) {
         ratel__log("error", "cannot start the signal thread", "%s", "");
@@ -201,7 +223,15 @@ int main(int argc, char **argv)
 
     rc = run(&app, path);
 
-    /* The server has stopped: deliver what is queued, then close. */
+    /* The server has stopped: store calls still pending are told (nothing
+       is answered any more) before their exchanges go; then what is
+       queued is delivered, and everything closed. */
+    atomic_store(&app.stopping, 1);
+    for (unsigned t = 0; app.asyncs && t < app.config->threads; t++)
+        ratel_async_free(app.asyncs[t]);
+    free(app.asyncs);
+    if (app.codes)
+        captcha_codes_detach(app.codes);
     captcha_sender_stop(app.sender);
     ratel_http_server_free(app.http);
     captcha_notices_close(app.notices);

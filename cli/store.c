@@ -573,6 +573,8 @@ static int open_store(const store_command_t *c, const char *url,
     ro.local.max_bytes = STORE_MEMORY_BYTES;
     ro.local.shards = 1;
     ro.lazy_connect = c->cmd == CMD_LUA_LOAD;
+    if (ratel__redis_tls_insecure(&ro))
+        cli_error(c->name, "warning: %s", RATEL__TLS_INSECURE_WARNING);
     rc = ratel_store_redis_new(out, &ro, err, sizeof err);
     if (rc == RATEL_EIO && c->cmd == CMD_ACQUIRE) {
         ro.lazy_connect = 1;

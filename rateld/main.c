@@ -51,6 +51,9 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
         /* Start even when Redis is down: /readyz says so, and the failure
            policy decides until it answers. */
         o.lazy_connect = 1;
+        if (ratel__redis_tls_insecure(&o))
+            ratel__log("warn", "redis store TLS is not verified",
+                       "reason=\"%s\"", RATEL__TLS_INSECURE_WARNING);
         rc = ratel_store_redis_new(&d->store, &o, err, sizeof err);
         if (rc != 0) {
             ratel__log("error", "cannot create the redis store",

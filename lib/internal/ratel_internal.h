@@ -18,6 +18,13 @@
  *                          anything a program prints
  *   lib/store/redis.h      loading the Functions library on every primary
  *                          (`ratel lua-load`)
+ *   lib/store/tls.h        the store's TLS settings as it reads them, and
+ *                          the words a program warns with when
+ *                          tls_insecure turns verification off
+ *   lib/store/transport_event.h, transport_poll.h
+ *                          the store's connections (TLS included) on a
+ *                          libevent loop or on the caller's thread:
+ *                          captchad's code store speaks Redis over them
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -28,5 +35,31 @@
 #include "../store/option.h"
 #include "../store/redis.h"
 #include "../store/redis_url.h"
+#include "../store/tls.h"
+#include "../store/transport_event.h"
+#include "../store/transport_poll.h"
+
+#include <stdlib.h>
+
+/*
+ * Whether a Redis store made with `o` would verify nothing of its servers'
+ * certificates: tls_insecure=yes in `o` or in its URL's query, on a TLS
+ * URL (the setting is refused on others). libratel does not log, so each
+ * program that opens a store says so once at start, in
+ * RATEL__TLS_INSECURE_WARNING's words. 0 also when the URL or the settings
+ * are refused: opening the store says why.
+ */
+static inline int ratel__redis_tls_insecure(const ratel_redis_options_t *o)
+{
+    ratel_redis_url_t *u = malloc(sizeof *u);
+    ratel__tls_options_t tls;
+    int insecure = 0;
+
+    if (u && o->url && ratel__redis_url_parse(o->url, u, NULL, 0) == 0 &&
+        ratel__tls_options_pick(u, o, &tls, NULL, 0) == 0)
+        insecure = tls.insecure;
+    free(u);
+    return insecure;
+}
 
 #endif /* RATEL_INTERNAL_H */

@@ -23,7 +23,8 @@
 #define RATEL_STORE_TLS_H
 
 #include "ratel.h"
-#include "store/redis_url.h"
+/* Beside this file: programs reach it through lib/internal/. */
+#include "redis_url.h"
 
 #include <openssl/ssl.h>
 
@@ -45,7 +46,8 @@ typedef struct ratel__tls_options_s {
                                 host (ratel__tls_new's server_name) */
 } ratel__tls_options_t;
 
-/* What a store logs once at start when o->insecure is set. */
+/* What a program says once at start when o->insecure is set (libratel
+   does not log: rateld, captchad and the CLI, ratel__redis_tls_insecure). */
 #define RATEL__TLS_INSECURE_WARNING                                            \
     "TLS certificate verification is off (tls_insecure=yes): the traffic "     \
     "is encrypted, but anyone on the path can pose as the server; set "        \

@@ -30,7 +30,7 @@
 #ifndef RATEL_STORE_TRANSPORT_EVENT_H
 #define RATEL_STORE_TRANSPORT_EVENT_H
 
-#include "store/transport.h"
+#include "transport.h"
 
 #ifdef __cplusplus
 extern "C" {

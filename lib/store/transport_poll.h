@@ -33,7 +33,7 @@
 #ifndef RATEL_STORE_TRANSPORT_POLL_H
 #define RATEL_STORE_TRANSPORT_POLL_H
 
-#include "store/transport.h"
+#include "transport.h"
 
 #ifdef __cplusplus
 extern "C" {

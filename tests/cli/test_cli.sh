@@ -526,11 +526,23 @@ if [ ! -x "$ratel_bin" ]; then
 fi
 command -v xmllint >/dev/null || echo "note: xmllint missing (apt-get install libxml2-utils)"
 
+# tls_insecure=yes: the CLI warns once on standard error, in the store's
+# words, before it opens the store (nothing listens on port 1: the failure
+# policy decides); a verified rediss:// URL is not warned about.
+tls_insecure_warning() {
+    ratel acquire --store "rediss://127.0.0.1:1?tls_insecure=yes&timeout_ms=200" --rule 1/60s k
+    expect tls_insecure_warned 0 "" \
+        "ratel acquire: warning: TLS certificate verification is off (tls_insecure=yes)"
+    same tls_insecure_warned_once "$(grep -c 'verification is off' <<<"$err")" 1
+    ratel acquire --store "rediss://127.0.0.1:1?timeout_ms=200" --rule 1/60s k
+    same tls_verified_not_warned "$(grep -c 'verification is off' <<<"$err")" 0
+}
+
 for t in help_main help_commands unknown_things explain_good explain_malformed \
     acceptance independent_keys costs multi_rule_policy malformed_trace \
     input_forms summary boundary_burst svg_chart svg_every_rule most_denied \
     distinct_keys svg_pipe_closed hold_times policy_errors memory_option \
-    many_lines sample_trace; do
+    many_lines sample_trace tls_insecure_warning; do
     check "$t"
 done
 

@@ -161,6 +161,20 @@ printf 'limits:\n  max_pipeline: 1025\n' >"$tmp/bad6.yaml"
 contains limits_range "$("$captchad" --check-config "$tmp/bad6.yaml" 2>&1)" "bad6.yaml:2: limits.max_pipeline: 1025 is out of range"
 printf 'store:\n  type: memory\n  url: redis://x\n' >"$tmp/bad5.yaml"
 contains bad_store_field "$("$captchad" --check-config "$tmp/bad5.yaml" 2>&1)" "bad5.yaml:3: store.url: applies to type: redis only"
+# store.url is read by libratel's parser (its words for a URL it refuses);
+# the code store then refuses what it cannot reach, saying why.
+printf 'store:\n  type: redis\n  url: redis://127.0.0.1:99999\n' >"$tmp/bad7.yaml"
+contains url_parser_words "$("$captchad" --check-config "$tmp/bad7.yaml" 2>&1)" \
+    'bad7.yaml:3: store.url: redis URL "redis://127.0.0.1:99999": the port of "127.0.0.1:99999" is out of range'
+printf 'store:\n  type: redis\n  url: http://127.0.0.1\n' >"$tmp/bad8.yaml"
+contains url_parser_scheme "$("$captchad" --check-config "$tmp/bad8.yaml" 2>&1)" 'unknown scheme "http"; the schemes are redis://'
+printf 'store:\n  type: redis\n  url: redis+sentinel://127.0.0.1:26379/mymaster\n' >"$tmp/bad9.yaml"
+contains url_codes_sentinel "$("$captchad" --check-config "$tmp/bad9.yaml" 2>&1)" \
+    'bad9.yaml:3: store.url: Sentinel (redis+sentinel://): captchad keeps its codes in this Redis on one primary'
+printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:6380?tls_ca_file=/etc/ratel/ca.crt"\n' >"$tmp/ok10.yaml"
+contains url_tls_ok "$("$captchad" --check-config "$tmp/ok10.yaml" 2>&1)" 'store rediss://127.0.0.1:6380?tls_ca_file=/etc/ratel/ca.crt'
+printf 'store:\n  type: redis\n  url: "redis://u:pw@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300"\n' >"$tmp/ok9.yaml"
+contains url_plain_ok "$("$captchad" --check-config "$tmp/ok9.yaml" 2>&1)" 'store redis://***@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300'
 "$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
 same bad_exit "$?" 1
 
@@ -681,6 +695,35 @@ if rport2=$(redis_start); then
     unset CAPTCHA_DB
 else
     fail redis_crash "did not start"
+fi
+
+# TLS: a TLS-only redis-server holds both the rate limits and the codes
+# (rediss:// with tls_ca_file): a code sent is in Redis and verifies once.
+# tls_insecure=yes is warned about once at start; a verified URL is not.
+unset CAPTCHA_DB
+if tport=$(redis_start_tls); then
+    certs=$(tls_certs)
+    # Generous times: a TLS handshake under valgrind takes a while.
+    pt=$(free_port); bt=http://127.0.0.1:$pt
+    tls_times=$'\n  timeout_ms: 5000\n  connect_timeout_ms: 5000'
+    tls_store=$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_ca_file=%s/ca.crt&tls_server_name=localhost"\n  on_failure: closed%s' "$tport" "$certs" "$tls_times")
+    write_config tls "$pt" "$tls_store"
+    start tls "$pt" || fail start_tls "did not come up"
+    same tls_send "$(send_status "$bt" 13500000001 10.8.0.1)" 202
+    code=$(code_of "$tmp/tls.sms" 13500000001)
+    same tls_code_in_redis "$(rcli_tls "$tport" HGET 'captcha:code:{13500000001}' code)" "$code"
+    same tls_verify "$(verify "$bt" 13500000001 "$code" 10.8.0.2)" 200
+    same tls_verify_again "$(verify "$bt" 13500000001 "$code" 10.8.0.2)" 400
+    same tls_not_warned "$(grep -c 'tls_insecure' "$tmp/tls.log")" 0
+    stop tls
+    same tls_sigterm "$stopped" 0
+    write_config tlsi "$pt" "$(printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:%s?tls_insecure=yes"\n  on_failure: closed%s' "$tport" "$tls_times")"
+    start tlsi "$pt" || fail start_tlsi "did not come up"
+    same tls_insecure_send "$(send_status "$bt" 13500000002 10.8.0.3)" 202
+    stop tlsi
+    same tls_insecure_warned "$(grep -c 'level=warn msg="redis store TLS is not verified" reason="TLS certificate verification is off (tls_insecure=yes)' "$tmp/tlsi.log")" 1
+else
+    fail redis_tls "did not start"
 fi
 
 finish

@@ -169,6 +169,24 @@ sed 's|url: .*|url: "redis://alice:S3cret-Redis-PW@127.0.0.1:99999"|' "$tmp/redi
 out=$("$rateld" --check-config "$tmp/bad.yaml" 2>&1)
 contains bad_url_refused "$out" 'redis://***@127.0.0.1:99999'
 same bad_url_no_password "$(grep -c S3cret-Redis-PW <<<"$out")" 0
+# A Sentinel URL: --check-config masks the Sentinels' password as the
+# data nodes' (a tls_ file path is no secret; it may be shown or masked).
+sed 's|url: .*|url: "rediss+sentinel://alice:S3cret-Redis-PW@127.0.0.1:26379/mymaster?sentinel_password=S3nt1nel-PW\&tls_key_file=/etc/ratel/client.key"|' \
+    "$tmp/redis.yaml" >"$tmp/sentinel.yaml"
+out=$("$rateld" --check-config "$tmp/sentinel.yaml" 2>&1)
+contains check_masks_sentinel "$out" "store rediss+sentinel://***@127.0.0.1:26379/mymaster?sentinel_password=***&tls_key_file="
+same check_no_sentinel_password "$(grep -c -e S3nt1nel-PW -e S3cret-Redis-PW <<<"$out")" 0
+
+# tls_insecure=yes: rateld warns once at start, in the store's words
+# (lazy: Redis need not answer); without it, no such line.
+sed 's|url: .*|url: "rediss://127.0.0.1:'"$rport"'?tls_insecure=yes"|' "$tmp/redis.yaml" >"$tmp/insecure.yaml"
+start_rateld insecure "$tmp/insecure.yaml"
+stop insecure
+same insecure_warned "$(grep -c 'level=warn msg="redis store TLS is not verified" reason="TLS certificate verification is off (tls_insecure=yes)' "$tmp/insecure.log")" 1
+sed 's|?tls_insecure=yes||' "$tmp/insecure.yaml" >"$tmp/verified.yaml"
+start_rateld verified "$tmp/verified.yaml"
+stop verified
+same verified_not_warned "$(grep -c 'tls_insecure' "$tmp/verified.log")" 0
 
 # captchad: the Redis password and the webhook's user, password and key.
 hook=$(free_port)
