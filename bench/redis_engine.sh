@@ -15,13 +15,13 @@
 #      TLS-only redis-server and a plain one, alike but for TLS.
 #
 #   BUILD=build bench/redis_engine.sh
-#   ENGINE_ROUNDS=3 ENGINE_SECONDS=3 ENGINE_WINDOW=256 WRK_SECONDS=5 PEERS=1
+#   ENGINE_ROUNDS=5 ENGINE_SECONDS=3 ENGINE_WINDOW=256 WRK_SECONDS=5 PEERS=1
 #
 # Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines (medians), each
 # round's figures as comments, then a summary with the ratios and targets.
 # Never fails on a figure; exit 1 only when it cannot measure.
 . "$(dirname "$0")/http_lib.sh"
-rounds=${ENGINE_ROUNDS:-3}
+rounds=${ENGINE_ROUNDS:-5}
 secs=${ENGINE_SECONDS:-3}
 window=${ENGINE_WINDOW:-256}
 wrk_secs=${WRK_SECONDS:-5}
