@@ -139,11 +139,18 @@ for r in $(seq "$rounds"); do
     redis-cli -p "$plain" FLUSHALL >/dev/null
 done
 
+# The server's own time per call on the plain server over the whole run
+# (INFO commandstats): what one Redis thread can do at most, whoever asks.
+redis-cli -p "$plain" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '
+    $1 ~ /^cmdstat_(ratel.acquire|fcall|evalsha)$/ {
+        for (i = 2; i < NF; i++) if ($i == "usec_per_call") print "server_us:" substr($1, 9), $(i + 1) }' >>"$results"
+
 for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
     echo "# $name per round: $(awk -v k="$name" '$1 == k { printf "%s ", $2 }' "$results")"
     v=$(awk -v k="$name" '$1 == k { print $2 }' "$results" | median)
     case $name in
     peer:*) printf 'peer\t%s\t%s\tops/s\n' "${name#peer:}" "$v" ;;
+    server_us:*) printf 'ratel\tredis_server_us_per_call_%s\t%s\tus\n' "${name#server_us:}" "$v" ;;
     rateld_*) printf 'ratel\t%s\t%s\treq/s\n' "$name" "$v" ;;
     *) printf 'ratel\tredis_%s\t%s\tdecisions/s\n' "$name" "$v" ;;
     esac
@@ -169,4 +176,5 @@ awk -F'\t' '
         row("async, module: rediss:// / redis://", "redis_tls_async_module", "redis_plain_async_module", 0.8)
         row("async, Functions library: rediss:// / redis://", "redis_tls_async_function", "redis_plain_async_function", 0.8)
         printf "\nrate-limiter-flexible Redis: %s/s at 50 concurrent, %s/s at 200 (medians)\n", v["rlf_redis_c50"], v["rlf_redis_c200"]
+        printf "server time per call (INFO commandstats, whole run): RATEL.ACQUIRE %s us, FCALL ratel_acquire %s us, EVALSHA (rate-limiter-flexible) %s us\n", v["redis_server_us_per_call_ratel.acquire"], v["redis_server_us_per_call_fcall"], v["redis_server_us_per_call_evalsha"]
     }' "$tmp/figures"
