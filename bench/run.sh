@@ -94,6 +94,15 @@ if [ "${REDIS:-1}" != 0 ]; then
     BUILD="$build" PEERS="${PEERS:-1}" PEERS_DIR="$peers_dir" "$here/redis.sh"
 fi
 
+# The Redis store's engine: one thread's asynchronous and synchronous
+# decisions against rate-limiter-flexible's Redis limiter, rateld on the
+# Redis store against the embedded store, rediss:// against redis://, in
+# interleaved rounds (bench/redis_engine.sh). ENGINE=0 skips it.
+if [ "${ENGINE:-1}" != 0 ] && [ -x "$build/rateld" ]; then
+    echo
+    BUILD="$build" PEERS="${PEERS:-1}" PEERS_DIR="$peers_dir" "$here/redis_engine.sh"
+fi
+
 # rateld (issue 5) under wrk, with nginx limit_req in the same run.
 # RATELD=0 skips it.
 if [ "${RATELD:-1}" != 0 ] && [ -x "$build/rateld" ]; then
