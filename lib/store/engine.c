@@ -322,8 +322,10 @@ void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop)
 {
     if (rop->now_us > e->last_now_us)
         e->last_now_us = rop->now_us;
-    rop->deadline_us =
-        e->t->now(e->tud) + (int64_t)e->sh->command_timeout_ms * 1000;
+    /* One clock reading per turn: commands issued together share it. */
+    if (e->clock_us == 0)
+        e->clock_us = e->t->now(e->tud);
+    rop->deadline_us = e->clock_us + (int64_t)e->sh->command_timeout_ms * 1000;
     rop->anext = NULL;
     rop->aprev = e->atail;
     if (e->atail)
@@ -474,7 +476,10 @@ static void hook_flush(void *ud)
             dispatch(node);
         }
         send_dirty(e);
-        while (e->fhead && !e->dirty_nodes) {
+        /* Every finished command is told before the next dispatch: a
+           caller that issues its next call from a callback then has its
+           commands leave together in one write, not one write each. */
+        while (e->fhead) {
             ratel__rop_t *rop = e->fhead;
             e->fhead = rop->qnext;
             if (!e->fhead)
@@ -486,6 +491,7 @@ static void hook_flush(void *ud)
     }
     e->deferred = 0;
     e->flushing = 0;
+    e->clock_us = 0;
     engine_rearm(e);
 }
 

@@ -616,6 +616,10 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
         ratel__msg(why, whylen, "%s: out of memory", node->name);
         return NULL;
     }
+    /* Keep the reader's buffer between reads instead of freeing and
+       allocating it again for every read past 16 KiB (a TLS record is up
+       to 16 KiB): it is bounded by the largest read. */
+    c->reader->maxbuf = 0;
     c->link.up = link_up;
     c->link.data = link_data;
     c->link.down = link_down;

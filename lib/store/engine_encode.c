@@ -32,6 +32,25 @@ static int reserve(conn_t *c, size_t more)
     return 0;
 }
 
+/* Writes `mark`, the decimal digits of v and CR LF at p; returns the
+   length (a header of RESP: "*3\r\n", "$5\r\n"). */
+static size_t header(char *p, char mark, size_t v)
+{
+    char digits[24];
+    size_t n = 0, len = 0;
+
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    p[len++] = mark;
+    while (n)
+        p[len++] = digits[--n];
+    p[len++] = '\r';
+    p[len++] = '\n';
+    return len;
+}
+
 /* "*N\r\n" then "$LEN\r\nBYTES\r\n" per argument. */
 int encode_argv(conn_t *c, const argv_t *a)
 {
@@ -41,9 +60,9 @@ int encode_argv(conn_t *c, const argv_t *a)
         need += a->len[i] + 24;
     if (reserve(c, need) != 0)
         return -1;
-    c->outlen += (size_t)sprintf(c->out + c->outlen, "*%d\r\n", a->n);
+    c->outlen += header(c->out + c->outlen, '*', (size_t)a->n);
     for (int i = 0; i < a->n; i++) {
-        c->outlen += (size_t)sprintf(c->out + c->outlen, "$%zu\r\n", a->len[i]);
+        c->outlen += header(c->out + c->outlen, '$', a->len[i]);
         memcpy(c->out + c->outlen, a->v[i], a->len[i]);
         c->outlen += a->len[i];
         memcpy(c->out + c->outlen, "\r\n", 2);

@@ -146,6 +146,8 @@ struct ratel__engine_s {
     ratel__rop_t *wait_head, *wait_tail;
     int flushing;
     int freeing;
+    int64_t clock_us; /* the transport's clock read this turn (0: not
+                         yet): deadlines of commands issued together */
     rule_texts_t rules;
 };
 

@@ -302,8 +302,15 @@ int redis_batch_start(redis_batch_t *b)
 
     b->pending = 0;
     b->giving_back = 0;
-    b->rops = calloc(b->n ? b->n : 1, sizeof *b->rops);
-    b->fps = calloc(b->n ? b->n : 1, sizeof *b->fps);
+    if (b->n == 1) {
+        memset(&b->one_rop, 0, sizeof b->one_rop);
+        b->one_fp = 0;
+        b->rops = &b->one_rop;
+        b->fps = &b->one_fp;
+    } else {
+        b->rops = calloc(b->n ? b->n : 1, sizeof *b->rops);
+        b->fps = calloc(b->n ? b->n : 1, sizeof *b->fps);
+    }
     if (!b->rops || !b->fps) {
         redis_batch_end(b);
         return RATEL_ENOMEM;
@@ -353,8 +360,10 @@ int redis_batch_start(redis_batch_t *b)
 
 void redis_batch_end(redis_batch_t *b)
 {
-    free(b->rops);
-    free(b->fps);
+    if (b->rops != &b->one_rop) {
+        free(b->rops);
+        free(b->fps);
+    }
     b->rops = NULL;
     b->fps = NULL;
 }

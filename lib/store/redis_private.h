@@ -69,6 +69,8 @@ typedef struct redis_batch_s {
     int64_t now_us;
     ratel__rop_t *rops;
     uint64_t *fps;
+    ratel__rop_t one_rop; /* a batch of one needs no allocation */
+    uint64_t one_fp;
     size_t pending;
     int giving_back;
     redis_cb fn;
