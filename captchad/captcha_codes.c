@@ -13,15 +13,15 @@
  *
  * redis: a hash per phone `captcha:code:{PHONE}` {code, attempts} with
  * PEXPIRE = TTL, so that every captchad sharing the Redis sees one code,
- * over captcha_redis.c's connections (TLS as the rate limits' store; an
- * HTTP worker's on its loop, never waiting).
+ * through a Redis store of libratel (its commands, lib/store/command.h:
+ * the same engine as the rate limits', so TLS, Sentinel, Redis Cluster
+ * and deadlines alike; an HTTP worker's on its loop, never waiting).
  * A verify runs two scripts: the first counts the attempt and returns the
  * stored code (deleting it past max_attempts), C compares in constant
  * time, and only a match runs the second, a compare-and-delete: of two
  * concurrent correct verifies on any instances, exactly one deletes it.
  */
 #include "captchad/captcha.h"
-#include "captchad/captcha_redis.h"
 
 #include "app/log.h"
 
@@ -52,11 +52,11 @@ struct captcha_codes_s {
     size_t nbuckets; /* a power of two */
     size_t count, max_entries;
     code_entry_t *oldest, *newest;
-    /* redis: one connection for the threads that may wait (the sender,
-       start-up), one per HTTP worker on its loop */
-    captcha_redis_conf_t conf;
-    captcha_redis_t *sync;
-    captcha_redis_t **workers;
+    /* redis: a Redis store (its engine: TLS, Sentinel, Cluster, deadlines)
+       whose waiting calls serve the threads that may wait (the sender,
+       start-up), and its calls on each HTTP worker's loop */
+    ratel_store_t *store;
+    ratel_async_t **workers;
     unsigned nworkers;
 };
 
@@ -241,8 +241,15 @@ int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
                             size_t errlen)
 {
     captcha_codes_t *c = calloc(1, sizeof *c);
-    ratel_redis_options_t o = {.url = url};
-    ratel__tls_options_t tls;
+    /* No deny cache and no failure policy: these are no decisions. A code
+       store that cannot answer is an error (the send is given back). */
+    ratel_redis_options_t o = {.url = url,
+                               .command_timeout_ms =
+                                   timeout_ms > 0 ? timeout_ms : 500,
+                               .deny_cache_entries = -1,
+                               .on_failure = RATEL_FAILURE_OPEN,
+                               .lazy_connect = 1};
+    int rc;
 
     *out = NULL;
     if (!c)
@@ -250,27 +257,10 @@ int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
     pthread_mutex_init(&c->lock, NULL);
     c->redis = 1;
     c->max_attempts = max_attempts ? max_attempts : 5;
-    c->conf.timeout_ms = timeout_ms > 0 ? timeout_ms : 500;
-    if (ratel__redis_url_parse(url, &c->conf.url, err, errlen) != 0 ||
-        ratel__tls_options_pick(&c->conf.url, &o, &tls, err, errlen) != 0 ||
-        (c->conf.url.tls &&
-         ratel__tls_ctx_new(&tls, &c->conf.tls_ctx, err, errlen) != 0)) {
+    rc = ratel_store_redis_new(&c->store, &o, err, errlen);
+    if (rc != 0) {
         captcha_codes_free(c);
-        return RATEL_EINVAL;
-    }
-    if (c->conf.url.cluster || c->conf.url.sentinel) {
-        snprintf(err, errlen,
-                 "the code store needs one Redis primary (redis:// or "
-                 "rediss://), not Redis Cluster or Sentinel");
-        captcha_codes_free(c);
-        return RATEL_EINVAL;
-    }
-    c->conf.server_name =
-        c->conf.url.tls_server_name[0] ? c->conf.url.tls_server_name : NULL;
-    c->conf.insecure = tls.insecure;
-    if (captcha_redis_new(&c->sync, &c->conf, NULL) != 0) {
-        captcha_codes_free(c);
-        return RATEL_ENOMEM;
+        return rc;
     }
     *out = c;
     return 0;
@@ -279,7 +269,8 @@ int captcha_codes_redis_new(captcha_codes_t **out, const char *url,
 int captcha_codes_attach(captcha_codes_t *c, unsigned thread,
                          struct event_base *base)
 {
-    captcha_redis_t **more;
+    ratel_async_t **more;
+    char err[200];
 
     if (!c->redis)
         return 0;
@@ -292,13 +283,14 @@ int captcha_codes_attach(captcha_codes_t *c, unsigned thread,
         c->workers = more;
         c->nworkers = thread + 1;
     }
-    return captcha_redis_new(&c->workers[thread], &c->conf, base);
+    return ratel_async_new(&c->workers[thread], c->store, base, err,
+                           sizeof err);
 }
 
 void captcha_codes_detach(captcha_codes_t *c)
 {
     for (unsigned t = 0; t < c->nworkers; t++)
-        captcha_redis_free(c->workers[t]);
+        ratel_async_free(c->workers[t]);
     free(c->workers);
     c->workers = NULL;
     c->nworkers = 0;
@@ -308,15 +300,16 @@ void captcha_codes_detach(captcha_codes_t *c)
    callback. */
 typedef struct code_op_s {
     captcha_codes_t *c;
-    captcha_redis_t *r;
+    ratel_async_t *r; /* the worker's loop, or NULL: wait here */
     char key[64];
     char code[CAPTCHA_CODE_MAX];
     char stored[CAPTCHA_CODE_MAX];
     captcha_codes_fn *fn;
     void *ud;
+    void (*then)(void *ud, struct redisReply *reply); /* eval's */
 } code_op_t;
 
-static code_op_t *op_new(captcha_codes_t *c, captcha_redis_t *r,
+static code_op_t *op_new(captcha_codes_t *c, ratel_async_t *r,
                          const char *phone, const char *code,
                          captcha_codes_fn *fn, void *ud)
 {
@@ -338,13 +331,42 @@ static void op_done(code_op_t *op, int rc)
     free(op);
 }
 
-/* EVAL `script` on op's key with one or two arguments. */
+/* A reply, the callee's to free, or NULL: no answer (down, hung). */
+typedef void reply_fn(void *ud, redisReply *reply);
+
+static void eval_told(void *ud, int rc, redisReply *reply)
+{
+    code_op_t *op = ud;
+    reply_fn *fn = op->then;
+
+    (void)rc;
+    fn(op, reply);
+}
+
+/* EVAL `script` on op's key with one or two arguments: on the worker's
+   loop, or waited for here; `fn` gets the reply either way. */
 static void eval(code_op_t *op, const char *script, const char *a1,
-                 const char *a2, captcha_reply_fn *fn)
+                 const char *a2, reply_fn *fn)
 {
     const char *argv[] = {"EVAL", script, "1", op->key, a1, a2};
+    size_t lens[6];
+    int argc = a2 ? 6 : 5;
+    redisReply *reply = NULL;
+    char err[300];
 
-    captcha_redis_command(op->r, a2 ? 6 : 5, argv, fn, op);
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    op->then = fn;
+    if (op->r) {
+        if (ratel__async_command(op->r, op->key, strlen(op->key), argc, argv,
+                                 lens, eval_told, op) != 0)
+            fn(op, NULL);
+        return;
+    }
+    if (ratel__redis_command(op->c->store, op->key, strlen(op->key), argc, argv,
+                             lens, &reply, err, sizeof err) != 0)
+        reply = NULL;
+    fn(op, reply);
 }
 
 /* Whether Redis answered (not an error, counted and logged). */
@@ -410,7 +432,7 @@ static void checked(void *ud, redisReply *reply)
     op_done(op, CAPTCHA_CODE_INVALID);
 }
 
-static void redis_put_on(captcha_codes_t *c, captcha_redis_t *r,
+static void redis_put_on(captcha_codes_t *c, ratel_async_t *r,
                          const char *phone, const char *code, int64_t ttl_ms,
                          captcha_codes_fn *fn, void *ud)
 {
@@ -425,7 +447,7 @@ static void redis_put_on(captcha_codes_t *c, captcha_redis_t *r,
     eval(op, put_script, code, ttl, put_replied);
 }
 
-static void redis_verify_on(captcha_codes_t *c, captcha_redis_t *r,
+static void redis_verify_on(captcha_codes_t *c, ratel_async_t *r,
                             const char *phone, const char *code,
                             captcha_codes_fn *fn, void *ud)
 {
@@ -440,7 +462,7 @@ static void redis_verify_on(captcha_codes_t *c, captcha_redis_t *r,
     eval(op, check_script, max, NULL, checked);
 }
 
-static void redis_discard_on(captcha_codes_t *c, captcha_redis_t *r,
+static void redis_discard_on(captcha_codes_t *c, ratel_async_t *r,
                              const char *phone, const char *code,
                              captcha_codes_fn *fn, void *ud)
 {
@@ -467,16 +489,13 @@ static void waited(void *ud, int rc)
     w->done = 1;
 }
 
-static int redis_wait(captcha_codes_t *c, code_op_t *op, const char *script,
-                      const char *a1, const char *a2, captcha_reply_fn *fn,
-                      waiter_t *w)
+/* A call waited for on this thread (its steps run here, in turn). */
+static int redis_wait(code_op_t *op, const char *script, const char *a1,
+                      const char *a2, reply_fn *fn, waiter_t *w)
 {
     if (!op)
         return RATEL_ENOMEM;
-    captcha_redis_lock(c->sync);
     eval(op, script, a1, a2, fn);
-    captcha_redis_wait(c->sync, &w->done);
-    captcha_redis_unlock(c->sync);
     return w->rc;
 }
 
@@ -487,8 +506,8 @@ static int redis_put(captcha_codes_t *c, const char *phone, const char *code,
     char ttl[24];
 
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
-                      put_script, code, ttl, put_replied, &w);
+    return redis_wait(op_new(c, NULL, phone, code, waited, &w), put_script,
+                      code, ttl, put_replied, &w);
 }
 
 static int redis_verify(captcha_codes_t *c, const char *phone, const char *code)
@@ -497,8 +516,8 @@ static int redis_verify(captcha_codes_t *c, const char *phone, const char *code)
     char max[16];
 
     snprintf(max, sizeof max, "%u", c->max_attempts);
-    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
-                      check_script, max, NULL, checked, &w);
+    return redis_wait(op_new(c, NULL, phone, code, waited, &w), check_script,
+                      max, NULL, checked, &w);
 }
 
 static int redis_discard(captcha_codes_t *c, const char *phone,
@@ -506,8 +525,8 @@ static int redis_discard(captcha_codes_t *c, const char *phone,
 {
     waiter_t w = {0, 0};
 
-    return redis_wait(c, op_new(c, c->sync, phone, code, waited, &w),
-                      consume_script, code, NULL, consumed, &w);
+    return redis_wait(op_new(c, NULL, phone, code, waited, &w), consume_script,
+                      code, NULL, consumed, &w);
 }
 
 /* ---------------------------------------------------------------- common */
@@ -533,8 +552,8 @@ int captcha_codes_discard(captcha_codes_t *c, const char *phone,
                     : memory_discard(c, phone, code);
 }
 
-/* The worker's own connection (captcha_codes_attach), or NULL: memory. */
-static captcha_redis_t *worker(captcha_codes_t *c, unsigned thread)
+/* The worker's loop (captcha_codes_attach), or NULL: memory. */
+static ratel_async_t *worker(captcha_codes_t *c, unsigned thread)
 {
     return c->redis && thread < c->nworkers ? c->workers[thread] : NULL;
 }
@@ -544,7 +563,7 @@ void captcha_codes_put_async(captcha_codes_t *c, unsigned thread,
                              int64_t now_ms, int64_t ttl_ms,
                              captcha_codes_fn *fn, void *ud)
 {
-    captcha_redis_t *r = worker(c, thread);
+    ratel_async_t *r = worker(c, thread);
 
     if (r)
         redis_put_on(c, r, phone, code, ttl_ms, fn, ud);
@@ -556,7 +575,7 @@ void captcha_codes_verify_async(captcha_codes_t *c, unsigned thread,
                                 const char *phone, const char *code,
                                 int64_t now_ms, captcha_codes_fn *fn, void *ud)
 {
-    captcha_redis_t *r = worker(c, thread);
+    ratel_async_t *r = worker(c, thread);
 
     if (r)
         redis_verify_on(c, r, phone, code, fn, ud);
@@ -567,7 +586,7 @@ void captcha_codes_verify_async(captcha_codes_t *c, unsigned thread,
 void captcha_codes_discard_async(captcha_codes_t *c, unsigned thread,
                                  const char *phone, const char *code)
 {
-    captcha_redis_t *r = worker(c, thread);
+    ratel_async_t *r = worker(c, thread);
 
     if (r)
         redis_discard_on(c, r, phone, code, NULL, NULL);
@@ -594,10 +613,7 @@ void captcha_codes_free(captcha_codes_t *c)
         entry_drop(c, c->oldest);
     free(c->buckets);
     captcha_codes_detach(c);
-    captcha_redis_free(c->sync);
-    if (c->conf.tls_ctx)
-        SSL_CTX_free(c->conf.tls_ctx);
+    ratel_store_free(c->store);
     pthread_mutex_destroy(&c->lock);
-    memset(&c->conf.url, 0, sizeof c->conf.url); /* the password */
     free(c);
 }

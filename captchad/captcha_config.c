@@ -76,10 +76,8 @@ static int refuse_old_limits(const ratel__yaml_ctx_t *ctx,
 
 /*
  * store.url as libratel's parser reads it (a URL it refuses is refused in
- * its words, naming the part that is wrong). The verification codes live
- * in the same Redis, on one primary (redis:// or rediss://, TLS settings
- * as for the rate limits): Sentinel and Cluster, which the rate limits
- * would take, are refused here saying so, not at the first send.
+ * its words, naming the part that is wrong): every form the rate limits
+ * take (Sentinel and Cluster included) holds the codes too.
  */
 static int check_code_url(const char *text, char *why, size_t whylen)
 {
@@ -88,17 +86,8 @@ static int check_code_url(const char *text, char *why, size_t whylen)
 
     if (!u)
         snprintf(why, whylen, "out of memory");
-    else if (ratel__redis_url_parse(text, u, why, whylen) != 0)
-        rc = -1;
-    else if (u->sentinel || u->cluster)
-        snprintf(why, whylen,
-                 "%s: captchad keeps its codes in this Redis on one primary; "
-                 "Sentinel and Cluster are not supported for the codes: give "
-                 "redis://HOST:PORT or rediss://HOST:PORT",
-                 u->sentinel ? "Sentinel (redis+sentinel://)"
-                             : "Redis Cluster (redis+cluster://)");
     else
-        rc = 0;
+        rc = ratel__redis_url_parse(text, u, why, whylen) == 0 ? 0 : -1;
     free(u);
     return rc;
 }

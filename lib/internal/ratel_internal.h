@@ -21,10 +21,9 @@
  *   lib/store/tls.h        the store's TLS settings as it reads them, and
  *                          the words a program warns with when
  *                          tls_insecure turns verification off
- *   lib/store/transport_event.h, transport_poll.h
- *                          the store's connections (TLS included) on a
- *                          libevent loop or on the caller's thread:
- *                          captchad's code store speaks Redis over them
+ *   lib/store/command.h    a program's own commands on a Redis store's
+ *                          connections, waited for or on a loop:
+ *                          captchad's code store
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -32,12 +31,11 @@
 #include "ratel.h"
 
 /* Relative to this file: lib/ itself is not on the programs' path. */
+#include "../store/command.h"
 #include "../store/option.h"
 #include "../store/redis.h"
 #include "../store/redis_url.h"
 #include "../store/tls.h"
-#include "../store/transport_event.h"
-#include "../store/transport_poll.h"
 
 #include <stdlib.h>
 

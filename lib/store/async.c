@@ -13,6 +13,7 @@
  * Each call is a job (malloc'd): what to tell whom, and the Redis half's
  * state. The job is freed after its callback returns.
  */
+#include "store/command.h"
 #include "store/redis_private.h"
 #include "store/transport_event.h"
 
@@ -343,6 +344,65 @@ int ratel_async_reset(ratel_async_t *a, const char *key, size_t keylen,
     }
     job->rc = ratel_store_reset(a->store, key, keylen);
     tell_later(job);
+    return 0;
+}
+
+/* A program's command on the loop: the job holds a copy of its words. */
+typedef struct command_job_s {
+    ratel__rop_t rop;
+    ratel__reply_fn fn;
+    void *ud;
+    const char *argv[RATEL__COMMAND_MAX];
+    size_t argvlen[RATEL__COMMAND_MAX];
+    char bytes[]; /* the key, then each word */
+} command_job_t;
+
+static void command_told(ratel__rop_t *rop)
+{
+    command_job_t *job = rop->ud;
+
+    job->fn(job->ud, rop->rc, rop->rc == 0 ? rop->reply : NULL);
+    free(job);
+}
+
+int ratel__async_command(ratel_async_t *a, const char *key, size_t keylen,
+                         int argc, const char *const *argv,
+                         const size_t *argvlen, ratel__reply_fn fn, void *ud)
+{
+    size_t total = keylen;
+    command_job_t *job;
+    char *p;
+
+    if (!a || !a->redis || !fn || argc < 1 || argc > RATEL__COMMAND_MAX ||
+        !argv || !argvlen || (!key && keylen))
+        return RATEL_EINVAL;
+    for (int i = 0; i < argc; i++)
+        total += argvlen[i];
+    job = malloc(sizeof *job + total + 1);
+    if (!job)
+        return RATEL_ENOMEM;
+    p = job->bytes;
+    if (keylen)
+        memcpy(p, key, keylen);
+    p += keylen;
+    for (int i = 0; i < argc; i++) {
+        memcpy(p, argv[i], argvlen[i]);
+        job->argv[i] = p;
+        job->argvlen[i] = argvlen[i];
+        p += argvlen[i];
+    }
+    job->fn = fn;
+    job->ud = ud;
+    job->rop = (ratel__rop_t){.kind = RATEL__ROP_COMMAND,
+                              .key = job->bytes,
+                              .keylen = keylen,
+                              .argc = argc,
+                              .argv = job->argv,
+                              .argvlen = job->argvlen,
+                              .now_us = ratel_clock_now_us(),
+                              .done = command_told,
+                              .ud = job};
+    ratel__engine_submit(a->engine, &job->rop);
     return 0;
 }
 

@@ -69,9 +69,11 @@ typedef enum ratel__rop_kind_e {
     RATEL__ROP_PING,
     RATEL__ROP_LIBRARY, /* the library on one node, loaded if needed */
     /* The engine's own (ratel__engine_discover and failovers): */
-    RATEL__ROP_SLOTS, /* CLUSTER SLOTS */
-    RATEL__ROP_ROLE,  /* ROLE */
-    RATEL__ROP_MASTER /* SENTINEL GET-MASTER-ADDR-BY-NAME */
+    RATEL__ROP_SLOTS,  /* CLUSTER SLOTS */
+    RATEL__ROP_ROLE,   /* ROLE */
+    RATEL__ROP_MASTER, /* SENTINEL GET-MASTER-ADDR-BY-NAME */
+    /* A program's own command (command.h): argv as given, routed by key */
+    RATEL__ROP_COMMAND
 } ratel__rop_kind_t;
 
 /* What every engine of a store shares: settings, counters, health. */
@@ -136,8 +138,11 @@ struct ratel__rop_s {
     int64_t at_ms;                /* >= 0: sent as AT */
     int64_t now_us;               /* the caller's time (the breaker's) */
     ratel__node_t *target;        /* PING, LIBRARY: this node; else routed */
-    int force;                    /* try even when the node's breaker is open
-                                     (its failure then leaves the breaker) */
+    int argc;                     /* COMMAND: its words, the caller's */
+    const char *const *argv;
+    const size_t *argvlen;
+    int force; /* try even when the node's breaker is open
+                  (its failure then leaves the breaker) */
     ratel__rop_fn done;
     void *ud;
     /* Out, when `done` is called: */

@@ -145,6 +145,12 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
     argv_t args = {.n = 0}, *a = &args;
     char num[4][24];
 
+    if (rop->kind == RATEL__ROP_COMMAND) {
+        for (int i = 0;
+             i < rop->argc && i < (int)(sizeof a->v / sizeof a->v[0]); i++)
+            ARG(rop->argv[i], rop->argvlen[i]);
+        return encode_argv(c, a);
+    }
     if (rop->kind > RATEL__ROP_RELEASE) {
         ARGZ(plain[rop->kind]);
         if (rop->kind == RATEL__ROP_GET)

@@ -279,7 +279,9 @@ static int failover_start(ratel__engine_t *e, int force)
 
 int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
 {
-    if (rop->force || rop->kind > RATEL__ROP_PING || !can_fail_over(e) ||
+    if (rop->force ||
+        (rop->kind > RATEL__ROP_PING && rop->kind != RATEL__ROP_COMMAND) ||
+        !can_fail_over(e) ||
         (e->have_primary && rop->node != e->nodes[e->primary]) ||
         rop->attempts >= RATEL__ENGINE_ATTEMPTS || !failover_start(e, 0))
         return 0;

@@ -22,6 +22,7 @@
  * - The library on demand: ratel__redis_load_library() (redis.h) loads it
  *   on every primary for `ratel lua-load`.
  */
+#include "store/command.h"
 #include "store/redis.h"
 #include "store/redis_private.h"
 #include "store/redis_url.h"
@@ -166,6 +167,51 @@ static int redis_inspect(ratel_store_t *store, const char *key, size_t keylen,
                          .n = n};
 
     return run_call((redis_store_t *)store, &call);
+}
+
+/* ------------------------------------------------ a program's commands */
+
+static void command_done(ratel__rop_t *rop)
+{
+    *(int *)rop->ud = 1;
+}
+
+int ratel__redis_command(ratel_store_t *store, const char *key, size_t keylen,
+                         int argc, const char *const *argv,
+                         const size_t *argvlen, redisReply **reply, char *err,
+                         size_t errlen)
+{
+    redis_store_t *s = (redis_store_t *)store;
+    ratel__rop_t rop = {.kind = RATEL__ROP_COMMAND,
+                        .key = key ? key : "",
+                        .keylen = key ? keylen : 0,
+                        .argc = argc,
+                        .argv = argv,
+                        .argvlen = argvlen};
+    int done = 0;
+
+    *reply = NULL;
+    if (!store || store->ops != &ratel__redis_ops || argc < 1 ||
+        argc > RATEL__COMMAND_MAX || !argv || !argvlen) {
+        ratel__msg(err, errlen, "not a Redis store, or a bad command");
+        return RATEL_EINVAL;
+    }
+    rop.now_us = latest(s);
+    rop.done = command_done;
+    rop.ud = &done;
+    ratel__poll_lock(s->poll);
+    ratel__engine_submit(s->engine, &rop);
+    sync_wait(s, &done);
+    ratel__poll_unlock(s->poll);
+    if (rop.rc != 0) {
+        ratel__msg(err, errlen, "%s",
+                   rop.node && ratel__engine_node_error(rop.node)[0]
+                       ? ratel__engine_node_error(rop.node)
+                       : "no Redis server answered");
+        return rop.rc;
+    }
+    *reply = rop.reply;
+    return 0;
 }
 
 /* --------------------------------------------------------------- ping */
