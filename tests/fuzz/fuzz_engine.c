@@ -1,0 +1,293 @@
+/*
+ * fuzz_engine.c - the Redis engine (lib/store/engine*.c) on the in-memory
+ * transport (tests/unit/mem_transport.h), its replies and its network
+ * chosen by the input.
+ *
+ * The input is read as a program:
+ *
+ *   byte 0      the setup: the URL (one node, a primary and a successor,
+ *               a cluster, Sentinels), the mode (auto, lua, function), a
+ *               password, a database
+ *   byte 1      how many commands are submitted first (acquire, refund,
+ *               get, ping, reset of a few keys and policies), each
+ *               described by the next byte
+ *   then        operations, one byte each and their arguments: bytes of
+ *               the input delivered to a connection in chunks whose sizes
+ *               come from the input; a well-formed reply (PONG, COMMAND
+ *               INFO, a script's SHA, MOVED, ASK, NOSCRIPT, READONLY,
+ *               ROLE, CLUSTER SLOTS, a Sentinel's answer, +switch-master,
+ *               errors...) cut the same way; a connection up or down; the
+ *               clock moved (deadlines, connect timeouts, the breaker);
+ *               more commands; the engine freed early
+ *
+ * Invariants: nothing crashes (ASan/UBSan in `make asan` and `make fuzz`,
+ * valgrind by hand); `done` is never called inside submit, never twice,
+ * and every command's is called by the time the engine is freed; every
+ * reply handed out is freed by the test (so LeakSanitizer sees a leak of
+ * the engine's); `close` is never called on a connection already closed.
+ */
+#include "tests/unit/mem_transport.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define ASSERT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "fuzz_engine: %s:%d: invariant broken: %s\n",      \
+                    __FILE__, __LINE__, #cond);                                \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+#define MAX_ROPS 48
+#define MAX_OPS 400
+
+typedef struct input_s {
+    const uint8_t *p;
+    size_t n;
+} input_t;
+
+static unsigned byte(input_t *in)
+{
+    if (in->n == 0)
+        return 0;
+    in->n--;
+    return *in->p++;
+}
+
+typedef struct slot_s {
+    ratel__rop_t rop;
+    int calls;
+    int submitting;
+} slot_t;
+
+static slot_t slots[MAX_ROPS];
+static size_t nslots;
+static ratel_policy_t policies[2];
+
+static void on_done(ratel__rop_t *rop)
+{
+    slot_t *s = rop->ud;
+
+    ASSERT(!s->submitting);
+    ASSERT(s->calls == 0);
+    s->calls++;
+    ASSERT(rop->rc == 0 || rop->rc == RATEL_EIO || rop->rc == RATEL_EPROTO ||
+           rop->rc == RATEL_ENOMEM);
+    freeReplyObject(rop->reply);
+    rop->reply = NULL;
+}
+
+static void submit(mem_t *m, unsigned d)
+{
+    static const char *const keys[] = {"a", "b", "{a}x", "k:1"};
+    static const ratel__rop_kind_t kinds[] = {
+        RATEL__ROP_ACQUIRE, RATEL__ROP_ACQUIRE, RATEL__ROP_REFUND,
+        RATEL__ROP_GET,     RATEL__ROP_PING,    RATEL__ROP_RESET};
+    slot_t *s;
+    ratel__rop_t *rop;
+
+    if (nslots == MAX_ROPS || !m->e)
+        return;
+    s = &slots[nslots++];
+    memset(s, 0, sizeof *s);
+    rop = &s->rop;
+    rop->kind = kinds[d % 6];
+    rop->key = keys[(d >> 3) & 3];
+    rop->keylen = strlen(rop->key);
+    rop->policy = &policies[(d >> 5) & 1];
+    rop->request.cost = (d & 0x40) ? 3 : 1;
+    rop->request.flags = (d & 0x80) ? RATEL_PEEK : 0;
+    rop->at_ms = (d & 0x40) ? 12345 : -1;
+    /* The callers' time follows the clock (a breaker's interval passes). */
+    rop->now_us = m->now_us;
+    rop->done = on_done;
+    rop->ud = s;
+    s->submitting = 1;
+    ratel__engine_submit(m->e, rop);
+    s->submitting = 0;
+    ASSERT(s->calls == 0);
+}
+
+/* Replies a server or a Sentinel might give, for reaching deep states. */
+static const char *const canned[] = {
+    "+PONG\r\n",
+    "*1\r\n*0\r\n", /* COMMAND INFO: the module is there */
+    "*1\r\n*-1\r\n",
+    "$40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n", /* SCRIPT LOAD */
+    "$1\r\n1\r\n",                                         /* ratel_version */
+    "$5\r\nratel\r\n",                                     /* FUNCTION LOAD */
+    "+OK\r\n",
+    ":1\r\n",
+    "*2\r\n:1\r\n:0\r\n",
+    "-MOVED 15495 127.0.0.1:7001\r\n",
+    "-ASK 15495 127.0.0.1:7001\r\n",
+    "-MOVED 3300 127.0.0.1:7000\r\n",
+    "-NOSCRIPT No matching script.\r\n",
+    "-ERR Function not found\r\n",
+    "-ERR unknown command 'RATEL.ACQUIRE'\r\n",
+    "-READONLY You can't write against a read only replica.\r\n",
+    "-LOADING Redis is loading the dataset in memory\r\n",
+    "-WRONGPASS invalid username-password pair\r\n",
+    "-ERR Functions are disabled\r\n",
+    "*1\r\n$6\r\nmaster\r\n", /* ROLE */
+    "*1\r\n$5\r\nslave\r\n",
+    "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n",
+    "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
+    "*3\r\n:8192\r\n:16383\r\n*2\r\n$0\r\n\r\n:7001\r\n",
+    "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7000\r\n", /* the Sentinel's primary */
+    "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7001\r\n",
+    "*-1\r\n",
+    "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n",
+    "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$47\r\n"
+    "mymaster 127.0.0.1 7000 127.0.0.1 7001 failover\r\n",
+    "$-1\r\n",
+    "%1\r\n+a\r\n:1\r\n", /* RESP3: not what RESP2 servers send */
+    "-ERR\r\n",
+};
+
+/* Delivers text[0..len) to c in chunks whose sizes the input chooses. */
+static void deliver(mem_t *m, mem_conn_t *c, input_t *in, const char *text,
+                    size_t len)
+{
+    size_t at = 0;
+
+    while (at < len && c->link) {
+        size_t chunk = 1 + byte(in) % 16;
+        if (chunk > len - at)
+            chunk = len - at;
+        mem_data(m, c, text + at, chunk);
+        at += chunk;
+    }
+}
+
+static void step(mem_t *m, input_t *in)
+{
+    unsigned op = byte(in), arg = byte(in);
+    mem_conn_t *c = m->nconns ? mem_conn(m, arg % m->nconns) : NULL;
+
+    switch (op % 10) {
+    case 0: { /* the input's own bytes as a reply */
+        size_t len = byte(in) % 48;
+        if (len > in->n)
+            len = in->n;
+        if (c && c->up) {
+            const char *p = (const char *)in->p;
+            in->p += len;
+            in->n -= len;
+            deliver(m, c, in, p, len);
+        }
+        break;
+    }
+    case 1:
+    case 2:
+    case 3: /* a well-formed reply */
+        if (c && c->up) {
+            const char *t = canned[byte(in) % (sizeof canned / sizeof *canned)];
+            deliver(m, c, in, t, strlen(t));
+        }
+        break;
+    case 4:
+        if (c)
+            mem_up(m, c);
+        break;
+    case 5:
+        if (c)
+            mem_down(m, c,
+                     (arg & 1) ? "Connection reset by peer"
+                               : "certificate verify failed",
+                     (arg & 6) == 6);
+        break;
+    case 6: /* time passes: deadlines, connect timeouts, the breaker */
+        mem_advance(m, (int64_t)(1 + arg) * 5000);
+        break;
+    case 7:
+        submit(m, arg);
+        mem_flush(m);
+        break;
+    case 8:
+        m->refuse_open = arg & 1;
+        mem_flush(m);
+        break;
+    default: /* up every connection made and answer PONG: setup fast */
+        for (size_t i = 0; i < m->nconns; i++)
+            if (m->conns[i]->link && !m->conns[i]->up)
+                mem_up(m, m->conns[i]);
+        break;
+    }
+}
+
+/* FUZZ_ENGINE_TRACE=1 fuzz_engine SEED: what a seed reaches, to write
+   seeds that go deep (the commands each connection was sent). */
+static void trace_state(mem_t *m, const char *errors)
+{
+    fprintf(stderr, "--- done:");
+    for (size_t k = 0; k < nslots; k++)
+        fprintf(stderr, " %d/%d", slots[k].calls, slots[k].rop.rc);
+    fprintf(stderr, " last error: %s\n", errors);
+    for (size_t i = 0; i < m->nconns; i++) {
+        mem_conn_t *c = m->conns[i];
+        char cmd[200];
+        fprintf(stderr, "  conn %zu :%d %s:", i, c->port,
+                c->link ? (c->up ? "up" : "opening") : "closed");
+        while (mem_next_command(c, cmd, sizeof cmd))
+            fprintf(stderr, " [%s]", cmd);
+        fprintf(stderr, "\n");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *const urls[] = {
+        "redis://127.0.0.1:7000",
+        "redis://127.0.0.1:7000,127.0.0.1:7001",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+        "redis://:pw@127.0.0.1:7000/3",
+        "redis+sentinel://u:pw@127.0.0.1:26379/mymaster?sentinel_password=sp",
+    };
+    static const ratel_redis_mode_t modes[] = {
+        RATEL_REDIS_AUTO, RATEL_REDIS_LUA, RATEL_REDIS_FUNCTION,
+        RATEL_REDIS_MODULE};
+    static const char *const rules0[] = {"10/s"};
+    static const char *const rules1[] = {"5/m", "100/h"};
+    static ratel__redis_shared_t sh;
+    static ratel_health_t health;
+    static mem_t m;
+    static char errors[512];
+    input_t in = {data, size};
+    unsigned setup = byte(&in), first = byte(&in) % 12;
+    int trace = getenv("FUZZ_ENGINE_TRACE") != NULL;
+
+    ASSERT(ratel_policy_parse(&policies[0], rules0, 1, NULL, 0) == 0);
+    ASSERT(ratel_policy_parse(&policies[1], rules1, 2, NULL, 0) == 0);
+    ASSERT(mem_shared_init(&sh, &health, urls[(setup & 7) % 6],
+                           modes[(setup >> 3) & 3], errors,
+                           sizeof errors) == 0);
+    sh.pool_size = 1 + ((setup >> 5) & 1);
+    ASSERT(mem_init(&m, &sh) == 0);
+    nslots = 0;
+    for (unsigned i = 0; i < first; i++)
+        submit(&m, byte(&in));
+    mem_flush(&m);
+    for (int i = 0; i < MAX_OPS && in.n > 0; i++) {
+        if (byte(&in) == 0xff)
+            break; /* freed with whatever is pending */
+        step(&m, &in);
+        if (trace)
+            trace_state(&m, errors);
+        for (size_t k = 0; k < nslots; k++)
+            ASSERT(slots[k].calls <= 1);
+    }
+    mem_free(&m);
+    ASSERT(m.bad_close == 0);
+    for (size_t k = 0; k < nslots; k++)
+        ASSERT(slots[k].calls == 1);
+    mem_shared_free(&sh, &health);
+    return 0;
+}
