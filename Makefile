@@ -283,7 +283,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store $(BUILD)/test_redis_reach module $(BUILD)/rateld $(BUILD)/captchad
+valgrind: $(BUILD)/test_unit $(BUILD)/fuzz_engine $(BUILD)/ratel $(BUILD)/test_redis_store $(BUILD)/test_redis_reach module $(BUILD)/rateld $(BUILD)/captchad
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)
