@@ -26,6 +26,7 @@
  * reply handed out is freed by the test (so LeakSanitizer sees a leak of
  * the engine's); `close` is never called on a connection already closed.
  */
+#include "store/redis_private.h"
 #include "tests/unit/mem_transport.h"
 
 #include <stdint.h>
@@ -83,6 +84,11 @@ static void on_done(ratel__rop_t *rop)
     rop->reply = NULL;
 }
 
+/* The store of the store-layer setups (NULL: commands go to the engine
+   directly), and how its commands are made. */
+static redis_store_t *store;
+static void store_submit(mem_t *m, unsigned d);
+
 static void submit(mem_t *m, unsigned d)
 {
     static const char *const keys[] = {"a", "b", "{a}x", "k:1"};
@@ -92,6 +98,10 @@ static void submit(mem_t *m, unsigned d)
     slot_t *s;
     ratel__rop_t *rop;
 
+    if (store) {
+        store_submit(m, d);
+        return;
+    }
     if (nslots == MAX_ROPS || !m->e)
         return;
     s = &slots[nslots++];
@@ -112,6 +122,107 @@ static void submit(mem_t *m, unsigned d)
     ratel__engine_submit(m->e, rop);
     s->submitting = 0;
     ASSERT(s->calls == 0);
+}
+
+/*
+ * The store's layer on the engine (redis_decide.c): batches of acquires
+ * (groups included) and refunds, gets and resets, as ratel_store_* and
+ * the asynchronous API make them, on a store made with lazy_connect whose
+ * settings the engine under test shares.
+ */
+#define MAX_FLIGHTS 16
+
+typedef struct flight_s {
+    int batch, waiting, told;
+    redis_batch_t b;
+    ratel_batch_item_t items[3];
+    redis_call_t call;
+    ratel_decision_t decision;
+    ratel_rule_status_t status[RATEL_MAX_RULES];
+    size_t nstatus;
+} flight_t;
+
+static flight_t flights[MAX_FLIGHTS];
+static size_t nflights;
+static void check_decision(const ratel_decision_t *d)
+{
+    ASSERT(d->source >= RATEL_SOURCE_STORE && d->source <= RATEL_SOURCE_LOCAL);
+}
+
+static void flight_done(void *ud)
+{
+    flight_t *f = ud;
+
+    ASSERT(f->waiting);
+    ASSERT(!f->told);
+    f->told = 1;
+    if (f->batch) {
+        for (size_t i = 0; i < f->b.n; i++)
+            if (f->items[i].rc == 0)
+                check_decision(&f->items[i].decision);
+    } else if (f->call.rc == 0 && f->call.decision) {
+        check_decision(f->call.decision);
+    }
+    if (!f->batch && f->call.rc == 0 && f->call.n)
+        ASSERT(*f->call.n <= f->call.max);
+}
+
+static void store_submit(mem_t *m, unsigned d)
+{
+    static const char *const keys[] = {"a", "b", "{a}x"};
+    static const ratel__rop_kind_t kinds[] = {RATEL__ROP_REFUND, RATEL__ROP_GET,
+                                              RATEL__ROP_RESET};
+    flight_t *f;
+
+    if (nflights == MAX_FLIGHTS || !m->e)
+        return;
+    f = &flights[nflights++];
+    memset(f, 0, sizeof *f);
+    f->batch = (d & 3) != 3;
+    if (f->batch) {
+        size_t n = 1 + (d >> 2) % 3;
+        for (size_t i = 0; i < n; i++) {
+            ratel_batch_item_t *it = &f->items[i];
+            it->key = keys[(i + (d >> 4)) % 3];
+            it->keylen = strlen(it->key);
+            it->policy = &policies[(d >> 6) & 1];
+            it->request.cost = 1;
+            it->group = n > 1 && (d & 0x80) ? 7 : 0;
+        }
+        f->b = (redis_batch_t){.s = store,
+                               .e = m->e,
+                               .items = f->items,
+                               .n = n,
+                               .now_us = m->now_us,
+                               .fn = flight_done,
+                               .ud = f};
+        f->waiting = 1;
+        if (redis_batch_start(&f->b) != 0) {
+            f->waiting = 0;
+            for (size_t i = 0; i < n; i++)
+                if (f->items[i].rc == 0)
+                    check_decision(&f->items[i].decision);
+        }
+        return;
+    }
+    f->call.s = store;
+    f->call.rop.kind = kinds[(d >> 2) % 3];
+    f->call.rop.key = keys[(d >> 4) % 3];
+    f->call.rop.keylen = strlen(f->call.rop.key);
+    f->call.rop.policy = &policies[(d >> 6) & 1];
+    f->call.rop.request.cost = 1;
+    f->call.rop.now_us = m->now_us;
+    if (f->call.rop.kind == RATEL__ROP_REFUND)
+        f->call.decision = &f->decision;
+    f->call.out = f->status;
+    f->call.max = RATEL_MAX_RULES;
+    f->call.n = &f->nstatus;
+    f->call.fn = flight_done;
+    f->call.ud = f;
+    f->waiting = 1;
+    if (redis_call_start(m->e, &f->call) != 0)
+        f->waiting = 0;
+    ASSERT(!f->told);
 }
 
 /* Replies a server or a Sentinel might give, for reaching deep states. */
@@ -149,6 +260,10 @@ static const char *const canned[] = {
     "$-1\r\n",
     "%1\r\n+a\r\n:1\r\n", /* RESP3: not what RESP2 servers send */
     "-ERR\r\n",
+    /* The core's seven integers: allowed, then denied. */
+    "*7\r\n:1\r\n:10\r\n:9\r\n:0\r\n:100\r\n:0\r\n:0\r\n",
+    "*7\r\n:0\r\n:10\r\n:0\r\n:100\r\n:1000\r\n:0\r\n:0\r\n",
+    "-ERR ratel: at most 8 rules\r\n",
 };
 
 /* Delivers text[0..len) to c in chunks whose sizes the input chooses. */
@@ -229,7 +344,16 @@ static void trace_state(mem_t *m, const char *errors)
     fprintf(stderr, "--- done:");
     for (size_t k = 0; k < nslots; k++)
         fprintf(stderr, " %d/%d", slots[k].calls, slots[k].rop.rc);
-    fprintf(stderr, " last error: %s\n", errors);
+    for (size_t k = 0; k < nflights; k++) {
+        const flight_t *f = &flights[k];
+        fprintf(stderr, " %s%d:", f->batch ? "batch" : "call", f->told);
+        for (size_t i = 0; f->batch && i < f->b.n; i++)
+            fprintf(stderr, "%d/%d/%d,", f->items[i].rc,
+                    f->items[i].decision.allowed, f->items[i].decision.source);
+        if (!f->batch)
+            fprintf(stderr, "%d", f->call.rc);
+    }
+    fprintf(stderr, " last error: %s\n", store ? store->errstr : errors);
     for (size_t i = 0; i < m->nconns; i++) {
         mem_conn_t *c = m->conns[i];
         char cmd[200];
@@ -266,12 +390,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ASSERT(ratel_policy_parse(&policies[0], rules0, 1, NULL, 0) == 0);
     ASSERT(ratel_policy_parse(&policies[1], rules1, 2, NULL, 0) == 0);
-    ASSERT(mem_shared_init(&sh, &health, urls[(setup & 7) % 6],
-                           modes[(setup >> 3) & 3], errors,
-                           sizeof errors) == 0);
-    sh.pool_size = 1 + ((setup >> 5) & 1);
-    ASSERT(mem_init(&m, &sh) == 0);
     nslots = 0;
+    nflights = 0;
+    store = NULL;
+    if (setup & 0x40) {
+        /* The store's layer: a store of this URL on the engine. */
+        unsigned opts = byte(&in);
+        static const ratel_failure_t policies_on_failure[] = {
+            RATEL_FAILURE_DEFAULT, RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED,
+            RATEL_FAILURE_LOCAL};
+        ratel_redis_options_t o = {.url = urls[(setup & 7) % 6],
+                                   .connect_timeout_ms = 1000,
+                                   .command_timeout_ms = 200,
+                                   .pool_size = 1 + ((setup >> 5) & 1),
+                                   .on_failure = policies_on_failure[opts & 3],
+                                   .mode = modes[(setup >> 3) & 3],
+                                   .deny_cache_entries = (opts & 4) ? 64 : -1,
+                                   .breaker_ms = 500,
+                                   .client_time = (opts >> 3) & 1,
+                                   .lazy_connect = 1};
+        ratel_store_t *st = NULL;
+        ASSERT(ratel_store_redis_new(&st, &o, errors, sizeof errors) == 0);
+        store = (redis_store_t *)st;
+        ASSERT(mem_init(&m, &store->sh) == 0);
+    } else {
+        ASSERT(mem_shared_init(&sh, &health, urls[(setup & 7) % 6],
+                               modes[(setup >> 3) & 3], errors,
+                               sizeof errors) == 0);
+        sh.pool_size = 1 + ((setup >> 5) & 1);
+        ASSERT(mem_init(&m, &sh) == 0);
+    }
     for (unsigned i = 0; i < first; i++)
         submit(&m, byte(&in));
     mem_flush(&m);
@@ -288,6 +436,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ASSERT(m.bad_close == 0);
     for (size_t k = 0; k < nslots; k++)
         ASSERT(slots[k].calls == 1);
-    mem_shared_free(&sh, &health);
+    for (size_t k = 0; k < nflights; k++) {
+        ASSERT(flights[k].told == flights[k].waiting);
+        if (flights[k].batch)
+            redis_batch_end(&flights[k].b);
+    }
+    if (store)
+        ratel_store_free(&store->base);
+    else
+        mem_shared_free(&sh, &health);
+    store = NULL;
     return 0;
 }

@@ -43,7 +43,7 @@ protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include $(find proto -name '*.p
     /usr/include/google/protobuf/{duration,wrappers,struct}.proto
 while IFS= read -r f; do lib+=("$f"); done < <(find "$out/gen/proto" -name '*.pb-c.c')
 cflags+=(-I. -I"$out/gen/proto")
-libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
+libs=(-lhiredis -lssl -lcrypto -levent_openssl -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
