@@ -543,6 +543,108 @@ TEST(down_before_answer)
     CHECK_EQ(r.calls, 1);
 }
 
+/* Sentinel names the primary; +switch-master moves it. */
+TEST(sentinel_names_and_switches)
+{
+    fixture_t f;
+    res_t r, after;
+    mem_conn_t *s, *sub, *c, *c2;
+    static const char sw[] =
+        "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$47\r\n"
+        "mymaster 127.0.0.1 7000 127.0.0.1 7001 failover\r\n";
+
+    REQUIRE(fx_init(&f, "redis+sentinel://127.0.0.1:26379/mymaster",
+                    RATEL_REDIS_AUTO) == 0);
+    acquire(&f, &r, "k", NOW_US);
+    mem_flush(&f.m);
+    s = mem_open_conn(&f.m, 26379);
+    REQUIRE(s && mem_up(&f.m, s) == 0);
+    REQUIRE(expect(s, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster"));
+    REQUIRE(mem_send_str(&f.m, s, "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7000\r\n") ==
+            0);
+    CHECK_EQ(r.calls, 0);
+    /* The Sentinel that answered carries the subscription. */
+    sub = mem_open_conn(&f.m, 26379);
+    REQUIRE(sub && sub != s && mem_up(&f.m, sub) == 0);
+    CHECK(expect(sub, "SUBSCRIBE +switch-master"));
+    REQUIRE(mem_send_str(&f.m, sub,
+                         "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-"
+                         "master\r\n:1\r\n") == 0);
+    c = ready(&f, 7000);
+    REQUIRE(c && expect(c, "RATEL.ACQUIRE k"));
+    REQUIRE(mem_send_str(&f.m, c, ":1\r\n") == 0);
+    CHECK_EQ(r.calls, 1);
+    CHECK_EQ(r.rc, 0);
+    CHECK(strcmp(r.node, "127.0.0.1:7000") == 0);
+    /* A message on the subscription is no unasked reply. */
+    REQUIRE(mem_send_str(&f.m, sub, sw) == 0);
+    CHECK(sub->link != NULL);
+    acquire(&f, &after, "k", NOW_US);
+    mem_flush(&f.m);
+    CHECK_EQ(mem_pending_commands(c), 0);
+    c2 = ready(&f, 7001);
+    REQUIRE(c2 && expect(c2, "RATEL.ACQUIRE k"));
+    REQUIRE(mem_send_str(&f.m, c2, ":2\r\n") == 0);
+    CHECK_EQ(after.calls, 1);
+    CHECK(strcmp(after.node, "127.0.0.1:7001") == 0);
+    fx_free(&f);
+    CHECK_EQ(r.calls + after.calls, 2);
+}
+
+/* A connection not made within connect_timeout_ms fails its commands. */
+TEST(connect_timeout)
+{
+    fixture_t f;
+    res_t r;
+    mem_conn_t *c;
+
+    REQUIRE(fx_init(&f, "redis://127.0.0.1:7000", RATEL_REDIS_AUTO) == 0);
+    f.sh.command_timeout_ms = 5000;
+    acquire(&f, &r, "k", NOW_US);
+    mem_flush(&f.m);
+    c = mem_open_conn(&f.m, 7000);
+    REQUIRE(c);
+    CHECK_EQ(f.m.timer_at, f.m.now_us + 1000000);
+    mem_advance(&f.m, 1000000);
+    CHECK_EQ(r.calls, 1);
+    CHECK_EQ(r.rc, RATEL_EIO);
+    CHECK_EQ(c->closed, 1);
+    CHECK(strstr(f.errors, "no answer within 1000 ms (connect_timeout_ms)") !=
+          NULL);
+    fx_free(&f);
+    CHECK_EQ(r.calls, 1);
+}
+
+/* A CLUSTER SLOTS answer out of range (a broken or hostile server) is
+   read without looping over 2^63 slots or naming port 0. */
+TEST(slots_out_of_range)
+{
+    fixture_t f;
+    res_t r;
+    mem_conn_t *c;
+    static const char bad[] =
+        "*2\r\n*3\r\n:-9223372036854775807\r\n:16383\r\n*2\r\n"
+        "$9\r\n127.0.0.1\r\n:7000\r\n"
+        "*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:0\r\n";
+
+    REQUIRE(fx_init(&f, "redis+cluster://127.0.0.1:7000", RATEL_REDIS_AUTO) ==
+            0);
+    acquire(&f, &r, "a", NOW_US);
+    mem_flush(&f.m);
+    c = mem_open_conn(&f.m, 7000);
+    REQUIRE(c && mem_up(&f.m, c) == 0);
+    REQUIRE(expect(c, "PING") && expect(c, "CLUSTER SLOTS"));
+    REQUIRE(mem_send_str(&f.m, c, "+PONG\r\n") == 0);
+    REQUIRE(mem_send_str(&f.m, c, bad) == 0);
+    REQUIRE(expect(c, "COMMAND INFO"));
+    REQUIRE(mem_send_str(&f.m, c, "*1\r\n*0\r\n") == 0);
+    CHECK(expect(c, "RATEL.ACQUIRE a"));
+    for (size_t i = 0; i < f.m.nconns; i++)
+        CHECK(f.m.conns[i]->port >= 1 && f.m.conns[i]->port <= 65535);
+    fx_free(&f);
+    CHECK_EQ(r.calls, 1);
+}
+
 /* Commands in every place (on a connection, queued behind the node's
    preparation, parked for a failover) are each told once at free. */
 TEST(free_tells_each_once)
@@ -588,6 +690,9 @@ RATEL_SUITE(engine) = {
      test_unasked_reply_fails_connection},
     {"engine_not_redis_protocol", test_not_redis_protocol},
     {"engine_down_before_answer", test_down_before_answer},
+    {"engine_sentinel_names_and_switches", test_sentinel_names_and_switches},
+    {"engine_connect_timeout", test_connect_timeout},
+    {"engine_slots_out_of_range", test_slots_out_of_range},
     {"engine_free_tells_each_once", test_free_tells_each_once},
     {0},
 };
