@@ -675,6 +675,37 @@ TEST(free_tells_each_once)
     mem_shared_free(&f.sh, &f.health);
 }
 
+/* A command submitted by another's `done` while the engine is freed (a
+   batch giving back a denied group's charges) is told too. */
+static res_t chained;
+static fixture_t *chain_fx;
+
+static void submit_on_done(ratel__rop_t *rop)
+{
+    on_done(rop);
+    acquire(chain_fx, &chained, "next", NOW_US);
+}
+
+TEST(free_tells_commands_submitted_meanwhile)
+{
+    fixture_t f;
+    res_t first, second;
+
+    REQUIRE(fx_init(&f, "redis://127.0.0.1:7000", RATEL_REDIS_AUTO) == 0);
+    chain_fx = &f;
+    acquire(&f, &first, "a", NOW_US);
+    acquire(&f, &second, "b", NOW_US);
+    second.rop.done = submit_on_done;
+    mem_flush(&f.m);
+    memset(&chained, 0, sizeof chained);
+    mem_free(&f.m);
+    CHECK_EQ(first.calls, 1);
+    CHECK_EQ(second.calls, 1);
+    CHECK_EQ(chained.calls, 1);
+    CHECK_EQ(chained.rc, RATEL_EIO);
+    mem_shared_free(&f.sh, &f.health);
+}
+
 RATEL_SUITE(engine) = {
     {"engine_pipeline_one_buffer", test_pipeline_one_buffer},
     {"engine_pipeline_split_everywhere", test_pipeline_split_everywhere},
@@ -694,5 +725,7 @@ RATEL_SUITE(engine) = {
     {"engine_connect_timeout", test_connect_timeout},
     {"engine_slots_out_of_range", test_slots_out_of_range},
     {"engine_free_tells_each_once", test_free_tells_each_once},
+    {"engine_free_tells_commands_submitted_meanwhile",
+     test_free_tells_commands_submitted_meanwhile},
     {0},
 };
