@@ -6,11 +6,15 @@
  * The input is read as a program:
  *
  *   byte 0      the setup: the URL (one node, a primary and a successor,
- *               a cluster, Sentinels), the mode (auto, lua, function), a
- *               password, a database
- *   byte 1      how many commands are submitted first (acquire, refund,
- *               get, ping, reset of a few keys and policies), each
- *               described by the next byte
+ *               a cluster, Sentinels, a password and a database), the
+ *               mode (auto, lua, function, module), the pool, and whether
+ *               commands go to the engine directly (acquire, refund, get,
+ *               ping, reset of a few keys and policies) or through the
+ *               store's layer (batches of acquires, groups, refunds,
+ *               gets, resets: redis_batch_start, redis_call_start)
+ *   byte 1      how many commands are submitted first, each described by
+ *               a byte that follows (after, for the store's layer, a byte
+ *               choosing its failure policy, deny cache and client time)
  *   then        operations, one byte each and their arguments: bytes of
  *               the input delivered to a connection in chunks whose sizes
  *               come from the input; a well-formed reply (PONG, COMMAND
@@ -24,7 +28,9 @@
  * valgrind by hand); `done` is never called inside submit, never twice,
  * and every command's is called by the time the engine is freed; every
  * reply handed out is freed by the test (so LeakSanitizer sees a leak of
- * the engine's); `close` is never called on a connection already closed.
+ * the engine's); `close` is never called on a connection already closed;
+ * a batch's or a call's callback comes exactly once when it did not end
+ * at once, and its decisions name a known source.
  */
 #include "store/redis_private.h"
 #include "tests/unit/mem_transport.h"
@@ -368,7 +374,16 @@ static void trace_state(mem_t *m, const char *errors)
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static ratel__redis_shared_t sh;
+static ratel_health_t health;
+static char errors[512];
+
+/*
+ * The engine the setup byte asks for: on settings of its own, or (0x40)
+ * on those of a store made with lazy_connect, whose failure policy, deny
+ * cache and client time the next byte chooses.
+ */
+static void start(mem_t *m, unsigned setup, input_t *in)
 {
     static const char *const urls[] = {
         "redis://127.0.0.1:7000",
@@ -381,12 +396,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const ratel_redis_mode_t modes[] = {
         RATEL_REDIS_AUTO, RATEL_REDIS_LUA, RATEL_REDIS_FUNCTION,
         RATEL_REDIS_MODULE};
+    static const ratel_failure_t on_failure[] = {
+        RATEL_FAILURE_DEFAULT, RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED,
+        RATEL_FAILURE_LOCAL};
+    const char *url = urls[(setup & 7) % 6];
+    ratel_redis_mode_t mode = modes[(setup >> 3) & 3];
+    unsigned pool = 1 + ((setup >> 5) & 1);
+
+    if (setup & 0x40) {
+        unsigned opts = byte(in);
+        ratel_redis_options_t o = {.url = url,
+                                   .connect_timeout_ms = 1000,
+                                   .command_timeout_ms = 200,
+                                   .pool_size = pool,
+                                   .on_failure = on_failure[opts & 3],
+                                   .mode = mode,
+                                   .deny_cache_entries = (opts & 4) ? 64 : -1,
+                                   .breaker_ms = 500,
+                                   .client_time = (opts >> 3) & 1,
+                                   .lazy_connect = 1};
+        ratel_store_t *st = NULL;
+        ASSERT(ratel_store_redis_new(&st, &o, errors, sizeof errors) == 0);
+        store = (redis_store_t *)st;
+        ASSERT(mem_init(m, &store->sh) == 0);
+        return;
+    }
+    ASSERT(mem_shared_init(&sh, &health, url, mode, errors, sizeof errors) ==
+           0);
+    sh.pool_size = pool;
+    ASSERT(mem_init(m, &sh) == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     static const char *const rules0[] = {"10/s"};
     static const char *const rules1[] = {"5/m", "100/h"};
-    static ratel__redis_shared_t sh;
-    static ratel_health_t health;
     static mem_t m;
-    static char errors[512];
     input_t in = {data, size};
     unsigned setup = byte(&in), first = byte(&in) % 12;
     int trace = getenv("FUZZ_ENGINE_TRACE") != NULL;
@@ -396,33 +441,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nslots = 0;
     nflights = 0;
     store = NULL;
-    if (setup & 0x40) {
-        /* The store's layer: a store of this URL on the engine. */
-        unsigned opts = byte(&in);
-        static const ratel_failure_t policies_on_failure[] = {
-            RATEL_FAILURE_DEFAULT, RATEL_FAILURE_OPEN, RATEL_FAILURE_CLOSED,
-            RATEL_FAILURE_LOCAL};
-        ratel_redis_options_t o = {.url = urls[(setup & 7) % 6],
-                                   .connect_timeout_ms = 1000,
-                                   .command_timeout_ms = 200,
-                                   .pool_size = 1 + ((setup >> 5) & 1),
-                                   .on_failure = policies_on_failure[opts & 3],
-                                   .mode = modes[(setup >> 3) & 3],
-                                   .deny_cache_entries = (opts & 4) ? 64 : -1,
-                                   .breaker_ms = 500,
-                                   .client_time = (opts >> 3) & 1,
-                                   .lazy_connect = 1};
-        ratel_store_t *st = NULL;
-        ASSERT(ratel_store_redis_new(&st, &o, errors, sizeof errors) == 0);
-        store = (redis_store_t *)st;
-        ASSERT(mem_init(&m, &store->sh) == 0);
-    } else {
-        ASSERT(mem_shared_init(&sh, &health, urls[(setup & 7) % 6],
-                               modes[(setup >> 3) & 3], errors,
-                               sizeof errors) == 0);
-        sh.pool_size = 1 + ((setup >> 5) & 1);
-        ASSERT(mem_init(&m, &sh) == 0);
-    }
+    start(&m, setup, &in);
     for (unsigned i = 0; i < first; i++)
         submit(&m, byte(&in));
     mem_flush(&m);
