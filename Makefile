@@ -260,6 +260,11 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
 	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The Redis engine's target drives it through the tests' in-memory
+# transport.
+$(BUILD)/fuzz_engine: tests/fuzz/fuzz_engine.c tests/unit/mem_transport.c tests/unit/mem_transport.h tests/fuzz/driver.c $(BUILD)/libratel.a
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
 FUZZ_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz_%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libratel.a
@@ -278,7 +283,7 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 LTO= \
 	    SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-valgrind: $(BUILD)/test_unit $(BUILD)/ratel $(BUILD)/test_redis_store $(BUILD)/test_redis_reach module $(BUILD)/rateld $(BUILD)/captchad
+valgrind: $(BUILD)/test_unit $(BUILD)/fuzz_engine $(BUILD)/ratel $(BUILD)/test_redis_store $(BUILD)/test_redis_reach module $(BUILD)/rateld $(BUILD)/captchad
 	BUILD=$(BUILD) tests/valgrind.sh
 
 bench: all $(BENCH_BINS)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make valgrind`: the unit suite, the CLI suites, rateld's and captchad's
-# end-to-end suites and the Redis store's integration test, under valgrind
-# with
-# every error and every leak fatal. Property tests run at
+# `make valgrind`: the unit suite (the Redis engine's and its transports'
+# suites included), the CLI suites, rateld's and captchad's end-to-end
+# suites, the Redis store's integration tests (plain, cluster, TLS,
+# Sentinel) and the engine's fuzz seeds, under valgrind with every error
+# and every leak fatal. Property tests run at
 # RATEL_TEST_SCALE=0.05 (valgrind is ~50x slower). Prints the suites' own
 # "ok"/"FAIL" lines, a FAIL line for a run valgrind objected to, and the
 # total "N passed, N failed".
@@ -105,25 +106,49 @@ wrapped_suite() {
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 
-# --- the Redis store against real redis-servers (the servers themselves
-# run without valgrind; the store, its threads and forks run under it)
-if [ -x "$build/test_redis_store" ]; then
-    echo "== Redis store under valgrind"
-    out=$("${vg[@]}" --child-silent-after-fork=yes "$build/test_redis_store" \
-        "${RATEL_MODULE:-$build/ratel.so}" 2>&1)
+# vg_program TITLE PROGRAM ARGS...: a test program under valgrind that
+# prints its own "ok"/"FAIL" lines and "N passed, N failed" (the servers
+# it starts run without valgrind; the program, its threads and forks run
+# under it).
+vg_program() {
+    local title=$1 out rc
+    shift
+    echo "== $title under valgrind"
+    out=$("${vg[@]}" --child-silent-after-fork=yes "$@" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
     if ! add_counts "$out"; then
-        echo "FAIL redis store: no result line (exit $rc)"
+        echo "FAIL $title: no result line (exit $rc)"
         printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
         failed=$((failed + 1))
     elif [ "$rc" -eq 99 ]; then
-        echo "FAIL redis store: valgrind reported errors"
+        echo "FAIL $title: valgrind reported errors"
         printf '%s\n' "$out" | grep '^==' | head -60 | sed 's/^/    /'
         failed=$((failed + 1))
     fi
+}
+
+# --- the Redis store against real redis-servers: plain and cluster
+# (test_redis_store), over TLS and through Sentinel (test_redis_reach).
+# The transports' own suites (transport_poll_*, transport_event_*) and
+# the engine's on the in-memory transport (engine_*) are in the unit
+# tests above.
+for prog in test_redis_store test_redis_reach; do
+    if [ -x "$build/$prog" ]; then
+        vg_program "$prog" "$build/$prog" "${RATEL_MODULE:-$build/ratel.so}"
+    else
+        echo "FAIL $prog: $build/$prog not built (make test builds it)"
+        failed=$((failed + 1))
+    fi
+done
+
+# --- the Redis engine's fuzz target: its seeds and a few hundred
+# mutations of them (a leak or a bad read in a rarely taken path).
+if [ -x "$build/fuzz_engine" ]; then
+    vg_program fuzz_engine "$build/fuzz_engine" -runs 300 -seed 1 \
+        "$here/fuzz/corpus/engine"
 else
-    echo "FAIL redis store: $build/test_redis_store not built (make test builds it)"
+    echo "FAIL fuzz_engine: $build/fuzz_engine not built (make test builds it)"
     failed=$((failed + 1))
 fi
 

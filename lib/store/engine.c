@@ -632,6 +632,11 @@ void ratel__engine_free(ratel__engine_t *e)
     while (e->fhead) {
         ratel__rop_t *rop = e->fhead;
         e->fhead = rop->qnext;
+        /* A `done` may submit again (a batch giving back a group): what
+           it finishes must start a new list, not follow a stale tail. */
+        if (!e->fhead)
+            e->ftail = NULL;
+        rop->qnext = rop->qprev = NULL;
         rop->where = WHERE_NONE;
         rop->done(rop);
     }

@@ -92,9 +92,14 @@ static int apply_slots(ratel__engine_t *e, const redisReply *r,
             s->element[1]->type != REDIS_REPLY_INTEGER)
             continue;
         m = s->element[2];
+        /* A range or a port out of bounds (a broken or hostile server) is
+           skipped: looping from a slot of -2^63 would never end. */
         if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
             m->element[0]->type != REDIS_REPLY_STRING ||
-            m->element[1]->type != REDIS_REPLY_INTEGER)
+            m->element[1]->type != REDIS_REPLY_INTEGER ||
+            s->element[0]->integer < 0 ||
+            s->element[0]->integer >= ENGINE_SLOTS ||
+            m->element[1]->integer < 1 || m->element[1]->integer > 65535)
             continue;
         node = engine_node_at(
             e, m->element[0]->len ? m->element[0]->str : asked->host,
@@ -103,8 +108,7 @@ static int apply_slots(ratel__engine_t *e, const redisReply *r,
             continue;
         for (long long slot = s->element[0]->integer;
              slot <= s->element[1]->integer && slot < ENGINE_SLOTS; slot++)
-            if (slot >= 0)
-                e->slots[slot] = (uint16_t)(idx + 1);
+            e->slots[slot] = (uint16_t)(idx + 1);
         ok = 1;
     }
     return ok;

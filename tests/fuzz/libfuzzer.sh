@@ -43,14 +43,17 @@ protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include $(find proto -name '*.p
     /usr/include/google/protobuf/{duration,wrappers,struct}.proto
 while IFS= read -r f; do lib+=("$f"); done < <(find "$out/gen/proto" -name '*.pb-c.c')
 cflags+=(-I. -I"$out/gen/proto")
-libs=(-lhiredis -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
+libs=(-lhiredis -lssl -lcrypto -levent_openssl -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
 for name in $targets; do
     bin="$out/fuzz_$name" log="$out/fuzz_$name.log"
     echo "== fuzz_$name: building"
-    if ! "$clang" "${cflags[@]}" -o "$bin" "tests/fuzz/fuzz_$name.c" "${lib[@]}" "${libs[@]}"; then
+    # The engine's target drives it through the tests' in-memory transport.
+    extra=()
+    [ "$name" = engine ] && extra=(tests/unit/mem_transport.c)
+    if ! "$clang" "${cflags[@]}" -o "$bin" "tests/fuzz/fuzz_$name.c" "${extra[@]}" "${lib[@]}" "${libs[@]}"; then
         echo "FAIL fuzz_$name: does not build with $clang -fsanitize=fuzzer"
         failed=$((failed + 1))
         continue
