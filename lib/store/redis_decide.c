@@ -202,18 +202,6 @@ static int finish_acquire(redis_store_t *s, ratel__rop_t *rop,
 
 /* ---------------------------------------------------------- batches */
 
-/* The length of the group starting at items[i] (1 for group 0). */
-static size_t group_len(const ratel_batch_item_t *items, size_t n, size_t i)
-{
-    size_t k = 1;
-
-    if (items[i].group == 0)
-        return 1;
-    while (i + k < n && items[i + k].group == items[i].group)
-        k++;
-    return k;
-}
-
 static void batch_rop_done(ratel__rop_t *rop);
 
 /* Gives back what the admitted members of denied groups were charged:
@@ -224,7 +212,7 @@ static size_t give_back_groups(redis_batch_t *b)
     size_t sent = 0;
 
     for (size_t i = 0; i < b->n;) {
-        size_t k = group_len(b->items, b->n, i);
+        size_t k = ratel__group_len(b->items, b->n, i);
         int denied = 0;
         for (size_t j = i; j < i + k && k > 1; j++)
             denied |= b->items[j].rc != 0 || !b->items[j].decision.allowed;

@@ -241,6 +241,20 @@ static int hex_value(char c)
     return -1;
 }
 
+/* The %XX escape at src[*i] ('%') into *c, *i moved to its last byte.
+   Returns 0, -1 when two hex digits do not follow, 1 for %00 (a NUL). */
+static int percent(const char *src, size_t len, size_t *i, unsigned char *c)
+{
+    int hi = *i + 2 < len ? hex_value(src[*i + 1]) : -1;
+    int lo = hi >= 0 ? hex_value(src[*i + 2]) : -1;
+
+    if (hi < 0 || lo < 0)
+        return -1;
+    *c = (unsigned char)(hi * 16 + lo);
+    *i += 2;
+    return *c == 0 ? 1 : 0;
+}
+
 static char lower(char c)
 {
     return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
@@ -297,19 +311,16 @@ static int decode_userinfo(const parser_t *p, const char *src, size_t len,
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)src[i];
         if (c == '%') {
-            int hi = i + 2 < len ? hex_value(src[i + 1]) : -1;
-            int lo = hi >= 0 ? hex_value(src[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
+            int bad = percent(src, len, &i, &c);
+            if (bad < 0)
                 return fail(p,
                             "bad percent escape in the %s: '%%' must be "
                             "followed by two hex digits (write '%%' itself "
                             "as %%25)",
                             what);
-            c = (unsigned char)(hi * 16 + lo);
-            if (c == 0)
+            if (bad > 0)
                 return fail(p, "the %s holds %%00: a NUL byte is not accepted",
                             what);
-            i += 2;
         } else if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#') {
             char b[8];
             if (secret)
@@ -648,21 +659,18 @@ static int decode_value(const parser_t *p, const char *name, const char *src,
     for (size_t i = 0; i < len && n + 1 < cap; i++) {
         unsigned char c = (unsigned char)src[i];
         if (c == '%') {
-            int hi = i + 2 < len ? hex_value(src[i + 1]) : -1;
-            int lo = hi >= 0 ? hex_value(src[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
+            int bad = percent(src, len, &i, &c);
+            if (bad < 0)
                 return fail(p,
                             "query parameter %s: bad percent escape: '%%' "
                             "must be followed by two hex digits (write '%%' "
                             "itself as %%25)",
                             name);
-            c = (unsigned char)(hi * 16 + lo);
-            if (c == 0)
+            if (bad > 0)
                 return fail(p,
                             "query parameter %s holds %%00: a NUL byte is "
                             "not accepted",
                             name);
-            i += 2;
         }
         dst[n++] = (char)c;
     }

@@ -113,8 +113,7 @@ void ratel_store_stats(ratel_store_t *store, ratel_store_stats_t *out)
         store->ops->stats(store, out);
 }
 
-/* The length of the group starting at items[i] (1 for group 0). */
-static size_t group_len(const ratel_batch_item_t *items, size_t n, size_t i)
+size_t ratel__group_len(const ratel_batch_item_t *items, size_t n, size_t i)
 {
     size_t k = 1;
 
@@ -132,7 +131,7 @@ static size_t group_len(const ratel_batch_item_t *items, size_t n, size_t i)
 static void check_groups(ratel_batch_item_t *items, size_t n)
 {
     for (size_t i = 0; i < n;) {
-        size_t k = group_len(items, n, i), bad = k > RATEL_GROUP_MAX;
+        size_t k = ratel__group_len(items, n, i), bad = k > RATEL_GROUP_MAX;
         for (size_t j = i; j < i + k; j++)
             bad |= items[j].rc != 0;
         for (size_t j = i; j < i + k && bad && k > 1; j++)
@@ -148,7 +147,7 @@ static void refund_denied_groups(ratel_store_t *store,
                                  int64_t now_us)
 {
     for (size_t i = 0; i < n;) {
-        size_t k = group_len(items, n, i);
+        size_t k = ratel__group_len(items, n, i);
         int denied = 0;
         for (size_t j = i; j < i + k && k > 1; j++)
             denied |= items[j].rc != 0 || !items[j].decision.allowed;
@@ -195,7 +194,7 @@ int ratel_store_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
         return 0;
     if (grouped && store->ops->acquire_group) {
         for (size_t i = 0; i < n;) {
-            size_t k = group_len(items, n, i);
+            size_t k = ratel__group_len(items, n, i);
             if (k > 1 && items[i].rc == 0)
                 store->ops->acquire_group(store, items + i, k, now_us);
             else if (items[i].rc == 0)

@@ -88,6 +88,10 @@ int ratel__store_check_release(const ratel_store_t *store, const char *key,
 size_t ratel__store_check_batch(ratel_batch_item_t *items, size_t n,
                                 int *grouped);
 
+/* The length of the batch's group starting at items[i] (1 for group
+   0: an item on its own). */
+size_t ratel__group_len(const ratel_batch_item_t *items, size_t n, size_t i);
+
 /* The head of every backend's store object. */
 struct ratel_store_s {
     const ratel_store_ops_t *ops;

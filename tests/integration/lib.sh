@@ -352,3 +352,24 @@ sentinel_switched() {
 sentinel_failover() {
     wait_for 20 sentinel_failover_asked "$1" && wait_for 20 sentinel_switched "$1" "$2"
 }
+
+# answers_at_once NAME BASE_URL PATH...: asks each PATH 20 times over a
+# second and a half; one failure NAME_during_hang per answer that is not
+# 200, NAME_slow_answers counts those slower than 100 ms (a generous
+# ceiling for a loopback answer that waits for nothing: not a benchmark),
+# and the slowest seen is printed.
+answers_at_once() {
+    local name=$1 base=$2 slowest=0 slow=0 code t path
+    shift 2
+    for _ in $(seq 20); do
+        for path in "$@"; do
+            read -r code t < <(curl -s -o /dev/null -m 10 -w '%{http_code} %{time_total}' "$base/$path")
+            [ "$code" = 200 ] || fail "${name}_${path}_during_hang" "answered $code"
+            awk -v t="$t" 'BEGIN { exit !(t < 0.1) }' || slow=$((slow + 1))
+            slowest=$(awk -v a="$slowest" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
+        done
+        sleep 0.05
+    done
+    same "${name}_slow_answers" "$slow" 0
+    echo "# slowest of $* while Redis hung: ${slowest}s"
+}
