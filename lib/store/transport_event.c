@@ -574,15 +574,37 @@ fail:
     return NULL;
 }
 
+/*
+ * A plain connection's bytes go out at once when nothing waits before
+ * them: writing now saves the loop turn and the two epoll changes a
+ * bufferevent's write event costs for each pipeline (rateld on Redis
+ * writes one each pass). Returns how many bytes the socket took; the rest
+ * waits in the bufferevent as before (an error is left for it to find).
+ */
+static size_t write_now(conn_t *c, const char *p, size_t n)
+{
+    ssize_t w;
+
+    if (c->state != CONN_UP || bufferevent_openssl_get_ssl(c->bev) ||
+        evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+        return 0;
+    w = send(bufferevent_getfd(c->bev), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return w > 0 ? (size_t)w : 0;
+}
+
 static void event_send(void *tud, void *handle, const char *p, size_t n)
 {
     conn_t *c = handle;
+    size_t done;
 
     (void)tud;
-    if (c->bev)
-        bufferevent_write(c->bev, p, n);
-    else if (c->pending)
+    if (c->bev) {
+        done = write_now(c, p, n);
+        if (done < n)
+            bufferevent_write(c->bev, p + done, n - done);
+    } else if (c->pending) {
         evbuffer_add(c->pending, p, n);
+    }
 }
 
 static void event_close(void *tud, void *handle)
