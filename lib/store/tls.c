@@ -271,9 +271,6 @@ int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
         snprintf(err, errlen, "TLS: out of memory");
         return RATEL_ENOMEM;
     }
-    /* A record's header and body in one read, and the next records with
-       them when they are there: half the reads of a pipeline's answers. */
-    SSL_set_read_ahead(ssl, 1);
     /* RFC 6066: SNI carries host names, never address literals. */
     if (server_name && server_name[0] && !ip)
         ok = SSL_set_tlsext_host_name(ssl, server_name) == 1;
