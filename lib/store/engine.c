@@ -271,14 +271,13 @@ static void fail_queue(ratel__node_t *node, int rc, int all)
  * without moving the callers' breaker), every connection closes, and what
  * waited for it fails. Health goes down with the reason.
  */
-void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
+void engine_node_failed(ratel__node_t *node, int rc, const char *why,
                         int forced_only)
 {
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
     int64_t now = e->last_now_us;
 
-    (void)c;
     ratel__msg(node->errstr, sizeof node->errstr, "%s", why);
     engine_error(e, why);
     if (!forced_only) {
@@ -291,7 +290,7 @@ void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
     }
     node->probing = 0;
     while (node->conns)
-        conn_fail(node->conns, rc, why, 0);
+        conn_fail(node->conns, rc, 0);
     fail_queue(node, rc, 1);
     /* A Sentinel that fails is one voice fewer, not an outage. */
     if (!node->sentinel && ratel__health_set(sh->health, node->health_down, 1,
@@ -418,7 +417,7 @@ static void dispatch(ratel__node_t *node)
                            (e->subscription && e->subscription->node == node)) {
         char why[300];
         if (!conn_open(node, why, sizeof why)) {
-            engine_node_failed(node, NULL, RATEL_EIO, why, 0);
+            engine_node_failed(node, RATEL_EIO, why, 0);
             return;
         }
     }
@@ -524,7 +523,7 @@ static void connect_timeouts(ratel__engine_t *e, int64_t now)
                        "cannot connect to %s: no answer within %d ms "
                        "(connect_timeout_ms)",
                        node->name, e->sh->connect_timeout_ms);
-            engine_node_failed(node, c, RATEL_EIO, why, 0);
+            engine_node_failed(node, RATEL_EIO, why, 0);
             break;
         }
     }
@@ -552,7 +551,7 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
             ratel__msg(why, sizeof why,
                        "%s: no reply within %d ms (timeout_ms)", node->name,
                        e->sh->command_timeout_ms);
-            engine_node_failed(node, rop->conn, RATEL_EIO, why, rop->force);
+            engine_node_failed(node, RATEL_EIO, why, rop->force);
             if (rop->where != WHERE_DONE)
                 engine_finish(e, rop, RATEL_EIO, NULL);
             continue;
@@ -563,7 +562,7 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
             ratel__msg(why, sizeof why,
                        "%s: no reply within %d ms (timeout_ms)", node->name,
                        e->sh->command_timeout_ms);
-            engine_node_failed(node, NULL, RATEL_EIO, why, rop->force);
+            engine_node_failed(node, RATEL_EIO, why, rop->force);
             if (rop->where == WHERE_DONE)
                 continue;
         }
@@ -624,7 +623,7 @@ void ratel__engine_free(ratel__engine_t *e)
     for (size_t i = 0; i < e->nnodes; i++) {
         ratel__node_t *node = e->nodes[i];
         while (node->conns)
-            conn_fail(node->conns, RATEL_EIO, "the store is closing", 0);
+            conn_fail(node->conns, RATEL_EIO, 0);
         fail_queue(node, RATEL_EIO, 1);
     }
     while (e->ahead)

@@ -181,9 +181,8 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop);
 
 /*
  * The nodes requests go to now (the primary, or every node owning a
- * cluster slot) into serving[0..max), returning how many. With `refresh`,
- * a cluster's map is asked for first (the caller then runs the loop until
- * *done): ratel__engine_map() submits that.
+ * cluster slot) into serving[0..max), returning how many, as last
+ * learnt: ratel__engine_discover() asks again first.
  */
 size_t ratel__engine_serving(ratel__engine_t *e, ratel__node_t **serving,
                              size_t max);

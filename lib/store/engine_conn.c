@@ -182,12 +182,11 @@ static void conn_free(conn_t *c)
     free(c);
 }
 
-void conn_fail(conn_t *c, int rc, const char *why, int closed_by_transport)
+void conn_fail(conn_t *c, int rc, int closed_by_transport)
 {
     ratel__engine_t *e = c->e;
     pend_t p;
 
-    (void)why;
     if (c->handle && !closed_by_transport)
         e->t->close(e->tud, c->handle);
     c->handle = NULL;
@@ -214,7 +213,7 @@ static void prepare_failed(conn_t *c, int rc, const char *fmt,
 
     reply_text(r, text, sizeof text);
     ratel__msg(why, sizeof why, fmt, c->node->name, text);
-    engine_node_failed(c->node, c, rc, why, 0);
+    engine_node_failed(c->node, rc, why, 0);
 }
 
 /* Sends the preparation's next step, or ends it. */
@@ -237,7 +236,7 @@ static void prepare_next(conn_t *c)
            : node->mode == RATEL__MODE_FUNCTION ? STEP_VERSION
                                                 : STEP_SCRIPT;
     if (conn_push(c, NULL, step) != 0)
-        engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+        engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
 }
 
 void conn_prepare(conn_t *c)
@@ -249,7 +248,7 @@ void conn_prepare(conn_t *c)
     node->preparing = c;
     if (!node->ever_connected) {
         if (conn_push(c, NULL, STEP_PING) != 0)
-            engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+            engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
         return;
     }
     prepare_next(c);
@@ -307,7 +306,7 @@ static void library_refused(conn_t *c, const redisReply *r)
                    "load it with `ratel lua-load`, or use mode=auto or "
                    "mode=lua)",
                    c->node->name, text);
-        engine_node_failed(c->node, c, RATEL_EPROTO, why, 0);
+        engine_node_failed(c->node, RATEL_EPROTO, why, 0);
         return;
     }
     c->node->mode = RATEL__MODE_LUA;
@@ -337,7 +336,7 @@ static void on_version(conn_t *c, const redisReply *r)
         return;
     }
     if (conn_push(c, NULL, STEP_LOAD) != 0)
-        engine_node_failed(c->node, c, RATEL_ENOMEM, "out of memory", 0);
+        engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
 }
 
 static void on_load(conn_t *c, const redisReply *r)
@@ -412,7 +411,7 @@ static void became_ready(conn_t *c)
 {
     c->state = CONN_READY;
     if (c->subscriber && conn_push(c, NULL, STEP_SUBSCRIBE) != 0)
-        engine_node_failed(c->node, c, RATEL_ENOMEM, "out of memory", 0);
+        engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
     else
         engine_node_dirty(c->node);
 }
@@ -460,7 +459,7 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
                 ratel__msg(why, sizeof why, "%s: SELECT %d failed: %s",
                            node->name, shared(c)->db, text);
             freeReplyObject(r);
-            engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+            engine_node_failed(node, RATEL_EPROTO, why, 0);
             return -1;
         }
         if (c->pcount == 0 && c->state == CONN_SETUP)
@@ -500,7 +499,7 @@ static void link_up(ratel__link_t *link)
         c->state = CONN_SETUP;
         if ((password && conn_push(c, NULL, STEP_AUTH) != 0) ||
             (db != 0 && conn_push(c, NULL, STEP_SELECT) != 0))
-            engine_node_failed(node, c, RATEL_ENOMEM, "out of memory", 0);
+            engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
         return;
     }
     became_ready(c);
@@ -546,14 +545,14 @@ broken : {
                "%s answered something that is not the Redis protocol (is "
                "it Redis?): %s",
                node->name, c->reader->errstr);
-    engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+    engine_node_failed(node, RATEL_EPROTO, why, 0);
     return;
 }
 unexpected : {
     char why[400];
     ratel__msg(why, sizeof why, "%s sent a reply nothing asked for",
                node->name);
-    engine_node_failed(node, c, RATEL_EPROTO, why, 0);
+    engine_node_failed(node, RATEL_EPROTO, why, 0);
 }
 }
 
@@ -585,7 +584,7 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
     if (c->state == CONN_READY && c->pcount == 0 && c->answered) {
         /* An idle connection the server closed (its `timeout`, a
            restart): the next command opens another and finds out. */
-        conn_fail(c, RATEL_EIO, why, 1);
+        conn_fail(c, RATEL_EIO, 1);
         return;
     }
     if (c->state == CONN_OPENING)
@@ -598,8 +597,8 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
                    node->name, why);
     else
         ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
-    conn_fail(c, rc, msg, 1);
-    engine_node_failed(node, NULL, rc, msg, forced);
+    conn_fail(c, rc, 1);
+    engine_node_failed(node, rc, msg, forced);
 }
 
 conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)

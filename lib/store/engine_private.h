@@ -160,7 +160,7 @@ void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
 void engine_enqueue(ratel__engine_t *e, ratel__node_t *node, ratel__rop_t *rop);
 void engine_node_dirty(ratel__node_t *node);
 void engine_conn_dirty(conn_t *c);
-void engine_node_failed(ratel__node_t *node, conn_t *c, int rc, const char *why,
+void engine_node_failed(ratel__node_t *node, int rc, const char *why,
                         int forced_only);
 void engine_node_ok(ratel__node_t *node);
 void engine_error(ratel__engine_t *e, const char *message);
@@ -173,7 +173,7 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen);
 void conn_close(conn_t *c);
 int conn_push(conn_t *c, ratel__rop_t *rop, step_t step);
 /* Fails the connection: closes it, its pending commands fail. */
-void conn_fail(conn_t *c, int rc, const char *why, int closed_by_transport);
+void conn_fail(conn_t *c, int rc, int closed_by_transport);
 /* Starts the node's preparation on `c` (ready) when it needs one. */
 void conn_prepare(conn_t *c);
 int node_prepared(const ratel__node_t *node);
