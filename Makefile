@@ -361,6 +361,10 @@ datadir        ?= $(datarootdir)
 sysconfdir     ?= $(prefix)/etc
 pkgconfigdir   ?= $(libdir)/pkgconfig
 redismoduledir ?= $(libdir)/redis/modules
+# nginx's modules directory (Debian's nginx: --modules-path=/usr/lib/nginx/modules)
+# and where Debian keeps the snippets that load them (modules-available).
+nginxmoduledir ?= $(libdir)/nginx/modules
+nginxconfdir   ?= $(datadir)/nginx/modules-available
 mandir         ?= $(datarootdir)/man
 systemdunitdir ?= $(prefix)/lib/systemd/system
 
@@ -369,6 +373,7 @@ INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' VERSION='$(VERSION)' \
     sbindir='$(sbindir)' libdir='$(libdir)' includedir='$(includedir)' \
     datadir='$(datadir)' sysconfdir='$(sysconfdir)' \
     pkgconfigdir='$(pkgconfigdir)' redismoduledir='$(redismoduledir)' \
+    nginxmoduledir='$(nginxmoduledir)' nginxconfdir='$(nginxconfdir)' \
     systemdunitdir='$(systemdunitdir)' mandir='$(mandir)'
 
 .PHONY: install uninstall deb

@@ -5,8 +5,8 @@
 #
 # The Makefile passes the directories in the environment: BUILD, DESTDIR,
 # VERSION, SONAME, prefix, bindir, sbindir, libdir, includedir, datadir,
-# sysconfdir, pkgconfigdir, redismoduledir, systemdunitdir, mandir
-# (docs/install.md). Paths with
+# sysconfdir, pkgconfigdir, redismoduledir, nginxmoduledir, nginxconfdir,
+# systemdunitdir, mandir (docs/install.md). Paths with
 # spaces are not supported.
 set -eu
 action=${1:-}
@@ -27,6 +27,7 @@ manifest() {
 644 $BUILD/libratel.a $libdir
 644 include/ratel.h $includedir
 755 $BUILD/ratel.so $redismoduledir
+644 $BUILD/nginx/ngx_http_ratel_module.so $nginxmoduledir
 644 $BUILD/lua/ratel.lib.lua $datadir/ratel/lua
 644 $BUILD/lua/ratel.eval.lua $datadir/ratel/lua
 644 examples/rateld.yaml $datadir/ratel/examples
@@ -39,6 +40,20 @@ manifest() {
 644 $BUILD/man/rateld.8 $mandir/man8
 644 $BUILD/man/captchad.8 $mandir/man8
 LIST
+}
+
+# nginx's load snippet for the module, in modules-available as Debian
+# keeps them (an operator enables it with a link in modules-enabled). In
+# nginx's modules directory the module is loaded by the name Debian's own
+# snippets use, relative to nginx's prefix (Debian's nginx links
+# /usr/share/nginx/modules to /usr/lib/nginx/modules); anywhere else by
+# its full path.
+nginx_snippet=mod-http-ratel.conf
+nginx_module_path() {
+    case $nginxmoduledir in
+    /usr/lib/nginx/modules) echo modules/ngx_http_ratel_module.so ;;
+    *) echo "$nginxmoduledir/ngx_http_ratel_module.so" ;;
+    esac
 }
 
 # The systemd units, written with the directories they name.
@@ -73,6 +88,9 @@ do_install() {
         -e "s|@includedir@|$includedir|" -e "s|@version@|$VERSION|" \
         ratel.pc.in >"$(d "$pkgconfigdir")/ratel.pc"
     chmod 644 "$(d "$pkgconfigdir")/ratel.pc"
+    install -d "$(d "$nginxconfdir")"
+    echo "load_module $(nginx_module_path);" >"$(d "$nginxconfdir")/$nginx_snippet"
+    chmod 644 "$(d "$nginxconfdir")/$nginx_snippet"
     install -d "$(d "$systemdunitdir")"
     for u in $units; do
         sed -e "s|@sbindir@|$sbindir|g" -e "s|@sysconfdir@|$sysconfdir|g" \
@@ -104,6 +122,7 @@ do_uninstall() {
         rm -f "$(d "$dir")/$(basename "$src")"
     done
     rm -f "$(d "$libdir")/$SONAME" "$(d "$libdir")/libratel.so" "$(d "$pkgconfigdir")/ratel.pc"
+    rm -f "$(d "$nginxconfdir")/$nginx_snippet"
     for u in $units; do rm -f "$(d "$systemdunitdir")/$u"; done
     # ratel's own directories, when empty; shared ones (bin, lib, ...) stay.
     for dir in "$datadir/ratel/examples/gateways" "$datadir/ratel/examples" \

@@ -2,7 +2,8 @@
 # test_install.sh - `make install` and `make uninstall` into a DESTDIR, as an
 # operator or a packager runs them: the installed rateld serves its
 # installed configuration, redis-server loads the module from where it was
-# installed, a C program outside the tree builds with nothing but
+# installed, Debian's nginx loads the nginx module through the installed
+# modules-available snippet, a C program outside the tree builds with nothing but
 # `pkg-config --cflags --libs ratel` (and --static) and decides, the Lua
 # library loads, and uninstall leaves no file behind. docs/install.md.
 . "$(dirname "$0")/lib.sh"
@@ -22,6 +23,7 @@ same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
     /usr/bin/ratel /usr/include/ratel.h \
     /usr/lib/libratel.a /usr/lib/libratel.so /usr/lib/libratel.so.0 \
     "/usr/lib/libratel.so.$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")" \
+    /usr/lib/nginx/modules/ngx_http_ratel_module.so \
     /usr/lib/pkgconfig/ratel.pc /usr/lib/redis/modules/ratel.so \
     /usr/lib/systemd/system/captchad.service /usr/lib/systemd/system/rateld.service \
     /usr/sbin/captchad /usr/sbin/rateld \
@@ -31,7 +33,8 @@ same usr_layout "$(cat "$tmp/files")" "$(printf '%s\n' \
     /usr/share/ratel/grafana/rateld.json /usr/share/ratel/prometheus/rateld.rules.yml \
     /usr/share/ratel/lua/ratel.eval.lua /usr/share/ratel/lua/ratel.lib.lua \
     /usr/share/man/man1/ratel.1 /usr/share/man/man5/rateld.yaml.5 \
-    /usr/share/man/man8/captchad.8 /usr/share/man/man8/rateld.8 | sort)"
+    /usr/share/man/man8/captchad.8 /usr/share/man/man8/rateld.8 \
+    /usr/share/nginx/modules-available/mod-http-ratel.conf | sort)"
 same soname "$(readelf -d "$d/usr/lib/libratel.so.0" | sed -n 's/.*soname: \[\(.*\)\]/\1/p')" libratel.so.0
 same module_mode "$(stat -c %a "$d/usr/lib/redis/modules/ratel.so") $(stat -c %a "$d/usr/sbin/rateld")" "755 755"
 contains unit_paths "$(grep '^ExecStart=' "$d/usr/lib/systemd/system/rateld.service")" \
@@ -88,6 +91,33 @@ same installed_module_denies "$(rcli "$rport" RATEL.ACQUIRE k 1/1m | head -1)" 0
 same installed_lua_loads "$(rcli "$rport" FUNCTION LOAD REPLACE "$(cat "$d/usr/share/ratel/lua/ratel.lib.lua")")" ratel
 same installed_lua_fcall "$(rcli "$rport" FCALL ratel_acquire 1 f 1/1m | head -1)" 1
 
+# Debian's nginx loads the installed module through the installed snippet,
+# as /etc/nginx/modules-enabled's link to it would: the snippet names the
+# module relative to nginx's prefix, whose modules/ is a link to
+# /usr/lib/nginx/modules (nginx-common's), here to the DESTDIR's. `nginx
+# -t` then accepts the module's directives (without the module they are
+# "unknown directive").
+snippet=$d/usr/share/nginx/modules-available/mod-http-ratel.conf
+same nginx_snippet "$(cat "$snippet")" "load_module modules/ngx_http_ratel_module.so;"
+mkdir -p "$tmp/nginx/logs"
+ln -s "$d/usr/lib/nginx/modules" "$tmp/nginx/modules"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+include $snippet;
+pid $tmp/nginx/nginx.pid;
+events {}
+http {
+    ratel_zone zone=installed:1m;
+    ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
+    server {
+        listen 127.0.0.1:$(free_port);
+        location / { ratel zone=installed policy=sms key=\$arg_phone; empty_gif; }
+    }
+}
+EOF
+out=$(nginx -t -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" 2>&1)
+same nginx_loads_installed_module "$?" 0
+contains nginx_t_successful "$out" "test is successful"
+
 # A C program outside the tree, built with pkg-config alone.
 mkdir -p "$tmp/user"
 cp "$root/tests/integration/pkgconfig_user.c" "$tmp/user/prog.c"
@@ -123,6 +153,9 @@ d=$tmp/local
 mk install DESTDIR="$d"
 same local_layout "$(cd "$d" && find . \( -type f -o -type l \) | grep -c '^\./usr/local/')" "$(wc -l <"$tmp/files")"
 same local_config "$(test -f "$d/usr/local/etc/ratel/rateld.yaml" && echo yes)" yes
+# Outside nginx's modules directory the snippet names the module's full path.
+same local_nginx_snippet "$(cat "$d/usr/local/share/nginx/modules-available/mod-http-ratel.conf")" \
+    "load_module /usr/local/lib/nginx/modules/ngx_http_ratel_module.so;"
 contains local_pc "$(cat "$d/usr/local/lib/pkgconfig/ratel.pc")" "includedir=/usr/local/include"
 mk uninstall DESTDIR="$d"
 same local_uninstall_leaves_nothing "$(cd "$d" && find . \( -type f -o -type l \) | wc -l)" 0
