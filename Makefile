@@ -295,7 +295,7 @@ fuzz:
 # Every C file and header of the tree (tests/integration/test_format.sh
 # checks that `make format` would change nothing).
 C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] rateld/*.[ch] \
-            module/*.[ch] captchad/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
+            module/*.[ch] nginx/*.[ch] captchad/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
 
@@ -343,6 +343,60 @@ test: $(BUILD)/captchad
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
 $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c captchad/captcha_config.c captchad/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+
+# ---------------------------------------------------------------- nginx
+# ngx_http_ratel_module.so for Debian's nginx (nginx-dev: its configure,
+# conf_flags and headers in /usr/share/nginx/src), built the way Debian
+# builds a module (dh-sequence-nginx's nginx_mod.pm): nginx's configure with
+# conf_flags (--with-compat) and --add-dynamic-module=nginx/, then its
+# `modules` target. configure writes a Makefile where it runs, so it runs
+# in a tree of links to nginx's sources under $(BUILD)/nginx/, once per
+# build directory, and again only when nginx/config or the list of
+# nginx/*.c changes. The module links libratel.a of the same build
+# directory ($(SANITIZE) too: under ASan nginx runs with the runtime
+# preloaded, tests/integration/test_nginx_module.sh).
+NGX_SRC    ?= /usr/share/nginx/src
+NGX_DIR    := $(BUILD)/nginx
+NGX_ABS    := $(abspath $(NGX_DIR))
+NGX_MODULE := $(NGX_DIR)/ngx_http_ratel_module.so
+NGX_FILES  := $(sort $(wildcard nginx/*.c))
+NGX_DEPS   := $(NGX_FILES) $(wildcard nginx/*.h) server/app/ratelimit.c \
+              server/app/ratelimit.h include/ratel.h
+NGX_CFLAGS  = $(shell dpkg-buildflags --get CFLAGS) -fPIC \
+              $(shell dpkg-buildflags --get CPPFLAGS) $(SANITIZE)
+NGX_LDFLAGS = $(shell dpkg-buildflags --get LDFLAGS) -fPIC $(SANITIZE)
+# What the module uses of libratel needs only libm (the core; the Redis
+# mode adds its libraries here).
+NGX_LIBS   ?= -lm
+
+.PHONY: nginx-module FORCE
+nginx-module: $(NGX_MODULE)
+all: $(NGX_MODULE)
+
+# The list of the module's sources, rewritten only when it changes.
+$(NGX_DIR)/files: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NGX_FILES) $(NGX_LIBS)' | cmp -s - $@ || echo '$(NGX_FILES) $(NGX_LIBS)' >$@
+
+$(NGX_DIR)/objs/Makefile: nginx/config $(NGX_DIR)/files
+	rm -rf $(NGX_DIR)/tree $(NGX_DIR)/objs
+	mkdir -p $(NGX_DIR)/tree
+	ln -s $(NGX_SRC)/auto $(NGX_SRC)/src $(NGX_SRC)/configure $(NGX_DIR)/tree/
+	cd $(NGX_DIR)/tree && CC='$(CC)' RATEL_LIBRATEL='$(abspath $(BUILD))/libratel.a' \
+	    RATEL_LIBS='$(NGX_LIBS)' bash -c '. $(NGX_SRC)/conf_flags && ./configure \
+	    --with-cc-opt="$(NGX_CFLAGS)" --with-ld-opt="$(NGX_LDFLAGS)" \
+	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR)/nginx \
+	    --builddir=$(NGX_ABS)/objs' >$(NGX_ABS)/configure.log 2>&1 || \
+	    { tail -20 $(NGX_ABS)/configure.log; rm -f $@; exit 1; }
+
+# nginx's own make, without ours's variables (a CFLAGS=... given to this
+# make would replace nginx's); the module is linked again whenever a
+# source or libratel.a changed.
+$(NGX_MODULE): $(NGX_DIR)/objs/Makefile $(NGX_DEPS) $(BUILD)/libratel.a
+	rm -f $(NGX_DIR)/objs/ngx_http_ratel_module.so
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -f $(NGX_ABS)/objs/Makefile \
+	    -C $(NGX_DIR)/tree modules
+	cp $(NGX_DIR)/objs/ngx_http_ratel_module.so $@
 
 # The compiler's header dependencies of every object built so far.
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -13,6 +13,10 @@
 #                                   YAML config, JSON request bodies
 #   nginx, wrk, python3             rateld behind nginx (tests), load (bench),
 #                                   JSON checks and fake SMS gateways (tests)
+#   nginx-dev                       the nginx module: nginx's configure,
+#                                   conf_flags and headers (/usr/share/nginx/src)
+#   faketime                        libfaketime: the nginx module's tests move
+#                                   nginx's clock (a day's boundary)
 #   caddy, haproxy                  rateld behind Caddy's forward_auth and
 #                                   HAProxy's Lua action (tests, bench)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
@@ -69,7 +73,7 @@ packages=(
     redis-server redis-tools libhiredis-dev
     libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
     libsqlite3-dev libcurl4-openssl-dev
-    nginx wrk python3
+    nginx nginx-dev faketime wrk python3
     caddy haproxy
     nodejs npm
     librsvg2-bin

@@ -1,0 +1,167 @@
+/*
+ * ngx_http_ratel.h - what the files of ngx_http_ratel_module share: the
+ * configuration (zones, policies, `ratel` lines), the shared-memory zone's
+ * calls, the metrics' counters and the Redis mode's interface.
+ *
+ * A request's `ratel` lines are decided zone by zone: the lines of one
+ * zone make one all-or-nothing group of ratel_batch_item_t (key
+ * "POLICY:value", rateld's store key, so that nginx, rateld and the
+ * Functions library share one limit for the same policy and key), asked
+ * of the zone's backend: its shared memory, or Redis (store=URL), which
+ * may answer later on the worker's loop.
+ */
+#ifndef NGX_HTTP_RATEL_H
+#define NGX_HTTP_RATEL_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ratel.h"
+
+/* Longest policy and zone names ([A-Za-z0-9_.-], as rateld's). */
+#define NGX_HTTP_RATEL_NAME_MAX 64
+/* Policies one zone counts decisions for (its metrics' table). */
+#define NGX_HTTP_RATEL_COUNTERS_MAX 64
+/* Smallest zone: its table of counters, the tree and a few keys. */
+#define NGX_HTTP_RATEL_ZONE_MIN (64 * 1024)
+
+/*
+ * A request's outcome, as $ratel_status names it (limit_req's words) and
+ * as the metrics count it (rateld's words: allowed, denied,
+ * shadow_denied, error).
+ */
+#define NGX_HTTP_RATEL_OUTCOMES(X)                                             \
+    X(PASSED, "PASSED", "allowed")                                             \
+    X(REJECTED, "REJECTED", "denied")                                          \
+    X(REJECTED_DRY_RUN, "REJECTED_DRY_RUN", "shadow_denied")                   \
+    X(ERROR, "ERROR", "error")
+
+typedef enum {
+#define NGX_HTTP_RATEL_OUTCOME_ENUM(name, status, metric) NGX_HTTP_RATEL_##name,
+    NGX_HTTP_RATEL_OUTCOMES(NGX_HTTP_RATEL_OUTCOME_ENUM)
+#undef NGX_HTTP_RATEL_OUTCOME_ENUM
+        NGX_HTTP_RATEL_NOUTCOMES
+} ngx_http_ratel_outcome_e;
+
+extern const char *const ngx_http_ratel_status_names[];
+extern const char *const ngx_http_ratel_metric_outcomes[];
+
+/* The shared part of a zone (in its shared memory; ngx_http_ratel_shm.c). */
+typedef struct ngx_http_ratel_shm_s ngx_http_ratel_shm_t;
+
+/* `ratel_policy NAME RULE...;` */
+typedef struct {
+    ngx_str_t name;
+    ratel_policy_t policy;
+    ngx_str_t field; /* its RateLimit-Policy value */
+} ngx_http_ratel_policy_t;
+
+/* `ratel_zone zone=NAME:SIZE [store=URL];` */
+typedef struct ngx_http_ratel_zone_s {
+    ngx_str_t name;
+    size_t size;
+    ngx_shm_zone_t *shm_zone;
+    ngx_http_ratel_shm_t *sh; /* set when the zone's memory is ready */
+    ngx_slab_pool_t *shpool;
+    ngx_str_t store;    /* store=URL; empty: shared memory only */
+    void *redis;        /* the Redis mode's own data for this zone */
+    ngx_array_t counts; /* ngx_str_t: the policies its lines use */
+    ngx_uint_t *slots;  /* counts[i]'s slot in the shared table */
+    u_char *file;       /* where it was declared (messages) */
+    ngx_uint_t line;
+} ngx_http_ratel_zone_t;
+
+/* `ratel zone=NAME policy=NAME key=STRING [cost=NUMBER|$var];` */
+typedef struct {
+    ngx_str_t zone_name, policy_name;
+    ngx_http_ratel_zone_t *zone;     /* resolved after the http block */
+    ngx_http_ratel_policy_t *policy; /* resolved after the http block */
+    ngx_http_complex_value_t key;
+    ngx_http_complex_value_t *cost_cv; /* NULL: a fixed cost */
+    uint64_t cost;
+    ngx_uint_t count; /* the policy's index in zone->counts */
+    u_char *file;
+    ngx_uint_t line;
+} ngx_http_ratel_limit_t;
+
+typedef struct {
+    ngx_array_t zones;    /* ngx_http_ratel_zone_t */
+    ngx_array_t policies; /* ngx_http_ratel_policy_t */
+    ngx_array_t limits;   /* ngx_http_ratel_limit_t *: every `ratel` line */
+} ngx_http_ratel_main_conf_t;
+
+typedef struct {
+    ngx_array_t *limits; /* ngx_http_ratel_limit_t *; inherited whole */
+    ngx_uint_t status;
+    ngx_flag_t dry_run;
+    ngx_flag_t headers;
+    ngx_uint_t log_level;
+    ngx_flag_t metrics;
+} ngx_http_ratel_loc_conf_t;
+
+extern ngx_module_t ngx_http_ratel_module;
+
+/* ------------------------------------------------ the shared-memory zone */
+
+/* The shm_zone's init (old data on reload: the zone and its counts kept). */
+ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data);
+
+/*
+ * Decides `items` (one all-or-nothing group) at `now_us` under the zone's
+ * lock: each member on a copy of its state, written back only when every
+ * member is admitted. Counts the outcomes in the zone's table
+ * (`outcomes[i]`, or none when NULL). NGX_OK: each item's rc and decision
+ * are set; NGX_ERROR never: a member that could not be decided has its rc.
+ */
+ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
+                                    ratel_batch_item_t *items, size_t n,
+                                    int64_t now_us, ngx_log_t *log);
+
+/* Gives back what an admitted group took (a later zone refused). */
+void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
+                               ratel_batch_item_t *items, size_t n,
+                               int64_t now_us);
+
+/* Adds one decision per line to the zone's counters. */
+void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
+                              ngx_uint_t outcome);
+
+/* ------------------------------------------------------------- metrics */
+
+/* Writes the zones' counters and memory as Prometheus text. */
+ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r);
+
+/* The zone's counters and memory, under its lock (metrics.c reads). */
+typedef struct {
+    uint64_t keys, bytes, max_bytes, evictions, expirations;
+} ngx_http_ratel_shm_stats_t;
+
+typedef void (*ngx_http_ratel_count_fn)(void *data, const u_char *policy,
+                                        const uint64_t *outcomes);
+
+void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
+                             ngx_http_ratel_shm_stats_t *stats,
+                             ngx_http_ratel_count_fn fn, void *data);
+
+/* ----------------------------------------------------------- Redis mode */
+
+/* At configuration: checks store=URL (nginx -t refuses a bad one, naming
+   it). */
+char *ngx_http_ratel_redis_conf(ngx_conf_t *cf, ngx_http_ratel_zone_t *zone,
+                                ngx_str_t *url);
+/* Per worker: init_process / exit_process. */
+ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
+                                           ngx_http_ratel_zone_t *zone);
+void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone);
+/*
+ * Decides `items` (one group) on the worker's loop: NGX_OK decided now
+ * (items filled), NGX_AGAIN then done(data) runs later on this worker (the
+ * handler resumed the request's phases), NGX_ERROR.
+ */
+ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
+                                      ngx_http_request_t *r,
+                                      ratel_batch_item_t *items, size_t n,
+                                      void (*done)(void *data), void *data);
+
+#endif /* NGX_HTTP_RATEL_H */

@@ -1,0 +1,122 @@
+/*
+ * ngx_http_ratel_metrics.c - `ratel_metrics;`: the zones' counts as
+ * Prometheus text, read from shared memory, so that any worker answers
+ * the totals of all. The names are rateld's (rateld/metrics.c) where they
+ * mean the same, with a zone label:
+ *
+ *   ratel_decisions_total{zone,policy,outcome}  one per `ratel` line decided
+ *                                               (allowed, denied,
+ *                                               shadow_denied, error)
+ *   ratel_store_keys{zone}                      keys the zone holds
+ *   ratel_store_bytes{zone}                     its memory in use
+ *   ratel_store_max_bytes{zone}                 its SIZE
+ *   ratel_store_evictions_total{zone}           live keys dropped for room
+ *   ratel_store_expirations_total{zone}         idle keys removed
+ */
+#include "ngx_http_ratel.h"
+
+/* Longest line: a metric, two names and a number. */
+#define METRIC_LINE_MAX (128 + 2 * NGX_HTTP_RATEL_NAME_MAX)
+
+typedef struct {
+    u_char *p, *end;
+    ngx_str_t *zone;
+} text_t;
+
+static void decisions(void *data, const u_char *policy,
+                      const uint64_t *outcomes)
+{
+    text_t *t = data;
+
+    for (int o = 0; o < NGX_HTTP_RATEL_NOUTCOMES; o++)
+        t->p = ngx_slprintf(t->p, t->end,
+                            "ratel_decisions_total{zone=\"%V\",policy=\"%s\","
+                            "outcome=\"%s\"} %uL\n",
+                            t->zone, policy, ngx_http_ratel_metric_outcomes[o],
+                            outcomes[o]);
+}
+
+static const struct {
+    const char *name, *type, *help;
+    size_t offset;
+} store_metrics[] = {
+    {"ratel_store_keys", "gauge", "Keys the zone holds.",
+     offsetof(ngx_http_ratel_shm_stats_t, keys)},
+    {"ratel_store_bytes", "gauge", "Memory of the zone in use.",
+     offsetof(ngx_http_ratel_shm_stats_t, bytes)},
+    {"ratel_store_max_bytes", "gauge", "The zone's size.",
+     offsetof(ngx_http_ratel_shm_stats_t, max_bytes)},
+    {"ratel_store_evictions_total", "counter",
+     "Live keys dropped to stay within the zone's size.",
+     offsetof(ngx_http_ratel_shm_stats_t, evictions)},
+    {"ratel_store_expirations_total", "counter",
+     "Idle keys removed at their reset time.",
+     offsetof(ngx_http_ratel_shm_stats_t, expirations)},
+};
+
+static u_char *render(ngx_http_ratel_main_conf_t *m, u_char *p, u_char *end,
+                      ngx_http_ratel_shm_stats_t *stats)
+{
+    ngx_http_ratel_zone_t **z = m->zones.elts;
+    text_t t = {p, end, NULL};
+
+    t.p = ngx_slprintf(t.p, end,
+                       "# HELP ratel_decisions_total Decisions by zone, "
+                       "policy and outcome.\n"
+                       "# TYPE ratel_decisions_total counter\n");
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+        t.zone = &z[i]->name;
+        ngx_http_ratel_shm_read(z[i], &stats[i], decisions, &t);
+    }
+    for (size_t k = 0; k < sizeof store_metrics / sizeof store_metrics[0];
+         k++) {
+        t.p = ngx_slprintf(t.p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                           store_metrics[k].name, store_metrics[k].help,
+                           store_metrics[k].name, store_metrics[k].type);
+        for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+            uint64_t v =
+                *(uint64_t *)((u_char *)&stats[i] + store_metrics[k].offset);
+            t.p = ngx_slprintf(t.p, end, "%s{zone=\"%V\"} %uL\n",
+                               store_metrics[k].name, &z[i]->name, v);
+        }
+    }
+    return t.p;
+}
+
+ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r)
+{
+    ngx_http_ratel_main_conf_t *m =
+        ngx_http_get_module_main_conf(r, ngx_http_ratel_module);
+    ngx_http_ratel_shm_stats_t *stats;
+    ngx_buf_t *b;
+    ngx_chain_t out;
+    ngx_int_t rc;
+    size_t size;
+
+    if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)))
+        return NGX_HTTP_NOT_ALLOWED;
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK)
+        return rc;
+    size = 1024 +
+           m->zones.nelts *
+               (METRIC_LINE_MAX *
+                (NGX_HTTP_RATEL_COUNTERS_MAX * NGX_HTTP_RATEL_NOUTCOMES + 8));
+    stats = ngx_pcalloc(r->pool, (m->zones.nelts + 1) * sizeof *stats);
+    b = ngx_create_temp_buf(r->pool, size);
+    if (stats == NULL || b == NULL)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    b->last = render(m, b->pos, b->end, stats);
+    b->last_buf = r == r->main;
+    b->last_in_chain = 1;
+    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only)
+        return rc;
+    out.buf = b;
+    out.next = NULL;
+    return ngx_http_output_filter(r, &out);
+}

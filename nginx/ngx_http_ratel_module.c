@@ -1,0 +1,1167 @@
+/*
+ * ngx_http_ratel_module.c - ratel inside nginx: the directives, the access
+ * handler that decides a request's `ratel` lines, the RateLimit fields and
+ * the $ratel_* variables.
+ *
+ *   ratel_zone   zone=NAME:SIZE [store=URL];        http
+ *   ratel_policy NAME RULE...;                      http
+ *   ratel        zone=NAME policy=NAME key=STRING [cost=NUMBER|$var];
+ *                                                   http, server, location
+ *   ratel_status CODE;  ratel_dry_run on|off;  ratel_headers on|off;
+ *   ratel_log_level info|notice|warn|error;         http, server, location
+ *   ratel_metrics;                                  location
+ *
+ * limit_req is the model: a level with `ratel` lines of its own replaces
+ * the lines it would inherit; an empty key is not counted; the request is
+ * decided once (an internal redirect or a subrequest does not charge it
+ * again). The lines of one zone are one all-or-nothing group; zones are
+ * decided one after the other, and a refusal by a later zone gives back
+ * what the earlier zones charged (docs/nginx.md).
+ */
+#include "ngx_http_ratel.h"
+
+#include "app/ratelimit.h"
+
+const char *const ngx_http_ratel_status_names[] = {
+#define STATUS_NAME(name, status, metric) status,
+    NGX_HTTP_RATEL_OUTCOMES(STATUS_NAME)
+#undef STATUS_NAME
+};
+
+const char *const ngx_http_ratel_metric_outcomes[] = {
+#define METRIC_NAME(name, status, metric) metric,
+    NGX_HTTP_RATEL_OUTCOMES(METRIC_NAME)
+#undef METRIC_NAME
+};
+
+/* One zone's lines of this request: items[start .. start + n). */
+typedef struct {
+    ngx_http_ratel_zone_t *zone;
+    size_t start, n;
+} group_t;
+
+/* What the module knows of a request (its main request's). */
+typedef struct {
+    ratel_batch_item_t *items;
+    ngx_http_ratel_limit_t **lines; /* items[i]'s line */
+    group_t *groups;
+    size_t nitems, ngroups, group; /* group: the next one to decide */
+    int64_t now_us;
+    ngx_http_ratel_loc_conf_t *conf;
+    ngx_uint_t outcome;
+    unsigned asked : 1;   /* the current group was handed to its backend */
+    unsigned waiting : 1; /* ... which answers later */
+    unsigned done : 1;    /* decided: the request is not decided again */
+    unsigned refused : 1;
+    int64_t remaining; /* -1: no line decided */
+    long long retry_s; /* refused: Retry-After */
+    ngx_str_t policy_field, limit_field;
+} ctx_t;
+
+static ngx_int_t preconfiguration(ngx_conf_t *cf);
+static ngx_int_t postconfiguration(ngx_conf_t *cf);
+static void *create_main_conf(ngx_conf_t *cf);
+static void *create_loc_conf(ngx_conf_t *cf);
+static char *merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ratel_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static ngx_int_t init_worker(ngx_cycle_t *cycle);
+static void exit_worker(ngx_cycle_t *cycle);
+
+static ngx_conf_num_bounds_t status_bounds = {ngx_conf_check_num_bounds, 400,
+                                              599};
+
+static ngx_conf_enum_t log_levels[] = {{ngx_string("info"), NGX_LOG_INFO},
+                                       {ngx_string("notice"), NGX_LOG_NOTICE},
+                                       {ngx_string("warn"), NGX_LOG_WARN},
+                                       {ngx_string("error"), NGX_LOG_ERR},
+                                       {ngx_null_string, 0}};
+
+#define LOC_CONF (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF)
+#define LOC_OFFSET(field) offsetof(ngx_http_ratel_loc_conf_t, field)
+
+static ngx_command_t commands[] = {
+    {ngx_string("ratel_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE12,
+     zone_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("ratel_policy"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE,
+     policy_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("ratel"), LOC_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4,
+     ratel_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("ratel_status"), LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(status),
+     &status_bounds},
+    {ngx_string("ratel_dry_run"), LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(dry_run),
+     NULL},
+    {ngx_string("ratel_headers"), LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(headers),
+     NULL},
+    {ngx_string("ratel_log_level"), LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(log_level),
+     &log_levels},
+    {ngx_string("ratel_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+     metrics_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    ngx_null_command};
+
+static ngx_http_module_t module_ctx = {
+    preconfiguration, postconfiguration, create_main_conf, NULL, NULL, NULL,
+    create_loc_conf,  merge_loc_conf};
+
+ngx_module_t ngx_http_ratel_module = {
+    NGX_MODULE_V1, &module_ctx, commands,    NGX_HTTP_MODULE,
+    NULL,          NULL,        init_worker, NULL,
+    NULL,          exit_worker, NULL,        NGX_MODULE_V1_PADDING};
+
+static ngx_http_output_header_filter_pt next_header_filter;
+
+/* ------------------------------------------------------- configuration */
+
+static void *create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_ratel_main_conf_t *m = ngx_pcalloc(cf->pool, sizeof *m);
+
+    if (m == NULL ||
+        ngx_array_init(&m->zones, cf->pool, 4,
+                       sizeof(ngx_http_ratel_zone_t *)) != NGX_OK ||
+        ngx_array_init(&m->policies, cf->pool, 4,
+                       sizeof(ngx_http_ratel_policy_t)) != NGX_OK ||
+        ngx_array_init(&m->limits, cf->pool, 4,
+                       sizeof(ngx_http_ratel_limit_t *)) != NGX_OK)
+        return NULL;
+    return m;
+}
+
+static void *create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_ratel_loc_conf_t *c = ngx_pcalloc(cf->pool, sizeof *c);
+
+    if (c == NULL)
+        return NULL;
+    c->limits = NGX_CONF_UNSET_PTR;
+    c->status = NGX_CONF_UNSET_UINT;
+    c->dry_run = NGX_CONF_UNSET;
+    c->headers = NGX_CONF_UNSET;
+    c->log_level = NGX_CONF_UNSET_UINT;
+    return c;
+}
+
+static char *merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_ratel_loc_conf_t *prev = parent, *conf = child;
+
+    (void)cf;
+    /* limit_req's rule: lines of its own replace the inherited ones. */
+    ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
+    ngx_conf_merge_uint_value(conf->status, prev->status,
+                              NGX_HTTP_TOO_MANY_REQUESTS);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+    ngx_conf_merge_value(conf->headers, prev->headers, 1);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    return NGX_CONF_OK;
+}
+
+/* Zone and policy names: [A-Za-z0-9_.-], 1..NGX_HTTP_RATEL_NAME_MAX. */
+static ngx_int_t check_name(ngx_conf_t *cf, const char *what, ngx_str_t *name)
+{
+    ngx_uint_t ok = name->len > 0 && name->len <= NGX_HTTP_RATEL_NAME_MAX;
+
+    for (size_t i = 0; ok && i < name->len; i++) {
+        u_char c = name->data[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+             (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    }
+    if (ok)
+        return NGX_OK;
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "%s name \"%V\": use 1 to %d of A-Z a-z 0-9 _ . -", what,
+                       name, NGX_HTTP_RATEL_NAME_MAX);
+    return NGX_ERROR;
+}
+
+/* The value of `arg` after "prefix=", or NULL when it does not start so. */
+static ngx_int_t arg_value(ngx_str_t *arg, const char *prefix, ngx_str_t *value)
+{
+    size_t n = ngx_strlen(prefix);
+
+    if (arg->len < n || ngx_strncmp(arg->data, prefix, n) != 0)
+        return NGX_DECLINED;
+    value->data = arg->data + n;
+    value->len = arg->len - n;
+    return NGX_OK;
+}
+
+static ngx_http_ratel_zone_t *find_zone(ngx_http_ratel_main_conf_t *m,
+                                        ngx_str_t *name)
+{
+    ngx_http_ratel_zone_t **z = m->zones.elts;
+
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++)
+        if (z[i]->name.len == name->len &&
+            ngx_strncmp(z[i]->name.data, name->data, name->len) == 0)
+            return z[i];
+    return NULL;
+}
+
+static ngx_http_ratel_policy_t *find_policy(ngx_http_ratel_main_conf_t *m,
+                                            ngx_str_t *name)
+{
+    ngx_http_ratel_policy_t *p = m->policies.elts;
+
+    for (ngx_uint_t i = 0; i < m->policies.nelts; i++)
+        if (p[i].name.len == name->len &&
+            ngx_strncmp(p[i].name.data, name->data, name->len) == 0)
+            return &p[i];
+    return NULL;
+}
+
+/* zone=NAME:SIZE into zone->name and zone->size. */
+static char *zone_name_size(ngx_conf_t *cf, ngx_str_t *v,
+                            ngx_http_ratel_zone_t *zone)
+{
+    u_char *colon = ngx_strlchr(v->data, v->data + v->len, ':');
+    ngx_str_t size;
+    ssize_t n;
+
+    if (colon == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone: \"zone=%V\" has no size: write "
+                           "zone=NAME:SIZE, e.g. zone=api:10m",
+                           v);
+        return NGX_CONF_ERROR;
+    }
+    zone->name.data = v->data;
+    zone->name.len = colon - v->data;
+    if (check_name(cf, "ratel_zone", &zone->name) != NGX_OK)
+        return NGX_CONF_ERROR;
+    size.data = colon + 1;
+    size.len = v->data + v->len - size.data;
+    n = ngx_parse_size(&size);
+    if (n == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone \"%V\": size \"%V\" is not a size: "
+                           "write a number with k or m, e.g. 10m",
+                           &zone->name, &size);
+        return NGX_CONF_ERROR;
+    }
+    if (n < NGX_HTTP_RATEL_ZONE_MIN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone \"%V\" of %V is too small: give it at "
+                           "least %dk",
+                           &zone->name, &size, NGX_HTTP_RATEL_ZONE_MIN / 1024);
+        return NGX_CONF_ERROR;
+    }
+    zone->size = n;
+    return NGX_CONF_OK;
+}
+
+static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratel_main_conf_t *m = conf;
+    ngx_str_t *args = cf->args->elts, v, store = ngx_null_string;
+    ngx_http_ratel_zone_t *zone, **slot;
+
+    (void)cmd;
+    zone = ngx_pcalloc(cf->pool, sizeof *zone);
+    if (zone == NULL)
+        return NGX_CONF_ERROR;
+    for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
+        if (arg_value(&args[i], "zone=", &v) == NGX_OK) {
+            if (zone_name_size(cf, &v, zone) != NGX_CONF_OK)
+                return NGX_CONF_ERROR;
+        } else if (arg_value(&args[i], "store=", &v) == NGX_OK) {
+            store = v;
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel_zone: unknown parameter \"%V\": "
+                               "expected zone=NAME:SIZE [store=URL]",
+                               &args[i]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    if (zone->name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone needs zone=NAME:SIZE");
+        return NGX_CONF_ERROR;
+    }
+    if (find_zone(m, &zone->name)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone \"%V\" is declared twice", &zone->name);
+        return NGX_CONF_ERROR;
+    }
+    zone->shm_zone = ngx_shared_memory_add(cf, &zone->name, zone->size,
+                                           &ngx_http_ratel_module);
+    if (zone->shm_zone == NULL)
+        return NGX_CONF_ERROR;
+    if (zone->shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_zone \"%V\": another module's shared zone "
+                           "has this name",
+                           &zone->name);
+        return NGX_CONF_ERROR;
+    }
+    zone->file = cf->conf_file->file.name.data;
+    zone->line = cf->conf_file->line;
+    zone->shm_zone->init = ngx_http_ratel_shm_init;
+    zone->shm_zone->data = zone;
+    if (ngx_array_init(&zone->counts, cf->pool, 4, sizeof(ngx_str_t)) != NGX_OK)
+        return NGX_CONF_ERROR;
+    if (store.len > 0) {
+        zone->store = store;
+        if (ngx_http_ratel_redis_conf(cf, zone, &store) != NGX_CONF_OK)
+            return NGX_CONF_ERROR;
+    }
+    slot = ngx_array_push(&m->zones);
+    if (slot == NULL)
+        return NGX_CONF_ERROR;
+    *slot = zone;
+    return NGX_CONF_OK;
+}
+
+static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratel_main_conf_t *m = conf;
+    ngx_str_t *args = cf->args->elts;
+    const char *texts[RATEL_MAX_RULES + 1];
+    char err[512];
+    ngx_http_ratel_policy_t *p;
+    ngx_uint_t n = cf->args->nelts - 1;
+    size_t len;
+
+    (void)cmd;
+    if (check_name(cf, "ratel_policy", &args[1]) != NGX_OK)
+        return NGX_CONF_ERROR;
+    if (find_policy(m, &args[1])) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_policy \"%V\" is declared twice", &args[1]);
+        return NGX_CONF_ERROR;
+    }
+    if (n - 1 > RATEL_MAX_RULES) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel_policy \"%V\" has %ui rules: at most %d",
+                           &args[1], n - 1, RATEL_MAX_RULES);
+        return NGX_CONF_ERROR;
+    }
+    p = ngx_array_push(&m->policies);
+    if (p == NULL)
+        return NGX_CONF_ERROR;
+    p->name = args[1];
+    /* nginx ends every argument with a NUL. */
+    for (ngx_uint_t i = 2; i <= n; i++)
+        texts[i - 2] = (const char *)args[i].data;
+    if (ratel_policy_parse(&p->policy, texts, n - 1, err, sizeof err) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratel_policy \"%V\": %s",
+                           &args[1], err);
+        return NGX_CONF_ERROR;
+    }
+    len = ratel__header_policy((const char *)p->name.data, &p->policy, NULL, 0);
+    p->field.data = ngx_pnalloc(cf->pool, len + 1);
+    if (p->field.data == NULL)
+        return NGX_CONF_ERROR;
+    p->field.len = ratel__header_policy((const char *)p->name.data, &p->policy,
+                                        (char *)p->field.data, len + 1);
+    return NGX_CONF_OK;
+}
+
+/* cost=NUMBER or cost=$var (a complex value read per request). */
+static char *line_cost(ngx_conf_t *cf, ngx_str_t *v, ngx_http_ratel_limit_t *l)
+{
+    ngx_http_compile_complex_value_t ccv;
+    off_t n;
+
+    if (ngx_http_script_variables_count(v) == 0) {
+        n = ngx_atoof(v->data, v->len);
+        if (n < 1) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel: cost \"%V\" is not a whole number of "
+                               "at least 1, nor a variable",
+                               v);
+            return NGX_CONF_ERROR;
+        }
+        l->cost = (uint64_t)n;
+        return NGX_CONF_OK;
+    }
+    l->cost_cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (l->cost_cv == NULL)
+        return NGX_CONF_ERROR;
+    ngx_memzero(&ccv, sizeof ccv);
+    ccv.cf = cf;
+    ccv.value = v;
+    ccv.complex_value = l->cost_cv;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
+                                                          : NGX_CONF_ERROR;
+}
+
+/* One argument of a `ratel` line. */
+static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
+{
+    ngx_http_compile_complex_value_t ccv;
+    ngx_str_t v;
+
+    if (arg_value(arg, "zone=", &l->zone_name) == NGX_OK)
+        return NGX_CONF_OK;
+    if (arg_value(arg, "policy=", &l->policy_name) == NGX_OK)
+        return NGX_CONF_OK;
+    if (arg_value(arg, "cost=", &v) == NGX_OK)
+        return line_cost(cf, &v, l);
+    if (arg_value(arg, "key=", &v) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel: unknown parameter \"%V\": expected "
+                           "zone=NAME policy=NAME key=STRING "
+                           "[cost=NUMBER|$var]",
+                           arg);
+        return NGX_CONF_ERROR;
+    }
+    ngx_memzero(&ccv, sizeof ccv);
+    ccv.cf = cf;
+    ccv.value = &v;
+    ccv.complex_value = &l->key;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
+                                                          : NGX_CONF_ERROR;
+}
+
+/* At most RATEL_GROUP_MAX lines of one level in one zone. */
+static char *check_group(ngx_conf_t *cf, ngx_array_t *limits,
+                         ngx_http_ratel_limit_t *l)
+{
+    ngx_http_ratel_limit_t **all = limits->elts;
+    ngx_uint_t same = 0;
+
+    for (ngx_uint_t i = 0; i < limits->nelts; i++)
+        same += all[i]->zone_name.len == l->zone_name.len &&
+                ngx_strncmp(all[i]->zone_name.data, l->zone_name.data,
+                            l->zone_name.len) == 0;
+    if (same < RATEL_GROUP_MAX)
+        return NGX_CONF_OK;
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "ratel: more than %d lines in zone \"%V\" at one level",
+                       RATEL_GROUP_MAX, &l->zone_name);
+    return NGX_CONF_ERROR;
+}
+
+static char *ratel_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratel_loc_conf_t *c = conf;
+    ngx_http_ratel_main_conf_t *m =
+        ngx_http_conf_get_module_main_conf(cf, ngx_http_ratel_module);
+    ngx_str_t *args = cf->args->elts;
+    ngx_http_ratel_limit_t *l, **slot;
+
+    (void)cmd;
+    l = ngx_pcalloc(cf->pool, sizeof *l);
+    if (l == NULL)
+        return NGX_CONF_ERROR;
+    l->cost = 1;
+    for (ngx_uint_t i = 1; i < cf->args->nelts; i++)
+        if (line_arg(cf, &args[i], l) != NGX_CONF_OK)
+            return NGX_CONF_ERROR;
+    if (l->zone_name.len == 0 || l->policy_name.len == 0 ||
+        l->key.value.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel needs zone=NAME policy=NAME key=STRING");
+        return NGX_CONF_ERROR;
+    }
+    l->file = cf->conf_file->file.name.data;
+    l->line = cf->conf_file->line;
+    if (c->limits == NGX_CONF_UNSET_PTR) {
+        c->limits = ngx_array_create(cf->pool, 2, sizeof(*slot));
+        if (c->limits == NULL)
+            return NGX_CONF_ERROR;
+    }
+    if (check_group(cf, c->limits, l) != NGX_CONF_OK)
+        return NGX_CONF_ERROR;
+    slot = ngx_array_push(c->limits);
+    if (slot == NULL)
+        return NGX_CONF_ERROR;
+    *slot = l;
+    slot = ngx_array_push(&m->limits);
+    if (slot == NULL)
+        return NGX_CONF_ERROR;
+    *slot = l;
+    return NGX_CONF_OK;
+}
+
+static char *metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t *clcf =
+        ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    (void)cmd;
+    (void)conf;
+    clcf->handler = ngx_http_ratel_metrics_handler;
+    return NGX_CONF_OK;
+}
+
+/* The line's policy in its zone's list of counted policies. */
+static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
+                             ngx_http_ratel_limit_t *l)
+{
+    ngx_str_t *names = zone->counts.elts, *name;
+
+    for (ngx_uint_t i = 0; i < zone->counts.nelts; i++)
+        if (names[i].data == l->policy->name.data) {
+            l->count = i;
+            return NGX_OK;
+        }
+    name = ngx_array_push(&zone->counts);
+    if (name == NULL)
+        return NGX_ERROR;
+    *name = l->policy->name;
+    l->count = zone->counts.nelts - 1;
+    return NGX_OK;
+}
+
+/*
+ * A line's zone and policy, found once the whole http block is read (they
+ * may be declared after it), and its fixed cost checked against the
+ * policy: a cost no rule could ever admit is refused here, not at each
+ * request.
+ */
+static ngx_int_t resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m,
+                         ngx_http_ratel_limit_t *l)
+{
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    size_t rule = 0;
+    char text[128];
+
+    l->zone = find_zone(m, &l->zone_name);
+    l->policy = find_policy(m, &l->policy_name);
+    if (l->zone == NULL || l->policy == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "ratel: unknown %s \"%V\": declare it with %s in the "
+                      "http block, in %s:%ui",
+                      l->zone ? "policy" : "zone",
+                      l->zone ? &l->policy_name : &l->zone_name,
+                      l->zone ? "ratel_policy NAME RULE..."
+                              : "ratel_zone zone=NAME:SIZE",
+                      l->file, l->line);
+        return NGX_ERROR;
+    }
+    req.cost = l->cost;
+    if (l->cost_cv == NULL &&
+        ratel_policy_check_request(&l->policy->policy, &req, &rule) != 0) {
+        ratel_rule_format(&l->policy->policy.rules[rule], text, sizeof text);
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "ratel: cost %uL is more than rule \"%s\" of policy "
+                      "\"%V\" ever admits, in %s:%ui",
+                      l->cost, text, &l->policy->name, l->file, l->line);
+        return NGX_ERROR;
+    }
+    return count_index(l->zone, l);
+}
+
+static ngx_int_t resolve_all(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m)
+{
+    ngx_http_ratel_limit_t **l = m->limits.elts;
+    ngx_http_ratel_zone_t **z = m->zones.elts;
+
+    for (ngx_uint_t i = 0; i < m->limits.nelts; i++)
+        if (resolve(cf, m, l[i]) != NGX_OK)
+            return NGX_ERROR;
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+        if (z[i]->counts.nelts > NGX_HTTP_RATEL_COUNTERS_MAX) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "ratel_zone \"%V\" is used with more than %d "
+                          "policies, in %s:%ui",
+                          &z[i]->name, NGX_HTTP_RATEL_COUNTERS_MAX, z[i]->file,
+                          z[i]->line);
+            return NGX_ERROR;
+        }
+        z[i]->slots = ngx_pcalloc(cf->pool, sizeof(ngx_uint_t) *
+                                                (z[i]->counts.nelts + 1));
+        if (z[i]->slots == NULL)
+            return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* Does nothing: it marks the request's pool so that ctx_of() finds the
+   context again after an internal redirect emptied r->ctx. */
+static void ctx_cleanup(void *data)
+{
+    (void)data;
+}
+
+/* The request's context, also after an internal redirect (realip's way). */
+static ctx_t *ctx_of(ngx_http_request_t *r)
+{
+    ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_ratel_module);
+    ngx_pool_cleanup_t *cln;
+
+    if (ctx || !(r->internal || r->filter_finalize))
+        return ctx;
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ctx_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r, ctx, ngx_http_ratel_module);
+            return ctx;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * rateld's store key for policy `p` and `value`: "POLICY:" + value, '|'
+ * and '\\' escaped by a '\\' (rateld_policy_key), so that nginx, rateld
+ * and the Functions library share one count. NGX_DECLINED: too long.
+ */
+static ngx_int_t store_key(ngx_pool_t *pool, ngx_str_t *p, ngx_str_t *value,
+                           ratel_batch_item_t *item)
+{
+    size_t extra = 0, len;
+    u_char *k;
+
+    for (size_t i = 0; i < value->len; i++)
+        extra += value->data[i] == '|' || value->data[i] == '\\';
+    len = p->len + 1 + value->len + extra;
+    if (len > RATEL_MEMORY_KEY_MAX)
+        return NGX_DECLINED;
+    k = ngx_pnalloc(pool, len);
+    if (k == NULL)
+        return NGX_ERROR;
+    item->key = (const char *)k;
+    item->keylen = len;
+    k = ngx_cpymem(k, p->data, p->len);
+    *k++ = ':';
+    for (size_t i = 0; i < value->len; i++) {
+        if (value->data[i] == '|' || value->data[i] == '\\')
+            *k++ = '\\';
+        *k++ = value->data[i];
+    }
+    return NGX_OK;
+}
+
+/* The line's cost for this request: its number, or its variable's. */
+static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
+                              uint64_t *cost)
+{
+    ngx_str_t v;
+    off_t n;
+
+    *cost = l->cost;
+    if (l->cost_cv == NULL)
+        return NGX_OK;
+    if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
+        return NGX_ERROR;
+    n = ngx_atoof(v.data, v.len);
+    if (n >= 1) {
+        *cost = (uint64_t)n;
+        return NGX_OK;
+    }
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "ratel: cost \"%V\" of the line in %s:%ui is not a whole "
+                  "number of at least 1",
+                  &v, l->file, l->line);
+    return NGX_DECLINED;
+}
+
+/*
+ * Item `ctx->nitems` from line `l`: NGX_OK, NGX_DECLINED for an empty key
+ * (not counted), NGX_ABORT for a request that cannot be decided (a cost
+ * that is not a number, a key too long), NGX_ERROR.
+ */
+static ngx_int_t add_item(ngx_http_request_t *r, ctx_t *ctx,
+                          ngx_http_ratel_limit_t *l)
+{
+    ratel_batch_item_t *item = &ctx->items[ctx->nitems];
+    ngx_str_t value;
+    ngx_int_t rc;
+
+    if (ngx_http_complex_value(r, &l->key, &value) != NGX_OK)
+        return NGX_ERROR;
+    if (value.len == 0)
+        return NGX_DECLINED;
+    item->policy = &l->policy->policy;
+    item->request.cost = 1;
+    rc = line_cost_of(r, l, &item->request.cost);
+    if (rc != NGX_OK)
+        return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
+    rc = store_key(r->pool, &l->policy->name, &value, item);
+    if (rc == NGX_DECLINED)
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratel: the key of the line in %s:%ui is longer than "
+                      "%d bytes",
+                      l->file, l->line, RATEL_MEMORY_KEY_MAX);
+    if (rc != NGX_OK)
+        return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
+    ctx->lines[ctx->nitems++] = l;
+    return NGX_OK;
+}
+
+/* The lines of zone `zone` as one group; NGX_ABORT as add_item's. */
+static ngx_int_t add_group(ngx_http_request_t *r, ctx_t *ctx,
+                           ngx_http_ratel_zone_t *zone)
+{
+    ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
+    group_t *g = &ctx->groups[ctx->ngroups];
+
+    g->zone = zone;
+    g->start = ctx->nitems;
+    for (ngx_uint_t i = 0; i < ctx->conf->limits->nelts; i++) {
+        ngx_int_t rc =
+            l[i]->zone == zone ? add_item(r, ctx, l[i]) : NGX_DECLINED;
+        if (rc == NGX_ERROR || rc == NGX_ABORT)
+            return rc;
+    }
+    g->n = ctx->nitems - g->start;
+    /* One member is a group of its own (a batch's group 0). */
+    for (size_t i = g->start; i < ctx->nitems; i++)
+        ctx->items[i].group = g->n > 1 ? 1 : 0;
+    if (g->n > 0)
+        ctx->ngroups++;
+    return NGX_OK;
+}
+
+/* The request's items, zone by zone in the order the zones first appear. */
+static ngx_int_t build(ngx_http_request_t *r, ctx_t *ctx)
+{
+    ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
+    size_t n = ctx->conf->limits->nelts;
+
+    ctx->items = ngx_pcalloc(r->pool, n * sizeof(ratel_batch_item_t));
+    ctx->lines = ngx_pcalloc(r->pool, n * sizeof(ngx_http_ratel_limit_t *));
+    ctx->groups = ngx_pcalloc(r->pool, n * sizeof(group_t));
+    if (ctx->items == NULL || ctx->lines == NULL || ctx->groups == NULL)
+        return NGX_ERROR;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        ngx_int_t rc;
+        while (j < i && l[j]->zone != l[i]->zone)
+            j++;
+        if (j < i)
+            continue;
+        rc = add_group(r, ctx, l[i]->zone);
+        if (rc != NGX_OK)
+            return rc;
+    }
+    return NGX_OK;
+}
+
+static void resume(void *data);
+
+/* Hands group `g` to its zone's backend: NGX_OK decided, NGX_AGAIN later. */
+static ngx_int_t ask(ngx_http_request_t *r, ctx_t *ctx, group_t *g)
+{
+    ratel_batch_item_t *items = ctx->items + g->start;
+    ngx_int_t rc;
+
+    ctx->asked = 1;
+    if (g->zone->store.len == 0)
+        return ngx_http_ratel_shm_decide(g->zone, items, g->n, ctx->now_us,
+                                         r->connection->log);
+    rc = ngx_http_ratel_redis_decide(g->zone, r, items, g->n, resume, r);
+    if (rc == NGX_ERROR)
+        for (size_t i = 0; i < g->n; i++)
+            items[i].rc = items[i].rc ? items[i].rc : RATEL_EIO;
+    return rc == NGX_AGAIN ? NGX_AGAIN : NGX_OK;
+}
+
+static ngx_uint_t admitted(ctx_t *ctx, group_t *g)
+{
+    for (size_t i = g->start; i < g->start + g->n; i++)
+        if (ctx->items[i].rc != 0 || !ctx->items[i].decision.allowed)
+            return 0;
+    return 1;
+}
+
+/*
+ * A later zone refused: the earlier zones' groups give back what they
+ * took. The shared-memory zones refund; a Redis zone's charge stays (its
+ * interface has no refund), as a Redis store's own groups would.
+ */
+static void give_back(ctx_t *ctx)
+{
+    for (size_t i = 0; i < ctx->group; i++) {
+        group_t *g = &ctx->groups[i];
+        if (g->zone->store.len == 0)
+            ngx_http_ratel_shm_refund(g->zone, ctx->items + g->start, g->n,
+                                      ctx->now_us);
+    }
+}
+
+/* Items decided: those of the groups asked so far. */
+static size_t decided_items(ctx_t *ctx)
+{
+    size_t g = ctx->group < ctx->ngroups ? ctx->group + 1 : ctx->ngroups;
+
+    return g == 0 ? 0 : ctx->groups[g - 1].start + ctx->groups[g - 1].n;
+}
+
+/* Whether item i's policy came earlier among the first i items. */
+static ngx_uint_t policy_seen(ctx_t *ctx, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (ctx->items[j].policy == ctx->items[i].policy)
+            return 1;
+    return 0;
+}
+
+/*
+ * RateLimit-Policy (each policy of the decided lines once) and RateLimit
+ * (one item per decided line), with server/app/ratelimit.c's words.
+ */
+static ngx_int_t make_fields(ngx_http_request_t *r, ctx_t *ctx, size_t n)
+{
+    size_t plen = 0, llen = 0;
+    u_char *p, *q;
+
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &ctx->items[i];
+        const char *name = (const char *)ctx->lines[i]->policy->name.data;
+        if (it->rc != 0)
+            continue;
+        if (!policy_seen(ctx, i))
+            plen += ctx->lines[i]->policy->field.len + 2;
+        llen +=
+            ratel__header_ratelimit(name, it->policy, &it->decision, NULL, 0) +
+            2;
+    }
+    p = ngx_pnalloc(r->pool, plen + 1);
+    q = ngx_pnalloc(r->pool, llen + 1);
+    if (p == NULL || q == NULL)
+        return NGX_ERROR;
+    ctx->policy_field.data = p;
+    ctx->limit_field.data = q;
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &ctx->items[i];
+        ngx_http_ratel_policy_t *pol = ctx->lines[i]->policy;
+        if (it->rc != 0)
+            continue;
+        if (!policy_seen(ctx, i)) {
+            if (p != ctx->policy_field.data)
+                p = ngx_cpymem(p, ", ", 2);
+            p = ngx_cpymem(p, pol->field.data, pol->field.len);
+        }
+        if (q != ctx->limit_field.data)
+            q = ngx_cpymem(q, ", ", 2);
+        q += ratel__header_ratelimit((const char *)pol->name.data, it->policy,
+                                     &it->decision, (char *)q,
+                                     llen + 1 - (q - ctx->limit_field.data));
+    }
+    ctx->policy_field.len = p - ctx->policy_field.data;
+    ctx->limit_field.len = q - ctx->limit_field.data;
+    return NGX_OK;
+}
+
+/* One log line per line that refused or could not decide. */
+static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
+{
+    ratel_batch_item_t *it = &ctx->items[i];
+    ngx_http_ratel_limit_t *l = ctx->lines[i];
+    char rule[128];
+
+    if (it->rc != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratel: policy \"%V\" in zone \"%V\" could not decide: "
+                      "%s",
+                      &l->policy->name, &l->zone->name, ratel_strerror(it->rc));
+        return;
+    }
+    if (it->decision.allowed)
+        return;
+    ratel_rule_format(&it->policy->rules[it->decision.rule], rule, sizeof rule);
+    ngx_log_error(ctx->conf->log_level, r->connection->log, 0,
+                  "ratel: %s by policy \"%V\" rule \"%s\" in zone \"%V\", "
+                  "retry after %Ls",
+                  ctx->conf->dry_run ? "dry run, would refuse" : "refused",
+                  &l->policy->name, rule, &l->zone->name,
+                  ratel__retry_after_seconds(&it->decision));
+}
+
+/*
+ * One count per decided line: the request's outcome when it passed or
+ * failed; when refused, the lines whose own policy refused count it
+ * (denied, or shadow_denied in a dry run) and the others nothing.
+ */
+static void count(ctx_t *ctx, size_t i)
+{
+    ratel_batch_item_t *it = &ctx->items[i];
+    ngx_uint_t o = ctx->outcome;
+
+    if (o == NGX_HTTP_RATEL_REJECTED || o == NGX_HTTP_RATEL_REJECTED_DRY_RUN) {
+        if (it->rc != 0 || it->decision.allowed)
+            return;
+    }
+    ngx_http_ratel_shm_count(ctx->lines[i]->zone, ctx->lines[i]->count, o);
+}
+
+/* The request is decided: outcome, variables, fields, counts and log. */
+static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
+{
+    size_t n = decided_items(ctx);
+    ngx_uint_t error = 0;
+
+    ctx->done = 1;
+    ctx->remaining = -1;
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &ctx->items[i];
+        long long s;
+        error |= it->rc != 0;
+        if (it->rc != 0)
+            continue;
+        if (ctx->remaining < 0 || it->decision.remaining < ctx->remaining)
+            ctx->remaining = it->decision.remaining;
+        s = ratel__retry_after_seconds(&it->decision);
+        if (!it->decision.allowed && s > ctx->retry_s)
+            ctx->retry_s = s;
+    }
+    ctx->refused = ctx->retry_s > 0;
+    if (error)
+        ctx->outcome = NGX_HTTP_RATEL_ERROR;
+    else if (ctx->refused)
+        ctx->outcome = ctx->conf->dry_run ? NGX_HTTP_RATEL_REJECTED_DRY_RUN
+                                          : NGX_HTTP_RATEL_REJECTED;
+    if (ctx->remaining < 0)
+        ctx->remaining = 0;
+    for (size_t i = 0; i < n; i++) {
+        count(ctx, i);
+        log_item(r, ctx, i);
+    }
+    if (make_fields(r, ctx, n) != NGX_OK)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (ctx->conf->dry_run)
+        return NGX_DECLINED;
+    if (error)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ctx->refused ? (ngx_int_t)ctx->conf->status : NGX_DECLINED;
+}
+
+/* Decides the groups not decided yet, one zone after the other. */
+static ngx_int_t run(ngx_http_request_t *r, ctx_t *ctx)
+{
+    while (ctx->group < ctx->ngroups) {
+        group_t *g = &ctx->groups[ctx->group];
+        if (!ctx->asked && ask(r, ctx, g) == NGX_AGAIN) {
+            /* The request waits for the backend's answer: resume(). */
+            ctx->waiting = 1;
+            r->main->count++;
+            return NGX_AGAIN;
+        }
+        ctx->asked = 0;
+        if (!admitted(ctx, g)) {
+            give_back(ctx);
+            break;
+        }
+        ctx->group++;
+    }
+    return finish(r, ctx);
+}
+
+/* A backend answered later: the request's phases go on from here. */
+static void resume(void *data)
+{
+    ngx_http_request_t *r = data;
+    ngx_connection_t *c = r->connection;
+    ctx_t *ctx = ctx_of(r);
+
+    ctx->waiting = 0;
+    r->main->count--;
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
+{
+    ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
+    ngx_time_t *tp = ngx_timeofday();
+    ctx_t *ctx = ngx_pcalloc(r->pool, sizeof *ctx);
+
+    if (ctx == NULL || cln == NULL)
+        return NULL;
+    cln->handler = ctx_cleanup;
+    cln->data = ctx;
+    ngx_http_set_ctx(r, ctx, ngx_http_ratel_module);
+    ctx->conf = conf;
+    ctx->outcome = NGX_HTTP_RATEL_PASSED;
+    /* The clock is read once per request (nginx's cached time). */
+    ctx->now_us = (int64_t)tp->sec * 1000000 + (int64_t)tp->msec * 1000;
+    return ctx;
+}
+
+static ngx_int_t access_handler(ngx_http_request_t *r)
+{
+    ngx_http_ratel_loc_conf_t *conf =
+        ngx_http_get_module_loc_conf(r, ngx_http_ratel_module);
+    ctx_t *ctx = ctx_of(r->main);
+    ngx_int_t rc;
+
+    if (ctx && ctx->waiting)
+        return NGX_AGAIN;
+    if (ctx && ctx->done)
+        return NGX_DECLINED;
+    if (ctx)
+        return run(r, ctx);
+    if (r != r->main || conf->limits == NULL || conf->limits->nelts == 0)
+        return NGX_DECLINED;
+    ctx = new_ctx(r, conf);
+    if (ctx == NULL)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    rc = build(r, ctx);
+    if (rc == NGX_ERROR)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (rc == NGX_ABORT) {
+        ctx->done = 1;
+        ctx->outcome = NGX_HTTP_RATEL_ERROR;
+        return conf->dry_run ? NGX_DECLINED : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return run(r, ctx);
+}
+
+/* ------------------------------------------------- fields and variables */
+
+static ngx_int_t add_header(ngx_http_request_t *r, const char *key,
+                            ngx_str_t *value)
+{
+    ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+
+    if (h == NULL)
+        return NGX_ERROR;
+    h->hash = 1;
+    h->key.data = (u_char *)key;
+    h->key.len = ngx_strlen(key);
+    h->value = *value;
+    return NGX_OK;
+}
+
+/* RateLimit-Policy and RateLimit on every answer; Retry-After on a
+   refusal. */
+static ngx_int_t header_filter(ngx_http_request_t *r)
+{
+    ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
+    ngx_str_t retry;
+
+    if (ctx == NULL || !ctx->done || !ctx->conf->headers ||
+        ctx->limit_field.len == 0)
+        return next_header_filter(r);
+    if (add_header(r, "RateLimit-Policy", &ctx->policy_field) != NGX_OK ||
+        add_header(r, "RateLimit", &ctx->limit_field) != NGX_OK)
+        return NGX_ERROR;
+    if (ctx->refused && !ctx->conf->dry_run) {
+        retry.data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+        if (retry.data == NULL)
+            return NGX_ERROR;
+        retry.len = ngx_sprintf(retry.data, "%L", ctx->retry_s) - retry.data;
+        if (add_header(r, "Retry-After", &retry) != NGX_OK)
+            return NGX_ERROR;
+    }
+    return next_header_filter(r);
+}
+
+static ngx_int_t set_number(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+                            int64_t n)
+{
+    v->data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (v->data == NULL)
+        return NGX_ERROR;
+    v->len = ngx_sprintf(v->data, "%L", n) - v->data;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    return NGX_OK;
+}
+
+/* $ratel_status, $ratel_remaining, $ratel_retry_after (by `data`). */
+static ngx_int_t variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+                          uintptr_t data)
+{
+    ctx_t *ctx = ctx_of(r->main);
+    const char *s;
+
+    if (ctx == NULL || !ctx->done) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+    if (data == 1)
+        return set_number(r, v, ctx->remaining);
+    if (data == 2)
+        return set_number(r, v, ctx->refused ? ctx->retry_s : 0);
+    s = ngx_http_ratel_status_names[ctx->outcome];
+    v->data = (u_char *)s;
+    v->len = ngx_strlen(s);
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    return NGX_OK;
+}
+
+static ngx_http_variable_t variables[] = {
+    {ngx_string("ratel_status"), NULL, variable, 0, NGX_HTTP_VAR_NOCACHEABLE,
+     0},
+    {ngx_string("ratel_remaining"), NULL, variable, 1, NGX_HTTP_VAR_NOCACHEABLE,
+     0},
+    {ngx_string("ratel_retry_after"), NULL, variable, 2,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_null_string, NULL, NULL, 0, 0, 0}};
+
+static ngx_int_t preconfiguration(ngx_conf_t *cf)
+{
+    for (ngx_http_variable_t *v = variables; v->name.len; v++) {
+        ngx_http_variable_t *var =
+            ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL)
+            return NGX_ERROR;
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+    return NGX_OK;
+}
+
+static ngx_int_t postconfiguration(ngx_conf_t *cf)
+{
+    ngx_http_core_main_conf_t *cmcf =
+        ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    ngx_http_ratel_main_conf_t *m =
+        ngx_http_conf_get_module_main_conf(cf, ngx_http_ratel_module);
+    ngx_http_handler_pt *h;
+
+    if (resolve_all(cf, m) != NGX_OK)
+        return NGX_ERROR;
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL)
+        return NGX_ERROR;
+    *h = access_handler;
+    next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = header_filter;
+    return NGX_OK;
+}
+
+/* ------------------------------------------------------------- workers */
+
+static ngx_http_ratel_main_conf_t *main_conf(ngx_cycle_t *cycle)
+{
+    if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module) ==
+        NULL)
+        return NULL;
+    return ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratel_module);
+}
+
+static ngx_int_t init_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_ratel_main_conf_t *m = main_conf(cycle);
+    ngx_http_ratel_zone_t **z;
+
+    if (m == NULL)
+        return NGX_OK;
+    z = m->zones.elts;
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++)
+        if (z[i]->store.len > 0 &&
+            ngx_http_ratel_redis_init_worker(cycle, z[i]) != NGX_OK)
+            return NGX_ERROR;
+    return NGX_OK;
+}
+
+static void exit_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_ratel_main_conf_t *m = main_conf(cycle);
+    ngx_http_ratel_zone_t **z;
+
+    if (m == NULL)
+        return;
+    z = m->zones.elts;
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++)
+        if (z[i]->store.len > 0)
+            ngx_http_ratel_redis_exit_worker(z[i]);
+}
