@@ -124,3 +124,12 @@ if [ "${ENVOY:-1}" != 0 ] && [ -x "$build/rateld" ] && command -v h2load >/dev/n
     echo
     BUILD="$build" "$here/envoy.sh"
 fi
+
+# The nginx module (ngx_http_ratel_module): its shared-memory zone against
+# limit_req, allowed and denied, two sliding rules, and its Redis mode
+# against nginx -> auth_request -> rateld on the same Redis, one nginx
+# worker, in one run (bench/nginx.sh). NGINX=0 skips it.
+if [ "${NGINX:-1}" != 0 ] && [ -e "$build/nginx/ngx_http_ratel_module.so" ]; then
+    echo
+    BUILD="$build" "$here/nginx.sh"
+fi

@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# bench/nginx.sh - ngx_http_ratel_module against nginx's own limit_req and
+# against nginx -> auth_request -> rateld, in ONE run: one nginx with one
+# worker serving every case (each on its own location, so they differ only
+# in their directives), empty_gif as the content, wrk -t1 -c50, ROUNDS
+# rounds interleaving the cases so that a noisy minute on this shared
+# machine hits them all; medians and ratios within the run.
+#
+#   (a) allowed: ratel's shared-memory zone, one rule never reached,
+#       against limit_req at a rate never reached, both keyed by
+#       $binary_remote_addr (limit_req's own idiom);
+#   (b) denied: the same, with a limit already exhausted (a telephone's
+#       1/1m against limit_req's 1r/m on $arg_telephone), both answering
+#       429 (limit_req_status 429);
+#   (c) two sliding rules (1000000000/1m and 1000000000/1h) on the zone
+#       against limit_req allowed;
+#   (d) Redis mode (store=redis://, ratel.so loaded into redis-server),
+#       allowed and denied, against nginx -> auth_request -> rateld
+#       (docs/gateways.md's nginx snippet) with rateld on the same Redis,
+#       and against limit_req. Runs when the module has Redis mode (an
+#       `nginx -t` with store=redis:// passes).
+#
+# Targets (docs/BENCHMARKS.md): zone >= 1.0x limit_req allowed and denied,
+# two sliding rules >= 0.9x, Redis mode >= 2x auth_request -> rateld.
+#
+#   BUILD=build bench/nginx.sh     NGINX_ROUNDS=5 NGINX_SECONDS=5
+#
+# Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines (medians), each
+# round's figures as comments, then a summary. Never fails on a figure;
+# exit 1 only when it cannot measure.
+. "$(dirname "$0")/http_lib.sh"
+rounds=${NGINX_ROUNDS:-5}
+secs=${NGINX_SECONDS:-5}
+module=$build/nginx/ngx_http_ratel_module.so
+
+die() { echo "bench/nginx.sh: $*" >&2; exit 1; }
+for tool in nginx wrk curl python3; do
+    command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh)"
+done
+[ -e "$module" ] || die "$module is missing (make builds it)"
+
+median() {
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) print 0
+        else if (NR % 2) print v[(NR + 1) / 2]
+        else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# Redis and rateld for (d), when redis-server, the Redis module and rateld
+# are there.
+redis=0
+if command -v redis-server >/dev/null && [ -e "$build/ratel.so" ] && [ -x "$build/rateld" ]; then
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+        --loadmodule "$build/ratel.so" --daemonize no >"$tmp/redis.log" 2>&1 </dev/null &
+    pids+=($!)
+    for _ in $(seq 100); do
+        redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG && break
+        sleep 0.1
+    done
+    redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG || die "redis-server did not start: $(tail -3 "$tmp/redis.log")"
+    store_url="redis://127.0.0.1:$rport?mode=module"
+    # rateld on that Redis, one worker thread, the auth endpoint answering
+    # 403 as docs/gateways.md's snippet expects.
+    dport=$(free_port)
+    cat >"$tmp/rateld.yaml" <<EOF
+listen: 127.0.0.1:$dport
+threads: 1
+trusted_proxies: [127.0.0.1]
+auth: {deny_status: 403}
+store:
+  type: redis
+  url: $store_url
+  on_failure: closed
+policies:
+  allow:
+    rules: [1000000000/1m]
+    key: ip
+  deny:
+    rules: [1/1h]
+    key: global
+routes:
+  - path: /api/ping
+    policies: [allow]
+  - path: /deny
+    policies: [deny]
+EOF
+    "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$dport/healthz" || die "rateld did not start: $(tail -3 "$tmp/rateld.log")"
+    redis=1
+fi
+
+# The module's Redis mode: does this build have it? (Without it, nginx -t
+# refuses store=URL.)
+if [ "$redis" = 1 ]; then
+    mkdir -p "$tmp/probe/logs"
+    printf 'load_module %s;\npid %s/probe/nginx.pid;\nevents {}\nhttp { ratel_zone zone=r:1m store=%s; }\n' \
+        "$module" "$tmp" "$store_url" >"$tmp/probe/nginx.conf"
+    if ! out=$(nginx -t -p "$tmp/probe" -e "$tmp/probe/logs/error.log" -c "$tmp/probe/nginx.conf" 2>&1); then
+        echo "# (d) skipped: this module has no Redis mode ($(grep -m1 emerg <<<"$out"))"
+        redis=0
+    fi
+fi
+
+# docs/gateways.md's nginx snippet in front of rateld, with empty_gif as
+# the content (as bench/gateway.sh does).
+gateway_server() { # PORT RATELD_PORT
+    awk '$0 == "<!-- snippet: nginx -->" { f = 1; next }
+         f == 1 && /^```/ { f = 2; next } f == 2 && /^```/ { exit } f == 2' "$top/docs/gateways.md" |
+        sed -e "s/127.0.0.1:8080/127.0.0.1:$2/; s/listen 8000;/listen 127.0.0.1:$1;/" \
+            -e '/root \/srv\/www;/d' \
+            -e 's/^\(        error_page 500 = @ratel_down;\)$/\1\n        empty_gif;/'
+}
+
+port=$(free_port)
+gport=$(free_port)
+d=$tmp/nginx
+mkdir -p "$d/logs"
+{
+    cat <<EOF
+load_module $module;
+worker_processes 1;
+daemon off;
+pid $d/nginx.pid;
+error_log $d/logs/error.log error;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $d/body;
+    proxy_temp_path $d/proxy;
+
+    limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
+    limit_req_zone \$arg_telephone zone=perphone:10m rate=1r/m;
+    limit_req_status 429;
+
+    ratel_zone zone=shm:10m;
+    ratel_policy allow 1000000000/1m;
+    ratel_policy two 1000000000/1m 1000000000/1h;
+    ratel_policy sms 1/1m;
+EOF
+    [ "$redis" = 1 ] && echo "    ratel_zone zone=red:10m store=$store_url;"
+    cat <<EOF
+    server {
+        listen 127.0.0.1:$port;
+        # empty_gif (a content handler), not return: return answers in
+        # the rewrite phase, before either limiter sees the request.
+        location = /limit_req/allowed { limit_req zone=perip burst=1000000 nodelay; empty_gif; }
+        location = /limit_req/denied { limit_req zone=perphone; empty_gif; }
+        location = /zone/allowed { ratel zone=shm policy=allow key=\$binary_remote_addr; empty_gif; }
+        location = /zone/denied { ratel zone=shm policy=sms key=\$arg_telephone; empty_gif; }
+        location = /zone/two { ratel zone=shm policy=two key=\$binary_remote_addr; empty_gif; }
+EOF
+    if [ "$redis" = 1 ]; then
+        cat <<EOF
+        location = /redis/allowed { ratel zone=red policy=allow key=\$binary_remote_addr; empty_gif; }
+        location = /redis/denied { ratel zone=red policy=sms key=\$arg_telephone; empty_gif; }
+EOF
+    fi
+    echo "    }"
+    [ "$redis" = 1 ] && gateway_server "$gport" "$dport"
+    echo "}"
+} >"$d/nginx.conf"
+nginx -p "$d" -c "$d/nginx.conf" >"$d/logs/stderr" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$port/limit_req/allowed" || die "nginx did not start: $(tail -5 "$d/logs/stderr" "$d/logs/error.log")"
+
+# Each case's URL. The denied ones are exhausted first; every case is
+# checked to answer as it should before anything is measured.
+declare -A url want
+case_add() { url[$1]=$2; want[$1]=$3; }
+base=http://127.0.0.1:$port
+case_add limit_req_allowed "$base/limit_req/allowed" 200
+case_add limit_req_denied "$base/limit_req/denied?telephone=13800138000" 429
+case_add zone_allowed "$base/zone/allowed" 200
+case_add zone_denied "$base/zone/denied?telephone=13800138000" 429
+case_add zone_two_rules "$base/zone/two" 200
+if [ "$redis" = 1 ]; then
+    case_add redis_allowed "$base/redis/allowed" 200
+    case_add redis_denied "$base/redis/denied?telephone=13800138000" 429
+    case_add auth_request_rateld_allowed "http://127.0.0.1:$gport/api/ping" 200
+    case_add auth_request_rateld_denied "http://127.0.0.1:$gport/deny" 429
+fi
+cases=$(printf '%s\n' "${!url[@]}" | sort)
+for c in $cases; do
+    [ "${want[$c]}" = 429 ] && curl -s -o /dev/null "${url[$c]}"
+    got=$(curl -s -o /dev/null -w '%{http_code}' "${url[$c]}")
+    [ "$got" = "${want[$c]}" ] || die "$c: ${url[$c]} answers $got, not ${want[$c]}"
+done
+
+machine_header
+echo "# $(nginx -v 2>&1); one worker; wrk -t1 -c50 -d${secs}s; $rounds interleaved rounds"
+[ "$redis" = 1 ] && echo "# $(redis-server --version | cut -d' ' -f1-3); rateld threads: 1, store $store_url"
+
+results=$tmp/results
+: >"$results"
+for r in $(seq "$rounds"); do
+    echo "# round $r/$rounds: $(date +%T), load $(cut -d' ' -f1 /proc/loadavg)"
+    for c in $cases; do
+        out=$(wrk -t1 -c50 -d"${secs}s" "${url[$c]}" 2>&1)
+        # A case answering other than it should (a non-2xx among the
+        # allowed, a 2xx among the denied) is not measured as that case.
+        total=$(awk '/requests in/ { print $1 }' <<<"$out")
+        non2xx=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
+        if [ "${want[$c]}" = 200 ] && [ -n "$non2xx" ]; then die "$c: $non2xx of $total answers were not 2xx"; fi
+        # limit_req's slowest rate is 1r/m: each minute lets one more
+        # request through (so would a 1/1m rule); a few are expected.
+        if [ "${want[$c]}" = 429 ] && [ $((total - ${non2xx:-0})) -gt 2 ]; then die "$c: $((total - ${non2xx:-0})) of $total answers were 2xx"; fi
+        echo "$c $(awk '/Requests\/sec/ { print $2 }' <<<"$out")" >>"$results"
+    done
+done
+
+declare -A med
+for c in $cases; do
+    all=$(awk -v k="$c" '$1 == k { printf "%s ", $2 }' "$results")
+    med[$c]=$(awk -v k="$c" '$1 == k { print $2 }' "$results" | median)
+    who=ratel
+    [[ $c == limit_req* || $c == auth_request* ]] && who=peer
+    printf '%s\tnginx_%s_rps\t%s\treq/s\t(rounds: %s)\n' "$who" "$c" "${med[$c]}" "$all"
+done
+
+# ratio A B: median of A / median of B. paired A B: the median of the
+# per-round ratios (each round's two figures were taken seconds apart).
+ratio() { awk -v a="${med[$1]:-0}" -v b="${med[$2]:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+paired() {
+    paste <(awk -v k="$1" '$1 == k { print $2 }' "$results") <(awk -v k="$2" '$1 == k { print $2 }' "$results") |
+        awk '$2 > 0 { print $1 / $2 }' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+row() { # LABEL A B TARGET
+    printf '| %s | %s | %s | %s; %s | %s |\n' "$1" "${med[$2]:-n/a}" "${med[$3]:-n/a}" \
+        "$(ratio "$2" "$3")" "$(paired "$2" "$3")" "$4"
+}
+echo
+echo "| case | ratel (req/s) | against (req/s) | ratio (medians; per round) | target |"
+echo "|---|---|---|---|---|"
+row "zone, one rule, allowed / limit_req allowed" zone_allowed limit_req_allowed ">= 1.0"
+row "zone, one rule, denied / limit_req denied" zone_denied limit_req_denied ">= 1.0"
+row "zone, two sliding rules / limit_req allowed" zone_two_rules limit_req_allowed ">= 0.9"
+if [ "$redis" = 1 ]; then
+    row "Redis mode allowed / auth_request -> rateld (Redis) allowed" redis_allowed auth_request_rateld_allowed ">= 2.0"
+    row "Redis mode denied / auth_request -> rateld (Redis) denied" redis_denied auth_request_rateld_denied ">= 2.0"
+    row "Redis mode allowed / limit_req allowed" redis_allowed limit_req_allowed "(reported)"
+    row "Redis mode denied / limit_req denied" redis_denied limit_req_denied "(reported)"
+fi
