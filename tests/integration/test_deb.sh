@@ -6,16 +6,21 @@
 #  2. Every package of debian/control was built, at debian/changelog's
 #     version; libratel0's symbols file matches what the library exports.
 #  3. Each package holds what it must (programs, units, man pages, the
-#     library and its soname link, header, pkg-config file, module, Lua)
-#     and nothing it must not (a static library or header in the runtime
-#     package, the build directory's path in any file).
-#  4. Control fields: Depends from the shared-library dependencies,
-#     Multi-Arch, conffiles, the systemd maintainer scripts.
+#     library and its soname link, header, pkg-config file, modules, the
+#     nginx module's modules-available snippet, Lua) and nothing it must
+#     not (a static library or header in the runtime package, the build
+#     directory's path in any file).
+#  4. Control fields: Depends from the shared-library dependencies and,
+#     for the nginx module, the nginx ABI it was built for (dh_nginx's,
+#     from nginx-dev); Multi-Arch, conffiles, the systemd and nginx
+#     maintainer scripts.
 #  5. The packages' files, unpacked with dpkg-deb -x into a directory: the
 #     shipped rateld and captchad accept the shipped /etc/ratel files and
-#     rateld serves /healthz; redis-server loads the shipped module; a C
-#     program builds with pkg-config against the shipped library and
-#     header alone (PKG_CONFIG_SYSROOT_DIR) and makes a decision.
+#     rateld serves /healthz; redis-server loads the shipped module;
+#     Debian's nginx loads the shipped nginx module through the shipped
+#     snippet and limits with it; a C program builds with pkg-config
+#     against the shipped library and header alone
+#     (PKG_CONFIG_SYSROOT_DIR) and makes a decision.
 #
 # A full build is an LTO build of everything (about a minute on two
 # cores); deb.sh skips it when build/deb/ holds packages of identical
@@ -50,7 +55,7 @@ deb() { # PACKAGE: the path of its .deb
     [ "$1" = ratel-lua ] && a=all
     echo "$out/${1}_${version}_$a.deb"
 }
-packages=(ratel ratel-captchad libratel0 libratel-dev redis-ratel ratel-lua)
+packages=(ratel ratel-captchad libratel0 libratel-dev redis-ratel ratel-lua libnginx-mod-http-ratel)
 same "debian/control's packages" \
     "$(sed -n 's/^Package: //p' "$root/debian/control" | sort | tr '\n' ' ')" \
     "$(printf '%s\n' "${packages[@]}" | sort | tr '\n' ' ')"
@@ -92,9 +97,12 @@ has libratel-dev /usr/include/ratel.h "/usr/lib/$ma/libratel.so" \
     "/usr/lib/$ma/libratel.a" "/usr/lib/$ma/pkgconfig/ratel.pc"
 has redis-ratel /usr/lib/redis/modules/ratel.so
 has ratel-lua /usr/share/ratel/lua/ratel.lib.lua /usr/share/ratel/lua/ratel.eval.lua
+has libnginx-mod-http-ratel /usr/lib/nginx/modules/ngx_http_ratel_module.so \
+    /usr/share/nginx/modules-available/mod-http-ratel.conf
 lacks libratel0 '\.a$|\.h$|/libratel\.so$|\.pc$' "development file"
 lacks ratel '/lib.*\.(so|a)(\.|$)|/include/' "library or header"
 lacks redis-ratel "/usr/lib/$ma/" "file in the multiarch library directory"
+lacks libnginx-mod-http-ratel "/usr/lib/$ma/|/etc/" "file in the multiarch library directory or /etc"
 for p in "${packages[@]}"; do
     lacks "$p" '/build/|/usr/local/|/tmp/' "build or local path"
     has "$p" "/usr/share/doc/$p/copyright"
@@ -111,6 +119,13 @@ contains "libratel0 Depends libhiredis" "$(field libratel0 Depends)" "libhiredis
 contains "libratel-dev Depends on this libratel0" "$(field libratel-dev Depends)" \
     "libratel0 (= $version)"
 contains "redis-ratel Depends redis-server" "$(field redis-ratel Depends)" "redis-server (>= 5:7.0)"
+# The nginx module depends on the ABI of the nginx it was built against,
+# which nginx-dev names and Debian's nginx provides.
+abi=$(sed -n 's/^nginx:abi=//p' /usr/share/nginx/src/debian/libnginx-mod.abisubstvars)
+contains "libnginx-mod-http-ratel Depends the nginx ABI ($abi)" \
+    "$(field libnginx-mod-http-ratel Depends)" "$abi"
+contains "the installed nginx provides $abi" "$(dpkg-query -W -f '${Provides}' nginx-common nginx-core nginx 2>/dev/null)" "$abi"
+same "libnginx-mod-http-ratel Section" "$(field libnginx-mod-http-ratel Section)" httpd
 same "libratel0 Multi-Arch" "$(field libratel0 Multi-Arch)" same
 same "libratel-dev Multi-Arch" "$(field libratel-dev Multi-Arch)" same
 same "ratel-lua Architecture" "$(field ratel-lua Architecture)" all
@@ -129,6 +144,15 @@ control libratel0
 contains "libratel0 symbols file" "$(cat "$ctl/symbols")" \
     "libratel.so.0 libratel0 #MINVER#"
 contains "libratel0 runs ldconfig" "$(cat "$ctl/triggers")" "activate-noawait ldconfig"
+# dh_nginx's scripts: the snippet linked into modules-enabled on install
+# (priority 50, as Debian's http modules), nginx reloaded by its trigger.
+control libnginx-mod-http-ratel
+contains "libnginx-mod-http-ratel postinst enables the snippet" "$(cat "$ctl/postinst")" \
+    "mod-http-ratel.conf:50-mod-http-ratel.conf"
+contains "libnginx-mod-http-ratel postinst reloads nginx" "$(cat "$ctl/postinst")" \
+    "dpkg-trigger --no-await nginx-reload"
+contains "libnginx-mod-http-ratel prerm removes the link" "$(cat "$ctl/prerm")" \
+    "mod-http-ratel.conf:50-mod-http-ratel.conf"
 
 # --------------------------------------------------- 5. the shipped files
 sysroot=$tmp/root
@@ -182,6 +206,47 @@ else
 fi
 same "the module exports RedisModule_OnLoad only" \
     "$(nm -D --defined-only "$module" | awk '{ print $3 }')" RedisModule_OnLoad
+
+# Debian's nginx loads the shipped module through the shipped snippet, as
+# the link the postinst makes in /etc/nginx/modules-enabled would: the
+# snippet names modules/ under nginx's prefix, a link to
+# /usr/lib/nginx/modules (nginx-common's), here to the unpacked one.
+snippet=$sysroot/usr/share/nginx/modules-available/mod-http-ratel.conf
+same "the shipped snippet" "$(cat "$snippet")" "load_module modules/ngx_http_ratel_module.so;"
+ngx=$tmp/nginx
+mkdir -p "$ngx/logs"
+ln -s "$sysroot/usr/lib/nginx/modules" "$ngx/modules"
+nport=$(free_port)
+cat >"$ngx/nginx.conf" <<EOF
+include $snippet;
+worker_processes 1;
+daemon off;
+pid $ngx/nginx.pid;
+events {}
+http {
+    access_log off;
+    ratel_zone zone=deb:1m;
+    ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
+    server {
+        listen 127.0.0.1:$nport;
+        location / { ratel zone=deb policy=sms key=\$arg_phone; empty_gif; }
+    }
+}
+EOF
+ngx_t=$(nginx -t -p "$ngx" -e "$ngx/logs/error.log" -c "$ngx/nginx.conf" 2>&1)
+same "nginx -t loads the shipped nginx module" "$?" 0
+contains "nginx -t is successful" "$ngx_t" "test is successful"
+nginx -p "$ngx" -e "$ngx/logs/error.log" -c "$ngx/nginx.conf" >"$ngx/logs/stderr" 2>&1 &
+echo $! >"$tmp/pids/nginx"
+ngx_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$nport/send?phone=$1"; }
+if wait_for 5 curl -s -o /dev/null "http://127.0.0.1:$nport/"; then
+    same "the shipped nginx module allows a first SMS, refuses a second" \
+        "$(ngx_code 13800138000) $(ngx_code 13800138000) $(ngx_code 13900139000)" "200 429 200"
+else
+    fail "nginx with the shipped module" "did not start: $(tail -3 "$ngx/logs/error.log")"
+fi
+contains "the nginx module exports its module table" \
+    "$(nm -D --defined-only "$sysroot/usr/lib/nginx/modules/ngx_http_ratel_module.so")" " ngx_http_ratel_module"
 
 # A C program with pkg-config and the shipped header and library only.
 # ratel.pc from the unpacked files (the system's own .pc files after it,
