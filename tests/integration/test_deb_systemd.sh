@@ -6,15 +6,18 @@
 # installed with dpkg in a container: this machine's own OS, seen through
 # an overlay whose writes go to a tmpfs (the host is never changed),
 # booted by systemd-nspawn with a network of its own (loopback only) into
-# a small target that runs one probe. The probe installs all six
+# a small target that runs one probe. The probe installs all seven
 # packages, then sees what an operator sees: rateld.service and
 # captchad.service started by the packages' maintainer scripts, each as a
 # dynamic user without capabilities under a system-call filter;
 # /healthz and a decision on the shipped configuration's port;
 # `systemctl reload` taken, and refused on a broken file while the same
 # process keeps serving; captchad's database in /var/lib/captchad; the
-# man pages found by man(1); and a purge that stops the services and
-# removes their units and configurations. About 10 seconds.
+# man pages found by man(1); the nginx module enabled by its package in
+# /etc/nginx/modules-enabled, so that the system's nginx, started on its
+# own configuration plus a ratel server, limits with it; and a purge that
+# stops the services and removes their units, configurations and the
+# module's link. About 10 seconds.
 #
 # It needs root (mount, systemd-nspawn from systemd-container) and a
 # machine, not a chroot: the kernel refuses the user namespace of the
@@ -90,9 +93,9 @@ say booted 1
 rm -f /usr/sbin/policy-rc.d
 dpkg -i /debs/libratel0_*.deb /debs/libratel-dev_*.deb /debs/ratel_*.deb \
     /debs/ratel-captchad_*.deb /debs/redis-ratel_*.deb /debs/ratel-lua_*.deb \
-    >/out/dpkg.log 2>&1
+    /debs/libnginx-mod-http-ratel_*.deb >/out/dpkg.log 2>&1
 say dpkg_rc $?
-say installed "$(dpkg-query -W -f '${Package}=${db:Status-Status}\n' libratel0 libratel-dev ratel ratel-captchad redis-ratel ratel-lua | LC_ALL=C sort | tr '\n' ' ')"
+say installed "$(dpkg-query -W -f '${Package}=${db:Status-Status}\n' libratel0 libratel-dev ratel ratel-captchad redis-ratel ratel-lua libnginx-mod-http-ratel | LC_ALL=C sort | tr '\n' ' ')"
 wait_for curl -sf -o /dev/null http://127.0.0.1:8080/healthz
 wait_for curl -sf -o /dev/null http://127.0.0.1:8090/healthz
 for u in rateld captchad; do
@@ -133,6 +136,30 @@ say man_rateld "$(man -w rateld 2>&1)"
 say man_config "$(man -w 5 rateld.yaml 2>&1)"
 say lua "$(ls /usr/share/ratel/lua | tr '\n' ' ')"
 
+# The nginx module: its package linked the snippet into modules-enabled;
+# the system's nginx, on its own nginx.conf (which includes
+# modules-enabled and conf.d) plus a server using the module, limits.
+say nginx_link "$(readlink /etc/nginx/modules-enabled/50-mod-http-ratel.conf)"
+cat >/etc/nginx/conf.d/ratel-probe.conf <<'NGINX'
+ratel_zone zone=probe:1m;
+ratel_policy sms 1/60s;
+server {
+    listen 127.0.0.1:8095;
+    location / { ratel zone=probe policy=sms key=$arg_phone; empty_gif; }
+}
+NGINX
+nginx -t >/out/nginx-t.log 2>&1
+say nginx_t $?
+systemctl start nginx
+say nginx_active "$(systemctl is-active nginx)"
+wait_for curl -s -o /dev/null http://127.0.0.1:8095/
+say nginx_limits "$(code 'http://127.0.0.1:8095/s?phone=1') $(code 'http://127.0.0.1:8095/s?phone=1') $(code 'http://127.0.0.1:8095/s?phone=2')"
+systemctl stop nginx
+rm /etc/nginx/conf.d/ratel-probe.conf
+dpkg --purge libnginx-mod-http-ratel >/out/purge-nginx.log 2>&1
+say nginx_purge_rc $?
+say nginx_purged "$(ls /etc/nginx/modules-enabled/50-mod-http-ratel.conf /usr/lib/nginx/modules/ngx_http_ratel_module.so 2>&1 | grep -c 'No such file')"
+
 dpkg --purge ratel ratel-captchad >/out/purge.log 2>&1
 say purge_rc $?
 say purged_rateld "$(systemctl is-active rateld) $(ls /lib/systemd/system/rateld.service /etc/ratel/rateld.yaml 2>&1 | grep -c 'No such file')"
@@ -155,9 +182,9 @@ if [ "$(r booted)" != 1 ]; then
     finish
     exit 1
 fi
-same dpkg_installs_all_six "$(r dpkg_rc)" 0
+same dpkg_installs_all_seven "$(r dpkg_rc)" 0
 same all_installed "$(r installed)" \
-    "libratel-dev=installed libratel0=installed ratel-captchad=installed ratel-lua=installed ratel=installed redis-ratel=installed "
+    "libnginx-mod-http-ratel=installed libratel-dev=installed libratel0=installed ratel-captchad=installed ratel-lua=installed ratel=installed redis-ratel=installed "
 [ "$(r dpkg_rc)" = 0 ] || echo "dpkg: $(tail -15 "$boot/out/dpkg.log")"
 for u in rateld captchad; do
     same "${u}_started_by_the_package" "$(r ${u}_active)" active
@@ -194,6 +221,13 @@ same captchad_db_private "$(r captchad_db)" 600
 same man_rateld_found "$(r man_rateld)" /usr/share/man/man8/rateld.8.gz
 same man_rateld_yaml_found "$(r man_config)" /usr/share/man/man5/rateld.yaml.5.gz
 same lua_installed "$(r lua)" "ratel.eval.lua ratel.lib.lua "
+same nginx_module_enabled_by_the_package "$(r nginx_link)" \
+    /usr/share/nginx/modules-available/mod-http-ratel.conf
+same nginx_t_with_the_module "$(r nginx_t)" 0
+[ "$(r nginx_t)" = 0 ] || echo "nginx -t: $(tail -5 "$boot/out/nginx-t.log")"
+same nginx_started "$(r nginx_active)" active
+same nginx_limits_with_the_module "$(r nginx_limits)" "200 429 200"
+same nginx_module_purged "$(r nginx_purge_rc) $(r nginx_purged)" "0 2"
 same purge_rc "$(r purge_rc)" 0
 same purge_stops_and_removes "$(r purged_rateld)" "inactive 2"
 same purge_frees_the_port "$(r purged_port)" 000
