@@ -397,7 +397,7 @@ valgrind_run() {
     }
 CONF
     sed -i '1a master_process off;' "$dir/nginx.conf"
-    valgrind -q --leak-check=full --errors-for-leak-kinds=definite --log-file="$vglog" \
+    valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes --log-file="$vglog" \
         nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
     echo $! >"$tmp/pids/nginx-vg"
     wait_for 60 curl -s -o /dev/null "http://127.0.0.1:$port/ready" || fail valgrind_start "$(cat "$dir/out.log")"
@@ -418,7 +418,11 @@ CONF
     fi
 }
 
-if [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
+if [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ] && [ -n "$preload" ]; then
+    echo "# skipped: this module is built with the sanitizers (valgrind and ASan do not mix)"
+    finish
+    exit
+elif [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
     valgrind_run
     finish
     exit
@@ -435,6 +439,6 @@ check_variables
 check_metrics
 check_refusals
 check_reload
-[ -n "${SKIP_FLOOD:-}" ] || check_flood
-stop_nginx "$tmp/main"; [ -n "${KEEP_LOG:-}" ] && cp -r "$tmp/main/logs" /tmp/zone-logs
+check_flood
+stop_nginx "$tmp/main"
 finish
