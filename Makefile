@@ -372,6 +372,7 @@ NGX_LIBS   ?= -lm
 .PHONY: nginx-module FORCE
 nginx-module: $(NGX_MODULE)
 all: $(NGX_MODULE)
+valgrind: $(NGX_MODULE)
 
 # The list of the module's sources, rewritten only when it changes.
 $(NGX_DIR)/files: FORCE

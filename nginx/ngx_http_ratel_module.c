@@ -1070,7 +1070,9 @@ static ngx_int_t variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     ctx_t *ctx = ctx_of(r->main);
     const char *s;
 
-    if (ctx == NULL || !ctx->done) {
+    /* Nothing decided (every key empty): empty, as $limit_req_status. */
+    if (ctx == NULL || !ctx->done ||
+        (ctx->nitems == 0 && ctx->outcome != NGX_HTTP_RATEL_ERROR)) {
         v->not_found = 1;
         return NGX_OK;
     }

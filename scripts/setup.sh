@@ -53,7 +53,8 @@
 #                                   its stubs generated from proto/
 #   python3-h2                      test_envoy.sh's hostile HTTP/2 client
 #                                   (frames no gRPC library would send)
-#   nghttp2-client                  h2load: the gRPC benchmark
+#   nghttp2-client                  h2load: the gRPC benchmark; a million
+#                                   requests into the nginx module (tests)
 #   systemd-container               systemd-nspawn: test_deb_systemd.sh
 #                                   installs the packages in a throwaway
 #                                   container booted by systemd

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make valgrind`: the unit suite (the Redis engine's and its transports'
 # suites included), the CLI suites, rateld's and captchad's end-to-end
-# suites, the Redis store's integration tests (plain, cluster, TLS,
-# Sentinel) and the engine's fuzz seeds, under valgrind with every error
+# suites, the nginx module in one nginx process, the Redis store's
+# integration tests (plain, cluster, TLS, Sentinel) and the engine's fuzz
+# seeds, under valgrind with every error
 # and every leak fatal. Property tests run at
 # RATEL_TEST_SCALE=0.05 (valgrind is ~50x slower). Prints the suites' own
 # "ok"/"FAIL" lines, a FAIL line for a run valgrind objected to, and the
@@ -105,6 +106,23 @@ wrapped_suite() {
     wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
+
+# The nginx module: one nginx process (master_process off) under
+# valgrind on a short run; an error or a definite leak in the module's
+# frames fails it (nginx's own leaks at exit are not the module's).
+if [ -f "$build/nginx/ngx_http_ratel_module.so" ]; then
+    echo "== nginx module under valgrind"
+    out=$(RATEL_NGINX_VALGRIND=1 BUILD="$build" bash "$here/integration/test_nginx_module.sh" 2>&1)
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    if ! add_counts "$out"; then
+        echo "FAIL nginx module: no result line"
+        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+else
+    echo "FAIL nginx module: $build/nginx/ngx_http_ratel_module.so not built (make)"
+    failed=$((failed + 1))
+fi
 
 # vg_program TITLE PROGRAM ARGS...: a test program under valgrind that
 # prints its own "ok"/"FAIL" lines and "N passed, N failed" (the servers

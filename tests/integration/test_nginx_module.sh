@@ -1,0 +1,444 @@
+#!/usr/bin/env bash
+# ngx_http_ratel_module in Debian's own nginx (load_module of the built
+# module, a prefix under $tmp, free loopback ports, always stopped), with
+# nginx's clock set by the test (libfaketime, frozen at the time written to
+# a file): two workers sharing one zone exactly (20 x 200, then 429 with
+# Retry-After and the RateLimit fields); the SMS policy across its minute
+# and a day's boundary at local midnight; several lines all-or-nothing,
+# within a zone and across zones; dry run; the variables in a log format;
+# an empty key not counted; `nginx -t` refusing bad configurations with
+# file:line and the reason; a reload keeping counts, a changed zone size
+# starting empty; a million unique keys into a small zone (bounded,
+# evictions counted, nginx answering); ratel_metrics.
+#
+# RATEL_NGINX_VALGRIND=1: only a short run of one nginx process
+# (master_process off) under valgrind, whose errors and leaks in the
+# module's frames fail it (tests/valgrind.sh).
+. "$(dirname "$0")/lib.sh"
+
+so=$build/nginx/ngx_http_ratel_module.so
+faketime_lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+if ! command -v nginx >/dev/null || [ ! -f "$so" ] || [ ! -f "$faketime_lib" ]; then
+    echo "FAIL nginx, libfaketime or $so missing (scripts/setup.sh, make)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# Under `make asan` the module carries the sanitizers: nginx (not built
+# with them) runs with their runtime preloaded, first.
+preload=
+for lib in libasan libubsan; do
+    if ldd "$so" | grep -q "$lib"; then
+        preload="$preload $(${CC:-cc} -print-file-name="$lib.so")"
+    fi
+done
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+port=$(free_port)
+clock=$tmp/clock
+# The clock nginx reads: `at "2026-03-01 15:00:00"` (UTC).
+at() { echo "$1" >"$clock"; }
+at "2026-03-01 12:00:00"
+
+# conf DIR [worker_processes]: nginx.conf's top and http's common part;
+# the caller's server block follows on stdin, and the http block is
+# closed here.
+conf() {
+    local dir=$1 workers=${2:-2}
+    mkdir -p "$dir/logs" "$dir/html"
+    echo ok >"$dir/html/index.html"
+    {
+        echo "load_module $so;"
+        [ "$(id -u)" = 0 ] && echo "user root;"
+        cat <<CONF
+# nginx clears its workers' environment but for these: the clock's
+# settings and the sanitizers'.
+env FAKETIME_TIMESTAMP_FILE;
+env FAKETIME_NO_CACHE;
+env FAKETIME_DONT_FAKE_MONOTONIC;
+env ASAN_OPTIONS;
+worker_processes $workers;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log info;
+events { worker_connections 512; }
+http {
+    log_format ratel '\$pid \$request_uri \$status \$ratel_status \$ratel_remaining \$ratel_retry_after';
+    access_log $dir/logs/access.log ratel;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+CONF
+        cat
+        echo "}"
+    } >"$dir/nginx.conf"
+}
+
+# start_nginx DIR [PORT [real]]: nginx on DIR/nginx.conf in the
+# foreground of a background job (the EXIT trap stops it), its clock the
+# test's unless "real" (libfaketime reads the clock's file at every
+# reading: a flood of requests runs on the real clock).
+start_nginx() {
+    local dir=$1 p=${2:-$port} fake=$faketime_lib
+    [ "${3:-}" = real ] && fake=
+    env LD_PRELOAD="${preload# } $fake" FAKETIME_TIMESTAMP_FILE="$clock" \
+        FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+        nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
+    echo $! >"$tmp/pids/nginx-${dir##*/}"
+    wait_for 20 curl -s -o /dev/null "http://127.0.0.1:$p/ready"
+}
+
+stop_nginx() {
+    local pid
+    pid=$(cat "$tmp/pids/nginx-${1##*/}")
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+    kill -9 "$pid" 2>/dev/null
+}
+
+# get PATH: status in $code, response headers in $tmp/h.
+get() {
+    code=$(curl -s -D "$tmp/h" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$1")
+}
+header() { grep -i "^$1:" "$tmp/h" | head -1 | cut -d: -f2- | tr -d '\r' | sed 's/^ //'; }
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }' | head -1; }
+
+# The main server: one zone, the policies each check uses.
+main_conf() {
+    local size=${1:-1m}
+    conf "$tmp/main" <<CONF
+    ratel_zone zone=api:$size;
+    ratel_zone zone=other:64k;
+    ratel_zone zone=small:128k;
+    ratel_policy ping 20/1m;
+    ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
+    ratel_policy pair_user 1/1m;
+    ratel_policy pair_all 10/1m;
+    ratel_policy zone_a 5/1m;
+    ratel_policy zone_b 1/1m;
+    ratel_policy dry 1/1m;
+    ratel_policy once 1/1m;
+    ratel_policy kept 3/1m;
+    ratel_policy flood 1/1h;
+    server {
+        listen 127.0.0.1:$port reuseport;
+        root $tmp/main/html;
+        location = /ready { }
+        location = /metrics { ratel_metrics; }
+        location /ping { ratel zone=api policy=ping key=\$remote_addr; try_files /index.html =404; }
+        location /sms { ratel zone=api policy=sms key=\$arg_phone; try_files /index.html =404; }
+        location /pair {
+            ratel zone=api policy=pair_user key=\$arg_u;
+            ratel zone=api policy=pair_all key=all;
+            try_files /index.html =404;
+        }
+        location /zones {
+            ratel zone=api policy=zone_a key=\$arg_u;
+            ratel zone=other policy=zone_b key=\$arg_v;
+            try_files /index.html =404;
+        }
+        location /dry { ratel zone=api policy=dry key=\$remote_addr; ratel_dry_run on; try_files /index.html =404; }
+        location /empty { ratel zone=api policy=once key=\$arg_k; try_files /index.html =404; }
+        location /kept { ratel zone=api policy=kept key=k; try_files /index.html =404; }
+        location /flood { ratel zone=small policy=flood key=\$request_id; ratel_headers off; try_files /index.html =404; }
+    }
+CONF
+}
+
+# --- two workers, one zone: exactly 20 of 25 new connections admitted.
+check_two_workers() {
+    local codes="" first429=""
+    for i in $(seq 25); do
+        get /ping
+        codes="$codes$code "
+        [ "$code" = 429 ] && [ -z "$first429" ] && cp "$tmp/h" "$tmp/h429" && first429=$i
+    done
+    same two_workers_codes "$codes" "$(printf '200 %.0s' $(seq 20))$(printf '429 %.0s' $(seq 5))"
+    same two_workers_both_served \
+        "$(awk 'index($2, "/ping") == 1 { print $1 }' "$tmp/main/logs/access.log" | sort -u | wc -l)" 2
+    cp "$tmp/h429" "$tmp/h"
+    same refusal_retry_after "$(header Retry-After)" 60
+    same refusal_ratelimit "$(header RateLimit)" '"ping-0";r=0;t=60'
+    same refusal_ratelimit_policy "$(header RateLimit-Policy)" '"ping-0";q=20;w=60'
+    same refusal_logged "$(grep -c 'ratel: refused by policy "ping" rule "20/1m" in zone "api", retry after 60s' "$tmp/main/logs/error.log")" 5
+}
+
+# --- the SMS policy: 1 a minute and 10 a day, the day at +08:00.
+check_sms() {
+    at "2026-03-01 15:00:00" # 23:00 at +08:00
+    get "/sms?phone=13800138000"
+    same sms_first "$code $(header RateLimit)" '200 "sms-0";r=0;t=60'
+    get "/sms?phone=13800138000"
+    same sms_same_minute "$code $(header Retry-After)" "429 60"
+    local codes=""
+    for m in 1 2 3 4 5 6 7 8 9; do
+        at "2026-03-01 15:0$m:00"
+        get "/sms?phone=13800138000"
+        codes="$codes$code "
+    done
+    same sms_ten_a_day "$codes" "200 200 200 200 200 200 200 200 200 "
+    at "2026-03-01 15:10:00"
+    get "/sms?phone=13800138000"
+    same sms_eleventh "$code $(header Retry-After) $(header RateLimit)" '429 3000 "sms-1";r=0;t=3000'
+    at "2026-03-01 15:59:59"
+    get "/sms?phone=13800138000"
+    same sms_before_midnight "$code $(header Retry-After)" "429 1"
+    get "/sms?phone=13900139000"
+    same sms_other_phone "$code" 200
+    at "2026-03-01 16:00:00" # local midnight
+    get "/sms?phone=13800138000"
+    same sms_local_midnight "$code $(header RateLimit-Policy)" '200 "sms-0";q=1;w=60, "sms-1";q=10;w=86400'
+    at "2026-03-01 12:00:00"
+}
+
+# --- several lines: one all-or-nothing group; zones one after the other.
+check_groups() {
+    get "/pair?u=alice"
+    same group_first "$code $(header RateLimit)" '200 "pair_user-0";r=0;t=60, "pair_all-0";r=9;t=60'
+    get "/pair?u=alice"
+    same group_refused "$code" 429
+    # alice's refusal charged pair_all nothing: bob sees 8 left, not 7.
+    get "/pair?u=bob"
+    same group_charged_none "$code $(header RateLimit)" '200 "pair_user-0";r=0;t=60, "pair_all-0";r=8;t=60'
+    get "/zones?u=x&v=y"
+    same zones_first "$code" 200
+    get "/zones?u=x&v=y"
+    same zones_refused_by_second "$code" 429
+    # The second zone refused: the first one's charge was given back.
+    get "/zones?u=x&v=z"
+    same zones_given_back "$code $(header RateLimit)" '200 "zone_a-0";r=3;t=60, "zone_b-0";r=0;t=60'
+}
+
+# --- dry run: refusals pass, said so, charge nothing.
+check_dry_run() {
+    get /dry
+    same dry_first "$code" 200
+    get /dry
+    same dry_refusal_passes "$code $(header Retry-After)" "200 "
+    same dry_refusal_fields "$(header RateLimit)" '"dry-0";r=0;t=60'
+    get /dry
+    same dry_logged "$(grep -c 'ratel: dry run, would refuse by policy "dry"' "$tmp/main/logs/error.log")" 2
+}
+
+# --- an empty key is not counted.
+check_empty_key() {
+    local codes=""
+    for _ in 1 2 3; do get /empty; codes="$codes$code "; done
+    same empty_key_not_counted "$codes$(header RateLimit)" "200 200 200 "
+    get "/empty?k=a"
+    codes=$code
+    get "/empty?k=a"
+    same key_counted "$codes $code" "200 429"
+}
+
+# --- the variables, as the log format wrote them.
+check_variables() {
+    local log=$tmp/main/logs/access.log
+    same log_sms_refused "$(awk 'index($2, "/sms") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 2p)" "429 REJECTED 0 60"
+    same log_sms_passed "$(awk 'index($2, "/sms") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 PASSED 0 0"
+    same log_dry "$(awk 'index($2, "/dry") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 2p)" "200 REJECTED_DRY_RUN 0 60"
+    same log_empty_key "$(awk 'index($2, "/empty") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 - - -"
+    same log_group "$(awk 'index($2, "/pair") == 1 { print $3, $4, $5 }' "$log" | sed -n 1p)" "200 PASSED 0"
+}
+
+# --- ratel_metrics: counts of every worker, from shared memory.
+check_metrics() {
+    same metrics_allowed "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="allowed"}')" 20
+    same metrics_denied "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="denied"}')" 5
+    same metrics_shadow "$(metric 'ratel_decisions_total{zone="api",policy="dry",outcome="shadow_denied"}')" 2
+    same metrics_group_denied "$(metric 'ratel_decisions_total{zone="api",policy="pair_user",outcome="denied"}')/$(metric 'ratel_decisions_total{zone="api",policy="pair_all",outcome="denied"}')" 1/0
+    same metrics_other_zone "$(metric 'ratel_decisions_total{zone="other",policy="zone_b",outcome="denied"}')" 1
+    same metrics_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 1048576
+    local keys
+    keys=$(metric 'ratel_store_keys{zone="api"}')
+    [ "${keys:-0}" -ge 8 ] && ok metrics_keys || fail metrics_keys "ratel_store_keys $keys"
+    curl -s -D "$tmp/h" -o /dev/null "http://127.0.0.1:$port/metrics"
+    same metrics_type "$(header Content-Type)" "text/plain; version=0.0.4"
+}
+
+# refused NAME WANT LINE: `nginx -t` of $tmp/bad/nginx.conf fails, saying
+# WANT and naming the file at LINE (the line's number in the file).
+refused() {
+    local out
+    out=$(nginx -t -p "$tmp/bad" -c "$tmp/bad/nginx.conf" 2>&1)
+    if [ $? -eq 0 ]; then
+        fail "$1" "nginx -t accepted it"
+        return
+    fi
+    contains "$1" "$out" "$2"
+    contains "$1_file_line" "$out" "in $tmp/bad/nginx.conf:$3"
+}
+
+# line_of TEXT: the number of the first line of $tmp/bad/nginx.conf
+# holding TEXT.
+line_of() { grep -nF -- "$1" "$tmp/bad/nginx.conf" | head -1 | cut -d: -f1; }
+
+bad_conf() {
+    conf "$tmp/bad" 1 <<CONF
+    ratel_zone zone=api:1m;
+    ratel_policy ping 20/1m;
+    $1
+    server {
+        listen 127.0.0.1:$port;
+        location / { $2 }
+    }
+CONF
+}
+
+# --- nginx -t refuses what cannot work, with file:line and the reason.
+check_refusals() {
+    bad_conf "ratel_policy sms 20/minute;" ""
+    refused bad_rule 'ratel_policy "sms": rule "20/minute": unknown unit "minute"' "$(line_of 20/minute)"
+    bad_conf "" "ratel zone=nope policy=ping key=\$remote_addr;"
+    refused unknown_zone 'ratel: unknown zone "nope": declare it with ratel_zone zone=NAME:SIZE' "$(line_of zone=nope)"
+    bad_conf "" "ratel zone=api policy=nope key=\$remote_addr;"
+    refused unknown_policy 'ratel: unknown policy "nope": declare it with ratel_policy NAME RULE...' "$(line_of policy=nope)"
+    bad_conf "ratel_zone zone=tiny:16k;" ""
+    refused zone_too_small 'ratel_zone "tiny" of 16k is too small: give it at least 64k' "$(line_of zone=tiny)"
+    bad_conf "" "ratel zone=api policy=ping key=\$remote_addr cost=21;"
+    refused cost_too_high 'ratel: cost 21 is more than rule "20/1m" of policy "ping" ever admits' "$(line_of cost=21)"
+    bad_conf "ratel_zone zone=r:1m store=redis://127.0.0.1:6379;" ""
+    if grep -q ngx_http_ratel_redis_decide "$root/nginx/ngx_http_ratel_redis.c" 2>/dev/null; then
+        ok store_not_built_skipped
+    else
+        refused store_not_built 'ratel_zone "r": store=URL: the Redis mode is not built into this module' "$(line_of store=)"
+    fi
+    bad_conf "" "ratel_status 200;"
+    refused bad_status 'value must be between 400 and 599' "$(line_of 'ratel_status 200')"
+}
+
+# worker_pids: the main nginx's workers.
+worker_pids() { pgrep -P "$(cat "$tmp/main/nginx.pid")" | sort; }
+
+# reload [SIZE]: main's config again (the api zone of SIZE), and waits
+# until the workers that ran the old one are gone.
+reload() {
+    local old
+    old=$(worker_pids)
+    main_conf "${1:-1m}"
+    kill -HUP "$(cat "$tmp/main/nginx.pid")"
+    wait_for 20 sh -c "! ps -o pid= -p $(echo $old | tr ' ' ',') >/dev/null"
+}
+
+# --- a reload keeps counts; a zone given a new size starts empty.
+check_reload() {
+    get /kept
+    get /kept
+    same before_reload "$code $(header RateLimit)" '200 "kept-0";r=1;t=60'
+    reload || fail reload "old workers still running"
+    get /kept
+    same reload_keeps_counts "$code $(header RateLimit)" '200 "kept-0";r=0;t=60'
+    get /kept
+    same reload_still_limits "$code" 429
+    same reload_keeps_metrics "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="allowed"}')" 20
+    reload 2m || fail reload_resized "old workers still running"
+    get /kept
+    same resized_zone_starts_empty "$code $(header RateLimit)" '200 "kept-0";r=2;t=60'
+    same resized_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 2097152
+}
+
+# --- a million unique keys into a 128k zone: bounded, evictions counted,
+# nginx answering. Its own nginx, on the real clock.
+check_flood() {
+    local n=1000000 fport=$(free_port) start=$SECONDS
+    local allowed keys bytes evictions
+    while [ "$fport" = "$port" ]; do fport=$(free_port); done
+    conf "$tmp/flood" <<CONF
+    ratel_zone zone=small:128k;
+    ratel_policy flood 1/1h;
+    server {
+        listen 127.0.0.1:$fport reuseport;
+        access_log off;
+        location = /ready { return 204; }
+        location = /metrics { ratel_metrics; }
+        location /flood { ratel zone=small policy=flood key=\$request_id; ratel_headers off; empty_gif; }
+    }
+CONF
+    start_nginx "$tmp/flood" "$fport" real || fail flood_start "$(tail -5 "$tmp/flood/out.log")"
+    h2load --h1 -n "$n" -c 32 -t 2 "http://127.0.0.1:$fport/flood" >"$tmp/load.log" 2>&1
+    echo "# flood: $n unique keys in $((SECONDS - start)) s"
+    curl -s "http://127.0.0.1:$fport/metrics" >"$tmp/flood.metrics"
+    fm() { awk -v m="$1" 'index($0, m) == 1 { print $NF }' "$tmp/flood.metrics"; }
+    allowed=$(fm 'ratel_decisions_total{zone="small",policy="flood",outcome="allowed"}')
+    keys=$(fm 'ratel_store_keys{zone="small"}')
+    bytes=$(fm 'ratel_store_bytes{zone="small"}')
+    evictions=$(fm 'ratel_store_evictions_total{zone="small"}')
+    [ "${allowed:-0}" -ge "$n" ] && ok flood_keys_decided ||
+        fail flood_keys_decided "$allowed decided: $(grep -E 'requests:|status codes' "$tmp/load.log" | tr '\n' ' ')"
+    [ "${bytes:-0}" -gt 0 ] && [ "$bytes" -le 131072 ] && ok flood_within_size || fail flood_within_size "bytes $bytes"
+    [ "${keys:-0}" -gt 100 ] && [ $((keys + evictions)) -eq "$allowed" ] && ok flood_evictions_counted ||
+        fail flood_evictions_counted "keys $keys evictions $evictions allowed $allowed"
+    same flood_still_answers "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$fport/flood")" 200
+    same flood_no_crash "$(grep -c 'exited on signal' "$tmp/flood/logs/error.log")" 0
+    stop_nginx "$tmp/flood"
+}
+
+# --- valgrind: one process (master_process off), a short run.
+valgrind_run() {
+    local dir=$tmp/vg vglog=$tmp/vg/valgrind.log
+    conf "$dir" 1 <<CONF
+    ratel_zone zone=api:1m;
+    ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
+    ratel_policy pair_user 1/1m;
+    ratel_policy pair_all 10/1m;
+    server {
+        listen 127.0.0.1:$port;
+        root $dir/html;
+        location = /ready { }
+        location = /metrics { ratel_metrics; }
+        location /sms { ratel zone=api policy=sms key=\$arg_phone; try_files /index.html =404; }
+        location /pair {
+            ratel zone=api policy=pair_user key=\$arg_u;
+            ratel zone=api policy=pair_all key=all cost=\$arg_cost;
+            ratel_dry_run off;
+            try_files /index.html =404;
+        }
+    }
+CONF
+    sed -i '1a master_process off;' "$dir/nginx.conf"
+    valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes --log-file="$vglog" \
+        nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
+    echo $! >"$tmp/pids/nginx-vg"
+    wait_for 60 curl -s -o /dev/null "http://127.0.0.1:$port/ready" || fail valgrind_start "$(cat "$dir/out.log")"
+    get "/sms?phone=1"
+    get "/sms?phone=1"
+    same valgrind_sms "$code" 429
+    get "/pair?u=a&cost=1"
+    get "/pair?u=a&cost=1"
+    get "/pair?u=b&cost=x"
+    same valgrind_bad_cost "$code" 500
+    get "/metrics"
+    same valgrind_metrics "$code" 200
+    stop_nginx "$dir"
+    if grep -E 'ngx_http_ratel|ratel_' "$vglog" >/dev/null; then
+        fail valgrind_clean "$(grep -B3 -A12 -E 'ngx_http_ratel|ratel_' "$vglog" | head -40)"
+    else
+        ok valgrind_clean
+    fi
+}
+
+if [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ] && [ -n "$preload" ]; then
+    echo "# skipped: this module is built with the sanitizers (valgrind and ASan do not mix)"
+    finish
+    exit
+elif [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
+    valgrind_run
+    finish
+    exit
+fi
+
+main_conf
+start_nginx "$tmp/main" || fail nginx_start "$(cat "$tmp/main/out.log" "$tmp/main/logs/error.log" | tail -5)"
+check_two_workers
+check_sms
+check_groups
+check_dry_run
+check_empty_key
+check_variables
+check_metrics
+check_refusals
+check_reload
+check_flood
+stop_nginx "$tmp/main"
+finish
