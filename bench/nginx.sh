@@ -166,12 +166,38 @@ EOF
 EOF
     fi
     echo "    }"
-    [ "$redis" = 1 ] && gateway_server "$gport" "$dport"
     echo "}"
 } >"$d/nginx.conf"
 nginx -p "$d" -c "$d/nginx.conf" >"$d/logs/stderr" 2>&1 &
 pids+=($!)
-wait_http "http://127.0.0.1:$port/limit_req/allowed" || die "nginx did not start: $(tail -5 "$d/logs/stderr" "$d/logs/error.log")"
+wait_http "http://127.0.0.1:$port/limit_req/allowed" || die "nginx did not start: $(cat "$d/logs/stderr")"
+
+# nginx -> auth_request -> rateld: an nginx of its own (one worker too)
+# without the module, as a site that does not use it runs (the snippet's
+# $ratel_retry_after is also one of the module's variables, which nginx
+# refuses to define twice).
+if [ "$redis" = 1 ]; then
+    g=$tmp/gateway
+    mkdir -p "$g/logs"
+    {
+        cat <<EOF
+worker_processes 1;
+daemon off;
+pid $g/nginx.pid;
+error_log $g/logs/error.log error;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $g/body;
+    proxy_temp_path $g/proxy;
+EOF
+        gateway_server "$gport" "$dport"
+        echo "}"
+    } >"$g/nginx.conf"
+    nginx -p "$g" -c "$g/nginx.conf" >"$g/logs/stderr" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$gport/api/ping" || die "nginx (auth_request) did not start: $(cat "$g/logs/stderr")"
+fi
 
 # Each case's URL. The denied ones are exhausted first; every case is
 # checked to answer as it should before anything is measured.
