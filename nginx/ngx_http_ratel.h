@@ -110,9 +110,9 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data);
 /*
  * Decides `items` (one all-or-nothing group) at `now_us` under the zone's
  * lock: each member on a copy of its state, written back only when every
- * member is admitted. Counts the outcomes in the zone's table
- * (`outcomes[i]`, or none when NULL). NGX_OK: each item's rc and decision
- * are set; NGX_ERROR never: a member that could not be decided has its rc.
+ * member is admitted. Always NGX_OK: each item's rc and decision are set
+ * (RATEL_ENOMEM for every member when the zone has no room for the
+ * group's new state even after evicting; nothing is then charged).
  */
 ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
                                     ratel_batch_item_t *items, size_t n,

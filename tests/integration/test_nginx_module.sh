@@ -129,6 +129,7 @@ main_conf() {
     ratel_policy once 1/1m;
     ratel_policy kept 3/1m;
     ratel_policy flood 1/1h;
+    ratel_policy twice 4/1m;
     server {
         listen 127.0.0.1:$port reuseport;
         root $tmp/main/html;
@@ -144,6 +145,11 @@ main_conf() {
         location /zones {
             ratel zone=api policy=zone_a key=\$arg_u;
             ratel zone=other policy=zone_b key=\$arg_v;
+            try_files /index.html =404;
+        }
+        location /twice {
+            ratel zone=api policy=twice key=\$arg_k;
+            ratel zone=api policy=twice key=\$arg_k;
             try_files /index.html =404;
         }
         location /dry { ratel zone=api policy=dry key=\$remote_addr; ratel_dry_run on; try_files /index.html =404; }
@@ -216,6 +222,13 @@ check_groups() {
     # alice's refusal charged pair_all nothing: bob sees 8 left, not 7.
     get "/pair?u=bob"
     same group_charged_none "$code $(header RateLimit)" '200 "pair_user-0";r=0;t=60, "pair_all-0";r=8;t=60'
+    # Two lines with the same policy and key: the request takes both.
+    get "/twice?k=a"
+    same same_key_twice "$code $(header RateLimit)" '200 "twice-0";r=3;t=60, "twice-0";r=2;t=60'
+    get "/twice?k=a"
+    same same_key_twice_again "$code" 200
+    get "/twice?k=a"
+    same same_key_twice_refused "$code" 429
     get "/zones?u=x&v=y"
     same zones_first "$code" 200
     get "/zones?u=x&v=y"
@@ -323,8 +336,17 @@ check_refusals() {
     refused bad_status 'value must be between 400 and 599' "$(line_of 'ratel_status 200')"
 }
 
-# worker_pids: the main nginx's workers.
-worker_pids() { pgrep -P "$(cat "$tmp/main/nginx.pid")" | sort; }
+# worker_pids: the main nginx's workers (the 4th field of a process's
+# stat is its parent).
+worker_pids() {
+    # cat, not awk, reads them: a process may end meanwhile.
+    cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$(cat "$tmp/main/nginx.pid")" '$4 == p { print $1 }'
+}
+gone() {
+    local p
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done
+    return 0
+}
 
 # reload [SIZE]: main's config again (the api zone of SIZE), and waits
 # until the workers that ran the old one are gone.
@@ -333,7 +355,8 @@ reload() {
     old=$(worker_pids)
     main_conf "${1:-1m}"
     kill -HUP "$(cat "$tmp/main/nginx.pid")"
-    wait_for 20 sh -c "! ps -o pid= -p $(echo $old | tr ' ' ',') >/dev/null"
+    # shellcheck disable=SC2086
+    [ -n "$old" ] && wait_for 20 gone $old
 }
 
 # --- a reload keeps counts; a zone given a new size starts empty.
@@ -341,13 +364,15 @@ check_reload() {
     get /kept
     get /kept
     same before_reload "$code $(header RateLimit)" '200 "kept-0";r=1;t=60'
+    same workers_before_reload "$(worker_pids | wc -l)" 2
     reload || fail reload "old workers still running"
     get /kept
     same reload_keeps_counts "$code $(header RateLimit)" '200 "kept-0";r=0;t=60'
     get /kept
     same reload_still_limits "$code" 429
     same reload_keeps_metrics "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="allowed"}')" 20
-    reload 2m || fail reload_resized "old workers still running"
+    same workers_before_resize "$(worker_pids | wc -l)" 2
+    reload 2m || fail reload_resized "old workers still running: $(grep -E "emerg|alert|crit" "$tmp/main/logs/error.log" | tail -3)"
     get /kept
     same resized_zone_starts_empty "$code $(header RateLimit)" '200 "kept-0";r=2;t=60'
     same resized_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 2097152
