@@ -285,6 +285,19 @@ check_metrics() {
     same metrics_type "$(header Content-Type)" "text/plain; version=0.0.4"
 }
 
+# --- idle keys leave the zone at their reset time.
+check_expiry() {
+    local before after expired
+    before=$(metric 'ratel_store_keys{zone="api"}')
+    at "2026-03-03 12:00:00" # every key of the checks above is back to full
+    for k in 1 2 3 4 5 6; do get "/empty?k=expiry$k"; done
+    after=$(metric 'ratel_store_keys{zone="api"}')
+    expired=$(metric 'ratel_store_expirations_total{zone="api"}')
+    [ "${expired:-0}" -ge 6 ] && [ "$after" -lt "$before" ] && ok idle_keys_expire ||
+        fail idle_keys_expire "keys $before -> $after, expirations $expired"
+    same expiry_not_eviction "$(metric 'ratel_store_evictions_total{zone="api"}')" 0
+}
+
 # refused NAME WANT LINE: `nginx -t` of $tmp/bad/nginx.conf fails, saying
 # WANT and naming the file at LINE (the line's number in the file).
 refused() {
@@ -502,6 +515,7 @@ if [ "$clocked" = 1 ]; then
     check_empty_key
     check_variables
     check_metrics
+    check_expiry
 else
     echo "# skipped under ASan (libfaketime and ASan's runtime hang together): the checks on nginx's clock"
 fi
