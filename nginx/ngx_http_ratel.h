@@ -102,6 +102,23 @@ typedef struct {
 
 extern ngx_module_t ngx_http_ratel_module;
 
+/* ------------------------------------------------------- configuration */
+
+/* The directives (ngx_http_ratel_conf.c). */
+extern ngx_command_t ngx_http_ratel_commands[];
+
+void *ngx_http_ratel_create_main_conf(ngx_conf_t *cf);
+void *ngx_http_ratel_create_loc_conf(ngx_conf_t *cf);
+char *ngx_http_ratel_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+
+/*
+ * Once the http block is read: each `ratel` line's zone and policy (they
+ * may be declared after it), its fixed cost checked against the policy,
+ * and each zone's list of counted policies. NGX_ERROR after logging the
+ * line's file:line and the reason.
+ */
+ngx_int_t ngx_http_ratel_resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m);
+
 /* ------------------------------------------------ the shared-memory zone */
 
 /* The shm_zone's init (old data on reload: the zone and its counts kept). */
