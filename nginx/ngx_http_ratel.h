@@ -102,6 +102,23 @@ typedef struct {
 
 extern ngx_module_t ngx_http_ratel_module;
 
+/* ------------------------------------------------------- configuration */
+
+/* The directives (ngx_http_ratel_conf.c). */
+extern ngx_command_t ngx_http_ratel_commands[];
+
+void *ngx_http_ratel_create_main_conf(ngx_conf_t *cf);
+void *ngx_http_ratel_create_loc_conf(ngx_conf_t *cf);
+char *ngx_http_ratel_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+
+/*
+ * Once the http block is read: each `ratel` line's zone and policy (they
+ * may be declared after it), its fixed cost checked against the policy,
+ * and each zone's list of counted policies. NGX_ERROR after logging the
+ * line's file:line and the reason.
+ */
+ngx_int_t ngx_http_ratel_resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m);
+
 /* ------------------------------------------------ the shared-memory zone */
 
 /* The shm_zone's init (old data on reload: the zone and its counts kept). */
@@ -110,9 +127,9 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data);
 /*
  * Decides `items` (one all-or-nothing group) at `now_us` under the zone's
  * lock: each member on a copy of its state, written back only when every
- * member is admitted. Counts the outcomes in the zone's table
- * (`outcomes[i]`, or none when NULL). NGX_OK: each item's rc and decision
- * are set; NGX_ERROR never: a member that could not be decided has its rc.
+ * member is admitted. Always NGX_OK: each item's rc and decision are set
+ * (RATEL_ENOMEM for every member when the zone has no room for the
+ * group's new state even after evicting; nothing is then charged).
  */
 ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
                                     ratel_batch_item_t *items, size_t n,

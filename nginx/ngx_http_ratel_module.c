@@ -1,7 +1,7 @@
 /*
- * ngx_http_ratel_module.c - ratel inside nginx: the directives, the access
+ * ngx_http_ratel_module.c - ratel inside nginx: the module, the access
  * handler that decides a request's `ratel` lines, the RateLimit fields and
- * the $ratel_* variables.
+ * the $ratel_* variables. The directives (read in ngx_http_ratel_conf.c):
  *
  *   ratel_zone   zone=NAME:SIZE [store=URL];        http
  *   ratel_policy NAME RULE...;                      http
@@ -60,521 +60,37 @@ typedef struct {
 
 static ngx_int_t preconfiguration(ngx_conf_t *cf);
 static ngx_int_t postconfiguration(ngx_conf_t *cf);
-static void *create_main_conf(ngx_conf_t *cf);
-static void *create_loc_conf(ngx_conf_t *cf);
-static char *merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
-static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-static char *ratel_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-static char *metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static ngx_int_t init_worker(ngx_cycle_t *cycle);
 static void exit_worker(ngx_cycle_t *cycle);
 
-static ngx_conf_num_bounds_t status_bounds = {ngx_conf_check_num_bounds, 400,
-                                              599};
-
-static ngx_conf_enum_t log_levels[] = {{ngx_string("info"), NGX_LOG_INFO},
-                                       {ngx_string("notice"), NGX_LOG_NOTICE},
-                                       {ngx_string("warn"), NGX_LOG_WARN},
-                                       {ngx_string("error"), NGX_LOG_ERR},
-                                       {ngx_null_string, 0}};
-
-#define LOC_CONF (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF)
-#define LOC_OFFSET(field) offsetof(ngx_http_ratel_loc_conf_t, field)
-
-static ngx_command_t commands[] = {
-    {ngx_string("ratel_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE12,
-     zone_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("ratel_policy"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE,
-     policy_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("ratel"), LOC_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4,
-     ratel_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
-    {ngx_string("ratel_status"), LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(status),
-     &status_bounds},
-    {ngx_string("ratel_dry_run"), LOC_CONF | NGX_CONF_FLAG,
-     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(dry_run),
-     NULL},
-    {ngx_string("ratel_headers"), LOC_CONF | NGX_CONF_FLAG,
-     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(headers),
-     NULL},
-    {ngx_string("ratel_log_level"), LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(log_level),
-     &log_levels},
-    {ngx_string("ratel_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
-     metrics_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
-    ngx_null_command};
-
+/* nginx's hooks, in ngx_http_module_t's order. */
 static ngx_http_module_t module_ctx = {
-    preconfiguration, postconfiguration, create_main_conf, NULL, NULL, NULL,
-    create_loc_conf,  merge_loc_conf};
+    preconfiguration,
+    postconfiguration,
+    ngx_http_ratel_create_main_conf,
+    NULL, /* init main configuration */
+    NULL, /* create server configuration */
+    NULL, /* merge server configuration */
+    ngx_http_ratel_create_loc_conf,
+    ngx_http_ratel_merge_loc_conf,
+};
 
 ngx_module_t ngx_http_ratel_module = {
-    NGX_MODULE_V1, &module_ctx, commands,    NGX_HTTP_MODULE,
-    NULL,          NULL,        init_worker, NULL,
-    NULL,          exit_worker, NULL,        NGX_MODULE_V1_PADDING};
+    NGX_MODULE_V1,
+    &module_ctx,
+    ngx_http_ratel_commands,
+    NGX_HTTP_MODULE,
+    NULL, /* init master */
+    NULL, /* init module */
+    init_worker,
+    NULL, /* init thread */
+    NULL, /* exit thread */
+    exit_worker,
+    NULL, /* exit master */
+    NGX_MODULE_V1_PADDING,
+};
 
 static ngx_http_output_header_filter_pt next_header_filter;
-
-/* ------------------------------------------------------- configuration */
-
-static void *create_main_conf(ngx_conf_t *cf)
-{
-    ngx_http_ratel_main_conf_t *m = ngx_pcalloc(cf->pool, sizeof *m);
-
-    if (m == NULL ||
-        ngx_array_init(&m->zones, cf->pool, 4,
-                       sizeof(ngx_http_ratel_zone_t *)) != NGX_OK ||
-        ngx_array_init(&m->policies, cf->pool, 4,
-                       sizeof(ngx_http_ratel_policy_t)) != NGX_OK ||
-        ngx_array_init(&m->limits, cf->pool, 4,
-                       sizeof(ngx_http_ratel_limit_t *)) != NGX_OK)
-        return NULL;
-    return m;
-}
-
-static void *create_loc_conf(ngx_conf_t *cf)
-{
-    ngx_http_ratel_loc_conf_t *c = ngx_pcalloc(cf->pool, sizeof *c);
-
-    if (c == NULL)
-        return NULL;
-    c->limits = NGX_CONF_UNSET_PTR;
-    c->status = NGX_CONF_UNSET_UINT;
-    c->dry_run = NGX_CONF_UNSET;
-    c->headers = NGX_CONF_UNSET;
-    c->log_level = NGX_CONF_UNSET_UINT;
-    return c;
-}
-
-static char *merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
-{
-    ngx_http_ratel_loc_conf_t *prev = parent, *conf = child;
-
-    (void)cf;
-    /* limit_req's rule: lines of its own replace the inherited ones. */
-    ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
-    ngx_conf_merge_uint_value(conf->status, prev->status,
-                              NGX_HTTP_TOO_MANY_REQUESTS);
-    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
-    ngx_conf_merge_value(conf->headers, prev->headers, 1);
-    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
-    return NGX_CONF_OK;
-}
-
-/* Zone and policy names: [A-Za-z0-9_.-], 1..NGX_HTTP_RATEL_NAME_MAX. */
-static ngx_int_t check_name(ngx_conf_t *cf, const char *what, ngx_str_t *name)
-{
-    ngx_uint_t ok = name->len > 0 && name->len <= NGX_HTTP_RATEL_NAME_MAX;
-
-    for (size_t i = 0; ok && i < name->len; i++) {
-        u_char c = name->data[i];
-        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-             (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    }
-    if (ok)
-        return NGX_OK;
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "%s name \"%V\": use 1 to %d of A-Z a-z 0-9 _ . -", what,
-                       name, NGX_HTTP_RATEL_NAME_MAX);
-    return NGX_ERROR;
-}
-
-/* The value of `arg` after "prefix=", or NULL when it does not start so. */
-static ngx_int_t arg_value(ngx_str_t *arg, const char *prefix, ngx_str_t *value)
-{
-    size_t n = ngx_strlen(prefix);
-
-    if (arg->len < n || ngx_strncmp(arg->data, prefix, n) != 0)
-        return NGX_DECLINED;
-    value->data = arg->data + n;
-    value->len = arg->len - n;
-    return NGX_OK;
-}
-
-static ngx_http_ratel_zone_t *find_zone(ngx_http_ratel_main_conf_t *m,
-                                        ngx_str_t *name)
-{
-    ngx_http_ratel_zone_t **z = m->zones.elts;
-
-    for (ngx_uint_t i = 0; i < m->zones.nelts; i++)
-        if (z[i]->name.len == name->len &&
-            ngx_strncmp(z[i]->name.data, name->data, name->len) == 0)
-            return z[i];
-    return NULL;
-}
-
-static ngx_http_ratel_policy_t *find_policy(ngx_http_ratel_main_conf_t *m,
-                                            ngx_str_t *name)
-{
-    ngx_http_ratel_policy_t *p = m->policies.elts;
-
-    for (ngx_uint_t i = 0; i < m->policies.nelts; i++)
-        if (p[i].name.len == name->len &&
-            ngx_strncmp(p[i].name.data, name->data, name->len) == 0)
-            return &p[i];
-    return NULL;
-}
-
-/* zone=NAME:SIZE into zone->name and zone->size. */
-static char *zone_name_size(ngx_conf_t *cf, ngx_str_t *v,
-                            ngx_http_ratel_zone_t *zone)
-{
-    u_char *colon = ngx_strlchr(v->data, v->data + v->len, ':');
-    ngx_str_t size;
-    ssize_t n;
-
-    if (colon == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone: \"zone=%V\" has no size: write "
-                           "zone=NAME:SIZE, e.g. zone=api:10m",
-                           v);
-        return NGX_CONF_ERROR;
-    }
-    zone->name.data = v->data;
-    zone->name.len = colon - v->data;
-    if (check_name(cf, "ratel_zone", &zone->name) != NGX_OK)
-        return NGX_CONF_ERROR;
-    size.data = colon + 1;
-    size.len = v->data + v->len - size.data;
-    n = ngx_parse_size(&size);
-    if (n == NGX_ERROR) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone \"%V\": size \"%V\" is not a size: "
-                           "write a number with k or m, e.g. 10m",
-                           &zone->name, &size);
-        return NGX_CONF_ERROR;
-    }
-    if (n < NGX_HTTP_RATEL_ZONE_MIN) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone \"%V\" of %V is too small: give it at "
-                           "least %dk",
-                           &zone->name, &size, NGX_HTTP_RATEL_ZONE_MIN / 1024);
-        return NGX_CONF_ERROR;
-    }
-    zone->size = n;
-    return NGX_CONF_OK;
-}
-
-static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_ratel_main_conf_t *m = conf;
-    ngx_str_t *args = cf->args->elts, v, store = ngx_null_string;
-    ngx_http_ratel_zone_t *zone, **slot;
-
-    (void)cmd;
-    zone = ngx_pcalloc(cf->pool, sizeof *zone);
-    if (zone == NULL)
-        return NGX_CONF_ERROR;
-    for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
-        if (arg_value(&args[i], "zone=", &v) == NGX_OK) {
-            if (zone_name_size(cf, &v, zone) != NGX_CONF_OK)
-                return NGX_CONF_ERROR;
-        } else if (arg_value(&args[i], "store=", &v) == NGX_OK) {
-            store = v;
-        } else {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "ratel_zone: unknown parameter \"%V\": "
-                               "expected zone=NAME:SIZE [store=URL]",
-                               &args[i]);
-            return NGX_CONF_ERROR;
-        }
-    }
-    if (zone->name.len == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone needs zone=NAME:SIZE");
-        return NGX_CONF_ERROR;
-    }
-    if (find_zone(m, &zone->name)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone \"%V\" is declared twice", &zone->name);
-        return NGX_CONF_ERROR;
-    }
-    zone->shm_zone = ngx_shared_memory_add(cf, &zone->name, zone->size,
-                                           &ngx_http_ratel_module);
-    if (zone->shm_zone == NULL)
-        return NGX_CONF_ERROR;
-    if (zone->shm_zone->data) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_zone \"%V\": another module's shared zone "
-                           "has this name",
-                           &zone->name);
-        return NGX_CONF_ERROR;
-    }
-    zone->file = cf->conf_file->file.name.data;
-    zone->line = cf->conf_file->line;
-    zone->shm_zone->init = ngx_http_ratel_shm_init;
-    zone->shm_zone->data = zone;
-    if (ngx_array_init(&zone->counts, cf->pool, 4, sizeof(ngx_str_t)) != NGX_OK)
-        return NGX_CONF_ERROR;
-    if (store.len > 0) {
-        zone->store = store;
-        if (ngx_http_ratel_redis_conf(cf, zone, &store) != NGX_CONF_OK)
-            return NGX_CONF_ERROR;
-    }
-    slot = ngx_array_push(&m->zones);
-    if (slot == NULL)
-        return NGX_CONF_ERROR;
-    *slot = zone;
-    return NGX_CONF_OK;
-}
-
-static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_ratel_main_conf_t *m = conf;
-    ngx_str_t *args = cf->args->elts;
-    const char *texts[RATEL_MAX_RULES + 1];
-    char err[512];
-    ngx_http_ratel_policy_t *p;
-    ngx_uint_t n = cf->args->nelts - 1;
-    size_t len;
-
-    (void)cmd;
-    if (check_name(cf, "ratel_policy", &args[1]) != NGX_OK)
-        return NGX_CONF_ERROR;
-    if (find_policy(m, &args[1])) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_policy \"%V\" is declared twice", &args[1]);
-        return NGX_CONF_ERROR;
-    }
-    if (n - 1 > RATEL_MAX_RULES) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_policy \"%V\" has %ui rules: at most %d",
-                           &args[1], n - 1, RATEL_MAX_RULES);
-        return NGX_CONF_ERROR;
-    }
-    p = ngx_array_push(&m->policies);
-    if (p == NULL)
-        return NGX_CONF_ERROR;
-    p->name = args[1];
-    /* nginx ends every argument with a NUL. */
-    for (ngx_uint_t i = 2; i <= n; i++)
-        texts[i - 2] = (const char *)args[i].data;
-    if (ratel_policy_parse(&p->policy, texts, n - 1, err, sizeof err) != 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratel_policy \"%V\": %s",
-                           &args[1], err);
-        return NGX_CONF_ERROR;
-    }
-    len = ratel__header_policy((const char *)p->name.data, &p->policy, NULL, 0);
-    p->field.data = ngx_pnalloc(cf->pool, len + 1);
-    if (p->field.data == NULL)
-        return NGX_CONF_ERROR;
-    p->field.len = ratel__header_policy((const char *)p->name.data, &p->policy,
-                                        (char *)p->field.data, len + 1);
-    return NGX_CONF_OK;
-}
-
-/* cost=NUMBER or cost=$var (a complex value read per request). */
-static char *line_cost(ngx_conf_t *cf, ngx_str_t *v, ngx_http_ratel_limit_t *l)
-{
-    ngx_http_compile_complex_value_t ccv;
-    off_t n;
-
-    if (ngx_http_script_variables_count(v) == 0) {
-        n = ngx_atoof(v->data, v->len);
-        if (n < 1) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "ratel: cost \"%V\" is not a whole number of "
-                               "at least 1, nor a variable",
-                               v);
-            return NGX_CONF_ERROR;
-        }
-        l->cost = (uint64_t)n;
-        return NGX_CONF_OK;
-    }
-    l->cost_cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-    if (l->cost_cv == NULL)
-        return NGX_CONF_ERROR;
-    ngx_memzero(&ccv, sizeof ccv);
-    ccv.cf = cf;
-    ccv.value = v;
-    ccv.complex_value = l->cost_cv;
-    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
-                                                          : NGX_CONF_ERROR;
-}
-
-/* One argument of a `ratel` line. */
-static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
-{
-    ngx_http_compile_complex_value_t ccv;
-    ngx_str_t v;
-
-    if (arg_value(arg, "zone=", &l->zone_name) == NGX_OK)
-        return NGX_CONF_OK;
-    if (arg_value(arg, "policy=", &l->policy_name) == NGX_OK)
-        return NGX_CONF_OK;
-    if (arg_value(arg, "cost=", &v) == NGX_OK)
-        return line_cost(cf, &v, l);
-    if (arg_value(arg, "key=", &v) != NGX_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel: unknown parameter \"%V\": expected "
-                           "zone=NAME policy=NAME key=STRING "
-                           "[cost=NUMBER|$var]",
-                           arg);
-        return NGX_CONF_ERROR;
-    }
-    ngx_memzero(&ccv, sizeof ccv);
-    ccv.cf = cf;
-    ccv.value = &v;
-    ccv.complex_value = &l->key;
-    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
-                                                          : NGX_CONF_ERROR;
-}
-
-/* At most RATEL_GROUP_MAX lines of one level in one zone. */
-static char *check_group(ngx_conf_t *cf, ngx_array_t *limits,
-                         ngx_http_ratel_limit_t *l)
-{
-    ngx_http_ratel_limit_t **all = limits->elts;
-    ngx_uint_t same = 0;
-
-    for (ngx_uint_t i = 0; i < limits->nelts; i++)
-        same += all[i]->zone_name.len == l->zone_name.len &&
-                ngx_strncmp(all[i]->zone_name.data, l->zone_name.data,
-                            l->zone_name.len) == 0;
-    if (same < RATEL_GROUP_MAX)
-        return NGX_CONF_OK;
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "ratel: more than %d lines in zone \"%V\" at one level",
-                       RATEL_GROUP_MAX, &l->zone_name);
-    return NGX_CONF_ERROR;
-}
-
-static char *ratel_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_ratel_loc_conf_t *c = conf;
-    ngx_http_ratel_main_conf_t *m =
-        ngx_http_conf_get_module_main_conf(cf, ngx_http_ratel_module);
-    ngx_str_t *args = cf->args->elts;
-    ngx_http_ratel_limit_t *l, **slot;
-
-    (void)cmd;
-    l = ngx_pcalloc(cf->pool, sizeof *l);
-    if (l == NULL)
-        return NGX_CONF_ERROR;
-    l->cost = 1;
-    for (ngx_uint_t i = 1; i < cf->args->nelts; i++)
-        if (line_arg(cf, &args[i], l) != NGX_CONF_OK)
-            return NGX_CONF_ERROR;
-    if (l->zone_name.len == 0 || l->policy_name.len == 0 ||
-        l->key.value.data == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel needs zone=NAME policy=NAME key=STRING");
-        return NGX_CONF_ERROR;
-    }
-    l->file = cf->conf_file->file.name.data;
-    l->line = cf->conf_file->line;
-    if (c->limits == NGX_CONF_UNSET_PTR) {
-        c->limits = ngx_array_create(cf->pool, 2, sizeof(*slot));
-        if (c->limits == NULL)
-            return NGX_CONF_ERROR;
-    }
-    if (check_group(cf, c->limits, l) != NGX_CONF_OK)
-        return NGX_CONF_ERROR;
-    slot = ngx_array_push(c->limits);
-    if (slot == NULL)
-        return NGX_CONF_ERROR;
-    *slot = l;
-    slot = ngx_array_push(&m->limits);
-    if (slot == NULL)
-        return NGX_CONF_ERROR;
-    *slot = l;
-    return NGX_CONF_OK;
-}
-
-static char *metrics_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t *clcf =
-        ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    (void)cmd;
-    (void)conf;
-    clcf->handler = ngx_http_ratel_metrics_handler;
-    return NGX_CONF_OK;
-}
-
-/* The line's policy in its zone's list of counted policies. */
-static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
-                             ngx_http_ratel_limit_t *l)
-{
-    ngx_str_t *names = zone->counts.elts, *name;
-
-    for (ngx_uint_t i = 0; i < zone->counts.nelts; i++)
-        if (names[i].data == l->policy->name.data) {
-            l->count = i;
-            return NGX_OK;
-        }
-    name = ngx_array_push(&zone->counts);
-    if (name == NULL)
-        return NGX_ERROR;
-    *name = l->policy->name;
-    l->count = zone->counts.nelts - 1;
-    return NGX_OK;
-}
-
-/*
- * A line's zone and policy, found once the whole http block is read (they
- * may be declared after it), and its fixed cost checked against the
- * policy: a cost no rule could ever admit is refused here, not at each
- * request.
- */
-static ngx_int_t resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m,
-                         ngx_http_ratel_limit_t *l)
-{
-    ratel_request_t req = RATEL_REQUEST_INIT;
-    size_t rule = 0;
-    char text[128];
-
-    l->zone = find_zone(m, &l->zone_name);
-    l->policy = find_policy(m, &l->policy_name);
-    if (l->zone == NULL || l->policy == NULL) {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "ratel: unknown %s \"%V\": declare it with %s in the "
-                      "http block, in %s:%ui",
-                      l->zone ? "policy" : "zone",
-                      l->zone ? &l->policy_name : &l->zone_name,
-                      l->zone ? "ratel_policy NAME RULE..."
-                              : "ratel_zone zone=NAME:SIZE",
-                      l->file, l->line);
-        return NGX_ERROR;
-    }
-    req.cost = l->cost;
-    if (l->cost_cv == NULL &&
-        ratel_policy_check_request(&l->policy->policy, &req, &rule) != 0) {
-        ratel_rule_format(&l->policy->policy.rules[rule], text, sizeof text);
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "ratel: cost %uL is more than rule \"%s\" of policy "
-                      "\"%V\" ever admits, in %s:%ui",
-                      l->cost, text, &l->policy->name, l->file, l->line);
-        return NGX_ERROR;
-    }
-    return count_index(l->zone, l);
-}
-
-static ngx_int_t resolve_all(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m)
-{
-    ngx_http_ratel_limit_t **l = m->limits.elts;
-    ngx_http_ratel_zone_t **z = m->zones.elts;
-
-    for (ngx_uint_t i = 0; i < m->limits.nelts; i++)
-        if (resolve(cf, m, l[i]) != NGX_OK)
-            return NGX_ERROR;
-    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
-        if (z[i]->counts.nelts > NGX_HTTP_RATEL_COUNTERS_MAX) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "ratel_zone \"%V\" is used with more than %d "
-                          "policies, in %s:%ui",
-                          &z[i]->name, NGX_HTTP_RATEL_COUNTERS_MAX, z[i]->file,
-                          z[i]->line);
-            return NGX_ERROR;
-        }
-        z[i]->slots = ngx_pcalloc(cf->pool, sizeof(ngx_uint_t) *
-                                                (z[i]->counts.nelts + 1));
-        if (z[i]->slots == NULL)
-            return NGX_ERROR;
-    }
-    return NGX_OK;
-}
 
 /* ------------------------------------------------------------ requests */
 
@@ -920,7 +436,8 @@ static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
         count(ctx, i);
         log_item(r, ctx, i);
     }
-    if (make_fields(r, ctx, n) != NGX_OK)
+    /* The fields are written once, here; `ratel_headers off` spares it. */
+    if (ctx->conf->headers && make_fields(r, ctx, n) != NGX_OK)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     if (ctx->conf->dry_run)
         return NGX_DECLINED;
@@ -1119,7 +636,7 @@ static ngx_int_t postconfiguration(ngx_conf_t *cf)
         ngx_http_conf_get_module_main_conf(cf, ngx_http_ratel_module);
     ngx_http_handler_pt *h;
 
-    if (resolve_all(cf, m) != NGX_OK)
+    if (ngx_http_ratel_resolve(cf, m) != NGX_OK)
         return NGX_ERROR;
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
     if (h == NULL)

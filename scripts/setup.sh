@@ -74,7 +74,8 @@ packages=(
     redis-server redis-tools libhiredis-dev
     libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
     libsqlite3-dev libcurl4-openssl-dev
-    nginx nginx-dev faketime wrk python3
+    nginx wrk python3
+    nginx-dev faketime
     caddy haproxy
     nodejs npm
     librsvg2-bin

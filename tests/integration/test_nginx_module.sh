@@ -33,6 +33,14 @@ for lib in libasan libubsan; do
     fi
 done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+preload=${preload# }
+# libfaketime and ASan's runtime hang together at start: under ASan the
+# checks that move the clock are skipped (said so), the others run on the
+# real clock.
+clocked=1
+[ -n "$preload" ] && clocked=0
+# ngx ARGS...: nginx, with the sanitizers' runtime when the module needs it.
+ngx() { env ${preload:+LD_PRELOAD="$preload"} nginx "$@"; }
 
 port=$(free_port)
 clock=$tmp/clock
@@ -81,8 +89,8 @@ CONF
 # reading: a flood of requests runs on the real clock).
 start_nginx() {
     local dir=$1 p=${2:-$port} fake=$faketime_lib
-    [ "${3:-}" = real ] && fake=
-    env LD_PRELOAD="${preload# } $fake" FAKETIME_TIMESTAMP_FILE="$clock" \
+    [ "${3:-}" = real ] || [ "$clocked" = 0 ] && fake=
+    env LD_PRELOAD="$preload $fake" FAKETIME_TIMESTAMP_FILE="$clock" \
         FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
         nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
     echo $! >"$tmp/pids/nginx-${dir##*/}"
@@ -121,6 +129,7 @@ main_conf() {
     ratel_policy once 1/1m;
     ratel_policy kept 3/1m;
     ratel_policy flood 1/1h;
+    ratel_policy twice 4/1m;
     server {
         listen 127.0.0.1:$port reuseport;
         root $tmp/main/html;
@@ -136,6 +145,11 @@ main_conf() {
         location /zones {
             ratel zone=api policy=zone_a key=\$arg_u;
             ratel zone=other policy=zone_b key=\$arg_v;
+            try_files /index.html =404;
+        }
+        location /twice {
+            ratel zone=api policy=twice key=\$arg_k;
+            ratel zone=api policy=twice key=\$arg_k;
             try_files /index.html =404;
         }
         location /dry { ratel zone=api policy=dry key=\$remote_addr; ratel_dry_run on; try_files /index.html =404; }
@@ -158,10 +172,17 @@ check_two_workers() {
     same two_workers_both_served \
         "$(awk 'index($2, "/ping") == 1 { print $1 }' "$tmp/main/logs/access.log" | sort -u | wc -l)" 2
     cp "$tmp/h429" "$tmp/h"
-    same refusal_retry_after "$(header Retry-After)" 60
-    same refusal_ratelimit "$(header RateLimit)" '"ping-0";r=0;t=60'
+    if [ "$clocked" = 1 ]; then
+        same refusal_retry_after "$(header Retry-After)" 60
+        same refusal_ratelimit "$(header RateLimit)" '"ping-0";r=0;t=60'
+    else
+        [[ $(header Retry-After) =~ ^[1-6][0-9]?$ ]] && ok refusal_retry_after ||
+            fail refusal_retry_after "$(header Retry-After)"
+        [[ $(header RateLimit) =~ ^\"ping-0\"\;r=0\;t=[1-6][0-9]?$ ]] && ok refusal_ratelimit ||
+            fail refusal_ratelimit "$(header RateLimit)"
+    fi
     same refusal_ratelimit_policy "$(header RateLimit-Policy)" '"ping-0";q=20;w=60'
-    same refusal_logged "$(grep -c 'ratel: refused by policy "ping" rule "20/1m" in zone "api", retry after 60s' "$tmp/main/logs/error.log")" 5
+    same refusal_logged "$(grep -c "ratel: refused by policy \"ping\" rule \"20/1m\" in zone \"api\", retry after [0-9]*s" "$tmp/main/logs/error.log")" 5
 }
 
 # --- the SMS policy: 1 a minute and 10 a day, the day at +08:00.
@@ -201,6 +222,13 @@ check_groups() {
     # alice's refusal charged pair_all nothing: bob sees 8 left, not 7.
     get "/pair?u=bob"
     same group_charged_none "$code $(header RateLimit)" '200 "pair_user-0";r=0;t=60, "pair_all-0";r=8;t=60'
+    # Two lines with the same policy and key: the request takes both.
+    get "/twice?k=a"
+    same same_key_twice "$code $(header RateLimit)" '200 "twice-0";r=3;t=60, "twice-0";r=2;t=60'
+    get "/twice?k=a"
+    same same_key_twice_again "$code" 200
+    get "/twice?k=a"
+    same same_key_twice_refused "$code" 429
     get "/zones?u=x&v=y"
     same zones_first "$code" 200
     get "/zones?u=x&v=y"
@@ -257,11 +285,24 @@ check_metrics() {
     same metrics_type "$(header Content-Type)" "text/plain; version=0.0.4"
 }
 
+# --- idle keys leave the zone at their reset time.
+check_expiry() {
+    local before after expired
+    before=$(metric 'ratel_store_keys{zone="api"}')
+    at "2026-03-03 12:00:00" # every key of the checks above is back to full
+    for k in 1 2 3 4 5 6; do get "/empty?k=expiry$k"; done
+    after=$(metric 'ratel_store_keys{zone="api"}')
+    expired=$(metric 'ratel_store_expirations_total{zone="api"}')
+    [ "${expired:-0}" -ge 6 ] && [ "$after" -lt "$before" ] && ok idle_keys_expire ||
+        fail idle_keys_expire "keys $before -> $after, expirations $expired"
+    same expiry_not_eviction "$(metric 'ratel_store_evictions_total{zone="api"}')" 0
+}
+
 # refused NAME WANT LINE: `nginx -t` of $tmp/bad/nginx.conf fails, saying
 # WANT and naming the file at LINE (the line's number in the file).
 refused() {
     local out
-    out=$(nginx -t -p "$tmp/bad" -c "$tmp/bad/nginx.conf" 2>&1)
+    out=$(ngx -t -p "$tmp/bad" -c "$tmp/bad/nginx.conf" 2>&1)
     if [ $? -eq 0 ]; then
         fail "$1" "nginx -t accepted it"
         return
@@ -308,8 +349,17 @@ check_refusals() {
     refused bad_status 'value must be between 400 and 599' "$(line_of 'ratel_status 200')"
 }
 
-# worker_pids: the main nginx's workers.
-worker_pids() { pgrep -P "$(cat "$tmp/main/nginx.pid")" | sort; }
+# worker_pids: the main nginx's workers (the 4th field of a process's
+# stat is its parent).
+worker_pids() {
+    # cat, not awk, reads them: a process may end meanwhile.
+    cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$(cat "$tmp/main/nginx.pid")" '$4 == p { print $1 }'
+}
+gone() {
+    local p
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done
+    return 0
+}
 
 # reload [SIZE]: main's config again (the api zone of SIZE), and waits
 # until the workers that ran the old one are gone.
@@ -318,7 +368,8 @@ reload() {
     old=$(worker_pids)
     main_conf "${1:-1m}"
     kill -HUP "$(cat "$tmp/main/nginx.pid")"
-    wait_for 20 sh -c "! ps -o pid= -p $(echo $old | tr ' ' ',') >/dev/null"
+    # shellcheck disable=SC2086
+    [ -n "$old" ] && wait_for 20 gone $old
 }
 
 # --- a reload keeps counts; a zone given a new size starts empty.
@@ -326,13 +377,15 @@ check_reload() {
     get /kept
     get /kept
     same before_reload "$code $(header RateLimit)" '200 "kept-0";r=1;t=60'
+    same workers_before_reload "$(worker_pids | wc -l)" 2
     reload || fail reload "old workers still running"
     get /kept
     same reload_keeps_counts "$code $(header RateLimit)" '200 "kept-0";r=0;t=60'
     get /kept
     same reload_still_limits "$code" 429
     same reload_keeps_metrics "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="allowed"}')" 20
-    reload 2m || fail reload_resized "old workers still running"
+    same workers_before_resize "$(worker_pids | wc -l)" 2
+    reload 2m || fail reload_resized "old workers still running: $(grep -E "emerg|alert|crit" "$tmp/main/logs/error.log" | tail -3)"
     get /kept
     same resized_zone_starts_empty "$code $(header RateLimit)" '200 "kept-0";r=2;t=60'
     same resized_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 2097152
@@ -372,6 +425,26 @@ CONF
     same flood_still_answers "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$fport/flood")" 200
     same flood_no_crash "$(grep -c 'exited on signal' "$tmp/flood/logs/error.log")" 0
     stop_nginx "$tmp/flood"
+}
+
+# --- examples/nginx/sms.conf, as docs/nginx.md prints it (ports
+# changed): nginx -t takes it; the limit and the exemption hold (the
+# application behind is absent: an admitted request is nginx's 502).
+check_example() {
+    local dir=$tmp/example eport codes=""
+    eport=$(free_port)
+    while [ "$eport" = "$port" ]; do eport=$(free_port); done
+    sed "s/127.0.0.1:8000/127.0.0.1:$eport/; s/127.0.0.1:8081/127.0.0.1:$(free_port)/" \
+        "$root/examples/nginx/sms.conf" >"$tmp/sms.conf"
+    echo "    include $tmp/sms.conf;" | conf "$dir" 1
+    out=$(ngx -t -p "$dir" -c "$dir/nginx.conf" 2>&1)
+    contains example_nginx_t "$out" "test is successful"
+    start_nginx "$dir" "$eport" || fail example_start "$(tail -3 "$dir/out.log")"
+    for phone in 13900000001 13900000001 13800000000 13800000000; do
+        codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/sendCaptcha?phone=$phone") "
+    done
+    same example_limits "$codes" "502 429 502 502 "
+    stop_nginx "$dir"
 }
 
 # --- valgrind: one process (master_process off), a short run.
@@ -429,16 +502,29 @@ elif [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
 fi
 
 main_conf
-start_nginx "$tmp/main" || fail nginx_start "$(cat "$tmp/main/out.log" "$tmp/main/logs/error.log" | tail -5)"
+if ! start_nginx "$tmp/main"; then
+    fail nginx_start "$(cat "$tmp/main/out.log" "$tmp/main/logs/error.log" 2>&1 | tail -5)"
+    finish
+    exit
+fi
 check_two_workers
-check_sms
-check_groups
-check_dry_run
-check_empty_key
-check_variables
-check_metrics
+if [ "$clocked" = 1 ]; then
+    check_sms
+    check_groups
+    check_dry_run
+    check_empty_key
+    check_variables
+    check_metrics
+    check_expiry
+else
+    echo "# skipped under ASan (libfaketime and ASan's runtime hang together): the checks on nginx's clock"
+fi
 check_refusals
-check_reload
+check_example
+[ "$clocked" = 1 ] && check_reload
 check_flood
 stop_nginx "$tmp/main"
+if [ -n "$preload" ]; then
+    same sanitizers_quiet "$(cat "$tmp"/*/out.log "$tmp"/*/logs/error.log | grep -cE 'Sanitizer|runtime error')" 0
+fi
 finish
