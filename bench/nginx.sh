@@ -14,7 +14,9 @@
 #       with `ratel_headers off` (limit_req writes no header);
 #   (b) denied: the same, with a limit already exhausted (a telephone's
 #       1/1m against limit_req's 1r/m on $arg_telephone), both answering
-#       429 (limit_req_status 429);
+#       429 (limit_req_status 429) and both logging each refusal at their
+#       default level (error); ratel with its fields (Retry-After,
+#       RateLimit, RateLimit-Policy) and with `ratel_headers off`;
 #   (c) two sliding rules (1000000000/1m and 1000000000/1h) on the zone
 #       against limit_req allowed;
 #   (d) Redis mode (store=redis://, ratel.so loaded into redis-server),
@@ -157,6 +159,11 @@ EOF
             empty_gif;
         }
         location = /zone/denied { ratel zone=shm policy=sms key=\$arg_telephone; empty_gif; }
+        location = /zone/denied_no_headers {
+            ratel zone=shm policy=sms key=\$arg_telephone;
+            ratel_headers off;
+            empty_gif;
+        }
         location = /zone/two { ratel zone=shm policy=two key=\$binary_remote_addr; empty_gif; }
 EOF
     if [ "$redis" = 1 ]; then
@@ -209,6 +216,7 @@ case_add limit_req_denied "$base/limit_req/denied?telephone=13800138000" 429
 case_add zone_allowed "$base/zone/allowed" 200
 case_add zone_allowed_no_headers "$base/zone/allowed_no_headers" 200
 case_add zone_denied "$base/zone/denied?telephone=13800138000" 429
+case_add zone_denied_no_headers "$base/zone/denied_no_headers?telephone=13800138001" 429
 case_add zone_two_rules "$base/zone/two" 200
 if [ "$redis" = 1 ]; then
     case_add redis_allowed "$base/redis/allowed" 200
@@ -274,6 +282,7 @@ echo "|---|---|---|---|---|"
 row "zone, one rule, allowed / limit_req allowed" zone_allowed limit_req_allowed ">= 1.0"
 row "zone, one rule, allowed, ratel_headers off / limit_req allowed" zone_allowed_no_headers limit_req_allowed "(reported)"
 row "zone, one rule, denied / limit_req denied" zone_denied limit_req_denied ">= 1.0"
+row "zone, one rule, denied, ratel_headers off / limit_req denied" zone_denied_no_headers limit_req_denied "(reported)"
 row "zone, two sliding rules / limit_req allowed" zone_two_rules limit_req_allowed ">= 0.9"
 if [ "$redis" = 1 ]; then
     row "Redis mode allowed / auth_request -> rateld (Redis) allowed" redis_allowed auth_request_rateld_allowed ">= 2.0"
