@@ -130,6 +130,9 @@ main_conf() {
     ratel_policy kept 3/1m;
     ratel_policy flood 1/1h;
     ratel_policy twice 4/1m;
+    ratel_policy costly 5/1m;
+    ratel_policy outer 1/1m;
+    ratel_policy inner 3/1m;
     server {
         listen 127.0.0.1:$port reuseport;
         root $tmp/main/html;
@@ -151,6 +154,12 @@ main_conf() {
             ratel zone=api policy=twice key=\$arg_k;
             ratel zone=api policy=twice key=\$arg_k;
             try_files /index.html =404;
+        }
+        location /cost { ratel zone=api policy=costly key=k cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
+        location /outer {
+            ratel zone=api policy=outer key=k;
+            location /outer/inherits { try_files /index.html =404; }
+            location /outer/own { ratel zone=api policy=inner key=k; try_files /index.html =404; }
         }
         location /dry { ratel zone=api policy=dry key=\$remote_addr; ratel_dry_run on; try_files /index.html =404; }
         location /empty { ratel zone=api policy=once key=\$arg_k; try_files /index.html =404; }
@@ -230,6 +239,24 @@ check_groups() {
     same zones_given_back "$code $(header RateLimit)" '200 "zone_a-0";r=3;t=60, "zone_b-0";r=0;t=60'
 }
 
+# --- cost from a variable, ratel_status, inheritance as limit_req's.
+check_cost_status_inherit() {
+    get "/cost?c=3"
+    same cost_variable "$code $(header RateLimit)" '200 "costly-0";r=2;t=60'
+    get "/cost?c=3"
+    same ratel_status_code "$code $(header Retry-After)" "503 60"
+    get "/cost?c=many"
+    same cost_not_a_number "$code" 500
+    same cost_not_a_number_logged "$(grep -c 'ratel: cost "many" of the line in .* is not a whole number of at least 1' "$tmp/main/logs/error.log")" 1
+    get /outer/inherits
+    same inherits_outer "$code $(header RateLimit)" '200 "outer-0";r=0;t=60'
+    get /outer/inherits
+    same inherits_outer_limit "$code" 429
+    # Lines of its own replace the outer ones: outer's refusal is not here.
+    get /outer/own
+    same own_lines_replace "$code $(header RateLimit)" '200 "inner-0";r=2;t=60'
+}
+
 # --- dry run: refusals pass, said so, charge nothing.
 check_dry_run() {
     get /dry
@@ -259,6 +286,7 @@ check_variables() {
     same log_sms_passed "$(awk 'index($2, "/sms") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 PASSED 0 0"
     same log_dry "$(awk 'index($2, "/dry") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 2p)" "200 REJECTED_DRY_RUN 0 60"
     same log_empty_key "$(awk 'index($2, "/empty") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 - - -"
+    same log_error "$(awk 'index($2, "/cost?c=many") == 1 { print $3, $4 }' "$log")" "500 ERROR"
     same log_group "$(awk 'index($2, "/pair") == 1 { print $3, $4, $5 }' "$log" | sed -n 1p)" "200 PASSED 0"
 }
 
@@ -268,6 +296,7 @@ check_metrics() {
     same metrics_denied "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="denied"}')" 5
     same metrics_shadow "$(metric 'ratel_decisions_total{zone="api",policy="dry",outcome="shadow_denied"}')" 2
     same metrics_group_denied "$(metric 'ratel_decisions_total{zone="api",policy="pair_user",outcome="denied"}')/$(metric 'ratel_decisions_total{zone="api",policy="pair_all",outcome="denied"}')" 1/0
+    same metrics_error "$(metric 'ratel_decisions_total{zone="api",policy="costly",outcome="error"}')" 1
     same metrics_other_zone "$(metric 'ratel_decisions_total{zone="other",policy="zone_b",outcome="denied"}')" 1
     same metrics_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 1048576
     local keys
@@ -436,6 +465,7 @@ check_example() {
         codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/sendCaptcha?phone=$phone") "
     done
     same example_limits "$codes" "502 429 502 502 "
+    same example_log_level "$(grep -c '\[warn\].*ratel: refused by policy "sms"' "$dir/logs/error.log")" 1
     stop_nginx "$dir"
 }
 
@@ -502,6 +532,7 @@ fi
 check_two_workers
 check_sms
 check_groups
+check_cost_status_inherit
 check_dry_run
 check_empty_key
 check_variables
