@@ -94,8 +94,11 @@ static void on_guard(ngx_event_t *ev)
 {
     redis_zone_t *rz = ev->data;
 
-    if (rz->pending > 0)
+    if (rz->pending > 0) {
+
         ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
+
+    }
 }
 
 ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
@@ -141,8 +144,9 @@ void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone)
     rz->async = NULL;
     ratel_store_free(rz->store);
     rz->store = NULL;
-    if (rz->guard.timer_set)
+    if (rz->guard.timer_set) {
         ngx_del_timer(&rz->guard);
+    }
 }
 
 static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
@@ -153,8 +157,9 @@ static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
     (void)items;
     (void)n;
     rz->pending--;
-    if (rz->pending == 0 && rz->guard.timer_set)
+    if (rz->pending == 0 && rz->guard.timer_set) {
         ngx_del_timer(&rz->guard);
+    }
     /* A worker's exit tells its calls: their requests go with it. */
     if (!rz->exiting)
         job->done(job->data);
@@ -189,7 +194,8 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
         ngx_free(job);
         return NGX_ERROR;
     }
-    if (rz->pending++ == 0)
+    if (rz->pending++ == 0) {
         ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
+    }
     return NGX_AGAIN;
 }

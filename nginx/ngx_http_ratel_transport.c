@@ -20,6 +20,9 @@
  * when the outermost callback holding it returns. Every timer is
  * cancelable, so a worker shutting down gracefully does not wait for the
  * engine's.
+ *
+ * nginx's event macros (ngx_delete_posted_event, ngx_post_event) are
+ * several statements: every `if` around one has braces.
  */
 #include "ngx_http_ratel_transport.h"
 
@@ -84,8 +87,9 @@ static void conn_release(conn_t *k)
         ngx_destroy_pool(k->pool);
         k->pool = NULL;
     }
-    if (k->fail.posted)
+    if (k->fail.posted) {
         ngx_delete_posted_event(&k->fail);
+    }
 }
 
 /* Frees the record once nothing holds it and the engine let go of it. */
@@ -428,8 +432,9 @@ static void t_timer(void *tud, int64_t at_us)
 
     /* Deleted first: nginx keeps an armed timer that moves by less than
        NGX_TIMER_LAZY_DELAY, and an earlier deadline must not wait. */
-    if (t->timer.timer_set)
+    if (t->timer.timer_set) {
         ngx_del_timer(&t->timer);
+    }
     if (at_us < 0)
         return;
     d = at_us - ngx_http_ratel_transport.now(tud);
@@ -512,10 +517,12 @@ static void loop_close(void *tud)
         conn_release(k);
         conn_maybe_free(k);
     }
-    if (t->timer.timer_set)
+    if (t->timer.timer_set) {
         ngx_del_timer(&t->timer);
-    if (t->flush.posted)
+    }
+    if (t->flush.posted) {
         ngx_delete_posted_event(&t->flush);
+    }
     ngx_free(t);
 }
 
