@@ -30,13 +30,13 @@
 #define REDIS_GUARD_MS 1000
 
 typedef struct {
-    char *url;              /* NUL-terminated copy of store=URL */
-    ratel_store_t *store;   /* this worker's */
-    ratel_async_t *async;   /* this worker's, on its loop */
-    ngx_uint_t pending;     /* calls in flight */
-    ngx_event_t guard;      /* armed while calls are in flight */
+    char *url;            /* NUL-terminated copy of store=URL */
+    ratel_store_t *store; /* this worker's */
+    ratel_async_t *async; /* this worker's, on its loop */
+    ngx_uint_t pending;   /* calls in flight */
+    ngx_event_t guard;    /* armed while calls are in flight */
     ngx_log_t *log;
-    int exiting;            /* calls told by the exit are not resumed */
+    int exiting; /* calls told by the exit are not resumed */
 } redis_zone_t;
 
 /* One request's call. */
@@ -97,7 +97,6 @@ static void on_guard(ngx_event_t *ev)
     if (rz->pending > 0) {
 
         ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
-
     }
 }
 
@@ -117,15 +116,15 @@ ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
     rz->guard.log = cycle->log;
     o = redis_options(rz->url);
     if (ratel_store_redis_new(&rz->store, &o, err, sizeof err) != 0) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                      "ratel_zone \"%V\": %s", &zone->name, err);
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "ratel_zone \"%V\": %s",
+                      &zone->name, err);
         return NGX_ERROR;
     }
     ngx_http_ratel_transport_loop(&loop, cycle->log);
     if (ratel__async_new_on(&rz->async, rz->store, &loop, err, sizeof err) !=
         0) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                      "ratel_zone \"%V\": %s", &zone->name, err);
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "ratel_zone \"%V\": %s",
+                      &zone->name, err);
         ratel_store_free(rz->store);
         rz->store = NULL;
         return NGX_ERROR;
@@ -189,8 +188,7 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
                                    on_batch, job);
     if (rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratel_zone \"%V\": %s", &zone->name,
-                      ratel_strerror(rc));
+                      "ratel_zone \"%V\": %s", &zone->name, ratel_strerror(rc));
         ngx_free(job);
         return NGX_ERROR;
     }

@@ -60,9 +60,9 @@ struct conn_s {
     char name[300]; /* host:port, for messages */
     u_char *out;    /* bytes queued, out[off..len) not yet written */
     size_t off, len, cap;
-    int holds;       /* callbacks running on it */
-    int failed;      /* a write failed: told `down` from the loop */
-    char why[256];   /* what failed */
+    int holds;        /* callbacks running on it */
+    int failed;       /* a write failed: told `down` from the loop */
+    char why[256];    /* what failed */
     ngx_event_t fail; /* posted to tell a failure seen inside `send` */
 };
 
@@ -172,8 +172,7 @@ static void on_handshake(ngx_connection_t *c)
     char why[512];
 
     if (!c->ssl->handshaked) {
-        ratel__tls_describe(c->ssl->connection, SSL_ERROR_SSL, why,
-                            sizeof why);
+        ratel__tls_describe(c->ssl->connection, SSL_ERROR_SSL, why, sizeof why);
         conn_down(k, why, 1);
         return;
     }
@@ -204,14 +203,13 @@ static void conn_connected(conn_t *k)
     ssl.ctx = k->tls;
     ssl.log = k->t->log;
     ssl.buffer_size = NGX_SSL_BUFSIZE;
-    if (ngx_ssl_create_connection(&ssl, c, NGX_SSL_CLIENT) !=
-        NGX_OK) {
+    if (ngx_ssl_create_connection(&ssl, c, NGX_SSL_CLIENT) != NGX_OK) {
         conn_down(k, "TLS: out of memory", 0);
         return;
     }
     if (ratel__tls_setup(c->ssl->connection,
-                         k->server_name[0] ? k->server_name : NULL,
-                         k->insecure, err, sizeof err) != 0) {
+                         k->server_name[0] ? k->server_name : NULL, k->insecure,
+                         err, sizeof err) != 0) {
         conn_down(k, err, 1);
         return;
     }
@@ -300,8 +298,7 @@ static int conn_connect(conn_t *k, const char *host, int port, char *why,
     snprintf(portstr, sizeof portstr, "%d", port);
     gai = getaddrinfo(host, portstr, &hints, &ai);
     if (gai != 0 || !ai) {
-        snprintf(why, whylen, "cannot resolve %s: %s", host,
-                 gai_strerror(gai));
+        snprintf(why, whylen, "cannot resolve %s: %s", host, gai_strerror(gai));
         return -1;
     }
     ngx_memzero(&pc, sizeof pc);
@@ -337,9 +334,8 @@ static int conn_connect(conn_t *k, const char *host, int port, char *why,
     return 0;
 }
 
-static void *t_open(void *tud, ratel__link_t *link, const char *host,
-                    int port, const ratel__tls_target_t *tls, char *why,
-                    size_t whylen)
+static void *t_open(void *tud, ratel__link_t *link, const char *host, int port,
+                    const ratel__tls_target_t *tls, char *why, size_t whylen)
 {
     trans_t *t = tud;
     conn_t *k = ngx_calloc(sizeof *k, t->log);
