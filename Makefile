@@ -360,14 +360,16 @@ NGX_DIR    := $(BUILD)/nginx
 NGX_ABS    := $(abspath $(NGX_DIR))
 NGX_MODULE := $(NGX_DIR)/ngx_http_ratel_module.so
 NGX_FILES  := $(sort $(wildcard nginx/*.c))
-NGX_DEPS   := $(NGX_FILES) $(wildcard nginx/*.h) server/app/ratelimit.c \
-              server/app/ratelimit.h include/ratel.h
+NGX_DEPS   := $(NGX_FILES) $(wildcard nginx/*.h) nginx/ngx_http_ratel_module.map \
+              server/app/ratelimit.c server/app/ratelimit.h include/ratel.h \
+              lib/internal/ratel_internal.h $(wildcard lib/store/*.h)
 NGX_CFLAGS  = $(shell dpkg-buildflags --get CFLAGS) -fPIC \
               $(shell dpkg-buildflags --get CPPFLAGS) $(SANITIZE)
 NGX_LDFLAGS = $(shell dpkg-buildflags --get LDFLAGS) -fPIC $(SANITIZE)
-# What the module uses of libratel needs only libm (the core; the Redis
-# mode adds its libraries here).
-NGX_LIBS   ?= -lm
+# What libratel.a's objects the module uses need: hiredis and OpenSSL for
+# the Redis store (its nginx transport is the module's own, so no
+# libevent), libm for the core.
+NGX_LIBS   ?= $(HIREDIS_LIBS) $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto) -lm
 
 .PHONY: nginx-module FORCE
 nginx-module: $(NGX_MODULE)

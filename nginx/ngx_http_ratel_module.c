@@ -520,6 +520,11 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
     if (rc == NGX_ERROR)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     if (rc == NGX_ABORT) {
+        ngx_http_ratel_limit_t **l = conf->limits->elts;
+        /* Not decided: each line counts an error. */
+        for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
+            ngx_http_ratel_shm_count(l[i]->zone, l[i]->count,
+                                     NGX_HTTP_RATEL_ERROR);
         ctx->done = 1;
         ctx->outcome = NGX_HTTP_RATEL_ERROR;
         return conf->dry_run ? NGX_DECLINED : NGX_HTTP_INTERNAL_SERVER_ERROR;

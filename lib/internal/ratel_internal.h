@@ -24,6 +24,8 @@
  *   lib/store/command.h    a program's own commands on a Redis store's
  *                          connections, waited for or on a loop:
  *                          captchad's code store
+ *   lib/store/async.h      the asynchronous API on a host's own
+ *                          transport (transport.h): the nginx module's
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -31,6 +33,7 @@
 #include "ratel.h"
 
 /* Relative to this file: lib/ itself is not on the programs' path. */
+#include "../store/async.h"
 #include "../store/command.h"
 #include "../store/option.h"
 #include "../store/redis.h"

@@ -1,23 +1,28 @@
 /*
- * async.c - the store's calls on a libevent loop (ratel_async_* in
- * ratel.h).
+ * async.c - the store's calls on an event loop (ratel_async_* in ratel.h),
+ * on any transport (transport.h): libevent's for ratel_async_new()
+ * (transport_event.c), nginx's for the nginx module
+ * (ratel__async_new_on() in ratel_internal.h).
  *
- * A Redis store gets an engine of its own on the loop (engine.h on the
- * libevent transport, transport_event.h): its calls are the synchronous
- * calls' asynchronous halves (redis_decide.c), told by the engine when
- * Redis answered or their deadline passed. Any other store decides at
- * once, in the call; its answer waits in the `told` list for an event
- * activated once per turn, so that no callback ever runs inside the call
- * that started it, whatever the store.
+ * A Redis store gets an engine of its own on the loop (engine.h): its
+ * calls are the synchronous calls' asynchronous halves (redis_decide.c),
+ * told by the engine when Redis answered or their deadline passed. Any
+ * other store decides at once, in the call; its answer waits in the
+ * `told` list until the end of the loop's turn (the transport's `defer`),
+ * so that no callback ever runs inside the call that started it, whatever
+ * the store.
+ *
+ * The transport calls the async's hooks, not the engine's: the async's
+ * flush tells the `told` list first and then lets the engine flush, so
+ * the calls those callbacks start leave in the same write.
  *
  * Each call is a job (malloc'd): what to tell whom, and the Redis half's
  * state. The job is freed after its callback returns.
  */
+#include "store/async.h"
 #include "store/command.h"
 #include "store/redis_private.h"
-#include "store/transport_event.h"
 
-#include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +59,10 @@ struct ratel_async_s {
     ratel_store_t *store;
     redis_store_t *redis; /* NULL: a store that decides at once */
     ratel__engine_t *engine;
-    ratel__event_t *transport;
-    struct event *tell;
+    ratel__loop_hooks_t engine_hooks; /* the engine's timer and flush */
+    const ratel__transport_t *transport;
+    void *tud;                /* the transport's instance */
+    void (*close)(void *tud); /* frees it (ratel__async_loop_t) */
     job_t *told_head, *told_tail;
 };
 
@@ -85,19 +92,36 @@ static void tell(job_t *job)
     free(job);
 }
 
-static void on_tell(evutil_socket_t fd, short what, void *ud)
+/* Tells the answers decided at once until now; those their callbacks
+   decide at once wait for the next flush. */
+static void tell_told(ratel_async_t *a)
 {
-    ratel_async_t *a = ud;
     job_t *job = a->told_head;
 
-    (void)fd;
-    (void)what;
     a->told_head = a->told_tail = NULL;
     while (job) {
         job_t *next = job->next;
         tell(job);
         job = next;
     }
+}
+
+/* The transport's hooks: the turn ends, the engine's timer is due. */
+static void hook_flush(void *ud)
+{
+    ratel_async_t *a = ud;
+
+    tell_told(a);
+    if (a->engine)
+        a->engine_hooks.flush(a->engine_hooks.ud);
+}
+
+static void hook_timer(void *ud)
+{
+    ratel_async_t *a = ud;
+
+    if (a->engine)
+        a->engine_hooks.timer(a->engine_hooks.ud);
 }
 
 /* An answer decided at once: told at the loop's next turn. */
@@ -111,7 +135,7 @@ static void tell_later(job_t *job)
     else
         a->told_head = job;
     a->told_tail = job;
-    event_active(a->tell, EV_WRITE, 0);
+    a->transport->defer(a->tud);
 }
 
 /* ------------------------------------------------------ Redis halves */
@@ -408,31 +432,38 @@ int ratel__async_command(ratel_async_t *a, const char *key, size_t keylen,
 
 /* ------------------------------------------------------------- create */
 
-int ratel_async_new(ratel_async_t **out, ratel_store_t *store,
-                    struct event_base *base, char *errbuf, size_t errlen)
+int ratel__async_new_on(ratel_async_t **out, ratel_store_t *store,
+                        const ratel__async_loop_t *loop, char *errbuf,
+                        size_t errlen)
 {
     ratel_async_t *a;
     ratel__loop_hooks_t hooks;
 
     if (errbuf && errlen)
         errbuf[0] = '\0';
-    if (!out || !store || !base) {
-        ratel__msg(errbuf, errlen, "a store and an event_base are needed");
+    if (!out || !store || !loop || !loop->transport || !loop->open) {
+        ratel__msg(errbuf, errlen, "a store and a loop are needed");
         return RATEL_EINVAL;
     }
     *out = NULL;
     a = calloc(1, sizeof *a);
-    if (!a || !(a->tell = event_new(base, -1, 0, on_tell, a)))
+    if (!a)
         goto nomem;
     a->store = store;
     if (store->ops == &ratel__redis_ops) {
         a->redis = (redis_store_t *)store;
-        a->engine = ratel__engine_new(&a->redis->sh, &hooks);
-        if (!a->engine || ratel__event_new(&a->transport, base, &hooks) != 0)
+        a->engine = ratel__engine_new(&a->redis->sh, &a->engine_hooks);
+        if (!a->engine)
             goto nomem;
-        ratel__engine_set_transport(a->engine, &ratel__event_transport,
-                                    a->transport);
     }
+    hooks = (ratel__loop_hooks_t){
+        .timer = hook_timer, .flush = hook_flush, .ud = a};
+    if (loop->open(loop->ctx, &hooks, &a->tud) != 0)
+        goto nomem;
+    a->transport = loop->transport;
+    a->close = loop->close;
+    if (a->engine)
+        ratel__engine_set_transport(a->engine, a->transport, a->tud);
     *out = a;
     return 0;
 nomem:
@@ -445,11 +476,13 @@ void ratel_async_free(ratel_async_t *a)
 {
     if (!a)
         return;
-    /* Pending Redis calls are told (RATEL_EIO: the failure policy). */
+    /* Pending Redis calls are told (RATEL_EIO: the failure policy), then
+       the answers waiting for the turn's end; the transport goes last,
+       the engine having closed its connections through it. */
     ratel__engine_free(a->engine);
-    ratel__event_free(a->transport);
-    on_tell(-1, 0, a);
-    if (a->tell)
-        event_free(a->tell);
+    while (a->told_head)
+        tell_told(a);
+    if (a->close && a->tud)
+        a->close(a->tud);
     free(a);
 }

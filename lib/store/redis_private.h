@@ -8,7 +8,8 @@
  *                   health, stats, `ratel lua-load`
  *   redis_decide.c  what a call makes of Redis's answers, on any engine:
  *                   decisions, the failure policy, the deny cache, groups
- *   async.c         the asynchronous API on a libevent loop (ratel.h)
+ *   async.c         the asynchronous API on any transport's loop (ratel.h,
+ *                   async.h)
  */
 #ifndef RATEL_STORE_REDIS_PRIVATE_H
 #define RATEL_STORE_REDIS_PRIVATE_H

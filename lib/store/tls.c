@@ -251,25 +251,17 @@ static int is_ip_literal(const char *name)
            inet_pton(AF_INET6, name, addr) == 1;
 }
 
-int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
-                   SSL **out, char *err, size_t errlen)
+int ratel__tls_setup(SSL *ssl, const char *server_name, int insecure, char *err,
+                     size_t errlen)
 {
     int ip = server_name && is_ip_literal(server_name);
     X509_VERIFY_PARAM *param;
-    SSL *ssl;
     int ok = 1;
 
-    *out = NULL;
     if (!insecure && (!server_name || !server_name[0])) {
         snprintf(err, errlen,
                  "TLS: no server name to check the certificate against");
         return RATEL_EINVAL;
-    }
-    ssl = SSL_new(ctx);
-    if (!ssl) {
-        ERR_clear_error();
-        snprintf(err, errlen, "TLS: out of memory");
-        return RATEL_ENOMEM;
     }
     /* RFC 6066: SNI carries host names, never address literals. */
     if (server_name && server_name[0] && !ip)
@@ -283,7 +275,6 @@ int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
     }
     if (!ok) {
         ERR_clear_error();
-        SSL_free(ssl);
         snprintf(err, errlen, "TLS: the server name \"%s\" is not accepted",
                  server_name);
         return RATEL_EINVAL;
@@ -292,6 +283,27 @@ int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
     if (asked_index >= 0)
         SSL_set_cert_cb(ssl, note_certificate_request, NULL);
     SSL_set_connect_state(ssl);
+    return 0;
+}
+
+int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
+                   SSL **out, char *err, size_t errlen)
+{
+    SSL *ssl;
+    int rc;
+
+    *out = NULL;
+    ssl = SSL_new(ctx);
+    if (!ssl) {
+        ERR_clear_error();
+        snprintf(err, errlen, "TLS: out of memory");
+        return RATEL_ENOMEM;
+    }
+    rc = ratel__tls_setup(ssl, server_name, insecure, err, errlen);
+    if (rc != 0) {
+        SSL_free(ssl);
+        return rc;
+    }
     *out = ssl;
     return 0;
 }

@@ -97,6 +97,15 @@ int ratel__tls_new(SSL_CTX *ctx, const char *server_name, int insecure,
                    SSL **out, char *err, size_t errlen);
 
 /*
+ * ratel__tls_new() on an SSL a host made itself from the store's context
+ * (the nginx module's, by ngx_ssl_create_connection): the same SNI, name
+ * check and client certificate's note, and connect state. 0, or
+ * RATEL_EINVAL with a message in err.
+ */
+int ratel__tls_setup(SSL *ssl, const char *server_name, int insecure, char *err,
+                     size_t errlen);
+
+/*
  * After SSL_connect, SSL_read, SSL_write or SSL_do_handshake failed on
  * `ssl` with `ssl_error_code` (what SSL_get_error() returned for it),
  * writes into buf (len bytes, cut as snprintf does) what went wrong, for a

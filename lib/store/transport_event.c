@@ -24,6 +24,8 @@
 #include "store/transport_event.h"
 
 #include "ratel.h"
+#include "store/async.h"
+#include "store/engine.h"
 #include "store/tls.h"
 #include "store/transport_sock.h"
 
@@ -731,4 +733,39 @@ void ratel__event_free(ratel__event_t *e)
     if (e->flush_ev)
         event_free(e->flush_ev);
     free(e);
+}
+
+/* ------------------------------------------- the asynchronous API on it */
+
+static int async_open(void *ctx, const ratel__loop_hooks_t *hooks, void **tud)
+{
+    ratel__event_t *e;
+    int rc = ratel__event_new(&e, ctx, hooks);
+
+    *tud = e;
+    return rc;
+}
+
+static void async_close(void *tud)
+{
+    ratel__event_free(tud);
+}
+
+/* ratel.h's asynchronous API on a libevent loop: async.c's calls on this
+   transport, which the ratel_async_t owns. */
+int ratel_async_new(ratel_async_t **out, ratel_store_t *store,
+                    struct event_base *base, char *errbuf, size_t errlen)
+{
+    ratel__async_loop_t loop = {.transport = &ratel__event_transport,
+                                .open = async_open,
+                                .close = async_close,
+                                .ctx = base};
+
+    if (!base) {
+        if (out)
+            *out = NULL;
+        ratel__msg(errbuf, errlen, "a store and an event_base are needed");
+        return RATEL_EINVAL;
+    }
+    return ratel__async_new_on(out, store, &loop, errbuf, errlen);
 }

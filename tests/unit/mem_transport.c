@@ -156,6 +156,27 @@ int mem_init(mem_t *m, const ratel__redis_shared_t *sh)
     return 0;
 }
 
+static int mem_loop_open(void *ctx, const ratel__loop_hooks_t *hooks,
+                         void **tud)
+{
+    mem_t *m = ctx;
+
+    m->hooks = *hooks;
+    *tud = m;
+    return 0;
+}
+
+void mem_init_loop(mem_t *m, ratel__async_loop_t *loop)
+{
+    memset(m, 0, sizeof *m);
+    m->t = (ratel__transport_t){mem_open,  mem_send,  mem_close,
+                                mem_timer, mem_defer, mem_now};
+    m->timer_at = -1;
+    m->now_us = 1000000;
+    *loop = (ratel__async_loop_t){
+        .transport = &m->t, .open = mem_loop_open, .close = NULL, .ctx = m};
+}
+
 void mem_free(mem_t *m)
 {
     ratel__engine_free(m->e);

@@ -22,6 +22,7 @@
 #ifndef RATEL_TEST_MEM_TRANSPORT_H
 #define RATEL_TEST_MEM_TRANSPORT_H
 
+#include "store/async.h"
 #include "store/engine.h"
 #include "store/health.h"
 #include "store/transport.h"
@@ -70,6 +71,13 @@ void mem_shared_free(ratel__redis_shared_t *sh, ratel_health_t *health);
 
 /* An engine on a new in-memory transport for `sh`; 0 or -1 (no memory). */
 int mem_init(mem_t *m, const ratel__redis_shared_t *sh);
+/*
+ * The transport alone, for an asynchronous API on it (store/async.h): no
+ * engine of the test's; *loop makes the async's instance, which is `m`
+ * with the async's hooks. Free the async before mem_free().
+ */
+void mem_init_loop(mem_t *m, ratel__async_loop_t *loop);
+
 /* Frees the engine (its commands are told) and the transport. */
 void mem_free(mem_t *m);
 
