@@ -30,6 +30,12 @@
 #
 #   BUILD=build bench/nginx.sh     NGINX_ROUNDS=5 NGINX_SECONDS=5
 #
+# Besides requests/s, each case's CPU time per request of the processes
+# serving it (utime+stime from /proc around each wrk run): the nginx
+# worker, and rateld and redis-server where they take part. On 2 cores
+# wrk shares the machine with them, so the rate alone can measure the
+# machine.
+#
 # Prints "ratel|peer<TAB>NAME<TAB>VALUE<TAB>UNIT" lines (medians), each
 # round's figures as comments, then a summary. Never fails on a figure;
 # exit 1 only when it cannot measure.
@@ -59,6 +65,7 @@ if command -v redis-server >/dev/null && [ -e "$build/ratel.so" ] && [ -x "$buil
     redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
         --loadmodule "$build/ratel.so" --daemonize no >"$tmp/redis.log" 2>&1 </dev/null &
     pids+=($!)
+    redis_pid=$!
     for _ in $(seq 100); do
         redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG && break
         sleep 0.1
@@ -92,6 +99,7 @@ routes:
 EOF
     "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
     pids+=($!)
+    rateld_pid=$!
     wait_http "http://127.0.0.1:$dport/healthz" || die "rateld did not start: $(tail -3 "$tmp/rateld.log")"
     redis=1
 fi
@@ -177,7 +185,18 @@ EOF
 } >"$d/nginx.conf"
 nginx -p "$d" -c "$d/nginx.conf" >"$d/logs/stderr" 2>&1 &
 pids+=($!)
+nginx_pid=$!
 wait_http "http://127.0.0.1:$port/limit_req/allowed" || die "nginx did not start: $(cat "$d/logs/stderr")"
+
+# worker_of MASTER: the pid of an nginx master's (one) worker, from /proc
+# (the command's name ends with ") ", the parent's pid follows the state).
+worker_of() {
+    local f
+    for f in /proc/[0-9]*/stat; do
+        sed 's/.*) //' "$f" 2>/dev/null | awk -v p="$1" -v f="$f" '$2 == p { split(f, a, "/"); print a[3] }'
+    done | head -1
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # nginx -> auth_request -> rateld: an nginx of its own (one worker too)
 # without the module, as a site that does not use it runs (the snippet's
@@ -203,13 +222,17 @@ EOF
     } >"$g/nginx.conf"
     nginx -p "$g" -c "$g/nginx.conf" >"$g/logs/stderr" 2>&1 &
     pids+=($!)
+    gateway_pid=$!
     wait_http "http://127.0.0.1:$gport/api/ping" || die "nginx (auth_request) did not start: $(cat "$g/logs/stderr")"
 fi
 
 # Each case's URL. The denied ones are exhausted first; every case is
 # checked to answer as it should before anything is measured.
-declare -A url want
-case_add() { url[$1]=$2; want[$1]=$3; }
+# Each case's URL, the status it must answer and the processes serving
+# it (NAME:PID ...), whose CPU time is taken.
+declare -A url want procs
+worker=$(worker_of "$nginx_pid")
+case_add() { url[$1]=$2; want[$1]=$3; procs[$1]=${4:-nginx:$worker}; }
 base=http://127.0.0.1:$port
 case_add limit_req_allowed "$base/limit_req/allowed" 200
 case_add limit_req_denied "$base/limit_req/denied?telephone=13800138000" 429
@@ -219,10 +242,13 @@ case_add zone_denied "$base/zone/denied?telephone=13800138000" 429
 case_add zone_denied_no_headers "$base/zone/denied_no_headers?telephone=13800138001" 429
 case_add zone_two_rules "$base/zone/two" 200
 if [ "$redis" = 1 ]; then
-    case_add redis_allowed "$base/redis/allowed" 200
-    case_add redis_denied "$base/redis/denied?telephone=13800138000" 429
-    case_add auth_request_rateld_allowed "http://127.0.0.1:$gport/api/ping" 200
-    case_add auth_request_rateld_denied "http://127.0.0.1:$gport/deny" 429
+    gworker=$(worker_of "$gateway_pid")
+    case_add redis_allowed "$base/redis/allowed" 200 "nginx:$worker redis:$redis_pid"
+    case_add redis_denied "$base/redis/denied?telephone=13800138000" 429 "nginx:$worker redis:$redis_pid"
+    case_add auth_request_rateld_allowed "http://127.0.0.1:$gport/api/ping" 200 \
+        "nginx:$gworker rateld:$rateld_pid redis:$redis_pid"
+    case_add auth_request_rateld_denied "http://127.0.0.1:$gport/deny" 429 \
+        "nginx:$gworker rateld:$rateld_pid redis:$redis_pid"
 fi
 cases=$(printf '%s\n' "${!url[@]}" | sort)
 for c in $cases; do
@@ -242,6 +268,8 @@ for r in $(seq "$rounds"); do
     order=$cases
     [ $((r % 2)) = 0 ] && order=$(tac <<<"$cases")
     for c in $order; do
+        declare -A before=()
+        for np in ${procs[$c]}; do before[$np]=$(cpu_ticks "${np#*:}"); done
         out=$(wrk -t1 -c50 -d"${secs}s" "${url[$c]}" 2>&1)
         # A case answering other than it should (a non-2xx among the
         # allowed, a 2xx among the denied) is not measured as that case.
@@ -252,8 +280,28 @@ for r in $(seq "$rounds"); do
         # request through (so would a 1/1m rule); a few are expected.
         if [ "${want[$c]}" = 429 ] && [ $((total - ${non2xx:-0})) -gt 2 ]; then die "$c: $((total - ${non2xx:-0})) of $total answers were 2xx"; fi
         echo "$c $(awk '/Requests\/sec/ { print $2 }' <<<"$out")" >>"$results"
+        hz=$(getconf CLK_TCK)
+        for np in ${procs[$c]}; do
+            echo "cpu:$c:${np%%:*} $(awk -v t="$(($(cpu_ticks "${np#*:}") - before[$np]))" -v n="$total" -v hz="$hz" \
+                'BEGIN { printf "%.1f", t * 1000000 / hz / n }')" >>"$results"
+        done
     done
 done
+
+# CPU microseconds per request, medians over the rounds.
+echo
+echo "| case | nginx worker (us/request) | rateld | redis-server |"
+echo "|---|---|---|---|"
+for c in $cases; do
+    row=""
+    for p in nginx rateld redis; do
+        v=$(awk -v k="cpu:$c:$p" '$1 == k { print $2 }' "$results" | sort -g |
+            awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+        row+=" ${v:--} |"
+    done
+    echo "| $c |$row"
+done
+echo
 
 declare -A med
 for c in $cases; do
