@@ -126,6 +126,9 @@ contains "redis-ratel Depends redis-server" "$(field redis-ratel Depends)" "redi
 abi=$(sed -n 's/^nginx:abi=//p' /usr/share/nginx/src/debian/libnginx-mod.abisubstvars)
 contains "libnginx-mod-http-ratel Depends the nginx ABI ($abi)" \
     "$(field libnginx-mod-http-ratel Depends)" "$abi"
+# Its Redis mode links hiredis and OpenSSL (shlibs).
+contains "libnginx-mod-http-ratel Depends libhiredis" "$(field libnginx-mod-http-ratel Depends)" "libhiredis"
+contains "libnginx-mod-http-ratel Depends libssl" "$(field libnginx-mod-http-ratel Depends)" "libssl"
 contains "the installed nginx provides $abi" "$(dpkg-query -W -f '${Provides}' nginx-common nginx-core nginx 2>/dev/null)" "$abi"
 same "libnginx-mod-http-ratel Section" "$(field libnginx-mod-http-ratel Section)" httpd
 same "libratel0 Multi-Arch" "$(field libratel0 Multi-Arch)" same
@@ -228,6 +231,9 @@ events {}
 http {
     access_log off;
     ratel_zone zone=deb:1m;
+    # The Redis mode is built in: nginx -t accepts a store (checked, not
+    # connected to; no location uses it).
+    ratel_zone zone=shared:1m store=redis://127.0.0.1:6379;
     ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
     server {
         listen 127.0.0.1:$nport;
