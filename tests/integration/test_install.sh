@@ -114,7 +114,17 @@ http {
     }
 }
 EOF
-out=$(nginx -t -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" 2>&1)
+# Under `make asan` the module carries the sanitizers: nginx (not built
+# with them) runs with their runtime preloaded.
+preload=
+for lib in libasan libubsan; do
+    if ldd "$d/usr/lib/nginx/modules/ngx_http_ratel_module.so" | grep -q "$lib"; then
+        preload="$preload $(${CC:-cc} -print-file-name="$lib.so")"
+    fi
+done
+preload=${preload# }
+out=$(env ${preload:+LD_PRELOAD="$preload"} ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}" \
+    nginx -t -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" 2>&1)
 same nginx_loads_installed_module "$?" 0
 contains nginx_t_successful "$out" "test is successful"
 
