@@ -36,7 +36,9 @@ typedef struct {
     ngx_uint_t pending;   /* calls in flight */
     ngx_event_t guard;    /* armed while calls are in flight */
     ngx_log_t *log;
-    int exiting; /* calls told by the exit are not resumed */
+    ngx_str_t name;       /* the zone's, for messages */
+    uint64_t transitions; /* the store's health changes logged so far */
+    int exiting;          /* calls told by the exit are not resumed */
 } redis_zone_t;
 
 /* One request's call. */
@@ -86,6 +88,7 @@ char *ngx_http_ratel_redis_conf(ngx_conf_t *cf, ngx_http_ratel_zone_t *zone,
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0, "ratel_zone \"%V\": %s",
                            &zone->name, RATEL__TLS_INSECURE_WARNING);
     ratel_store_free(store);
+    rz->name = zone->name;
     zone->redis = rz;
     return NGX_CONF_OK;
 }
@@ -97,6 +100,34 @@ static void on_guard(ngx_event_t *ev)
     if (rz->pending > 0) {
 
         ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
+    }
+}
+
+/*
+ * The store's health changed (libratel does not log): Redis down is said
+ * once with its cause, until it answers again. It runs inside a store
+ * call on the worker's loop and only reads the store's health.
+ */
+static void on_health(void *ud)
+{
+    redis_zone_t *rz = ud;
+    ratel_store_health_t h;
+
+    if (ratel_store_health(rz->store, &h) != 0 ||
+        h.transitions == rz->transitions)
+        return;
+    rz->transitions = h.transitions;
+    /* Braces: ngx_log_error is an `if` of its own. */
+    if (h.up) {
+        ngx_log_error(NGX_LOG_NOTICE, rz->log, 0,
+                      "ratel_zone \"%V\": Redis decides again (down for "
+                      "%L ms)",
+                      &rz->name, h.last_outage_ms);
+    } else {
+        ngx_log_error(NGX_LOG_ERR, rz->log, 0,
+                      "ratel_zone \"%V\": Redis is down (%s): the failure "
+                      "policy decides until it answers again",
+                      &rz->name, h.cause);
     }
 }
 
@@ -120,6 +151,7 @@ ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
                       &zone->name, err);
         return NGX_ERROR;
     }
+    ratel_store_watch_health(rz->store, on_health, rz);
     ngx_http_ratel_transport_loop(&loop, cycle->log);
     if (ratel__async_new_on(&rz->async, rz->store, &loop, err, sizeof err) !=
         0) {

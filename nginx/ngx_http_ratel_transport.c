@@ -56,6 +56,7 @@ struct conn_s {
     conn_state_e state;
     SSL_CTX *tls; /* NULL: plain */
     int insecure;
+    ngx_log_t quiet; /* the handshake's log: see conn_log() */
     char server_name[256];
     char name[300]; /* host:port, for messages */
     u_char *out;    /* bytes queued, out[off..len) not yet written */
@@ -153,6 +154,29 @@ static ngx_int_t conn_write(conn_t *k)
 
 /* ------------------------------------------------------------- events */
 
+/*
+ * The connection's log. During the TLS handshake it is the cycle's with
+ * only alerts let through: nginx's SSL code logs a refused certificate at
+ * crit in its own words, while the engine is told the reason (`down`,
+ * ratel__tls_describe's words, naming the name checked) and the Redis
+ * mode logs it once as the store's failure.
+ */
+static void conn_log(conn_t *k, int handshake)
+{
+    ngx_log_t *log = k->t->log;
+
+    if (handshake) {
+        k->quiet = *log;
+        k->quiet.log_level = NGX_LOG_ALERT;
+        k->quiet.next = NULL;
+        log = &k->quiet;
+    }
+    k->c->log = log;
+    k->c->read->log = log;
+    k->c->write->log = log;
+    k->c->pool->log = log;
+}
+
 static void conn_up(conn_t *k)
 {
     k->state = CONN_UP;
@@ -166,11 +190,23 @@ static void conn_up(conn_t *k)
     conn_maybe_free(k);
 }
 
+static void on_read(ngx_event_t *ev);
+static void on_write(ngx_event_t *ev);
+
+/*
+ * The handshake ended. nginx's handshake left its own handlers on the
+ * connection's events (as every caller of ngx_ssl_handshake, the
+ * transport puts its own back): else a reply would wake the handshake
+ * again instead of being read.
+ */
 static void on_handshake(ngx_connection_t *c)
 {
     conn_t *k = c->data;
     char why[512];
 
+    c->read->handler = on_read;
+    c->write->handler = on_write;
+    conn_log(k, 0);
     if (!c->ssl->handshaked) {
         ratel__tls_describe(c->ssl->connection, SSL_ERROR_SSL, why, sizeof why);
         conn_down(k, why, 1);
@@ -200,6 +236,7 @@ static void conn_connected(conn_t *k)
         return;
     }
     k->state = CONN_HANDSHAKE;
+    conn_log(k, 1);
     ssl.ctx = k->tls;
     ssl.log = k->t->log;
     ssl.buffer_size = NGX_SSL_BUFSIZE;
@@ -325,9 +362,7 @@ static int conn_connect(conn_t *k, const char *host, int port, char *why,
     k->c->pool = k->pool;
     k->c->read->handler = on_read;
     k->c->write->handler = on_write;
-    k->c->log = k->t->log;
-    k->c->read->log = k->t->log;
-    k->c->write->log = k->t->log;
+    conn_log(k, 0);
     if (rc == NGX_OK) { /* connected at once: told from the loop */
         ngx_post_event(k->c->write, &ngx_posted_events);
     }
