@@ -406,6 +406,7 @@ valgrind_run() {
     kill -CONT "$rpid"
     code "http://127.0.0.1:$pv/z/c?k=v3" >/dev/null
     nginx_stop vg
+    [ -f "$vglog" ] || fail valgrind_ran "no $vglog"
     if grep -qE 'ngx_http_ratel|ratel_|hiredis' "$vglog"; then
         fail valgrind_clean "$(grep -B3 -A12 -E 'ngx_http_ratel|ratel_|hiredis' "$vglog" | head -40)"
     else
