@@ -168,6 +168,12 @@ void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *item);
 
+/* Counts the lines of a Redis zone's group that Redis did not decide
+   (the deny cache, or the failure policy: their decision's source). */
+void ngx_http_ratel_shm_count_sources(ngx_http_ratel_zone_t *zone,
+                                      const ratel_batch_item_t *items,
+                                      size_t n);
+
 /* Adds one decision per line to the zone's counters. */
 void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
                               ngx_uint_t outcome);
@@ -180,6 +186,10 @@ ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r);
 /* The zone's counters and memory, under its lock (metrics.c reads). */
 typedef struct {
     uint64_t keys, bytes, max_bytes, evictions, expirations;
+    /* A Redis zone's lines Redis did not decide: errors (the failure
+       policy decided), by policy, and the deny cache's answers. */
+    uint64_t errors, fallback_open, fallback_closed, fallback_local;
+    uint64_t cache_hits;
 } ngx_http_ratel_shm_stats_t;
 
 typedef void (*ngx_http_ratel_count_fn)(void *data, const u_char *policy,

@@ -252,7 +252,7 @@ static void decide_locally(redis_zone_t *rz, ratel_batch_item_t *items,
     for (size_t i = 0; i < n; i++)
         failed |=
             items[i].rc == 0 && items[i].decision.source == RATEL_SOURCE_CLOSED;
-    if (!failed)
+    if (!failed || n > RATEL_GROUP_MAX)
         return;
     (void)ngx_http_ratel_shm_decide(rz->zone, items, n, now_us, rz->log);
     for (size_t i = 0; i < n; i++)
@@ -273,6 +273,7 @@ static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
         if (rz->deny_cache)
             ngx_http_ratel_shm_remember(rz->zone, items, n, job->now_us,
                                         REDIS_DENY_MAX_MS);
+        ngx_http_ratel_shm_count_sources(rz->zone, items, n);
         job->done(job->data);
     }
     ngx_free(job);
@@ -291,8 +292,10 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
     if (!rz || !rz->async)
         return NGX_ERROR;
     if (rz->deny_cache &&
-        ngx_http_ratel_shm_cached(zone, items, n, now_us) == NGX_OK)
+        ngx_http_ratel_shm_cached(zone, items, n, now_us) == NGX_OK) {
+        ngx_http_ratel_shm_count_sources(zone, items, n);
         return NGX_OK;
+    }
     /* Not in the request's pool: the handler holds the request until
        done, and the callback frees the job. */
     job = ngx_alloc(sizeof *job, r->connection->log);

@@ -42,6 +42,7 @@ struct ngx_http_ratel_shm_s {
     ngx_rbtree_node_t sentinel;
     ngx_queue_t lru;
     uint64_t keys, evictions, expirations;
+    ngx_atomic_t sources[RATEL_SOURCE_LOCAL + 1]; /* by decision source */
     ngx_uint_t ncounters;
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
 };
@@ -381,6 +382,9 @@ void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
  */
 #define DENY_MARK '\x01'
 
+/* A cached denial's tree key (a worker does one thing at a time). */
+static u_char deny_key[1 + RATEL_MEMORY_KEY_MAX];
+
 typedef struct {
     uint64_t fingerprint; /* the policy's rules (ratel__policy_fingerprint) */
     uint64_t cost;        /* it answers requests of at least this cost */
@@ -430,7 +434,7 @@ ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
                                     ratel_batch_item_t *items, size_t n,
                                     int64_t now_us)
 {
-    static u_char key[1 + RATEL_MEMORY_KEY_MAX];
+    u_char *key = deny_key;
     uint64_t fps[RATEL_GROUP_MAX];
     u_char hit[RATEL_GROUP_MAX];
     int64_t now_ms = now_us / 1000;
@@ -471,7 +475,7 @@ ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
 static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
                      int64_t now_ms, int64_t max_ms)
 {
-    static u_char key[1 + RATEL_MEMORY_KEY_MAX];
+    u_char *key = deny_key;
     ratel_decision_t *dec = &it->decision;
     size_t len, size;
     uint32_t hash;
@@ -528,7 +532,7 @@ void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *item)
 {
-    static u_char key[1 + RATEL_MEMORY_KEY_MAX];
+    u_char *key = deny_key;
     size_t len;
     uint32_t hash;
     node_t *e;
@@ -550,6 +554,17 @@ void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
                                    1);
 }
 
+void ngx_http_ratel_shm_count_sources(ngx_http_ratel_zone_t *zone,
+                                      const ratel_batch_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int source = items[i].decision.source;
+        if (items[i].rc == 0 && source > RATEL_SOURCE_STORE &&
+            source <= RATEL_SOURCE_LOCAL)
+            (void)ngx_atomic_fetch_add(&zone->sh->sources[source], 1);
+    }
+}
+
 void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
                              ngx_http_ratel_shm_stats_t *stats,
                              ngx_http_ratel_count_fn fn, void *data)
@@ -562,6 +577,12 @@ void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
     stats->keys = sh->keys;
     stats->evictions = sh->evictions;
     stats->expirations = sh->expirations;
+    stats->cache_hits = sh->sources[RATEL_SOURCE_CACHE];
+    stats->fallback_open = sh->sources[RATEL_SOURCE_OPEN];
+    stats->fallback_closed = sh->sources[RATEL_SOURCE_CLOSED];
+    stats->fallback_local = sh->sources[RATEL_SOURCE_LOCAL];
+    stats->errors =
+        stats->fallback_open + stats->fallback_closed + stats->fallback_local;
     stats->max_bytes = zone->shm_zone->shm.size;
     stats->bytes = stats->max_bytes - (uint64_t)pool->pfree * ngx_pagesize;
     for (ngx_uint_t i = 0; i < sh->ncounters; i++) {

@@ -297,9 +297,21 @@ check_hang() {
     if wait_for 10 back_local; then ok back_local_in_redis; else fail back_local_in_redis "B still decides alone"; fi
 }
 
+# metric PORT NAME{LABELS}: its value.
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m { print $2 }'; }
+# The Redis zones' decisions and what Redis did not decide, counted.
 check_metrics() {
-    contains metrics_redis_zone "$(curl -s "http://127.0.0.1:$pa/metrics")" \
-        'ratel_decisions_total{zone="c",policy="api",outcome="allowed"}'
+    local v
+    for v in "$(metric "$pa" 'ratel_decisions_total{zone="c",policy="api",outcome="allowed"}')" \
+        "$(metric "$pa" 'ratel_store_fallbacks_total{zone="c",policy="closed"}')" \
+        "$(metric "$pa" 'ratel_store_fallbacks_total{zone="o",policy="open"}')" \
+        "$(metric "$pb" 'ratel_store_fallbacks_total{zone="l",policy="local"}')" \
+        "$(metric "$pb" 'ratel_store_cache_hits_total{zone="l"}')"; do
+        [ "${v:-0}" -ge 1 ] && ok metrics_counted || fail metrics_counted "[$v]"
+    done
+    same metrics_errors "$(metric "$pa" 'ratel_store_errors_total{zone="c"}')" \
+        "$(metric "$pa" 'ratel_store_fallbacks_total{zone="c",policy="closed"}')"
+    same metrics_no_fallback_in_memory "$(metric "$pa" 'ratel_store_errors_total{zone="m"}')" 0
 }
 
 # ----------------------------------- the example of docs/nginx.md, as printed
