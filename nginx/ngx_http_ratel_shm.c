@@ -512,20 +512,32 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
     e->idle_ms = d.until_ms;
 }
 
+/* Whether Redis denied `it` until a time a clock can tell. */
+static int cacheable(const ratel_batch_item_t *it)
+{
+    return it->rc == 0 && !it->decision.allowed &&
+           it->decision.source == RATEL_SOURCE_STORE &&
+           it->decision.retry_after_ms > 0 && !has_concurrent(it->policy);
+}
+
 void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
                                  ratel_batch_item_t *items, size_t n,
                                  int64_t now_us, int64_t max_ms)
 {
     int64_t now_ms = now_us / 1000;
+    size_t i = 0;
 
+    while (i < n && !cacheable(&items[i]))
+        i++;
+    if (i == n)
+        return; /* nothing to record: the lock is not taken */
     ngx_shmtx_lock(&zone->shpool->mutex);
-    for (size_t i = 0; i < n; i++) {
-        ratel_batch_item_t *it = &items[i];
-        if (it->rc == 0 && !it->decision.allowed &&
-            it->decision.source == RATEL_SOURCE_STORE &&
-            it->decision.retry_after_ms > 0 && !has_concurrent(it->policy))
-            remember(zone, it, now_ms, max_ms);
-    }
+    /* A Redis zone decides nothing here while Redis answers: its ended
+       entries are swept as it records. */
+    sweep(zone, now_ms);
+    for (; i < n; i++)
+        if (cacheable(&items[i]))
+            remember(zone, &items[i], now_ms, max_ms);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
