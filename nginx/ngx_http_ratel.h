@@ -25,6 +25,13 @@
 #define NGX_HTTP_RATEL_COUNTERS_MAX 64
 /* Smallest zone: its table of counters, the tree and a few keys. */
 #define NGX_HTTP_RATEL_ZONE_MIN (64 * 1024)
+/*
+ * An item's rc when its backend did not decide it: another member of its
+ * group was refused at once (a Redis zone's cached denial), so the group
+ * is refused without asking. RATEL_E* codes are negative. Such a line is
+ * neither counted, logged nor reported in the RateLimit fields.
+ */
+#define NGX_HTTP_RATEL_UNDECIDED 1
 
 /*
  * A request's outcome, as $ratel_status names it (limit_req's words) and
@@ -140,6 +147,33 @@ void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *items, size_t n,
                                int64_t now_us);
 
+/*
+ * A Redis zone's deny cache, in the zone's memory so that every worker
+ * answers from it: a denial Redis gave until T answers its key's next
+ * requests (of at least its cost) until T, or at most `max_ms`, without a
+ * round trip. ngx_http_ratel_shm_cached() answers a group: NGX_OK when a
+ * member was denied from the cache (its decision set, source
+ * RATEL_SOURCE_CACHE; the other members NGX_HTTP_RATEL_UNDECIDED),
+ * NGX_DECLINED when Redis must decide. ngx_http_ratel_shm_remember()
+ * records the group's denials Redis made (not those under a concurrent
+ * rule, whose end no clock predicts); ngx_http_ratel_shm_forget() drops a
+ * key's entry (a refund may let it through earlier).
+ */
+ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
+                                    ratel_batch_item_t *items, size_t n,
+                                    int64_t now_us);
+void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us, int64_t max_ms);
+void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
+                               ratel_batch_item_t *item);
+
+/* Counts the lines of a Redis zone's group that Redis did not decide
+   (the deny cache, or the failure policy: their decision's source). */
+void ngx_http_ratel_shm_count_sources(ngx_http_ratel_zone_t *zone,
+                                      const ratel_batch_item_t *items,
+                                      size_t n);
+
 /* Adds one decision per line to the zone's counters. */
 void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
                               ngx_uint_t outcome);
@@ -152,6 +186,10 @@ ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r);
 /* The zone's counters and memory, under its lock (metrics.c reads). */
 typedef struct {
     uint64_t keys, bytes, max_bytes, evictions, expirations;
+    /* A Redis zone's lines Redis did not decide: errors (the failure
+       policy decided), by policy, and the deny cache's answers. */
+    uint64_t errors, fallback_open, fallback_closed, fallback_local;
+    uint64_t cache_hits;
 } ngx_http_ratel_shm_stats_t;
 
 typedef void (*ngx_http_ratel_count_fn)(void *data, const u_char *policy,
@@ -172,13 +210,26 @@ ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
                                            ngx_http_ratel_zone_t *zone);
 void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone);
 /*
- * Decides `items` (one group) on the worker's loop: NGX_OK decided now
- * (items filled), NGX_AGAIN then done(data) runs later on this worker (the
- * handler resumed the request's phases), NGX_ERROR.
+ * Decides `items` (one group) at `now_us` on the worker's loop: NGX_OK
+ * decided now (items filled: the zone's deny cache answered), NGX_AGAIN
+ * then done(data) runs later on this worker (the handler resumed the
+ * request's phases), NGX_ERROR. When Redis cannot decide, the URL's
+ * failure policy does; `local` decides the group in the zone's memory
+ * (ngx_http_ratel_shm_decide, source RATEL_SOURCE_LOCAL).
  */
 ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
                                       ngx_http_request_t *r,
                                       ratel_batch_item_t *items, size_t n,
-                                      void (*done)(void *data), void *data);
+                                      int64_t now_us, void (*done)(void *data),
+                                      void *data);
+/*
+ * Gives back what an admitted group took (a later zone refused): Redis's
+ * charges by a refund sent on the loop (not waited for), the `local`
+ * decisions' in the zone's memory; what `open` let through was charged
+ * nowhere.
+ */
+void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us);
 
 #endif /* NGX_HTTP_RATEL_H */

@@ -12,6 +12,13 @@
  *   ratel_store_max_bytes{zone}                 its SIZE
  *   ratel_store_evictions_total{zone}           live keys dropped for room
  *   ratel_store_expirations_total{zone}         idle keys removed
+ *   ratel_store_errors_total{zone}              a Redis zone's lines Redis
+ *                                               did not decide
+ *   ratel_store_fallbacks_total{zone,policy}    ... by the failure policy
+ *                                               that did (open, closed,
+ *                                               local)
+ *   ratel_store_cache_hits_total{zone}          denials the zone's deny
+ *                                               cache answered
  */
 #include "ngx_http_ratel.h"
 
@@ -36,22 +43,38 @@ static void decisions(void *data, const u_char *policy,
                             outcomes[o]);
 }
 
+/* One line per zone each; an entry without help goes on the metric of
+   the entry before (another label). */
 static const struct {
-    const char *name, *type, *help;
+    const char *name, *type, *help, *label;
     size_t offset;
 } store_metrics[] = {
-    {"ratel_store_keys", "gauge", "Keys the zone holds.",
+    {"ratel_store_keys", "gauge", "Keys the zone holds.", "",
      offsetof(ngx_http_ratel_shm_stats_t, keys)},
-    {"ratel_store_bytes", "gauge", "Memory of the zone in use.",
+    {"ratel_store_bytes", "gauge", "Memory of the zone in use.", "",
      offsetof(ngx_http_ratel_shm_stats_t, bytes)},
-    {"ratel_store_max_bytes", "gauge", "The zone's size.",
+    {"ratel_store_max_bytes", "gauge", "The zone's size.", "",
      offsetof(ngx_http_ratel_shm_stats_t, max_bytes)},
     {"ratel_store_evictions_total", "counter",
-     "Live keys dropped to stay within the zone's size.",
+     "Live keys dropped to stay within the zone's size.", "",
      offsetof(ngx_http_ratel_shm_stats_t, evictions)},
     {"ratel_store_expirations_total", "counter",
-     "Idle keys removed at their reset time.",
+     "Idle keys removed at their reset time.", "",
      offsetof(ngx_http_ratel_shm_stats_t, expirations)},
+    {"ratel_store_errors_total", "counter",
+     "Requests Redis did not decide; the failure policy did.", "",
+     offsetof(ngx_http_ratel_shm_stats_t, errors)},
+    {"ratel_store_fallbacks_total", "counter",
+     "Requests Redis did not decide, by the failure policy that did "
+     "(open, closed, local).",
+     ",policy=\"open\"", offsetof(ngx_http_ratel_shm_stats_t, fallback_open)},
+    {"ratel_store_fallbacks_total", "counter", NULL, ",policy=\"closed\"",
+     offsetof(ngx_http_ratel_shm_stats_t, fallback_closed)},
+    {"ratel_store_fallbacks_total", "counter", NULL, ",policy=\"local\"",
+     offsetof(ngx_http_ratel_shm_stats_t, fallback_local)},
+    {"ratel_store_cache_hits_total", "counter",
+     "Denials answered by the zone's deny cache.", "",
+     offsetof(ngx_http_ratel_shm_stats_t, cache_hits)},
 };
 
 static u_char *render(ngx_http_ratel_main_conf_t *m, u_char *p, u_char *end,
@@ -70,14 +93,16 @@ static u_char *render(ngx_http_ratel_main_conf_t *m, u_char *p, u_char *end,
     }
     for (size_t k = 0; k < sizeof store_metrics / sizeof store_metrics[0];
          k++) {
-        t.p = ngx_slprintf(t.p, end, "# HELP %s %s\n# TYPE %s %s\n",
-                           store_metrics[k].name, store_metrics[k].help,
-                           store_metrics[k].name, store_metrics[k].type);
+        if (store_metrics[k].help)
+            t.p = ngx_slprintf(t.p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                               store_metrics[k].name, store_metrics[k].help,
+                               store_metrics[k].name, store_metrics[k].type);
         for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
             uint64_t v =
                 *(uint64_t *)((u_char *)&stats[i] + store_metrics[k].offset);
-            t.p = ngx_slprintf(t.p, end, "%s{zone=\"%V\"} %uL\n",
-                               store_metrics[k].name, &z[i]->name, v);
+            t.p = ngx_slprintf(t.p, end, "%s{zone=\"%V\"%s} %uL\n",
+                               store_metrics[k].name, &z[i]->name,
+                               store_metrics[k].label, v);
         }
     }
     return t.p;
@@ -98,10 +123,10 @@ ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r)
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK)
         return rc;
-    size = 1024 +
+    size = 4096 +
            m->zones.nelts *
                (METRIC_LINE_MAX *
-                (NGX_HTTP_RATEL_COUNTERS_MAX * NGX_HTTP_RATEL_NOUTCOMES + 8));
+                (NGX_HTTP_RATEL_COUNTERS_MAX * NGX_HTTP_RATEL_NOUTCOMES + 16));
     stats = ngx_pcalloc(r->pool, (m->zones.nelts + 1) * sizeof *stats);
     b = ngx_create_temp_buf(r->pool, size);
     if (stats == NULL || b == NULL)

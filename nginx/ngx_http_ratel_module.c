@@ -268,7 +268,8 @@ static ngx_int_t ask(ngx_http_request_t *r, ctx_t *ctx, group_t *g)
     if (g->zone->store.len == 0)
         return ngx_http_ratel_shm_decide(g->zone, items, g->n, ctx->now_us,
                                          r->connection->log);
-    rc = ngx_http_ratel_redis_decide(g->zone, r, items, g->n, resume, r);
+    rc = ngx_http_ratel_redis_decide(g->zone, r, items, g->n, ctx->now_us,
+                                     resume, r);
     if (rc == NGX_ERROR)
         for (size_t i = 0; i < g->n; i++)
             items[i].rc = items[i].rc ? items[i].rc : RATEL_EIO;
@@ -285,8 +286,8 @@ static ngx_uint_t admitted(ctx_t *ctx, group_t *g)
 
 /*
  * A later zone refused: the earlier zones' groups give back what they
- * took. The shared-memory zones refund; a Redis zone's charge stays (its
- * interface has no refund), as a Redis store's own groups would.
+ * took, in shared memory or in Redis (a refund the request does not wait
+ * for).
  */
 static void give_back(ctx_t *ctx)
 {
@@ -295,6 +296,32 @@ static void give_back(ctx_t *ctx)
         if (g->zone->store.len == 0)
             ngx_http_ratel_shm_refund(g->zone, ctx->items + g->start, g->n,
                                       ctx->now_us);
+        else
+            ngx_http_ratel_redis_refund(g->zone, ctx->items + g->start, g->n,
+                                        ctx->now_us);
+    }
+}
+
+/*
+ * A refused request charged nothing: a refused group is not written (or
+ * its members' charges are given back by the store), and a later zone's
+ * refusal gave the earlier zones' back. So an admitted line of it is
+ * reported as it stands without its cost: each of the policy's rules
+ * took `cost` (remaining is their minimum), and the binding rule back at
+ * its limit is full again.
+ */
+static void uncharge(ratel_batch_item_t *it)
+{
+    ratel_decision_t *d = &it->decision;
+    uint64_t cost = it->request.cost;
+
+    if (it->rc != 0 || !d->allowed)
+        return;
+    if (d->remaining < 0 || cost >= (uint64_t)(d->limit - d->remaining)) {
+        d->remaining = d->limit;
+        d->rule_reset_ms = 0;
+    } else {
+        d->remaining += (int64_t)cost;
     }
 }
 
@@ -369,6 +396,8 @@ static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
     ngx_http_ratel_limit_t *l = ctx->lines[i];
     char rule[128];
 
+    if (it->rc == NGX_HTTP_RATEL_UNDECIDED)
+        return;
     if (it->rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "ratel: policy \"%V\" in zone \"%V\" could not decide: "
@@ -415,16 +444,22 @@ static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
     for (size_t i = 0; i < n; i++) {
         ratel_batch_item_t *it = &ctx->items[i];
         long long s;
-        error |= it->rc != 0;
-        if (it->rc != 0)
+        error |= it->rc < 0;
+        if (it->rc != 0 || it->decision.allowed)
             continue;
-        if (ctx->remaining < 0 || it->decision.remaining < ctx->remaining)
-            ctx->remaining = it->decision.remaining;
         s = ratel__retry_after_seconds(&it->decision);
-        if (!it->decision.allowed && s > ctx->retry_s)
+        if (s > ctx->retry_s)
             ctx->retry_s = s;
     }
     ctx->refused = ctx->retry_s > 0;
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &ctx->items[i];
+        if (ctx->refused)
+            uncharge(it);
+        if (it->rc == 0 &&
+            (ctx->remaining < 0 || it->decision.remaining < ctx->remaining))
+            ctx->remaining = it->decision.remaining;
+    }
     if (error)
         ctx->outcome = NGX_HTTP_RATEL_ERROR;
     else if (ctx->refused)

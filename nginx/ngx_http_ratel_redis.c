@@ -5,13 +5,20 @@
  * ngx_http_ratel_transport.c), so a request waits on an nginx event while
  * Redis decides and no worker ever blocks on Redis.
  *
- * Everything the store does is libratel's, the same as rateld's: the
- * store key "POLICY:value" the handler builds, the module or the Functions
- * library in Redis, pipelining (one write per connection per loop turn),
- * Cluster and Sentinel routing, TLS, the deny cache and the failure policy
- * (the URL's on_failure=open|closed|local, answered at the command's
- * deadline, timeout_ms). Settings come from the URL's query, as for
+ * What Redis decides is libratel's, the same as rateld's: the store key
+ * "POLICY:value" the handler builds, the module or the Functions library
+ * in Redis, pipelining (one write per connection per loop turn), Cluster
+ * and Sentinel routing, TLS, the deadline (timeout_ms) and the failure
+ * policy's `open` and `closed`. Settings come from the URL's query, as for
  * rateld's store.
+ *
+ * What every worker must share lives in the zone's memory instead of each
+ * worker's store (ngx_http_ratel_shm.c): the deny cache (a denial Redis
+ * gave answers the key in every worker without a round trip) and the
+ * `local` failure policy, which decides a group in the zone exactly as a
+ * zone without a store does, so a limit holds across workers while Redis
+ * is away. The store itself runs with no deny cache and, for `local`, with
+ * `closed`: a group it answers so is decided again in the zone.
  *
  * Graceful shutdown. A worker told to quit waits for its timers that are
  * not cancelable: while calls are in flight a guard timer of that kind is
@@ -24,32 +31,70 @@
 #include "ratel_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The guard's period: longer than any command's deadline is not needed,
    it is re-armed while calls are in flight. */
 #define REDIS_GUARD_MS 1000
+/* Longest a cached denial answers (the store's deny_cache_max_ms): a
+   refund in another process is not seen meanwhile. */
+#define REDIS_DENY_MAX_MS 10000
 
 typedef struct {
+    ngx_http_ratel_zone_t *zone;
     char *url;            /* NUL-terminated copy of store=URL */
+    int local;            /* on_failure=local (the default): in the zone */
+    int deny_cache;       /* deny_cache=0 turns the zone's cache off */
     ratel_store_t *store; /* this worker's */
     ratel_async_t *async; /* this worker's, on its loop */
     ngx_uint_t pending;   /* calls in flight */
     ngx_event_t guard;    /* armed while calls are in flight */
     ngx_log_t *log;
-    int exiting; /* calls told by the exit are not resumed */
+    uint64_t transitions; /* the store's health changes logged so far */
+    int exiting;          /* calls told by the exit are not resumed */
 } redis_zone_t;
 
 /* One request's call. */
 typedef struct {
     redis_zone_t *rz;
+    int64_t now_us;
     void (*done)(void *data);
     void *data;
 } redis_job_t;
 
-/* The store's options from its URL: every setting is the URL's query. */
-static ratel_redis_options_t redis_options(const char *url)
+/* A refund sent on a request's behalf: it owns a copy of its key. */
+typedef struct {
+    redis_zone_t *rz;
+    char key[1];
+} redis_refund_t;
+
+/*
+ * The worker's store options: the URL's query, but for what the zone
+ * keeps itself: no deny cache in the store, and `closed` for `local`.
+ */
+static ratel_redis_options_t redis_options(const redis_zone_t *rz)
 {
-    return (ratel_redis_options_t){.url = url, .lazy_connect = 1};
+    return (ratel_redis_options_t){
+        .url = rz->url,
+        .lazy_connect = 1,
+        .deny_cache_entries = -1,
+        .on_failure = rz->local ? RATEL_FAILURE_CLOSED : RATEL_FAILURE_DEFAULT,
+    };
+}
+
+/* on_failure and deny_cache from the URL (already checked by the store). */
+static void read_query(redis_zone_t *rz)
+{
+    ratel_redis_url_t *u = malloc(sizeof *u);
+
+    rz->local = 1;
+    rz->deny_cache = 1;
+    if (u && ratel__redis_url_parse(rz->url, u, NULL, 0) == 0) {
+        rz->local = u->on_failure == RATEL_FAILURE_DEFAULT ||
+                    u->on_failure == RATEL_FAILURE_LOCAL;
+        rz->deny_cache = u->deny_cache != 0;
+    }
+    free(u);
 }
 
 char *ngx_http_ratel_redis_conf(ngx_conf_t *cf, ngx_http_ratel_zone_t *zone,
@@ -65,6 +110,7 @@ char *ngx_http_ratel_redis_conf(ngx_conf_t *cf, ngx_http_ratel_zone_t *zone,
         return NGX_CONF_ERROR;
     ngx_memcpy(rz->url, url->data, url->len);
     rz->url[url->len] = '\0';
+    rz->zone = zone;
     if (ngx_strlen(rz->url) != url->len) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "ratel_zone \"%V\": store= holds a NUL byte",
@@ -72,11 +118,12 @@ char *ngx_http_ratel_redis_conf(ngx_conf_t *cf, ngx_http_ratel_zone_t *zone,
         return NGX_CONF_ERROR;
     }
     /* Made and freed at once: the URL, its query and the TLS files are
-       checked as the worker will use them, with no connection. */
-    o = redis_options(rz->url);
+       checked as the worker will use them, with no connection. The
+       message shows the URL with its secrets masked. */
+    read_query(rz);
+    o = redis_options(rz);
     if (ratel_store_redis_new(&store, &o, err, sizeof err) != 0) {
-        if (ratel__url_mask(rz->url, masked, sizeof masked) != 0)
-            snprintf(masked, sizeof masked, "(the URL)");
+        (void)ratel__url_mask(rz->url, masked, sizeof masked);
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "ratel_zone \"%V\": store=\"%s\": %s", &zone->name,
                            masked, err);
@@ -95,8 +142,51 @@ static void on_guard(ngx_event_t *ev)
     redis_zone_t *rz = ev->data;
 
     if (rz->pending > 0) {
-
         ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
+    }
+}
+
+/* A call is in flight (the guard keeps a quitting worker for it). */
+static void call_started(redis_zone_t *rz)
+{
+    if (rz->pending++ == 0) {
+        ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
+    }
+}
+
+static void call_ended(redis_zone_t *rz)
+{
+    rz->pending--;
+    if (rz->pending == 0 && rz->guard.timer_set) {
+        ngx_del_timer(&rz->guard);
+    }
+}
+
+/*
+ * The store's health changed (libratel does not log): Redis down is said
+ * once with its cause, until it answers again. It runs inside a store
+ * call on the worker's loop and only reads the store's health.
+ */
+static void on_health(void *ud)
+{
+    redis_zone_t *rz = ud;
+    ratel_store_health_t h;
+
+    if (ratel_store_health(rz->store, &h) != 0 ||
+        h.transitions == rz->transitions)
+        return;
+    rz->transitions = h.transitions;
+    /* Braces: ngx_log_error is an `if` of its own. */
+    if (h.up) {
+        ngx_log_error(NGX_LOG_NOTICE, rz->log, 0,
+                      "ratel_zone \"%V\": Redis decides again (down for "
+                      "%L ms)",
+                      &rz->zone->name, h.last_outage_ms);
+    } else {
+        ngx_log_error(NGX_LOG_ERR, rz->log, 0,
+                      "ratel_zone \"%V\": Redis is down (%s): the failure "
+                      "policy decides until it answers again",
+                      &rz->zone->name, h.cause);
     }
 }
 
@@ -114,12 +204,13 @@ ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
     rz->guard.handler = on_guard;
     rz->guard.data = rz;
     rz->guard.log = cycle->log;
-    o = redis_options(rz->url);
+    o = redis_options(rz);
     if (ratel_store_redis_new(&rz->store, &o, err, sizeof err) != 0) {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "ratel_zone \"%V\": %s",
                       &zone->name, err);
         return NGX_ERROR;
     }
+    ratel_store_watch_health(rz->store, on_health, rz);
     ngx_http_ratel_transport_loop(&loop, cycle->log);
     if (ratel__async_new_on(&rz->async, rz->store, &loop, err, sizeof err) !=
         0) {
@@ -148,27 +239,51 @@ void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone)
     }
 }
 
+/*
+ * Redis could not decide a member and the zone's policy is `local`: the
+ * store answered the group `closed` (giving back what Redis had charged
+ * of it), and the group is decided in the zone instead.
+ */
+static void decide_locally(redis_zone_t *rz, ratel_batch_item_t *items,
+                           size_t n, int64_t now_us)
+{
+    int failed = 0;
+
+    for (size_t i = 0; i < n; i++)
+        failed |=
+            items[i].rc == 0 && items[i].decision.source == RATEL_SOURCE_CLOSED;
+    if (!failed || n > RATEL_GROUP_MAX)
+        return;
+    (void)ngx_http_ratel_shm_decide(rz->zone, items, n, now_us, rz->log);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].rc == 0)
+            items[i].decision.source = RATEL_SOURCE_LOCAL;
+}
+
 static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
 {
     redis_job_t *job = ud;
     redis_zone_t *rz = job->rz;
 
-    (void)items;
-    (void)n;
-    rz->pending--;
-    if (rz->pending == 0 && rz->guard.timer_set) {
-        ngx_del_timer(&rz->guard);
-    }
+    call_ended(rz);
     /* A worker's exit tells its calls: their requests go with it. */
-    if (!rz->exiting)
+    if (!rz->exiting) {
+        if (rz->local)
+            decide_locally(rz, items, n, job->now_us);
+        if (rz->deny_cache)
+            ngx_http_ratel_shm_remember(rz->zone, items, n, job->now_us,
+                                        REDIS_DENY_MAX_MS);
+        ngx_http_ratel_shm_count_sources(rz->zone, items, n);
         job->done(job->data);
+    }
     ngx_free(job);
 }
 
 ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
                                       ngx_http_request_t *r,
                                       ratel_batch_item_t *items, size_t n,
-                                      void (*done)(void *data), void *data)
+                                      int64_t now_us, void (*done)(void *data),
+                                      void *data)
 {
     redis_zone_t *rz = zone->redis;
     redis_job_t *job;
@@ -176,24 +291,77 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
 
     if (!rz || !rz->async)
         return NGX_ERROR;
-    /* Not in the request's pool: the job outlives nothing of the request
-       (the handler holds it until done), but is freed by the callback. */
+    if (rz->deny_cache &&
+        ngx_http_ratel_shm_cached(zone, items, n, now_us) == NGX_OK) {
+        ngx_http_ratel_shm_count_sources(zone, items, n);
+        return NGX_OK;
+    }
+    /* Not in the request's pool: the handler holds the request until
+       done, and the callback frees the job. */
     job = ngx_alloc(sizeof *job, r->connection->log);
     if (!job)
         return NGX_ERROR;
-    job->rz = rz;
-    job->done = done;
-    job->data = data;
-    rc = ratel_async_acquire_batch(rz->async, items, n, ratel_clock_now_us(),
-                                   on_batch, job);
+    *job = (redis_job_t){rz, now_us, done, data};
+    rc = ratel_async_acquire_batch(rz->async, items, n, now_us, on_batch, job);
     if (rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "ratel_zone \"%V\": %s", &zone->name, ratel_strerror(rc));
         ngx_free(job);
         return NGX_ERROR;
     }
-    if (rz->pending++ == 0) {
-        ngx_add_timer(&rz->guard, REDIS_GUARD_MS);
-    }
+    call_started(rz);
     return NGX_AGAIN;
+}
+
+static void on_refund(void *ud, int rc, const ratel_decision_t *decision)
+{
+    redis_refund_t *job = ud;
+
+    (void)rc;
+    (void)decision;
+    call_ended(job->rz);
+    ngx_free(job);
+}
+
+/* Sends Redis a refund of what `it` was charged (its key copied: the
+   request does not wait for the answer). */
+static void refund_in_redis(redis_zone_t *rz, ratel_batch_item_t *it,
+                            int64_t now_us)
+{
+    redis_refund_t *job;
+
+    job = ngx_alloc(offsetof(redis_refund_t, key) + it->keylen, rz->log);
+    if (!job)
+        return;
+    job->rz = rz;
+    ngx_memcpy(job->key, it->key, it->keylen);
+    if (ratel_async_refund(rz->async, job->key, it->keylen, it->policy, now_us,
+                           it->request.cost, on_refund, job) != 0) {
+        ngx_free(job);
+        return;
+    }
+    call_started(rz);
+}
+
+void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us)
+{
+    redis_zone_t *rz = zone->redis;
+
+    if (!rz || !rz->async)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        ratel_batch_item_t *it = &items[i];
+        if (it->rc != 0 || !it->decision.allowed)
+            continue;
+        if (it->decision.source == RATEL_SOURCE_STORE) {
+            refund_in_redis(rz, it, now_us);
+            /* Another worker may have cached a denial the refund ends. */
+            if (rz->deny_cache)
+                ngx_http_ratel_shm_forget(zone, it);
+        } else if (it->decision.source == RATEL_SOURCE_LOCAL) {
+            ngx_http_ratel_shm_refund(zone, it, 1, now_us);
+        }
+    }
 }

@@ -18,8 +18,14 @@
  * each member on a copy of its blob, written back only when every member
  * is admitted, so a refused request charges nothing and no worker sees
  * half a group.
+ *
+ * A Redis zone (store=URL) keeps here what every worker shares of it: its
+ * deny cache, and the keys its `local` failure policy decides while Redis
+ * cannot (the same group decision as a zone's own).
  */
 #include "ngx_http_ratel.h"
+
+#include "ratel_internal.h"
 
 /* Tail nodes looked at per decision for expired keys (limit_req: 2). */
 #define SWEEP 3
@@ -36,6 +42,7 @@ struct ngx_http_ratel_shm_s {
     ngx_rbtree_node_t sentinel;
     ngx_queue_t lru;
     uint64_t keys, evictions, expirations;
+    ngx_atomic_t sources[RATEL_SOURCE_LOCAL + 1]; /* by decision source */
     ngx_uint_t ncounters;
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
 };
@@ -364,6 +371,191 @@ void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
+/* ------------------------------------------------------ the deny cache */
+
+/*
+ * A cached denial is a node of its own whose key is DENY_MARK and the
+ * store key: no store key starts with that byte (policy names are
+ * [A-Za-z0-9_.-]), so the tree, the LRU queue, eviction and expiry serve
+ * both kinds of node. Its blob is a deny_t and its idle time the entry's
+ * end, from which the sweep removes it.
+ */
+#define DENY_MARK '\x01'
+
+/* A cached denial's tree key (a worker does one thing at a time). */
+static u_char deny_key[1 + RATEL_MEMORY_KEY_MAX];
+
+typedef struct {
+    uint64_t fingerprint; /* the policy's rules (ratel__policy_fingerprint) */
+    uint64_t cost;        /* it answers requests of at least this cost */
+    int64_t until_ms;     /* it answers until then */
+    int64_t retry_at_ms, reset_at_ms, rule_reset_at_ms;
+    int64_t limit, remaining;
+    int32_t rule;
+} deny_t;
+
+/* The entry of `item`'s key; `key` (1 + RATEL_MEMORY_KEY_MAX bytes) gets
+   its tree key. */
+static node_t *deny_lookup(ngx_http_ratel_zone_t *zone,
+                           const ratel_batch_item_t *item, u_char *key,
+                           size_t *len, uint32_t *hash)
+{
+    key[0] = DENY_MARK;
+    ngx_memcpy(key + 1, item->key, item->keylen);
+    *len = item->keylen + 1;
+    *hash = ngx_crc32_short(key, *len);
+    return lookup(zone->sh, key, *len, *hash);
+}
+
+/* A denial under a concurrent rule ends when a lease is released. */
+static int has_concurrent(const ratel_policy_t *p)
+{
+    for (uint32_t i = 0; i < p->nrules; i++)
+        if (p->rules[i].algo == RATEL_ALGO_CONCURRENT)
+            return 1;
+    return 0;
+}
+
+/* The entry's denial, counted down to now (deny_cache.h's way). */
+static void deny_decision(const deny_t *d, int64_t now_ms,
+                          ratel_decision_t *out)
+{
+    ngx_memzero(out, sizeof *out);
+    out->rule = d->rule;
+    out->limit = d->limit;
+    out->remaining = d->remaining;
+    out->retry_after_ms = ngx_max(d->retry_at_ms - now_ms, 1);
+    out->reset_after_ms = ngx_max(d->reset_at_ms - now_ms, out->retry_after_ms);
+    out->rule_reset_ms = ngx_max(d->rule_reset_at_ms - now_ms, 0);
+    out->source = RATEL_SOURCE_CACHE;
+}
+
+ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
+                                    ratel_batch_item_t *items, size_t n,
+                                    int64_t now_us)
+{
+    u_char *key = deny_key;
+    uint64_t fps[RATEL_GROUP_MAX];
+    u_char hit[RATEL_GROUP_MAX];
+    int64_t now_ms = now_us / 1000;
+    ngx_uint_t hits = 0;
+
+    if (n > RATEL_GROUP_MAX)
+        return NGX_DECLINED;
+    for (size_t i = 0; i < n; i++)
+        fps[i] = ratel__policy_fingerprint(items[i].policy);
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        uint32_t hash;
+        node_t *e = deny_lookup(zone, &items[i], key, &len, &hash);
+        deny_t d;
+        hit[i] = 0;
+        if (e == NULL || e->len != sizeof d)
+            continue;
+        ngx_memcpy(&d, e->data + e->keylen, sizeof d);
+        if (d.until_ms <= now_ms || d.fingerprint != fps[i] ||
+            items[i].request.cost < d.cost)
+            continue;
+        deny_decision(&d, now_ms, &items[i].decision);
+        items[i].rc = 0;
+        hit[i] = 1;
+        hits++;
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    if (hits == 0)
+        return NGX_DECLINED;
+    for (size_t i = 0; i < n; i++)
+        if (!hit[i])
+            items[i].rc = NGX_HTTP_RATEL_UNDECIDED;
+    return NGX_OK;
+}
+
+/* Records one denial (the zone's lock held). */
+static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
+                     int64_t now_ms, int64_t max_ms)
+{
+    u_char *key = deny_key;
+    ratel_decision_t *dec = &it->decision;
+    size_t len, size;
+    uint32_t hash;
+    node_t *e = deny_lookup(zone, it, key, &len, &hash);
+    deny_t d = {0};
+
+    if (e == NULL) {
+        size = node_size(len, sizeof d);
+        e = alloc_node(zone, size, now_ms);
+        if (e == NULL)
+            return; /* no room: Redis is asked next time */
+        ngx_memzero(e, offsetof(node_t, data));
+        e->keylen = (uint16_t)len;
+        e->cap = (uint32_t)(size - offsetof(node_t, data) - len);
+        ngx_memcpy(e->data, key, len);
+        e->node.key = hash;
+        ngx_rbtree_insert(&zone->sh->rbtree, &e->node);
+        zone->sh->keys++;
+    } else {
+        ngx_queue_remove(&e->queue);
+    }
+    ngx_queue_insert_head(&zone->sh->lru, &e->queue);
+    d.fingerprint = ratel__policy_fingerprint(it->policy);
+    d.cost = it->request.cost;
+    d.retry_at_ms = now_ms + dec->retry_after_ms;
+    d.reset_at_ms = now_ms + dec->reset_after_ms;
+    d.rule_reset_at_ms = now_ms + dec->rule_reset_ms;
+    d.until_ms = now_ms + ngx_min(dec->retry_after_ms, max_ms);
+    d.limit = dec->limit;
+    d.remaining = dec->remaining;
+    d.rule = dec->rule;
+    ngx_memcpy(e->data + e->keylen, &d, sizeof d);
+    e->len = sizeof d;
+    e->idle_ms = d.until_ms;
+}
+
+/* Whether Redis denied `it` until a time a clock can tell. */
+static int cacheable(const ratel_batch_item_t *it)
+{
+    return it->rc == 0 && !it->decision.allowed &&
+           it->decision.source == RATEL_SOURCE_STORE &&
+           it->decision.retry_after_ms > 0 && !has_concurrent(it->policy);
+}
+
+void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
+                                 ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us, int64_t max_ms)
+{
+    int64_t now_ms = now_us / 1000;
+    size_t i = 0;
+
+    while (i < n && !cacheable(&items[i]))
+        i++;
+    if (i == n)
+        return; /* nothing to record: the lock is not taken */
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    /* A Redis zone decides nothing here while Redis answers: its ended
+       entries are swept as it records. */
+    sweep(zone, now_ms);
+    for (; i < n; i++)
+        if (cacheable(&items[i]))
+            remember(zone, &items[i], now_ms, max_ms);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
+                               ratel_batch_item_t *item)
+{
+    u_char *key = deny_key;
+    size_t len;
+    uint32_t hash;
+    node_t *e;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    e = deny_lookup(zone, item, key, &len, &hash);
+    if (e)
+        drop(zone, e);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
 void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
                               ngx_uint_t outcome)
 {
@@ -372,6 +564,17 @@ void ngx_http_ratel_shm_count(ngx_http_ratel_zone_t *zone, ngx_uint_t count,
     if (slot < NGX_HTTP_RATEL_COUNTERS_MAX)
         (void)ngx_atomic_fetch_add(&zone->sh->counters[slot].outcomes[outcome],
                                    1);
+}
+
+void ngx_http_ratel_shm_count_sources(ngx_http_ratel_zone_t *zone,
+                                      const ratel_batch_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int source = items[i].decision.source;
+        if (items[i].rc == 0 && source > RATEL_SOURCE_STORE &&
+            source <= RATEL_SOURCE_LOCAL)
+            (void)ngx_atomic_fetch_add(&zone->sh->sources[source], 1);
+    }
 }
 
 void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
@@ -386,6 +589,12 @@ void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
     stats->keys = sh->keys;
     stats->evictions = sh->evictions;
     stats->expirations = sh->expirations;
+    stats->cache_hits = sh->sources[RATEL_SOURCE_CACHE];
+    stats->fallback_open = sh->sources[RATEL_SOURCE_OPEN];
+    stats->fallback_closed = sh->sources[RATEL_SOURCE_CLOSED];
+    stats->fallback_local = sh->sources[RATEL_SOURCE_LOCAL];
+    stats->errors =
+        stats->fallback_open + stats->fallback_closed + stats->fallback_local;
     stats->max_bytes = zone->shm_zone->shm.size;
     stats->bytes = stats->max_bytes - (uint64_t)pool->pfree * ngx_pagesize;
     for (ngx_uint_t i = 0; i < sh->ncounters; i++) {

@@ -6,9 +6,10 @@
  * Connecting. The address is looked up with getaddrinfo(): a numeric one
  * at once; a name blocks the worker for the lookup (nginx's resolver
  * needs a `resolver` of the configuration, which a store does not have),
- * so the documentation asks for addresses or /etc/hosts names. The first
- * address found is connected by ngx_event_connect_peer(); the engine
- * times the connect out itself (connect_timeout_ms) and retries.
+ * so the documentation asks for addresses or /etc/hosts names. Its
+ * addresses are tried in turn by ngx_event_connect_peer() until one takes
+ * the connection; the engine times the whole connect out itself
+ * (connect_timeout_ms) and retries.
  *
  * TLS. ngx_ssl_create_connection() makes the SSL from the store's own
  * SSL_CTX (tls.c: CAs, client certificate, verification), then
@@ -56,9 +57,11 @@ struct conn_s {
     conn_state_e state;
     SSL_CTX *tls; /* NULL: plain */
     int insecure;
+    ngx_log_t quiet; /* the handshake's log: see conn_log() */
     char server_name[256];
-    char name[300]; /* host:port, for messages */
-    u_char *out;    /* bytes queued, out[off..len) not yet written */
+    char name[300];                /* host:port, for messages */
+    struct addrinfo *addrs, *addr; /* connecting: the name's, the one tried */
+    u_char *out; /* bytes queued, out[off..len) not yet written */
     size_t off, len, cap;
     int holds;        /* callbacks running on it */
     int failed;       /* a write failed: told `down` from the loop */
@@ -103,6 +106,8 @@ static void conn_maybe_free(conn_t *k)
         k->t->conns = k->next;
     if (k->next)
         k->next->prev = k->prev;
+    if (k->addrs)
+        freeaddrinfo(k->addrs);
     ngx_free(k->out);
     ngx_free(k);
 }
@@ -153,6 +158,29 @@ static ngx_int_t conn_write(conn_t *k)
 
 /* ------------------------------------------------------------- events */
 
+/*
+ * The connection's log. During the TLS handshake it is the cycle's with
+ * only alerts let through: nginx's SSL code logs a refused certificate at
+ * crit in its own words, while the engine is told the reason (`down`,
+ * ratel__tls_describe's words, naming the name checked) and the Redis
+ * mode logs it once as the store's failure.
+ */
+static void conn_log(conn_t *k, int handshake)
+{
+    ngx_log_t *log = k->t->log;
+
+    if (handshake) {
+        k->quiet = *log;
+        k->quiet.log_level = NGX_LOG_ALERT;
+        k->quiet.next = NULL;
+        log = &k->quiet;
+    }
+    k->c->log = log;
+    k->c->read->log = log;
+    k->c->write->log = log;
+    k->c->pool->log = log;
+}
+
 static void conn_up(conn_t *k)
 {
     k->state = CONN_UP;
@@ -166,11 +194,24 @@ static void conn_up(conn_t *k)
     conn_maybe_free(k);
 }
 
+static void on_read(ngx_event_t *ev);
+static void on_write(ngx_event_t *ev);
+static int conn_try(conn_t *k);
+
+/*
+ * The handshake ended. nginx's handshake left its own handlers on the
+ * connection's events (as every caller of ngx_ssl_handshake, the
+ * transport puts its own back): else a reply would wake the handshake
+ * again instead of being read.
+ */
 static void on_handshake(ngx_connection_t *c)
 {
     conn_t *k = c->data;
     char why[512];
 
+    c->read->handler = on_read;
+    c->write->handler = on_write;
+    conn_log(k, 0);
     if (!c->ssl->handshaked) {
         ratel__tls_describe(c->ssl->connection, SSL_ERROR_SSL, why, sizeof why);
         conn_down(k, why, 1);
@@ -192,14 +233,22 @@ static void conn_connected(conn_t *k)
         e = ngx_socket_errno;
     if (e) {
         conn_why_errno(k, e, "connect failed");
-        conn_down(k, k->why, 0);
+        /* The next address of the name, if any, on a new connection. */
+        ngx_close_connection(c);
+        k->c = NULL;
+        k->addr = k->addr->ai_next;
+        if (conn_try(k) != 0)
+            conn_down(k, k->why, 0);
         return;
     }
+    freeaddrinfo(k->addrs);
+    k->addrs = k->addr = NULL;
     if (!k->tls) {
         conn_up(k);
         return;
     }
     k->state = CONN_HANDSHAKE;
+    conn_log(k, 1);
     ssl.ctx = k->tls;
     ssl.log = k->t->log;
     ssl.buffer_size = NGX_SSL_BUFSIZE;
@@ -283,55 +332,75 @@ static void on_fail(ngx_event_t *ev)
 
 /* ---------------------------------------------------------- transport */
 
+/*
+ * Connects to k->addr, or to the addresses after it when connect() fails
+ * at once: 0 with a connection on its way, -1 with k->why set when none
+ * is left.
+ */
+static int conn_try(conn_t *k)
+{
+    ngx_peer_connection_t pc;
+    ngx_str_t name;
+    ngx_int_t rc;
+
+    name.data = (u_char *)k->name;
+    name.len = strlen(k->name);
+    for (; k->addr; k->addr = k->addr->ai_next) {
+        ngx_memzero(&pc, sizeof pc);
+        pc.sockaddr = k->addr->ai_addr;
+        pc.socklen = k->addr->ai_addrlen;
+        pc.name = &name;
+        pc.get = ngx_event_get_peer;
+        pc.log = k->t->log;
+        pc.log_error = NGX_ERROR_INFO;
+        errno = 0;
+        rc = ngx_event_connect_peer(&pc);
+        if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED ||
+            !pc.connection) {
+            /* nginx closed what it had made. */
+            conn_why_errno(k, ngx_socket_errno, "connect failed");
+            continue;
+        }
+        k->c = pc.connection;
+        k->c->data = k;
+        k->c->pool = k->pool;
+        k->c->read->handler = on_read;
+        k->c->write->handler = on_write;
+        conn_log(k, 0);
+        if (rc == NGX_OK) { /* connected at once: told from the loop */
+            ngx_post_event(k->c->write, &ngx_posted_events);
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/*
+ * Looks host up and connects to its first address that takes the
+ * connection (a name may give ::1 and 127.0.0.1 while the server listens
+ * on one). getaddrinfo() blocks the worker for a name (docs/nginx.md);
+ * an address is taken as it is.
+ */
 static int conn_connect(conn_t *k, const char *host, int port, char *why,
                         size_t whylen)
 {
-    struct addrinfo hints = {0}, *ai = NULL;
-    ngx_peer_connection_t pc;
+    struct addrinfo hints = {0};
     char portstr[16];
-    ngx_str_t name;
-    ngx_int_t rc;
     int gai;
 
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(portstr, sizeof portstr, "%d", port);
-    gai = getaddrinfo(host, portstr, &hints, &ai);
-    if (gai != 0 || !ai) {
+    gai = getaddrinfo(host, portstr, &hints, &k->addrs);
+    if (gai != 0 || !k->addrs) {
         snprintf(why, whylen, "cannot resolve %s: %s", host, gai_strerror(gai));
         return -1;
     }
-    ngx_memzero(&pc, sizeof pc);
-    name.data = (u_char *)k->name;
-    name.len = strlen(k->name);
-    pc.sockaddr = ai->ai_addr;
-    pc.socklen = ai->ai_addrlen;
-    pc.name = &name;
-    pc.get = ngx_event_get_peer;
-    pc.log = k->t->log;
-    pc.log_error = NGX_ERROR_ERR;
-    errno = 0;
-    rc = ngx_event_connect_peer(&pc);
-    freeaddrinfo(ai);
-    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED ||
-        !pc.connection) {
-        ngx_err_t e = ngx_socket_errno;
-        snprintf(why, whylen, "connect to %s failed: %s", k->name,
-                 e ? strerror(e) : "see nginx's error log");
-        return -1; /* nginx closed what it had made */
-    }
-    k->c = pc.connection;
-    k->c->data = k;
-    k->c->pool = k->pool;
-    k->c->read->handler = on_read;
-    k->c->write->handler = on_write;
-    k->c->log = k->t->log;
-    k->c->read->log = k->t->log;
-    k->c->write->log = k->t->log;
-    if (rc == NGX_OK) { /* connected at once: told from the loop */
-        ngx_post_event(k->c->write, &ngx_posted_events);
-    }
-    return 0;
+    k->addr = k->addrs;
+    if (conn_try(k) == 0)
+        return 0;
+    snprintf(why, whylen, "%s", k->why);
+    return -1;
 }
 
 static void *t_open(void *tud, ratel__link_t *link, const char *host, int port,
@@ -360,6 +429,8 @@ static void *t_open(void *tud, ratel__link_t *link, const char *host, int port,
     k->fail.data = k;
     k->fail.log = t->log;
     if (conn_connect(k, host, port, why, whylen) != 0) {
+        if (k->addrs)
+            freeaddrinfo(k->addrs);
         ngx_destroy_pool(k->pool);
         ngx_free(k);
         return NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make valgrind`: the unit suite (the Redis engine's and its transports'
 # suites included), the CLI suites, rateld's and captchad's end-to-end
-# suites, the nginx module in one nginx process, the Redis store's
+# suites, the nginx module in one nginx process (its zones in shared
+# memory and in Redis), the Redis store's
 # integration tests (plain, cluster, TLS, Sentinel) and the engine's fuzz
 # seeds, under valgrind with every error
 # and every leak fatal. Property tests run at
@@ -108,17 +109,21 @@ wrapped_suite() {
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 
 # The nginx module: one nginx process (master_process off) under
-# valgrind on a short run; an error or a definite leak in the module's
-# frames fails it (nginx's own leaks at exit are not the module's).
+# valgrind on a short run, with zones in shared memory and in Redis (each
+# failure policy at its deadline, TLS, a refund, the deny cache); an error
+# or a definite leak in the module's frames fails it (nginx's own leaks
+# at exit are not the module's).
 if [ -f "$build/nginx/ngx_http_ratel_module.so" ]; then
-    echo "== nginx module under valgrind"
-    out=$(RATEL_NGINX_VALGRIND=1 BUILD="$build" bash "$here/integration/test_nginx_module.sh" 2>&1)
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
-    if ! add_counts "$out"; then
-        echo "FAIL nginx module: no result line"
-        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
+    for suite in test_nginx_module test_nginx_redis; do
+        echo "== nginx module under valgrind ($suite)"
+        out=$(RATEL_NGINX_VALGRIND=1 BUILD="$build" bash "$here/integration/$suite.sh" 2>&1)
+        printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+        if ! add_counts "$out"; then
+            echo "FAIL nginx module ($suite): no result line"
+            printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
+            failed=$((failed + 1))
+        fi
+    done
 else
     echo "FAIL nginx module: $build/nginx/ngx_http_ratel_module.so not built (make)"
     failed=$((failed + 1))

@@ -26,6 +26,9 @@
  *                          captchad's code store
  *   lib/store/async.h      the asynchronous API on a host's own
  *                          transport (transport.h): the nginx module's
+ *   lib/store/deny_cache.h ratel__policy_fingerprint, which tells a
+ *                          denial of one policy's rules from another's:
+ *                          the nginx module's deny cache in its zone
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -35,6 +38,7 @@
 /* Relative to this file: lib/ itself is not on the programs' path. */
 #include "../store/async.h"
 #include "../store/command.h"
+#include "../store/deny_cache.h"
 #include "../store/option.h"
 #include "../store/redis.h"
 #include "../store/redis_url.h"
