@@ -100,7 +100,8 @@ has ratel-lua /usr/share/ratel/lua/ratel.lib.lua /usr/share/ratel/lua/ratel.eval
 has libnginx-mod-http-ratel /usr/lib/nginx/modules/ngx_http_ratel_module.so \
     /usr/share/nginx/modules-available/mod-http-ratel.conf \
     /usr/share/doc/libnginx-mod-http-ratel/nginx.md.gz \
-    /usr/share/doc/libnginx-mod-http-ratel/examples/sms.conf
+    /usr/share/doc/libnginx-mod-http-ratel/examples/sms.conf \
+    /usr/share/doc/libnginx-mod-http-ratel/examples/redis.conf
 lacks libratel0 '\.a$|\.h$|/libratel\.so$|\.pc$' "development file"
 lacks ratel '/lib.*\.(so|a)(\.|$)|/include/' "library or header"
 lacks redis-ratel "/usr/lib/$ma/" "file in the multiarch library directory"
