@@ -137,8 +137,6 @@ spread() {
 }
 # want3 CODES: 3 x 200, then only 429.
 want3() { [[ $1 =~ ^200200200(429)+$ ]]; }
-# The nginx's workers (user root or nobody) read and write in $tmp.
-chmod 755 "$tmp"
 
 rport=$(redis_start) || { fail redis "did not start"; finish; exit 1; }
 url="redis://127.0.0.1:$rport"
