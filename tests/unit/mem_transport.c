@@ -324,3 +324,30 @@ int mem_pending_commands(mem_conn_t *c)
     }
     return n;
 }
+
+int mem_expect(mem_conn_t *c, const char *want)
+{
+    char cmd[512];
+
+    if (!c || !mem_next_command(c, cmd, sizeof cmd)) {
+        fprintf(stderr, "  expected \"%s\", nothing sent\n", want);
+        return 0;
+    }
+    if (strncmp(cmd, want, strlen(want)) != 0) {
+        fprintf(stderr, "  expected \"%s\", sent \"%s\"\n", want, cmd);
+        return 0;
+    }
+    return 1;
+}
+
+mem_conn_t *mem_ready(mem_t *m, int port)
+{
+    mem_conn_t *c = mem_open_conn(m, port);
+
+    if (!c || mem_up(m, c) != 0 || !mem_expect(c, "PING") ||
+        mem_send_str(m, c, "+PONG\r\n") != 0 ||
+        !mem_expect(c, "COMMAND INFO ratel.acquire") ||
+        mem_send_str(m, c, "*1\r\n*0\r\n") != 0)
+        return NULL;
+    return c;
+}

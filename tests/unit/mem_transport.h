@@ -1,7 +1,7 @@
 /*
  * mem_transport.h - an in-memory transport for the Redis engine's tests
- * (test_engine.c) and its fuzz target (tests/fuzz/fuzz_engine.c): no
- * sockets, no clock, no loop. The test plays the network and the loop:
+ * (test_engine.c, test_async.c) and its fuzz target (tests/fuzz/fuzz_engine.c):
+ * no sockets, no clock, no loop. The test plays the network and the loop:
  *
  *   open   records the connection (host, port, the engine's link) and
  *          returns its handle; nothing is connected until the test calls
@@ -106,5 +106,14 @@ int mem_down(mem_t *m, mem_conn_t *c, const char *why, int tls_error);
 int mem_next_command(mem_conn_t *c, char *buf, size_t len);
 /* How many whole commands are left unread on `c`. */
 int mem_pending_commands(mem_conn_t *c);
+/* The next command on `c` starts with `want`: 1, or 0 after saying on
+   stderr what was sent instead (or that nothing was). */
+int mem_expect(mem_conn_t *c, const char *want);
+/*
+ * Connects the newest connection to `port` and prepares its node as a
+ * server with the Redis module loaded answers (PONG, then COMMAND INFO
+ * ratel.acquire found): the connection, or NULL when it did not go so.
+ */
+mem_conn_t *mem_ready(mem_t *m, int port);
 
 #endif /* RATEL_TEST_MEM_TRANSPORT_H */

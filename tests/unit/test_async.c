@@ -127,35 +127,6 @@ static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
     }
 }
 
-/* The next command on c starts with `want`. */
-static int expect(mem_conn_t *c, const char *want)
-{
-    char cmd[512];
-
-    if (!c || !mem_next_command(c, cmd, sizeof cmd)) {
-        fprintf(stderr, "  expected \"%s\", nothing sent\n", want);
-        return 0;
-    }
-    if (strncmp(cmd, want, strlen(want)) != 0) {
-        fprintf(stderr, "  expected \"%s\", sent \"%s\"\n", want, cmd);
-        return 0;
-    }
-    return 1;
-}
-
-/* Connects the store's connection and finds the module loaded. */
-static mem_conn_t *ready(fixture_t *f)
-{
-    mem_conn_t *c = mem_open_conn(&f->m, 7000);
-
-    if (!c || mem_up(&f->m, c) != 0 || !expect(c, "PING") ||
-        mem_send_str(&f->m, c, "+PONG\r\n") != 0 ||
-        !expect(c, "COMMAND INFO ratel.acquire") ||
-        mem_send_str(&f->m, c, "*1\r\n*0\r\n") != 0)
-        return NULL;
-    return c;
-}
-
 #define ALLOWED "*7\r\n:1\r\n:2\r\n:1\r\n:0\r\n:500\r\n:0\r\n:0\r\n"
 #define DENIED "*7\r\n:0\r\n:2\r\n:0\r\n:400\r\n:900\r\n:0\r\n:0\r\n"
 
@@ -252,24 +223,33 @@ TEST(memory_free_tells_waiting_answers)
 
 /* ------------------------------------------------------- Redis store */
 
+/* A Redis store with `failure` asked for the group "p:a", "p:b" (told to
+   `s`), at the turn's end connected to the server the test plays: that
+   connection, or NULL when any step failed. */
+static mem_conn_t *redis_group_asked(fixture_t *f, seen_t *s,
+                                     ratel_failure_t failure)
+{
+    if (fx_redis(f, "2/s", failure) != 0)
+        return NULL;
+    fx_group(f);
+    if (ratel_async_acquire_batch(f->a, f->items, 2, NOW_US, on_batch, s) != 0)
+        return NULL;
+    CHECK_EQ(s->calls, 0); /* never told inside the call */
+    mem_flush(&f->m);
+    return mem_ready(&f->m, 7000);
+}
+
 TEST(redis_group_one_write_then_told)
 {
     fixture_t f;
     seen_t s = {0};
     mem_conn_t *c;
 
-    REQUIRE(fx_redis(&f, "2/s", RATEL_FAILURE_CLOSED) == 0);
-    fx_group(&f);
-    REQUIRE(ratel_async_acquire_batch(f.a, f.items, 2, NOW_US, on_batch, &s) ==
-            0);
-    CHECK_EQ(s.calls, 0);
-    mem_flush(&f.m);
-    c = ready(&f);
-    REQUIRE(c);
+    REQUIRE((c = redis_group_asked(&f, &s, RATEL_FAILURE_CLOSED)) != NULL);
     /* Both members left in one write, after the prepare. */
     CHECK_EQ(mem_pending_commands(c), 2);
-    CHECK(expect(c, "RATEL.ACQUIRE p:a"));
-    CHECK(expect(c, "RATEL.ACQUIRE p:b"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE p:a"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE p:b"));
     CHECK_EQ(s.calls, 0);
     mem_send_str(&f.m, c, ALLOWED ALLOWED);
     CHECK_EQ(s.calls, 1);
@@ -285,18 +265,13 @@ TEST(redis_group_denied_gives_back)
     seen_t s = {0};
     mem_conn_t *c;
 
-    REQUIRE(fx_redis(&f, "2/s", RATEL_FAILURE_CLOSED) == 0);
-    fx_group(&f);
-    REQUIRE(ratel_async_acquire_batch(f.a, f.items, 2, NOW_US, on_batch, &s) ==
-            0);
-    mem_flush(&f.m);
-    REQUIRE((c = ready(&f)) != NULL);
-    CHECK(expect(c, "RATEL.ACQUIRE p:a"));
-    CHECK(expect(c, "RATEL.ACQUIRE p:b"));
+    REQUIRE((c = redis_group_asked(&f, &s, RATEL_FAILURE_CLOSED)) != NULL);
+    CHECK(mem_expect(c, "RATEL.ACQUIRE p:a"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE p:b"));
     mem_send_str(&f.m, c, ALLOWED DENIED);
     /* The member that was charged is given back before anyone is told. */
     CHECK_EQ(s.calls, 0);
-    CHECK(expect(c, "RATEL.REFUND p:a"));
+    CHECK(mem_expect(c, "RATEL.REFUND p:a"));
     mem_send_str(&f.m, c, "*7\r\n:1\r\n:2\r\n:2\r\n:0\r\n:0\r\n:0\r\n:0\r\n");
     CHECK_EQ(s.calls, 1);
     CHECK(!f.items[1].decision.allowed);
@@ -314,8 +289,8 @@ TEST(redis_refund_told_from_loop)
     REQUIRE(ratel_async_refund(f.a, "p:a", 3, &f.policy, NOW_US, 1, on_decision,
                                &r) == 0);
     mem_flush(&f.m);
-    REQUIRE((c = ready(&f)) != NULL);
-    CHECK(expect(c, "RATEL.REFUND p:a"));
+    REQUIRE((c = mem_ready(&f.m, 7000)) != NULL);
+    CHECK(mem_expect(c, "RATEL.REFUND p:a"));
     CHECK_EQ(r.calls, 0);
     mem_send_str(&f.m, c, "*7\r\n:1\r\n:2\r\n:2\r\n:0\r\n:0\r\n:0\r\n:0\r\n");
     CHECK_EQ(r.calls, 1);
@@ -330,12 +305,7 @@ static void hang(ratel_failure_t failure, int allowed, ratel_source_t source)
     fixture_t f;
     seen_t s = {0};
 
-    REQUIRE(fx_redis(&f, "2/s", failure) == 0);
-    fx_group(&f);
-    REQUIRE(ratel_async_acquire_batch(f.a, f.items, 2, NOW_US, on_batch, &s) ==
-            0);
-    mem_flush(&f.m);
-    REQUIRE(ready(&f) != NULL);
+    REQUIRE(redis_group_asked(&f, &s, failure) != NULL);
     mem_advance(&f.m, 150000);
     CHECK_EQ(s.calls, 0); /* before the 200 ms deadline */
     mem_advance(&f.m, 100000);
@@ -375,7 +345,7 @@ TEST(redis_breaker_answer_waits_for_turn)
     REQUIRE(ratel_async_acquire(f.a, "k", 1, &f.policy, NOW_US, &req,
                                 on_decision, &s) == 0);
     mem_flush(&f.m);
-    REQUIRE(ready(&f) != NULL);
+    REQUIRE(mem_ready(&f.m, 7000) != NULL);
     mem_advance(&f.m, 250000);
     REQUIRE(s.calls == 1);
     REQUIRE(ratel_async_acquire(f.a, "k", 1, &f.policy, NOW_US + 1000, &req,
@@ -392,12 +362,7 @@ TEST(redis_free_tells_pending)
     fixture_t f;
     seen_t s = {0};
 
-    REQUIRE(fx_redis(&f, "2/s", RATEL_FAILURE_OPEN) == 0);
-    fx_group(&f);
-    REQUIRE(ratel_async_acquire_batch(f.a, f.items, 2, NOW_US, on_batch, &s) ==
-            0);
-    mem_flush(&f.m);
-    REQUIRE(ready(&f) != NULL);
+    REQUIRE(redis_group_asked(&f, &s, RATEL_FAILURE_OPEN) != NULL);
     fx_free(&f);
     CHECK_EQ(s.calls, 1);
     CHECK_EQ(f.items[0].decision.source, RATEL_SOURCE_OPEN);

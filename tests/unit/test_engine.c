@@ -87,36 +87,6 @@ static void acquire(fixture_t *f, res_t *r, const char *key, int64_t now_us)
     CHECK_EQ(r->calls, 0); /* never from inside submit */
 }
 
-/* The next command on c starts with `want`. */
-static int expect(mem_conn_t *c, const char *want)
-{
-    char cmd[512];
-
-    if (!c || !mem_next_command(c, cmd, sizeof cmd)) {
-        fprintf(stderr, "  expected \"%s\", nothing sent\n", want);
-        return 0;
-    }
-    if (strncmp(cmd, want, strlen(want)) != 0) {
-        fprintf(stderr, "  expected \"%s\", sent \"%s\"\n", want, cmd);
-        return 0;
-    }
-    return 1;
-}
-
-/* Connects the newest connection to `port` and prepares its node (the
-   module found by COMMAND INFO); NULL when it did not go so. */
-static mem_conn_t *ready(fixture_t *f, int port)
-{
-    mem_conn_t *c = mem_open_conn(&f->m, port);
-
-    if (!c || mem_up(&f->m, c) != 0 || !expect(c, "PING") ||
-        mem_send_str(&f->m, c, "+PONG\r\n") != 0 ||
-        !expect(c, "COMMAND INFO ratel.acquire") ||
-        mem_send_str(&f->m, c, "*1\r\n*0\r\n") != 0)
-        return NULL;
-    return c;
-}
-
 /* ------------------------------------------------------------ pipeline */
 
 #define PIPE_N 8
@@ -158,9 +128,9 @@ static void pipeline_run(const size_t *cuts, size_t ncuts)
     CHECK_EQ(f.m.opens, 1);
     c = mem_open_conn(&f.m, 7000);
     REQUIRE(c);
-    REQUIRE(mem_up(&f.m, c) == 0 && expect(c, "PING"));
+    REQUIRE(mem_up(&f.m, c) == 0 && mem_expect(c, "PING"));
     REQUIRE(mem_send_str(&f.m, c, "+PONG\r\n") == 0);
-    REQUIRE(expect(c, "COMMAND INFO"));
+    REQUIRE(mem_expect(c, "COMMAND INFO"));
     sends = f.m.sends;
     REQUIRE(mem_send_str(&f.m, c, "*1\r\n*0\r\n") == 0);
     CHECK_EQ(f.m.sends - sends, 1); /* one write for the whole turn */
@@ -168,7 +138,7 @@ static void pipeline_run(const size_t *cuts, size_t ncuts)
     for (int i = 0; i < PIPE_N; i++) {
         char want[64];
         snprintf(want, sizeof want, "RATEL.ACQUIRE %s 10/1s", keys[i]);
-        CHECK(expect(c, want));
+        CHECK(mem_expect(c, want));
     }
     pipe_replies(buf, sizeof buf);
     for (size_t i = 0; i < ncuts; i++) {
@@ -227,12 +197,13 @@ static mem_conn_t *cluster_start(fixture_t *f, res_t *r)
     acquire(f, r, "a", NOW_US);
     mem_flush(&f->m);
     c = mem_open_conn(&f->m, 7000);
-    if (!c || mem_up(&f->m, c) != 0 || !expect(c, "PING") ||
-        !expect(c, "CLUSTER SLOTS") ||
+    if (!c || mem_up(&f->m, c) != 0 || !mem_expect(c, "PING") ||
+        !mem_expect(c, "CLUSTER SLOTS") ||
         mem_send_str(&f->m, c, "+PONG\r\n") != 0 ||
-        mem_send_str(&f->m, c, slots_7000) != 0 || !expect(c, "COMMAND INFO") ||
+        mem_send_str(&f->m, c, slots_7000) != 0 ||
+        !mem_expect(c, "COMMAND INFO") ||
         mem_send_str(&f->m, c, "*1\r\n*0\r\n") != 0 ||
-        !expect(c, "RATEL.ACQUIRE a"))
+        !mem_expect(c, "RATEL.ACQUIRE a"))
         return NULL;
     return c;
 }
@@ -249,9 +220,9 @@ TEST(moved_followed)
     REQUIRE(c);
     REQUIRE(mem_send_str(&f.m, c, "-MOVED 15495 127.0.0.1:7001\r\n") == 0);
     CHECK_EQ(r.calls, 0);
-    c2 = ready(&f, 7001);
+    c2 = mem_ready(&f.m, 7001);
     REQUIRE(c2);
-    CHECK(expect(c2, "RATEL.ACQUIRE a"));
+    CHECK(mem_expect(c2, "RATEL.ACQUIRE a"));
     REQUIRE(mem_send_str(&f.m, c2, ":7\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -260,7 +231,7 @@ TEST(moved_followed)
     /* The map moved: the next command for the slot goes there at once. */
     acquire(&f, &again, "a", NOW_US);
     mem_flush(&f.m);
-    CHECK(expect(c2, "RATEL.ACQUIRE a"));
+    CHECK(mem_expect(c2, "RATEL.ACQUIRE a"));
     CHECK_EQ(mem_pending_commands(c), 0);
     REQUIRE(mem_send_str(&f.m, c2, ":8\r\n") == 0);
     CHECK_EQ(again.calls, 1);
@@ -280,10 +251,10 @@ TEST(ask_followed_with_asking)
     c = cluster_start(&f, &r);
     REQUIRE(c);
     REQUIRE(mem_send_str(&f.m, c, "-ASK 15495 127.0.0.1:7001\r\n") == 0);
-    c2 = ready(&f, 7001);
+    c2 = mem_ready(&f.m, 7001);
     REQUIRE(c2);
-    CHECK(expect(c2, "ASKING"));
-    CHECK(expect(c2, "RATEL.ACQUIRE a"));
+    CHECK(mem_expect(c2, "ASKING"));
+    CHECK(mem_expect(c2, "RATEL.ACQUIRE a"));
     REQUIRE(mem_send_str(&f.m, c2, "+OK\r\n:3\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -291,7 +262,7 @@ TEST(ask_followed_with_asking)
     /* ASK moves nothing: the next command goes to the map's node. */
     acquire(&f, &again, "a", NOW_US);
     mem_flush(&f.m);
-    CHECK(expect(c, "RATEL.ACQUIRE a"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE a"));
     CHECK_EQ(mem_pending_commands(c2), 0);
     fx_free(&f);
     CHECK_EQ(r.calls, 1);
@@ -314,16 +285,16 @@ TEST(noscript_reloads_and_resends)
     mem_flush(&f.m);
     c = mem_open_conn(&f.m, 7000);
     REQUIRE(c && mem_up(&f.m, c) == 0);
-    REQUIRE(expect(c, "PING"));
+    REQUIRE(mem_expect(c, "PING"));
     REQUIRE(mem_send_str(&f.m, c, "+PONG\r\n") == 0);
-    REQUIRE(expect(c, "SCRIPT LOAD return 1"));
+    REQUIRE(mem_expect(c, "SCRIPT LOAD return 1"));
     REQUIRE(mem_send_str(&f.m, c, sha) == 0);
-    REQUIRE(expect(c, "EVALSHA aaaa"));
+    REQUIRE(mem_expect(c, "EVALSHA aaaa"));
     REQUIRE(mem_send_str(&f.m, c, "-NOSCRIPT No matching script.\r\n") == 0);
     CHECK_EQ(r.calls, 0);
-    CHECK(expect(c, "SCRIPT LOAD return 1"));
+    CHECK(mem_expect(c, "SCRIPT LOAD return 1"));
     REQUIRE(mem_send_str(&f.m, c, sha) == 0);
-    CHECK(expect(c, "EVALSHA aaaa"));
+    CHECK(mem_expect(c, "EVALSHA aaaa"));
     REQUIRE(mem_send_str(&f.m, c, ":1\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -344,24 +315,24 @@ TEST(readonly_fails_over_by_role)
                     RATEL_REDIS_AUTO) == 0);
     acquire(&f, &r, "k", NOW_US);
     mem_flush(&f.m);
-    c = ready(&f, 7000);
+    c = mem_ready(&f.m, 7000);
     REQUIRE(c);
-    REQUIRE(expect(c, "RATEL.ACQUIRE k"));
+    REQUIRE(mem_expect(c, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c,
                          "-READONLY You can't write against a read only "
                          "replica.\r\n") == 0);
     CHECK_EQ(r.calls, 0); /* parked */
-    CHECK(expect(c, "ROLE"));
+    CHECK(mem_expect(c, "ROLE"));
     c2 = mem_open_conn(&f.m, 7001);
     REQUIRE(c2 && mem_up(&f.m, c2) == 0);
-    CHECK(expect(c2, "PING"));
-    CHECK(expect(c2, "ROLE"));
+    CHECK(mem_expect(c2, "PING"));
+    CHECK(mem_expect(c2, "ROLE"));
     REQUIRE(mem_send_str(&f.m, c, "*1\r\n$5\r\nslave\r\n") == 0);
     REQUIRE(mem_send_str(&f.m, c2, "+PONG\r\n*1\r\n$6\r\nmaster\r\n") == 0);
     CHECK_EQ(r.calls, 0);
-    CHECK(expect(c2, "COMMAND INFO"));
+    CHECK(mem_expect(c2, "COMMAND INFO"));
     REQUIRE(mem_send_str(&f.m, c2, "*1\r\n*0\r\n") == 0);
-    CHECK(expect(c2, "RATEL.ACQUIRE k"));
+    CHECK(mem_expect(c2, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c2, ":1\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -380,8 +351,8 @@ static mem_conn_t *timed_out(fixture_t *f, res_t *r)
 
     acquire(f, r, "k", NOW_US);
     mem_flush(&f->m);
-    c = ready(f, 7000);
-    if (!c || !expect(c, "RATEL.ACQUIRE k"))
+    c = mem_ready(&f->m, 7000);
+    if (!c || !mem_expect(c, "RATEL.ACQUIRE k"))
         return NULL;
     mem_advance(&f->m, 199999);
     CHECK_EQ(r->calls, 0);
@@ -436,8 +407,8 @@ TEST(breaker_then_one_probe)
     REQUIRE(c && mem_up(&f.m, c) == 0);
     /* The node keeps its mode: both leave at once, in one write. */
     CHECK_EQ(mem_pending_commands(c), 2);
-    CHECK(expect(c, "RATEL.ACQUIRE k"));
-    CHECK(expect(c, "RATEL.ACQUIRE k"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE k"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c, ":1\r\n:2\r\n") == 0);
     CHECK_EQ(probe.calls, 1);
     CHECK_EQ(probe.rc, 0);
@@ -463,7 +434,7 @@ TEST(auth_refused)
     mem_flush(&f.m);
     c = mem_open_conn(&f.m, 7000);
     REQUIRE(c && mem_up(&f.m, c) == 0);
-    CHECK(expect(c, "AUTH user secret"));
+    CHECK(mem_expect(c, "AUTH user secret"));
     REQUIRE(mem_send_str(&f.m, c,
                          "-WRONGPASS invalid username-password pair or user "
                          "is disabled.\r\n") == 0);
@@ -485,8 +456,8 @@ TEST(unasked_reply_fails_connection)
     REQUIRE(fx_init(&f, "redis://127.0.0.1:7000", RATEL_REDIS_AUTO) == 0);
     acquire(&f, &r, "k", NOW_US);
     mem_flush(&f.m);
-    c = ready(&f, 7000);
-    REQUIRE(c && expect(c, "RATEL.ACQUIRE k"));
+    c = mem_ready(&f.m, 7000);
+    REQUIRE(c && mem_expect(c, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c, ":1\r\n:2\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -512,7 +483,7 @@ TEST(not_redis_protocol)
     acquire(&f, &r, "k", NOW_US);
     mem_flush(&f.m);
     c = mem_open_conn(&f.m, 7000);
-    REQUIRE(c && mem_up(&f.m, c) == 0 && expect(c, "PING"));
+    REQUIRE(c && mem_up(&f.m, c) == 0 && mem_expect(c, "PING"));
     REQUIRE(mem_send_str(&f.m, c, "HTTP/1.1 400 Bad Request\r\n\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, RATEL_EPROTO);
@@ -559,19 +530,19 @@ TEST(sentinel_names_and_switches)
     mem_flush(&f.m);
     s = mem_open_conn(&f.m, 26379);
     REQUIRE(s && mem_up(&f.m, s) == 0);
-    REQUIRE(expect(s, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster"));
+    REQUIRE(mem_expect(s, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster"));
     REQUIRE(mem_send_str(&f.m, s, "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7000\r\n") ==
             0);
     CHECK_EQ(r.calls, 0);
     /* The Sentinel that answered carries the subscription. */
     sub = mem_open_conn(&f.m, 26379);
     REQUIRE(sub && sub != s && mem_up(&f.m, sub) == 0);
-    CHECK(expect(sub, "SUBSCRIBE +switch-master"));
+    CHECK(mem_expect(sub, "SUBSCRIBE +switch-master"));
     REQUIRE(mem_send_str(&f.m, sub,
                          "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-"
                          "master\r\n:1\r\n") == 0);
-    c = ready(&f, 7000);
-    REQUIRE(c && expect(c, "RATEL.ACQUIRE k"));
+    c = mem_ready(&f.m, 7000);
+    REQUIRE(c && mem_expect(c, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c, ":1\r\n") == 0);
     CHECK_EQ(r.calls, 1);
     CHECK_EQ(r.rc, 0);
@@ -582,8 +553,8 @@ TEST(sentinel_names_and_switches)
     acquire(&f, &after, "k", NOW_US);
     mem_flush(&f.m);
     CHECK_EQ(mem_pending_commands(c), 0);
-    c2 = ready(&f, 7001);
-    REQUIRE(c2 && expect(c2, "RATEL.ACQUIRE k"));
+    c2 = mem_ready(&f.m, 7001);
+    REQUIRE(c2 && mem_expect(c2, "RATEL.ACQUIRE k"));
     REQUIRE(mem_send_str(&f.m, c2, ":2\r\n") == 0);
     CHECK_EQ(after.calls, 1);
     CHECK(strcmp(after.node, "127.0.0.1:7001") == 0);
@@ -633,12 +604,12 @@ TEST(slots_out_of_range)
     mem_flush(&f.m);
     c = mem_open_conn(&f.m, 7000);
     REQUIRE(c && mem_up(&f.m, c) == 0);
-    REQUIRE(expect(c, "PING") && expect(c, "CLUSTER SLOTS"));
+    REQUIRE(mem_expect(c, "PING") && mem_expect(c, "CLUSTER SLOTS"));
     REQUIRE(mem_send_str(&f.m, c, "+PONG\r\n") == 0);
     REQUIRE(mem_send_str(&f.m, c, bad) == 0);
-    REQUIRE(expect(c, "COMMAND INFO"));
+    REQUIRE(mem_expect(c, "COMMAND INFO"));
     REQUIRE(mem_send_str(&f.m, c, "*1\r\n*0\r\n") == 0);
-    CHECK(expect(c, "RATEL.ACQUIRE a"));
+    CHECK(mem_expect(c, "RATEL.ACQUIRE a"));
     for (size_t i = 0; i < f.m.nconns; i++)
         CHECK(f.m.conns[i]->port >= 1 && f.m.conns[i]->port <= 65535);
     fx_free(&f);
@@ -657,8 +628,8 @@ TEST(free_tells_each_once)
                     RATEL_REDIS_AUTO) == 0);
     acquire(&f, &flight, "a", NOW_US);
     mem_flush(&f.m);
-    c = ready(&f, 7000);
-    REQUIRE(c && expect(c, "RATEL.ACQUIRE a"));
+    c = mem_ready(&f.m, 7000);
+    REQUIRE(c && mem_expect(c, "RATEL.ACQUIRE a"));
     for (int i = 0; i < 3; i++)
         acquire(&f, &parked[i], "p", NOW_US);
     mem_flush(&f.m);
