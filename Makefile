@@ -354,7 +354,7 @@ $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver
 # build directory, and again only when nginx/config or the list of
 # nginx/*.c changes. The module links libratel.a of the same build
 # directory ($(SANITIZE) too: under ASan nginx runs with the runtime
-# preloaded, tests/integration/test_nginx_module.sh).
+# preloaded, tests/integration/nginx_lib.sh).
 NGX_SRC    ?= /usr/share/nginx/src
 NGX_DIR    := $(BUILD)/nginx
 NGX_ABS    := $(abspath $(NGX_DIR))

@@ -10,47 +10,19 @@
 # killed, the fail-closed snippet answers 503 and the fail-open one serves
 # the page, both within the snippet's timeout.
 . "$(dirname "$0")/gateway_lib.sh"
+. "$(dirname "$0")/nginx_lib.sh"
 
-if ! command -v nginx >/dev/null || [ ! -x "$build/rateld" ]; then
-    echo "FAIL nginx or $build/rateld missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+nginx_require "$build/rateld"
 
 # start_nginx SNIPPET...: the page's server block(s) inside this test's
-# own http { } (pid, logs and temporary files under $tmp).
+# own http { } (nginx_conf's, without the module: the snippet is for an
+# nginx without it).
 start_nginx() {
-    mkdir -p "$tmp/nginx/logs"
     {
-        cat <<CONF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log warn;
-events { worker_connections 256; }
-http {
-    access_log off;
-    default_type text/plain;
-    client_body_temp_path $tmp/nginx/body;
-    proxy_temp_path $tmp/nginx/proxy;
-    fastcgi_temp_path $tmp/nginx/fastcgi;
-    uwsgi_temp_path $tmp/nginx/uwsgi;
-    scgi_temp_path $tmp/nginx/scgi;
-CONF
+        echo "    default_type text/plain;"
         "$@"
-        echo "}"
-    } >"$tmp/nginx/nginx.conf"
-    nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx/out.log" 2>&1 &
-    echo $! >"$tmp/pids/nginx"
-    wait_http "http://127.0.0.1:$gport/"
-}
-
-stop_nginx() {
-    local pid
-    pid=$(cat "$tmp/pids/nginx")
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
+    } | nginx_module='' nginx_conf "$tmp/nginx" 1
+    nginx_module='' nginx_start "$tmp/nginx" "http://127.0.0.1:$gport/"
 }
 
 # The fail-open variant: the page's @ratel_down location replaced by the
@@ -66,7 +38,7 @@ open_variant() {
 
 # nginx's auth_request passes only 2xx, 401 and 403: deny_status 403.
 start_rateld 403 nginx || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
-start_nginx snippet nginx || fail nginx_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
+start_nginx snippet nginx
 check_demo nginx
 check_hostile nginx
 # For nginx (deny_status 403) a refusal has no body: nginx never shows it,
@@ -88,12 +60,14 @@ check_hostile_limited nginx-default
 check_spellings_allow nginx-allow 403 nginx
 check_down nginx_closed 503 503
 
-stop_nginx
+nginx_stop "$tmp/nginx"
 start_rateld 403 nginx || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
-start_nginx open_variant || fail nginx_open_start "$(cat "$tmp/nginx/out.log" "$tmp/nginx/logs/error.log")"
+start_nginx open_variant
 same nginx_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200
 check_down nginx_open 200 200
 same nginx_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
+
+nginx_stop "$tmp/nginx"
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/nginx/logs/error.log"
 hostile_summary

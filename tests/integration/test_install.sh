@@ -7,6 +7,7 @@
 # `pkg-config --cflags --libs ratel` (and --static) and decides, the Lua
 # library loads, and uninstall leaves no file behind. docs/install.md.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/nginx_lib.sh"
 
 # Under `make asan` the library is instrumented: the user's program is built
 # with the same sanitizers (SANITIZE comes from make's command line).
@@ -116,14 +117,8 @@ http {
 EOF
 # Under `make asan` the module carries the sanitizers: nginx (not built
 # with them) runs with their runtime preloaded.
-preload=
-for lib in libasan libubsan; do
-    if ldd "$d/usr/lib/nginx/modules/ngx_http_ratel_module.so" | grep -q "$lib"; then
-        preload="$preload $(${CC:-cc} -print-file-name="$lib.so")"
-    fi
-done
-preload=${preload# }
-out=$(env ${preload:+LD_PRELOAD="$preload"} ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}" \
+preload=$(nginx_preload_for "$d/usr/lib/nginx/modules/ngx_http_ratel_module.so")
+out=$(env ${preload:+LD_PRELOAD="$preload"} ASAN_OPTIONS="$nginx_asan_options" \
     nginx -t -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" 2>&1)
 same nginx_loads_installed_module "$?" 0
 contains nginx_t_successful "$out" "test is successful"

@@ -11,98 +11,41 @@
 # starting empty; a million unique keys into a small zone (bounded,
 # evictions counted, nginx answering); ratel_metrics; the example of
 # docs/nginx.md (examples/nginx/sms.conf). Under `make asan` the same
-# checks run with the sanitizers' runtime preloaded into nginx, and any
-# report fails the suite.
+# checks run with the sanitizers' runtime preloaded into nginx
+# (nginx_lib.sh), and any report fails the suite.
 #
 # RATEL_NGINX_VALGRIND=1: only a short run of one nginx process
 # (master_process off) under valgrind, whose errors and leaks in the
 # module's frames fail it (tests/valgrind.sh).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/nginx_lib.sh"
 
-so=$build/nginx/ngx_http_ratel_module.so
 faketime_lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
-if ! command -v nginx >/dev/null || [ ! -f "$so" ] || [ ! -f "$faketime_lib" ]; then
-    echo "FAIL nginx, libfaketime or $so missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-
-# Under `make asan` the module carries the sanitizers: nginx (not built
-# with them) runs with their runtime preloaded. libfaketime comes before
-# it (the other way round they hang at start), which ASan accepts when
-# told not to check the order.
-preload=
-for lib in libasan libubsan; do
-    if ldd "$so" | grep -q "$lib"; then
-        preload="$preload $(${CC:-cc} -print-file-name="$lib.so")"
-    fi
-done
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}
-preload=${preload# }
-# ngx ARGS...: nginx, with the sanitizers' runtime when the module needs it.
-ngx() { env ${preload:+LD_PRELOAD="$preload"} nginx "$@"; }
+nginx_require "$nginx_so" "$faketime_lib"
 
 port=$(free_port)
 clock=$tmp/clock
-# The clock nginx reads: `at "2026-03-01 15:00:00"` (UTC).
+# The clock nginx reads: `at "2026-03-01 15:00:00"` (UTC). Only nginx
+# preloads libfaketime, so only nginx reads it.
+export FAKETIME_TIMESTAMP_FILE=$clock FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1
 at() { echo "$1" >"$clock"; }
 at "2026-03-01 12:00:00"
 
-# conf DIR [worker_processes]: nginx.conf's top and http's common part;
-# the caller's server block follows on stdin, and the http block is
-# closed here.
+# conf DIR WORKERS [TOP]: nginx_conf's (the server blocks on stdin), and
+# DIR/html/index.html for the locations that serve it.
 conf() {
-    local dir=$1 workers=${2:-2}
-    mkdir -p "$dir/logs" "$dir/html"
-    echo ok >"$dir/html/index.html"
-    {
-        echo "load_module $so;"
-        [ "$(id -u)" = 0 ] && echo "user root;"
-        cat <<CONF
-# nginx clears its workers' environment but for these: the clock's
-# settings and the sanitizers'.
-env FAKETIME_TIMESTAMP_FILE;
-env FAKETIME_NO_CACHE;
-env FAKETIME_DONT_FAKE_MONOTONIC;
-env ASAN_OPTIONS;
-worker_processes $workers;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log info;
-events { worker_connections 512; }
-http {
-    log_format ratel '\$pid \$request_uri \$status \$ratel_status \$ratel_remaining \$ratel_retry_after';
-    access_log $dir/logs/access.log ratel;
-    client_body_temp_path $dir/body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
-CONF
-        cat
-        echo "}"
-    } >"$dir/nginx.conf"
+    mkdir -p "$1/html"
+    echo ok >"$1/html/index.html"
+    nginx_conf "$@"
 }
 
-# start_nginx DIR [PORT [real]]: nginx on DIR/nginx.conf in the
-# foreground of a background job (the EXIT trap stops it), its clock the
-# test's unless "real" (libfaketime reads the clock's file at every
-# reading: a flood of requests runs on the real clock).
+# start_nginx DIR [PORT [real]]: nginx_start, waiting for /ready on PORT,
+# its clock the test's unless "real" (libfaketime reads the clock's file
+# at every reading: a flood of requests runs on the real clock).
 start_nginx() {
-    local dir=$1 p=${2:-$port} fake=$faketime_lib
+    local fake=$faketime_lib
     [ "${3:-}" = real ] && fake=
-    env LD_PRELOAD="$fake $preload" FAKETIME_TIMESTAMP_FILE="$clock" \
-        FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
-        nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
-    echo $! >"$tmp/pids/nginx-${dir##*/}"
-    wait_for 20 curl -s -o /dev/null "http://127.0.0.1:$p/ready"
-}
-
-stop_nginx() {
-    local pid
-    pid=$(cat "$tmp/pids/nginx-${1##*/}")
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
+    nginx_faketime=$fake nginx_start "$1" "http://127.0.0.1:${2:-$port}/ready"
 }
 
 # get PATH: status in $code, response headers in $tmp/h.
@@ -115,7 +58,7 @@ metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" 'index($0, m
 # The main server: one zone, the policies each check uses.
 main_conf() {
     local size=${1:-1m}
-    conf "$tmp/main" <<CONF
+    conf "$tmp/main" 2 <<CONF
     ratel_zone zone=api:$size;
     ratel_zone zone=other:64k;
     ratel_zone zone=small:128k;
@@ -414,7 +357,7 @@ check_flood() {
     local n=1000000 fport=$(free_port) start=$SECONDS
     local allowed keys bytes evictions
     while [ "$fport" = "$port" ]; do fport=$(free_port); done
-    conf "$tmp/flood" <<CONF
+    conf "$tmp/flood" 2 <<CONF
     ratel_zone zone=small:128k;
     ratel_policy flood 1/1h;
     server {
@@ -425,7 +368,7 @@ check_flood() {
         location /flood { ratel zone=small policy=flood key=\$request_id; ratel_headers off; empty_gif; }
     }
 CONF
-    start_nginx "$tmp/flood" "$fport" real || fail flood_start "$(tail -5 "$tmp/flood/out.log")"
+    start_nginx "$tmp/flood" "$fport" real
     h2load --h1 -n "$n" -c 32 -t 2 "http://127.0.0.1:$fport/flood" >"$tmp/load.log" 2>&1
     echo "# flood: $n unique keys in $((SECONDS - start)) s"
     curl -s "http://127.0.0.1:$fport/metrics" >"$tmp/flood.metrics"
@@ -441,7 +384,7 @@ CONF
         fail flood_evictions_counted "keys $keys evictions $evictions allowed $allowed"
     same flood_still_answers "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$fport/flood")" 200
     same flood_no_crash "$(grep -c 'exited on signal' "$tmp/flood/logs/error.log")" 0
-    stop_nginx "$tmp/flood"
+    nginx_stop "$tmp/flood"
 }
 
 # --- examples/nginx/sms.conf, as docs/nginx.md prints it (ports
@@ -456,19 +399,19 @@ check_example() {
     echo "    include $tmp/sms.conf;" | conf "$dir" 1
     out=$(ngx -t -p "$dir" -c "$dir/nginx.conf" 2>&1)
     contains example_nginx_t "$out" "test is successful"
-    start_nginx "$dir" "$eport" || fail example_start "$(tail -3 "$dir/out.log")"
+    start_nginx "$dir" "$eport"
     for phone in 13900000001 13900000001 13800000000 13800000000; do
         codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/sendCaptcha?phone=$phone") "
     done
     same example_limits "$codes" "502 429 502 502 "
     same example_log_level "$(grep -c '\[warn\].*ratel: refused by policy "sms"' "$dir/logs/error.log")" 1
-    stop_nginx "$dir"
+    nginx_stop "$dir"
 }
 
 # --- valgrind: one process (master_process off), a short run.
 valgrind_run() {
     local dir=$tmp/vg vglog=$tmp/vg/valgrind.log
-    conf "$dir" 1 <<CONF
+    conf "$dir" 1 "master_process off;" <<CONF
     ratel_zone zone=api:1m;
     ratel_policy sms 1/60s 10/1d:fixed,tz=+08:00;
     ratel_policy pair_user 1/1m;
@@ -487,11 +430,7 @@ valgrind_run() {
         }
     }
 CONF
-    sed -i '1a master_process off;' "$dir/nginx.conf"
-    valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes --log-file="$vglog" \
-        nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
-    echo $! >"$tmp/pids/nginx-vg"
-    wait_for 60 curl -s -o /dev/null "http://127.0.0.1:$port/ready" || fail valgrind_start "$(cat "$dir/out.log")"
+    nginx_start "$dir" "http://127.0.0.1:$port/ready" "${nginx_valgrind[@]}" --log-file="$vglog"
     get "/sms?phone=1"
     get "/sms?phone=1"
     same valgrind_sms "$code" 429
@@ -501,30 +440,13 @@ CONF
     same valgrind_bad_cost "$code" 500
     get "/metrics"
     same valgrind_metrics "$code" 200
-    stop_nginx "$dir"
-    if grep -E 'ngx_http_ratel|ratel_' "$vglog" >/dev/null; then
-        fail valgrind_clean "$(grep -B3 -A12 -E 'ngx_http_ratel|ratel_' "$vglog" | head -40)"
-    else
-        ok valgrind_clean
-    fi
+    nginx_stop "$dir"
+    nginx_valgrind_clean "$vglog"
 }
 
-if [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ] && [ -n "$preload" ]; then
-    echo "# skipped: this module is built with the sanitizers (valgrind and ASan do not mix)"
-    finish
-    exit
-elif [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
-    valgrind_run
-    finish
-    exit
-fi
-
+nginx_valgrind_only valgrind_run
 main_conf
-if ! start_nginx "$tmp/main"; then
-    fail nginx_start "$(cat "$tmp/main/out.log" "$tmp/main/logs/error.log" 2>&1 | tail -5)"
-    finish
-    exit
-fi
+start_nginx "$tmp/main" || { finish; exit; }
 check_two_workers
 check_sms
 check_groups
@@ -538,8 +460,6 @@ check_refusals
 check_example
 check_reload
 check_flood
-stop_nginx "$tmp/main"
-if [ -n "$preload" ]; then
-    same sanitizers_quiet "$(cat "$tmp"/*/out.log "$tmp"/*/logs/error.log | grep -cE 'Sanitizer|runtime error')" 0
-fi
+nginx_stop "$tmp/main"
+nginx_sanitizers_quiet
 finish

@@ -19,33 +19,17 @@
 #   - Redis Cluster, the key's slot migrated to another master meanwhile;
 #   - rediss:// with tls_ca_file to a TLS-only redis-server, and a
 #     certificate for another name refused (logged once, in ratel's words).
-# Under `make asan` nginx runs with the sanitizers' runtime preloaded and
-# any report fails the suite.
+# Under `make asan` nginx runs with the sanitizers' runtime preloaded
+# (nginx_lib.sh) and any report fails the suite.
 #
 # RATEL_NGINX_VALGRIND=1 (tests/valgrind.sh): only a short run of one
 # nginx process (master_process off) under valgrind through the same
 # paths, whose errors and leaks in the module's frames fail it.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/nginx_lib.sh"
 
-so=$build/nginx/ngx_http_ratel_module.so
-if ! command -v nginx >/dev/null || [ ! -f "$so" ]; then
-    echo "FAIL nginx or $so missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+nginx_require "$nginx_so"
 require_built rateld
-
-# Under `make asan` the module carries the sanitizers: nginx (not built
-# with them) runs with their runtime preloaded (test_nginx_module.sh).
-preload=
-for lib in libasan libubsan; do
-    if ldd "$so" | grep -q "$lib"; then
-        preload="$preload $(${CC:-cc} -print-file-name="$lib.so")"
-    fi
-done
-preload=${preload# }
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}
-ngx() { env ${preload:+LD_PRELOAD="$preload"} nginx "$@"; }
 
 code() { curl -s -o /dev/null -m 10 -w '%{http_code}' "$@"; }
 # timed URL: "CODE SECONDS"
@@ -57,30 +41,14 @@ fields() {
 }
 within() { awk -v t="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(t >= lo && t < hi) }'; }
 
-# nginx_conf NAME PORT WORKERS ZONES LOCATIONS [TOP]: an nginx prefix
-# $tmp/NAME whose server on PORT serves /free (no ratel), /metrics and
+# site NAME PORT WORKERS ZONES LOCATIONS [TOP]: an nginx prefix $tmp/NAME
+# (nginx_conf) whose server on PORT serves /free (no ratel), /metrics and
 # LOCATIONS, with ZONES in its http block.
-nginx_conf() {
+site() {
     local dir=$tmp/$1
-    mkdir -p "$dir/html/z" "$dir/logs"
+    mkdir -p "$dir/html/z"
     echo free >"$dir/html/free"
-    cat >"$dir/nginx.conf" <<EOF
-load_module $so;
-${6:-}
-$([ "$(id -u)" = 0 ] && echo "user root;")
-env ASAN_OPTIONS;
-worker_processes $3;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log info;
-events { worker_connections 256; }
-http {
-    log_format ratel '\$pid \$uri \$arg_k \$status \$ratel_status';
-    access_log $dir/logs/access.log ratel;
-    client_body_temp_path $dir/body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+    nginx_conf "$dir" "$3" "${6:-}" <<EOF
     $4
     ratel_policy api 20/1m;
     ratel_policy small 3/1m;
@@ -92,30 +60,12 @@ http {
         location = /metrics { ratel_metrics; }
         $5
     }
-}
 EOF
 }
 
-# nginx_start NAME PORT [WRAPPER...]: starts it in the foreground of a
-# background job (the EXIT trap stops it); 1 with its log.
-nginx_start() {
-    local dir=$tmp/$1 port=$2
-    shift 2
-    env ${preload:+LD_PRELOAD="$preload"} "$@" nginx -p "$dir" -c "$dir/nginx.conf" \
-        -g 'daemon off;' >"$dir/stdout" 2>&1 &
-    echo $! >"$tmp/pids/nginx-${dir##*/}"
-    wait_for 60 curl -s -o /dev/null "http://127.0.0.1:$port/free" && return 0
-    fail "nginx_${dir##*/}_start" "$(tail -5 "$dir/logs/error.log" "$dir/stdout" | tr '\n' ' ')"
-    return 1
-}
-nginx_stop() {
-    local pid
-    pid=$(cat "$tmp/pids/nginx-$1")
-    kill -QUIT "$pid" 2>/dev/null
-    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-}
+# start NAME PORT [WRAPPER...]: nginx_start of $tmp/NAME, ready when /free
+# answers.
+start() { nginx_start "$tmp/$1" "http://127.0.0.1:$2/free" "${@:3}"; }
 # acquires PORT: RATEL.ACQUIRE calls Redis has answered so far.
 acquires() {
     rcli "$1" INFO commandstats | tr -d '\r' |
@@ -123,15 +73,16 @@ acquires() {
 }
 # remaining PORT KEY RULE: what Redis says is left of KEY (a peek).
 remaining() { rcli "$1" RATEL.ACQUIRE "$2" PEEK "$3" | sed -n 3p; }
-# pids NAME PATTERN: the workers that served access-log lines matching it.
-pids() { grep -- "$2" "$tmp/$1/logs/access.log" | cut -d' ' -f1 | sort -u | wc -l; }
+# pids NAME URI: the workers that served URI (the access log's second
+# field).
+pids() { awk -v u="$2" '$2 == u { print $1 }' "$tmp/$1/logs/access.log" | sort -u | wc -l; }
 # spread KEY: asks B's /z/l for KEY on new connections, at least 8 times
 # and until both workers have answered (40 at most); prints the codes.
 spread() {
     local got="" i
     for i in $(seq 40); do
         got="$got$(code "http://127.0.0.1:$pb/z/l?k=$1")"
-        [ "$i" -ge 8 ] && [ "$(pids b " /z/l $1 ")" = 2 ] && break
+        [ "$i" -ge 8 ] && [ "$(pids b "/z/l?k=$1")" = 2 ] && break
     done
     echo "$got"
 }
@@ -149,7 +100,7 @@ check_refusals() {
     bad_url() {
         local line
         n=$((n + 1))
-        nginx_conf "bad$n" "$(free_port)" 1 "ratel_zone zone=b:1m $2;" ""
+        site "bad$n" "$(free_port)" 1 "ratel_zone zone=b:1m $2;" ""
         line=$(grep -n 'ratel_zone zone=b' "$tmp/bad$n/nginx.conf" | cut -d: -f1)
         out=$(ngx -t -p "$tmp/bad$n" -c "$tmp/bad$n/nginx.conf" 2>&1)
         contains "$1" "$out" "$3"
@@ -162,7 +113,7 @@ check_refusals() {
     same password_not_shown "$(grep -c s3cret <<<"$out")" 0
     bad_url tls_missing_ca "store=rediss://127.0.0.1:$rport?tls_ca_file=$tmp/none.pem" "$tmp/none.pem"
     # Redis away at start is no configuration error: it is asked later.
-    nginx_conf away "$(free_port)" 1 "ratel_zone zone=b:1m store=redis://127.0.0.1:$(free_port);" ""
+    site away "$(free_port)" 1 "ratel_zone zone=b:1m store=redis://127.0.0.1:$(free_port);" ""
     out=$(ngx -t -p "$tmp/away" -c "$tmp/away/nginx.conf" 2>&1)
     contains unreachable_redis_accepted "$out" "test is successful"
 }
@@ -186,9 +137,9 @@ locs='location = /z/o { ratel zone=o policy=api key=$arg_k; try_files /free =404
         }'
 pa=$(free_port) pb=$(free_port) pr=$(free_port)
 start_all() {
-    nginx_conf a "$pa" 1 "$(zones 1500)" "$locs"
-    nginx_conf b "$pb" 2 "$(zones 300)" "$locs"
-    nginx_start a "$pa" && nginx_start b "$pb" || return 1
+    site a "$pa" 1 "$(zones 1500)" "$locs"
+    site b "$pb" 2 "$(zones 300)" "$locs"
+    start a "$pa" && start b "$pb" || return 1
     cat >"$tmp/rateld.yaml" <<EOF
 listen: 127.0.0.1:$pr
 store:
@@ -228,7 +179,7 @@ check_deny_cache() {
     got=$(spread d1)
     want3 "$got" && ok deny_cache_decisions || fail deny_cache_decisions "$got"
     same deny_cache_redis_calls "$(($(acquires "$rport") - before))" 4
-    same deny_cache_both_workers "$(pids b ' /z/l d1 ')" 2
+    same deny_cache_both_workers "$(pids b '/z/l?k=d1')" 2
     contains deny_cache_fields "$(fields "http://127.0.0.1:$pb/z/l?k=d1")" '429 "small-0";r=0;t='
 }
 
@@ -277,7 +228,7 @@ check_hang() {
     # `local` decides in the zone: 3/1m exactly, over B's two workers.
     got=$(spread hl)
     want3 "$got" && ok hang_local_exact || fail hang_local_exact "$got"
-    same hang_local_both_workers "$(pids b ' /z/l hl ')" 2
+    same hang_local_both_workers "$(pids b '/z/l?k=hl')" 2
     contains hang_logged "$(cat "$tmp/a/logs/error.log")" 'ratel_zone "c": Redis is down ('
     kill -CONT "$rpid"
     back() { [ "$(code "http://127.0.0.1:$pa/z/c?k=back")" = 200 ]; }
@@ -318,16 +269,16 @@ check_example() {
     ep=$(free_port) bp=$(free_port)
     sed "s/127.0.0.1:6379/127.0.0.1:$rport/; s/127.0.0.1:8000/127.0.0.1:$ep/; s/127.0.0.1:8081/127.0.0.1:$bp/" \
         "$root/examples/nginx/redis.conf" >"$tmp/redis.conf"
-    nginx_conf ex "$(free_port)" 1 "include $tmp/redis.conf;" ""
+    site ex "$(free_port)" 1 "include $tmp/redis.conf;" ""
     contains example_nginx_t "$(ngx -t -p "$tmp/ex" -c "$tmp/ex/nginx.conf" 2>&1)" "test is successful"
-    nginx_start ex "$ep" || return
+    start ex "$ep" || return
     for phone in 13900000009 13900000009; do
         got="$got$(code "http://127.0.0.1:$ep/sendCaptcha?phone=$phone")"
     done
     # 502: allowed, and the (absent) backend failed; 429: refused.
     same example_limits "$got" 502429
     same example_key_in_redis "$(rcli "$rport" EXISTS sms:13900000009)" 1
-    nginx_stop ex
+    nginx_stop "$tmp/ex"
 }
 
 # ------------------------------------------------------------ Cluster
@@ -349,9 +300,9 @@ check_cluster() {
     }
     wait_for 20 cluster_ok || fail cluster_ok "not every node says ok"
     pc=$(free_port)
-    nginx_conf cl "$pc" 1 "ratel_zone zone=k:1m store=redis+cluster://127.0.0.1:${cports[0]}?on_failure=closed&timeout_ms=2000;" \
+    site cl "$pc" 1 "ratel_zone zone=k:1m store=redis+cluster://127.0.0.1:${cports[0]}?on_failure=closed&timeout_ms=2000;" \
         'location = /z/k { ratel zone=k policy=small key=$arg_k; try_files /free =404; }'
-    nginx_start cl "$pc" || return
+    start cl "$pc" || return
     same cluster_first "$(code "http://127.0.0.1:$pc/z/k?k=m")" 200
     # The key's slot moves to another master; nginx follows MOVED.
     slot=$(rcli "${cports[0]}" CLUSTER KEYSLOT small:m)
@@ -369,7 +320,7 @@ check_cluster() {
     same cluster_key_moved "$(rcli "$to" EXISTS small:m)$(rcli "$from" CLUSTER COUNTKEYSINSLOT "$slot")" 10
     for _ in 1 2 3; do got="$got$(code "http://127.0.0.1:$pc/z/k?k=m")"; done
     same cluster_counts_after_move "$got" 200200429
-    nginx_stop cl
+    nginx_stop "$tmp/cl"
 }
 
 # ---------------------------------------------------------------- TLS
@@ -378,18 +329,18 @@ check_tls() {
     certs=$(tls_certs)
     tport=$(redis_start_tls) || { fail tls "did not start"; return; }
     pt=$(free_port)
-    nginx_conf tls "$pt" 1 "ratel_zone zone=t:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&on_failure=closed&timeout_ms=2000;
+    site tls "$pt" 1 "ratel_zone zone=t:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&on_failure=closed&timeout_ms=2000;
     ratel_zone zone=w:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&tls_server_name=redis.example.com&on_failure=closed&timeout_ms=2000;" \
         'location = /z/t { ratel zone=t policy=small key=$arg_k; try_files /free =404; }
         location = /z/w { ratel zone=w policy=small key=$arg_k; try_files /free =404; }'
-    nginx_start tls "$pt" || return
+    start tls "$pt" || return
     for _ in 1 2 3 4; do got="$got$(code "http://127.0.0.1:$pt/z/t?k=s")"; done
     same tls_decides "$got" 200200200429
     same tls_key_in_redis "$(rcli_tls "$tport" EXISTS small:s)" 1
     same tls_wrong_name_closed "$(code "http://127.0.0.1:$pt/z/w?k=s2")$(code "http://127.0.0.1:$pt/z/w?k=s2")" 429429
     same tls_wrong_name_logged_once "$(grep -c 'ratel_zone "w": Redis is down (.*certificate is for .*not redis.example.com' "$tmp/tls/logs/error.log")" 1
     same tls_no_crit "$(grep -c '\[crit\]' "$tmp/tls/logs/error.log")" 0
-    nginx_stop tls
+    nginx_stop "$tmp/tls"
 }
 
 # ------------------------------------------------------------ valgrind
@@ -400,12 +351,11 @@ valgrind_run() {
     certs=$(tls_certs)
     tport=$(redis_start_tls) || { fail tls "did not start"; return; }
     pv=$(free_port)
-    nginx_conf vg "$pv" 1 "$(zones 1000)
+    site vg "$pv" 1 "$(zones 1000)
     ratel_zone zone=t:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&timeout_ms=2000;" \
         "$locs
         location = /z/t { ratel zone=t policy=small key=\$arg_k; try_files /free =404; }" "master_process off;"
-    nginx_start vg "$pv" valgrind -q --leak-check=full --errors-for-leak-kinds=definite \
-        --keep-debuginfo=yes --log-file="$vglog" || return
+    start vg "$pv" "${nginx_valgrind[@]}" --log-file="$vglog" || return
     for z in o c l t; do code "http://127.0.0.1:$pv/z/$z?k=v" >/dev/null; done
     same vg_give_back "$(code "http://127.0.0.1:$pv/z/x?k=v&j=v")$(code "http://127.0.0.1:$pv/z/x?k=v&j=v")" 200429
     for _ in 1 2 3 4; do code "http://127.0.0.1:$pv/z/l?k=vd" >/dev/null; done
@@ -415,24 +365,11 @@ valgrind_run() {
     same vg_hang "$(code "http://127.0.0.1:$pv/z/c?k=v2")$(code "http://127.0.0.1:$pv/z/l?k=v2")" 429200
     kill -CONT "$rpid"
     code "http://127.0.0.1:$pv/z/c?k=v3" >/dev/null
-    nginx_stop vg
-    [ -f "$vglog" ] || fail valgrind_ran "no $vglog"
-    if grep -qE 'ngx_http_ratel|ratel_|hiredis' "$vglog"; then
-        fail valgrind_clean "$(grep -B3 -A12 -E 'ngx_http_ratel|ratel_|hiredis' "$vglog" | head -40)"
-    else
-        ok valgrind_clean
-    fi
+    nginx_stop "$tmp/vg"
+    nginx_valgrind_clean "$vglog"
 }
 
-if [ "${RATEL_NGINX_VALGRIND:-0}" = 1 ]; then
-    if [ -n "$preload" ]; then
-        echo "# skipped: this module is built with the sanitizers (valgrind and ASan do not mix)"
-    else
-        valgrind_run
-    fi
-    finish
-    exit
-fi
+nginx_valgrind_only valgrind_run
 
 check_refusals
 if start_all; then
@@ -441,13 +378,11 @@ if start_all; then
     check_give_back
     check_hang
     check_metrics
-    nginx_stop b
-    nginx_stop a
+    nginx_stop "$tmp/b"
+    nginx_stop "$tmp/a"
 fi
 check_example
 check_cluster
 check_tls
-if [ -n "$preload" ]; then
-    same sanitizers_quiet "$(cat "$tmp"/*/stdout "$tmp"/*/logs/error.log | grep -cE 'Sanitizer|runtime error')" 0
-fi
+nginx_sanitizers_quiet
 finish
