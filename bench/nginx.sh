@@ -199,9 +199,7 @@ worker_of() {
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # nginx -> auth_request -> rateld: an nginx of its own (one worker too)
-# without the module, as a site that does not use it runs (the snippet's
-# $ratel_retry_after is also one of the module's variables, which nginx
-# refuses to define twice).
+# without the module, as a site that does not use it runs.
 if [ "$redis" = 1 ]; then
     g=$tmp/gateway
     mkdir -p "$g/logs"

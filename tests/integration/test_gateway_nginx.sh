@@ -8,7 +8,9 @@
 # another route, key, method or host, nor past its limit, with
 # auth.gateway: nginx and with auth.gateway unset; with rateld stopped or
 # killed, the fail-closed snippet answers 503 and the fail-open one serves
-# the page, both within the snippet's timeout.
+# the page, both within the snippet's timeout. The snippet as printed
+# also passes `nginx -t` beside ratel's nginx module, whose variables
+# ($ratel_*) it must not define again.
 . "$(dirname "$0")/gateway_lib.sh"
 . "$(dirname "$0")/nginx_lib.sh"
 
@@ -68,6 +70,16 @@ check_down nginx_open 200 200
 same nginx_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gport/api/ping")" pong
 
 nginx_stop "$tmp/nginx"
+
+# The snippet as printed in an nginx that loads ratel's module too (as a
+# site moving to the module may run both): nginx -t takes it, with the
+# module's variables in the access log beside the snippet's.
+if [ -e "$nginx_so" ]; then
+    snippet nginx | nginx_conf "$tmp/beside" 1
+    contains snippet_beside_module "$(ngx -t -p "$tmp/beside" -c "$tmp/beside/nginx.conf" 2>&1)" "test is successful"
+else
+    fail snippet_beside_module "$nginx_so missing (make)"
+fi
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/nginx/logs/error.log"
 hostile_summary
