@@ -58,18 +58,28 @@ elif [ "$rc" -ne 0 ] && ! printf '%s\n' "$out" | grep -qE '^FAIL '; then
     failed=$((failed + 1))
 fi
 
-# --- CLI suite, every ratel command under valgrind
-cli=$here/cli/test_cli.sh
-if [ -f "$cli" ] && grep -q 'RATEL_CLI_WRAP' "$cli"; then
-    echo "== CLI suite under valgrind"
-    out=$(RATEL_CLI_WRAP="${vg[*]}" BUILD="$build" bash "$cli" 2>&1)
+# shell_suite TITLE SHOWN SCRIPT [VAR=VALUE...]: runs the suite SCRIPT
+# with BUILD and the VARs set, prints its lines matching SHOWN (grep -E)
+# and adds its counts; without a result line, one failure with the end
+# of its output.
+shell_suite() {
+    local title=$1 shown=$2 script=$3 out rc
+    shift 3
+    echo "== $title under valgrind"
+    out=$(env "$@" BUILD="$build" bash "$script" 2>&1)
     rc=$?
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    printf '%s\n' "$out" | grep -E "$shown"
     if ! add_counts "$out"; then
-        echo "FAIL cli: no result line (exit $rc)"
+        echo "FAIL $title: no result line (exit $rc)"
         printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
         failed=$((failed + 1))
     fi
+}
+
+# --- CLI suite, every ratel command under valgrind
+cli=$here/cli/test_cli.sh
+if [ -f "$cli" ] && grep -q 'RATEL_CLI_WRAP' "$cli"; then
+    shell_suite "CLI suite" '^(ok|FAIL) ' "$cli" RATEL_CLI_WRAP="${vg[*]}"
 else
     echo "== CLI suite skipped: tests/cli/test_cli.sh has no RATEL_CLI_WRAP"
 fi
@@ -77,18 +87,7 @@ fi
 # wrapped_suite TITLE WRAP_VAR SCRIPT: runs a suite whose programs the
 # script prefixes with $WRAP_VAR (valgrind here). A valgrind error makes
 # the wrapped program exit 99, which fails the suite's own checks.
-wrapped_suite() {
-    local title=$1 var=$2 script=$3 out rc
-    echo "== $title under valgrind"
-    out=$(env "$var=${vg[*]}" BUILD="$build" bash "$script" 2>&1)
-    rc=$?
-    printf '%s\n' "$out" | grep -E '^FAIL '
-    if ! add_counts "$out"; then
-        echo "FAIL $title: no result line (exit $rc)"
-        printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
-}
+wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
 
 # The CLI's store commands against real redis-servers; rateld and captchad
 # end to end (an error or a leak at exit makes the daemon's status 99: the
@@ -115,14 +114,7 @@ wrapped_suite() {
 # at exit are not the module's).
 if [ -f "$build/nginx/ngx_http_ratel_module.so" ]; then
     for suite in test_nginx_module test_nginx_redis; do
-        echo "== nginx module under valgrind ($suite)"
-        out=$(RATEL_NGINX_VALGRIND=1 BUILD="$build" bash "$here/integration/$suite.sh" 2>&1)
-        printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
-        if ! add_counts "$out"; then
-            echo "FAIL nginx module ($suite): no result line"
-            printf '%s\n' "$out" | tail -30 | sed 's/^/    /'
-            failed=$((failed + 1))
-        fi
+        shell_suite "nginx module ($suite)" '^(ok|FAIL) ' "$here/integration/$suite.sh" RATEL_NGINX_VALGRIND=1
     done
 else
     echo "FAIL nginx module: $build/nginx/ngx_http_ratel_module.so not built (make)"

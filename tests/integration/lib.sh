@@ -16,6 +16,8 @@
 #   sentinel_failover "$sport" "$replica"    # SENTINEL FAILOVER, waits
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
 #   wait_for 10 COMMAND...                   # until it succeeds, or 1
+#   wait_up "$pid" "$url" 20                 # until URL answers; 1 when the
+#                                            # process exits or 20 s pass
 #   require_built rateld captchad            # else one FAIL and exit
 #   server_start NAME PORT COMMAND...        # rateld/captchad up on PORT
 #   server_stop NAME [SIGNAL]                # its exit status in $stopped
@@ -77,6 +79,16 @@ require_built() {
     done
 }
 
+# wait_up PID URL SECONDS: until URL answers anything (0), or 1 when the
+# process PID exits or SECONDS pass first.
+wait_up() {
+    local end=$((SECONDS + $3))
+    until curl -s -o /dev/null "$2"; do
+        kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ] || return 1
+        sleep 0.05
+    done
+}
+
 # server_start NAME PORT COMMAND...: runs COMMAND (rateld, captchad) in
 # the background, its output appended to $tmp/NAME.log, its pid in
 # $tmp/pids/NAME (the EXIT trap stops it) and in $server_pid, and waits
@@ -89,11 +101,7 @@ server_start() {
     "$@" >>"$tmp/$name.log" 2>&1 &
     server_pid=$!
     echo "$server_pid" >"$tmp/pids/$name"
-    for _ in $(seq 400); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_up "$server_pid" "http://127.0.0.1:$port/healthz" 20 && return 0
     echo "$name did not start; its log:"
     tail -20 "$tmp/$name.log"
     return 1

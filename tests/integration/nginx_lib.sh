@@ -125,11 +125,7 @@ nginx_start() {
         nginx -g 'daemon off;' -p "$dir" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
     pid=$!
     echo "$pid" >"$tmp/pids/nginx-${dir##*/}"
-    for _ in $(seq 1200); do
-        curl -s -o /dev/null "$url" && return 0
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_up "$pid" "$url" 60 && return 0
     fail "nginx_${dir##*/}_start" "$(tail -5 "$dir/out.log" "$dir/logs/error.log" 2>&1 | tr '\n' ' ')"
     return 1
 }
