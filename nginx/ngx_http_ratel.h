@@ -57,11 +57,15 @@ extern const char *const ngx_http_ratel_metric_outcomes[];
 /* The shared part of a zone (in its shared memory; ngx_http_ratel_shm.c). */
 typedef struct ngx_http_ratel_shm_s ngx_http_ratel_shm_t;
 
-/* `ratel_policy NAME RULE...;` */
+/* `ratel_policy NAME RULE...;`: what a request needs of it is formatted
+   once, here. */
 typedef struct {
     ngx_str_t name;
     ratel_policy_t policy;
-    ngx_str_t field; /* its RateLimit-Policy value */
+    ngx_str_t field;       /* its RateLimit-Policy value */
+    ngx_str_t *items;      /* each rule's RateLimit item name */
+    size_t limit_max;      /* its longest RateLimit item */
+    ngx_str_t *rule_texts; /* each rule as the log names it */
 } ngx_http_ratel_policy_t;
 
 /* `ratel_zone zone=NAME:SIZE [store=URL];` */
