@@ -66,7 +66,13 @@ typedef struct {
     ngx_str_t *items;      /* each rule's RateLimit item name */
     size_t limit_max;      /* its longest RateLimit item */
     ngx_str_t *rule_texts; /* each rule as the log names it */
+    uint64_t fingerprint;  /* ratel__policy_fingerprint: the deny cache's */
 } ngx_http_ratel_policy_t;
+
+/* The `ratel_policy` of an item's policy (every item's is one). */
+#define ngx_http_ratel_policy_of(p)                                            \
+    ((const ngx_http_ratel_policy_t *)((const u_char *)(p)-offsetof(           \
+        ngx_http_ratel_policy_t, policy)))
 
 /* `ratel_zone zone=NAME:SIZE [store=URL];` */
 typedef struct ngx_http_ratel_zone_s {

@@ -7,6 +7,7 @@
 #include "ngx_http_ratel.h"
 
 #include "app/ratelimit.h"
+#include "ratel_internal.h"
 
 static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
@@ -284,6 +285,7 @@ static char *policy_texts(ngx_conf_t *cf, ngx_http_ratel_policy_t *p)
         return NGX_CONF_ERROR;
     p->field.len =
         ratel__header_policy(name, &p->policy, (char *)p->field.data, len + 1);
+    p->fingerprint = ratel__policy_fingerprint(&p->policy);
     p->limit_max = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* Names are at most NGX_HTTP_RATEL_NAME_MAX bytes: both fit. */

@@ -447,7 +447,7 @@ ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
     if (n > RATEL_GROUP_MAX)
         return NGX_DECLINED;
     for (size_t i = 0; i < n; i++)
-        fps[i] = ratel__policy_fingerprint(items[i].policy);
+        fps[i] = ngx_http_ratel_policy_of(items[i].policy)->fingerprint;
     ngx_shmtx_lock(&zone->shpool->mutex);
     for (size_t i = 0; i < n; i++) {
         size_t len;
@@ -502,7 +502,7 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
         ngx_queue_remove(&e->queue);
     }
     ngx_queue_insert_head(&zone->sh->lru, &e->queue);
-    d.fingerprint = ratel__policy_fingerprint(it->policy);
+    d.fingerprint = ngx_http_ratel_policy_of(it->policy)->fingerprint;
     d.cost = it->request.cost;
     d.retry_at_ms = now_ms + dec->retry_after_ms;
     d.reset_at_ms = now_ms + dec->reset_after_ms;
