@@ -17,7 +17,8 @@
  * A group (one request's lines in this zone) is decided under one lock:
  * each member on a copy of its blob, written back only when every member
  * is admitted, so a refused request charges nothing and no worker sees
- * half a group.
+ * half a group. A group of one needs no copy when its blob is under its
+ * policy's rules: the core writes it only when charging.
  *
  * A Redis zone (store=URL) keeps here what every worker shares of it: its
  * deny cache, and the keys its `local` failure policy decides while Redis
@@ -295,6 +296,43 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
     return item->rc == 0 && item->decision.allowed;
 }
 
+/*
+ * A group of one on a key the zone holds under the policy's rules is
+ * decided on its blob where it is (nothing is written unless charged, so
+ * no copy is needed): NGX_OK. NGX_DECLINED, with nothing changed, when the
+ * group needs the copies: a new key, a blob of other rules (the core
+ * converts it) or one that must grow beyond its node.
+ */
+static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
+                              ratel_batch_item_t *item, int64_t now_us)
+{
+    uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
+    node_t *e = lookup(zone->sh, (u_char *)item->key, item->keylen, hash);
+    size_t len;
+    int rc;
+
+    if (e == NULL)
+        return NGX_DECLINED;
+    len = e->len;
+    rc = ratel__policy_acquire_in_place(item->policy, e->data + e->keylen, &len,
+                                        e->cap, now_us, &item->request,
+                                        &item->decision);
+    if (rc == 1 || rc == RATEL_ENOBUFS)
+        return NGX_DECLINED;
+    ngx_queue_remove(&e->queue);
+    ngx_queue_insert_head(&zone->sh->lru, &e->queue);
+    item->rc = rc;
+    if (rc != 0 || !item->decision.allowed)
+        return NGX_OK;
+    if (len == 0) {
+        drop(zone, e);
+        return NGX_OK;
+    }
+    e->len = (uint32_t)len;
+    e->idle_ms = now_us / 1000 + item->decision.reset_after_ms;
+    return NGX_OK;
+}
+
 /* Every member has room for its new blob, or none is written. */
 static ngx_int_t make_rooms(ngx_http_ratel_zone_t *zone,
                             ratel_batch_item_t *items, size_t n, int64_t now_ms)
@@ -325,6 +363,10 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
         return NGX_ERROR;
     ngx_shmtx_lock(&zone->shpool->mutex);
     sweep(zone, now_ms);
+    if (n == 1 && decide_alone(zone, items, now_us) == NGX_OK) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NGX_OK;
+    }
     for (size_t i = 0; i < n; i++)
         admitted &= decide_member(zone, items, i, now_us);
     if (admitted && make_rooms(zone, items, n, now_ms) == NGX_OK) {
