@@ -75,7 +75,8 @@ struct ratel_async_s {
     unsigned nspare;
 };
 
-/* A job for a call: a spare one, or a new one; zeroed either way. */
+/* A job for a call: a spare one, or a new one. Its fields before the
+   union are zeroed; each kind sets its half of the union. */
 static job_t *job_take(ratel_async_t *a)
 {
     job_t *job = a->spare;
@@ -84,7 +85,7 @@ static job_t *job_take(ratel_async_t *a)
         return calloc(1, sizeof *job);
     a->spare = job->next;
     a->nspare--;
-    memset(job, 0, sizeof *job);
+    memset(job, 0, offsetof(job_t, rb));
     return job;
 }
 
@@ -190,13 +191,14 @@ static int start_batch(job_t *job, int64_t now_us)
     ratel_async_t *a = job->a;
     int rc;
 
-    job->rb = (redis_batch_t){.s = a->redis,
-                              .e = a->engine,
-                              .items = job->items,
-                              .n = job->n,
-                              .now_us = now_us,
-                              .fn = redis_batch_told,
-                              .ud = job};
+    /* What the caller sets (redis_batch_start() sets the rest). */
+    job->rb.s = a->redis;
+    job->rb.e = a->engine;
+    job->rb.items = job->items;
+    job->rb.n = job->n;
+    job->rb.now_us = now_us;
+    job->rb.fn = redis_batch_told;
+    job->rb.ud = job;
     rc = redis_batch_start(&job->rb);
     if (rc < 0)
         return rc;
@@ -240,6 +242,9 @@ static job_t *job_new(ratel_async_t *a, job_kind_t kind, void *ud)
         job->a = a;
         job->kind = kind;
         job->ud = ud;
+        /* A batch's half is set whole by start_batch(). */
+        if (kind != JOB_ACQUIRE && kind != JOB_BATCH)
+            memset(&job->rc_call, 0, sizeof job->rc_call);
     }
     return job;
 }
