@@ -57,12 +57,22 @@ extern const char *const ngx_http_ratel_metric_outcomes[];
 /* The shared part of a zone (in its shared memory; ngx_http_ratel_shm.c). */
 typedef struct ngx_http_ratel_shm_s ngx_http_ratel_shm_t;
 
-/* `ratel_policy NAME RULE...;` */
+/* `ratel_policy NAME RULE...;`: what a request needs of it is formatted
+   once, here. */
 typedef struct {
     ngx_str_t name;
     ratel_policy_t policy;
-    ngx_str_t field; /* its RateLimit-Policy value */
+    ngx_str_t field;       /* its RateLimit-Policy value */
+    ngx_str_t *items;      /* each rule's RateLimit item name */
+    size_t limit_max;      /* its longest RateLimit item */
+    ngx_str_t *rule_texts; /* each rule as the log names it */
+    uint64_t fingerprint;  /* ratel__policy_fingerprint: the deny cache's */
 } ngx_http_ratel_policy_t;
+
+/* The `ratel_policy` of an item's policy (every item's is one). */
+#define ngx_http_ratel_policy_of(p)                                            \
+    ((const ngx_http_ratel_policy_t *)((const u_char *)(p)-offsetof(           \
+        ngx_http_ratel_policy_t, policy)))
 
 /* `ratel_zone zone=NAME:SIZE [store=URL];` */
 typedef struct ngx_http_ratel_zone_s {

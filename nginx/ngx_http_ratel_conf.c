@@ -7,6 +7,7 @@
 #include "ngx_http_ratel.h"
 
 #include "app/ratelimit.h"
+#include "ratel_internal.h"
 
 static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
@@ -249,6 +250,60 @@ static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     return NGX_CONF_OK;
 }
 
+/* A copy of `len` bytes of `text` in the configuration's pool. */
+static ngx_int_t conf_text(ngx_conf_t *cf, ngx_str_t *out, const char *text,
+                           size_t len)
+{
+    out->data = ngx_pnalloc(cf->pool, len + 1);
+    if (out->data == NULL)
+        return NGX_ERROR;
+    ngx_memcpy(out->data, text, len);
+    out->data[len] = '\0';
+    out->len = len;
+    return NGX_OK;
+}
+
+/*
+ * The policy's texts a request uses: its RateLimit-Policy field, each
+ * rule's RateLimit item name and the room an item needs, each rule as a
+ * refusal logs it.
+ */
+static char *policy_texts(ngx_conf_t *cf, ngx_http_ratel_policy_t *p)
+{
+    const char *name = (const char *)p->name.data;
+    uint32_t n = p->policy.nrules;
+    char text[512];
+    size_t len;
+
+    p->items = ngx_pcalloc(cf->pool, n * sizeof(ngx_str_t));
+    p->rule_texts = ngx_pcalloc(cf->pool, n * sizeof(ngx_str_t));
+    if (p->items == NULL || p->rule_texts == NULL)
+        return NGX_CONF_ERROR;
+    len = ratel__header_policy(name, &p->policy, NULL, 0);
+    p->field.data = ngx_pnalloc(cf->pool, len + 1);
+    if (p->field.data == NULL)
+        return NGX_CONF_ERROR;
+    p->field.len =
+        ratel__header_policy(name, &p->policy, (char *)p->field.data, len + 1);
+    p->fingerprint = ratel__policy_fingerprint(&p->policy);
+    p->limit_max = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        /* Names are at most NGX_HTTP_RATEL_NAME_MAX bytes: both fit. */
+        len = ratel__header_ratelimit_name(name, &p->policy, (int)i, text,
+                                           sizeof text);
+        if (conf_text(cf, &p->items[i], text, ngx_min(len, sizeof text - 1)) !=
+            NGX_OK)
+            return NGX_CONF_ERROR;
+        p->limit_max =
+            ngx_max(p->limit_max, p->items[i].len + RATEL__HEADER_PARAMS_MAX);
+        len = (size_t)ratel_rule_format(&p->policy.rules[i], text, sizeof text);
+        if (conf_text(cf, &p->rule_texts[i], text,
+                      ngx_min(len, sizeof text - 1)) != NGX_OK)
+            return NGX_CONF_ERROR;
+    }
+    return NGX_CONF_OK;
+}
+
 static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratel_main_conf_t *m = conf;
@@ -257,7 +312,6 @@ static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     char err[512];
     ngx_http_ratel_policy_t *p;
     ngx_uint_t n = cf->args->nelts - 1;
-    size_t len;
 
     (void)cmd;
     if (check_name(cf, "ratel_policy", &args[1]) != NGX_OK)
@@ -285,13 +339,7 @@ static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                            &args[1], err);
         return NGX_CONF_ERROR;
     }
-    len = ratel__header_policy((const char *)p->name.data, &p->policy, NULL, 0);
-    p->field.data = ngx_pnalloc(cf->pool, len + 1);
-    if (p->field.data == NULL)
-        return NGX_CONF_ERROR;
-    p->field.len = ratel__header_policy((const char *)p->name.data, &p->policy,
-                                        (char *)p->field.data, len + 1);
-    return NGX_CONF_OK;
+    return policy_texts(cf, p);
 }
 
 /* cost=NUMBER or cost=$var (a complex value read per request). */

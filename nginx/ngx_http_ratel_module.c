@@ -127,26 +127,30 @@ static ctx_t *ctx_of(ngx_http_request_t *r)
 static ngx_int_t store_key(ngx_pool_t *pool, ngx_str_t *p, ngx_str_t *value,
                            ratel_batch_item_t *item)
 {
-    size_t extra = 0, len;
-    u_char *k;
+    size_t extra = 0, len = p->len + 1 + 2 * value->len;
+    u_char *k, *start;
 
-    for (size_t i = 0; i < value->len; i++)
-        extra += value->data[i] == '|' || value->data[i] == '\\';
-    len = p->len + 1 + value->len + extra;
-    if (len > RATEL_MEMORY_KEY_MAX)
-        return NGX_DECLINED;
-    k = ngx_pnalloc(pool, len);
-    if (k == NULL)
+    /* Counted first only when escaping every byte could make it too long
+       (a short value is escaped in one pass into room for the worst). */
+    if (len > RATEL_MEMORY_KEY_MAX) {
+        for (size_t i = 0; i < value->len; i++)
+            extra += value->data[i] == '|' || value->data[i] == '\\';
+        len = p->len + 1 + value->len + extra;
+        if (len > RATEL_MEMORY_KEY_MAX)
+            return NGX_DECLINED;
+    }
+    start = ngx_pnalloc(pool, len);
+    if (start == NULL)
         return NGX_ERROR;
-    item->key = (const char *)k;
-    item->keylen = len;
-    k = ngx_cpymem(k, p->data, p->len);
+    k = ngx_cpymem(start, p->data, p->len);
     *k++ = ':';
     for (size_t i = 0; i < value->len; i++) {
         if (value->data[i] == '|' || value->data[i] == '\\')
             *k++ = '\\';
         *k++ = value->data[i];
     }
+    item->key = (const char *)start;
+    item->keylen = (size_t)(k - start);
     return NGX_OK;
 }
 
@@ -237,11 +241,6 @@ static ngx_int_t build(ngx_http_request_t *r, ctx_t *ctx)
     ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
     size_t n = ctx->conf->limits->nelts;
 
-    ctx->items = ngx_pcalloc(r->pool, n * sizeof(ratel_batch_item_t));
-    ctx->lines = ngx_pcalloc(r->pool, n * sizeof(ngx_http_ratel_limit_t *));
-    ctx->groups = ngx_pcalloc(r->pool, n * sizeof(group_t));
-    if (ctx->items == NULL || ctx->lines == NULL || ctx->groups == NULL)
-        return NGX_ERROR;
     for (size_t i = 0; i < n; i++) {
         size_t j = 0;
         ngx_int_t rc;
@@ -342,49 +341,70 @@ static ngx_uint_t policy_seen(ctx_t *ctx, size_t i)
     return 0;
 }
 
+/* The rule a decision names: one of the policy's (Redis answers it), else
+   the first, as the RateLimit field says. */
+static uint32_t rule_of(const ngx_http_ratel_policy_t *pol,
+                        const ratel_batch_item_t *it)
+{
+    uint32_t rule = (uint32_t)it->decision.rule;
+
+    return rule < pol->policy.nrules ? rule : 0;
+}
+
 /*
  * RateLimit-Policy (each policy of the decided lines once) and RateLimit
- * (one item per decided line), with server/app/ratelimit.c's words.
+ * (one item per decided line), with server/app/ratelimit.c's words. The
+ * policies' fields were formatted at configuration: one policy's is used
+ * as it is; each RateLimit item is written once into room for the longest
+ * its policy can give.
  */
 static ngx_int_t make_fields(ngx_http_request_t *r, ctx_t *ctx, size_t n)
 {
-    size_t plen = 0, llen = 0;
-    u_char *p, *q;
+    size_t plen = 0, llen = 0, npolicies = 0;
+    ngx_http_ratel_policy_t *one = NULL;
+    u_char *p = NULL, *q;
 
     for (size_t i = 0; i < n; i++) {
-        ratel_batch_item_t *it = &ctx->items[i];
-        const char *name = (const char *)ctx->lines[i]->policy->name.data;
-        if (it->rc != 0)
+        ngx_http_ratel_policy_t *pol = ctx->lines[i]->policy;
+        if (ctx->items[i].rc != 0)
             continue;
-        if (!policy_seen(ctx, i))
-            plen += ctx->lines[i]->policy->field.len + 2;
-        llen +=
-            ratel__header_ratelimit(name, it->policy, &it->decision, NULL, 0) +
-            2;
+        if (!policy_seen(ctx, i)) {
+            plen += pol->field.len + 2;
+            npolicies++;
+            one = pol;
+        }
+        llen += pol->limit_max + 2;
     }
-    p = ngx_pnalloc(r->pool, plen + 1);
-    q = ngx_pnalloc(r->pool, llen + 1);
-    if (p == NULL || q == NULL)
+    if (npolicies == 1) {
+        ctx->policy_field = one->field;
+    } else if (npolicies > 1 && !(p = ngx_pnalloc(r->pool, plen))) {
         return NGX_ERROR;
-    ctx->policy_field.data = p;
+    }
+    q = ngx_pnalloc(r->pool, llen + 1);
+    if (q == NULL)
+        return NGX_ERROR;
+    if (p)
+        ctx->policy_field.data = p;
     ctx->limit_field.data = q;
     for (size_t i = 0; i < n; i++) {
         ratel_batch_item_t *it = &ctx->items[i];
         ngx_http_ratel_policy_t *pol = ctx->lines[i]->policy;
         if (it->rc != 0)
             continue;
-        if (!policy_seen(ctx, i)) {
+        if (p && !policy_seen(ctx, i)) {
             if (p != ctx->policy_field.data)
                 p = ngx_cpymem(p, ", ", 2);
             p = ngx_cpymem(p, pol->field.data, pol->field.len);
         }
         if (q != ctx->limit_field.data)
             q = ngx_cpymem(q, ", ", 2);
-        q += ratel__header_ratelimit((const char *)pol->name.data, it->policy,
-                                     &it->decision, (char *)q,
-                                     llen + 1 - (q - ctx->limit_field.data));
+        q = ngx_cpymem(q, pol->items[rule_of(pol, it)].data,
+                       pol->items[rule_of(pol, it)].len);
+        q += ratel__header_ratelimit_params(&it->decision, (char *)q,
+                                            RATEL__HEADER_PARAMS_MAX + 1);
     }
-    ctx->policy_field.len = p - ctx->policy_field.data;
+    if (p)
+        ctx->policy_field.len = p - ctx->policy_field.data;
     ctx->limit_field.len = q - ctx->limit_field.data;
     return NGX_OK;
 }
@@ -394,7 +414,6 @@ static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
 {
     ratel_batch_item_t *it = &ctx->items[i];
     ngx_http_ratel_limit_t *l = ctx->lines[i];
-    char rule[128];
 
     if (it->rc == NGX_HTTP_RATEL_UNDECIDED)
         return;
@@ -407,13 +426,13 @@ static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
     }
     if (it->decision.allowed)
         return;
-    ratel_rule_format(&it->policy->rules[it->decision.rule], rule, sizeof rule);
     ngx_log_error(ctx->conf->log_level, r->connection->log, 0,
-                  "ratel: %s by policy \"%V\" rule \"%s\" in zone \"%V\", "
+                  "ratel: %s by policy \"%V\" rule \"%V\" in zone \"%V\", "
                   "retry after %Ls",
                   ctx->conf->dry_run ? "dry run, would refuse" : "refused",
-                  &l->policy->name, rule, &l->zone->name,
-                  ratel__retry_after_seconds(&it->decision));
+                  &l->policy->name,
+                  &l->policy->rule_texts[rule_of(l->policy, it)],
+                  &l->zone->name, ratel__retry_after_seconds(&it->decision));
 }
 
 /*
@@ -515,14 +534,22 @@ static void resume(void *data)
     ngx_http_run_posted_requests(c);
 }
 
+/* The request's context with room for its lines' items, in one piece. */
 static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
 {
+    size_t n = conf->limits->nelts;
     ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
     ngx_time_t *tp = ngx_timeofday();
-    ctx_t *ctx = ngx_pcalloc(r->pool, sizeof *ctx);
+    ctx_t *ctx = ngx_pcalloc(
+        r->pool,
+        sizeof *ctx + n * (sizeof(ratel_batch_item_t) + sizeof(group_t) +
+                           sizeof(ngx_http_ratel_limit_t *)));
 
     if (ctx == NULL || cln == NULL)
         return NULL;
+    ctx->items = (ratel_batch_item_t *)(ctx + 1);
+    ctx->groups = (group_t *)(ctx->items + n);
+    ctx->lines = (ngx_http_ratel_limit_t **)(ctx->groups + n);
     cln->handler = ctx_cleanup;
     cln->data = ctx;
     ngx_http_set_ctx(r, ctx, ngx_http_ratel_module);
@@ -569,7 +596,11 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
 
 /* ------------------------------------------------- fields and variables */
 
-static ngx_int_t add_header(ngx_http_request_t *r, const char *key,
+static ngx_str_t policy_name = ngx_string("RateLimit-Policy");
+static ngx_str_t limit_name = ngx_string("RateLimit");
+static ngx_str_t retry_name = ngx_string("Retry-After");
+
+static ngx_int_t add_header(ngx_http_request_t *r, ngx_str_t *key,
                             ngx_str_t *value)
 {
     ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
@@ -577,8 +608,7 @@ static ngx_int_t add_header(ngx_http_request_t *r, const char *key,
     if (h == NULL)
         return NGX_ERROR;
     h->hash = 1;
-    h->key.data = (u_char *)key;
-    h->key.len = ngx_strlen(key);
+    h->key = *key;
     h->value = *value;
     return NGX_OK;
 }
@@ -593,15 +623,15 @@ static ngx_int_t header_filter(ngx_http_request_t *r)
     if (ctx == NULL || !ctx->done || !ctx->conf->headers ||
         ctx->limit_field.len == 0)
         return next_header_filter(r);
-    if (add_header(r, "RateLimit-Policy", &ctx->policy_field) != NGX_OK ||
-        add_header(r, "RateLimit", &ctx->limit_field) != NGX_OK)
+    if (add_header(r, &policy_name, &ctx->policy_field) != NGX_OK ||
+        add_header(r, &limit_name, &ctx->limit_field) != NGX_OK)
         return NGX_ERROR;
     if (ctx->refused && !ctx->conf->dry_run) {
         retry.data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
         if (retry.data == NULL)
             return NGX_ERROR;
         retry.len = ngx_sprintf(retry.data, "%L", ctx->retry_s) - retry.data;
-        if (add_header(r, "Retry-After", &retry) != NGX_OK)
+        if (add_header(r, &retry_name, &retry) != NGX_OK)
             return NGX_ERROR;
     }
     return next_header_filter(r);

@@ -50,17 +50,24 @@ typedef struct {
     ngx_uint_t pending;   /* calls in flight */
     ngx_event_t guard;    /* armed while calls are in flight */
     ngx_log_t *log;
-    uint64_t transitions; /* the store's health changes logged so far */
-    int exiting;          /* calls told by the exit are not resumed */
+    uint64_t transitions;      /* the store's health changes logged so far */
+    int exiting;               /* calls told by the exit are not resumed */
+    struct redis_job_s *spare; /* jobs of ended calls, for the next */
+    ngx_uint_t nspare;
 } redis_zone_t;
 
 /* One request's call. */
-typedef struct {
+typedef struct redis_job_s redis_job_t;
+struct redis_job_s {
     redis_zone_t *rz;
     int64_t now_us;
     void (*done)(void *data);
     void *data;
-} redis_job_t;
+    redis_job_t *next; /* the zone's spare jobs */
+};
+
+/* Spare jobs a worker keeps for its next calls, at most. */
+#define REDIS_SPARE_MAX 64
 
 /* A refund sent on a request's behalf: it owns a copy of its key. */
 typedef struct {
@@ -232,6 +239,12 @@ void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone)
     rz->exiting = 1;
     ratel_async_free(rz->async);
     rz->async = NULL;
+    while (rz->spare) {
+        redis_job_t *job = rz->spare;
+        rz->spare = job->next;
+        ngx_free(job);
+    }
+    rz->nspare = 0;
     ratel_store_free(rz->store);
     rz->store = NULL;
     if (rz->guard.timer_set) {
@@ -260,6 +273,33 @@ static void decide_locally(redis_zone_t *rz, ratel_batch_item_t *items,
             items[i].decision.source = RATEL_SOURCE_LOCAL;
 }
 
+/* A job for a request's call: a spare one, or a new one. */
+static redis_job_t *job_take(redis_zone_t *rz, ngx_log_t *log)
+{
+    redis_job_t *job = rz->spare;
+
+    if (job == NULL)
+        return ngx_alloc(sizeof *job, log);
+    rz->spare = job->next;
+    rz->nspare--;
+    return job;
+}
+
+/* The call ended: its job is kept for the next one (not while the worker
+   exits: the exit frees the spare ones first), or freed. */
+static void job_give(redis_job_t *job)
+{
+    redis_zone_t *rz = job->rz;
+
+    if (rz->exiting || rz->nspare >= REDIS_SPARE_MAX) {
+        ngx_free(job);
+        return;
+    }
+    job->next = rz->spare;
+    rz->spare = job;
+    rz->nspare++;
+}
+
 static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
 {
     redis_job_t *job = ud;
@@ -276,7 +316,7 @@ static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
         ngx_http_ratel_shm_count_sources(rz->zone, items, n);
         job->done(job->data);
     }
-    ngx_free(job);
+    job_give(job);
 }
 
 ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
@@ -297,16 +337,16 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
         return NGX_OK;
     }
     /* Not in the request's pool: the handler holds the request until
-       done, and the callback frees the job. */
-    job = ngx_alloc(sizeof *job, r->connection->log);
+       done, and the callback gives the job back (to the next call). */
+    job = job_take(rz, r->connection->log);
     if (!job)
         return NGX_ERROR;
-    *job = (redis_job_t){rz, now_us, done, data};
+    *job = (redis_job_t){rz, now_us, done, data, NULL};
     rc = ratel_async_acquire_batch(rz->async, items, n, now_us, on_batch, job);
     if (rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "ratel_zone \"%V\": %s", &zone->name, ratel_strerror(rc));
-        ngx_free(job);
+        job_give(job);
         return NGX_ERROR;
     }
     call_started(rz);

@@ -17,7 +17,8 @@
  * A group (one request's lines in this zone) is decided under one lock:
  * each member on a copy of its blob, written back only when every member
  * is admitted, so a refused request charges nothing and no worker sees
- * half a group.
+ * half a group. A group of one needs no copy when its blob is under its
+ * policy's rules: the core writes it only when charging.
  *
  * A Redis zone (store=URL) keeps here what every worker shares of it: its
  * deny cache, and the keys its `local` failure policy decides while Redis
@@ -31,6 +32,8 @@
 #define SWEEP 3
 /* Keys dropped, at most, to make room for one node. */
 #define EVICT_MAX 64
+/* Slots of the deny cache's hint (a power of two): see deny_hash(). */
+#define DENY_HINT_SLOTS 1024
 
 typedef struct {
     u_char name[NGX_HTTP_RATEL_NAME_MAX + 1];
@@ -43,6 +46,9 @@ struct ngx_http_ratel_shm_s {
     ngx_queue_t lru;
     uint64_t keys, evictions, expirations;
     ngx_atomic_t sources[RATEL_SOURCE_LOCAL + 1]; /* by decision source */
+    /* Cached denials by their hash's slot (changed under the lock): a
+       slot at 0 tells a key has none without taking the lock. */
+    uint32_t deny_hint[DENY_HINT_SLOTS];
     ngx_uint_t ncounters;
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
 };
@@ -126,8 +132,11 @@ static node_t *lookup(ngx_http_ratel_shm_t *sh, const u_char *key, size_t len,
     return NULL;
 }
 
+static void deny_unhint(ngx_http_ratel_zone_t *zone, node_t *e);
+
 static void drop(ngx_http_ratel_zone_t *zone, node_t *e)
 {
+    deny_unhint(zone, e);
     ngx_queue_remove(&e->queue);
     ngx_rbtree_delete(&zone->sh->rbtree, &e->node);
     ngx_slab_free_locked(zone->shpool, e);
@@ -285,10 +294,51 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
         ngx_queue_remove(&m->node->queue);
         ngx_queue_insert_head(&zone->sh->lru, &m->node->queue);
     }
-    item->rc =
-        ratel_policy_acquire(item->policy, m->state, &m->len, sizeof m->state,
-                             now_us, &item->request, &item->decision);
+    /* The zone's blobs are written by nothing but the workers' core
+       (decide, refund): the owned entry compares each record's rule and
+       finds its end without checking every field again (a blob of
+       another version of the state format is still parsed in full). */
+    item->rc = ratel__policy_acquire_owned(item->policy, m->state, &m->len,
+                                           sizeof m->state, now_us,
+                                           &item->request, &item->decision);
     return item->rc == 0 && item->decision.allowed;
+}
+
+/*
+ * A group of one on a key the zone holds under the policy's rules is
+ * decided on its blob where it is (nothing is written unless charged, so
+ * no copy is needed): NGX_OK. NGX_DECLINED, with nothing changed, when the
+ * group needs the copies: a new key, a blob of other rules (the core
+ * converts it) or one that must grow beyond its node.
+ */
+static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
+                              ratel_batch_item_t *item, int64_t now_us)
+{
+    uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
+    node_t *e = lookup(zone->sh, (u_char *)item->key, item->keylen, hash);
+    size_t len;
+    int rc;
+
+    if (e == NULL)
+        return NGX_DECLINED;
+    len = e->len;
+    rc = ratel__policy_acquire_in_place(item->policy, e->data + e->keylen, &len,
+                                        e->cap, now_us, &item->request,
+                                        &item->decision);
+    if (rc == 1 || rc == RATEL_ENOBUFS)
+        return NGX_DECLINED;
+    ngx_queue_remove(&e->queue);
+    ngx_queue_insert_head(&zone->sh->lru, &e->queue);
+    item->rc = rc;
+    if (rc != 0 || !item->decision.allowed)
+        return NGX_OK;
+    if (len == 0) {
+        drop(zone, e);
+        return NGX_OK;
+    }
+    e->len = (uint32_t)len;
+    e->idle_ms = now_us / 1000 + item->decision.reset_after_ms;
+    return NGX_OK;
 }
 
 /* Every member has room for its new blob, or none is written. */
@@ -321,6 +371,10 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
         return NGX_ERROR;
     ngx_shmtx_lock(&zone->shpool->mutex);
     sweep(zone, now_ms);
+    if (n == 1 && decide_alone(zone, items, now_us) == NGX_OK) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NGX_OK;
+    }
     for (size_t i = 0; i < n; i++)
         admitted &= decide_member(zone, items, i, now_us);
     if (admitted && make_rooms(zone, items, n, now_ms) == NGX_OK) {
@@ -394,17 +448,50 @@ typedef struct {
     int32_t rule;
 } deny_t;
 
-/* The entry of `item`'s key; `key` (1 + RATEL_MEMORY_KEY_MAX bytes) gets
-   its tree key. */
+/*
+ * The tree hash of `item`'s entry: the crc32 of DENY_MARK and its key. Its
+ * low bits choose the entry's slot in the zone's hint, which counts the
+ * entries of each slot: a request whose slot counts none skips the lock
+ * and the tree (most requests of a zone whose denials are few). The hint
+ * is read without the lock: a count seen stale at 0 while another worker
+ * records a denial only sends the request to Redis, as without a cache.
+ */
+static uint32_t deny_hash(const ratel_batch_item_t *item)
+{
+    u_char mark = DENY_MARK;
+    uint32_t crc;
+
+    ngx_crc32_init(crc);
+    ngx_crc32_update(&crc, &mark, 1);
+    ngx_crc32_update(&crc, (u_char *)item->key, item->keylen);
+    ngx_crc32_final(crc);
+    return crc;
+}
+
+static ngx_uint_t deny_hinted(ngx_http_ratel_zone_t *zone, uint32_t hash)
+{
+    volatile uint32_t *hint = zone->sh->deny_hint;
+
+    return hint[hash & (DENY_HINT_SLOTS - 1)] != 0;
+}
+
+/* A cached denial's node leaves the tree. */
+static void deny_unhint(ngx_http_ratel_zone_t *zone, node_t *e)
+{
+    if (e->keylen > 0 && e->data[0] == DENY_MARK)
+        zone->sh->deny_hint[e->node.key & (DENY_HINT_SLOTS - 1)]--;
+}
+
+/* The entry of `item`'s key (`hash`: deny_hash()); `key`
+   (1 + RATEL_MEMORY_KEY_MAX bytes) gets its tree key. */
 static node_t *deny_lookup(ngx_http_ratel_zone_t *zone,
                            const ratel_batch_item_t *item, u_char *key,
-                           size_t *len, uint32_t *hash)
+                           size_t *len, uint32_t hash)
 {
     key[0] = DENY_MARK;
     ngx_memcpy(key + 1, item->key, item->keylen);
     *len = item->keylen + 1;
-    *hash = ngx_crc32_short(key, *len);
-    return lookup(zone->sh, key, *len, *hash);
+    return lookup(zone->sh, key, *len, hash);
 }
 
 /* A denial under a concurrent rule ends when a lease is released. */
@@ -435,26 +522,30 @@ ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
                                     int64_t now_us)
 {
     u_char *key = deny_key;
-    uint64_t fps[RATEL_GROUP_MAX];
+    uint32_t hashes[RATEL_GROUP_MAX];
     u_char hit[RATEL_GROUP_MAX];
     int64_t now_ms = now_us / 1000;
-    ngx_uint_t hits = 0;
+    ngx_uint_t hits = 0, hinted = 0;
 
     if (n > RATEL_GROUP_MAX)
         return NGX_DECLINED;
-    for (size_t i = 0; i < n; i++)
-        fps[i] = ratel__policy_fingerprint(items[i].policy);
+    for (size_t i = 0; i < n; i++) {
+        hashes[i] = deny_hash(&items[i]);
+        hinted |= deny_hinted(zone, hashes[i]);
+    }
+    if (!hinted)
+        return NGX_DECLINED;
     ngx_shmtx_lock(&zone->shpool->mutex);
     for (size_t i = 0; i < n; i++) {
         size_t len;
-        uint32_t hash;
-        node_t *e = deny_lookup(zone, &items[i], key, &len, &hash);
+        node_t *e = deny_lookup(zone, &items[i], key, &len, hashes[i]);
+        uint64_t fp = ngx_http_ratel_policy_of(items[i].policy)->fingerprint;
         deny_t d;
         hit[i] = 0;
         if (e == NULL || e->len != sizeof d)
             continue;
         ngx_memcpy(&d, e->data + e->keylen, sizeof d);
-        if (d.until_ms <= now_ms || d.fingerprint != fps[i] ||
+        if (d.until_ms <= now_ms || d.fingerprint != fp ||
             items[i].request.cost < d.cost)
             continue;
         deny_decision(&d, now_ms, &items[i].decision);
@@ -478,8 +569,8 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
     u_char *key = deny_key;
     ratel_decision_t *dec = &it->decision;
     size_t len, size;
-    uint32_t hash;
-    node_t *e = deny_lookup(zone, it, key, &len, &hash);
+    uint32_t hash = deny_hash(it);
+    node_t *e = deny_lookup(zone, it, key, &len, hash);
     deny_t d = {0};
 
     if (e == NULL) {
@@ -494,11 +585,12 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
         e->node.key = hash;
         ngx_rbtree_insert(&zone->sh->rbtree, &e->node);
         zone->sh->keys++;
+        zone->sh->deny_hint[hash & (DENY_HINT_SLOTS - 1)]++;
     } else {
         ngx_queue_remove(&e->queue);
     }
     ngx_queue_insert_head(&zone->sh->lru, &e->queue);
-    d.fingerprint = ratel__policy_fingerprint(it->policy);
+    d.fingerprint = ngx_http_ratel_policy_of(it->policy)->fingerprint;
     d.cost = it->request.cost;
     d.retry_at_ms = now_ms + dec->retry_after_ms;
     d.reset_at_ms = now_ms + dec->reset_after_ms;
@@ -546,11 +638,13 @@ void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
 {
     u_char *key = deny_key;
     size_t len;
-    uint32_t hash;
+    uint32_t hash = deny_hash(item);
     node_t *e;
 
+    if (!deny_hinted(zone, hash))
+        return; /* no entry: the lock is not taken */
     ngx_shmtx_lock(&zone->shpool->mutex);
-    e = deny_lookup(zone, item, key, &len, &hash);
+    e = deny_lookup(zone, item, key, &len, hash);
     if (e)
         drop(zone, e);
     ngx_shmtx_unlock(&zone->shpool->mutex);

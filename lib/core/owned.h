@@ -22,4 +22,18 @@ int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
                                 int64_t now_us, const ratel_request_t *req,
                                 ratel_decision_t *d);
 
+/*
+ * The same, on a blob the caller keeps where it is (a store's own memory)
+ * and writes back only when the request is charged: a blob of other
+ * rules, which the core would convert (and write converted even when
+ * denying), is not decided: the call returns 1 with nothing touched. A
+ * blob of the policy's rules is written only when charged, and
+ * RATEL_ENOBUFS (no room to charge) leaves it as it was too. On either,
+ * the caller decides on a copy with room instead.
+ */
+int ratel__policy_acquire_in_place(const ratel_policy_t *policy, uint8_t *state,
+                                   size_t *state_len, size_t state_cap,
+                                   int64_t now_us, const ratel_request_t *req,
+                                   ratel_decision_t *d);
+
 #endif /* RATEL_CORE_OWNED_H */

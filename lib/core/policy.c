@@ -417,10 +417,18 @@ int ratel_policy_check_request(const ratel_policy_t *policy,
     return 0;
 }
 
+/* How acquire() trusts and treats the blob it is given. */
+enum {
+    BLOB_ANY,      /* from anywhere: checked in full */
+    BLOB_OWNED,    /* written by this process's core */
+    BLOB_IN_PLACE, /* owned, and decided only if under the policy's rules */
+};
+
 static int acquire(const ratel_policy_t *policy, uint8_t *state,
                    size_t *state_len, size_t state_cap, int64_t now_us,
-                   const ratel_request_t *req, ratel_decision_t *d, int owned)
+                   const ratel_request_t *req, ratel_decision_t *d, int blob)
 {
+    int owned = blob != BLOB_ANY;
     ratel__record_t rec[RATEL_MAX_RULES];
     uint32_t n = 0;
     int err;
@@ -438,6 +446,9 @@ static int acquire(const ratel_policy_t *policy, uint8_t *state,
         return finish_acquire(policy, rec, NULL, 0, 0, state, state_len,
                               state_cap, now_us, req, d);
     }
+    /* Another policy's blob (or a corrupt one) is left as it is. */
+    if (blob == BLOB_IN_PLACE && *state_len > 0)
+        return 1;
     /*
      * A new key under one rule is always admitted (cost <= capacity): its
      * empty record is written in place and charged, with no scratch copy.
@@ -467,7 +478,8 @@ int ratel_policy_acquire(const ratel_policy_t *policy, uint8_t *state,
                          size_t *state_len, size_t state_cap, int64_t now_us,
                          const ratel_request_t *req, ratel_decision_t *d)
 {
-    return acquire(policy, state, state_len, state_cap, now_us, req, d, 0);
+    return acquire(policy, state, state_len, state_cap, now_us, req, d,
+                   BLOB_ANY);
 }
 
 int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
@@ -475,7 +487,17 @@ int ratel__policy_acquire_owned(const ratel_policy_t *policy, uint8_t *state,
                                 int64_t now_us, const ratel_request_t *req,
                                 ratel_decision_t *d)
 {
-    return acquire(policy, state, state_len, state_cap, now_us, req, d, 1);
+    return acquire(policy, state, state_len, state_cap, now_us, req, d,
+                   BLOB_OWNED);
+}
+
+int ratel__policy_acquire_in_place(const ratel_policy_t *policy, uint8_t *state,
+                                   size_t *state_len, size_t state_cap,
+                                   int64_t now_us, const ratel_request_t *req,
+                                   ratel_decision_t *d)
+{
+    return acquire(policy, state, state_len, state_cap, now_us, req, d,
+                   BLOB_IN_PLACE);
 }
 
 /* ------------------------------------------------- refunding and leases */

@@ -29,6 +29,9 @@
  *   lib/store/deny_cache.h ratel__policy_fingerprint, which tells a
  *                          denial of one policy's rules from another's:
  *                          the nginx module's deny cache in its zone
+ *   lib/core/owned.h       the core's entry for blobs only the core wrote:
+ *                          the nginx module's shared-memory zone, whose
+ *                          blobs no one but its workers' core writes
  */
 #ifndef RATEL_INTERNAL_H
 #define RATEL_INTERNAL_H
@@ -36,6 +39,7 @@
 #include "ratel.h"
 
 /* Relative to this file: lib/ itself is not on the programs' path. */
+#include "../core/owned.h"
 #include "../store/async.h"
 #include "../store/command.h"
 #include "../store/deny_cache.h"

@@ -16,8 +16,10 @@
  * flush tells the `told` list first and then lets the engine flush, so
  * the calls those callbacks start leave in the same write.
  *
- * Each call is a job (malloc'd): what to tell whom, and the Redis half's
- * state. The job is freed after its callback returns.
+ * Each call is a job: what to tell whom, and the Redis half's state. The
+ * job is given back after its callback returns, to a short list of spare
+ * jobs the next calls take (a busy loop makes and ends calls at the same
+ * pace: no allocation per call).
  */
 #include "store/async.h"
 #include "store/command.h"
@@ -51,9 +53,14 @@ struct job_s {
     size_t n;
     ratel_decision_t decision; /* REFUND, RELEASE */
     int held, rc;
-    redis_batch_t rb;
-    redis_call_t rc_call;
+    union {
+        redis_batch_t rb;     /* ACQUIRE, BATCH */
+        redis_call_t rc_call; /* REFUND, RELEASE, RESET */
+    };
 };
+
+/* Spare jobs kept for the next calls, at most. */
+#define SPARE_MAX 64
 
 struct ratel_async_s {
     ratel_store_t *store;
@@ -64,7 +71,37 @@ struct ratel_async_s {
     void *tud;                /* the transport's instance */
     void (*close)(void *tud); /* frees it (ratel__async_loop_t) */
     job_t *told_head, *told_tail;
+    job_t *spare; /* jobs given back (linked by `next`) */
+    unsigned nspare;
 };
+
+/* A job for a call: a spare one, or a new one. Its fields before the
+   union are zeroed; each kind sets its half of the union. */
+static job_t *job_take(ratel_async_t *a)
+{
+    job_t *job = a->spare;
+
+    if (!job)
+        return calloc(1, sizeof *job);
+    a->spare = job->next;
+    a->nspare--;
+    memset(job, 0, offsetof(job_t, rb));
+    return job;
+}
+
+/* A call ended: its job is kept for the next one, or freed. */
+static void job_give(job_t *job)
+{
+    ratel_async_t *a = job->a;
+
+    if (a->nspare >= SPARE_MAX) {
+        free(job);
+        return;
+    }
+    job->next = a->spare;
+    a->spare = job;
+    a->nspare++;
+}
 
 /* Runs the job's callback, then frees it. */
 static void tell(job_t *job)
@@ -89,7 +126,7 @@ static void tell(job_t *job)
         job->fn.done(job->ud, job->rc);
         break;
     }
-    free(job);
+    job_give(job);
 }
 
 /* Tells the answers decided at once until now; those their callbacks
@@ -154,13 +191,14 @@ static int start_batch(job_t *job, int64_t now_us)
     ratel_async_t *a = job->a;
     int rc;
 
-    job->rb = (redis_batch_t){.s = a->redis,
-                              .e = a->engine,
-                              .items = job->items,
-                              .n = job->n,
-                              .now_us = now_us,
-                              .fn = redis_batch_told,
-                              .ud = job};
+    /* What the caller sets (redis_batch_start() sets the rest). */
+    job->rb.s = a->redis;
+    job->rb.e = a->engine;
+    job->rb.items = job->items;
+    job->rb.n = job->n;
+    job->rb.now_us = now_us;
+    job->rb.fn = redis_batch_told;
+    job->rb.ud = job;
     rc = redis_batch_start(&job->rb);
     if (rc < 0)
         return rc;
@@ -198,12 +236,15 @@ static void start_call(job_t *job)
 
 static job_t *job_new(ratel_async_t *a, job_kind_t kind, void *ud)
 {
-    job_t *job = calloc(1, sizeof *job);
+    job_t *job = job_take(a);
 
     if (job) {
         job->a = a;
         job->kind = kind;
         job->ud = ud;
+        /* A batch's half is set whole by start_batch(). */
+        if (kind != JOB_ACQUIRE && kind != JOB_BATCH)
+            memset(&job->rc_call, 0, sizeof job->rc_call);
     }
     return job;
 }
@@ -227,12 +268,12 @@ int ratel_async_acquire_batch(ratel_async_t *a, ratel_batch_item_t *items,
     if (a->redis) {
         rc = start_batch(job, now_us);
         if (rc != 0)
-            free(job);
+            job_give(job);
         return rc;
     }
     rc = ratel_store_acquire_batch(a->store, items, n, now_us);
     if (rc != 0) {
-        free(job);
+        job_give(job);
         return rc;
     }
     tell_later(job);
@@ -261,7 +302,7 @@ int ratel_async_acquire(ratel_async_t *a, const char *key, size_t keylen,
     if (a->redis) {
         rc = start_batch(job, now_us);
         if (rc != 0)
-            free(job);
+            job_give(job);
         return rc;
     }
     job->one.rc = ratel_store_acquire(a->store, key, keylen, policy, now_us,
@@ -484,5 +525,10 @@ void ratel_async_free(ratel_async_t *a)
         tell_told(a);
     if (a->close && a->tud)
         a->close(a->tud);
+    while (a->spare) {
+        job_t *job = a->spare;
+        a->spare = job->next;
+        free(job);
+    }
     free(a);
 }

@@ -131,6 +131,8 @@ void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
     rop->down_until_us = 0;
     if (rc != 0 && rop->node)
         ratel__engine_node_down(rop->node, rop->now_us, &rop->down_until_us);
+    if (reply && rop->reply_fn)
+        rop->reply_fn(rop);
     rop->where = WHERE_DONE;
     rop->qprev = e->ftail;
     rop->qnext = NULL;

@@ -145,8 +145,15 @@ struct ratel__rop_s {
                   (its failure then leaves the breaker) */
     ratel__rop_fn done;
     void *ud;
+    /* Optional: told the final reply as soon as it is read, before `done`
+       (which still follows at the end of the turn). It may take what it
+       needs of `reply` and free it (setting `reply` to NULL, `rc` staying
+       0), so that a turn's many replies are not all held until it ends;
+       it must call nothing of the engine. */
+    ratel__rop_fn reply_fn;
     /* Out, when `done` is called: */
-    int rc;                /* 0: `reply` is set; RATEL_EIO, RATEL_EPROTO */
+    int rc;                /* 0: `reply` is set (unless reply_fn took it);
+                              RATEL_EIO, RATEL_EPROTO */
     redisReply *reply;     /* the submitter frees it (freeReplyObject) */
     ratel__node_t *node;   /* the node it ran on last */
     int64_t down_until_us; /* rc != 0: the node's breaker (0: closed) */

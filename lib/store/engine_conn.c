@@ -619,6 +619,7 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
        allocating it again for every read past 16 KiB (a TLS record is up
        to 16 KiB): it is bounded by the largest read. */
     c->reader->maxbuf = 0;
+    engine_reply_functions(c->reader);
     c->link.up = link_up;
     c->link.data = link_data;
     c->link.down = link_down;

@@ -39,6 +39,16 @@ static size_t header(char *p, char mark, size_t v)
     char digits[24];
     size_t n = 0, len = 0;
 
+    /* Most are a word's length: one or two digits. */
+    if (v < 100) {
+        p[len++] = mark;
+        if (v >= 10)
+            p[len++] = (char)('0' + v / 10);
+        p[len++] = (char)('0' + v % 10);
+        p[len++] = '\r';
+        p[len++] = '\n';
+        return len;
+    }
     do {
         digits[n++] = (char)('0' + v % 10);
         v /= 10;
@@ -142,9 +152,10 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
     };
     ratel__node_mode_t mode = c->node->mode;
     int lua = mode == RATEL__MODE_LUA;
-    argv_t args = {.n = 0}, *a = &args;
+    argv_t args, *a = &args; /* only args.n is read before set */
     char num[4][24];
 
+    args.n = 0;
     if (rop->kind == RATEL__ROP_COMMAND) {
         for (int i = 0;
              i < rop->argc && i < (int)(sizeof a->v / sizeof a->v[0]); i++)

@@ -10,6 +10,7 @@
  *                   and ASK, failovers (ROLE), and which answers are sent
  *                   again
  *   engine_encode.c a command's bytes (RESP), as the node's mode asks
+ *   engine_reply.c  the reply objects the reader builds
  */
 #ifndef RATEL_STORE_ENGINE_PRIVATE_H
 #define RATEL_STORE_ENGINE_PRIVATE_H
@@ -177,6 +178,10 @@ void conn_fail(conn_t *c, int rc, int closed_by_transport);
 /* Starts the node's preparation on `c` (ready) when it needs one. */
 void conn_prepare(conn_t *c);
 int node_prepared(const ratel__node_t *node);
+
+/* engine_reply.c: the reader builds its replies with these (the objects
+   freeReplyObject() frees, made faster). */
+void engine_reply_functions(redisReader *reader);
 
 /* engine_encode.c */
 typedef struct argv_s {

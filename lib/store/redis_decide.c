@@ -158,20 +158,19 @@ static void note_failure(redis_store_t *s, const ratel__rop_t *rop)
 }
 
 /*
- * Turns a finished ACQUIRE into the caller's answer: the decision, a
- * RATEL_E* error, or the failure policy's decision. Records denials in the
- * deny cache.
+ * An ACQUIRE's reply as its answer: the decision, or the RATEL_E* code of
+ * an error reply or of anything else than the decision's integers. Frees
+ * the reply.
  */
-static int finish_acquire(redis_store_t *s, ratel__rop_t *rop,
-                          uint64_t fingerprint, ratel_decision_t *d)
+static int take_reply(redis_store_t *s, ratel__rop_t *rop, ratel_decision_t *d)
 {
-    int rc = rop->rc, leases = ratel_policy_has_leases(rop->policy);
+    int rc, leases = ratel_policy_has_leases(rop->policy);
     redisReply *r = rop->reply;
 
-    if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
+    if (r->type == REDIS_REPLY_ERROR) {
         rc = error_code(r);
         redis_set_error(s, r->str);
-    } else if (rc == 0) {
+    } else {
         long long lease = 0;
         rc = parse_decision(r, d, leases, &lease);
         if (rc == 0 && (lease < 0 || lease > UINT32_MAX))
@@ -182,15 +181,36 @@ static int finish_acquire(redis_store_t *s, ratel__rop_t *rop,
                                       : "Redis answered ACQUIRE with "
                                         "something else than seven integers");
         d->lease = (uint32_t)lease;
-    } else {
-        note_failure(s, rop);
     }
     freeReplyObject(r);
     rop->reply = NULL;
+    return rc;
+}
+
+/*
+ * Turns a finished ACQUIRE of item `it` into the caller's answer: the
+ * decision, a RATEL_E* error, or the failure policy's decision. Records
+ * denials in the deny cache. The reply may have been taken as it was read
+ * (batch_rop_reply): its answer waits in the item.
+ */
+static int finish_acquire(redis_store_t *s, ratel__rop_t *rop,
+                          uint64_t fingerprint, ratel_batch_item_t *it)
+{
+    ratel_decision_t *d = &it->decision;
+    int rc;
+
+    if (rop->rc != 0) {
+        note_failure(s, rop);
+        rc = rop->rc;
+    } else if (rop->reply) {
+        rc = take_reply(s, rop, d);
+    } else {
+        rc = it->rc;
+    }
     /* A denial under a concurrent rule ends when another caller releases
        a lease, which no clock predicts: it is not cached. */
     if (rc == 0) {
-        if (!d->allowed && s->cache && !leases)
+        if (!d->allowed && s->cache && !ratel_policy_has_leases(rop->policy))
             ratel__deny_cache_put(s->cache, rop->key, rop->keylen, fingerprint,
                                   &rop->request, d, rop->now_us);
         return 0;
@@ -259,11 +279,24 @@ static int batch_decide(redis_batch_t *b)
         ratel__rop_t *rop = &b->rops[i];
         grouped |= b->items[i].group != 0;
         if (rop->key)
-            b->items[i].rc =
-                finish_acquire(b->s, rop, b->fps[i], &b->items[i].decision);
+            b->items[i].rc = finish_acquire(b->s, rop, b->fps[i], &b->items[i]);
     }
     b->giving_back = 1;
     return grouped && give_back_groups(b) > 0;
+}
+
+/*
+ * An ACQUIRE's reply, as soon as it is read: its answer goes into the
+ * item (the batch's until told) and the reply is freed, so that a turn's
+ * many answers do not hold their reply objects, nine each, until it ends
+ * (the allocator then serves them from its per-thread cache).
+ */
+static void batch_rop_reply(ratel__rop_t *rop)
+{
+    redis_batch_t *b = rop->ud;
+    ratel_batch_item_t *it = &b->items[rop - b->rops];
+
+    it->rc = take_reply(b->s, rop, &it->decision);
 }
 
 static void batch_rop_done(ratel__rop_t *rop)
@@ -332,6 +365,7 @@ int redis_batch_start(redis_batch_t *b)
         rop->at_ms = s->client_time ? b->now_us / 1000 : -1;
         rop->now_us = b->now_us;
         rop->done = batch_rop_done;
+        rop->reply_fn = batch_rop_reply;
         rop->ud = b;
         b->pending++;
     }

@@ -49,7 +49,12 @@
 /* Structured-field Integers have at most 15 digits. */
 #define SF_INTEGER_MAX 999999999999999LL
 
-/* snprintf into buf at *n, keeping *n the length the text needs. */
+/*
+ * The text goes into buf at *n, cut to fit, while *n counts the length it
+ * needs (snprintf's contract); terminate() ends it with a NUL. The
+ * decision path (RateLimit, per answer) appends bytes and digits without
+ * printf.
+ */
 typedef struct field_s {
     char *buf;
     size_t len, n;
@@ -72,35 +77,52 @@ static void add(field_t *f, const char *fmt, ...)
         f->n += (size_t)m;
 }
 
+static void add_bytes(field_t *f, const char *p, size_t n)
+{
+    if (f->n < f->len) {
+        size_t room = f->len - f->n;
+        memcpy(f->buf + f->n, p, n < room ? n : room);
+    }
+    f->n += n;
+}
+
 static void add_char(field_t *f, char c)
 {
-    if (f->n + 1 < f->len) {
+    if (f->n < f->len)
         f->buf[f->n] = c;
-        f->buf[f->n + 1] = '\0';
-    } else if (f->n < f->len) {
-        f->buf[f->n] = '\0';
-    }
     f->n++;
 }
 
-static void add_text(field_t *f, const char *text)
-{
-    for (; *text; text++)
-        add_char(f, *text);
-}
-
-/* A non-negative integer in decimal (the decision path: no printf). */
+/* A non-negative integer in decimal, two digits at a time. */
 static void add_integer(field_t *f, long long v)
 {
+    static const char pairs[] = "00010203040506070809"
+                                "10111213141516171819"
+                                "20212223242526272829"
+                                "30313233343536373839"
+                                "40414243444546474849"
+                                "50515253545556575859"
+                                "60616263646566676869"
+                                "70717273747576777879"
+                                "80818283848586878889"
+                                "90919293949596979899";
     char digits[24];
-    int n = 0;
+    size_t n = sizeof digits;
+    unsigned long long u = v < 0 ? 0 : (unsigned long long)v;
 
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0 && n < (int)sizeof digits);
-    while (n > 0)
-        add_char(f, digits[--n]);
+    while (u >= 100) {
+        unsigned i = (unsigned)(u % 100) * 2;
+        u /= 100;
+        digits[--n] = pairs[i + 1];
+        digits[--n] = pairs[i];
+    }
+    if (u >= 10) {
+        digits[--n] = pairs[u * 2 + 1];
+        digits[--n] = pairs[u * 2];
+    } else {
+        digits[--n] = (char)('0' + u);
+    }
+    add_bytes(f, digits + n, sizeof digits - n);
 }
 
 /*
@@ -119,7 +141,9 @@ static void add_item_name(field_t *f, const char *name, int index)
             add_char(f, '\\');
         add_char(f, (char)u);
     }
-    add(f, "-%d\"", index);
+    add_char(f, '-');
+    add_integer(f, index);
+    add_char(f, '"');
 }
 
 static long long clamp_integer(int64_t v)
@@ -164,24 +188,38 @@ size_t ratel__header_policy(const char *name, const ratel_policy_t *p,
     return f.n;
 }
 
-size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
-                               const ratel_decision_t *d, char *buf, size_t len)
+size_t ratel__header_ratelimit_name(const char *name, const ratel_policy_t *p,
+                                    int rule, char *buf, size_t len)
 {
     field_t f = {buf, len, 0};
-    int rule = d->rule;
-    long long t;
 
-    if (rule < 0 || (uint32_t)rule >= p->nrules)
-        rule = 0;
-    t = d->allowed ? ceil_seconds(d->rule_reset_ms)
-                   : ceil_seconds(d->retry_after_ms);
-    add_item_name(&f, name, rule);
-    add_text(&f, ";r=");
+    add_item_name(&f, name, rule < 0 || (uint32_t)rule >= p->nrules ? 0 : rule);
+    terminate(&f);
+    return f.n;
+}
+
+size_t ratel__header_ratelimit_params(const ratel_decision_t *d, char *buf,
+                                      size_t len)
+{
+    field_t f = {buf, len, 0};
+    long long t = d->allowed ? ceil_seconds(d->rule_reset_ms)
+                             : ceil_seconds(d->retry_after_ms);
+
+    add_bytes(&f, ";r=", 3);
     add_integer(&f, clamp_integer(d->remaining));
-    add_text(&f, ";t=");
+    add_bytes(&f, ";t=", 3);
     add_integer(&f, t);
     terminate(&f);
     return f.n;
+}
+
+size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
+                               const ratel_decision_t *d, char *buf, size_t len)
+{
+    size_t n = ratel__header_ratelimit_name(name, p, d->rule, buf, len);
+
+    return n + ratel__header_ratelimit_params(d, n < len ? buf + n : NULL,
+                                              n < len ? len - n : 0);
 }
 
 long long ratel__retry_after_seconds(const ratel_decision_t *d)

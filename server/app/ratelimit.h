@@ -32,6 +32,18 @@ size_t ratel__header_ratelimit(const char *name, const ratel_policy_t *p,
                                const ratel_decision_t *d, char *buf,
                                size_t len);
 
+/*
+ * The two halves of ratel__header_ratelimit(), for a program that writes
+ * the first once per rule: the item's name, "NAME-RULE" as an sf-string
+ * (a rule out of range names the first), then the decision's parameters,
+ * ";r=R;t=T", at most RATEL__HEADER_PARAMS_MAX bytes. Both as snprintf.
+ */
+#define RATEL__HEADER_PARAMS_MAX (3 + 15 + 3 + 15)
+size_t ratel__header_ratelimit_name(const char *name, const ratel_policy_t *p,
+                                    int rule, char *buf, size_t len);
+size_t ratel__header_ratelimit_params(const ratel_decision_t *d, char *buf,
+                                      size_t len);
+
 /* Retry-After: whole seconds, rounded up, at least 1. */
 long long ratel__retry_after_seconds(const ratel_decision_t *d);
 

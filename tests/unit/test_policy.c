@@ -3,6 +3,7 @@
  * the binding rule, rule changes, and the ENOBUFS contract.
  */
 #include "core_helpers.h"
+#include "core/owned.h"
 
 static int64_t used_of(test_key_t *k, int64_t t_ms, size_t rule)
 {
@@ -173,6 +174,66 @@ TEST(policy_enobufs_contract)
     CHECK_EQ(ratel_policy_acquire(&p, buf, &len, len, 5000, &q, &d), 0);
 }
 
+TEST(policy_in_place_contract)
+{
+    static const char *const rules[] = {"1/60s", "10/1h"};
+    static const char *const other[] = {"2/60s", "10/1h"};
+    ratel_policy_t p, q;
+    uint8_t buf[256], mirror[256], before[256];
+    size_t len = 0, mlen, blen;
+    ratel_decision_t d, md;
+    ratel_request_t r = RATEL_REQUEST_INIT;
+    char err[256];
+
+    REQUIRE(ratel_policy_parse(&p, rules, 2, err, sizeof err) == 0);
+    REQUIRE(ratel_policy_parse(&q, other, 2, err, sizeof err) == 0);
+    /* A new key is charged in place. */
+    CHECK_EQ(
+        ratel__policy_acquire_in_place(&p, buf, &len, sizeof buf, 0, &r, &d),
+        0);
+    CHECK_EQ(d.allowed, 1);
+    CHECK(len > 0);
+    /* Decided as the owned entry decides on a copy; a denial writes
+       nothing. */
+    for (int64_t t = 1000; t <= 181000; t += 30000) {
+        memcpy(mirror, buf, len);
+        mlen = len;
+        memcpy(before, buf, len);
+        blen = len;
+        CHECK_EQ(ratel__policy_acquire_in_place(&p, buf, &len, sizeof buf,
+                                                t * 1000, &r, &d),
+                 0);
+        CHECK_EQ(ratel__policy_acquire_owned(&p, mirror, &mlen, sizeof mirror,
+                                             t * 1000, &r, &md),
+                 0);
+        CHECK_EQ(d.allowed, md.allowed);
+        CHECK_EQ(d.retry_after_ms, md.retry_after_ms);
+        CHECK_EQ(len, mlen);
+        CHECK(memcmp(buf, mirror, len) == 0);
+        if (!d.allowed)
+            CHECK(len == blen && memcmp(buf, before, len) == 0);
+    }
+    /* No room to charge: RATEL_ENOBUFS, the blob as it was. */
+    memcpy(before, buf, len);
+    blen = len;
+    CHECK_EQ(
+        ratel__policy_acquire_in_place(&p, buf, &len, len, 400000000, &r, &d),
+        RATEL_ENOBUFS);
+    CHECK(memcmp(buf, before, blen) == 0);
+    len = blen;
+    /* Another policy's blob (the owned entry would convert it, and store
+       the conversion even when denying) and a corrupt one: 1, untouched. */
+    CHECK_EQ(ratel__policy_acquire_in_place(&q, buf, &len, sizeof buf,
+                                            181000000, &r, &d),
+             1);
+    CHECK(len == blen && memcmp(buf, before, len) == 0);
+    buf[0] ^= 0xff;
+    CHECK_EQ(ratel__policy_acquire_in_place(&p, buf, &len, sizeof buf,
+                                            181000000, &r, &d),
+             1);
+    CHECK_EQ(len, blen);
+}
+
 TEST(policy_inspect_describes_each_rule)
 {
     static const char *const rules[] = {"5/1m", "3/1s:fixed", "4/1s:gcra",
@@ -239,6 +300,7 @@ RATEL_SUITE(policy) = {
     {"policy_gcra_conversion_keeps_debt_capped_at_new_burst",
      test_policy_gcra_conversion_keeps_debt_capped_at_new_burst},
     {"policy_enobufs_contract", test_policy_enobufs_contract},
+    {"policy_in_place_contract", test_policy_in_place_contract},
     {"policy_inspect_describes_each_rule",
      test_policy_inspect_describes_each_rule},
     {0, 0},

@@ -780,6 +780,53 @@ TEST(request_header_ratelimit_field)
     check_text(buf, "\"sms-0\"", __LINE__);
 }
 
+TEST(request_header_ratelimit_halves)
+{
+    static const char *const sms[] = {"1/1m", "10/1d"};
+    rateld_policy_t p = rules_policy("sms", sms, 2);
+    const char *full = "\"sms-1\";r=123456789012;t=86400";
+    ratel_decision_t d;
+    char buf[96], name[32], params[RATEL__HEADER_PARAMS_MAX + 1];
+    size_t n;
+
+    memset(&d, 0, sizeof d);
+    d.allowed = 1;
+    d.rule = 1;
+    d.remaining = 123456789012;
+    d.rule_reset_ms = 86399001;
+    /* The name, then the parameters, make the whole item. */
+    n = ratel__header_ratelimit_name("sms", &p.policy, d.rule, name,
+                                     sizeof name);
+    check_text(name, "\"sms-1\"", __LINE__);
+    CHECK_EQ(n, strlen(name));
+    n = ratel__header_ratelimit_params(&d, params, sizeof params);
+    check_text(params, ";r=123456789012;t=86400", __LINE__);
+    CHECK_EQ(n, strlen(params));
+    /* A rule out of range names the first. */
+    ratel__header_ratelimit_name("sms", &p.policy, 9, name, sizeof name);
+    check_text(name, "\"sms-0\"", __LINE__);
+    /* The largest values fit RATEL__HEADER_PARAMS_MAX. */
+    d.allowed = 0;
+    d.remaining = INT64_MAX;
+    d.retry_after_ms = INT64_MAX;
+    CHECK_EQ(ratel__header_ratelimit_params(&d, NULL, 0),
+             (size_t)RATEL__HEADER_PARAMS_MAX);
+    /* The whole item is cut like snprintf at every length. */
+    d.allowed = 1;
+    d.remaining = 123456789012;
+    for (size_t len = 0; len <= strlen(full) + 1; len++) {
+        memset(buf, 'Z', sizeof buf);
+        n = ratel__header_ratelimit(p.name, &p.policy, &d, len ? buf : NULL,
+                                    len);
+        CHECK_EQ(n, strlen(full));
+        if (len > 0) {
+            CHECK_EQ(strlen(buf), len - 1 < n ? len - 1 : n);
+            CHECK(strncmp(buf, full, strlen(buf)) == 0);
+            CHECK(buf[len] == 'Z');
+        }
+    }
+}
+
 TEST(request_retry_after_rounds_up)
 {
     static const struct {
@@ -825,6 +872,7 @@ RATEL_SUITE(request) = {
     {"request_header_policy_truncates_like_snprintf",
      test_request_header_policy_truncates_like_snprintf},
     {"request_header_ratelimit_field", test_request_header_ratelimit_field},
+    {"request_header_ratelimit_halves", test_request_header_ratelimit_halves},
     {"request_retry_after_rounds_up", test_request_retry_after_rounds_up},
     {0, 0},
 };
