@@ -34,28 +34,6 @@ done
 machine_header
 echo "# wrk -t1 -c50 -d${secs}s, $rounds interleaved rounds; one nginx worker; rateld threads: 1"
 
-# rateld_config PORT DENY_STATUS
-rateld_config() {
-    cat <<EOF
-listen: 127.0.0.1:$1
-threads: 1
-trusted_proxies: [127.0.0.1]
-auth: {deny_status: $2}
-policies:
-  allow:
-    rules: [1000000000/1m]
-    key: ip
-  deny:
-    rules: [1/1h]
-    key: global
-routes:
-  - path: /api/ping
-    policies: [allow]
-  - path: /deny
-    policies: [deny]
-EOF
-}
-
 # start NAME CMD...: in the background, its pid kept.
 start() {
     local name=$1; shift

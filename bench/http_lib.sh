@@ -29,3 +29,30 @@ machine_header() {
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 }
+
+# rateld_config PORT DENY_STATUS [REDIS_URL]: the configuration the
+# gateway benchmarks give rateld (one thread; /api/ping allowed, /deny
+# denied), on the embedded store or, with REDIS_URL, on Redis.
+rateld_config() {
+    cat <<EOF
+listen: 127.0.0.1:$1
+threads: 1
+trusted_proxies: [127.0.0.1]
+auth: {deny_status: $2}
+EOF
+    [ -z "${3:-}" ] || printf 'store:\n  type: redis\n  url: %s\n  on_failure: closed\n' "$3"
+    cat <<EOF
+policies:
+  allow:
+    rules: [1000000000/1m]
+    key: ip
+  deny:
+    rules: [1/1h]
+    key: global
+routes:
+  - path: /api/ping
+    policies: [allow]
+  - path: /deny
+    policies: [deny]
+EOF
+}

@@ -75,28 +75,7 @@ if command -v redis-server >/dev/null && [ -e "$build/ratel.so" ] && [ -x "$buil
     # rateld on that Redis, one worker thread, the auth endpoint answering
     # 403 as docs/gateways.md's snippet expects.
     dport=$(free_port)
-    cat >"$tmp/rateld.yaml" <<EOF
-listen: 127.0.0.1:$dport
-threads: 1
-trusted_proxies: [127.0.0.1]
-auth: {deny_status: 403}
-store:
-  type: redis
-  url: $store_url
-  on_failure: closed
-policies:
-  allow:
-    rules: [1000000000/1m]
-    key: ip
-  deny:
-    rules: [1/1h]
-    key: global
-routes:
-  - path: /api/ping
-    policies: [allow]
-  - path: /deny
-    policies: [deny]
-EOF
+    rateld_config "$dport" 403 "$store_url" >"$tmp/rateld.yaml"
     "$build/rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
     pids+=($!)
     rateld_pid=$!
