@@ -57,17 +57,7 @@ done
 nginx_conf() {
     local d=$tmp/nginx-$1
     mkdir -p "$d/logs"
-    cat <<EOF
-worker_processes 1;
-daemon off;
-pid $d/nginx.pid;
-error_log $d/logs/error.log error;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $d/body;
-    proxy_temp_path $d/proxy;
-EOF
+    nginx_head "$d"
     awk '$0 == "<!-- snippet: nginx -->" { f = 1; next }
          f == 1 && /^```/ { f = 2; next } f == 2 && /^```/ { exit } f == 2' "$top/docs/gateways.md" |
         sed -e "s/127.0.0.1:8080/127.0.0.1:$2/; s/listen 8000;/listen 127.0.0.1:$1;/" \

@@ -56,3 +56,19 @@ routes:
     policies: [deny]
 EOF
 }
+
+# nginx_head DIR: the start of a benchmark nginx.conf (one worker, in the
+# foreground, files under DIR, no access log), up to inside `http {`.
+nginx_head() {
+    cat <<EOF
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log error;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $1/body;
+    proxy_temp_path $1/proxy;
+EOF
+}

@@ -110,17 +110,9 @@ gport=$(free_port)
 d=$tmp/nginx
 mkdir -p "$d/logs"
 {
+    echo "load_module $module;"
+    nginx_head "$d"
     cat <<EOF
-load_module $module;
-worker_processes 1;
-daemon off;
-pid $d/nginx.pid;
-error_log $d/logs/error.log error;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $d/body;
-    proxy_temp_path $d/proxy;
 
     limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
     limit_req_zone \$arg_telephone zone=perphone:10m rate=1r/m;
@@ -183,17 +175,7 @@ if [ "$redis" = 1 ]; then
     g=$tmp/gateway
     mkdir -p "$g/logs"
     {
-        cat <<EOF
-worker_processes 1;
-daemon off;
-pid $g/nginx.pid;
-error_log $g/logs/error.log error;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $g/body;
-    proxy_temp_path $g/proxy;
-EOF
+        nginx_head "$g"
         gateway_server "$gport" "$dport"
         echo "}"
     } >"$g/nginx.conf"
