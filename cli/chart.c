@@ -1,10 +1,11 @@
 /*
  * chart.c - what each algorithm would have done with the same trace.
  *
- * `ratel replay --svg` runs every request through four more policies: the
- * given rules with their algorithm swapped to sliding, fixed, approx and
- * gcra in turn (same limits and periods; gcra keeps a given burst, else
- * burst = limit). Each variant has its own memory store, so their states
+ * `ratel replay --svg` runs every request through one more policy per
+ * algorithm that limits a rate (RATEL_ALGO_RATE: sliding, fixed, approx
+ * and gcra): the given rules with their algorithm swapped to it (same
+ * limits and periods; an algorithm that takes a burst keeps a given one,
+ * else burst = limit). Each variant has its own memory store, so their states
  * never mix.
  *
  * Per variant and time bucket the chart counts admitted and rejected
@@ -156,8 +157,9 @@ static int make_variant(ratel_policy_t *out, const ratel_policy_t *policy,
         ratel_rule_t r = policy->rules[i];
         int dup = 0;
 
-        if (algo == RATEL_ALGO_GCRA)
-            r.burst = r.algo == RATEL_ALGO_GCRA ? r.burst : r.limit;
+        if (ratel_algo_facts(algo) & RATEL_ALGO_BURST)
+            r.burst =
+                ratel_algo_facts(r.algo) & RATEL_ALGO_BURST ? r.burst : r.limit;
         else
             r.burst = 0;
         r.algo = algo;
@@ -182,13 +184,16 @@ int chart_init(chart_t *chart, const ratel_policy_t *policy,
     for (int i = 0; i < CHART_NWIDTHS; i++)
         chart->distinct[i] = cli_check_alloc(
             calloc(CHART_DISPLAY_MAX, sizeof *chart->distinct[i]));
+    for (int algo = 0, a = 0; algo < RATEL_ALGOS; algo++)
+        if (ratel_algo_facts((ratel_algo_t)algo) & RATEL_ALGO_RATE)
+            chart->algos[a++] = (ratel_algo_t)algo;
     for (int a = 0; a < CHART_NALGOS; a++) {
         char err[512];
-        int rc = make_variant(&chart->variants[a], policy, (ratel_algo_t)a, err,
+        int rc = make_variant(&chart->variants[a], policy, chart->algos[a], err,
                               sizeof err);
         if (rc < 0) {
             cli_error("replay", "--svg: the rules as %s: %s",
-                      ratel_algo_name((ratel_algo_t)a), err);
+                      ratel_algo_name(chart->algos[a]), err);
             return CLI_EXIT_USAGE;
         }
         rc = ratel_store_memory_new(&chart->stores[a], &opts);
@@ -360,7 +365,7 @@ int chart_add(chart_t *chart, key_record_t *rec, const trace_item_t *item)
             d.allowed = 0;
         } else if (rc < 0) {
             cli_error("replay", "--svg: %s variant: %s",
-                      ratel_algo_name((ratel_algo_t)a), ratel_strerror(rc));
+                      ratel_algo_name(chart->algos[a]), ratel_strerror(rc));
             return CLI_EXIT_FAIL;
         }
         if (d.allowed) {

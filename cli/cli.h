@@ -129,7 +129,12 @@ size_t keys_most_denied(const key_table_t *table, const key_record_t **out,
 
 /* ---------------------------------------------------------------- chart */
 
-#define CHART_NALGOS 4
+/* The algorithms a chart compares: those that limit a rate
+   (RATEL_ALGO_RATE), one panel each, in the map's order. */
+#define CHART_RATE_(NAME, name, number, facts, fields)                         \
+    +!!((facts)&RATEL_ALGO_RATE)
+enum { CHART_NALGOS = 0 RATEL_ALGO_MAP(CHART_RATE_) };
+#undef CHART_RATE_
 /* Keys listed in the panel (and --summary section) of keys denied most. */
 #define CHART_TOP_DENIED 10
 /* Displayed time buckets, at most. */
@@ -147,7 +152,8 @@ typedef struct chart_bucket_s {
 } chart_bucket_t;
 
 typedef struct chart_s {
-    ratel_policy_t policy; /* the rules as given */
+    ratel_policy_t policy;            /* the rules as given */
+    ratel_algo_t algos[CHART_NALGOS]; /* each panel's algorithm */
     ratel_policy_t variants[CHART_NALGOS];
     ratel_store_t *stores[CHART_NALGOS];
     int started;

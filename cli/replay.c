@@ -609,7 +609,7 @@ static int finish(replay_t *r, FILE *svg)
     chart->nmost_denied =
         keys_most_denied(r->keys, chart->most_denied, CHART_TOP_DENIED);
     for (int a = 0; a < CHART_NALGOS; a++)
-        warn_evictions(chart->stores[a], ratel_algo_name((ratel_algo_t)a));
+        warn_evictions(chart->stores[a], ratel_algo_name(chart->algos[a]));
     return write_svg(chart, svg, r->o->svg_path,
                      r->o->input ? r->o->input : "standard input");
 }

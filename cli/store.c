@@ -496,6 +496,17 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
     return check_operands(c, argc, argv, o);
 }
 
+/* The algorithm --max-wait's message suggests: the first that reserves. */
+static ratel_algo_t first_reserving(void)
+{
+    int a = 0;
+
+    while (a + 1 < RATEL_ALGOS &&
+           !(ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_RESERVES))
+        a++;
+    return (ratel_algo_t)a;
+}
+
 /*
  * Checks what the store would refuse with a bare code: a cost a rule can
  * never admit, a reservation with a rule that is not gcra. Returns 0 or
@@ -517,17 +528,20 @@ static int check_request(const char *cmd, const ratel_policy_t *policy,
                       o->cost, text, cap);
             return CLI_EXIT_USAGE;
         }
-        if (o->max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA) {
-            ratel_rule_t gcra = *r;
+        if (o->max_wait_ms > 0 &&
+            !(ratel_algo_facts(r->algo) & RATEL_ALGO_RESERVES)) {
+            ratel_rule_t reserving = *r;
             char suggest[64];
 
-            gcra.algo = RATEL_ALGO_GCRA;
-            gcra.burst = r->limit;
-            ratel_rule_format(&gcra, suggest, sizeof suggest);
+            reserving.algo = first_reserving();
+            reserving.burst = r->limit;
+            ratel_rule_format(&reserving, suggest, sizeof suggest);
             cli_error(cmd,
-                      "--max-wait reserves, which only gcra rules can; "
-                      "rule %s is %s (its gcra form: %s)",
-                      text, ratel_algo_name(r->algo), suggest);
+                      "--max-wait reserves, which only %s rules can; "
+                      "rule %s is %s (its %s form: %s)",
+                      ratel_algo_name(reserving.algo), text,
+                      ratel_algo_name(r->algo), ratel_algo_name(reserving.algo),
+                      suggest);
             return CLI_EXIT_USAGE;
         }
     }
@@ -779,23 +793,13 @@ static void print_detail(const ratel_rule_status_t *st, int json)
     const char *sep = json ? "," : "\t";
     const char *eq = json ? "\":" : "=";
     const char *q = json ? "\"" : "";
+    unsigned fields = ratel_algo_fields(st->rule.algo);
 
-    switch (st->rule.algo) {
-    case RATEL_ALGO_SLIDING:
-        printf("%s%sruns%s%" PRIu32 "%s%sgranularity_ms%s%" PRIu32, sep, q, eq,
-               st->runs, sep, q, eq, st->granularity_ms);
-        break;
-    case RATEL_ALGO_GCRA:
-        printf("%s%stat_us%s%" PRId64, sep, q, eq, st->tat_us);
-        break;
-    case RATEL_ALGO_CONCURRENT:
-        printf("%s%slast_lease%s%" PRIu32, sep, q, eq, st->last_lease);
-        break;
-    default:
-        printf("%s%swindow_start_ms%s%" PRId64, sep, q, eq,
-               st->window_start_ms);
-        break;
-    }
+#define DETAIL_(NAME, member, bit)                                             \
+    if (fields & (bit))                                                        \
+        printf("%s%s" #member "%s%" PRId64, sep, q, eq, (int64_t)st->member);
+    RATEL_STATUS_FIELD_MAP(DETAIL_)
+#undef DETAIL_
 }
 
 /* `ratel inspect`; returns the exit status. */

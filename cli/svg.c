@@ -650,7 +650,7 @@ static void put_panel(FILE *out, const view_t *v, int a, double top)
     fprintf(out,
             "<g>\n<text x=\"%.1f\" y=\"%.1f\"><tspan font-weight=\"bold\" "
             "font-size=\"15\">%s</tspan><tspan fill=\"" MUTED "\" dx=\"10\">",
-            LEFT, top + 14, ratel_algo_name((ratel_algo_t)a));
+            LEFT, top + 14, ratel_algo_name(c->algos[a]));
     put_escaped(out, rules);
     fprintf(out, "%s</tspan></text>\n",
             same_policy(&c->variants[a], &c->policy) ? "  (your policy)" : "");

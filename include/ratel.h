@@ -102,27 +102,81 @@ RATEL_API const char *ratel_err_name(int err);
 /* ---------------------------------------------------------------- rules */
 
 /*
- * The algorithms: XX(NAME, name, number) for each, the number being the
- * byte that marks its records in stored state (docs/state-format.md), so
- * it never changes. The enum, the names and the core's dispatch are made
- * from this list; an algorithm is a line here and its file in lib/core.
- *   sliding  exact sliding window log (the default)
- *   fixed    counter per epoch-aligned window
- *   approx   two-window weighted counter
- *   gcra     token bucket as GCRA, with reservations
+ * What a caller needs to know of an algorithm, as bits (the fourth column
+ * of RATEL_ALGO_MAP; ratel_algo_facts()).
+ */
+#define RATEL_ALGO_DEFAULT 0x01u /* a rule without :ALGO has it */
+#define RATEL_ALGO_BURST 0x02u   /* takes burst=N, its capacity */
+#define RATEL_ALGO_CALENDAR                                                    \
+    0x04u /* windows may follow a calendar: tz=,                               \
+             weeks from Monday, months */
+#define RATEL_ALGO_RESERVES                                                    \
+    0x08u /* can reserve: with a max wait, admits an                           \
+             over-limit request after a delay */
+#define RATEL_ALGO_LEASES                                                      \
+    0x10u /* holds leases to release or renew (one                             \
+             such rule per policy) */
+#define RATEL_ALGO_RATE                                                        \
+    0x20u /* limits a rate: `ratel replay --svg`                               \
+             charts the rules under it */
+
+/*
+ * The fields of ratel_rule_status_t that only some algorithms fill, which
+ * RATEL.INFO and `ratel inspect` show after the common ones:
+ * XX(NAME, member, bit), in the order they are shown. The fifth column of
+ * RATEL_ALGO_MAP says which an algorithm has.
+ */
+#define RATEL_STATUS_FIELD_MAP(XX)                                             \
+    XX(RUNS, runs, 0x01u)                                                      \
+    XX(GRANULARITY, granularity_ms, 0x02u)                                     \
+    XX(TAT, tat_us, 0x04u)                                                     \
+    XX(WINDOW_START, window_start_ms, 0x08u)                                   \
+    XX(LAST_LEASE, last_lease, 0x10u)
+
+enum {
+#define RATEL_STATUS_ENUM_(NAME, member, bit) RATEL_STATUS_##NAME = bit,
+    RATEL_STATUS_FIELD_MAP(RATEL_STATUS_ENUM_)
+#undef RATEL_STATUS_ENUM_
+};
+
+/*
+ * The algorithms: XX(NAME, name, number, facts, fields) for each, the
+ * number being the byte that marks its records in stored state
+ * (docs/state-format.md), so it never changes; `facts` its RATEL_ALGO_*
+ * bits, `fields` its RATEL_STATUS_* fields. The enum, the names, the
+ * core's dispatch, the checks of rules and requests, what INFO shows, the
+ * chart of `ratel replay` and the Lua scripts' constants
+ * (scripts/lua-build.sh) are made from this list; an algorithm is an
+ * entry here and its file in lib/core (and lua/).
+ *   sliding     exact sliding window log (the default)
+ *   fixed       counter per epoch-aligned window
+ *   approx      two-window weighted counter
+ *   gcra        token bucket as GCRA, with reservations
+ *   concurrent  leases held at once, each expiring after the period
  */
 #define RATEL_ALGO_MAP(XX)                                                     \
-    XX(SLIDING, sliding, 0)                                                    \
-    XX(FIXED, fixed, 1)                                                        \
-    XX(APPROX, approx, 2)                                                      \
-    XX(GCRA, gcra, 3)                                                          \
-    XX(CONCURRENT, concurrent, 4)
+    XX(SLIDING, sliding, 0, RATEL_ALGO_DEFAULT | RATEL_ALGO_RATE,              \
+       RATEL_STATUS_RUNS | RATEL_STATUS_GRANULARITY)                           \
+    XX(FIXED, fixed, 1, RATEL_ALGO_CALENDAR | RATEL_ALGO_RATE,                 \
+       RATEL_STATUS_WINDOW_START)                                              \
+    XX(APPROX, approx, 2, RATEL_ALGO_CALENDAR | RATEL_ALGO_RATE,               \
+       RATEL_STATUS_WINDOW_START)                                              \
+    XX(GCRA, gcra, 3,                                                          \
+       RATEL_ALGO_BURST | RATEL_ALGO_RESERVES | RATEL_ALGO_RATE,               \
+       RATEL_STATUS_TAT)                                                       \
+    XX(CONCURRENT, concurrent, 4, RATEL_ALGO_LEASES, RATEL_STATUS_LAST_LEASE)
 
 typedef enum ratel_algo_e {
-#define RATEL_ALGO_ENUM_(NAME, name, number) RATEL_ALGO_##NAME = number,
+#define RATEL_ALGO_ENUM_(NAME, name, number, facts, fields)                    \
+    RATEL_ALGO_##NAME = number,
     RATEL_ALGO_MAP(RATEL_ALGO_ENUM_)
 #undef RATEL_ALGO_ENUM_
 } ratel_algo_t;
+
+/* How many algorithms there are: their numbers run from 0 to this - 1. */
+#define RATEL_ALGO_COUNT_(NAME, name, number, facts, fields) +1
+enum { RATEL_ALGOS = 0 RATEL_ALGO_MAP(RATEL_ALGO_COUNT_) };
+#undef RATEL_ALGO_COUNT_
 
 /*
  * A time zone of the system's database (tz=Area/City), loaded once per
@@ -187,10 +241,17 @@ RATEL_API int ratel_rule_explain(const ratel_rule_t *rule, char *buf,
    ("unknown" for another number). */
 RATEL_API const char *ratel_algo_name(ratel_algo_t algo);
 
+/* The RATEL_ALGO_* facts of an algorithm (0 for another number). */
+RATEL_API unsigned ratel_algo_facts(ratel_algo_t algo);
+
+/* The RATEL_STATUS_* fields an algorithm fills (0 for another number). */
+RATEL_API unsigned ratel_algo_fields(ratel_algo_t algo);
+
 /*
- * The most permits one request may cost under `rule`: its burst for gcra,
- * its limit otherwise. A request costing more can never be admitted
- * (ratel_policy_acquire() refuses it with RATEL_EINVAL).
+ * The most permits one request may cost under `rule`: its burst when its
+ * algorithm takes one (RATEL_ALGO_BURST), its limit otherwise. A request
+ * costing more can never be admitted (ratel_policy_acquire() refuses it with
+ * RATEL_EINVAL).
  */
 RATEL_API uint64_t ratel_rule_capacity(const ratel_rule_t *rule);
 
@@ -229,7 +290,7 @@ RATEL_API size_t ratel_policy_state_max(const ratel_policy_t *policy);
 
 typedef struct ratel_request_s {
     uint64_t cost;       /* permits, >= 1 */
-    int64_t max_wait_ms; /* > 0: gcra reservations (all rules must be gcra) */
+    int64_t max_wait_ms; /* > 0: reserve (every rule RATEL_ALGO_RESERVES) */
     unsigned flags;      /* RATEL_PEEK */
 } ratel_request_t;
 

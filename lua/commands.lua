@@ -63,11 +63,11 @@ local function parse_policy(args, i, argc)
     end
     for j = 2, n do
         for k = 1, j - 1 do
-            if policy[j].algo == ALGO_CONCURRENT and
-                policy[k].algo == ALGO_CONCURRENT then
-                fail(fmt('policy: rules %d and %d are both concurrent; a ' ..
+            if ALGO_FACTS[policy[j].algo].leases and
+                ALGO_FACTS[policy[k].algo].leases then
+                fail(fmt('policy: rules %d and %d are both %s; a ' ..
                     'policy holds at most one (a decision carries one lease)',
-                    k, j))
+                    k, j, ALGO_NAMES[policy[j].algo]))
             end
             if rule_equal(policy[j], policy[k]) then
                 fail(fmt('policy: rule %d ("%s") repeats rule %d', j,
@@ -311,7 +311,16 @@ local function reset(op, key, args, first)
     return redis.call('DEL', key)
 end
 
+-- INFO: the common fields, then each algorithm's own (ALGO_FACTS[algo].fields,
+-- from include/ratel.h's map), read from its record after its status.
 local function info(op, key, args, first)
+    local value = {
+        runs = function(_, runs) return runs end,
+        granularity_ms = function(r) return 2 ^ r.shift end,
+        tat_us = function(r) return r.tat_hi * TWO32 + r.tat_lo end,
+        window_start_ms = function(r) return r.start end,
+        last_lease = function(r) return r.last end,
+    }
     local _, _, _, _, at = parse_args(op, args, first)
     local old = read_key(key)
     local now_us = now_of(at)
@@ -327,15 +336,10 @@ local function info(op, key, args, first)
             { ok = ALGO_NAMES[r.algo] }, { ok = 'used' }, r.used,
             { ok = 'remaining' }, r.remaining, { ok = 'reset_after_ms' },
             r.reset_ms }
-        if r.algo == ALGO_SLIDING then
-            e[11], e[12] = { ok = 'runs' }, stored_runs
-            e[13], e[14] = { ok = 'granularity_ms' }, 2 ^ r.shift
-        elseif r.algo == ALGO_GCRA then
-            e[11], e[12] = { ok = 'tat_us' }, r.tat_hi * TWO32 + r.tat_lo
-        elseif r.algo == ALGO_CONCURRENT then
-            e[11], e[12] = { ok = 'last_lease' }, r.last
-        else
-            e[11], e[12] = { ok = 'window_start_ms' }, r.start
+        local fields = ALGO_FACTS[r.algo].fields
+        for f = 1, #fields do
+            e[9 + 2 * f] = { ok = fields[f] }
+            e[10 + 2 * f] = value[fields[f]](r, stored_runs)
         end
         out[i] = e
     end

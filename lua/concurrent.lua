@@ -10,6 +10,12 @@
 -- here is an exact double; until_us (lua/window.lua) multiplies an instant
 -- by 1000, which stays exact up to 2^54 for these even products.
 
+-- The limit past which a record would not fit (limit_max of
+-- ratel__algo_concurrent): rule.lua's checks read it from the facts.
+ALGO_FACTS[ALGO_CONCURRENT].limit_max = CONCURRENT_MAX
+ALGO_FACTS[ALGO_CONCURRENT].limit_words =
+    'leases at once (its state keeps each one)'
+
 -- The entry i (0-based): its expiry offset and lease id.
 local function cc_entry(ents, i)
     return sunpack('<I4I4', ents, 8 * i + 1)

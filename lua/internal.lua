@@ -49,9 +49,8 @@ local AT_MAX = 9007199254740
 local SCALE = 65536
 local TWO32 = 4294967296
 local STORED_MS_MAX = 2 ^ 44
-local ALGO_SLIDING, ALGO_FIXED, ALGO_APPROX, ALGO_GCRA = 0, 1, 2, 3
-local ALGO_CONCURRENT = 4
-local ALGO_NAMES = { [0] = 'sliding', 'fixed', 'approx', 'gcra', 'concurrent' }
+-- ALGO_SLIDING .. ALGO_CONCURRENT, ALGO_NAMES and ALGO_FACTS come before
+-- this file: scripts/lua-build.sh makes them from include/ratel.h.
 -- INFO's "used" is an int64 in the core; a Lua number is sent as a C
 -- long long, so the largest double below 2^63 stands for INT64_MAX.
 local USED_MAX = 2 ^ 63 - 1024

@@ -60,8 +60,7 @@ end
 -- calendar (zones aside: lua/state.lua refuses them) is one the parser
 -- could have made.
 local function calendar_ok(algo, period, calendar, months, tz_offset)
-    if calendar >= 8 or (calendar ~= 0 and algo ~= ALGO_FIXED and
-            algo ~= ALGO_APPROX) then
+    if calendar >= 8 or (calendar ~= 0 and not ALGO_FACTS[algo].calendar) then
         return false
     end
     local weeks = floor(calendar / CAL_WEEKS) % 2 == 1
@@ -87,11 +86,12 @@ local function rule_ok(algo, limit, period, burst, calendar, months,
         not calendar_ok(algo, period, calendar, months, tz_offset) then
         return false
     end
-    if algo == ALGO_GCRA then
+    local facts = ALGO_FACTS[algo]
+    if facts.burst then
         return burst >= 1 and burst <= LIMIT_MAX and
             not too_deep(burst, period, limit)
     end
-    return burst == 0 and (algo ~= ALGO_CONCURRENT or limit <= CONCURRENT_MAX)
+    return burst == 0 and limit <= (facts.limit_max or LIMIT_MAX)
 end
 
 -- Decimal digits at text[pos]: value (stops growing past max), the number
@@ -142,11 +142,23 @@ local function tz_offset_of(text, v)
         'offset (e.g. tz=+08:00)')
 end
 
+-- algo_list() of rule.c: the names of the algorithms with `fact` (nil:
+-- all), each after `prefix`, the last after `last`.
+local function algo_list(fact, prefix, last)
+    local with, s = fact and ALGO_WITH[fact], ''
+    local n = with and #with or #ALGO_NAMES + 1
+    for i = 1, n do
+        s = s .. (i == 1 and '' or i < n and ', ' or last) .. prefix ..
+            ALGO_NAMES[with and with[i] or i - 1]
+    end
+    return s
+end
+
 -- read_algo() of rule.c: ":ALGO" at text[pos], if there; the algorithm
 -- and the position after it.
 local function read_algo(text, pos)
     if byte(text, pos) ~= 58 then
-        return ALGO_SLIDING, pos
+        return ALGO_WITH.default[1], pos
     end
     local start = pos + 1
     pos = start
@@ -160,8 +172,7 @@ local function read_algo(text, pos)
         end
     end
     rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
-        '" (use ' .. table.concat(ALGO_NAMES, ', ', 0,
-        #ALGO_NAMES - 1) .. ' or ' .. ALGO_NAMES[#ALGO_NAMES] .. ')')
+        '" (use ' .. algo_list(nil, '', ' or ') .. ')')
 end
 
 -- read_options() of rule.c: { "," option } at text[pos]. Returns burst
@@ -258,21 +269,25 @@ local function parse_rule(text)
         rule_fail(text, 'unexpected "' .. quote_into(sub(text, pos), 16) ..
             '" at byte ' .. pos)
     end
-    if have_burst and algo ~= ALGO_GCRA then
-        rule_fail(text, 'burst applies to gcra rules only (add :gcra)')
+    local facts = ALGO_FACTS[algo]
+    if have_burst and not facts.burst then
+        rule_fail(text, 'burst applies to ' .. algo_list('burst', '', ' or ') ..
+            ' rules only (add :' .. ALGO_NAMES[ALGO_WITH.burst[1]] .. ')')
     end
-    local windows = algo == ALGO_FIXED or algo == ALGO_APPROX
+    local windows = facts.calendar
     if (have_tz or unit == 'mo') and not windows then
-        rule_fail(text, unit == 'mo' and 'months are calendar periods: ' ..
-            'use :fixed or :approx (e.g. 1000/1mo:fixed)' or
-            'tz applies to the window algorithms, :fixed and :approx')
+        rule_fail(text, unit == 'mo' and 'months are calendar periods: use ' ..
+            algo_list('calendar', ':', ' or ') .. ' (e.g. 1000/1mo:' ..
+            ALGO_NAMES[ALGO_WITH.calendar[1]] .. ')' or
+            'tz applies to the window algorithms, ' ..
+            algo_list('calendar', ':', ' and '))
     end
-    if algo == ALGO_CONCURRENT and limit > CONCURRENT_MAX then
-        rule_fail(text, 'a concurrent rule holds at most 256 leases at ' ..
-            'once (its state keeps each one)')
+    if facts.limit_max and limit > facts.limit_max then
+        rule_fail(text, fmt('a %s rule holds at most %d %s', ALGO_NAMES[algo],
+            facts.limit_max, facts.limit_words))
     end
     local period = count * unit_ms
-    if algo == ALGO_GCRA then
+    if facts.burst then
         if not have_burst then
             burst = limit
         end
@@ -313,10 +328,11 @@ local function format_rule(r)
         end
         s = fmt('%d/%d%s', r.limit, r.period / best[2], best[1])
     end
-    if r.algo ~= ALGO_SLIDING then
+    local facts = ALGO_FACTS[r.algo]
+    if not facts.default then
         s = s .. ':' .. ALGO_NAMES[r.algo]
     end
-    if r.algo == ALGO_GCRA and r.burst ~= r.limit then
+    if facts.burst and r.burst ~= r.limit then
         s = s .. ',burst=' .. fmt('%d', r.burst)
     end
     if r.calendar % 2 == 1 then
@@ -339,7 +355,7 @@ end
 -- ratel__rule_equal(): the same rule - period, limit and burst.
 -- ratel_rule_capacity(): the most one request may cost under the rule.
 local function rule_capacity(r)
-    return r.algo == ALGO_GCRA and r.burst or r.limit
+    return ALGO_FACTS[r.algo].burst and r.burst or r.limit
 end
 
 local function rule_equal(a, b)

@@ -322,9 +322,9 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     RedisModule_ReplyWithArray(ctx, (long)n);
     for (size_t i = 0; i < n; i++) {
         char text[64];
-        int sliding = st[i].rule.algo == RATEL_ALGO_SLIDING;
+        unsigned fields = ratel_algo_fields(st[i].rule.algo);
         ratel_rule_format(&st[i].rule, text, sizeof text);
-        RedisModule_ReplyWithArray(ctx, sliding ? 14 : 12);
+        RedisModule_ReplyWithArray(ctx, 10 + 2 * __builtin_popcount(fields));
         RedisModule_ReplyWithSimpleString(ctx, "rule");
         RedisModule_ReplyWithSimpleString(ctx, text);
         RedisModule_ReplyWithSimpleString(ctx, "algo");
@@ -333,16 +333,12 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         reply_field(ctx, "used", st[i].used);
         reply_field(ctx, "remaining", st[i].remaining);
         reply_field(ctx, "reset_after_ms", st[i].reset_after_ms);
-        if (sliding) {
-            reply_field(ctx, "runs", st[i].runs);
-            reply_field(ctx, "granularity_ms", st[i].granularity_ms);
-        } else if (st[i].rule.algo == RATEL_ALGO_GCRA) {
-            reply_field(ctx, "tat_us", st[i].tat_us);
-        } else if (st[i].rule.algo == RATEL_ALGO_CONCURRENT) {
-            reply_field(ctx, "last_lease", st[i].last_lease);
-        } else {
-            reply_field(ctx, "window_start_ms", st[i].window_start_ms);
-        }
+        /* Then the algorithm's own fields, as the map names them. */
+#define INFO_FIELD_(NAME, member, bit)                                         \
+    if (fields & (bit))                                                        \
+        reply_field(ctx, #member, (long long)st[i].member);
+        RATEL_STATUS_FIELD_MAP(INFO_FIELD_)
+#undef INFO_FIELD_
     }
     return REDISMODULE_OK;
 }

@@ -494,15 +494,6 @@ static node_t *deny_lookup(ngx_http_ratel_zone_t *zone,
     return lookup(zone->sh, key, *len, hash);
 }
 
-/* A denial under a concurrent rule ends when a lease is released. */
-static int has_concurrent(const ratel_policy_t *p)
-{
-    for (uint32_t i = 0; i < p->nrules; i++)
-        if (p->rules[i].algo == RATEL_ALGO_CONCURRENT)
-            return 1;
-    return 0;
-}
-
 /* The entry's denial, counted down to now (deny_cache.h's way). */
 static void deny_decision(const deny_t *d, int64_t now_ms,
                           ratel_decision_t *out)
@@ -609,7 +600,8 @@ static int cacheable(const ratel_batch_item_t *it)
 {
     return it->rc == 0 && !it->decision.allowed &&
            it->decision.source == RATEL_SOURCE_STORE &&
-           it->decision.retry_after_ms > 0 && !has_concurrent(it->policy);
+           it->decision.retry_after_ms > 0 &&
+           !ratel_policy_has_leases(it->policy);
 }
 
 void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,

@@ -40,20 +40,56 @@
 /* ------------------------------------------------------------- tables */
 
 /*
- * The algorithms a limit may name. `calendar`: the algorithm takes the
- * calendar periods Nmo (and aligns 1w to Monday), so month and year are
- * calendar months and years for it.
+ * The algorithms a limit may name: those that limit a rate
+ * (RATEL_ALGO_RATE; the service has no call to release a lease). One that
+ * follows a calendar (RATEL_ALGO_CALENDAR) takes the calendar periods Nmo
+ * (and aligns 1w to Monday), so month and year are calendar months and
+ * years for it. Returns the algorithm named by the `len` bytes at `name`,
+ * or -1.
  */
-static const struct erl_algorithm_s {
-    const char *name;
-    ratel_algo_t algo;
-    int calendar;
-} erl_algorithms[] = {
-    {"sliding", RATEL_ALGO_SLIDING, 0},
-    {"fixed", RATEL_ALGO_FIXED, 1},
-    {"approx", RATEL_ALGO_APPROX, 1},
-    {"gcra", RATEL_ALGO_GCRA, 0},
-};
+static int erl_algorithm(const char *name, size_t len)
+{
+    for (int a = 0; a < RATEL_ALGOS; a++) {
+        const char *n = ratel_algo_name((ratel_algo_t)a);
+        if ((ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_RATE) &&
+            strlen(n) == len && memcmp(n, name, len) == 0)
+            return a;
+    }
+    return -1;
+}
+
+/* "sliding, fixed, approx or gcra": the algorithms with every bit of
+   `facts`, the last after `last`. */
+static void erl_algorithm_list(unsigned facts, const char *last, char *buf,
+                               size_t buflen)
+{
+    size_t q = 0;
+    int n = 0, total = 0;
+
+    for (int a = 0; a < RATEL_ALGOS; a++)
+        total += (ratel_algo_facts((ratel_algo_t)a) & facts) == facts;
+    buf[0] = '\0';
+    for (int a = 0; a < RATEL_ALGOS && q < buflen; a++)
+        if ((ratel_algo_facts((ratel_algo_t)a) & facts) == facts) {
+            n++;
+            q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
+                                  n == 1      ? ""
+                                  : n < total ? ", "
+                                              : last,
+                                  ratel_algo_name((ratel_algo_t)a));
+        }
+}
+
+/* The first algorithm with every bit of `facts` (the map has one). */
+static ratel_algo_t erl_algorithm_with(unsigned facts)
+{
+    int a = 0;
+
+    while (a + 1 < RATEL_ALGOS &&
+           (ratel_algo_facts((ratel_algo_t)a) & facts) != facts)
+        a++;
+    return (ratel_algo_t)a;
+}
 
 /*
  * ERL's units (envoy's rls.proto numbers) and the rule periods they become:
@@ -386,13 +422,16 @@ static int read_rules(reader_t *r, const ratel__yaml_node_t *node,
                 item, ratel__yaml_describe(it, what, sizeof what));
         if (ratel_rule_parse(it->text, it->len, &rules[i], why, sizeof why))
             return ratel__yaml_fail(&r->ctx, it->line, "%s: %s", item, why);
-        if (rules[i].algo == RATEL_ALGO_CONCURRENT)
+        if (!(ratel_algo_facts(rules[i].algo) & RATEL_ALGO_RATE)) {
+            char rate[96];
+            erl_algorithm_list(RATEL_ALGO_RATE, " or ", rate, sizeof rate);
             return ratel__yaml_fail(&r->ctx, it->line,
-                                    "%s: a concurrent rule holds a lease "
+                                    "%s: a %s rule holds a lease "
                                     "until it is released, and the rate "
                                     "limit service has no release call; use "
-                                    "sliding, fixed, approx or gcra",
-                                    item);
+                                    "%s",
+                                    item, ratel_algo_name(rules[i].algo), rate);
+        }
     }
     if (ratel_policy_init(&lim->policy, rules, node->n, why, sizeof why))
         return ratel__yaml_fail(&r->ctx, node->line, "%s: %s", path, why);
@@ -446,20 +485,21 @@ static int read_unit(reader_t *r, const ratel__yaml_node_t *v, const char *path)
     return -1;
 }
 
-/* The algorithm's index in erl_algorithms: `v`, else the set's default. */
+/* The algorithm `v` names, else the set's default; -1 after saying why. */
 static int read_algorithm(reader_t *r, const ratel__yaml_node_t *v,
                           const char *path)
 {
-    char what[96];
+    char what[96], rate[96];
+    int a;
 
-    for (size_t i = 0; i < COUNT(erl_algorithms); i++)
-        if (v ? v->type == RATEL__YAML_SCALAR &&
-                    key_is(v, erl_algorithms[i].name)
-              : erl_algorithms[i].algo == r->erl->algo)
-            return (int)i;
-    ratel__yaml_fail(&r->ctx, v->line,
-                     "%s: expected sliding, fixed, approx or gcra, got %s",
-                     path, ratel__yaml_describe(v, what, sizeof what));
+    if (!v)
+        return (int)r->erl->algo;
+    if (v->type == RATEL__YAML_SCALAR &&
+        (a = erl_algorithm(v->text, v->len)) >= 0)
+        return a;
+    erl_algorithm_list(RATEL_ALGO_RATE, " or ", rate, sizeof rate);
+    ratel__yaml_fail(&r->ctx, v->line, "%s: expected %s, got %s", path, rate,
+                     ratel__yaml_describe(v, what, sizeof what));
     return -1;
 }
 
@@ -506,14 +546,17 @@ static int unit_policy(reader_t *r, const ratel__yaml_node_t *node,
     field_of(field, sizeof field, path, "algorithm");
     if ((a = read_algorithm(r, v[L_ALGO], field)) < 0)
         return -1;
-    algo = erl_algorithms[a].name;
+    algo = ratel_algo_name((ratel_algo_t)a);
     field_of(field, sizeof field, path, "burst");
-    if (v[L_BURST] && erl_algorithms[a].algo != RATEL_ALGO_GCRA)
+    if (v[L_BURST] && !(ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_BURST)) {
+        const char *bucket =
+            ratel_algo_name(erl_algorithm_with(RATEL_ALGO_BURST));
         return ratel__yaml_fail(&r->ctx, v[L_BURST]->line,
-                                "%s: burst is the depth of a gcra bucket, and "
+                                "%s: burst is the depth of a %s bucket, and "
                                 "this limit's algorithm is %s: add algorithm: "
-                                "gcra or remove burst",
-                                field, algo);
+                                "%s or remove burst",
+                                field, bucket, algo, bucket);
+    }
     if (v[L_BURST] && read_count(r, v[L_BURST], field, RATEL_LIMIT_MAX, &burst))
         return -1;
     lim->unit = erl_units[u].number;
@@ -521,8 +564,9 @@ static int unit_policy(reader_t *r, const ratel__yaml_node_t *node,
         lim->deny_all = 1;
         return 0;
     }
-    period =
-        erl_algorithms[a].calendar ? erl_units[u].calendar : erl_units[u].rate;
+    period = ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_CALENDAR
+                 ? erl_units[u].calendar
+                 : erl_units[u].rate;
     if (!period)
         return ratel__yaml_fail(
             &r->ctx, v[L_UNIT]->line,
@@ -924,24 +968,20 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
 
 int rateld_erl_algorithm_ok(const char *algorithm)
 {
-    for (size_t i = 0; algorithm && i < COUNT(erl_algorithms); i++)
-        if (strcmp(algorithm, erl_algorithms[i].name) == 0)
-            return 1;
-    return algorithm == NULL;
+    return !algorithm || erl_algorithm(algorithm, strlen(algorithm)) >= 0;
 }
 
 rateld_erl_t *rateld_erl_new(const char *algorithm)
 {
     rateld_erl_t *erl;
-    size_t i = 0;
 
     if (!rateld_erl_algorithm_ok(algorithm))
         return NULL;
-    while (algorithm && strcmp(algorithm, erl_algorithms[i].name) != 0)
-        i++;
     erl = calloc(1, sizeof *erl);
     if (erl)
-        erl->algo = erl_algorithms[i].algo;
+        erl->algo = algorithm ? (ratel_algo_t)erl_algorithm(algorithm,
+                                                            strlen(algorithm))
+                              : erl_algorithm_with(RATEL_ALGO_DEFAULT);
     return erl;
 }
 

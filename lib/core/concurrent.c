@@ -193,7 +193,7 @@ static size_t concurrent_refund(ratel__record_t *r, int64_t now_us,
  * whether the lease was held (0: unknown or expired, nothing changed but
  * the expired entries dropped). Returns the record's new size.
  */
-size_t ratel__concurrent_lease(ratel__record_t *r, int64_t now_us, uint32_t id,
+static size_t concurrent_lease(ratel__record_t *r, int64_t now_us, uint32_t id,
                                int renew, int *held)
 {
     uint8_t *p = r->p;
@@ -258,6 +258,8 @@ const ratel__algo_t ratel__algo_concurrent = {
     .empty_size = RATEL__CONC_ENTRIES,
     .max_size = RATEL__CONC_MAX_SIZE,
     .max_flags = 0,
+    .limit_max = RATEL_CONCURRENT_MAX,
+    .limit_words = "leases at once (its state keeps each one)",
     .check = concurrent_check,
     .locate = concurrent_locate,
     .status = concurrent_status,
@@ -266,4 +268,5 @@ const ratel__algo_t ratel__algo_concurrent = {
     .refund = concurrent_refund,
     .convert = ratel__convert_keep,
     .inspect = concurrent_inspect,
+    .lease = concurrent_lease,
 };

@@ -202,7 +202,6 @@ const ratel__algo_t ratel__algo_gcra = {
     .empty_size = RATEL__GCRA_SIZE,
     .max_size = RATEL__GCRA_SIZE,
     .max_flags = 0,
-    .reserves = 1,
     .check = gcra_check,
     .locate = ratel__locate_fixed_size,
     .status = gcra_status,

@@ -285,16 +285,21 @@ typedef struct ratel__verdict_s {
  * One algorithm: its record's sizes and its operations. Each algorithm's
  * file defines its entry, ratel__algo_<name>; ratel__algos[] (state.c)
  * holds them by number, made from RATEL_ALGO_MAP, and every dispatch of
- * the core goes through it. Times are microseconds.
+ * the core goes through it; what callers outside the core need to know of
+ * an algorithm (ratel_algo_facts()) is the map's. An algorithm with
+ * RATEL_ALGO_RESERVES decides allow_at_us; one with RATEL_ALGO_CALENDAR has
+ * fixed-size records, then the calendar. Times are microseconds.
  */
 typedef struct ratel__algo_s {
     size_t rule_size;  /* the rule's bytes at the record's start */
     size_t empty_size; /* an empty record */
     size_t max_size;   /* the largest record */
     uint8_t max_flags; /* the largest valid flags byte */
-    uint8_t reserves;  /* decides allow_at_us: MAXWAIT can reserve */
-    uint8_t calendar;  /* its windows may follow a calendar (tz=, weeks,
-                          months): fixed-size records, then the calendar */
+    /* A limit past which its state would not fit (0: RATEL_LIMIT_MAX) and
+       what it counts, for the message: "a concurrent rule holds at most
+       256 leases at once (its state keeps each one)". */
+    uint32_t limit_max;
+    const char *limit_words;
     /* Validates the fields after the rule of a record for `rule` at p
        (`avail` bytes left in the blob) and locates it in rec (size, sum).
        Returns 0 or RATEL_ECORRUPT. */
@@ -320,16 +325,31 @@ typedef struct ratel__algo_s {
                       const ratel_rule_t *rule, int64_t now_us);
     /* Fills the algorithm's own fields of an inspection. */
     void (*inspect)(const ratel__record_t *r, ratel_rule_status_t *out);
+    /* RATEL_ALGO_LEASES only (NULL otherwise): releases the lease `id`, or
+       with `renew` moves its expiry to now + PERIOD; *held is 1 if the
+       lease was held, 0 if unknown or expired. Returns the record's new
+       size (it never grows). */
+    size_t (*lease)(ratel__record_t *r, int64_t now_us, uint32_t id, int renew,
+                    int *held);
 } ratel__algo_t;
 
-#define RATEL__ALGO_DECLARE_(NAME, name, number)                               \
+#define RATEL__ALGO_DECLARE_(NAME, name, number, facts, fields)                \
     extern const ratel__algo_t ratel__algo_##name;
 RATEL_ALGO_MAP(RATEL__ALGO_DECLARE_)
 #undef RATEL__ALGO_DECLARE_
 
-#define RATEL__ALGO_COUNT_(NAME, name, number) +1
-enum { RATEL__ALGOS = 0 RATEL_ALGO_MAP(RATEL__ALGO_COUNT_) };
-#undef RATEL__ALGO_COUNT_
+enum { RATEL__ALGOS = RATEL_ALGOS };
+
+/* The RATEL_ALGO_* facts of a valid algorithm, from the map. */
+static inline unsigned ratel__facts(ratel_algo_t algo)
+{
+    static const uint8_t facts[RATEL__ALGOS] = {
+#define RATEL__FACTS_(NAME, name, number, facts, fields) [number] = facts,
+        RATEL_ALGO_MAP(RATEL__FACTS_)
+#undef RATEL__FACTS_
+    };
+    return facts[algo];
+}
 
 /* Every algorithm by its number (the stored byte). */
 extern const ratel__algo_t *const ratel__algos[RATEL__ALGOS];
@@ -351,7 +371,7 @@ static inline void ratel__decide(const ratel__record_t *r, int64_t now_us,
                                  uint64_t cost, ratel__verdict_t *v)
 {
     switch (r->rule.algo) {
-#define RATEL__DECIDE_(NAME, name, number)                                     \
+#define RATEL__DECIDE_(NAME, name, number, facts, fields)                      \
     case RATEL_ALGO_##NAME:                                                    \
         ratel__algo_##name.decide(r, now_us, cost, v);                         \
         return;
@@ -366,7 +386,7 @@ static inline void ratel__status(const ratel__record_t *r, int64_t now_us,
                                  ratel__status_t *st)
 {
     switch (r->rule.algo) {
-#define RATEL__STATUS_(NAME, name, number)                                     \
+#define RATEL__STATUS_(NAME, name, number, facts, fields)                      \
     case RATEL_ALGO_##NAME:                                                    \
         ratel__algo_##name.status(r, now_us, st);                              \
         return;
@@ -383,7 +403,7 @@ static inline size_t ratel__commit(ratel__record_t *r, int64_t now_us,
                                    ratel__status_t *after)
 {
     switch (r->rule.algo) {
-#define RATEL__COMMIT_(NAME, name, number)                                     \
+#define RATEL__COMMIT_(NAME, name, number, facts, fields)                      \
     case RATEL_ALGO_##NAME:                                                    \
         return ratel__algo_##name.commit(r, now_us, at_us, cost, v, after);
         RATEL_ALGO_MAP(RATEL__COMMIT_)
@@ -396,7 +416,7 @@ static inline size_t ratel__commit(ratel__record_t *r, int64_t now_us,
 static inline void ratel__locate(ratel__record_t *r)
 {
     switch (r->rule.algo) {
-#define RATEL__LOCATE_(NAME, name, number)                                     \
+#define RATEL__LOCATE_(NAME, name, number, facts, fields)                      \
     case RATEL_ALGO_##NAME:                                                    \
         ratel__algo_##name.locate(r);                                          \
         return;
@@ -411,7 +431,7 @@ static inline int ratel__check(const uint8_t *p, size_t avail,
                                const ratel_rule_t *rule, ratel__record_t *rec)
 {
     switch (rule->algo) {
-#define RATEL__CHECK_(NAME, name, number)                                      \
+#define RATEL__CHECK_(NAME, name, number, facts, fields)                       \
     case RATEL_ALGO_##NAME:                                                    \
         return (p[1] & ~RATEL__FLAG_CALENDAR) > ratel__algo_##name.max_flags   \
                    ? RATEL_ECORRUPT                                            \
@@ -421,14 +441,6 @@ static inline int ratel__check(const uint8_t *p, size_t avail,
     }
     return RATEL_ECORRUPT;
 }
-
-/*
- * Releases the lease `id` of a concurrent record, or with `renew` moves its
- * expiry to now + PERIOD; *held is 1 if the lease was held, 0 if unknown or
- * expired. Returns the record's new size (it never grows).
- */
-size_t ratel__concurrent_lease(ratel__record_t *r, int64_t now_us, uint32_t id,
-                               int renew, int *held);
 
 /* convert for the algorithms whose state counts past requests: the counts
    stay true under the new limit, so the record is copied with it. */

@@ -39,14 +39,14 @@ int ratel_policy_init(ratel_policy_t *policy, const ratel_rule_t *rules,
             return err;
         }
         for (size_t j = 0; j < i; j++) {
-            if (rules[i].algo == RATEL_ALGO_CONCURRENT &&
-                rules[j].algo == RATEL_ALGO_CONCURRENT) {
+            if (ratel__facts(rules[i].algo) & ratel__facts(rules[j].algo) &
+                RATEL_ALGO_LEASES) {
                 if (errbuf && errlen)
                     snprintf(errbuf, errlen,
-                             "policy: rules %zu and %zu are both concurrent; "
+                             "policy: rules %zu and %zu are both %s; "
                              "a policy holds at most one (a decision carries "
                              "one lease)",
-                             j + 1, i + 1);
+                             j + 1, i + 1, ratel_algo_name(rules[i].algo));
                 return RATEL_EINVAL;
             }
             if (ratel__rule_equal(&rules[i], &rules[j])) {
@@ -187,7 +187,8 @@ static void decide_all(const ratel__record_t *rec, uint32_t n, int64_t now_us,
         decide_rule(&rec[i], now_us, req->cost, &plan->v[i]);
         all &= plan->v[i].allowed;
         plan->grow += plan->v[i].grow;
-        if (ratel__algo(&rec[i].rule)->reserves && plan->v[i].allow_at_us > at)
+        if ((ratel__facts(rec[i].rule.algo) & RATEL_ALGO_RESERVES) &&
+            plan->v[i].allow_at_us > at)
             at = plan->v[i].allow_at_us;
     }
     plan->allowed = all;
@@ -411,7 +412,8 @@ int ratel_policy_check_request(const ratel_policy_t *policy,
                 *rule = i;
             return RATEL_ECOST;
         }
-        if (req->max_wait_ms > 0 && !ratel__algo(&policy->rules[i])->reserves)
+        if (req->max_wait_ms > 0 &&
+            !(ratel__facts(policy->rules[i].algo) & RATEL_ALGO_RESERVES))
             return RATEL_EINVAL;
     }
     return 0;
@@ -548,10 +550,11 @@ static size_t release_lease(change_t *c, ratel__record_t *rec, uint32_t n,
 {
     for (uint32_t i = 0; i < n; i++) {
         size_t old = rec[i].size;
-        if (rec[i].rule.algo != RATEL_ALGO_CONCURRENT)
+        if (!(ratel__facts(rec[i].rule.algo) & RATEL_ALGO_LEASES))
             continue;
-        rec[i].size = ratel__concurrent_lease(
-            &rec[i], now_us, c->lease, (c->flags & RATEL_RENEW) != 0, &c->held);
+        rec[i].size = ratel__algo(&rec[i].rule)
+                          ->lease(&rec[i], now_us, c->lease,
+                                  (c->flags & RATEL_RENEW) != 0, &c->held);
         len = resized(rec, n, i, old, buf, len);
     }
     return len;
@@ -642,7 +645,7 @@ int ratel_policy_has_leases(const ratel_policy_t *policy)
 {
     for (uint32_t i = 0; policy && i < policy->nrules && i < RATEL_MAX_RULES;
          i++)
-        if (policy->rules[i].algo == RATEL_ALGO_CONCURRENT)
+        if (ratel_algo_facts(policy->rules[i].algo) & RATEL_ALGO_LEASES)
             return 1;
     return 0;
 }

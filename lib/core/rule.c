@@ -43,23 +43,52 @@ static const struct {
 #define UNIT_WEEK 6
 
 static const char *const algo_names[] = {
-#define ALGO_NAME_(NAME, name, number) [number] = #name,
+#define ALGO_NAME_(NAME, name, number, facts, fields) [number] = #name,
     RATEL_ALGO_MAP(ALGO_NAME_)
 #undef ALGO_NAME_
 };
 
-/* "sliding, fixed, approx, gcra or concurrent": every name of the map. */
-static void algo_choices(char *buf, size_t buflen)
-{
-    size_t q = 0;
+static const uint8_t algo_fields[] = {
+#define ALGO_FIELDS_(NAME, name, number, facts, fields) [number] = fields,
+    RATEL_ALGO_MAP(ALGO_FIELDS_)
+#undef ALGO_FIELDS_
+};
 
+/*
+ * The names of the algorithms with every bit of `facts` (0: all), each
+ * after `prefix`, the last after `last`: "sliding, fixed, approx, gcra or
+ * concurrent", ":fixed and :approx". Messages name the algorithms that
+ * would do from the map, so a new one joins them.
+ */
+static void algo_list(unsigned facts, const char *prefix, const char *last,
+                      char *buf, size_t buflen)
+{
+    size_t q = 0, n = 0, total = 0;
+
+    for (unsigned a = 0; a < RATEL__ALGOS; a++)
+        total += (ratel__facts((ratel_algo_t)a) & facts) == facts;
     buf[0] = '\0';
-    for (unsigned a = 0; a < RATEL__ALGOS && q < buflen; a++)
-        q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
-                              a == 0                 ? ""
-                              : a + 1 < RATEL__ALGOS ? ", "
-                                                     : " or ",
-                              algo_names[a]);
+    for (unsigned a = 0; a < RATEL__ALGOS && q < buflen; a++) {
+        if ((ratel__facts((ratel_algo_t)a) & facts) != facts)
+            continue;
+        n++;
+        q += (size_t)snprintf(buf + q, buflen - q, "%s%s%s",
+                              n == 1      ? ""
+                              : n < total ? ", "
+                                          : last,
+                              prefix, algo_names[a]);
+    }
+}
+
+/* The first algorithm with every bit of `facts`. */
+static ratel_algo_t algo_with(unsigned facts)
+{
+    unsigned a = 0;
+
+    while (a + 1 < RATEL__ALGOS &&
+           (ratel__facts((ratel_algo_t)a) & facts) != facts)
+        a++;
+    return (ratel_algo_t)a;
 }
 
 const char *ratel_algo_name(ratel_algo_t algo)
@@ -69,9 +98,20 @@ const char *ratel_algo_name(ratel_algo_t algo)
     return "unknown";
 }
 
+unsigned ratel_algo_facts(ratel_algo_t algo)
+{
+    return (unsigned)algo < RATEL__ALGOS ? ratel__facts(algo) : 0;
+}
+
+unsigned ratel_algo_fields(ratel_algo_t algo)
+{
+    return (unsigned)algo < RATEL__ALGOS ? algo_fields[algo] : 0;
+}
+
 uint64_t ratel_rule_capacity(const ratel_rule_t *rule)
 {
-    return rule->algo == RATEL_ALGO_GCRA ? rule->burst : rule->limit;
+    return (ratel__facts(rule->algo) & RATEL_ALGO_BURST) ? rule->burst
+                                                         : rule->limit;
 }
 
 /*
@@ -154,12 +194,6 @@ static const char *calendar_fault(const ratel_rule_t *rule)
     if (cal &
         ~(RATEL_CALENDAR_TZ | RATEL_CALENDAR_WEEKS | RATEL_CALENDAR_MONTHS))
         return "unknown calendar bits";
-    if (cal && !ratel__algos[rule->algo]->calendar)
-        return cal & RATEL_CALENDAR_MONTHS
-                   ? "months are calendar periods: use :fixed or :approx "
-                     "(e.g. 1000/1mo:fixed)"
-                   : "tz applies to the window algorithms, :fixed and "
-                     ":approx";
     if (cal & RATEL_CALENDAR_MONTHS) {
         if (rule->months < 1 || rule->months > RATEL_MONTHS_MAX ||
             rule->period_ms != 0 || (cal & RATEL_CALENDAR_WEEKS))
@@ -180,6 +214,37 @@ static const char *calendar_fault(const ratel_rule_t *rule)
     return NULL;
 }
 
+/* burst= under an algorithm without RATEL_ALGO_BURST: "burst applies to
+   gcra rules only" and `hint`. */
+static int burst_error(const char *text, size_t len, char *errbuf,
+                       size_t errlen, const char *hint)
+{
+    char names[96];
+
+    algo_list(RATEL_ALGO_BURST, "", " or ", names, sizeof names);
+    return rule_error(errbuf, errlen, text, len,
+                      "burst applies to %s rules only%s", names, hint);
+}
+
+/* A calendar under an algorithm without RATEL_ALGO_CALENDAR: the message
+   names those with it. */
+static int calendar_algo_error(const ratel_rule_t *rule, const char *text,
+                               size_t len, char *errbuf, size_t errlen)
+{
+    char names[96];
+
+    if (rule->calendar & RATEL_CALENDAR_MONTHS) {
+        algo_list(RATEL_ALGO_CALENDAR, ":", " or ", names, sizeof names);
+        return rule_error(errbuf, errlen, text, len,
+                          "months are calendar periods: use %s (e.g. "
+                          "1000/1mo:%s)",
+                          names, algo_names[algo_with(RATEL_ALGO_CALENDAR)]);
+    }
+    algo_list(RATEL_ALGO_CALENDAR, ":", " and ", names, sizeof names);
+    return rule_error(errbuf, errlen, text, len,
+                      "tz applies to the window algorithms, %s", names);
+}
+
 /*
  * Range checks shared by the parser (which quotes the user's text) and
  * ratel__rule_check (which quotes the rule's canonical form).
@@ -188,22 +253,26 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
                       char *errbuf, size_t errlen)
 {
     const char *fault;
+    const ratel__algo_t *a;
+    unsigned facts;
 
     if ((unsigned)rule->algo >= RATEL__ALGOS)
         return rule_error(errbuf, errlen, text, len, "unknown algorithm %d",
                           (int)rule->algo);
+    a = ratel__algo(rule);
+    facts = ratel__facts(rule->algo);
     if (rule->limit < 1 || rule->limit > RATEL_LIMIT_MAX)
         return rule_error(errbuf, errlen, text, len,
                           "limit must be from 1 to %u", RATEL_LIMIT_MAX);
+    if (rule->calendar && !(facts & RATEL_ALGO_CALENDAR))
+        return calendar_algo_error(rule, text, len, errbuf, errlen);
     if ((fault = calendar_fault(rule)) != NULL)
         return rule_error(errbuf, errlen, text, len, "%s", fault);
-    if (rule->algo == RATEL_ALGO_CONCURRENT &&
-        rule->limit > RATEL_CONCURRENT_MAX)
+    if (a->limit_max && rule->limit > a->limit_max)
         return rule_error(errbuf, errlen, text, len,
-                          "a concurrent rule holds at most %d leases at once "
-                          "(its state keeps each one)",
-                          RATEL_CONCURRENT_MAX);
-    if (rule->algo == RATEL_ALGO_GCRA) {
+                          "a %s rule holds at most %u %s",
+                          algo_names[rule->algo], a->limit_max, a->limit_words);
+    if (facts & RATEL_ALGO_BURST) {
         if (rule->burst < 1 || rule->burst > RATEL_LIMIT_MAX)
             return rule_error(errbuf, errlen, text, len,
                               "burst must be from 1 to %u", RATEL_LIMIT_MAX);
@@ -215,8 +284,7 @@ static int check_rule(const ratel_rule_t *rule, const char *text, size_t len,
                               "burst x period / limit must be at most 10 "
                               "years (the bucket would never drain)");
     } else if (rule->burst != 0) {
-        return rule_error(errbuf, errlen, text, len,
-                          "burst applies to gcra rules only");
+        return burst_error(text, len, errbuf, errlen, "");
     }
     return 0;
 }
@@ -315,7 +383,7 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
     size_t start = *at + 1, pos = start, a;
     char name[32 * 4 + 8], choices[80];
 
-    pr->algo = RATEL_ALGO_SLIDING;
+    pr->algo = algo_with(RATEL_ALGO_DEFAULT);
     if (*at >= len || text[*at] != ':')
         return 0;
     while (pos < len && text[pos] != ',')
@@ -328,7 +396,7 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
             return 0;
         }
     quote_into(name, sizeof name, text + start, pos - start, 32);
-    algo_choices(choices, sizeof choices);
+    algo_list(0, "", " or ", choices, sizeof choices);
     return rule_error(errbuf, errlen, text, len,
                       "unknown algorithm \"%s\" (use %s)", name, choices);
 }
@@ -460,14 +528,18 @@ static int read_options(const char *text, size_t len, size_t *at, parsed_t *pr,
 static int build_rule(const parsed_t *pr, const char *text, size_t len,
                       ratel_rule_t *rule, char *errbuf, size_t errlen)
 {
-    int windows = ratel__algos[pr->algo]->calendar;
+    unsigned facts = ratel__facts(pr->algo);
+    int windows = (facts & RATEL_ALGO_CALENDAR) != 0;
 
     memset(rule, 0, sizeof *rule);
     rule->algo = pr->algo;
     rule->limit = (uint32_t)pr->limit;
-    if (pr->burst && pr->algo != RATEL_ALGO_GCRA)
-        return rule_error(errbuf, errlen, text, len,
-                          "burst applies to gcra rules only (add :gcra)");
+    if (pr->burst && !(facts & RATEL_ALGO_BURST)) {
+        char hint[48];
+        snprintf(hint, sizeof hint, " (add :%s)",
+                 algo_names[algo_with(RATEL_ALGO_BURST)]);
+        return burst_error(text, len, errbuf, errlen, hint);
+    }
     if (pr->unit == UNIT_MONTH) {
         rule->calendar = RATEL_CALENDAR_MONTHS;
         rule->months = (uint32_t)pr->count;
@@ -481,7 +553,7 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
         rule->tz_offset_s = pr->zone ? 0 : pr->tz_offset_s;
         rule->zone = pr->zone;
     }
-    if (pr->algo == RATEL_ALGO_GCRA)
+    if (facts & RATEL_ALGO_BURST)
         rule->burst = pr->burst ? (uint32_t)pr->burst : rule->limit;
     if (check_rule(rule, text, len, errbuf, errlen) != 0)
         return RATEL_ERULE;
@@ -572,9 +644,10 @@ int ratel_rule_format(const ratel_rule_t *rule, char *buf, size_t buflen)
     size_t u = best_unit(rule);
     char algo[24] = "", burst[24] = "", tz[8 + RATEL__ZONE_NAME_MAX] = "";
 
-    if (rule->algo != RATEL_ALGO_SLIDING)
+    if (!(ratel_algo_facts(rule->algo) & RATEL_ALGO_DEFAULT))
         snprintf(algo, sizeof algo, ":%s", ratel_algo_name(rule->algo));
-    if (rule->algo == RATEL_ALGO_GCRA && rule->burst != rule->limit)
+    if ((ratel_algo_facts(rule->algo) & RATEL_ALGO_BURST) &&
+        rule->burst != rule->limit)
         snprintf(burst, sizeof burst, ",burst=%u", rule->burst);
     if (rule->calendar & RATEL_CALENDAR_TZ) {
         memcpy(tz, ",tz=", 4);

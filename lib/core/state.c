@@ -20,7 +20,8 @@ void ratel__header_write(uint8_t *p, uint32_t nrules)
 
 /* Every algorithm by its number, from RATEL_ALGO_MAP. */
 const ratel__algo_t *const ratel__algos[RATEL__ALGOS] = {
-#define ALGO_ENTRY_(NAME, name, number) [number] = &ratel__algo_##name,
+#define ALGO_ENTRY_(NAME, name, number, facts, fields)                         \
+    [number] = &ratel__algo_##name,
     RATEL_ALGO_MAP(ALGO_ENTRY_)
 #undef ALGO_ENTRY_
 };
@@ -46,7 +47,8 @@ static int calendar_read(const uint8_t *p, size_t avail, ratel_rule_t *rule)
     rule->zone = NULL;
     if (!(p[1] & RATEL__FLAG_CALENDAR))
         return 0;
-    if (!a->calendar || avail < a->empty_size + RATEL__CAL_SIZE)
+    if (!(ratel__facts(rule->algo) & RATEL_ALGO_CALENDAR) ||
+        avail < a->empty_size + RATEL__CAL_SIZE)
         return RATEL_ECORRUPT;
     rule->calendar = c[0] & (uint8_t)~RATEL__CAL_ZONE;
     rule->months = c[1];

@@ -181,7 +181,8 @@ size_t ratel__header_policy(const char *name, const ratel_policy_t *p,
             add(&f, ", ");
         add_item_name(&f, name, (int)i);
         add(&f, ";q=%lu;w=%lld", (unsigned long)r->limit, w < 1 ? 1 : w);
-        if (r->algo == RATEL_ALGO_GCRA && r->burst != 0 && r->burst != r->limit)
+        if ((ratel_algo_facts(r->algo) & RATEL_ALGO_BURST) && r->burst != 0 &&
+            r->burst != r->limit)
             add(&f, ";ratel-burst=%lu", (unsigned long)r->burst);
     }
     terminate(&f);
