@@ -243,6 +243,17 @@ int cli_is_store_command(const char *name)
     return find_command(name) != NULL;
 }
 
+/* The range of each request option, from the one table of them
+   (include/ratel.h) that the module, the scripts and rateld read. */
+static const struct {
+    uint64_t min, max;
+} option_range[RATEL_OPTIONS] = {
+#define OPTION_(NAME, name, kind, min, max, ops, value, note) {min, max},
+    RATEL_OPTION_MAP(OPTION_)
+#undef OPTION_
+};
+#define RANGE(opt) option_range[opt].min, option_range[opt].max
+
 /* Writes `ratel NAME --help` for one store command. */
 static void usage(const store_command_t *c, FILE *out)
 {
@@ -260,18 +271,20 @@ static void usage(const store_command_t *c, FILE *out)
               "to 8)\n",
               out);
     if (c->takes & TAKES_COST)
-        fprintf(out, "  -c, --cost N         permits %s, 1 to %u; default 1\n",
+        fprintf(out,
+                "  -c, --cost N         permits %s, %" PRIu64 " to %" PRIu64
+                "; default 1\n",
                 c->cmd == CMD_ACQUIRE ? "taken" : "given back",
-                RATEL_LIMIT_MAX);
+                RANGE(RATEL_OPTION_COST));
     if (c->takes & TAKES_ACQUIRE)
         fprintf(out,
                 "  -p, --peek           decide, but charge nothing\n"
                 "  -w, --max-wait MS    reservation (every rule gcra): admit "
                 "a request that\n"
-                "                       fits within MS milliseconds, 0 to "
-                "%u; it\n"
+                "                       fits within MS milliseconds, %" PRIu64
+                " to %" PRIu64 "; it\n"
                 "                       reports wait_ms, it does not sleep\n",
-                RATEL_PERIOD_MAX_MS);
+                RANGE(RATEL_OPTION_MAXWAIT));
     if (c->takes & TAKES_JSON)
         fprintf(out, "  -j, --json           print JSON instead\n");
     fputs("  -h, --help           print this help and exit\n\n", out);
@@ -450,11 +463,11 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             o->rules[o->nrules++] = optarg;
             break;
         case 'c':
-            if (parse_number(optarg, 1, RATEL_LIMIT_MAX, &o->cost) < 0) {
+            if (parse_number(optarg, RANGE(RATEL_OPTION_COST), &o->cost) < 0) {
                 cli_error(c->name,
                           "--cost \"%s\": expected a whole number of "
-                          "permits from 1 to %u",
-                          optarg, RATEL_LIMIT_MAX);
+                          "permits from %" PRIu64 " to %" PRIu64,
+                          optarg, RANGE(RATEL_OPTION_COST));
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -462,11 +475,12 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             o->peek = 1;
             break;
         case 'w':
-            if (parse_number(optarg, 0, RATEL_PERIOD_MAX_MS, &v) < 0) {
+            if (parse_number(optarg, RANGE(RATEL_OPTION_MAXWAIT), &v) < 0) {
                 cli_error(c->name,
                           "--max-wait \"%s\": expected a whole number of "
-                          "milliseconds from 0 to %u (30 days)",
-                          optarg, RATEL_PERIOD_MAX_MS);
+                          "milliseconds from %" PRIu64 " to %" PRIu64
+                          " (30 days)",
+                          optarg, RANGE(RATEL_OPTION_MAXWAIT));
                 return CLI_EXIT_USAGE;
             }
             o->max_wait_ms = (int64_t)v;
@@ -475,11 +489,12 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             o->json = 1;
             break;
         case 'l':
-            if (parse_number(optarg, 1, UINT32_MAX, &o->lease) < 0) {
+            if (parse_number(optarg, RANGE(RATEL_OPTION_LEASE), &o->lease) <
+                0) {
                 cli_error(c->name,
                           "--lease \"%s\": expected the id an acquire "
-                          "printed, from 1 to %u",
-                          optarg, UINT32_MAX);
+                          "printed, from %" PRIu64 " to %" PRIu64,
+                          optarg, RANGE(RATEL_OPTION_LEASE));
                 return CLI_EXIT_USAGE;
             }
             break;

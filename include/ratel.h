@@ -299,6 +299,61 @@ typedef struct ratel_request_s {
         1, 0, 0                                                                \
     }
 
+/* ------------------------------------------------------ request options */
+
+/* The operations, as bits of RATEL_OPTION_MAP's `ops`. */
+#define RATEL_OP_ACQUIRE 0x01u
+#define RATEL_OP_REFUND 0x02u
+#define RATEL_OP_RELEASE 0x04u
+#define RATEL_OP_INFO 0x08u
+/* The operations that take rules after their options (INFO does not). */
+#define RATEL_OP_RULES (RATEL_OP_ACQUIRE | RATEL_OP_REFUND | RATEL_OP_RELEASE)
+
+/* How an option is given (RATEL_OPTION_MAP's `kind`). */
+#define RATEL_ARG_FLAG 0  /* its word alone: PEEK */
+#define RATEL_ARG_VALUE 1 /* its word, then an integer: COST 3 */
+#define RATEL_ARG_FIRST 2 /* the first argument, an integer, no word */
+
+/* The latest AT: RATEL_TIME_MAX_US in milliseconds, exclusive. */
+#define RATEL_AT_MAX_MS 9007199254740
+/* Lease ids run from 1 to this. */
+#define RATEL_LEASE_MAX 4294967295u
+
+/*
+ * The options of a request, each once: XX(NAME, name, kind, min, max, ops,
+ * value, note). NAME is its word in the RATEL.* commands, FCALL and the EVAL
+ * script (docs/commands.md); `name` its field in rateld's JSON body and query
+ * (docs/api.md) and, with "-" for "_", the CLI's --option; an integer from
+ * `min` to `max`; `ops` the RATEL_OP_* that take it; `value` what the lists
+ * of options call its value, `note` what a message adds after its range.
+ * The module's and the Lua scripts' parsers, the Redis store's commands,
+ * the CLI and rateld read it (and scripts/lua-build.sh for the scripts), so
+ * a range and its message are written once. AT sets the decision's clock:
+ * only the commands take it (for replays and tests), never a server's
+ * caller.
+ */
+#define RATEL_OPTION_MAP(XX)                                                   \
+    XX(COST, cost, RATEL_ARG_VALUE, 1, RATEL_LIMIT_MAX,                        \
+       RATEL_OP_ACQUIRE | RATEL_OP_REFUND, "n", "")                            \
+    XX(PEEK, peek, RATEL_ARG_FLAG, 0, 1, RATEL_OP_ACQUIRE, "", "")             \
+    XX(MAXWAIT, max_wait, RATEL_ARG_VALUE, 0, RATEL_PERIOD_MAX_MS,             \
+       RATEL_OP_ACQUIRE, "ms", "")                                             \
+    XX(RENEW, renew, RATEL_ARG_FLAG, 0, 1, RATEL_OP_RELEASE, "", "")           \
+    XX(AT, at, RATEL_ARG_VALUE, 0, RATEL_AT_MAX_MS,                            \
+       RATEL_OP_ACQUIRE | RATEL_OP_REFUND | RATEL_OP_RELEASE | RATEL_OP_INFO,  \
+       "unix_ms", "")                                                          \
+    XX(LEASE, lease, RATEL_ARG_FIRST, 1, RATEL_LEASE_MAX, RATEL_OP_RELEASE,    \
+       "id", " (the lease an ACQUIRE returned)")
+
+/* Each option's index: RATEL_OPTION_COST, ...; RATEL_OPTIONS of them. */
+enum {
+#define RATEL_OPTION_ENUM_(NAME, name, kind, min, max, ops, value, note)       \
+    RATEL_OPTION_##NAME,
+    RATEL_OPTION_MAP(RATEL_OPTION_ENUM_)
+#undef RATEL_OPTION_ENUM_
+        RATEL_OPTIONS
+};
+
 /* Which path made a decision. */
 typedef enum ratel_source_e {
     RATEL_SOURCE_STORE = 0,  /* the key's state: the core, or Redis */

@@ -15,16 +15,9 @@ local function quote_arg(a)
     return q
 end
 
-local OPTION_LISTS = {
-    ACQUIRE = 'COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules',
-    PEEK = 'COST n, MAXWAIT ms, AT unix_ms, then the rules',
-    REFUND = 'COST n, AT unix_ms, then the rules',
-    INFO = 'AT unix_ms',
-    RELEASE = 'RENEW, AT unix_ms, then the rules',
-}
--- Each option's bit, and the options each operation takes.
-local OPTION_BIT = { COST = 1, PEEK = 2, MAXWAIT = 4, AT = 8, RENEW = 16 }
-local OPTIONS = { ACQUIRE = 15, PEEK = 13, REFUND = 9, INFO = 8, RELEASE = 24 }
+-- OPTION, OPTIONS and OPTION_LISTS (the request options: ranges, which
+-- operation takes which) come before lua/internal.lua: scripts/lua-build.sh
+-- makes them from include/ratel.h's RATEL_OPTION_MAP.
 
 local function parse_int(a, min, max)
     if not a or #a == 0 or #a > 18 or a:find('[^0-9]') then
@@ -37,14 +30,16 @@ local function parse_int(a, min, max)
     return v
 end
 
--- read_lease() of args.c: RELEASE's first argument.
-local function read_lease(a)
-    local lease = parse_int(a, 1, TWO32 - 1)
-    if not lease then
-        fail('LEASE must be an integer from 1 to 4294967295 (the lease an ' ..
-            'ACQUIRE returned)')
+-- parse_int() of an option's value; range_error() of args.c when it is
+-- not one of its range.
+local function option_value(word, a)
+    local o = OPTION[word]
+    local v = parse_int(a, o.min, o.max)
+    if not v then
+        fail(fmt('%s must be an integer from %d to %d%s', word, o.min, o.max,
+            o.note))
     end
-    return lease
+    return v
 end
 
 -- ratel_policy_parse(): the rules args[i..argc], checked as
@@ -91,7 +86,7 @@ local function parse_args(op, args, first)
     local cost, peek, max_wait, at, lease, renew = 1, op == 'PEEK', 0, nil,
         nil, false
     if op == 'RELEASE' then
-        lease = read_lease(args[first])
+        lease = option_value('LEASE', args[first])
         first = first + 1
     end
     local i = first
@@ -102,7 +97,7 @@ local function parse_args(op, args, first)
             break
         end
         local opt = upper(a)
-        local bit = OPTION_BIT[opt]
+        local bit = OPTION[opt] and OPTION[opt].bit
         if not bit or floor(allowed / bit) % 2 == 0 or
             floor(seen / bit) % 2 == 1 then
             fail('unknown or repeated option "' .. quote_arg(a) ..
@@ -115,22 +110,13 @@ local function parse_args(op, args, first)
             renew = true
         else
             i = i + 1
-            local v = args[i]
+            local v = option_value(opt, args[i])
             if opt == 'COST' then
-                cost = parse_int(v, 1, LIMIT_MAX)
-                if not cost then
-                    fail('COST must be an integer from 1 to 1000000000')
-                end
+                cost = v
             elseif opt == 'MAXWAIT' then
-                max_wait = parse_int(v, 0, MAX_WAIT_MS)
-                if not max_wait then
-                    fail('MAXWAIT must be an integer from 0 to 2592000000')
-                end
+                max_wait = v
             else
-                at = parse_int(v, 0, AT_MAX)
-                if not at then
-                    fail('AT must be an integer from 0 to 9007199254740')
-                end
+                at = v
             end
         end
         i = i + 1
@@ -156,8 +142,9 @@ local function parse_args(op, args, first)
                 fail(fmt('COST %d is more than rule %d ("%s") can ever admit (%d)',
                     cost, j, format_rule(r), cap))
             end
-            if max_wait > 0 and r.algo ~= ALGO_GCRA then
-                fail('MAXWAIT needs every rule to be gcra')
+            if max_wait > 0 and not ALGO_FACTS[r.algo].reserves then
+                fail('MAXWAIT needs every rule to be ' ..
+                    algo_list('reserves', '', ' or '))
             end
         end
     end

@@ -13,15 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* Bit of each option in the `seen` mask. */
-enum {
-    OPT_COST = 1,
-    OPT_PEEK = 2,
-    OPT_MAXWAIT = 4,
-    OPT_AT = 8,
-    OPT_RENEW = 16
-};
-
 static int word_is(const char *arg, size_t len, const char *word)
 {
     return len == strlen(word) && strncasecmp(arg, word, len) == 0;
@@ -75,38 +66,105 @@ static int fail(char *err, size_t errlen, int code, const char *what)
     return code;
 }
 
-/* Which options a command takes. */
-static unsigned options_of(ratel_cmd_t cmd)
+/* The request options, from the one table of them (include/ratel.h). */
+typedef struct option_s {
+    const char *word;
+    int kind; /* RATEL_ARG_* */
+    int64_t min, max;
+    unsigned ops;      /* RATEL_OP_* */
+    const char *value; /* its value in the list of options */
+    const char *note;  /* after its range in a message */
+} option_t;
+
+static const option_t options[RATEL_OPTIONS] = {
+#define OPTION_(NAME, name, kind, min, max, ops, value, note)                  \
+    {#NAME, kind, min, max, ops, value, note},
+    RATEL_OPTION_MAP(OPTION_)
+#undef OPTION_
+};
+
+/* Each command's RATEL_OP_* bit. */
+static const unsigned op_of[] = {
+    [RATEL_CMD_ACQUIRE] = RATEL_OP_ACQUIRE,
+    [RATEL_CMD_REFUND] = RATEL_OP_REFUND,
+    [RATEL_CMD_INFO] = RATEL_OP_INFO,
+    [RATEL_CMD_RELEASE] = RATEL_OP_RELEASE,
+};
+
+/* The option whose word is arg (case-insensitive), or -1. */
+static int option_by_word(const char *arg, size_t len)
 {
-    switch (cmd) {
-    case RATEL_CMD_ACQUIRE:
-        return OPT_COST | OPT_PEEK | OPT_MAXWAIT | OPT_AT;
-    case RATEL_CMD_REFUND:
-        return OPT_COST | OPT_AT;
-    case RATEL_CMD_RELEASE:
-        return OPT_RENEW | OPT_AT;
-    default:
-        return OPT_AT;
-    }
+    for (int i = 0; i < RATEL_OPTIONS; i++)
+        if (options[i].kind != RATEL_ARG_FIRST &&
+            word_is(arg, len, options[i].word))
+            return i;
+    return -1;
 }
 
-static const char *const option_list[] = {
-    "COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules",
-    "COST n, AT unix_ms, then the rules",
-    "AT unix_ms",
-    "RENEW, AT unix_ms, then the rules",
-};
+/* "COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules": what `cmd`
+   takes, in the table's order. */
+static void option_list(ratel_cmd_t cmd, char *buf, size_t size)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < RATEL_OPTIONS && o < size; i++)
+        if ((options[i].ops & op_of[cmd]) && options[i].kind != RATEL_ARG_FIRST)
+            o += (size_t)snprintf(
+                buf + o, size - o, "%s%s%s%s", o ? ", " : "", options[i].word,
+                options[i].value[0] ? " " : "", options[i].value);
+    if ((op_of[cmd] & RATEL_OP_RULES) && o < size)
+        snprintf(buf + o, size - o, ", then the rules");
+}
 
 static int unknown_option(const char *arg, size_t len, ratel_cmd_t cmd,
                           char *err, size_t errlen)
 {
-    char q[200];
+    char q[200], list[160];
     quote(arg, len, q, sizeof q);
+    option_list(cmd, list, sizeof list);
     if (err && errlen)
         snprintf(err, errlen,
                  "ratel: unknown or repeated option \"%s\"; options are %s", q,
-                 option_list[cmd]);
+                 list);
     return RATEL_EINVAL;
+}
+
+/* "ratel: COST must be an integer from 1 to 1000000000". */
+static int range_error(int opt, char *err, size_t errlen)
+{
+    const option_t *o = &options[opt];
+    if (err && errlen)
+        snprintf(err, errlen,
+                 "ratel: %s must be an integer from %lld to %lld%s", o->word,
+                 (long long)o->min, (long long)o->max, o->note);
+    return RATEL_EINVAL;
+}
+
+/* Sets option `opt` to v (a flag: 1) in out. */
+static void set_option(int opt, int64_t v, ratel_cmd_args_t *out)
+{
+    switch (opt) {
+    case RATEL_OPTION_COST:
+        out->request.cost = (uint64_t)v;
+        break;
+    case RATEL_OPTION_PEEK:
+        out->request.flags |= RATEL_PEEK;
+        break;
+    case RATEL_OPTION_MAXWAIT:
+        out->request.max_wait_ms = v;
+        break;
+    case RATEL_OPTION_RENEW:
+        out->lease_flags |= RATEL_RENEW;
+        break;
+    case RATEL_OPTION_AT:
+        out->has_at = 1;
+        out->at_ms = v;
+        break;
+    case RATEL_OPTION_LEASE:
+        out->lease = (uint32_t)v;
+        break;
+    }
 }
 
 /* Parses and checks the rules argv[0..argc). */
@@ -244,6 +302,24 @@ static int parse_rules_cached(int argc, const char *const *argv,
     return rc;
 }
 
+/* "MAXWAIT needs every rule to be gcra": the algorithms that reserve. */
+static int reserve_error(char *err, size_t errlen)
+{
+    char names[96];
+    size_t o = 0;
+
+    names[0] = '\0';
+    for (int a = 0; a < RATEL_ALGOS && o < sizeof names; a++)
+        if (ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_RESERVES)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s",
+                                  o ? " or " : "",
+                                  ratel_algo_name((ratel_algo_t)a));
+    if (err && errlen)
+        snprintf(err, errlen, "ratel: MAXWAIT needs every rule to be %s",
+                 names);
+    return RATEL_EINVAL;
+}
+
 /* Acquire's checks that need the rules: cost within every rule's reach,
    MAXWAIT on gcra rules only. */
 static int check_request(const ratel_cmd_args_t *a, char *err, size_t errlen)
@@ -262,82 +338,59 @@ static int check_request(const ratel_cmd_args_t *a, char *err, size_t errlen)
                          (unsigned long long)cap);
             return RATEL_ECOST;
         }
-        if (a->request.max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA)
-            return fail(err, errlen, RATEL_EINVAL,
-                        "MAXWAIT needs every rule to be gcra");
+        if (a->request.max_wait_ms > 0 &&
+            !(ratel_algo_facts(r->algo) & RATEL_ALGO_RESERVES))
+            return reserve_error(err, errlen);
     }
     return 0;
 }
 
-/* RELEASE's first argument, the lease id an ACQUIRE returned. */
-static int read_lease(int argc, const char *const *argv, const size_t *lens,
-                      ratel_cmd_args_t *out, char *err, size_t errlen)
+/* The leading options of `cmd` (RATEL_ARG_FIRST: RELEASE's lease) from
+   argv; returns how many it read, or an error. */
+static int read_leading(ratel_cmd_t cmd, int argc, const char *const *argv,
+                        const size_t *lens, ratel_cmd_args_t *out, char *err,
+                        size_t errlen)
 {
-    int64_t v;
+    int n = 0;
 
-    if (argc < 1 || !parse_int(argv[0], lens[0], 1, UINT32_MAX, &v))
-        return fail(err, errlen, RATEL_EINVAL,
-                    "LEASE must be an integer from 1 to 4294967295 (the "
-                    "lease an ACQUIRE returned)");
-    out->lease = (uint32_t)v;
-    return 0;
+    for (int i = 0; i < RATEL_OPTIONS; i++) {
+        int64_t v;
+        if (options[i].kind != RATEL_ARG_FIRST ||
+            !(options[i].ops & op_of[cmd]))
+            continue;
+        if (n >= argc ||
+            !parse_int(argv[n], lens[n], options[i].min, options[i].max, &v))
+            return range_error(i, err, errlen);
+        set_option(i, v, out);
+        n++;
+    }
+    return n;
 }
 
 int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
                      const size_t *lens, ratel_cmd_args_t *out, char *err,
                      size_t errlen)
 {
-    unsigned allowed = options_of(cmd), seen = 0;
-    int i = 0, rc;
+    unsigned seen = 0;
+    int i, rc;
 
     memset(out, 0, sizeof *out);
     out->request.cost = 1;
-    if (cmd == RATEL_CMD_RELEASE &&
-        (rc = read_lease(argc, argv, lens, out, err, errlen)) != 0)
-        return rc;
-    i = cmd == RATEL_CMD_RELEASE;
+    if ((i = read_leading(cmd, argc, argv, lens, out, err, errlen)) < 0)
+        return i;
     for (; i < argc && lens[i] > 0 && (argv[i][0] < '0' || argv[i][0] > '9');
          i++) {
-        const char *a = argv[i];
-        size_t n = lens[i];
-        unsigned opt = word_is(a, n, "COST")      ? OPT_COST
-                       : word_is(a, n, "PEEK")    ? OPT_PEEK
-                       : word_is(a, n, "MAXWAIT") ? OPT_MAXWAIT
-                       : word_is(a, n, "AT")      ? OPT_AT
-                       : word_is(a, n, "RENEW")   ? OPT_RENEW
-                                                  : 0;
-        int64_t v = 0;
-        if (!(opt & allowed) || (opt & seen))
-            return unknown_option(a, n, cmd, err, errlen);
-        seen |= opt;
-        if (opt == OPT_PEEK || opt == OPT_RENEW) {
-            if (opt == OPT_PEEK)
-                out->request.flags |= RATEL_PEEK;
-            else
-                out->lease_flags |= RATEL_RENEW;
-            continue;
-        }
-        /* The other options take a value. */
-        if (++i >= argc)
-            v = -1;
-        if (opt == OPT_COST) {
-            if (v < 0 || !parse_int(argv[i], lens[i], 1, RATEL_LIMIT_MAX, &v))
-                return fail(err, errlen, RATEL_EINVAL,
-                            "COST must be an integer from 1 to 1000000000");
-            out->request.cost = (uint64_t)v;
-        } else if (opt == OPT_MAXWAIT) {
-            if (v < 0 ||
-                !parse_int(argv[i], lens[i], 0, RATEL_PERIOD_MAX_MS, &v))
-                return fail(err, errlen, RATEL_EINVAL,
-                            "MAXWAIT must be an integer from 0 to 2592000000");
-            out->request.max_wait_ms = v;
-        } else {
-            if (v < 0 || !parse_int(argv[i], lens[i], 0, RATEL_CMD_AT_MAX, &v))
-                return fail(err, errlen, RATEL_EINVAL,
-                            "AT must be an integer from 0 to 9007199254740");
-            out->has_at = 1;
-            out->at_ms = v;
-        }
+        int opt = option_by_word(argv[i], lens[i]);
+        int64_t v = 1;
+        if (opt < 0 || !(options[opt].ops & op_of[cmd]) || (seen & (1u << opt)))
+            return unknown_option(argv[i], lens[i], cmd, err, errlen);
+        seen |= 1u << opt;
+        /* An option with a value takes the next argument. */
+        if (options[opt].kind == RATEL_ARG_VALUE &&
+            (++i >= argc || !parse_int(argv[i], lens[i], options[opt].min,
+                                       options[opt].max, &v)))
+            return range_error(opt, err, errlen);
+        set_option(opt, v, out);
     }
     if (cmd == RATEL_CMD_INFO) {
         return i < argc ? unknown_option(argv[i], lens[i], cmd, err, errlen)

@@ -28,7 +28,9 @@ typedef struct ratel_cmd_args_s {
 } ratel_cmd_args_t;
 
 /* Largest AT accepted: RATEL_TIME_MAX_US in milliseconds, exclusive. */
-#define RATEL_CMD_AT_MAX ((RATEL_TIME_MAX_US - 1) / 1000)
+#define RATEL_CMD_AT_MAX RATEL_AT_MAX_MS
+_Static_assert(RATEL_AT_MAX_MS == (RATEL_TIME_MAX_US - 1) / 1000,
+               "AT runs to the last millisecond before RATEL_TIME_MAX_US");
 
 /*
  * Parsed rule lists kept across calls: a call whose rule arguments are

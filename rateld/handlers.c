@@ -52,12 +52,12 @@ static int str_copy(ratel_http_str_t s, char *buf, size_t len)
 static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
                                             ratel_http_exchange_t *ex,
                                             const ratel_http_request_t *req,
-                                            rateld_params_t *prm, int release)
+                                            rateld_params_t *prm, unsigned op)
 {
     const rateld_policy_t *pol;
     char err[400];
 
-    if (rateld_params_read(req, prm, release, err, sizeof err) != 0) {
+    if (rateld_params_read(req, prm, op, err, sizeof err) != 0) {
         rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return NULL;
     }
@@ -72,21 +72,38 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
     return pol;
 }
 
-/* Cost larger than a rule can ever admit: the store's ECOST, named. */
-static int check_cost(const rateld_policy_t *pol, const ratel_policy_t *rules,
-                      long long cost, char *err, size_t errlen)
+/*
+ * What the store would refuse with a bare code, named: a cost larger than
+ * a rule can ever admit (ECOST), a max_wait with a rule whose algorithm
+ * cannot reserve (RATEL_ALGO_RESERVES).
+ */
+static int check_request(const rateld_policy_t *pol,
+                         const ratel_policy_t *rules,
+                         const ratel_request_t *req, char *err, size_t errlen)
 {
-    ratel_request_t req = RATEL_REQUEST_INIT;
     size_t i = 0;
     char text[64];
+    int rc = ratel_policy_check_request(rules, req, &i);
 
-    req.cost = (uint64_t)cost;
-    if (ratel_policy_check_request(rules, &req, &i) != RATEL_ECOST)
+    if (rc == 0)
         return 0;
-    ratel_rule_format(&rules->rules[i], text, sizeof text);
+    if (rc == RATEL_ECOST) {
+        ratel_rule_format(&rules->rules[i], text, sizeof text);
+        snprintf(err, errlen,
+                 "cost %llu is more than rule %s of policy %s can ever admit",
+                 (unsigned long long)req->cost, text, pol->name);
+        return -1;
+    }
+    for (i = 0; i < rules->nrules; i++)
+        if (!(ratel_algo_facts(rules->rules[i].algo) & RATEL_ALGO_RESERVES))
+            break;
+    ratel_rule_format(&rules->rules[i < rules->nrules ? i : 0], text,
+                      sizeof text);
     snprintf(err, errlen,
-             "cost %lld is more than rule %s of policy %s can ever admit", cost,
-             text, pol->name);
+             "max_wait reserves, which rule %s of policy %s cannot (its "
+             "algorithm is %s)",
+             text, pol->name,
+             ratel_algo_name(rules->rules[i < rules->nrules ? i : 0].algo));
     return -1;
 }
 
@@ -122,7 +139,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     rateld_view_t view;
     rateld_params_t prm;
 
-    if (!(pol = params_policy(d, gen, ex, req, &prm, 0)))
+    if (!(pol = params_policy(d, gen, ex, req, &prm, RATEL_OP_ACQUIRE)))
         return;
     rateld_enqueue(d, w, req->thread, 1);
     p = &w->pending[w->npending];
@@ -138,7 +155,11 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
         rateld_respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
         return;
     }
-    if (check_cost(pol, p->rules, prm.cost, err, sizeof err) != 0) {
+    p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+    p->request.cost = (uint64_t)prm.cost;
+    p->request.max_wait_ms = prm.max_wait;
+    p->request.flags = prm.peek ? RATEL_PEEK : 0;
+    if (check_request(pol, p->rules, &p->request, err, sizeof err) != 0) {
         rateld_respond_error(d, ex, req->thread, 400, "%s", err);
         return;
     }
@@ -146,9 +167,6 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
     p->kind = RATELD_KIND_ACQUIRE;
     p->first = (int)w->npending;
     p->count = 1;
-    p->request = (ratel_request_t)RATEL_REQUEST_INIT;
-    p->request.cost = (uint64_t)prm.cost;
-    p->request.flags = prm.peek ? RATEL_PEEK : 0;
     p->start_us = start;
     w->npending++;
 }
@@ -579,7 +597,9 @@ static int change_check(rateld_t *d, rateld_gen_t *gen,
                       "the api_token or the admin_token"))
         return -1;
     if (body_only(d, ex, req, what) ||
-        !(c->pol = params_policy(d, gen, ex, req, prm, c->release)))
+        !(c->pol =
+              params_policy(d, gen, ex, req, prm,
+                            c->release ? RATEL_OP_RELEASE : RATEL_OP_REFUND)))
         return -1;
     set_key(&c->p, c->pol->name, prm->key, prm->keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
@@ -689,7 +709,7 @@ static void reset_api(rateld_t *d, rateld_worker_t *w,
     if (require_token(d, ex, req, &admin, 1, "reset", "the admin_token"))
         return;
     if (body_only(d, ex, req, "reset") ||
-        !(pol = params_policy(d, gen, ex, req, &prm, 0)))
+        !(pol = params_policy(d, gen, ex, req, &prm, 0))) /* reset */
         return;
     r = calloc(1, sizeof *r);
     if (!r) {

@@ -253,6 +253,17 @@ static void concurrent_inspect(const ratel__record_t *r,
     out->last_lease = ratel__ld32(r->p + RATEL__CONC_LAST);
 }
 
+/* ratel_rule_explain()'s sentence. */
+static int concurrent_explain(const ratel_rule_t *rule,
+                              const ratel__rule_words_t *w, char *buf,
+                              size_t buflen)
+{
+    return snprintf(buf, buflen,
+                    "at most %u %s in flight at once, each lease "
+                    "released by the caller or expiring after %s",
+                    rule->limit, w->requests, w->lifetime);
+}
+
 const ratel__algo_t ratel__algo_concurrent = {
     .rule_size = RATEL__RULE_SIZE,
     .empty_size = RATEL__CONC_ENTRIES,
@@ -269,4 +280,5 @@ const ratel__algo_t ratel__algo_concurrent = {
     .convert = ratel__convert_keep,
     .inspect = concurrent_inspect,
     .lease = concurrent_lease,
+    .explain = concurrent_explain,
 };

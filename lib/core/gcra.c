@@ -197,6 +197,17 @@ static void gcra_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
     out->tat_us = ratel__ld64(r->p + RATEL__GCRA_TAT);
 }
 
+/* ratel_rule_explain()'s sentence. */
+static int gcra_explain(const ratel_rule_t *rule, const ratel__rule_words_t *w,
+                        char *buf, size_t buflen)
+{
+    return snprintf(buf, buflen,
+                    "%u %s per %s at a steady rate (one every %s), "
+                    "bursts of up to %u",
+                    rule->limit, w->requests, w->noun, w->interval,
+                    rule->burst);
+}
+
 const ratel__algo_t ratel__algo_gcra = {
     .rule_size = RATEL__GCRA_RULE_SIZE,
     .empty_size = RATEL__GCRA_SIZE,
@@ -210,4 +221,5 @@ const ratel__algo_t ratel__algo_gcra = {
     .refund = gcra_refund,
     .convert = gcra_convert,
     .inspect = gcra_inspect,
+    .explain = gcra_explain,
 };

@@ -13,6 +13,7 @@
 #include "ratel.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ blob layout */
@@ -281,6 +282,16 @@ typedef struct ratel__verdict_s {
     uint32_t lease; /* concurrent, admitted: the id the commit hands out */
 } ratel__verdict_t;
 
+/* The words ratel_rule_explain() gives an algorithm's sentence. */
+typedef struct ratel__rule_words_s {
+    const char *requests; /* "request" or "requests", after the limit */
+    char period[48];      /* "1-hour": the period as an adjective */
+    char noun[48];        /* "hour", "90 seconds": as a noun */
+    char reset[320];      /* "resetting at midnight, 00:00 UTC" (windows) */
+    char interval[48];    /* PERIOD / LIMIT: "6 minutes" */
+    char lifetime[48];    /* PERIOD as a duration: "30 seconds" */
+} ratel__rule_words_t;
+
 /*
  * One algorithm: its record's sizes and its operations. Each algorithm's
  * file defines its entry, ratel__algo_<name>; ratel__algos[] (state.c)
@@ -331,6 +342,10 @@ typedef struct ratel__algo_s {
        size (it never grows). */
     size_t (*lease)(ratel__record_t *r, int64_t now_us, uint32_t id, int renew,
                     int *held);
+    /* ratel_rule_explain(): the rule as an English sentence, from `w`;
+       returns the full length, as snprintf does. */
+    int (*explain)(const ratel_rule_t *rule, const ratel__rule_words_t *w,
+                   char *buf, size_t buflen);
 } ratel__algo_t;
 
 #define RATEL__ALGO_DECLARE_(NAME, name, number, facts, fields)                \

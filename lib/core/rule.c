@@ -755,41 +755,17 @@ static void duration_words(double us, char *buf, size_t buflen)
 
 int ratel_rule_explain(const ratel_rule_t *rule, char *buf, size_t buflen)
 {
-    char period[48], interval[48], reset[320];
-    const char *req = rule->limit == 1 ? "request" : "requests";
+    ratel__rule_words_t w;
 
-    period_words(rule, period, sizeof period);
-    reset_words(rule, reset, sizeof reset);
-    switch (rule->algo) {
-    case RATEL_ALGO_SLIDING:
-        return snprintf(buf, buflen, "at most %u %s in any %s window",
-                        rule->limit, req, period);
-    case RATEL_ALGO_FIXED:
-        return snprintf(buf, buflen,
-                        "at most %u %s per %s window, %s (up to %llu across "
-                        "a window boundary)",
-                        rule->limit, req, period, reset,
-                        2ull * (unsigned long long)rule->limit);
-    case RATEL_ALGO_APPROX:
-        return snprintf(buf, buflen,
-                        "about %u %s in any %s window, estimated from the "
-                        "counts of two fixed windows %s",
-                        rule->limit, req, period, reset);
-    case RATEL_ALGO_GCRA:
-        period_noun(rule, period, sizeof period);
-        duration_words((double)rule->period_ms * 1000.0 / rule->limit, interval,
-                       sizeof interval);
-        return snprintf(buf, buflen,
-                        "%u %s per %s at a steady rate (one every %s), "
-                        "bursts of up to %u",
-                        rule->limit, req, period, interval, rule->burst);
-    case RATEL_ALGO_CONCURRENT:
-        duration_words((double)rule->period_ms * 1000.0, interval,
-                       sizeof interval);
-        return snprintf(buf, buflen,
-                        "at most %u %s in flight at once, each lease "
-                        "released by the caller or expiring after %s",
-                        rule->limit, req, interval);
-    }
-    return snprintf(buf, buflen, "unknown algorithm");
+    if ((unsigned)rule->algo >= RATEL__ALGOS)
+        return snprintf(buf, buflen, "unknown algorithm");
+    w.requests = rule->limit == 1 ? "request" : "requests";
+    period_words(rule, w.period, sizeof w.period);
+    period_noun(rule, w.noun, sizeof w.noun);
+    reset_words(rule, w.reset, sizeof w.reset);
+    duration_words((double)rule->period_ms * 1000.0 / rule->limit, w.interval,
+                   sizeof w.interval);
+    duration_words((double)rule->period_ms * 1000.0, w.lifetime,
+                   sizeof w.lifetime);
+    return ratel__algo(rule)->explain(rule, &w, buf, buflen);
 }

@@ -333,6 +333,15 @@ static void sliding_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
     out->granularity_ms = 1u << r->p[1];
 }
 
+/* ratel_rule_explain()'s sentence. */
+static int sliding_explain(const ratel_rule_t *rule,
+                           const ratel__rule_words_t *w, char *buf,
+                           size_t buflen)
+{
+    return snprintf(buf, buflen, "at most %u %s in any %s window", rule->limit,
+                    w->requests, w->period);
+}
+
 const ratel__algo_t ratel__algo_sliding = {
     .rule_size = RATEL__RULE_SIZE,
     .empty_size = RATEL__SLIDING_RUNS,
@@ -346,4 +355,5 @@ const ratel__algo_t ratel__algo_sliding = {
     .refund = sliding_refund,
     .convert = ratel__convert_keep,
     .inspect = sliding_inspect,
+    .explain = sliding_explain,
 };

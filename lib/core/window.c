@@ -155,6 +155,17 @@ static void fixed_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
     out->window_start_ms = ratel__ld64(r->p + RATEL__FIXED_START);
 }
 
+/* ratel_rule_explain()'s sentence. */
+static int fixed_explain(const ratel_rule_t *rule, const ratel__rule_words_t *w,
+                         char *buf, size_t buflen)
+{
+    return snprintf(buf, buflen,
+                    "at most %u %s per %s window, %s (up to %llu across "
+                    "a window boundary)",
+                    rule->limit, w->requests, w->period, w->reset,
+                    2ull * (unsigned long long)rule->limit);
+}
+
 const ratel__algo_t ratel__algo_fixed = {
     .rule_size = RATEL__RULE_SIZE,
     .empty_size = RATEL__FIXED_SIZE,
@@ -168,6 +179,7 @@ const ratel__algo_t ratel__algo_fixed = {
     .refund = fixed_refund,
     .convert = ratel__convert_keep,
     .inspect = fixed_inspect,
+    .explain = fixed_explain,
 };
 
 /* ---------------------------------------------------------------- approx */
@@ -337,6 +349,17 @@ static void approx_inspect(const ratel__record_t *r, ratel_rule_status_t *out)
     out->window_start_ms = ratel__ld64(r->p + RATEL__APPROX_START);
 }
 
+/* ratel_rule_explain()'s sentence. */
+static int approx_explain(const ratel_rule_t *rule,
+                          const ratel__rule_words_t *w, char *buf,
+                          size_t buflen)
+{
+    return snprintf(buf, buflen,
+                    "about %u %s in any %s window, estimated from the "
+                    "counts of two fixed windows %s",
+                    rule->limit, w->requests, w->period, w->reset);
+}
+
 const ratel__algo_t ratel__algo_approx = {
     .rule_size = RATEL__RULE_SIZE,
     .empty_size = RATEL__APPROX_SIZE,
@@ -350,4 +373,5 @@ const ratel__algo_t ratel__algo_approx = {
     .refund = approx_refund,
     .convert = ratel__convert_keep,
     .inspect = approx_inspect,
+    .explain = approx_explain,
 };

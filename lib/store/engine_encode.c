@@ -107,31 +107,70 @@ static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
     t->copy = *p;
 }
 
-/* What follows the key of ACQUIRE, REFUND and RELEASE. */
-static void options(argv_t *a, const ratel__rop_t *rop, char num[4][24],
-                    rule_texts_t *rules)
-{
 #define ARG(s_, l_) (a->v[a->n] = (s_), a->len[a->n] = (l_), a->n++)
 #define ARGZ(s_) ARG((s_), strlen(s_))
 #define NUM(i, fmt, v) ARG(num[i], (size_t)snprintf(num[i], 24, fmt, v))
-    if (rop->kind == RATEL__ROP_RELEASE) {
-        NUM(0, "%u", rop->lease);
-        if (rop->lease_flags & RATEL_RENEW)
-            ARGZ("RENEW");
-    } else if (rop->request.cost != 1) {
-        ARGZ("COST");
-        NUM(0, "%llu", (unsigned long long)rop->request.cost);
+
+/* The request options (include/ratel.h): each one's word and kind, and
+   the operations that take it. */
+static const struct {
+    const char *word;
+    int kind; /* RATEL_ARG_* */
+    unsigned ops;
+} request_options[RATEL_OPTIONS] = {
+#define OPTION_(NAME, name, kind, min, max, ops, value, note)                  \
+    {#NAME, kind, ops},
+    RATEL_OPTION_MAP(OPTION_)
+#undef OPTION_
+};
+
+/*
+ * The value of each option in `rop`, and whether it is sent: a flag when
+ * set, a value when it differs from what the command assumes without it,
+ * the first argument always.
+ */
+static int option_value(const ratel__rop_t *rop, int opt, long long *v)
+{
+    switch (opt) {
+    case RATEL_OPTION_COST:
+        return (*v = (long long)rop->request.cost) != 1;
+    case RATEL_OPTION_PEEK:
+        return (*v = (rop->request.flags & RATEL_PEEK) != 0) != 0;
+    case RATEL_OPTION_MAXWAIT:
+        return (*v = rop->request.max_wait_ms) > 0;
+    case RATEL_OPTION_RENEW:
+        return (*v = (rop->lease_flags & RATEL_RENEW) != 0) != 0;
+    case RATEL_OPTION_AT:
+        return (*v = rop->at_ms) >= 0;
+    case RATEL_OPTION_LEASE:
+        return (*v = rop->lease), 1;
     }
-    if (rop->kind == RATEL__ROP_ACQUIRE && (rop->request.flags & RATEL_PEEK))
-        ARGZ("PEEK");
-    if (rop->kind == RATEL__ROP_ACQUIRE && rop->request.max_wait_ms > 0) {
-        ARGZ("MAXWAIT");
-        NUM(1, "%lld", (long long)rop->request.max_wait_ms);
-    }
-    if (rop->at_ms >= 0) {
-        ARGZ("AT");
-        NUM(2, "%lld", (long long)rop->at_ms);
-    }
+    return 0;
+}
+
+/* What follows the key of ACQUIRE, REFUND and RELEASE: the options this
+   operation takes, in the table's order, then the rules. */
+static void options(argv_t *a, const ratel__rop_t *rop,
+                    char num[RATEL_OPTIONS][24], rule_texts_t *rules)
+{
+    unsigned op = rop->kind == RATEL__ROP_ACQUIRE   ? RATEL_OP_ACQUIRE
+                  : rop->kind == RATEL__ROP_REFUND  ? RATEL_OP_REFUND
+                  : rop->kind == RATEL__ROP_RELEASE ? RATEL_OP_RELEASE
+                                                    : 0;
+
+    /* The first argument (RELEASE's lease) comes before any word. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < RATEL_OPTIONS; i++) {
+            long long v;
+            if (!(request_options[i].ops & op) ||
+                (request_options[i].kind == RATEL_ARG_FIRST) != (pass == 0) ||
+                !option_value(rop, i, &v))
+                continue;
+            if (request_options[i].kind != RATEL_ARG_FIRST)
+                ARGZ(request_options[i].word);
+            if (request_options[i].kind != RATEL_ARG_FLAG)
+                NUM(i, "%lld", v);
+        }
     format_rules(rules, rop->policy);
     for (uint32_t i = 0; i < rop->policy->nrules; i++)
         ARG(rules->text[i], rules->len[i]);
@@ -153,7 +192,7 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
     ratel__node_mode_t mode = c->node->mode;
     int lua = mode == RATEL__MODE_LUA;
     argv_t args, *a = &args; /* only args.n is read before set */
-    char num[4][24];
+    char num[RATEL_OPTIONS][24];
 
     args.n = 0;
     if (rop->kind == RATEL__ROP_COMMAND) {

@@ -173,6 +173,23 @@ same multi_rule "$(curl -s "$base/v1/acquire?policy=multi&key=u1" | grep -o '"ru
 gc=$(for i in 1 2 3 4; do code "$base/v1/acquire?policy=g&key=x"; echo; done | tr '\n' ' ')
 same gcra_burst "$gc" "200 200 200 429 "
 
+# --- max_wait reserves (gcra: RATEL_ALGO_RESERVES): past the burst, a
+# request that fits within max_wait is admitted with the wait to sleep
+curl -s -o /dev/null "$base/v1/acquire?policy=g&key=w&cost=3"
+out=$(curl -s "$base/v1/acquire?policy=g&key=w&max_wait=1000")
+contains max_wait_admits "$out" '"allowed":true'
+if [[ $out =~ \"wait_ms\":([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] && [ "${BASH_REMATCH[1]}" -le 200 ]; then ok max_wait_wait_ms; else fail max_wait_wait_ms "$out"; fi
+out=$(curl -s -X POST -d '{"policy":"g","key":"w2","cost":3}' "$base/v1/acquire")
+contains max_wait_json_spent "$out" '"allowed":true'
+out=$(curl -s -X POST -d '{"policy":"g","key":"w2","max_wait":1000}' "$base/v1/acquire")
+contains max_wait_json "$out" '"allowed":true'
+same max_wait_zero_denies "$(code "$base/v1/acquire?policy=g&key=w2&max_wait=0")" 429
+same max_wait_not_gcra "$(code "$base/v1/acquire?policy=ping&key=w&max_wait=10")" 400
+contains max_wait_not_gcra_says "$(curl -s "$base/v1/acquire?policy=ping&key=w&max_wait=10")" 'max_wait reserves, which rule 20/1m of policy ping cannot (its algorithm is sliding)'
+contains max_wait_range "$(curl -s "$base/v1/acquire?policy=g&key=w&max_wait=2592000001")" 'max_wait must be an integer 0..2592000000'
+contains max_wait_json_range "$(curl -s -X POST -d '{"policy":"g","key":"w","max_wait":-1}' "$base/v1/acquire")" 'max_wait: integer 0..2592000000'
+contains max_wait_not_refund "$(curl -s -X POST -H "Authorization: Bearer $api_token" -d '{"policy":"g","key":"w","max_wait":10}' "$base/v1/refund")" 'max_wait belongs to /v1/acquire'
+
 # --- refund gives a permit back: POST only, with the api_token (or the
 # admin token) once either is configured
 api=(-H "Authorization: Bearer $api_token")
