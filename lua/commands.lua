@@ -234,7 +234,7 @@ local function acquire(op, key, args, first)
     if has_leases(policy) then
         d[8] = 0
         for i = 1, #recs do
-            if recs[i].algo == ALGO_CONCURRENT and allowed and not peek then
+            if ALGO_FACTS[recs[i].algo].leases and allowed and not peek then
                 d[8] = recs[i].v_lease
             end
         end
@@ -275,7 +275,7 @@ local function release(op, key, args, first)
     local now_us = now_of(at)
     local recs, held = records_of(policy, old, now_us), false
     for i = 1, #recs do
-        if recs[i].algo == ALGO_CONCURRENT then
+        if ALGO_FACTS[recs[i].algo].leases then
             held = cc_lease(recs[i], now_us, lease, renew)
         end
     end

@@ -1,6 +1,7 @@
 /*
  * test_rule.c - the rule grammar: parse, format, explain, policy checks.
  */
+#include "core/internal.h"
 #include "core_helpers.h"
 
 #include <stdio.h>
@@ -304,6 +305,45 @@ TEST(rule_error_names)
     CHECK(strcmp(ratel_algo_name(RATEL_ALGO_APPROX), "approx") == 0);
 }
 
+/*
+ * The facts of RATEL_ALGO_MAP agree with each algorithm's own entry: the
+ * lease operation exactly where RATEL_ALGO_LEASES is, a sentence for
+ * `ratel explain` everywhere, one default, and messages that name the
+ * algorithms from the facts.
+ */
+TEST(rule_algo_facts_agree_with_entries)
+{
+    int defaults = 0;
+    char err[300];
+    ratel_rule_t r;
+
+    for (int a = 0; a < RATEL_ALGOS; a++) {
+        const ratel__algo_t *e = ratel__algos[a];
+        unsigned facts = ratel_algo_facts((ratel_algo_t)a);
+        CHECK(((facts & RATEL_ALGO_LEASES) != 0) == (e->lease != NULL));
+        CHECK(e->explain != NULL);
+        CHECK(ratel_algo_fields((ratel_algo_t)a) != 0);
+        defaults += (facts & RATEL_ALGO_DEFAULT) != 0;
+    }
+    CHECK(defaults == 1);
+    CHECK(ratel_algo_facts((ratel_algo_t)RATEL_ALGOS) == 0);
+    CHECK(ratel_algo_fields((ratel_algo_t)RATEL_ALGOS) == 0);
+    CHECK(ratel_algo_facts(RATEL_ALGO_GCRA) & RATEL_ALGO_RESERVES);
+    CHECK(!(ratel_algo_facts(RATEL_ALGO_SLIDING) & RATEL_ALGO_RESERVES));
+    CHECK(ratel_algo_fields(RATEL_ALGO_SLIDING) ==
+          (RATEL_STATUS_RUNS | RATEL_STATUS_GRANULARITY));
+    CHECK(parse("1/1mo", &r, err, sizeof err) == RATEL_ERULE);
+    CHECK(strstr(err, "use :fixed or :approx (e.g. 1000/1mo:fixed)") != NULL);
+    CHECK(parse("1/1d,tz=+08:00", &r, err, sizeof err) == RATEL_ERULE);
+    CHECK(strstr(err, "tz applies to the window algorithms, :fixed and "
+                      ":approx") != NULL);
+    CHECK(parse("1/1d,burst=2", &r, err, sizeof err) == RATEL_ERULE);
+    CHECK(strstr(err, "burst applies to gcra rules only (add :gcra)") != NULL);
+    CHECK(parse("300/1m:concurrent", &r, err, sizeof err) == RATEL_ERULE);
+    CHECK(strstr(err, "a concurrent rule holds at most 256 leases at once "
+                      "(its state keeps each one)") != NULL);
+}
+
 RATEL_SUITE(rule) = {
     {"rule_parse_valid", test_rule_parse_valid},
     {"rule_parse_spelt_out_unit_names_the_units",
@@ -317,5 +357,7 @@ RATEL_SUITE(rule) = {
     {"rule_explain_in_words", test_rule_explain_in_words},
     {"rule_policy_checks", test_rule_policy_checks},
     {"rule_error_names", test_rule_error_names},
+    {"rule_algo_facts_agree_with_entries",
+     test_rule_algo_facts_agree_with_entries},
     {0, 0},
 };
