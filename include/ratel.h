@@ -103,22 +103,21 @@ RATEL_API const char *ratel_err_name(int err);
 
 /*
  * What a caller needs to know of an algorithm, as bits (the fourth column
- * of RATEL_ALGO_MAP; ratel_algo_facts()).
+ * of RATEL_ALGO_MAP; ratel_algo_facts()):
+ *   DEFAULT   a rule without :ALGO has it
+ *   BURST     takes burst=N, which is its capacity
+ *   CALENDAR  its windows may follow a calendar: tz=, weeks, months
+ *   RESERVES  can reserve: with a max wait, admits an over-limit request
+ *             after a delay (MAXWAIT)
+ *   LEASES    holds leases to release or renew (one such rule per policy)
+ *   RATE      limits a rate: `ratel replay --svg` charts the rules under it
  */
-#define RATEL_ALGO_DEFAULT 0x01u /* a rule without :ALGO has it */
-#define RATEL_ALGO_BURST 0x02u   /* takes burst=N, its capacity */
-#define RATEL_ALGO_CALENDAR                                                    \
-    0x04u /* windows may follow a calendar: tz=,                               \
-             weeks from Monday, months */
-#define RATEL_ALGO_RESERVES                                                    \
-    0x08u /* can reserve: with a max wait, admits an                           \
-             over-limit request after a delay */
-#define RATEL_ALGO_LEASES                                                      \
-    0x10u /* holds leases to release or renew (one                             \
-             such rule per policy) */
-#define RATEL_ALGO_RATE                                                        \
-    0x20u /* limits a rate: `ratel replay --svg`                               \
-             charts the rules under it */
+#define RATEL_ALGO_DEFAULT 0x01u
+#define RATEL_ALGO_BURST 0x02u
+#define RATEL_ALGO_CALENDAR 0x04u
+#define RATEL_ALGO_RESERVES 0x08u
+#define RATEL_ALGO_LEASES 0x10u
+#define RATEL_ALGO_RATE 0x20u
 
 /*
  * The fields of ratel_rule_status_t that only some algorithms fill, which
@@ -314,7 +313,7 @@ typedef struct ratel_request_s {
 #define RATEL_ARG_VALUE 1 /* its word, then an integer: COST 3 */
 #define RATEL_ARG_FIRST 2 /* the first argument, an integer, no word */
 
-/* The latest AT: RATEL_TIME_MAX_US in milliseconds, exclusive. */
+/* The latest AT: the last millisecond before RATEL_TIME_MAX_US. */
 #define RATEL_AT_MAX_MS 9007199254740
 /* Lease ids run from 1 to this. */
 #define RATEL_LEASE_MAX 4294967295u
@@ -323,7 +322,7 @@ typedef struct ratel_request_s {
  * The options of a request, each once: XX(NAME, name, kind, min, max, ops,
  * value, note). NAME is its word in the RATEL.* commands, FCALL and the EVAL
  * script (docs/commands.md); `name` its field in rateld's JSON body and query
- * (docs/api.md) and, with "-" for "_", the CLI's --option; an integer from
+ * (docs/rateld.md) and, with "-" for "_", the CLI's --option; an integer from
  * `min` to `max`; `ops` the RATEL_OP_* that take it; `value` what the lists
  * of options call its value, `note` what a message adds after its range.
  * The module's and the Lua scripts' parsers, the Redis store's commands,
