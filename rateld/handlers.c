@@ -94,16 +94,16 @@ static int check_request(const rateld_policy_t *pol,
                  (unsigned long long)req->cost, text, pol->name);
         return -1;
     }
-    for (i = 0; i < rules->nrules; i++)
-        if (!(ratel_algo_facts(rules->rules[i].algo) & RATEL_ALGO_RESERVES))
-            break;
-    ratel_rule_format(&rules->rules[i < rules->nrules ? i : 0], text,
-                      sizeof text);
+    /* RATEL_EINVAL: max_wait, and a rule that cannot reserve. */
+    i = 0;
+    while (i + 1 < rules->nrules &&
+           (ratel_algo_facts(rules->rules[i].algo) & RATEL_ALGO_RESERVES))
+        i++;
+    ratel_rule_format(&rules->rules[i], text, sizeof text);
     snprintf(err, errlen,
              "max_wait reserves, which rule %s of policy %s cannot (its "
              "algorithm is %s)",
-             text, pol->name,
-             ratel_algo_name(rules->rules[i < rules->nrules ? i : 0].algo));
+             text, pol->name, ratel_algo_name(rules->rules[i].algo));
     return -1;
 }
 
