@@ -15,9 +15,9 @@ local function quote_arg(a)
     return q
 end
 
--- OPTION, OPTIONS and OPTION_LISTS (the request options: ranges, which
--- operation takes which) come before lua/internal.lua: scripts/lua-build.sh
--- makes them from include/ratel.h's RATEL_OPTION_MAP.
+-- request_option(), OPTIONS and OPTION_LISTS (the request options: ranges,
+-- which operation takes which) come before lua/internal.lua:
+-- scripts/lua-build.sh makes them from include/ratel.h's RATEL_OPTION_MAP.
 
 local function parse_int(a, min, max)
     if not a or #a == 0 or #a > 18 or a:find('[^0-9]') then
@@ -33,11 +33,10 @@ end
 -- parse_int() of an option's value; range_error() of args.c when it is
 -- not one of its range.
 local function option_value(word, a)
-    local o = OPTION[word]
-    local v = parse_int(a, o.min, o.max)
+    local _, _, min, max, note = request_option(word)
+    local v = parse_int(a, min, max)
     if not v then
-        fail(fmt('%s must be an integer from %d to %d%s', word, o.min, o.max,
-            o.note))
+        fail(fmt('%s must be an integer from %d to %d%s', word, min, max, note))
     end
     return v
 end
@@ -97,7 +96,7 @@ local function parse_args(op, args, first)
             break
         end
         local opt = upper(a)
-        local bit = OPTION[opt] and OPTION[opt].bit
+        local bit = request_option(opt)
         if not bit or floor(allowed / bit) % 2 == 0 or
             floor(seen / bit) % 2 == 1 then
             fail('unknown or repeated option "' .. quote_arg(a) ..
@@ -144,7 +143,7 @@ local function parse_args(op, args, first)
             end
             if max_wait > 0 and not ALGO_FACTS[r.algo].reserves then
                 fail('MAXWAIT needs every rule to be ' ..
-                    algo_list('reserves', '', ' or '))
+                    (algo_list('reserves', '', ' or ')))
             end
         end
     end
@@ -323,10 +322,9 @@ local function info(op, key, args, first)
             { ok = ALGO_NAMES[r.algo] }, { ok = 'used' }, r.used,
             { ok = 'remaining' }, r.remaining, { ok = 'reset_after_ms' },
             r.reset_ms }
-        local fields = ALGO_FACTS[r.algo].fields
-        for f = 1, #fields do
-            e[9 + 2 * f] = { ok = fields[f] }
-            e[10 + 2 * f] = value[fields[f]](r, stored_runs)
+        for name in ALGO_FACTS[r.algo].fields:gmatch('[%w_]+') do
+            e[#e + 1] = { ok = name }
+            e[#e + 1] = value[name](r, stored_runs)
         end
         out[i] = e
     end

@@ -143,22 +143,30 @@ local function tz_offset_of(text, v)
 end
 
 -- algo_list() of rule.c: the names of the algorithms with `fact` (nil:
--- all), each after `prefix`, the last after `last`.
+-- all), each after `prefix`, the last after `last`; and the first of them
+-- (algo_with() of rule.c).
 local function algo_list(fact, prefix, last)
-    local with, s = fact and ALGO_WITH[fact], ''
-    local n = with and #with or #ALGO_NAMES + 1
-    for i = 1, n do
-        s = s .. (i == 1 and '' or i < n and ', ' or last) .. prefix ..
-            ALGO_NAMES[with and with[i] or i - 1]
+    local names, first = {}, nil
+    for a = 0, #ALGO_NAMES do
+        if not fact or ALGO_FACTS[a][fact] then
+            names[#names + 1] = prefix .. ALGO_NAMES[a]
+            first = first or ALGO_NAMES[a]
+        end
     end
-    return s
+    local n = #names
+    return table.concat(names, ', ', 1, n - 1) .. (n > 1 and last or '') ..
+        names[n], first
 end
 
 -- read_algo() of rule.c: ":ALGO" at text[pos], if there; the algorithm
 -- and the position after it.
 local function read_algo(text, pos)
     if byte(text, pos) ~= 58 then
-        return ALGO_WITH.default[1], pos
+        for a = 0, #ALGO_NAMES do
+            if ALGO_FACTS[a].default then
+                return a, pos
+            end
+        end
     end
     local start = pos + 1
     pos = start
@@ -172,7 +180,7 @@ local function read_algo(text, pos)
         end
     end
     rule_fail(text, 'unknown algorithm "' .. quote_into(name, 32) ..
-        '" (use ' .. algo_list(nil, '', ' or ') .. ')')
+        '" (use ' .. (algo_list(nil, '', ' or ')) .. ')')
 end
 
 -- read_options() of rule.c: { "," option } at text[pos]. Returns burst
@@ -271,16 +279,17 @@ local function parse_rule(text)
     end
     local facts = ALGO_FACTS[algo]
     if have_burst and not facts.burst then
-        rule_fail(text, 'burst applies to ' .. algo_list('burst', '', ' or ') ..
-            ' rules only (add :' .. ALGO_NAMES[ALGO_WITH.burst[1]] .. ')')
+        local names, first = algo_list('burst', '', ' or ')
+        rule_fail(text, 'burst applies to ' .. names .. ' rules only (add :' ..
+            first .. ')')
     end
     local windows = facts.calendar
     if (have_tz or unit == 'mo') and not windows then
+        local names, first = algo_list('calendar', ':', unit == 'mo' and
+            ' or ' or ' and ')
         rule_fail(text, unit == 'mo' and 'months are calendar periods: use ' ..
-            algo_list('calendar', ':', ' or ') .. ' (e.g. 1000/1mo:' ..
-            ALGO_NAMES[ALGO_WITH.calendar[1]] .. ')' or
-            'tz applies to the window algorithms, ' ..
-            algo_list('calendar', ':', ' and '))
+            names .. ' (e.g. 1000/1mo:' .. first .. ')' or
+            'tz applies to the window algorithms, ' .. names)
     end
     if facts.limit_max and limit > facts.limit_max then
         rule_fail(text, fmt('a %s rule holds at most %d %s', ALGO_NAMES[algo],
