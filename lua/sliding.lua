@@ -1,26 +1,35 @@
 -- sliding.lua - the sliding log in runs (mirrors lib/core/sliding.c).
 --
--- A record keeps its runs as the stored bytes (r.runs: n runs of u32
--- offset_ms, u32 count, docs/state-format.md), read where a step needs a
--- run and cut or appended to where it changes one: a call touches the runs
--- that expire and the newest, not the 128-256 a busy key holds.
+-- A record keeps its runs as bytes (n runs of u32 offset_ms, u32 count,
+-- docs/state-format.md) in two parts: m runs read in place in the blob
+-- the key held (r.runs from byte r.a on, never cut out of it), then
+-- r.tail, the runs this call wrote (none, the newest changed, or one
+-- added). A call reads the runs that expire and the newest, moves r.a
+-- past the expired ones and writes the newest into r.tail, so the
+-- 128-256 runs a busy key holds are copied once, into the new blob
+-- (sliding_pieces of lua/state.lua), and never parsed but to coarsen.
 
 local function round_up(t, shift)
     local g = 2 ^ shift
     return floor((t + g - 1) / g) * g
 end
 
--- Run i (0-based): its offset and count.
-local function run_at(runs, i)
-    return sunpack('<I4I4', runs, 8 * i + 1)
+-- Run i (0-based) of the record r: its offset and count.
+local function run_at(r, i)
+    local m = r.m
+    if i < m then
+        return sunpack('<I4I4', r.runs, r.a + 8 * i)
+    end
+    return sunpack('<I4I4', r.tail, 8 * (i - m) + 1)
 end
 
 -- The offset of the newest run (n > 0).
 local function last_offset(r)
-    return (sunpack('<I4', r.runs, 8 * r.n - 7))
+    return (run_at(r, r.n - 1))
 end
 
--- Every run as one array {offset, count, offset, count, ...}.
+-- Every pair of the bytes `runs` (n pairs) as one array {offset, count,
+-- offset, count, ...}; lua/concurrent.lua reads its entries with it too.
 local function runs_array(runs, n)
     local R = { sunpack(run_format(n), runs) }
     R[2 * n + 1] = nil
@@ -34,14 +43,60 @@ local function runs_bytes(R, n)
     return spack(run_format(n), unpack_(R, 1, 2 * n))
 end
 
+-- Every run of a sliding record as one array (to coarsen or rebase).
+local function sl_array(r)
+    local m, n = r.m, r.n
+    local R = m > 0 and { sunpack(run_format(m), r.runs, r.a) } or {}
+    if n > m then
+        local T = runs_array(r.tail, n - m)
+        for i = 1, 2 * (n - m) do
+            R[2 * m + i] = T[i]
+        end
+    end
+    R[2 * n + 1] = nil
+    return R
+end
+
+-- The record's runs are now the n of the array R.
+local function sl_set_array(r, R, n)
+    r.runs, r.a, r.m, r.tail, r.n = runs_bytes(R, n), 1, n, '', n
+end
+
+-- Drops the d oldest runs.
+local function sl_drop(r, d)
+    local m = r.m
+    if d <= m then
+        r.a, r.m = r.a + 8 * d, m - d
+    else
+        r.tail, r.m = sub(r.tail, 8 * (d - m) + 1), 0
+    end
+    r.n = r.n - d
+end
+
+-- Drops the newest run (n > 0).
+local function sl_pop(r)
+    if r.n > r.m then
+        r.tail = sub(r.tail, 1, -9)
+    else
+        r.m = r.m - 1
+    end
+    r.n = r.n - 1
+end
+
+-- Appends a run.
+local function sl_push(r, off, c)
+    r.tail = r.tail .. spack('<I4I4', off, c)
+    r.n = r.n + 1
+end
+
 -- scan() of sliding.c: expired runs at the head, and the permits the
 -- others count.
 local function sl_scan(r, now_ms)
-    local runs, n, base = r.runs, r.n, r.base
+    local n, base = r.n, r.base
     local cutoff = now_ms - r.period
     local i, gone = 0, 0
     while i < n do
-        local off, c = run_at(runs, i)
+        local off, c = run_at(r, i)
         if base + off > cutoff then
             break
         end
@@ -92,10 +147,10 @@ local function sl_decide(r, now_us, cost)
         return
     end
     r.ok, r.retry_us, r.retry_ms = false, 0, 0
-    local runs, base = r.runs, r.base
+    local base = r.base
     local need, acc = total + cost - limit, 0
     for i = drop, r.n - 1 do
-        local off, c = run_at(runs, i)
+        local off, c = run_at(r, i)
         acc = acc + c
         if acc >= need then
             r.retry_us = (base + off + r.period) * 1000 - now_us
@@ -110,7 +165,7 @@ end
 -- on the first run's time.
 local function sl_coarsen(r, shift)
     local n, base = r.n, r.base
-    local R = runs_array(r.runs, n)
+    local R = sl_array(r)
     local first = base + R[1]
     shift = shift + 1
     while shift < 30 do
@@ -139,26 +194,28 @@ local function sl_coarsen(r, shift)
             out = out + 1
         end
     end
-    r.base, r.n, r.runs = first, out, runs_bytes(R, out)
+    r.base = first
+    sl_set_array(r, R, out)
     return shift
 end
 
 -- The runs rebased on the first one's time (the window spans < 2^32 ms).
 local function sl_rebase(r)
     local n = r.n
-    local R = runs_array(r.runs, n)
+    local R = sl_array(r)
     local first = R[1]
     for i = 1, 2 * n, 2 do
         R[i] = R[i] - first
     end
-    r.base, r.runs = r.base + first, runs_bytes(R, n)
+    r.base = r.base + first
+    sl_set_array(r, R, n)
 end
 
 local function sl_commit(r, now_us, cost)
     local now_ms = floor(now_us / 1000)
     local kind, shift = sl_plan(r, now_ms, r.v_drop)
     if r.v_drop > 0 then
-        r.runs, r.n = sub(r.runs, 8 * r.v_drop + 1), r.n - r.v_drop
+        sl_drop(r, r.v_drop)
     end
     local t
     if kind == 2 then
@@ -167,18 +224,17 @@ local function sl_commit(r, now_us, cost)
         kind = t <= r.base + last_offset(r) and 0 or 1
     end
     t = round_up(now_ms, shift)
-    local n = r.n
     if kind == 0 then
-        local off, c = run_at(r.runs, n - 1)
-        r.runs = sub(r.runs, 1, 8 * n - 8) .. spack('<I4I4', off, c + cost)
+        local off, c = run_at(r, r.n - 1)
+        sl_pop(r)
+        sl_push(r, off, c + cost)
     else
-        if n == 0 then
+        if r.n == 0 then
             r.base = t
         elseif t - r.base > TWO32 - 1 then
             sl_rebase(r)
         end
-        r.runs = r.runs .. spack('<I4I4', t - r.base, cost)
-        r.n = n + 1
+        sl_push(r, t - r.base, cost)
     end
     r.shift = shift
     r.sum = r.v_total + cost
@@ -190,18 +246,19 @@ end
 -- Gives back the newest permits first: they would have expired last.
 local function sl_refund(r, now_us, cost)
     local drop, sum = sl_scan(r, floor(now_us / 1000))
-    local runs, n = sub(r.runs, 8 * drop + 1), r.n - drop
-    while cost > 0 and n > 0 do
-        local off, c = run_at(runs, n - 1)
+    sl_drop(r, drop)
+    while cost > 0 and r.n > 0 do
+        local off, c = run_at(r, r.n - 1)
+        sl_pop(r)
         if c <= cost then
-            cost, sum, n = cost - c, sum - c, n - 1
+            cost, sum = cost - c, sum - c
         else
-            runs = sub(runs, 1, 8 * n - 8) .. spack('<I4I4', off, c - cost)
+            sl_push(r, off, c - cost)
             sum, cost = sum - cost, 0
         end
     end
-    if n == 0 then
+    if r.n == 0 then
         r.shift = 0
     end
-    r.runs, r.n, r.sum = sub(runs, 1, 8 * n), n, sum
+    r.sum = sum
 end
