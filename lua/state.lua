@@ -5,8 +5,9 @@
 A record is a table with the rule (algo, limit, period, burst, calendar,
 months, tz_offset) and its state, and `rule`, the parsed rule it was made for or found to match
 (where lua/gcra.lua keeps a rule's constants between calls). sliding:
-shift, base, n runs (the bytes runs from a on, m of them, then tail:
-lua/sliding.lua) and sum (the stored total). fixed: start, count. approx: start, cur, prev.
+shift, base, n runs (m of them in the bytes runs from a on, then tail:
+lua/sliding.lua) and sum (the stored total). fixed: start, count.
+approx: start, cur, prev.
 gcra: tat_lo and tat_hi (the i64 TAT in two halves: it may pass 2^53)
 and rem, and once used, the rule's constants as pairs. concurrent: base,
 n entries as their stored bytes (ents, lua/concurrent.lua) and last. Deciding leaves
