@@ -1,26 +1,16 @@
 -- sliding.lua - the sliding log in runs (mirrors lib/core/sliding.c).
 --
--- A record keeps its runs as the stored bytes (r.runs: n runs of u32
--- offset_ms, u32 count, docs/state-format.md), read where a step needs a
--- run and cut or appended to where it changes one: a call touches the runs
--- that expire and the newest, not the 128-256 a busy key holds.
+-- A record keeps its runs as bytes (n runs of u32 offset_ms, u32 count,
+-- docs/state-format.md) in two parts: m runs read in place in the blob
+-- the key held (r.runs from byte r.a on, never cut out of it), then
+-- r.tail, the runs this call wrote (none, the newest changed, or one
+-- added). A call reads the runs that expire and the newest, moves r.a
+-- past the expired ones and writes the newest into r.tail, so the
+-- 128-256 runs a busy key holds are copied once, into the new blob
+-- (sliding_pieces of lua/state.lua), and never parsed but to coarsen.
 
-local function round_up(t, shift)
-    local g = 2 ^ shift
-    return floor((t + g - 1) / g) * g
-end
-
--- Run i (0-based): its offset and count.
-local function run_at(runs, i)
-    return sunpack('<I4I4', runs, 8 * i + 1)
-end
-
--- The offset of the newest run (n > 0).
-local function last_offset(r)
-    return (sunpack('<I4', r.runs, 8 * r.n - 7))
-end
-
--- Every run as one array {offset, count, offset, count, ...}.
+-- Every pair of the bytes `runs` (n pairs) as one array {offset, count,
+-- offset, count, ...}; lua/concurrent.lua reads its entries with it too.
 local function runs_array(runs, n)
     local R = { sunpack(run_format(n), runs) }
     R[2 * n + 1] = nil
@@ -34,174 +24,249 @@ local function runs_bytes(R, n)
     return spack(run_format(n), unpack_(R, 1, 2 * n))
 end
 
--- scan() of sliding.c: expired runs at the head, and the permits the
--- others count.
-local function sl_scan(r, now_ms)
-    local runs, n, base = r.runs, r.n, r.base
-    local cutoff = now_ms - r.period
-    local i, gone = 0, 0
-    while i < n do
-        local off, c = run_at(runs, i)
-        if base + off > cutoff then
-            break
+-- sl_status, sl_decide, sl_commit and sl_refund: this file's exports
+-- (lua/policy.lua). The rest are sliding.c's static functions, kept in a
+-- block of their own: the whole core is one Lua function
+-- (scripts/lua-build.sh), and Lua 5.1 allows a function 200 locals.
+local sl_status, sl_decide, sl_commit, sl_refund
+
+do
+    local function round_up(t, shift)
+        local g = 2 ^ shift
+        return floor((t + g - 1) / g) * g
+    end
+
+    -- Run i (0-based) of the record r: its offset and count.
+    local function run_at(r, i)
+        local m = r.m
+        if i < m then
+            return sunpack('<I4I4', r.runs, r.a + 8 * i)
         end
-        gone = gone + c
-        i = i + 1
+        return sunpack('<I4I4', r.tail, 8 * (i - m) + 1)
     end
-    return i, r.sum - gone
-end
 
-local function sl_reset_us(r, now_us)
-    if r.n == 0 then
-        return 0
+    -- The offset of the newest run (n > 0).
+    local function last_offset(r)
+        return (run_at(r, r.n - 1))
     end
-    local d = (r.base + last_offset(r) + r.period) * 1000 - now_us
-    return d > 0 and d or 0
-end
 
-local function sl_status(r, now_us)
-    local _, total = sl_scan(r, floor(now_us / 1000))
-    local limit = r.limit
-    r.used = total
-    r.remaining = total < limit and limit - total or 0
-    r.reset_ms = cdiv(sl_reset_us(r, now_us), 1000)
-end
+    -- Every run of a sliding record as one array (to coarsen or rebase).
+    local function sl_array(r)
+        local m, n = r.m, r.n
+        local R = m > 0 and { sunpack(run_format(m), r.runs, r.a) } or {}
+        if n > m then
+            local T = runs_array(r.tail, n - m)
+            for i = 1, 2 * (n - m) do
+                R[2 * m + i] = T[i]
+            end
+        end
+        R[2 * n + 1] = nil
+        return R
+    end
 
--- plan_event(): the granularity of a new event once `drop` runs expire,
--- and whether it joins the last run (0), needs its own (1) or forces a
--- coarsening (2).
-local function sl_plan(r, now_ms, drop)
-    local n, shift = r.n - drop, r.shift
-    if n == 0 then
-        return 1, 0
-    elseif n <= SLIDING_CAP / 8 and shift > 0 then
-        shift = shift - 1
+    -- The record's runs are now the n of the array R.
+    local function sl_set_array(r, R, n)
+        r.runs, r.a, r.m, r.tail, r.n = runs_bytes(R, n), 1, n, '', n
     end
-    if round_up(now_ms, shift) <= r.base + last_offset(r) then
-        return 0, shift
-    end
-    return n == SLIDING_CAP and 2 or 1, shift
-end
 
-local function sl_decide(r, now_us, cost)
-    local drop, total = sl_scan(r, floor(now_us / 1000))
-    local limit = r.limit
-    r.v_drop, r.v_total = drop, total
-    if total + cost <= limit then
-        r.ok, r.retry_us, r.retry_ms = true, 0, 0
-        return
+    -- Drops the d oldest runs.
+    local function sl_drop(r, d)
+        local m = r.m
+        if d <= m then
+            r.a, r.m = r.a + 8 * d, m - d
+        else
+            r.tail, r.m = sub(r.tail, 8 * (d - m) + 1), 0
+        end
+        r.n = r.n - d
     end
-    r.ok, r.retry_us, r.retry_ms = false, 0, 0
-    local runs, base = r.runs, r.base
-    local need, acc = total + cost - limit, 0
-    for i = drop, r.n - 1 do
-        local off, c = run_at(runs, i)
-        acc = acc + c
-        if acc >= need then
-            r.retry_us = (base + off + r.period) * 1000 - now_us
-            r.retry_ms = cdiv(r.retry_us, 1000)
+
+    -- Drops the newest run (n > 0).
+    local function sl_pop(r)
+        if r.n > r.m then
+            r.tail = sub(r.tail, 1, -9)
+        else
+            r.m = r.m - 1
+        end
+        r.n = r.n - 1
+    end
+
+    -- Appends a run.
+    local function sl_push(r, off, c)
+        r.tail = r.tail .. spack('<I4I4', off, c)
+        r.n = r.n + 1
+    end
+
+    -- scan() of sliding.c: expired runs at the head, and the permits the
+    -- others count.
+    local function sl_scan(r, now_ms)
+        local n, base = r.n, r.base
+        local cutoff = now_ms - r.period
+        local i, gone = 0, 0
+        while i < n do
+            local off, c = run_at(r, i)
+            if base + off > cutoff then
+                break
+            end
+            gone = gone + c
+            i = i + 1
+        end
+        return i, r.sum - gone
+    end
+
+    local function sl_reset_us(r, now_us)
+        if r.n == 0 then
+            return 0
+        end
+        local d = (r.base + last_offset(r) + r.period) * 1000 - now_us
+        return d > 0 and d or 0
+    end
+
+    function sl_status(r, now_us)
+        local _, total = sl_scan(r, floor(now_us / 1000))
+        local limit = r.limit
+        r.used = total
+        r.remaining = total < limit and limit - total or 0
+        r.reset_ms = cdiv(sl_reset_us(r, now_us), 1000)
+    end
+
+    -- plan_event(): the granularity of a new event once `drop` runs expire,
+    -- and whether it joins the last run (0), needs its own (1) or forces a
+    -- coarsening (2).
+    local function sl_plan(r, now_ms, drop)
+        local n, shift = r.n - drop, r.shift
+        if n == 0 then
+            return 1, 0
+        elseif n <= SLIDING_CAP / 8 and shift > 0 then
+            shift = shift - 1
+        end
+        if round_up(now_ms, shift) <= r.base + last_offset(r) then
+            return 0, shift
+        end
+        return n == SLIDING_CAP and 2 or 1, shift
+    end
+
+    function sl_decide(r, now_us, cost)
+        local drop, total = sl_scan(r, floor(now_us / 1000))
+        local limit = r.limit
+        r.v_drop, r.v_total = drop, total
+        if total + cost <= limit then
+            r.ok, r.retry_us, r.retry_ms = true, 0, 0
             return
         end
-    end
-end
-
--- coarsen(): the smallest granularity above `shift` that leaves at most
--- CAP/2 runs; runs rounded up to it, equal times merged, offsets rebased
--- on the first run's time.
-local function sl_coarsen(r, shift)
-    local n, base = r.n, r.base
-    local R = runs_array(r.runs, n)
-    local first = base + R[1]
-    shift = shift + 1
-    while shift < 30 do
-        local distinct, prev = 1, round_up(first, shift)
-        for i = 1, n - 1 do
-            local t = round_up(base + R[2 * i + 1], shift)
-            if t ~= prev then
-                distinct = distinct + 1
+        r.ok, r.retry_us, r.retry_ms = false, 0, 0
+        local base = r.base
+        local need, acc = total + cost - limit, 0
+        for i = drop, r.n - 1 do
+            local off, c = run_at(r, i)
+            acc = acc + c
+            if acc >= need then
+                r.retry_us = (base + off + r.period) * 1000 - now_us
+                r.retry_ms = cdiv(r.retry_us, 1000)
+                return
             end
-            prev = t
         end
-        if distinct <= SLIDING_CAP / 2 then
-            break
-        end
+    end
+
+    -- coarsen(): the smallest granularity above `shift` that leaves at most
+    -- CAP/2 runs; runs rounded up to it, equal times merged, offsets rebased
+    -- on the first run's time.
+    local function sl_coarsen(r, shift)
+        local n, base = r.n, r.base
+        local R = sl_array(r)
+        local first = base + R[1]
         shift = shift + 1
-    end
-    local out = 0
-    for i = 0, n - 1 do
-        local t = round_up(base + R[2 * i + 1], shift)
-        local c = R[2 * i + 2]
-        if out > 0 and first + R[2 * out - 1] == t then
-            R[2 * out] = R[2 * out] + c
-        else
-            R[2 * out + 1] = t - first
-            R[2 * out + 2] = c
-            out = out + 1
+        while shift < 30 do
+            local distinct, prev = 1, round_up(first, shift)
+            for i = 1, n - 1 do
+                local t = round_up(base + R[2 * i + 1], shift)
+                if t ~= prev then
+                    distinct = distinct + 1
+                end
+                prev = t
+            end
+            if distinct <= SLIDING_CAP / 2 then
+                break
+            end
+            shift = shift + 1
         end
+        local out = 0
+        for i = 0, n - 1 do
+            local t = round_up(base + R[2 * i + 1], shift)
+            local c = R[2 * i + 2]
+            if out > 0 and first + R[2 * out - 1] == t then
+                R[2 * out] = R[2 * out] + c
+            else
+                R[2 * out + 1] = t - first
+                R[2 * out + 2] = c
+                out = out + 1
+            end
+        end
+        r.base = first
+        sl_set_array(r, R, out)
+        return shift
     end
-    r.base, r.n, r.runs = first, out, runs_bytes(R, out)
-    return shift
-end
 
--- The runs rebased on the first one's time (the window spans < 2^32 ms).
-local function sl_rebase(r)
-    local n = r.n
-    local R = runs_array(r.runs, n)
-    local first = R[1]
-    for i = 1, 2 * n, 2 do
-        R[i] = R[i] - first
+    -- The runs rebased on the first one's time (the window spans < 2^32 ms).
+    local function sl_rebase(r)
+        local n = r.n
+        local R = sl_array(r)
+        local first = R[1]
+        for i = 1, 2 * n, 2 do
+            R[i] = R[i] - first
+        end
+        r.base = r.base + first
+        sl_set_array(r, R, n)
     end
-    r.base, r.runs = r.base + first, runs_bytes(R, n)
-end
 
-local function sl_commit(r, now_us, cost)
-    local now_ms = floor(now_us / 1000)
-    local kind, shift = sl_plan(r, now_ms, r.v_drop)
-    if r.v_drop > 0 then
-        r.runs, r.n = sub(r.runs, 8 * r.v_drop + 1), r.n - r.v_drop
-    end
-    local t
-    if kind == 2 then
-        shift = sl_coarsen(r, shift)
+    function sl_commit(r, now_us, cost)
+        local now_ms = floor(now_us / 1000)
+        local kind, shift = sl_plan(r, now_ms, r.v_drop)
+        if r.v_drop > 0 then
+            sl_drop(r, r.v_drop)
+        end
+        local t
+        if kind == 2 then
+            shift = sl_coarsen(r, shift)
+            t = round_up(now_ms, shift)
+            kind = t <= r.base + last_offset(r) and 0 or 1
+        end
         t = round_up(now_ms, shift)
-        kind = t <= r.base + last_offset(r) and 0 or 1
-    end
-    t = round_up(now_ms, shift)
-    local n = r.n
-    if kind == 0 then
-        local off, c = run_at(r.runs, n - 1)
-        r.runs = sub(r.runs, 1, 8 * n - 8) .. spack('<I4I4', off, c + cost)
-    else
-        if n == 0 then
-            r.base = t
-        elseif t - r.base > TWO32 - 1 then
-            sl_rebase(r)
-        end
-        r.runs = r.runs .. spack('<I4I4', t - r.base, cost)
-        r.n = n + 1
-    end
-    r.shift = shift
-    r.sum = r.v_total + cost
-    r.used = r.sum
-    r.remaining = r.sum < r.limit and r.limit - r.sum or 0
-    r.reset_ms = cdiv(sl_reset_us(r, now_us), 1000)
-end
-
--- Gives back the newest permits first: they would have expired last.
-local function sl_refund(r, now_us, cost)
-    local drop, sum = sl_scan(r, floor(now_us / 1000))
-    local runs, n = sub(r.runs, 8 * drop + 1), r.n - drop
-    while cost > 0 and n > 0 do
-        local off, c = run_at(runs, n - 1)
-        if c <= cost then
-            cost, sum, n = cost - c, sum - c, n - 1
+        if kind == 0 then
+            local off, c = run_at(r, r.n - 1)
+            sl_pop(r)
+            sl_push(r, off, c + cost)
         else
-            runs = sub(runs, 1, 8 * n - 8) .. spack('<I4I4', off, c - cost)
-            sum, cost = sum - cost, 0
+            if r.n == 0 then
+                r.base = t
+            elseif t - r.base > TWO32 - 1 then
+                sl_rebase(r)
+            end
+            sl_push(r, t - r.base, cost)
         end
+        r.shift = shift
+        r.sum = r.v_total + cost
+        r.used = r.sum
+        r.remaining = r.sum < r.limit and r.limit - r.sum or 0
+        r.reset_ms = cdiv(sl_reset_us(r, now_us), 1000)
     end
-    if n == 0 then
-        r.shift = 0
+
+    -- Gives back the newest permits first: they would have expired last.
+    function sl_refund(r, now_us, cost)
+        local drop, sum = sl_scan(r, floor(now_us / 1000))
+        sl_drop(r, drop)
+        while cost > 0 and r.n > 0 do
+            local off, c = run_at(r, r.n - 1)
+            sl_pop(r)
+            if c <= cost then
+                cost, sum = cost - c, sum - c
+            else
+                sl_push(r, off, c - cost)
+                sum, cost = sum - cost, 0
+            end
+        end
+        if r.n == 0 then
+            r.shift = 0
+        end
+        r.sum = sum
     end
-    r.runs, r.n, r.sum = sub(runs, 1, 8 * n), n, sum
 end

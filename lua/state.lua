@@ -5,8 +5,9 @@
 A record is a table with the rule (algo, limit, period, burst, calendar,
 months, tz_offset) and its state, and `rule`, the parsed rule it was made for or found to match
 (where lua/gcra.lua keeps a rule's constants between calls). sliding:
-shift, base, n runs as their stored bytes (runs, lua/sliding.lua) and
-sum (the stored total). fixed: start, count. approx: start, cur, prev.
+shift, base, n runs (m of them in the bytes runs from a on, then tail:
+lua/sliding.lua) and sum (the stored total). fixed: start, count.
+approx: start, cur, prev.
 gcra: tat_lo and tat_hi (the i64 TAT in two halves: it may pass 2^53)
 and rem, and once used, the rule's constants as pairs. concurrent: base,
 n entries as their stored bytes (ents, lua/concurrent.lua) and last. Deciding leaves
@@ -48,6 +49,7 @@ local function new_record(algo, limit, period, burst, calendar, months,
     r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
     if algo == ALGO_SLIDING then
         r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
+        r.a, r.m, r.tail = 1, 0, ''
     elseif algo == ALGO_GCRA then
         r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
     elseif algo == ALGO_CONCURRENT then
@@ -204,9 +206,8 @@ local function parse_record(s, pos, len, trusted, want)
             corrupt()
         end
         local base = hi * TWO32 + lo
-        local runs = sub(s, pos + 24, pos + size - 1)
         if n > 0 and not trusted then
-            local R, prev, sum = { sunpack(run_format(n), runs) }, -1, 0
+            local R, prev, sum = { sunpack(run_format(n), s, pos + 24) }, -1, 0
             for i = 1, 2 * n, 2 do
                 local off, c = R[i], R[i + 1]
                 if off <= prev or c == 0 then
@@ -219,7 +220,9 @@ local function parse_record(s, pos, len, trusted, want)
                 corrupt()
             end
         end
-        r.shift, r.base, r.runs, r.n, r.sum = flags, base, runs, n, total
+        -- The runs are read in place (lua/sliding.lua), not cut out.
+        r.shift, r.base, r.runs, r.n, r.sum = flags, base, s, n, total
+        r.a, r.m, r.tail = pos + 24, n, ''
         return r, pos + size
     elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
         return parse_window(r, s, pos, avail, extra)
@@ -322,15 +325,27 @@ local function calendar_write(r)
     return 128, spack('<BBi4', r.calendar, r.months, r.tz_offset)
 end
 
--- One record's bytes.
+--[[
+A sliding record's bytes as three pieces, put in out[k], out[k + 1] and
+out[k + 2]: its header, the runs kept from the blob read and those this
+call wrote (lua/sliding.lua). Redis's Lua hashes every byte of every
+string it makes, so the runs are cut out of the old blob once and copied
+once more, into the new blob, and not joined to their header first.
+]]
+local function sliding_pieces(r, out, k)
+    local lo, hi = pack_i64(r.base)
+    local a, m = r.a, r.m
+    out[k] = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period, lo, hi,
+        r.n, r.sum)
+    out[k + 1] = m > 0 and sub(r.runs, a, a + 8 * m - 1) or ''
+    out[k + 2] = r.tail
+    return k + 3
+end
+
+-- One record's bytes (not sliding: sliding_pieces).
 local function record_bytes(r)
     local algo = r.algo
-    if algo == ALGO_SLIDING then
-        local lo, hi = pack_i64(r.base)
-        local head = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period,
-            lo, hi, r.n, r.sum)
-        return head .. r.runs
-    elseif algo == ALGO_FIXED then
+    if algo == ALGO_FIXED then
         local lo, hi = pack_i64(r.start)
         local flags, calendar = calendar_write(r)
         return spack('<BBI4I4I4I4I4', 1, flags, r.limit, r.period, lo, hi,
@@ -349,14 +364,22 @@ local function record_bytes(r)
         r.tat_lo, r.tat_hi, r.rem)
 end
 
+local serialize_out = {}
+
 local function serialize(recs)
     local n = #recs
-    if n == 1 then
+    if n == 1 and recs[1].algo ~= ALGO_SLIDING then
         return trust(HEADERS[1] .. record_bytes(recs[1]))
     end
-    local out = { HEADERS[n] }
+    local out, k = serialize_out, 2
+    out[1] = HEADERS[n]
     for i = 1, n do
-        out[i + 1] = record_bytes(recs[i])
+        local r = recs[i]
+        if r.algo == ALGO_SLIDING then
+            k = sliding_pieces(r, out, k)
+        else
+            out[k], k = record_bytes(r), k + 1
+        end
     end
-    return trust(table.concat(out))
+    return trust(table.concat(out, '', 1, k - 1))
 end

@@ -12,15 +12,15 @@
  * It generates random traces, one key each: explicit AT times that mostly
  * move forward (sometimes back), policies of 1-3 rules of all algorithms
  * (small limits and periods so requests are denied, sliding rules past the
- * run cap, gcra with bursts and limits up to 1e9 per 30 days so the
- * script's big-integer path runs, fixed and approx on calendars: offsets
- * east and west, weeks and months, in traces that cross month ends, leap
- * days and year ends; concurrent rules, at most one per policy, alone or
- * with rate rules), costs, PEEK, MAXWAIT on all-gcra policies, REFUND,
- * RELEASE and RENEW of the leases handed out (and of unknown ids, and of
- * ids the arguments refuse), RESET, INFO, rule changes on a live key
- * (conversion), malformed rules and options, and corrupted blobs. Every
- * operation runs through each backend:
+ * run cap with hundreds of runs, some with many requests a millisecond, gcra
+ * with bursts and limits up to 1e9 per 30 days so the script's big-integer path
+ * runs, fixed and approx on calendars: offsets east and west, weeks and months,
+ * in traces that cross month ends, leap days and year ends; concurrent rules,
+ * at most one per policy, alone or with rate rules), costs, PEEK, MAXWAIT on
+ * all-gcra policies, REFUND, RELEASE and RENEW of the leases handed out (and of
+ * unknown ids, and of ids the arguments refuse), RESET, INFO, rule changes on a
+ * live key (conversion), malformed rules and options, and corrupted blobs.
+ * Every operation runs through each backend:
  *
  *   core    ratel_policy_acquire/refund/ratel_state_inspect in this process
  *           on a blob of its own, with the reply, the write and the expiry
@@ -962,7 +962,7 @@ typedef struct trace_s {
     gen_policy_t policies[3];
     int npolicies, current, all_gcra;
     int64_t t_ms, anchor_ms, min_period, max_period;
-    int small_steps, dense;
+    int small_steps, dense, busy;
     uint32_t leases[8]; /* the last leases the core handed out */
     int nleases;
     buf_t log;
@@ -994,7 +994,9 @@ static void next_time(trace_t *tr)
         return;
     }
     if (tr->dense)
-        step = rnd() % 500 == 0 ? between(0, tr->max_period) : between(1, 3);
+        step = rnd() % 500 == 0 ? between(0, tr->max_period)
+               : tr->busy       ? between(0, 2)
+                                : between(1, 3);
     else if (tr->small_steps && p < 80)
         step = between(0, 3);
     else if (p < 40)
@@ -1441,6 +1443,10 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
             gen_policy(&tr.policies[i], tr.all_gcra);
     }
     tr.dense = chance(12);
+    /* Busy dense traces send several requests in the same millisecond,
+       as a busy key does: most join the newest run, some start one, and
+       the oldest expire at the head while the window is full. */
+    tr.busy = tr.dense && chance(50);
     if (tr.dense) {
         /* Sliding rules above the run cap, one request per 1-3 ms: the
            window holds more distinct instants than 256 and coarsens. */
@@ -1452,7 +1458,7 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         gen_rule(&p->rules[0], RATEL_ALGO_SLIDING, (uint32_t)between(257, 3000),
                  period, 0);
         if (p->n == 2)
-            gen_rule(&p->rules[1], (int)between(0, 3),
+            gen_rule(&p->rules[1], chance(50) ? 0 : (int)between(0, 3),
                      (uint32_t)between(3000, 100000), period * 10, 0);
         tr.npolicies = 1;
         tr.all_gcra = 0;
