@@ -8,6 +8,7 @@
 --     FCALL_RO ratel_peek 1 KEY [COST n] [MAXWAIT ms] [AT unix_ms] rule...
 --     FCALL_RO ratel_info 1 KEY [AT unix_ms]
 --     FCALL_RO ratel_version 0
+--     FCALL ratel_acquire_many N KEY... COUNT word... [COUNT word...]...
 --
 -- The words after the key are those of RATEL.<OP>. FUNCTION LOAD runs this
 -- chunk once; each FCALL runs only the registered function, and the rules
@@ -32,6 +33,51 @@ local function register(name, op, flags)
     })
 end
 register('ratel_acquire', 'ACQUIRE', {})
+
+-- ratel_acquire_many: N independent ratel_acquire calls in one FCALL
+-- (one dispatch, one reply), for a client that sends a batch's requests
+-- to one node. Item i's words (those after the key of ratel_acquire) are
+-- COUNT followed by COUNT words; a COUNT of 0 repeats the words of the
+-- item before. Each item runs exactly as its own call would, and its
+-- reply, or its error, is element i of the answer: one bad item fails
+-- only itself. A malformed list of words fails the whole call.
+local function acquire_many(keys, args)
+    local out, one, words, at, argc = {}, {}, nil, 1, #args
+    for i = 1, #keys do
+        local count = args[at]
+        if not count or not count:find('^%d+$') or #count > 3 or
+            (count == '0' and not words) or at + tonumber(count) > argc then
+            return { err = 'ERR ratel: ratel_acquire_many: item ' .. i ..
+                ' needs a word count (0 repeats the previous item\'s words)' ..
+                ' and as many words' }
+        end
+        local n = tonumber(count)
+        if n > 0 then
+            words = {}
+            for j = 1, n do
+                words[j] = args[at + j]
+            end
+        end
+        at = at + n + 1
+        one[1] = keys[i]
+        out[i] = run('ACQUIRE', one, words, 1)
+    end
+    if at <= argc then
+        return { err = 'ERR ratel: ratel_acquire_many: more words than its ' ..
+            #keys .. ' keys take' }
+    end
+    return out
+end
+redis.register_function({
+    function_name = 'ratel_acquire_many',
+    callback = function(keys, args)
+        if not run then
+            run = load_core()
+        end
+        return acquire_many(keys, args)
+    end,
+    flags = {},
+})
 register('ratel_refund', 'REFUND', {})
 register('ratel_release', 'RELEASE', {})
 register('ratel_reset', 'RESET', {})
