@@ -40,31 +40,43 @@ register('ratel_acquire', 'ACQUIRE', {})
 -- COUNT followed by COUNT words; a COUNT of 0 repeats the words of the
 -- item before. Each item runs exactly as its own call would, and its
 -- reply, or its error, is element i of the answer: one bad item fails
--- only itself. A malformed list of words fails the whole call.
-local function acquire_many(keys, args)
-    local out, one, words, at, argc = {}, {}, nil, 1, #args
+-- only itself. A malformed list of words fails the whole call before any
+-- item runs.
+local function word_lists(keys, args)
+    local starts, counts, at, argc = {}, {}, 1, #args
     for i = 1, #keys do
         local count = args[at]
         if not count or not count:find('^%d+$') or #count > 3 or
-            (count == '0' and not words) or at + tonumber(count) > argc then
-            return { err = 'ERR ratel: ratel_acquire_many: item ' .. i ..
+            (count == '0' and i == 1) or at + tonumber(count) > argc then
+            return nil, 'ERR ratel: ratel_acquire_many: item ' .. i ..
                 ' needs a word count (0 repeats the previous item\'s words)' ..
-                ' and as many words' }
+                ' and as many words'
         end
-        local n = tonumber(count)
-        if n > 0 then
-            words = {}
-            for j = 1, n do
-                words[j] = args[at + j]
-            end
-        end
-        at = at + n + 1
-        one[1] = keys[i]
-        out[i] = run('ACQUIRE', one, words, 1)
+        starts[i], counts[i] = at + 1, tonumber(count)
+        at = at + counts[i] + 1
     end
     if at <= argc then
-        return { err = 'ERR ratel: ratel_acquire_many: more words than its ' ..
-            #keys .. ' keys take' }
+        return nil, 'ERR ratel: ratel_acquire_many: more words than its ' ..
+            #keys .. ' keys take'
+    end
+    return starts, counts
+end
+
+local function acquire_many(keys, args)
+    local starts, counts = word_lists(keys, args)
+    if not starts then
+        return { err = counts }
+    end
+    local out, one, words = {}, {}, nil
+    for i = 1, #keys do
+        if counts[i] > 0 then
+            words = {}
+            for j = 1, counts[i] do
+                words[j] = args[starts[i] + j - 1]
+            end
+        end
+        one[1] = keys[i]
+        out[i] = run('ACQUIRE', one, words, 1)
     end
     return out
 end
