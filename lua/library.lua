@@ -33,60 +33,14 @@ local function register(name, op, flags)
     })
 end
 register('ratel_acquire', 'ACQUIRE', {})
-
--- ratel_acquire_many: N independent ratel_acquire calls in one FCALL
--- (one dispatch, one reply), for a client that sends a batch's requests
--- to one node. Item i's words (those after the key of ratel_acquire) are
--- COUNT followed by COUNT words; a COUNT of 0 repeats the words of the
--- item before. Each item runs exactly as its own call would, and its
--- reply, or its error, is element i of the answer: one bad item fails
--- only itself. A malformed list of words fails the whole call before any
--- item runs.
-local function word_lists(keys, args)
-    local starts, counts, at, argc = {}, {}, 1, #args
-    for i = 1, #keys do
-        local count = args[at]
-        if not count or not count:find('^%d+$') or #count > 3 or
-            (count == '0' and i == 1) or at + tonumber(count) > argc then
-            return nil, 'ERR ratel: ratel_acquire_many: item ' .. i ..
-                ' needs a word count (0 repeats the previous item\'s words)' ..
-                ' and as many words'
-        end
-        starts[i], counts[i] = at + 1, tonumber(count)
-        at = at + counts[i] + 1
-    end
-    if at <= argc then
-        return nil, 'ERR ratel: ratel_acquire_many: more words than its ' ..
-            #keys .. ' keys take'
-    end
-    return starts, counts
-end
-
-local function acquire_many(keys, args)
-    local starts, counts = word_lists(keys, args)
-    if not starts then
-        return { err = counts }
-    end
-    local out, one, words = {}, {}, nil
-    for i = 1, #keys do
-        if counts[i] > 0 then
-            words = {}
-            for j = 1, counts[i] do
-                words[j] = args[starts[i] + j - 1]
-            end
-        end
-        one[1] = keys[i]
-        out[i] = run('ACQUIRE', one, words, 1)
-    end
-    return out
-end
+-- ratel_acquire_many: lua/many.lua.
 redis.register_function({
     function_name = 'ratel_acquire_many',
     callback = function(keys, args)
         if not run then
             run = load_core()
         end
-        return acquire_many(keys, args)
+        return acquire_many(run, keys, args, 1)
     end,
     flags = {},
 })

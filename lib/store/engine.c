@@ -412,19 +412,21 @@ static void to_flight(conn_t *c, ratel__rop_t *rop)
     rop->attempts++;
 }
 
-/* Whether an ACQUIRE may go in a FCALL ratel_acquire_many with others: on
-   the library, unless it must follow an ASKING of its own. */
+/* Whether an ACQUIRE may go in a ratel_acquire_many with others: on the
+   library or the EVAL script, unless it must follow an ASKING of its own. */
 static int joins_many(const ratel__node_t *node, const ratel__rop_t *rop)
 {
-    return node->mode == RATEL__MODE_FUNCTION &&
+    return (node->mode == RATEL__MODE_FUNCTION ||
+            node->mode == RATEL__MODE_LUA) &&
            rop->kind == RATEL__ROP_ACQUIRE && !rop->asking && !rop->force;
 }
 
 /*
  * Sends `first` and the queued ACQUIREs after it that may join it (up to
- * ENGINE_MANY_MAX, in a cluster those of its slot) as one FCALL
- * ratel_acquire_many: one call and one reply for many decisions, each as
- * its own FCALL would decide it. Returns the queue's next command.
+ * ENGINE_MANY_MAX, in a cluster those of its slot) as one
+ * ratel_acquire_many (FCALL, or the EVAL script's ACQUIRE_MANY): one call
+ * and one reply for many decisions, each as its own call would decide it.
+ * Returns the queue's next command.
  */
 static ratel__rop_t *dispatch_many(conn_t *c, ratel__rop_t *first)
 {

@@ -75,8 +75,8 @@ static int pend_reserve(conn_t *c, size_t more)
     return 0;
 }
 
-/* `n` ACQUIREs as one FCALL ratel_acquire_many: the first's entry in the
-   ring says how many entries its one reply answers. */
+/* `n` ACQUIREs as one ratel_acquire_many: the first's entry in the ring
+   says how many entries its one reply answers. */
 int conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
     if (pend_reserve(c, n) != 0 || encode_many(c, rops, n) != 0)
@@ -465,9 +465,10 @@ static redisReply *reply_made(int type, const char *str, size_t len)
 }
 
 /*
- * The reply of one FCALL ratel_acquire_many: element i answers its i-th
- * ACQUIRE, as its own FCALL's reply would. An error for the whole call
- * (MOVED, the library gone, a busy server) answers each of them, which
+ * The reply of one ratel_acquire_many (the library's or the EVAL
+ * script's): element i answers its i-th ACQUIRE, as its own call's reply
+ * would. An error for the whole call
+ * (MOVED, the library or the script gone, a busy server) answers each, which
  * route_retry() then sends again one by one where it would one; any
  * other answer is none of theirs (nil: the store's failure policy).
  */

@@ -225,13 +225,15 @@ static int bulk(conn_t *c, const char *s, size_t len)
 }
 
 /*
- * FCALL ratel_acquire_many N KEY... then, per ACQUIRE, the count of its
- * words and the words (those of ratel_acquire after the key), or "0" when
- * they are the item before's (docs/lua.md).
+ * FCALL ratel_acquire_many N KEY... (the EVAL script: EVALSHA SHA N KEY...
+ * ACQUIRE_MANY) then, per ACQUIRE, the count of its words and the words
+ * (those of ratel_acquire after the key), or "0" when they are the item
+ * before's (docs/lua.md).
  */
 int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
-    size_t words = 3 + n, len;
+    int lua = c->node->mode == RATEL__MODE_LUA;
+    size_t words = 3 + n + (size_t)lua, len;
     char num[4][24], count[24];
     argv_t a;
 
@@ -245,12 +247,17 @@ int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
         return -1;
     c->outlen += header(c->out + c->outlen, '*', words);
     len = (size_t)snprintf(count, sizeof count, "%zu", n);
-    if (bulk(c, "FCALL", 5) != 0 || bulk(c, "ratel_acquire_many", 18) != 0 ||
+    if ((lua ? bulk(c, "EVALSHA", 7) != 0 ||
+                   bulk(c, c->e->sh->script_sha, 40) != 0
+             : bulk(c, "FCALL", 5) != 0 ||
+                   bulk(c, "ratel_acquire_many", 18) != 0) ||
         bulk(c, count, len) != 0)
         return -1;
     for (size_t i = 0; i < n; i++)
         if (bulk(c, rops[i]->key, rops[i]->keylen) != 0)
             return -1;
+    if (lua && bulk(c, "ACQUIRE_MANY", 12) != 0)
+        return -1;
     for (size_t i = 0; i < n; i++) {
         a.n = 0;
         if (i == 0 || !same_words(rops[i - 1], rops[i]))

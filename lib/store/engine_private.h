@@ -54,9 +54,9 @@ typedef struct pend_s {
     unsigned count; /* STEP_MANY: the ACQUIREs its one reply answers */
 } pend_t;
 
-/* Most ACQUIREs one FCALL ratel_acquire_many decides: a batch's requests
-   to one node go in calls of this many, each holding the server about
-   this many decisions' time. */
+/* Most ACQUIREs one ratel_acquire_many decides (FCALL, or the EVAL
+   script's ACQUIRE_MANY): a batch's requests to one node go in calls of
+   this many, each holding the server about this many decisions' time. */
 #define ENGINE_MANY_MAX 64
 
 typedef enum conn_state_e {

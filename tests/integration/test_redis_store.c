@@ -684,13 +684,15 @@ static void test_batch(void)
 }
 
 /*
- * A batch on the library: its requests go in FCALL ratel_acquire_many
- * calls (a few, not one a request), decide as the core does, in order on
- * a repeated key, with another policy or COST between them, and an item
- * whose key holds something else fails alone. After FUNCTION FLUSH the
- * next batch loads the library again and still decides.
+ * A batch on the library (or the EVAL script): its requests go in
+ * ratel_acquire_many calls (a few, not one a request), decide as the core
+ * does, in order on a repeated key, with another policy or COST between
+ * them, and an item whose key holds something else fails alone. After
+ * FUNCTION FLUSH (SCRIPT FLUSH) the next batch loads the code again and
+ * still decides.
  */
-static void test_batch_library(void)
+static void batch_on(ratel_redis_mode_t mode, const char *command,
+                     const char *flush)
 {
     ratel_policy_t p = policy_of("5/1m", NULL), q = policy_of("3/1s", "7/1m");
     ratel_batch_item_t items[300];
@@ -701,8 +703,8 @@ static void test_batch_library(void)
 
     REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
     url_of(url, sizeof url, r.port);
-    s = open_store((ratel_redis_options_t){
-        .url = url, .mode = RATEL_REDIS_FUNCTION, .client_time = 1});
+    s = open_store(
+        (ratel_redis_options_t){.url = url, .mode = mode, .client_time = 1});
     REQUIRE(s);
     REQUIRE(ratel_store_memory_new(&mem, NULL) == 0);
     test_redis_cmd(r.port, out, sizeof out, "SET b7 other");
@@ -717,7 +719,7 @@ static void test_batch_library(void)
     }
     test_redis_cmd(r.port, out, sizeof out, "CONFIG RESETSTAT");
     CHECK_EQ(ratel_store_acquire_batch(s, items, 300, T0), 0);
-    CHECK(calls_of(r.port, "fcall") <= 300 / 64 + 2);
+    CHECK(calls_of(r.port, command) <= 300 / 64 + 2);
     for (int i = 0; i < 300; i++) {
         ratel_decision_t d;
         if (i % 50 == 7) {
@@ -732,7 +734,7 @@ static void test_batch_library(void)
         if (!same_decision(&d, &items[i].decision))
             fail_at(__LINE__, "item %d differs from the core", i);
     }
-    test_redis_cmd(r.port, out, sizeof out, "FUNCTION FLUSH");
+    test_redis_cmd(r.port, out, sizeof out, "%s", flush);
     items[1].key = "fresh";
     items[1].keylen = 5;
     CHECK_EQ(ratel_store_acquire_batch(s, items, 3, T0), 0);
@@ -741,6 +743,12 @@ static void test_batch_library(void)
     ratel_store_free(s);
     ratel_store_free(mem);
     test_redis_free(&r);
+}
+
+static void test_batch_library(void)
+{
+    batch_on(RATEL_REDIS_FUNCTION, "fcall", "FUNCTION FLUSH");
+    batch_on(RATEL_REDIS_LUA, "evalsha", "SCRIPT FLUSH");
 }
 
 typedef struct hammer_s {
