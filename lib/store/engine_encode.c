@@ -230,9 +230,9 @@ static int bulk(conn_t *c, const char *s, size_t len)
  * (those of ratel_acquire after the key), or "0" when they are the item
  * before's (docs/lua.md).
  */
-int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+/* The RESP header and the words before the items' own. */
+static int many_head(conn_t *c, ratel__rop_t *const *rops, size_t n, int lua)
 {
-    int lua = c->node->mode == RATEL__MODE_LUA;
     size_t words = 3 + n + (size_t)lua, len;
     char num[4][24], count[24];
     argv_t a;
@@ -256,18 +256,32 @@ int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
     for (size_t i = 0; i < n; i++)
         if (bulk(c, rops[i]->key, rops[i]->keylen) != 0)
             return -1;
-    if (lua && bulk(c, "ACQUIRE_MANY", 12) != 0)
-        return -1;
+    return lua ? bulk(c, "ACQUIRE_MANY", 12) : 0;
+}
+
+int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+{
+    int lua = c->node->mode == RATEL__MODE_LUA;
+    size_t start = c->outlen, len;
+    char num[4][24], count[24];
+    argv_t a;
+
+    if (many_head(c, rops, n, lua) != 0)
+        goto fail;
     for (size_t i = 0; i < n; i++) {
         a.n = 0;
         if (i == 0 || !same_words(rops[i - 1], rops[i]))
             options(&a, rops[i], num, &c->e->rules);
         len = (size_t)snprintf(count, sizeof count, "%d", a.n);
         if (bulk(c, count, len) != 0)
-            return -1;
+            goto fail;
         for (int w = 0; w < a.n; w++)
             if (bulk(c, a.v[w], a.len[w]) != 0)
-                return -1;
+                goto fail;
     }
     return 0;
+fail:
+    /* Nothing half-written stays: what follows would not parse. */
+    c->outlen = start;
+    return -1;
 }
