@@ -176,9 +176,14 @@ static double measure(ratel_store_t *store, const ratel_policy_t *policy,
 static ratel_store_t *open_store(const char *url, ratel_redis_mode_t mode,
                                  long deny_cache)
 {
+    /* Timeouts of 5 s, not 250 ms: on a busy shared machine a pipeline
+       can wait that long for a core, and the check of every answer would
+       stop the run on the failure policy's. */
     ratel_redis_options_t o = {.url = url,
                                .mode = mode,
                                .deny_cache_entries = deny_cache,
+                               .connect_timeout_ms = 5000,
+                               .command_timeout_ms = 5000,
                                .on_failure = RATEL_FAILURE_CLOSED};
     ratel_store_t *s;
     char err[400];
