@@ -6,19 +6,33 @@
 # between figures measured side by side.
 #
 #   BUILD=build bench/redis.sh
-#   REDIS_REQUESTS=400000 REDIS_ROUNDS=3 PEERS=1 bench/redis.sh
+#   REDIS_REQUESTS=400000 REDIS_SLOW_REQUESTS=100000 REDIS_ROUNDS=3 PEERS=1 \
+#       STORE=1 STORE_SECONDS=1 bench/redis.sh
 #
 # Measures:
 #   - throughput: redis-benchmark -c 50 -P 16 -n N -q, every case once per
-#     round, rounds interleaved, the median of the rounds reported. The seeds
-#     (../shared/peers/run-peers.sh redis PORT) hit ONE fixed key, so ratel's
-#     cases that are compared with them do too ("_1key"); the same cases on
-#     a hot set of 1,000 keys (key:__rand_int__, -r 1000) follow ("_hot1k").
-#     The seed multi-rule script also runs as a real caller would: a fresh
-#     member per request (three random 12-digit numbers joined by '-', 38
-#     bytes, where a UUID has 36; the shared peer script passes "u1").
-#     Every rule is far from denying. Server-side cost per call comes from
-#     INFO commandstats (usec_per_call), reset before each case.
+#     round, rounds interleaved, the median of the rounds reported. The
+#     seeds (../shared/peers/run-peers.sh redis PORT) hit ONE fixed key, so
+#     ratel's cases that are compared with them do too ("_1key"); the same
+#     cases on a hot set of 1,000 keys (key:__rand_int__, -r 1000) follow
+#     ("_hot1k"). The seed multi-rule script also runs as a real caller
+#     would: a fresh member per request (three random 12-digit numbers
+#     joined by '-', 38 bytes, where a UUID has 36; the shared peer script
+#     passes "u1"). Every rule is far from denying. Server-side cost per
+#     call comes from INFO commandstats (usec_per_call), reset before each
+#     case. The EVAL script's cases (about 15,000 calls/s) run
+#     REDIS_SLOW_REQUESTS (default N/4), which saves about 40 s a round: on
+#     a shared 2-core machine the load moved them more than the count did
+#     (over 3 interleaved rounds, EVAL gcra's median was 13,793 calls/s at
+#     100,000 requests and 12,203 at 400,000, single rounds ranging from
+#     6,722 to 15,035).
+#   - the Redis store (build/bench_redis_store, libratel's Redis store on
+#     the Functions library, mode=function): batches of 100 requests on
+#     1,000 keys, rules 1000000000/1m:fixed and 1000000000/1m (sliding),
+#     each the median of 3 runs of STORE_SECONDS, against
+#     rate-limiter-flexible's Redis limiter (run-peers.sh rlf PORT, 50
+#     concurrent), on the same server in every round (STORE=0 skips both;
+#     PEERS=0 skips the peers, rate-limiter-flexible included).
 #   - memory: MEMORY USAGE of a key after one request (key name "k:1"), and
 #     per event for a sliding key holding 100 and 1,000 events at distinct
 #     milliseconds, next to a sorted set of as many UUID members (the seed
@@ -31,9 +45,10 @@
 #     0), admitted and denied, median of 3 sets; INCR the same way.
 #
 # Output: "ratel|peer<TAB>name<TAB>value<TAB>unit" lines, then a markdown
-# summary with the ratios to the targets of issue 11. Never fails on a
-# figure; it fails (exit 1) only when it cannot measure (no server, a
-# command that errors, a check that the work was done that does not hold).
+# summary with the ratios to the targets of issue 25 (and, below them,
+# those of issue 11). Never fails on a figure; it fails (exit 1) only when
+# it cannot measure (no server, a command that errors, a check that the
+# work was done that does not hold).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -44,6 +59,11 @@ script=${RATEL_LUA:-$build/lua/ratel.eval.lua}
 library=${RATEL_LIBRARY:-$build/lua/ratel.lib.lua}
 peers_dir=${PEERS_DIR:-$top/../shared/peers}
 n=${REDIS_REQUESTS:-400000}
+slow_n=${REDIS_SLOW_REQUESTS:-$((n / 4))}
+# A multiple of 50 clients x 16 pipelined: redis-benchmark sends whole
+# pipelines, and the sliding check counts every request it sent.
+slow_n=$(((slow_n + 799) / 800 * 800))
+store_seconds=${STORE_SECONDS:-1}
 rounds=${REDIS_ROUNDS:-3}
 
 for tool in redis-server redis-cli redis-benchmark python3; do
@@ -156,7 +176,7 @@ results=$dir/results
 # run_case NAME KEYSET: one redis-benchmark run; records ops/s and the
 # server's usec_per_call.
 run_case() {
-    local name=$1 set=$2 line key stat ops want got
+    local name=$1 set=$2 line key stat ops want got requests=$n
     local -a cmd extra=()
     for line in "${cases[@]}"; do
         [ "${line%% *}" = "$name" ] && break
@@ -170,6 +190,7 @@ run_case() {
         key="b:$name:__rand_int__"
         extra=(-r 1000)
     fi
+    [[ $name == eval_* ]] && requests=$slow_n
     read -r -a cmd <<<"${line#* }"
     cmd=("${cmd[@]/#KEY/$key}")
     case $name in
@@ -183,18 +204,37 @@ run_case() {
     case $name:$got in *:[0-9]* | seed_*:) ;; *) die "$name: ${cmd[*]}: $got" ;; esac
     [ "$set" = 1key ] && cli DEL "$key" >/dev/null
     cli CONFIG RESETSTAT >/dev/null
-    ops=$(redis-benchmark -p "$port" -c 50 -P 16 -n "$n" -q "${extra[@]}" "${cmd[@]}" 2>/dev/null |
+    ops=$(redis-benchmark -p "$port" -c 50 -P 16 -n "$requests" -q "${extra[@]}" "${cmd[@]}" 2>/dev/null |
           tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
     [ -n "$ops" ] || die "$name: redis-benchmark printed no figure"
     echo "${name}_$set ${ops:-0} $(usec_per_call "$stat")" >>"$results"
     # The work was done: a sliding key counts every request of the run.
     if [ "$set" = 1key ] && [[ $name == *sliding* ]]; then
         got=$(used_of "$key")
-        want=$n
-        [[ $name == *sliding2 ]] && want="$n $n"
+        want=$requests
+        [[ $name == *sliding2 ]] && want="$requests $requests"
         [ "$got" = "$want" ] || die "$name: the key counts [$got] requests, not [$want]"
     fi
     cli DEL "$key" >/dev/null
+}
+
+# store_round: the Redis store on the library, batches of 100, fixed then
+# sliding, then rate-limiter-flexible's Redis limiter, on this server.
+store_round() {
+    local algo line
+    [ -x "$build/bench_redis_store" ] || die "$build/bench_redis_store is missing (make bench)"
+    for algo in fixed sliding; do
+        line=$("$build/bench_redis_store" "$port" "$store_seconds" \
+            "redis_store_function_${algo}_batch100" 2>/dev/null) ||
+            die "bench_redis_store failed (function, $algo, batch100)"
+        awk -F'\t' '$1 == "ratel" { print "store:" $2, $3 }' <<<"$line" >>"$results"
+    done
+    cli FLUSHALL >/dev/null
+    if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
+        PEER_REQUESTS=$n "$peers_dir/run-peers.sh" rlf "$port" |
+            awk -F'\t' '$1 == "peer" && /redis/ { gsub(/ /, "_", $2); print "peer:" $2, $3 }' >>"$results"
+        cli FLUSHALL >/dev/null
+    fi
 }
 
 for r in $(seq "$rounds"); do
@@ -210,6 +250,7 @@ for r in $(seq "$rounds"); do
         PEER_REQUESTS=$n "$peers_dir/run-peers.sh" redis "$port" |
             awk -F'\t' '$1 == "peer" { gsub(/ /, "_", $2); print "peer:" $2, $3 }' >>"$results"
     fi
+    [ "${STORE:-1}" != 0 ] && store_round
 done
 [ "${PEERS:-1}" != 0 ] && [ ! -x "$peers_dir/run-peers.sh" ] &&
     echo "# peers skipped: $peers_dir/run-peers.sh missing"
@@ -219,6 +260,7 @@ for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
     ops=$(awk -v k="$name" '$1 == k { print $2 }' "$results" | median)
     case $name in
     peer:*) emit peer "${name#peer:}" "$ops" ops/s ;;
+    store:*) emit ratel "${name#store:}" "$ops" decisions/s ;;
     *)
         if [ "$name" = incr_1key ] || [ "$name" = incr_hot1k ] || [ "$name" = seed_multi_uuid_1key ]; then
             emit peer "redis_$name" "$ops" ops/s
@@ -411,23 +453,29 @@ awk -F'\t' '
         printf "| %s | %s | %s | %s |\n", what, got, target, got == "n/a" ? "n/a" : (met ? "yes" : "**no**")
     }
     END {
-        printf "| target (issue 11) | this run | wanted | met? |\n|---|---|---|---|\n"
+        printf "| target (issue 25) | this run | wanted | met? |\n|---|---|---|---|\n"
+        r = ratio("redis_lib_gcra_1key", "redis_lib_floor_1key")
+        row("FCALL gcra / floor function (GET, TIME, SET PXAT, 7-integer reply)", r, ">= 0.8", r + 0 >= 0.8)
+        r = ratio("redis_lib_fixed_1key", "redis_lib_floor_1key")
+        row("FCALL fixed / floor function", r, ">= 0.8", r + 0 >= 0.8)
+        r = ratio("redis_lib_sliding2_1key", "redis_seed_multi_uuid_1key")
+        row("FCALL two sliding rules / seed sorted-set script, fresh member", r, ">= 1.0", r + 0 >= 1.0)
+        r = ratio("redis_eval_gcra_1key", "seed-fixed-window-lua")
+        row("EVAL gcra / seed fixed-window script", r, ">= 0.5", r + 0 >= 0.5)
+        r = ratio("redis_module_gcra_1key", "redis_incr_1key")
+        row("module gcra / INCR, one key", r, ">= 0.8", r + 0 >= 0.8)
+        r = ratio("redis_module_sliding2_1key", "redis_seed_multi_uuid_1key")
+        row("module two sliding rules / seed sorted-set script, fresh member", r, ">= 8", r + 0 >= 8)
+        rlf = "rate-limiter-flexible_redis_consume_(conc_50)"
+        r = ratio("redis_store_function_fixed_batch100", rlf)
+        row("Redis store on the library, batches of 100 / rate-limiter-flexible Redis (" v[rlf] "/s), fixed (" v["redis_store_function_fixed_batch100"] "/s)", r, ">= 3", r + 0 >= 3)
+        r = ratio("redis_store_function_sliding_batch100", rlf)
+        row("Redis store on the library, batches of 100 / rate-limiter-flexible Redis, sliding (" v["redis_store_function_sliding_batch100"] "/s)", r, ">= 3", r + 0 >= 3)
+        printf "\n| earlier target (issue 11) | this run | wanted | met? |\n|---|---|---|---|\n"
         r = ratio("redis_lib_gcra_1key", "seed-fixed-window-lua")
         row("FCALL gcra / seed fixed-window Lua", r, ">= 1.2", r + 0 >= 1.2)
-        r = ratio("redis_lib_fixed_1key", "seed-fixed-window-lua")
-        row("FCALL fixed / seed fixed-window Lua", r, ">= 1.2", r + 0 >= 1.2)
-        r = ratio("redis_lib_sliding2_1key", "redis_seed_multi_uuid_1key")
-        row("FCALL two sliding rules / seed multi-rule zset, fresh member per request", r, ">= 1.5", r + 0 >= 1.5)
-        r = ratio("redis_lib_sliding2_1key", "seed-multi-rule-zset-lua")
-        row("FCALL two sliding rules / seed multi-rule zset, one member", r, ">= 1.0", r + 0 >= 1.0)
-        r = ratio("redis_eval_gcra_1key", "seed-fixed-window-lua")
-        row("EVAL script gcra / seed fixed-window Lua", r, ">= 0.8", r + 0 >= 0.8)
-        r = ratio("redis_module_gcra_1key", "redis_incr_1key")
-        row("module gcra / INCR (one key)", r, ">= 0.8", r + 0 >= 0.8)
         r = ratio("redis_module_gcra_1key", "seed-fixed-window-lua")
         row("module gcra / seed fixed-window Lua", r, ">= 4", r + 0 >= 4)
-        r = ratio("redis_module_sliding2_1key", "redis_seed_multi_uuid_1key")
-        row("module two sliding rules / seed multi-rule zset, fresh member per request", r, ">= 8", r + 0 >= 8)
         printf "| module concurrent acquire+release pairs/s, one client, 128 pipelined | %s | %s pairs per INCR | - |\n", v["redis_module_concurrent_pairs"], v["redis_module_concurrent_pairs_per_incr"]
         b = v["redis_bytes_per_key_module_gcra"]
         row("gcra key, MEMORY USAGE bytes, module (INCR " v["redis_bytes_per_key_INCR"] "; library " v["redis_bytes_per_key_lib_gcra"] ")", b, "<= 64", b + 0 <= 64)

@@ -45,7 +45,9 @@ if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
     redis_pid=$!
     for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
     # libratel's Redis store (issue 4) and rate-limiter-flexible's Redis
-    # limiter on this one server, one after the other.
+    # limiter on this one server, one after the other: every mode and case
+    # once. bench/redis.sh measures the library's batches against the same
+    # peer again in its interleaved rounds; its summary has that ratio.
     "$build/bench_redis_store" "$port" | tee -a "$out"
     "$peers_dir/run-peers.sh" rlf "$port" | tee -a "$out"
 else

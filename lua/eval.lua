@@ -7,10 +7,15 @@
 --     EVALSHA sha 1 KEY RESET
 --     EVALSHA sha 1 KEY INFO [AT unix_ms]
 --     EVALSHA sha 1 KEY PEEK [COST n] [MAXWAIT ms] [AT unix_ms] rule...
+--     EVALSHA sha N KEY... ACQUIRE_MANY COUNT word... (lua/many.lua)
 --
 -- The operation is case-insensitive; the words after it are those of
 -- RATEL.<OP> after the key. PEEK and INFO write nothing: EVALSHA_RO runs
 -- them on replicas. Redis runs this whole chunk on every call, so the
 -- core is made anew each time (lua/library.lua makes it once).
 
-return load_core()(ARGV[1] or '', KEYS, ARGV, 2)
+local run = load_core()
+if string.upper(ARGV[1] or '') == 'ACQUIRE_MANY' then
+    return acquire_many(run, KEYS, ARGV, 2)
+end
+return run(ARGV[1] or '', KEYS, ARGV, 2)

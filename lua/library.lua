@@ -8,6 +8,7 @@
 --     FCALL_RO ratel_peek 1 KEY [COST n] [MAXWAIT ms] [AT unix_ms] rule...
 --     FCALL_RO ratel_info 1 KEY [AT unix_ms]
 --     FCALL_RO ratel_version 0
+--     FCALL ratel_acquire_many N KEY... COUNT word... [COUNT word...]...
 --
 -- The words after the key are those of RATEL.<OP>. FUNCTION LOAD runs this
 -- chunk once; each FCALL runs only the registered function, and the rules
@@ -32,6 +33,17 @@ local function register(name, op, flags)
     })
 end
 register('ratel_acquire', 'ACQUIRE', {})
+-- ratel_acquire_many: lua/many.lua.
+redis.register_function({
+    function_name = 'ratel_acquire_many',
+    callback = function(keys, args)
+        if not run then
+            run = load_core()
+        end
+        return acquire_many(run, keys, args, 1)
+    end,
+    flags = {},
+})
 register('ratel_refund', 'REFUND', {})
 register('ratel_release', 'RELEASE', {})
 register('ratel_reset', 'RESET', {})

@@ -137,7 +137,7 @@ done
 version=$(sed -n 's/^#define RATEL_VERSION "\(.*\)"$/\1/p' "$top/include/ratel.h")
 [ -n "$version" ] || { echo "lua-build.sh: no RATEL_VERSION in include/ratel.h" >&2; exit 1; }
 # shellcheck disable=SC2086 # $files is a list of paths without spaces
-sum=$({ echo "$algo_lua"; cat $files "$top/lua/library.lua"; } | cksum | sed 's/ .*//')
+sum=$({ echo "$algo_lua"; cat $files "$top/lua/many.lua" "$top/lua/library.lua"; } | cksum | sed 's/ .*//')
 
 # The core as one function that makes it and returns commands.lua's run().
 core() {
@@ -155,11 +155,13 @@ mkdir -p "$out"
     echo "-- ratel $version: built by scripts/lua-build.sh from lua/*.lua; do not edit."
     echo "local RATEL_LIBRARY_VERSION = '$version+$sum'"
     core
+    cat "$top/lua/many.lua"
     cat "$top/lua/library.lua"
 } >"$out/ratel.lib.lua.tmp"
 {
     echo "-- ratel $version: built by scripts/lua-build.sh from lua/*.lua; do not edit."
     core
+    cat "$top/lua/many.lua"
     cat "$top/lua/eval.lua"
 } >"$out/ratel.eval.lua.tmp"
 mv "$out/ratel.lib.lua.tmp" "$out/ratel.lib.lua"

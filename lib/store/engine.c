@@ -404,6 +404,48 @@ static int opening(const ratel__node_t *node)
     return 0;
 }
 
+static void to_flight(conn_t *c, ratel__rop_t *rop)
+{
+    queue_unlink(&c->node->qhead, &c->node->qtail, rop);
+    rop->where = WHERE_FLIGHT;
+    rop->conn = c;
+    rop->attempts++;
+}
+
+/* Whether an ACQUIRE may go in a ratel_acquire_many with others: on the
+   library or the EVAL script, unless it must follow an ASKING of its own. */
+static int joins_many(const ratel__node_t *node, const ratel__rop_t *rop)
+{
+    return (node->mode == RATEL__MODE_FUNCTION ||
+            node->mode == RATEL__MODE_LUA) &&
+           rop->kind == RATEL__ROP_ACQUIRE && !rop->asking && !rop->force;
+}
+
+/*
+ * Sends `first` and the queued ACQUIREs after it that may join it (up to
+ * ENGINE_MANY_MAX, in a cluster those of its slot) as one
+ * ratel_acquire_many (FCALL, or the EVAL script's ACQUIRE_MANY): one call
+ * and one reply for many decisions, each as its own call would decide it.
+ * Returns the queue's next command.
+ */
+static ratel__rop_t *dispatch_many(conn_t *c, ratel__rop_t *first)
+{
+    ratel__rop_t *rops[ENGINE_MANY_MAX], *next = first;
+    size_t n = 0;
+
+    while (next && n < ENGINE_MANY_MAX && joins_many(c->node, next) &&
+           route_same_slot(c->e, first, next)) {
+        rops[n++] = next;
+        next = next->qnext;
+    }
+    for (size_t i = 0; i < n; i++)
+        to_flight(c, rops[i]);
+    if (conn_push_many(c, rops, n) != 0)
+        for (size_t i = 0; i < n; i++)
+            engine_finish(c->e, rops[i], RATEL_ENOMEM, NULL);
+    return next;
+}
+
 /*
  * Moves the node's queue onto a ready connection; opens one when none is
  * (or, all busy, another while the pool has room).
@@ -431,10 +473,12 @@ static void dispatch(ratel__node_t *node)
         next = rop->qnext;
         if (needs_code(rop) && !node_prepared(node))
             continue;
-        queue_unlink(&node->qhead, &node->qtail, rop);
-        rop->where = WHERE_FLIGHT;
-        rop->conn = c;
-        rop->attempts++;
+        if (joins_many(node, rop) && next && joins_many(node, next) &&
+            route_same_slot(e, rop, next)) {
+            next = dispatch_many(c, rop);
+            continue;
+        }
+        to_flight(c, rop);
         if (conn_push(c, rop, STEP_ROP) != 0)
             engine_finish(e, rop, RATEL_ENOMEM, NULL);
     }

@@ -53,27 +53,53 @@ static void reply_text(const redisReply *r, char *buf, size_t len)
 
 /* --------------------------------------------------------- the ring */
 
+/* Room in the ring for `more` entries. */
+static int pend_reserve(conn_t *c, size_t more)
+{
+    size_t cap = c->pcap ? c->pcap : 16;
+    pend_t *p;
+
+    if (c->pcount + more <= c->pcap)
+        return 0;
+    while (cap < c->pcount + more)
+        cap *= 2;
+    p = malloc(cap * sizeof *p);
+    if (!p)
+        return RATEL_ENOMEM;
+    for (size_t i = 0; i < c->pcount; i++)
+        p[i] = c->pend[(c->phead + i) % c->pcap];
+    free(c->pend);
+    c->pend = p;
+    c->pcap = cap;
+    c->phead = 0;
+    return 0;
+}
+
+/* `n` ACQUIREs as one ratel_acquire_many: the first's entry in the ring
+   says how many entries its one reply answers. */
+int conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+{
+    if (pend_reserve(c, n) != 0 || encode_many(c, rops, n) != 0)
+        return RATEL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        c->pend[(c->phead + c->pcount++) % c->pcap] =
+            (pend_t){rops[i], i ? STEP_MANY_ITEM : STEP_MANY, (unsigned)n};
+    c->outcmds++;
+    engine_conn_dirty(c);
+    return 0;
+}
+
 int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
 {
     int rc;
 
-    if (c->pcount + 2 > c->pcap) {
-        size_t cap = c->pcap ? c->pcap * 2 : 16;
-        pend_t *p = malloc(cap * sizeof *p);
-        if (!p)
-            return RATEL_ENOMEM;
-        for (size_t i = 0; i < c->pcount; i++)
-            p[i] = c->pend[(c->phead + i) % c->pcap];
-        free(c->pend);
-        c->pend = p;
-        c->pcap = cap;
-        c->phead = 0;
-    }
+    if (pend_reserve(c, 2) != 0)
+        return RATEL_ENOMEM;
     if (step == STEP_ROP && rop->asking) {
         if (encode_words(c, 1, "ASKING") != 0)
             return RATEL_ENOMEM;
         c->pend[(c->phead + c->pcount++) % c->pcap] =
-            (pend_t){NULL, STEP_ASKING};
+            (pend_t){NULL, STEP_ASKING, 1};
     }
     if (step == STEP_ROP && rop->kind == RATEL__ROP_LIBRARY)
         step = STEP_LIB_VERSION;
@@ -128,7 +154,7 @@ int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
     }
     if (rc != 0)
         return RATEL_ENOMEM;
-    c->pend[(c->phead + c->pcount++) % c->pcap] = (pend_t){rop, step};
+    c->pend[(c->phead + c->pcount++) % c->pcap] = (pend_t){rop, step, 1};
     c->outcmds++;
     engine_conn_dirty(c);
     return 0;
@@ -416,6 +442,71 @@ static void became_ready(conn_t *c)
         engine_node_dirty(c->node);
 }
 
+/* A reply object of `type` made here (an error's text copied), freed
+   by freeReplyObject() as the reader's are. */
+static redisReply *reply_made(int type, const char *str, size_t len)
+{
+    redisReply *r = calloc(1, sizeof *r);
+
+    if (!r)
+        return NULL;
+    r->type = type;
+    if (str) {
+        r->str = malloc(len + 1);
+        if (!r->str) {
+            free(r);
+            return NULL;
+        }
+        memcpy(r->str, str, len);
+        r->str[len] = '\0';
+        r->len = len;
+    }
+    return r;
+}
+
+/*
+ * The reply of one ratel_acquire_many (the library's or the EVAL
+ * script's): element i answers its i-th ACQUIRE, as its own call's reply
+ * would. An error for the whole call
+ * (MOVED, the library or the script gone, a busy server) answers each, which
+ * route_retry() then sends again one by one where it would one; any
+ * other answer is none of theirs (nil: the store's failure policy).
+ */
+static void on_many(conn_t *c, const pend_t *p, redisReply *r)
+{
+    ratel__engine_t *e = c->e;
+    ratel__rop_t *rops[ENGINE_MANY_MAX];
+    size_t n = 0;
+    int whole = r->type != REDIS_REPLY_ARRAY || r->elements != p->count;
+
+    rops[n++] = p->rop;
+    for (pend_t q; n < p->count && n < ENGINE_MANY_MAX && pop(c, &q);)
+        rops[n++] = q.rop;
+    for (size_t i = 0; i < n; i++) {
+        ratel__rop_t *rop = rops[i];
+        redisReply *one;
+        if (!whole) {
+            one = r->element[i];
+            r->element[i] = NULL;
+        } else {
+            int error = r->type == REDIS_REPLY_ERROR;
+            one = reply_made(error ? REDIS_REPLY_ERROR : REDIS_REPLY_NIL,
+                             error ? r->str : NULL, error ? r->len : 0);
+        }
+        if (!rop || rop->where != WHERE_FLIGHT || rop->conn != c) {
+            freeReplyObject(one);
+            continue;
+        }
+        rop->conn = NULL;
+        rop->where = WHERE_NONE;
+        if (!one)
+            engine_finish(e, rop, RATEL_ENOMEM, NULL);
+        else if (one->type != REDIS_REPLY_ERROR || !route_retry(e, rop, one))
+            engine_finish(e, rop, 0, one);
+    }
+    freeReplyObject(r);
+}
+
 /* One reply, matched with what it answers. Returns 0, or -1 when the
    connection failed (and is gone). */
 static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
@@ -436,6 +527,9 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
             return 0;
         engine_finish(e, p->rop, 0, r);
         return 0;
+    case STEP_MANY:
+        on_many(c, p, r);
+        return 0;
     case STEP_LIB_VERSION:
     case STEP_LIB_LOAD:
         if (p->rop && p->rop->where == WHERE_FLIGHT && p->rop->conn == c)
@@ -444,6 +538,7 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
             freeReplyObject(r);
         return 0;
     case STEP_ASKING:
+    case STEP_MANY_ITEM: /* never alone: on_many() took it */
         break;
     case STEP_SUBSCRIBE:
         /* The subscription's confirmation; messages follow unasked. */

@@ -234,3 +234,93 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
 #undef NUM
     return encode_argv(c, a);
 }
+
+/* ------------------------------------------------ ratel_acquire_many */
+
+/* Whether two ACQUIREs send the same words after their keys (those
+   options() writes): the second then sends "0", the library's "the
+   words of the item before". */
+static int same_words(const ratel__rop_t *a, const ratel__rop_t *b)
+{
+    return a->request.cost == b->request.cost &&
+           (a->request.flags & RATEL_PEEK) == (b->request.flags & RATEL_PEEK) &&
+           a->request.max_wait_ms == b->request.max_wait_ms &&
+           a->at_ms == b->at_ms &&
+           (a->policy == b->policy ||
+            memcmp(a->policy, b->policy, sizeof *a->policy) == 0);
+}
+
+/* One bulk string: "$LEN\r\nBYTES\r\n". */
+static int bulk(conn_t *c, const char *s, size_t len)
+{
+    if (reserve(c, len + 24) != 0)
+        return -1;
+    c->outlen += header(c->out + c->outlen, '$', len);
+    memcpy(c->out + c->outlen, s, len);
+    c->outlen += len;
+    memcpy(c->out + c->outlen, "\r\n", 2);
+    c->outlen += 2;
+    return 0;
+}
+
+/*
+ * FCALL ratel_acquire_many N KEY... (the EVAL script: EVALSHA SHA N KEY...
+ * ACQUIRE_MANY) then, per ACQUIRE, the count of its words and the words
+ * (those of ratel_acquire after the key), or "0" when they are the item
+ * before's (docs/lua.md).
+ */
+/* The RESP header and the words before the items' own. */
+static int many_head(conn_t *c, ratel__rop_t *const *rops, size_t n, int lua)
+{
+    size_t words = 3 + n + (size_t)lua, len;
+    char num[4][24], count[24];
+    argv_t a;
+
+    for (size_t i = 0; i < n; i++) {
+        a.n = 0;
+        if (i == 0 || !same_words(rops[i - 1], rops[i]))
+            options(&a, rops[i], num, &c->e->rules);
+        words += 1 + (size_t)a.n;
+    }
+    if (reserve(c, 24) != 0)
+        return -1;
+    c->outlen += header(c->out + c->outlen, '*', words);
+    len = (size_t)snprintf(count, sizeof count, "%zu", n);
+    if ((lua ? bulk(c, "EVALSHA", 7) != 0 ||
+                   bulk(c, c->e->sh->script_sha, 40) != 0
+             : bulk(c, "FCALL", 5) != 0 ||
+                   bulk(c, "ratel_acquire_many", 18) != 0) ||
+        bulk(c, count, len) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (bulk(c, rops[i]->key, rops[i]->keylen) != 0)
+            return -1;
+    return lua ? bulk(c, "ACQUIRE_MANY", 12) : 0;
+}
+
+int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+{
+    int lua = c->node->mode == RATEL__MODE_LUA;
+    size_t start = c->outlen, len;
+    char num[4][24], count[24];
+    argv_t a;
+
+    if (many_head(c, rops, n, lua) != 0)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        a.n = 0;
+        if (i == 0 || !same_words(rops[i - 1], rops[i]))
+            options(&a, rops[i], num, &c->e->rules);
+        len = (size_t)snprintf(count, sizeof count, "%d", a.n);
+        if (bulk(c, count, len) != 0)
+            goto fail;
+        for (int w = 0; w < a.n; w++)
+            if (bulk(c, a.v[w], a.len[w]) != 0)
+                goto fail;
+    }
+    return 0;
+fail:
+    /* Nothing half-written stays: what follows would not parse. */
+    c->outlen = start;
+    return -1;
+}

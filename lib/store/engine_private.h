@@ -43,13 +43,21 @@ typedef enum step_e {
     STEP_SCRIPT,      /* preparation: SCRIPT LOAD */
     STEP_LIB_VERSION, /* a LIBRARY rop's FCALL_RO ratel_version 0 */
     STEP_LIB_LOAD,    /* a LIBRARY rop's FUNCTION LOAD REPLACE */
-    STEP_SUBSCRIBE    /* a Sentinel's SUBSCRIBE +switch-master */
+    STEP_SUBSCRIBE,   /* a Sentinel's SUBSCRIBE +switch-master */
+    STEP_MANY,        /* the first ACQUIRE of one ratel_acquire_many */
+    STEP_MANY_ITEM    /* each other ACQUIRE of it: no reply of its own */
 } step_t;
 
 typedef struct pend_s {
-    ratel__rop_t *rop; /* STEP_ROP, STEP_LIB_*: the command */
+    ratel__rop_t *rop; /* STEP_ROP, STEP_LIB_*, STEP_MANY*: the command */
     step_t step;
+    unsigned count; /* STEP_MANY: the ACQUIREs its one reply answers */
 } pend_t;
+
+/* Most ACQUIREs one ratel_acquire_many decides (FCALL, or the EVAL
+   script's ACQUIRE_MANY): a batch's requests to one node go in calls of
+   this many, each holding the server about this many decisions' time. */
+#define ENGINE_MANY_MAX 64
 
 typedef enum conn_state_e {
     CONN_OPENING, /* the transport connects (and shakes hands) */
@@ -191,6 +199,8 @@ typedef struct argv_s {
 } argv_t;
 int encode_argv(conn_t *c, const argv_t *a);
 int encode_rop(conn_t *c, const ratel__rop_t *rop);
+int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
+int conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
 int encode_words(conn_t *c, int argc, ...);
 
 /* engine_sentinel.c */
@@ -205,6 +215,10 @@ void sentinel_message(conn_t *c, const redisReply *r);
    index in nodes ((size_t)-1: none); parked commands go there or fail. */
 void route_primary_found(ratel__engine_t *e, size_t found);
 ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop);
+/* Whether one command may carry both keys: always but in a cluster, where
+   only keys of one slot may. */
+int route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
+                    const ratel__rop_t *b);
 /* Looks at an answer: 1 when the command was sent again (or parked for
    a failover), 0 when it is final. */
 int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r);

@@ -188,6 +188,13 @@ ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
     return e->nnodes ? e->nodes[0] : NULL;
 }
 
+int route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
+                    const ratel__rop_t *b)
+{
+    return !e->sh->url.cluster ||
+           key_slot(a->key, a->keylen) == key_slot(b->key, b->keylen);
+}
+
 /* --------------------------------------------------------- failover */
 
 static int can_fail_over(const ratel__engine_t *e)

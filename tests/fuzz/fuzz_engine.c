@@ -270,6 +270,14 @@ static const char *const canned[] = {
     "*7\r\n:1\r\n:10\r\n:9\r\n:0\r\n:100\r\n:0\r\n:0\r\n",
     "*7\r\n:0\r\n:10\r\n:0\r\n:100\r\n:1000\r\n:0\r\n:0\r\n",
     "-ERR ratel: at most 8 rules\r\n",
+    /* ratel_acquire_many's: two decisions; a decision and an item's
+       error; a decision and a nil (no item's answer). */
+    "*2\r\n*7\r\n:1\r\n:10\r\n:9\r\n:0\r\n:100\r\n:0\r\n:0\r\n"
+    "*7\r\n:0\r\n:10\r\n:0\r\n:100\r\n:1000\r\n:0\r\n:0\r\n",
+    "*2\r\n*7\r\n:1\r\n:10\r\n:9\r\n:0\r\n:100\r\n:0\r\n:0\r\n"
+    "-MOVED 15495 127.0.0.1:7001\r\n",
+    "*3\r\n*7\r\n:1\r\n:10\r\n:9\r\n:0\r\n:100\r\n:0\r\n:0\r\n"
+    "$-1\r\n-ERR ratel: at most 8 rules\r\n",
     /* CLUSTER SLOTS out of range: once a loop over 2^63 slots. */
     "*1\r\n*3\r\n:-9223372036854775807\r\n:16383\r\n*2\r\n$9\r\n"
     "127.0.0.1\r\n:7000\r\n",

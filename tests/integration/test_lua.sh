@@ -384,6 +384,40 @@ rcli "$port" FUNCTION FLUSH >/dev/null
 same "library: flushed" "$(rcli "$port" FCALL ratel_version 0 2>&1 | cut -c1-22)" "ERR Function not found"
 rcli "$port" FUNCTION LOAD "$(cat "$lua/ratel.lib.lua")" >/dev/null
 
+# ratel_acquire_many (the EVAL script's ACQUIRE_MANY): each item answers
+# as its own ratel_acquire would, in order (m:a twice), with the same
+# bytes stored; "0" repeats the words of the item before; an item that
+# fails fails alone; a malformed list fails the call, writing nothing.
+many() {
+    local n=$1; shift
+    if [ "$via" = eval ]; then
+        echo $(rcli "$port" EVALSHA "$sha" "$n" "${@:1:$n}" ACQUIRE_MANY "${@:$((n + 1))}" 2>&1)
+    else
+        echo $(rcli "$port" FCALL ratel_acquire_many "$n" "$@" 2>&1)
+    fi
+}
+for via in lib eval; do
+    rcli "$port" FLUSHALL >/dev/null
+    same "$via: acquire_many answers as single calls" \
+        "$(many 4 m:a m:b m:a m:c 3 AT $t 2/1s 0 6 COST 2 AT $t 2/1s 3/1h 0)" \
+        "$(echo $(ev s:a ACQUIRE AT $t 2/1s) $(ev s:b ACQUIRE AT $t 2/1s) \
+            $(ev s:a ACQUIRE COST 2 AT $t 2/1s 3/1h) $(ev s:c ACQUIRE COST 2 AT $t 2/1s 3/1h))"
+    same "$via: acquire_many stores the same bytes" \
+        "$(hex m:a) $(hex m:b) $(rcli "$port" PEXPIRETIME m:a)" \
+        "$(hex s:a) $(hex s:b) $(rcli "$port" PEXPIRETIME s:a)"
+    rcli "$port" SET m:str text >/dev/null
+    same "$via: acquire_many, an item's error is its own" \
+        "$(many 3 m:d m:str m:e 3 AT $t 5/1s 0 2 AT $t)" \
+        "1 5 4 0 1000 0 0 $E key holds a value that is not ratel state $E at least one rule is needed"
+    same "$via: acquire_many, a count that is not one" "$(many 1 m:f x 2/1s)" \
+        "$E ratel_acquire_many: item 1 needs a word count (0 repeats the previous item's words) and as many words"
+    same "$via: acquire_many, 0 first" "$(many 1 m:f 0)" \
+        "$E ratel_acquire_many: item 1 needs a word count (0 repeats the previous item's words) and as many words"
+    same "$via: acquire_many, words left over" "$(many 1 m:f 1 2/1s 2/1m)" \
+        "$E ratel_acquire_many: more words than its 1 keys take"
+    same "$via: acquire_many, nothing written on a malformed call" "$(rcli "$port" EXISTS m:f)" 0
+done
+
 # ------------------------------------ the module and the scripts agree
 
 # Calendar rules mixed with others, at instants around the leap day of

@@ -683,6 +683,74 @@ static void test_batch(void)
     test_redis_free(&r);
 }
 
+/*
+ * A batch on the library (or the EVAL script): its requests go in
+ * ratel_acquire_many calls (a few, not one a request), decide as the core
+ * does, in order on a repeated key, with another policy or COST between
+ * them, and an item whose key holds something else fails alone. After
+ * FUNCTION FLUSH (SCRIPT FLUSH) the next batch loads the code again and
+ * still decides.
+ */
+static void batch_on(ratel_redis_mode_t mode, const char *command,
+                     const char *flush)
+{
+    ratel_policy_t p = policy_of("5/1m", NULL), q = policy_of("3/1s", "7/1m");
+    ratel_batch_item_t items[300];
+    char keys[300][16], out[256];
+    ratel_store_t *s, *mem;
+    test_redis_t r;
+    char url[128];
+
+    REQUIRE(test_redis_start(&r, NULL, NULL) == 0);
+    url_of(url, sizeof url, r.port);
+    s = open_store(
+        (ratel_redis_options_t){.url = url, .mode = mode, .client_time = 1});
+    REQUIRE(s);
+    REQUIRE(ratel_store_memory_new(&mem, NULL) == 0);
+    test_redis_cmd(r.port, out, sizeof out, "SET b7 other");
+    for (int i = 0; i < 300; i++) {
+        snprintf(keys[i], sizeof keys[i], "b%d", i % 50);
+        items[i] = (ratel_batch_item_t){.key = keys[i],
+                                        .keylen = strlen(keys[i]),
+                                        .policy = i % 7 < 4 ? &p : &q,
+                                        .request = RATEL_REQUEST_INIT};
+        if (i % 11 == 0)
+            items[i].request.cost = 2;
+    }
+    test_redis_cmd(r.port, out, sizeof out, "CONFIG RESETSTAT");
+    CHECK_EQ(ratel_store_acquire_batch(s, items, 300, T0), 0);
+    CHECK(calls_of(r.port, command) <= 300 / 64 + 2);
+    for (int i = 0; i < 300; i++) {
+        ratel_decision_t d;
+        if (i % 50 == 7) {
+            CHECK_EQ(items[i].rc, RATEL_ECORRUPT);
+            continue;
+        }
+        CHECK_EQ(items[i].rc, 0);
+        CHECK_EQ(ratel_store_acquire(mem, keys[i], strlen(keys[i]),
+                                     items[i].policy, T0, &items[i].request,
+                                     &d),
+                 0);
+        if (!same_decision(&d, &items[i].decision))
+            fail_at(__LINE__, "item %d differs from the core", i);
+    }
+    test_redis_cmd(r.port, out, sizeof out, "%s", flush);
+    items[1].key = "fresh";
+    items[1].keylen = 5;
+    CHECK_EQ(ratel_store_acquire_batch(s, items, 3, T0), 0);
+    CHECK(items[1].rc == 0 && items[1].decision.allowed &&
+          items[1].decision.source == RATEL_SOURCE_STORE);
+    ratel_store_free(s);
+    ratel_store_free(mem);
+    test_redis_free(&r);
+}
+
+static void test_batch_library(void)
+{
+    batch_on(RATEL_REDIS_FUNCTION, "fcall", "FUNCTION FLUSH");
+    batch_on(RATEL_REDIS_LUA, "evalsha", "SCRIPT FLUSH");
+}
+
 typedef struct hammer_s {
     ratel_store_t *store;
     const ratel_policy_t *policy;
@@ -1252,6 +1320,7 @@ static const store_test_t tests[] = {
     {"library_cluster", test_library_cluster},
     {"deny_cache", test_deny_cache},
     {"batch", test_batch},
+    {"batch_library", test_batch_library},
     {"shared_pipelines", test_shared_pipelines},
     {"processes_share_a_key", test_processes_share_a_key},
     {"processes_hold_leases", test_processes_hold_leases},

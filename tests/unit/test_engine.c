@@ -303,6 +303,75 @@ TEST(noscript_reloads_and_resends)
     CHECK_EQ(r.calls, 1);
 }
 
+/* ------------------------------------------------ ratel_acquire_many */
+
+/* A node on the library, prepared: PING, ratel_version answered "1"
+   (this build's, in the fixture). */
+static mem_conn_t *library_ready(fixture_t *f)
+{
+    mem_conn_t *c;
+
+    mem_flush(&f->m);
+    c = mem_open_conn(&f->m, 7000);
+    if (!c || mem_up(&f->m, c) != 0 || !mem_expect(c, "PING") ||
+        mem_send_str(&f->m, c, "+PONG\r\n") != 0 ||
+        !mem_expect(c, "FCALL_RO ratel_version 0") ||
+        mem_send_str(&f->m, c, "$1\r\n1\r\n") != 0)
+        return NULL;
+    return c;
+}
+
+/* Acquires queued together on the library leave as one FCALL
+   ratel_acquire_many (the same words once, then "0"); element i of its
+   reply answers acquire i, an error element its own. */
+TEST(library_batches_acquire_many)
+{
+    fixture_t f;
+    res_t r[3];
+    mem_conn_t *c;
+
+    REQUIRE(fx_init(&f, "redis://127.0.0.1:7000", RATEL_REDIS_FUNCTION) == 0);
+    acquire(&f, &r[0], "k0", NOW_US);
+    acquire(&f, &r[1], "k1", NOW_US);
+    acquire(&f, &r[2], "k0", NOW_US);
+    c = library_ready(&f);
+    REQUIRE(c);
+    CHECK_EQ(mem_pending_commands(c), 1);
+    CHECK(mem_expect(c, "FCALL ratel_acquire_many 3 k0 k1 k0 1 10/1s 0 0"));
+    REQUIRE(mem_send_str(&f.m, c, "*3\r\n:1\r\n-ERR ratel: no\r\n:3\r\n") == 0);
+    CHECK(r[0].calls == 1 && r[0].rc == 0 && r[0].integer == 1);
+    CHECK(r[1].calls == 1 && r[1].rc == 0 && r[1].type == REDIS_REPLY_ERROR);
+    CHECK_EQ(strcmp(r[1].str, "ERR ratel: no"), 0);
+    CHECK(r[2].calls == 1 && r[2].rc == 0 && r[2].integer == 3);
+    fx_free(&f);
+}
+
+/* An error for the whole call answers each acquire: "Function not found"
+   loads the library again and sends them again, together; an answer
+   with the wrong count of elements is nil to each. */
+TEST(library_acquire_many_whole_errors)
+{
+    fixture_t f;
+    res_t r[2];
+    mem_conn_t *c;
+
+    REQUIRE(fx_init(&f, "redis://127.0.0.1:7000", RATEL_REDIS_FUNCTION) == 0);
+    acquire(&f, &r[0], "a", NOW_US);
+    acquire(&f, &r[1], "b", NOW_US);
+    c = library_ready(&f);
+    REQUIRE(c);
+    CHECK(mem_expect(c, "FCALL ratel_acquire_many 2 a b"));
+    REQUIRE(mem_send_str(&f.m, c, "-ERR Function not found\r\n") == 0);
+    CHECK(r[0].calls == 0 && r[1].calls == 0);
+    CHECK(mem_expect(c, "FCALL_RO ratel_version 0"));
+    REQUIRE(mem_send_str(&f.m, c, "$1\r\n1\r\n") == 0);
+    CHECK(mem_expect(c, "FCALL ratel_acquire_many 2 a b"));
+    REQUIRE(mem_send_str(&f.m, c, "*1\r\n:1\r\n") == 0);
+    CHECK(r[0].calls == 1 && r[0].rc == 0 && r[0].type == REDIS_REPLY_NIL);
+    CHECK(r[1].calls == 1 && r[1].rc == 0 && r[1].type == REDIS_REPLY_NIL);
+    fx_free(&f);
+}
+
 /* ------------------------------------------------------- failover */
 
 TEST(readonly_fails_over_by_role)
@@ -683,6 +752,9 @@ RATEL_SUITE(engine) = {
     {"engine_moved_followed", test_moved_followed},
     {"engine_ask_followed_with_asking", test_ask_followed_with_asking},
     {"engine_noscript_reloads_and_resends", test_noscript_reloads_and_resends},
+    {"engine_library_batches_acquire_many", test_library_batches_acquire_many},
+    {"engine_library_acquire_many_whole_errors",
+     test_library_acquire_many_whole_errors},
     {"engine_readonly_fails_over_by_role", test_readonly_fails_over_by_role},
     {"engine_deadline_fails_command_and_connection",
      test_deadline_fails_command_and_connection},
