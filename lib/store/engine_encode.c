@@ -273,7 +273,7 @@ static int bulk(conn_t *c, const char *s, size_t len)
 static int many_head(conn_t *c, ratel__rop_t *const *rops, size_t n, int lua)
 {
     size_t words = 3 + n + (size_t)lua, len;
-    char num[4][24], count[24];
+    char num[RATEL_OPTIONS][24], count[24];
     argv_t a;
 
     for (size_t i = 0; i < n; i++) {
@@ -302,7 +302,7 @@ int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
     int lua = c->node->mode == RATEL__MODE_LUA;
     size_t start = c->outlen, len;
-    char num[4][24], count[24];
+    char num[RATEL_OPTIONS][24], count[24];
     argv_t a;
 
     if (many_head(c, rops, n, lua) != 0)
