@@ -204,12 +204,17 @@ run_case() {
     case $name:$got in *:[0-9]* | seed_*:) ;; *) die "$name: ${cmd[*]}: $got" ;; esac
     [ "$set" = 1key ] && cli DEL "$key" >/dev/null
     cli CONFIG RESETSTAT >/dev/null
+    started=$(now_ms)
     ops=$(redis-benchmark -p "$port" -c 50 -P 16 -n "$requests" -q "${extra[@]}" "${cmd[@]}" 2>/dev/null |
           tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
     [ -n "$ops" ] || die "$name: redis-benchmark printed no figure"
     echo "${name}_$set ${ops:-0} $(usec_per_call "$stat")" >>"$results"
-    # The work was done: a sliding key counts every request of the run.
-    if [ "$set" = 1key ] && [[ $name == *sliding* ]]; then
+    # The work was done: a sliding key counts every request of the run,
+    # unless the run outlasted the one-minute window (a slow EVAL case on
+    # a loaded machine), when the first requests have rightly expired.
+    if [ "$set" = 1key ] && [[ $name == *sliding* ]] && [ $(($(now_ms) - started)) -ge 59000 ]; then
+        echo "# $name ran longer than its 1-minute window: count check skipped"
+    elif [ "$set" = 1key ] && [[ $name == *sliding* ]]; then
         got=$(used_of "$key")
         want=$requests
         [[ $name == *sliding2 ]] && want="$requests $requests"
