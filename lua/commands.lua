@@ -47,9 +47,8 @@ local function read_lease(a)
     return lease
 end
 
--- ratel_policy_parse(): the rules args[i..argc], checked as
--- ratel_policy_init() checks them.
-local function parse_policy(args, i, argc)
+-- The rules args[i..argc], checked as ratel_policy_init() checks them.
+local function parse_rules(args, i, argc)
     local n = argc - i + 1
     if n <= 0 then
         fail('at least one rule is needed')
@@ -74,6 +73,36 @@ local function parse_policy(args, i, argc)
                     format_rule(policy[j]), k))
             end
         end
+    end
+    return policy
+end
+
+--[[
+Policies, kept between calls by the Functions library (the EVAL script
+starts afresh each call) as the rules they hold are (lua/rule.lua): keyed
+by the rules' texts joined by "\0", which no valid rule holds, at most
+POLICY_CACHE_MAX of them, emptied when full. A cached policy is never
+modified; it carries its plan (lua/state.lua, plan_of), so that a call of
+a known policy on a key of it parses neither. Errors are not kept.
+]]
+local POLICY_CACHE_MAX = 1024
+local policy_cache, policy_cache_n = {}, 0
+
+-- ratel_policy_parse(): the rules args[i..argc], checked as
+-- ratel_policy_init() checks them.
+local function parse_policy(args, i, argc)
+    local text = i == argc and args[i] or table.concat(args, '\0', i, argc)
+    local policy = policy_cache[text]
+    if policy then
+        return policy
+    end
+    policy = parse_rules(args, i, argc)
+    policy.plan = plan_of(policy)
+    if #text <= 64 * MAX_RULES then
+        if policy_cache_n == POLICY_CACHE_MAX then
+            policy_cache, policy_cache_n = {}, 0
+        end
+        policy_cache[text], policy_cache_n = policy, policy_cache_n + 1
     end
     return policy
 end
@@ -191,6 +220,13 @@ end
 -- rules, else converted from what it holds. Also whether they were
 -- converted from another policy's records.
 local function records_of(policy, old, now_us)
+    local plan = policy.plan
+    if plan then
+        local recs = planned_records(plan, old)
+        if recs then
+            return recs, false
+        end
+    end
     if not old then
         return convert(policy, {}, now_us), false
     end
@@ -228,7 +264,7 @@ local function acquire(op, key, args, first)
     local new = old
     if not allowed or peek then
         for i = 1, #recs do
-            STATUS[recs[i].algo](recs[i], now_us)
+            ALGORITHMS[recs[i].algo].status(recs[i], now_us)
         end
         -- A denied key written under other rules keeps its converted state
         -- so that a retry decides on the same state; new keys stay unstored.
@@ -237,7 +273,8 @@ local function acquire(op, key, args, first)
         end
     else
         for i = 1, #recs do
-            commit(recs[i], now_us, at_us, cost)
+            local r = recs[i]
+            ALGORITHMS[r.algo].commit(r, now_us, cost, at_us)
         end
         new = serialize(recs)
     end
@@ -261,7 +298,7 @@ local function change_key(policy, key, old, recs, now_us)
     local allowed = decide_all(recs, now_us, 1, 0)
     local empty = true
     for i = 1, #recs do
-        STATUS[recs[i].algo](recs[i], now_us)
+        ALGORITHMS[recs[i].algo].status(recs[i], now_us)
         empty = empty and recs[i].reset_ms == 0
     end
     local d = report(policy, recs, allowed, 0)
@@ -275,7 +312,7 @@ local function refund(op, key, args, first)
     local now_us = now_of(at)
     local recs = records_of(policy, old, now_us)
     for i = 1, #recs do
-        REFUND[recs[i].algo](recs[i], now_us, cost)
+        ALGORITHMS[recs[i].algo].refund(recs[i], now_us, cost)
     end
     return change_key(policy, key, old, recs, now_us)
 end
@@ -322,20 +359,15 @@ local function info(op, key, args, first)
     for i = 1, #recs do
         local r = recs[i]
         local stored_runs = r.n
-        STATUS[r.algo](r, now_us)
+        ALGORITHMS[r.algo].status(r, now_us)
         local e = { { ok = 'rule' }, { ok = format_rule(r) }, { ok = 'algo' },
             { ok = ALGO_NAMES[r.algo] }, { ok = 'used' }, r.used,
             { ok = 'remaining' }, r.remaining, { ok = 'reset_after_ms' },
             r.reset_ms }
-        if r.algo == ALGO_SLIDING then
-            e[11], e[12] = { ok = 'runs' }, stored_runs
-            e[13], e[14] = { ok = 'granularity_ms' }, 2 ^ r.shift
-        elseif r.algo == ALGO_GCRA then
-            e[11], e[12] = { ok = 'tat_us' }, r.tat_hi * TWO32 + r.tat_lo
-        elseif r.algo == ALGO_CONCURRENT then
-            e[11], e[12] = { ok = 'last_lease' }, r.last
-        else
-            e[11], e[12] = { ok = 'window_start_ms' }, r.start
+        local k1, v1, k2, v2 = ALGORITHMS[r.algo].info(r, stored_runs)
+        e[11], e[12] = { ok = k1 }, v1
+        if k2 then
+            e[13], e[14] = { ok = k2 }, v2
         end
         out[i] = e
     end

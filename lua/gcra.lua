@@ -218,8 +218,9 @@ local function gc_decide(r, now_us, cost)
     r.allow_at = now_us + r.retry_us
 end
 
--- Charges `cost` from max(TAT, at): at is now, or a reservation's instant.
-local function gc_commit(r, now_us, at_us, cost)
+-- Charges `cost` from max(TAT, at): at is now, or a reservation's instant
+-- (the other algorithms' commits take no `at`).
+local function gc_commit(r, now_us, cost, at_us)
     local xq, xr = gc_x(r, now_us)
     if xq then
         local w = at_us - now_us

@@ -1,8 +1,33 @@
--- policy.lua - several rules decided together (mirrors lib/core/policy.c).
+-- policy.lua - several rules decided together (mirrors lib/core/policy.c),
+-- and the table of the algorithms (ALGORITHMS, lua/state.lua says what each
+-- entry holds): a new algorithm is its file and its entry here.
 
-local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status, cc_status }
-local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide, cc_decide }
-local REFUND = { [0] = sl_refund, fx_refund, ap_refund, gc_refund, cc_refund }
+-- Each algorithm's decisions (its record: lua/state.lua), and what INFO
+-- shows of it beyond the fields of every rule: one or two names and values.
+local function decisions(algo, status, decide, commit, refund, info)
+    local A = ALGORITHMS[algo]
+    A.status, A.decide, A.commit, A.refund, A.info = status, decide, commit,
+        refund, info
+    return A
+end
+decisions(ALGO_SLIDING, sl_status, sl_decide, sl_commit, sl_refund,
+    function(r, stored_runs)
+        return 'runs', stored_runs, 'granularity_ms', 2 ^ r.shift
+    end)
+decisions(ALGO_FIXED, fx_status, fx_decide, fx_commit, fx_refund,
+    function(r)
+        return 'window_start_ms', r.start
+    end)
+decisions(ALGO_APPROX, ap_status, ap_decide, ap_commit, ap_refund,
+    ALGORITHMS[ALGO_FIXED].info)
+decisions(ALGO_GCRA, gc_status, gc_decide, gc_commit, gc_refund,
+    function(r)
+        return 'tat_us', r.tat_hi * TWO32 + r.tat_lo
+    end).convert = gc_convert
+decisions(ALGO_CONCURRENT, cc_status, cc_decide, cc_commit, cc_refund,
+    function(r)
+        return 'last_lease', r.last
+    end)
 
 -- ratel_policy_has_leases(): whether a concurrent rule is among the rules.
 local function has_leases(policy)
@@ -12,21 +37,6 @@ local function has_leases(policy)
         end
     end
     return false
-end
-
-local function commit(r, now_us, at_us, cost)
-    local algo = r.algo
-    if algo == ALGO_SLIDING then
-        sl_commit(r, now_us, cost)
-    elseif algo == ALGO_FIXED then
-        fx_commit(r, now_us, cost)
-    elseif algo == ALGO_APPROX then
-        ap_commit(r, now_us, cost)
-    elseif algo == ALGO_CONCURRENT then
-        cc_commit(r, now_us, cost)
-    else
-        gc_commit(r, now_us, at_us, cost)
-    end
 end
 
 -- convert() of policy.c: for each rule of the policy, the same rule's
@@ -54,8 +64,9 @@ local function convert(policy, old, now_us)
             recs[i] = empty_record(rule)
         else
             taken[from] = true
-            if rule.algo == ALGO_GCRA then
-                recs[i] = gc_convert(old[from], rule, now_us)
+            local conv = ALGORITHMS[rule.algo].convert
+            if conv then
+                recs[i] = conv(old[from], rule, now_us)
             else
                 old[from].limit, old[from].rule = rule.limit, rule
                 recs[i] = old[from]
@@ -71,7 +82,7 @@ local function decide_all(recs, now_us, cost, max_wait_ms)
     local all, at = true, now_us
     for i = 1, #recs do
         local r = recs[i]
-        DECIDE[r.algo](r, now_us, cost)
+        ALGORITHMS[r.algo].decide(r, now_us, cost)
         all = all and r.ok
         if r.algo == ALGO_GCRA and r.allow_at > at then
             at = r.allow_at

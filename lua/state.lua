@@ -27,13 +27,38 @@ reads only its own fields.
 ]]
 local record_pool, record_pool_n = {}, 0
 
+--[[
+Each algorithm's entry, keyed by its number (ALGO_*): what lua/policy.lua
+decides with (status, decide, commit, refund), what INFO adds (info), and
+how its record is made empty (clear), read (parse) and written (bytes).
+An algorithm whose record has a fixed size (fixed, approx, gcra) also
+gives its rule's size in bytes (rule_size: algo, flags, limit and period,
+then gcra's burst), its state fields' struct format (state) and size in
+all (size), and load(r, ...), which checks and sets the fields, and
+fields(r), which answers them: parse and bytes are then those of
+fixed_parse and fixed_bytes below, and a policy of one such rule reads and
+writes its key without parsing it (plan_of). lua/policy.lua fills the
+table once every file is loaded.
+]]
+local ALGORITHMS = {}
+
 local function records_reuse()
     record_pool_n = 0
 end
 
--- A record of the rule with an empty state: every field its algorithm
--- reads before it writes it is set here (decisions and statuses are
--- written whole before they are read).
+-- Fills r as a record of the rule with an empty state: every field its
+-- algorithm reads before it writes it is set here (decisions and statuses
+-- are written whole before they are read).
+local function init_record(r, algo, limit, period, burst, calendar, months,
+                           tz_offset, rule)
+    r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
+        rule
+    r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
+    ALGORITHMS[algo].clear(r)
+    return r
+end
+
+-- A record from the pool, made empty for the rule.
 local function new_record(algo, limit, period, burst, calendar, months,
                           tz_offset, rule)
     local k = record_pool_n + 1
@@ -43,28 +68,13 @@ local function new_record(algo, limit, period, burst, calendar, months,
         record_pool[k] = r
     end
     record_pool_n = k
-    r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
-        rule
-    r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
-    if algo == ALGO_SLIDING then
-        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
-    elseif algo == ALGO_GCRA then
-        r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
-    elseif algo == ALGO_CONCURRENT then
-        r.base, r.n, r.last, r.ents = 0, 0, 0, ''
-    else
-        r.start, r.count, r.cur, r.prev = 0, 0, 0, 0
-    end
-    return r
+    return init_record(r, algo, limit, period, burst, calendar, months,
+        tz_offset, rule)
 end
 
 local function empty_record(rule)
-    local r = new_record(rule.algo, rule.limit, rule.period, rule.burst,
+    return new_record(rule.algo, rule.limit, rule.period, rule.burst,
         rule.calendar, rule.months, rule.tz_offset, rule)
-    if rule.algo == ALGO_SLIDING then
-        r.runs = ''
-    end
-    return r
 end
 
 local RUN_FORMATS = {}
@@ -93,30 +103,17 @@ local function calendar_read(s, pos, avail, size)
     return calendar, months, tz_offset
 end
 
--- fixed_check() and approx_check() of window.c: the window's start and
--- counts of the record r at pos, whose calendar (if any) takes `extra`
--- bytes after them. Returns r and the position after the record.
-local function parse_window(r, s, pos, avail, extra)
-    if r.algo == ALGO_FIXED then
-        if avail < 22 then
-            corrupt()
-        end
-        local lo, hi, count = sunpack('<I4I4I4', s, pos + 10)
-        if hi >= 4096 or count > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.count = hi * TWO32 + lo, count
-        return r, pos + 22 + extra
-    end
-    if avail < 26 then
+-- The state of a record of a fixed size at pos (fixed_check(),
+-- approx_check() and gcra_check() of the core: load checks the fields),
+-- whose calendar (if any) takes `extra` bytes after it. Returns r and the
+-- position after the record.
+local function fixed_parse(r, s, pos, avail, _, _, extra)
+    local A = ALGORITHMS[r.algo]
+    if avail < A.size then
         corrupt()
     end
-    local lo, hi, cur, prev = sunpack('<I4I4I4I4', s, pos + 10)
-    if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
-        corrupt()
-    end
-    r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
-    return r, pos + 26 + extra
+    A.load(r, sunpack(A.state, s, pos + A.rule_size))
+    return r, pos + A.size + extra
 end
 
 -- concurrent_check() of concurrent.c for the record at pos: at most
@@ -158,20 +155,20 @@ local function parse_record(s, pos, len, trusted, want)
         corrupt()
     end
     local algo, flags, limit, period = sunpack('<BBI4I4', s, pos)
-    if algo > ALGO_CONCURRENT then
+    local A = ALGORITHMS[algo]
+    if not A then
         corrupt()
     end
     local burst = 0
-    if algo == ALGO_GCRA then
+    if A.burst then
         if avail < 14 then
             corrupt()
         end
         burst = sunpack('<I4', s, pos + 10)
     end
     local calendar, months, tz_offset, extra = 0, 0, 0, 0
-    if flags == 128 and (algo == ALGO_FIXED or algo == ALGO_APPROX) then
-        calendar, months, tz_offset = calendar_read(s, pos, avail,
-            algo == ALGO_FIXED and 22 or 26)
+    if flags == 128 and A.calendar then
+        calendar, months, tz_offset = calendar_read(s, pos, avail, A.size)
         flags, extra = 0, 6
     end
     if not (want and want.algo == algo and want.limit == limit and
@@ -184,58 +181,12 @@ local function parse_record(s, pos, len, trusted, want)
             corrupt()
         end
     end
-    if algo == ALGO_SLIDING then
-        if flags > 30 then
-            corrupt()
-        end
-    elseif flags ~= 0 then
+    if flags > A.flags_max then
         corrupt()
     end
     local r = new_record(algo, limit, period, burst, calendar, months,
         tz_offset, want)
-    if algo == ALGO_SLIDING then
-        if avail < 24 then
-            corrupt()
-        end
-        local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
-        local size = 24 + 8 * n
-        if n > SLIDING_CAP or avail < size or hi >= 4096 or total > LIMIT_MAX or
-            (n == 0) ~= (total == 0) then
-            corrupt()
-        end
-        local base = hi * TWO32 + lo
-        local runs = sub(s, pos + 24, pos + size - 1)
-        if n > 0 and not trusted then
-            local R, prev, sum = { sunpack(run_format(n), runs) }, -1, 0
-            for i = 1, 2 * n, 2 do
-                local off, c = R[i], R[i + 1]
-                if off <= prev or c == 0 then
-                    corrupt()
-                end
-                sum = sum + c
-                prev = off
-            end
-            if sum ~= total or base + prev >= STORED_MS_MAX then
-                corrupt()
-            end
-        end
-        r.shift, r.base, r.runs, r.n, r.sum = flags, base, runs, n, total
-        return r, pos + size
-    elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
-        return parse_window(r, s, pos, avail, extra)
-    elseif algo == ALGO_CONCURRENT then
-        return parse_concurrent(r, s, pos, avail, trusted)
-    end
-    if avail < 26 then
-        corrupt()
-    end
-    local lo, hi, rem = sunpack('<I4I4I4', s, pos + 14)
-    -- 0 <= TAT < 2^54 us: the high half of a negative i64 is >= 2^31.
-    if hi >= 4194304 or rem >= limit then
-        corrupt()
-    end
-    r.tat_lo, r.tat_hi, r.rem = lo, hi, rem
-    return r, pos + 26
+    return A.parse(r, s, pos, avail, trusted, flags, extra)
 end
 
 --[[
@@ -322,34 +273,74 @@ local function calendar_write(r)
     return 128, spack('<BBi4', r.calendar, r.months, r.tz_offset)
 end
 
--- One record's bytes.
-local function record_bytes(r)
-    local algo = r.algo
-    if algo == ALGO_SLIDING then
-        local lo, hi = pack_i64(r.base)
-        local head = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period,
-            lo, hi, r.n, r.sum)
-        return head .. r.runs
-    elseif algo == ALGO_FIXED then
-        local lo, hi = pack_i64(r.start)
-        local flags, calendar = calendar_write(r)
-        return spack('<BBI4I4I4I4I4', 1, flags, r.limit, r.period, lo, hi,
-            r.count) .. calendar
-    elseif algo == ALGO_APPROX then
-        local lo, hi = pack_i64(r.start)
-        local flags, calendar = calendar_write(r)
-        return spack('<BBI4I4I4I4I4I4', 2, flags, r.limit, r.period, lo, hi,
-            r.cur, r.prev) .. calendar
-    elseif algo == ALGO_CONCURRENT then
-        local lo, hi = pack_i64(r.base)
-        return spack('<BBI4I4I4I4HI4', 4, 0, r.limit, r.period, lo, hi, r.n,
-            r.last) .. r.ents
+-- The bytes of a fixed-size record's rule (algo, flags, limit, period and
+-- gcra's burst).
+local function rule_bytes(r, flags)
+    if ALGORITHMS[r.algo].burst then
+        return spack('<BBI4I4I4', r.algo, flags, r.limit, r.period, r.burst)
     end
-    return spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period, r.burst,
-        r.tat_lo, r.tat_hi, r.rem)
+    return spack('<BBI4I4', r.algo, flags, r.limit, r.period)
 end
 
+-- A fixed-size record's bytes: the rule, the state fields, the calendar.
+local function fixed_bytes(r)
+    local A = ALGORITHMS[r.algo]
+    local flags, calendar = calendar_write(r)
+    return rule_bytes(r, flags) .. spack(A.state, A.fields(r)) .. calendar
+end
+
+--[[
+Plans: a policy of one rule whose record has a fixed size and no calendar
+(fixed, approx or gcra) reads and writes its key without parsing it. Its
+plan, made once when the policy is parsed and kept with it
+(lua/commands.lua), holds the bytes every key of that rule starts with
+(the blob's header and the rule's bytes), the blob's size and a record of
+its own for the rule. A key of that size that starts with those bytes
+holds exactly that rule, valid and alone: only the state fields after it
+are read, with one struct.unpack, and checked (load) as parse_record
+checks them. What a decision writes is the same start and the new fields.
+]]
+local function plan_of(policy)
+    local rule = policy[1]
+    local A = ALGORITHMS[rule.algo]
+    if #policy ~= 1 or not A.state or rule.calendar ~= 0 then
+        return nil
+    end
+    local r = init_record({}, rule.algo, rule.limit, rule.period, rule.burst,
+        0, 0, 0, rule)
+    local plan = { A = A, rec = r, head = HEADERS[1] .. rule_bytes(r, 0),
+        size = 4 + A.size, at = 5 + A.rule_size, recs = { r } }
+    plan.recs.plan = plan
+    return plan
+end
+
+-- The records of the key's bytes s (false: no key) under the plan, or nil
+-- when s is not a key of its rule.
+local function planned_records(plan, s)
+    local r = plan.rec
+    if not s then
+        plan.A.clear(r)
+        return plan.recs
+    end
+    if #s ~= plan.size or sub(s, 1, plan.at - 1) ~= plan.head then
+        return nil
+    end
+    plan.A.load(r, sunpack(plan.A.state, s, plan.at))
+    return plan.recs
+end
+
+-- One record's bytes.
+local function record_bytes(r)
+    return ALGORITHMS[r.algo].bytes(r)
+end
+
+-- The blob of the records; a plan's records are its start and their
+-- fields (below 64 bytes, so never trusted: trust() keeps no such blob).
 local function serialize(recs)
+    local plan = recs.plan
+    if plan then
+        return plan.head .. spack(plan.A.state, plan.A.fields(recs[1]))
+    end
     local n = #recs
     if n == 1 then
         return trust(HEADERS[1] .. record_bytes(recs[1]))
@@ -360,3 +351,127 @@ local function serialize(recs)
     end
     return trust(table.concat(out))
 end
+
+--[[
+Each algorithm's record (its part of ALGORITHMS; lua/policy.lua adds the
+decisions). clear: the empty state. parse(r, s, pos, avail, trusted,
+flags, extra): the state at pos, checked, and the position after the
+record. bytes(r): the record's bytes. flags_max: the largest flags byte
+besides a calendar's; calendar: whether a calendar may end the record;
+burst: whether the rule's bytes hold a burst. A record of a fixed size
+gives rule_size, state, size, load and fields instead of its own parse
+and bytes (fixed_parse, fixed_bytes).
+]]
+ALGORITHMS[ALGO_SLIDING] = {
+    flags_max = 30,
+    clear = function(r)
+        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, '', 0, 0
+    end,
+    -- sliding_check() of sliding.c, the flags being the shift: at most
+    -- SLIDING_CAP runs in order, none empty, summing to the stored total
+    -- (runs of a trusted blob are not checked again).
+    parse = function(r, s, pos, avail, trusted, shift)
+        if avail < 24 then
+            corrupt()
+        end
+        local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
+        local size = 24 + 8 * n
+        if n > SLIDING_CAP or avail < size or hi >= 4096 or total > LIMIT_MAX or
+            (n == 0) ~= (total == 0) then
+            corrupt()
+        end
+        local base = hi * TWO32 + lo
+        local runs = sub(s, pos + 24, pos + size - 1)
+        if n > 0 and not trusted then
+            local R, prev, sum = { sunpack(run_format(n), runs) }, -1, 0
+            for i = 1, 2 * n, 2 do
+                local off, c = R[i], R[i + 1]
+                if off <= prev or c == 0 then
+                    corrupt()
+                end
+                sum = sum + c
+                prev = off
+            end
+            if sum ~= total or base + prev >= STORED_MS_MAX then
+                corrupt()
+            end
+        end
+        r.shift, r.base, r.runs, r.n, r.sum = shift, base, runs, n, total
+        return r, pos + size
+    end,
+    bytes = function(r)
+        local lo, hi = pack_i64(r.base)
+        local head = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period,
+            lo, hi, r.n, r.sum)
+        return head .. r.runs
+    end,
+}
+
+ALGORITHMS[ALGO_FIXED] = {
+    flags_max = 0, calendar = true, rule_size = 10, state = '<I4I4I4',
+    size = 22, parse = fixed_parse, bytes = fixed_bytes,
+    clear = function(r)
+        r.start, r.count = 0, 0
+    end,
+    -- fixed_check() of window.c.
+    load = function(r, lo, hi, count)
+        if hi >= 4096 or count > LIMIT_MAX then
+            corrupt()
+        end
+        r.start, r.count = hi * TWO32 + lo, count
+    end,
+    fields = function(r)
+        local lo, hi = pack_i64(r.start)
+        return lo, hi, r.count
+    end,
+}
+
+ALGORITHMS[ALGO_APPROX] = {
+    flags_max = 0, calendar = true, rule_size = 10, state = '<I4I4I4I4',
+    size = 26, parse = fixed_parse, bytes = fixed_bytes,
+    clear = function(r)
+        r.start, r.cur, r.prev = 0, 0, 0
+    end,
+    -- approx_check() of window.c.
+    load = function(r, lo, hi, cur, prev)
+        if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
+            corrupt()
+        end
+        r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
+    end,
+    fields = function(r)
+        local lo, hi = pack_i64(r.start)
+        return lo, hi, r.cur, r.prev
+    end,
+}
+
+ALGORITHMS[ALGO_GCRA] = {
+    flags_max = 0, burst = true, rule_size = 14, state = '<I4I4I4',
+    size = 26, parse = fixed_parse, bytes = fixed_bytes,
+    clear = function(r)
+        r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
+    end,
+    -- gcra_check() of gcra.c: 0 <= TAT < 2^54 us (the high half of a
+    -- negative i64 is >= 2^31) and a remainder below the limit.
+    load = function(r, lo, hi, rem)
+        if hi >= 4194304 or rem >= r.limit then
+            corrupt()
+        end
+        r.tat_lo, r.tat_hi, r.rem = lo, hi, rem
+    end,
+    fields = function(r)
+        return r.tat_lo, r.tat_hi, r.rem
+    end,
+}
+
+ALGORITHMS[ALGO_CONCURRENT] = {
+    flags_max = 0, parse = parse_concurrent,
+    clear = function(r)
+        r.base, r.n, r.last, r.ents = 0, 0, 0, ''
+    end,
+    bytes = function(r)
+        local lo, hi = pack_i64(r.base)
+        return spack('<BBI4I4I4I4HI4', 4, 0, r.limit, r.period, lo, hi, r.n,
+            r.last) .. r.ents
+    end,
+}
