@@ -326,7 +326,8 @@ local function release(op, key, args, first)
     local recs, held = records_of(policy, old, now_us), false
     for i = 1, #recs do
         if recs[i].algo == ALGO_CONCURRENT then
-            held = cc_lease(recs[i], now_us, lease, renew)
+            held = ALGORITHMS[ALGO_CONCURRENT].lease(recs[i], now_us, lease,
+                renew)
         end
     end
     local d = change_key(policy, key, old, recs, now_us)

@@ -78,6 +78,12 @@ local function cdiv(a, b)
     return q
 end
 
+-- Microseconds from now_us until the instant at_ms, 0 once passed.
+local function until_us(at_ms, now_us)
+    local d = at_ms * 1000 - now_us
+    return d > 0 and d or 0
+end
+
 --[[
 Big integers for gcra's slow path: non-negative, little-endian arrays of
 limbs in base 2^21. A limb times any factor below 2^32 plus a carry stays

@@ -1,33 +1,15 @@
--- policy.lua - several rules decided together (mirrors lib/core/policy.c),
--- and the table of the algorithms (ALGORITHMS, lua/state.lua says what each
--- entry holds): a new algorithm is its file and its entry here.
+-- policy.lua - several rules decided together (mirrors lib/core/policy.c).
 
--- Each algorithm's decisions (its record: lua/state.lua), and what INFO
--- shows of it beyond the fields of every rule: one or two names and values.
-local function decisions(algo, status, decide, commit, refund, info)
-    local A = ALGORITHMS[algo]
-    A.status, A.decide, A.commit, A.refund, A.info = status, decide, commit,
-        refund, info
-    return A
-end
-decisions(ALGO_SLIDING, sl_status, sl_decide, sl_commit, sl_refund,
-    function(r, stored_runs)
+-- Sliding's decisions (its record: lua/state.lua); every other
+-- algorithm's file makes its whole entry.
+do
+    local A = ALGORITHMS[ALGO_SLIDING]
+    A.status, A.decide, A.commit, A.refund = sl_status, sl_decide, sl_commit,
+        sl_refund
+    A.info = function(r, stored_runs)
         return 'runs', stored_runs, 'granularity_ms', 2 ^ r.shift
-    end)
-decisions(ALGO_FIXED, fx_status, fx_decide, fx_commit, fx_refund,
-    function(r)
-        return 'window_start_ms', r.start
-    end)
-decisions(ALGO_APPROX, ap_status, ap_decide, ap_commit, ap_refund,
-    ALGORITHMS[ALGO_FIXED].info)
-decisions(ALGO_GCRA, gc_status, gc_decide, gc_commit, gc_refund,
-    function(r)
-        return 'tat_us', r.tat_hi * TWO32 + r.tat_lo
-    end).convert = gc_convert
-decisions(ALGO_CONCURRENT, cc_status, cc_decide, cc_commit, cc_refund,
-    function(r)
-        return 'last_lease', r.last
-    end)
+    end
+end
 
 -- ratel_policy_has_leases(): whether a concurrent rule is among the rules.
 local function has_leases(policy)

@@ -37,10 +37,24 @@ then gcra's burst), its state fields' struct format (state) and size in
 all (size), and load(r, ...), which checks and sets the fields, and
 fields(r), which answers them: parse and bytes are then those of
 fixed_parse and fixed_bytes below, and a policy of one such rule reads and
-writes its key without parsing it (plan_of). lua/policy.lua fills the
-table once every file is loaded.
+writes its key without parsing it (plan_of). The entry of sliding is
+made here and in lua/policy.lua; every other algorithm's file makes its
+own, in a function (LOADERS[algo]) that makes the algorithm's functions
+and entry at the first call that needs them. The EVAL script runs the
+whole core on every call (lua/eval.lua), so it makes only the algorithms
+a call uses; and the functions of a loader find the core's functions as
+its upvalues, which costs less to make than the core's own locals.
 ]]
-local ALGORITHMS = {}
+local LOADERS = {}
+local ALGORITHMS = setmetatable({}, {
+    __index = function(t, algo)
+        local load = LOADERS[algo]
+        if load then
+            load()
+            return rawget(t, algo)
+        end
+    end,
+})
 
 local function records_reuse()
     record_pool_n = 0
@@ -114,34 +128,6 @@ local function fixed_parse(r, s, pos, avail, _, _, extra)
     end
     A.load(r, sunpack(A.state, s, pos + A.rule_size))
     return r, pos + A.size + extra
-end
-
--- concurrent_check() of concurrent.c for the record at pos: at most
--- CONCURRENT_MAX entries in order of expiry, none past PERIOD from the
--- base, no id 0 (entries of a trusted blob are not checked again).
--- Returns the record and the position after it.
-local function parse_concurrent(r, s, pos, avail, trusted)
-    if avail < 24 then
-        corrupt()
-    end
-    local lo, hi, n, last = sunpack('<I4I4HI4', s, pos + 10)
-    local size = 24 + 8 * n
-    if n > CONCURRENT_MAX or avail < size or hi >= 4096 then
-        corrupt()
-    end
-    local ents = sub(s, pos + 24, pos + size - 1)
-    if n > 0 and not trusted then
-        local E, prev, period = { sunpack(run_format(n), ents) }, 0, r.period
-        for i = 1, 2 * n, 2 do
-            local off = E[i]
-            if off < prev or off > period or E[i + 1] == 0 then
-                corrupt()
-            end
-            prev = off
-        end
-    end
-    r.base, r.n, r.last, r.ents = hi * TWO32 + lo, n, last, ents
-    return r, pos + size
 end
 
 -- Reads and validates one record at pos (ratel__state_parse's rules:
@@ -353,14 +339,17 @@ local function serialize(recs)
 end
 
 --[[
-Each algorithm's record (its part of ALGORITHMS; lua/policy.lua adds the
-decisions). clear: the empty state. parse(r, s, pos, avail, trusted,
+Each algorithm's entry holds clear: the empty state. parse(r, s, pos, avail, trusted,
 flags, extra): the state at pos, checked, and the position after the
 record. bytes(r): the record's bytes. flags_max: the largest flags byte
 besides a calendar's; calendar: whether a calendar may end the record;
 burst: whether the rule's bytes hold a burst. A record of a fixed size
 gives rule_size, state, size, load and fields instead of its own parse
-and bytes (fixed_parse, fixed_bytes).
+and bytes (fixed_parse, fixed_bytes). Then the decisions: status,
+decide, commit(r, now_us, cost, at_us), refund, info(r, stored_runs)
+(what INFO shows beyond the fields of every rule: one or two names and
+values), and convert(old, rule, now_us) where a record of another limit
+is not kept as it is (gcra).
 ]]
 ALGORITHMS[ALGO_SLIDING] = {
     flags_max = 30,
@@ -404,74 +393,5 @@ ALGORITHMS[ALGO_SLIDING] = {
         local head = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period,
             lo, hi, r.n, r.sum)
         return head .. r.runs
-    end,
-}
-
-ALGORITHMS[ALGO_FIXED] = {
-    flags_max = 0, calendar = true, rule_size = 10, state = '<I4I4I4',
-    size = 22, parse = fixed_parse, bytes = fixed_bytes,
-    clear = function(r)
-        r.start, r.count = 0, 0
-    end,
-    -- fixed_check() of window.c.
-    load = function(r, lo, hi, count)
-        if hi >= 4096 or count > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.count = hi * TWO32 + lo, count
-    end,
-    fields = function(r)
-        local lo, hi = pack_i64(r.start)
-        return lo, hi, r.count
-    end,
-}
-
-ALGORITHMS[ALGO_APPROX] = {
-    flags_max = 0, calendar = true, rule_size = 10, state = '<I4I4I4I4',
-    size = 26, parse = fixed_parse, bytes = fixed_bytes,
-    clear = function(r)
-        r.start, r.cur, r.prev = 0, 0, 0
-    end,
-    -- approx_check() of window.c.
-    load = function(r, lo, hi, cur, prev)
-        if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
-    end,
-    fields = function(r)
-        local lo, hi = pack_i64(r.start)
-        return lo, hi, r.cur, r.prev
-    end,
-}
-
-ALGORITHMS[ALGO_GCRA] = {
-    flags_max = 0, burst = true, rule_size = 14, state = '<I4I4I4',
-    size = 26, parse = fixed_parse, bytes = fixed_bytes,
-    clear = function(r)
-        r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
-    end,
-    -- gcra_check() of gcra.c: 0 <= TAT < 2^54 us (the high half of a
-    -- negative i64 is >= 2^31) and a remainder below the limit.
-    load = function(r, lo, hi, rem)
-        if hi >= 4194304 or rem >= r.limit then
-            corrupt()
-        end
-        r.tat_lo, r.tat_hi, r.rem = lo, hi, rem
-    end,
-    fields = function(r)
-        return r.tat_lo, r.tat_hi, r.rem
-    end,
-}
-
-ALGORITHMS[ALGO_CONCURRENT] = {
-    flags_max = 0, parse = parse_concurrent,
-    clear = function(r)
-        r.base, r.n, r.last, r.ents = 0, 0, 0, ''
-    end,
-    bytes = function(r)
-        local lo, hi = pack_i64(r.base)
-        return spack('<BBI4I4I4I4HI4', 4, 0, r.limit, r.period, lo, hi, r.n,
-            r.last) .. r.ents
     end,
 }
