@@ -395,14 +395,15 @@ local function run(name, keys, args, first)
         return { err = "ERR wrong number of arguments for 'ratel." ..
             string.lower(op) .. "' command" }
     end
-    failure = nil
+    take_failure()
     records_reuse()
     local ok, result = pcall(command[1], op, keys[1], args, first)
     if ok then
         return result
     end
-    if failure then
-        return failure
+    local reply = take_failure()
+    if reply then
+        return reply
     end
     return { err = 'ERR ratel: internal error in ratel.lua: ' .. tostring(result) }
 end
