@@ -97,7 +97,7 @@ local function parse_policy(args, i, argc)
         return policy
     end
     policy = parse_rules(args, i, argc)
-    policy.plan = plan_of(policy)
+    policy.plan, policy.leases = plan_of(policy), has_leases(policy)
     if #text <= 64 * MAX_RULES then
         if policy_cache_n == POLICY_CACHE_MAX then
             policy_cache, policy_cache_n = {}, 0
@@ -281,7 +281,7 @@ local function acquire(op, key, args, first)
     local d = report(policy, recs, allowed, wait_us)
     write_key(key, old, new, now_us, d[5])
     -- A policy with a concurrent rule answers the lease (0: none taken).
-    if has_leases(policy) then
+    if policy.leases then
         d[8] = 0
         for i = 1, #recs do
             if recs[i].algo == ALGO_CONCURRENT and allowed and not peek then

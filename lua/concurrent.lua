@@ -27,7 +27,8 @@ LOADERS[ALGO_CONCURRENT] = function()
         end
         local ents = sub(s, pos + 24, pos + size - 1)
         if n > 0 and not trusted then
-            local E, prev, period = { sunpack(run_format(n), ents) }, 0, r.period
+            local E, prev, period = { sunpack(run_format(n), ents) }, 0,
+                r.period
             for i = 1, 2 * n, 2 do
                 local off = E[i]
                 if off < prev or off > period or E[i + 1] == 0 then
@@ -67,7 +68,8 @@ LOADERS[ALGO_CONCURRENT] = function()
         r.used = held
         r.remaining = held < limit and limit - held or 0
         r.reset_ms = held > 0 and
-            cdiv(until_us(r.base + (cc_entry(r.ents, n - 1)), now_us), 1000) or 0
+            cdiv(until_us(r.base + (cc_entry(r.ents, n - 1)), now_us),
+                1000) or 0
     end
 
     -- held_id(): whether `id` is held by a live entry (from `from` on).

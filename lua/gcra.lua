@@ -143,7 +143,8 @@ LOADERS[ALGO_GCRA] = function()
     -- Slow path: TAT and now scaled, as big integers.
     local function gb_view(r, now_us)
         local L = r.limit
-        local tat = big_add(big_mul(big_halves(r.tat_lo, r.tat_hi), L), big(r.rem))
+        local tat = big_add(big_mul(big_halves(r.tat_lo, r.tat_hi), L),
+            big(r.rem))
         return tat, big_mul(big(now_us), L)
     end
 
@@ -284,7 +285,8 @@ LOADERS[ALGO_GCRA] = function()
         end
         local tat, now = gb_view(r, now_us)
         local rhs = big_add(now, big_mul(big(r.period * 1000), cost))
-        gb_store(r, big_cmp(tat, rhs) > 0 and big_sub(tat, rhs) or { 0 }, now_us)
+        gb_store(r, big_cmp(tat, rhs) > 0 and big_sub(tat, rhs) or { 0 },
+            now_us)
     end
 
     -- gcra_convert(): the permits owed under the old rule (same period),

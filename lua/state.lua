@@ -301,9 +301,15 @@ local function plan_of(policy)
 end
 
 -- The records of the key's bytes s (false: no key) under the plan, or nil
--- when s is not a key of its rule.
+-- when s is not a key of its rule. The plan's record holds the state of
+-- plan.last, the bytes it last made (serialize), until a call takes it
+-- again: a key that still holds them is not read at all.
 local function planned_records(plan, s)
-    local r = plan.rec
+    local r, last = plan.rec, plan.last
+    plan.last = nil
+    if s == last then
+        return plan.recs
+    end
     if not s then
         plan.A.clear(r)
         return plan.recs
@@ -325,7 +331,9 @@ end
 local function serialize(recs)
     local plan = recs.plan
     if plan then
-        return plan.head .. spack(plan.A.state, plan.A.fields(recs[1]))
+        local A = plan.A
+        plan.last = plan.head .. spack(A.state, A.fields(recs[1]))
+        return plan.last
     end
     local n = #recs
     if n == 1 then
@@ -339,17 +347,17 @@ local function serialize(recs)
 end
 
 --[[
-Each algorithm's entry holds clear: the empty state. parse(r, s, pos, avail, trusted,
-flags, extra): the state at pos, checked, and the position after the
-record. bytes(r): the record's bytes. flags_max: the largest flags byte
-besides a calendar's; calendar: whether a calendar may end the record;
-burst: whether the rule's bytes hold a burst. A record of a fixed size
-gives rule_size, state, size, load and fields instead of its own parse
-and bytes (fixed_parse, fixed_bytes). Then the decisions: status,
-decide, commit(r, now_us, cost, at_us), refund, info(r, stored_runs)
-(what INFO shows beyond the fields of every rule: one or two names and
-values), and convert(old, rule, now_us) where a record of another limit
-is not kept as it is (gcra).
+Each algorithm's entry holds clear: the empty state. parse(r, s, pos,
+avail, trusted, flags, extra): the state at pos, checked, and the
+position after the record. bytes(r): the record's bytes. flags_max: the
+largest flags byte besides a calendar's; calendar: whether a calendar may
+end the record; burst: whether the rule's bytes hold a burst. A record of
+a fixed size gives rule_size, state, size, load and fields instead of its
+own parse and bytes (fixed_parse, fixed_bytes). Then the decisions:
+status, decide, commit(r, now_us, cost, at_us), refund, info(r,
+stored_runs) (what INFO shows beyond the fields of every rule: one or two
+names and values), and convert(old, rule, now_us) where a record of
+another limit is not kept as it is (gcra).
 ]]
 ALGORITHMS[ALGO_SLIDING] = {
     flags_max = 30,
