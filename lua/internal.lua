@@ -57,17 +57,19 @@ local ALGO_NAMES = { [0] = 'sliding', 'fixed', 'approx', 'gcra', 'concurrent' }
 local USED_MAX = 2 ^ 63 - 1024
 
 -- ----------------------------------------------------- integer helpers
--- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
--- already right there; the correction makes that independent of rounding.
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1. Lua's a % b is
+-- a - floor(a / b) x b with the double quotient, already right there; the
+-- correction makes the remainder, and so the exact quotient (a - r) / b,
+-- independent of rounding. The operator, not math.floor: a call of a C
+-- function costs as much as the rest.
 local function idiv(a, b)
-    local q = floor(a / b)
-    local r = a - q * b
+    local r = a % b
     if r < 0 then
-        q = q - 1
+        r = r + b
     elseif r >= b then
-        q = q + 1
+        r = r - b
     end
-    return q
+    return (a - r) / b
 end
 
 local function cdiv(a, b)

@@ -239,9 +239,10 @@ local function parse_blob(s, policy)
     return recs, same
 end
 
+-- An integer as its low and high u32 halves (exact: 2^32 divides evenly).
 local function pack_i64(v)
-    local hi = floor(v / TWO32)
-    return v - hi * TWO32, hi
+    local lo = v % TWO32
+    return lo, (v - lo) / TWO32
 end
 
 -- The blob's header for 1 .. MAX_RULES records.
