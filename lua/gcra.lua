@@ -53,19 +53,17 @@ LOADERS[ALGO_GCRA] = function()
 
     -- T and tau as pairs: T = Tq L + Tr, tau = tq L + tr; computed once per
     -- parsed rule (kept between calls with it, lua/rule.lua) and copied into
-    -- the record.
+    -- a record that has none (r.Tq nil).
     local function gc_consts(r)
-        if not r.Tq then
-            local c = r.rule or r
-            if not c.Tq then
-                local L, T = c.limit, c.period * 1000
-                local Tq = idiv(T, L)
-                local Tr = T - Tq * L
-                local q, rem = mul_qr(c.burst, Tr, L)
-                c.Tq, c.Tr, c.tq, c.tr = Tq, Tr, c.burst * Tq + q, rem
-            end
-            r.Tq, r.Tr, r.tq, r.tr = c.Tq, c.Tr, c.tq, c.tr
+        local c = r.rule or r
+        if not c.Tq then
+            local L, T = c.limit, c.period * 1000
+            local Tq = idiv(T, L)
+            local Tr = T - Tq * L
+            local q, rem = mul_qr(c.burst, Tr, L)
+            c.Tq, c.Tr, c.tq, c.tr = Tq, Tr, c.burst * Tq + q, rem
         end
+        r.Tq, r.Tr, r.tq, r.tr = c.Tq, c.Tr, c.tq, c.tr
     end
 
     -- c x T as a pair (c x T / LIMIT below 2^53 us).
@@ -87,7 +85,9 @@ LOADERS[ALGO_GCRA] = function()
         if d >= FAST_AHEAD or d <= -FAST_AHEAD then
             return nil
         end
-        gc_consts(r)
+        if not r.Tq then
+            gc_consts(r)
+        end
         if d < 0 then
             return 0, 0
         end

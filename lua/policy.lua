@@ -96,5 +96,6 @@ local function report(policy, recs, allowed, wait_us)
         end
     end
     return { allowed and 1 or 0, policy[rule + 1].limit, remaining,
-        allowed and 0 or retry_ms, reset_ms, rule, cdiv(wait_us, 1000) }
+        allowed and 0 or retry_ms, reset_ms, rule,
+        wait_us > 0 and cdiv(wait_us, 1000) or 0 }
 end
