@@ -98,6 +98,7 @@ local function parse_policy(args, i, argc)
     end
     policy = parse_rules(args, i, argc)
     policy.plan, policy.leases = plan_of(policy), has_leases(policy)
+    policy.reply = {}
     if #text <= 64 * MAX_RULES then
         if policy_cache_n == POLICY_CACHE_MAX then
             policy_cache, policy_cache_n = {}, 0

@@ -95,7 +95,12 @@ local function report(policy, recs, allowed, wait_us)
             reset_ms = r.reset_ms
         end
     end
-    return { allowed and 1 or 0, policy[rule + 1].limit, remaining,
-        allowed and 0 or retry_ms, reset_ms, rule,
-        wait_us > 0 and cdiv(wait_us, 1000) or 0 }
+    -- The policy's own table: Redis turns the reply into its protocol as
+    -- the call returns, so one table serves every call (an eighth
+    -- element, a lease, is the caller's to add).
+    local d = policy.reply
+    d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8] = allowed and 1 or 0,
+        policy[rule + 1].limit, remaining, allowed and 0 or retry_ms,
+        reset_ms, rule, wait_us > 0 and cdiv(wait_us, 1000) or 0, nil
+    return d
 end

@@ -295,8 +295,12 @@ local function plan_of(policy)
     end
     local r = init_record({}, rule.algo, rule.limit, rule.period, rule.burst,
         0, 0, 0, rule)
-    local plan = { A = A, rec = r, head = HEADERS[1] .. rule_bytes(r, 0),
-        size = 4 + A.size, at = 5 + A.rule_size, recs = { r } }
+    local head = HEADERS[1] .. rule_bytes(r, 0)
+    -- The blob in one struct.pack: the start as a string of its size
+    -- (format cN), then the fields.
+    local plan = { A = A, rec = r, head = head, size = 4 + A.size,
+        at = 5 + A.rule_size, recs = { r },
+        blob = '<c' .. #head .. sub(A.state, 2) }
     plan.recs.plan = plan
     return plan
 end
@@ -332,8 +336,7 @@ end
 local function serialize(recs)
     local plan = recs.plan
     if plan then
-        local A = plan.A
-        plan.last = plan.head .. spack(A.state, A.fields(recs[1]))
+        plan.last = spack(plan.blob, plan.head, plan.A.fields(recs[1]))
         return plan.last
     end
     local n = #recs
