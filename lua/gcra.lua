@@ -94,15 +94,21 @@ LOADERS[ALGO_GCRA] = function()
         return d, r.rem
     end
 
-    -- The permits owed, ceil(x / T), for x = (xq, xr) >= 0: the quotient in
-    -- doubles, then made exact by comparing pairs (it is off by at most one
-    -- below 2^50; past 2^53 permits it is the nearest double, as INFO sends).
+    -- The permits owed, ceil(x / T), for x = (xq, xr) >= 0. Where x in
+    -- units of 1/LIMIT us, xq x LIMIT + xr, is below 2^53 it is exact in a
+    -- double, and so is one division; else the quotient in doubles, made
+    -- exact by comparing pairs (it is off by at most one below 2^50; past
+    -- 2^53 permits it is the nearest double, as INFO sends).
     local function gc_owed(r, xq, xr)
         if xq == 0 and xr == 0 then
             return 0
         end
         local L, Tq, Tr = r.limit, r.Tq, r.Tr
-        local o = floor((xq * L + xr) / (r.period * 1000))
+        local x = xq * L + xr
+        if x < TWO53 then
+            return cdiv(x, r.period * 1000)
+        end
+        local o = floor(x / (r.period * 1000))
         if o >= 2 ^ 53 then
             return o
         end
