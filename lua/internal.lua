@@ -72,12 +72,18 @@ local function idiv(a, b)
     return (a - r) / b
 end
 
+-- ceil(a / b), the same way (it runs in every decision: no call of idiv).
 local function cdiv(a, b)
-    local q = idiv(a, b)
-    if q * b ~= a then
-        return q + 1
+    local r = a % b
+    if r < 0 then
+        r = r + b
+    elseif r >= b then
+        r = r - b
     end
-    return q
+    if r > 0 then
+        return (a - r) / b + 1
+    end
+    return a / b
 end
 
 -- Microseconds from now_us until the instant at_ms, 0 once passed.
