@@ -19,8 +19,9 @@ Records are reused. A record is a table of some twenty fields, and making
 one costs more than a whole decision, so the tables of earlier calls are
 kept (the Functions library keeps them between calls; the EVAL script
 starts afresh) and each call takes them again from the first: run()
-(lua/commands.lua) calls records_reuse() before it starts. No record
-outlives the call that took it. A call takes at most 2 x MAX_RULES records
+(lua/commands.lua) calls records_reuse() before it starts. No record of
+the pool outlives the call that took it (a plan's record is the plan's:
+plan_of). A call takes at most 2 x MAX_RULES records
 (the key's own, and those converted from them), so the pool stays that
 small. A table may serve records of several algorithms in turn: each
 reads only its own fields.
@@ -28,22 +29,14 @@ reads only its own fields.
 local record_pool, record_pool_n = {}, 0
 
 --[[
-Each algorithm's entry, keyed by its number (ALGO_*): what lua/policy.lua
-decides with (status, decide, commit, refund), what INFO adds (info), and
-how its record is made empty (clear), read (parse) and written (bytes).
-An algorithm whose record has a fixed size (fixed, approx, gcra) also
-gives its rule's size in bytes (rule_size: algo, flags, limit and period,
-then gcra's burst), its state fields' struct format (state) and size in
-all (size), and load(r, ...), which checks and sets the fields, and
-fields(r), which answers them: parse and bytes are then those of
-fixed_parse and fixed_bytes below, and a policy of one such rule reads and
-writes its key without parsing it (plan_of). The entry of sliding is
+The algorithms: one entry each, keyed by its number (ALGO_*), listed
+below with sliding's (its fields are listed there). The state parser,
+lua/policy.lua and INFO go through this table only. Sliding's entry is
 made here and in lua/policy.lua; every other algorithm's file makes its
-own, in a function (LOADERS[algo]) that makes the algorithm's functions
-and entry at the first call that needs them. The EVAL script runs the
-whole core on every call (lua/eval.lua), so it makes only the algorithms
-a call uses; and the functions of a loader find the core's functions as
-its upvalues, which costs less to make than the core's own locals.
+own in a loader (LOADERS[algo]) that makes the algorithm's functions and
+entry at the first call that needs them: the EVAL script runs the whole
+core on every call (lua/eval.lua), so it makes only the algorithms a call
+uses. A new algorithm is its file, its loader and its number.
 ]]
 local LOADERS = {}
 local ALGORITHMS = setmetatable({}, {
