@@ -41,9 +41,8 @@ local function option_value(word, a)
     return v
 end
 
--- ratel_policy_parse(): the rules args[i..argc], checked as
--- ratel_policy_init() checks them.
-local function parse_policy(args, i, argc)
+-- The rules args[i..argc], checked as ratel_policy_init() checks them.
+local function parse_rules(args, i, argc)
     local n = argc - i + 1
     if n <= 0 then
         fail('at least one rule is needed')
@@ -68,6 +67,37 @@ local function parse_policy(args, i, argc)
                     format_rule(policy[j]), k))
             end
         end
+    end
+    return policy
+end
+
+--[[
+Policies, kept between calls by the Functions library (the EVAL script
+starts afresh each call) as the rules they hold are (lua/rule.lua): keyed
+by the rules' texts joined by "\0", which no valid rule holds, at most
+POLICY_CACHE_MAX of them, emptied when full. A cached policy is never
+modified; it carries its plan (lua/state.lua, plan_of), so that a call of
+a known policy on a key of it parses neither. Errors are not kept.
+]]
+local POLICY_CACHE_MAX = 1024
+local policy_cache, policy_cache_n = {}, 0
+
+-- ratel_policy_parse(): the rules args[i..argc], checked as
+-- ratel_policy_init() checks them.
+local function parse_policy(args, i, argc)
+    local text = i == argc and args[i] or table.concat(args, '\0', i, argc)
+    local policy = policy_cache[text]
+    if policy then
+        return policy
+    end
+    policy = parse_rules(args, i, argc)
+    policy.plan, policy.leases = plan_of(policy), has_leases(policy)
+    policy.reply = {}
+    if #text <= 64 * MAX_RULES then
+        if policy_cache_n == POLICY_CACHE_MAX then
+            policy_cache, policy_cache_n = {}, 0
+        end
+        policy_cache[text], policy_cache_n = policy, policy_cache_n + 1
     end
     return policy
 end
@@ -177,6 +207,13 @@ end
 -- rules, else converted from what it holds. Also whether they were
 -- converted from another policy's records.
 local function records_of(policy, old, now_us)
+    local plan = policy.plan
+    if plan then
+        local recs = planned_records(plan, old)
+        if recs then
+            return recs, false
+        end
+    end
     if not old then
         return convert(policy, {}, now_us), false
     end
@@ -214,7 +251,7 @@ local function acquire(op, key, args, first)
     local new = old
     if not allowed or peek then
         for i = 1, #recs do
-            STATUS[recs[i].algo](recs[i], now_us)
+            ALGORITHMS[recs[i].algo].status(recs[i], now_us)
         end
         -- A denied key written under other rules keeps its converted state
         -- so that a retry decides on the same state; new keys stay unstored.
@@ -223,14 +260,15 @@ local function acquire(op, key, args, first)
         end
     else
         for i = 1, #recs do
-            commit(recs[i], now_us, at_us, cost)
+            local r = recs[i]
+            ALGORITHMS[r.algo].commit(r, now_us, cost, at_us)
         end
         new = serialize(recs)
     end
     local d = report(policy, recs, allowed, wait_us)
     write_key(key, old, new, now_us, d[5])
     -- A policy with a concurrent rule answers the lease (0: none taken).
-    if has_leases(policy) then
+    if policy.leases then
         d[8] = 0
         for i = 1, #recs do
             if ALGO_FACTS[recs[i].algo].leases and allowed and not peek then
@@ -247,7 +285,7 @@ local function change_key(policy, key, old, recs, now_us)
     local allowed = decide_all(recs, now_us, 1, 0)
     local empty = true
     for i = 1, #recs do
-        STATUS[recs[i].algo](recs[i], now_us)
+        ALGORITHMS[recs[i].algo].status(recs[i], now_us)
         empty = empty and recs[i].reset_ms == 0
     end
     local d = report(policy, recs, allowed, 0)
@@ -261,7 +299,7 @@ local function refund(op, key, args, first)
     local now_us = now_of(at)
     local recs = records_of(policy, old, now_us)
     for i = 1, #recs do
-        REFUND[recs[i].algo](recs[i], now_us, cost)
+        ALGORITHMS[recs[i].algo].refund(recs[i], now_us, cost)
     end
     return change_key(policy, key, old, recs, now_us)
 end
@@ -275,7 +313,8 @@ local function release(op, key, args, first)
     local recs, held = records_of(policy, old, now_us), false
     for i = 1, #recs do
         if ALGO_FACTS[recs[i].algo].leases then
-            held = cc_lease(recs[i], now_us, lease, renew)
+            held = ALGORITHMS[recs[i].algo].lease(recs[i], now_us, lease,
+                renew)
         end
     end
     local d = change_key(policy, key, old, recs, now_us)
@@ -317,14 +356,17 @@ local function info(op, key, args, first)
     for i = 1, #recs do
         local r = recs[i]
         local stored_runs = r.n
-        STATUS[r.algo](r, now_us)
+        ALGORITHMS[r.algo].status(r, now_us)
         local e = { { ok = 'rule' }, { ok = format_rule(r) }, { ok = 'algo' },
             { ok = ALGO_NAMES[r.algo] }, { ok = 'used' }, r.used,
             { ok = 'remaining' }, r.remaining, { ok = 'reset_after_ms' },
             r.reset_ms }
+        -- The names are the map's (include/ratel.h), the values the
+        -- algorithm's (its entry's info), in the same order.
+        local v, k = { ALGORITHMS[r.algo].info(r, stored_runs) }, 0
         for name in ALGO_FACTS[r.algo].fields:gmatch('[%w_]+') do
-            e[#e + 1] = { ok = name }
-            e[#e + 1] = value[name](r, stored_runs)
+            k = k + 1
+            e[9 + 2 * k], e[10 + 2 * k] = { ok = name }, v[k]
         end
         out[i] = e
     end
@@ -351,14 +393,15 @@ local function run(name, keys, args, first)
         return { err = "ERR wrong number of arguments for 'ratel." ..
             string.lower(op) .. "' command" }
     end
-    failure = nil
+    take_failure()
     records_reuse()
     local ok, result = pcall(command[1], op, keys[1], args, first)
     if ok then
         return result
     end
-    if failure then
-        return failure
+    local reply = take_failure()
+    if reply then
+        return reply
     end
     return { err = 'ERR ratel: internal error in ratel.lua: ' .. tostring(result) }
 end

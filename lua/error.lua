@@ -15,6 +15,13 @@ local function fail(text)
     raise({ err = 'ERR ratel: ' .. text })
 end
 
+-- The error reply of the call, if one was raised, and no more after.
+local function take_failure()
+    local reply = failure
+    failure = nil
+    return reply
+end
+
 local function corrupt()
     fail('key holds a value that is not ratel state')
 end

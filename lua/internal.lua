@@ -54,25 +54,39 @@ local STORED_MS_MAX = 2 ^ 44
 local USED_MAX = 2 ^ 63 - 1024
 
 -- ----------------------------------------------------- integer helpers
--- floor(a / b) for integers 0 <= a < 2^53, b >= 1. The double quotient is
--- already right there; the correction makes that independent of rounding.
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1. Lua's a % b is
+-- a - floor(a / b) x b with the double quotient, already right there; the
+-- correction makes the remainder, and so the exact quotient (a - r) / b,
+-- independent of rounding. The operator, not math.floor: a call of a C
+-- function costs as much as the rest.
 local function idiv(a, b)
-    local q = floor(a / b)
-    local r = a - q * b
+    local r = a % b
     if r < 0 then
-        q = q - 1
+        r = r + b
     elseif r >= b then
-        q = q + 1
+        r = r - b
     end
-    return q
+    return (a - r) / b
 end
 
+-- ceil(a / b), the same way (it runs in every decision: no call of idiv).
 local function cdiv(a, b)
-    local q = idiv(a, b)
-    if q * b ~= a then
-        return q + 1
+    local r = a % b
+    if r < 0 then
+        r = r + b
+    elseif r >= b then
+        r = r - b
     end
-    return q
+    if r > 0 then
+        return (a - r) / b + 1
+    end
+    return a / b
+end
+
+-- Microseconds from now_us until the instant at_ms, 0 once passed.
+local function until_us(at_ms, now_us)
+    local d = at_ms * 1000 - now_us
+    return d > 0 and d or 0
 end
 
 --[[

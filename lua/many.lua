@@ -48,7 +48,17 @@ local function acquire_many(run, keys, args, first)
             end
         end
         one[1] = keys[i]
-        out[i] = run('ACQUIRE', one, words, 1)
+        local reply = run('ACQUIRE', one, words, 1)
+        -- run() answers a policy's calls with one table it refills
+        -- (lua/commands.lua): the items of one policy each keep a copy.
+        if not reply.err then
+            local copy = {}
+            for j = 1, #reply do
+                copy[j] = reply[j]
+            end
+            reply = copy
+        end
+        out[i] = reply
     end
     return out
 end

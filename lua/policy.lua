@@ -1,8 +1,15 @@
 -- policy.lua - several rules decided together (mirrors lib/core/policy.c).
 
-local STATUS = { [0] = sl_status, fx_status, ap_status, gc_status, cc_status }
-local DECIDE = { [0] = sl_decide, fx_decide, ap_decide, gc_decide, cc_decide }
-local REFUND = { [0] = sl_refund, fx_refund, ap_refund, gc_refund, cc_refund }
+-- Sliding's decisions (its record: lua/state.lua); every other
+-- algorithm's file makes its whole entry.
+do
+    local A = ALGORITHMS[ALGO_SLIDING]
+    A.status, A.decide, A.commit, A.refund = sl_status, sl_decide, sl_commit,
+        sl_refund
+    A.info = function(r, stored_runs)
+        return stored_runs, 2 ^ r.shift
+    end
+end
 
 -- ratel_policy_has_leases(): whether a concurrent rule is among the rules.
 local function has_leases(policy)
@@ -12,21 +19,6 @@ local function has_leases(policy)
         end
     end
     return false
-end
-
-local function commit(r, now_us, at_us, cost)
-    local algo = r.algo
-    if algo == ALGO_SLIDING then
-        sl_commit(r, now_us, cost)
-    elseif algo == ALGO_FIXED then
-        fx_commit(r, now_us, cost)
-    elseif algo == ALGO_APPROX then
-        ap_commit(r, now_us, cost)
-    elseif algo == ALGO_CONCURRENT then
-        cc_commit(r, now_us, cost)
-    else
-        gc_commit(r, now_us, at_us, cost)
-    end
 end
 
 -- convert() of policy.c: for each rule of the policy, the same rule's
@@ -54,8 +46,9 @@ local function convert(policy, old, now_us)
             recs[i] = empty_record(rule)
         else
             taken[from] = true
-            if rule.algo == ALGO_GCRA then
-                recs[i] = gc_convert(old[from], rule, now_us)
+            local conv = ALGORITHMS[rule.algo].convert
+            if conv then
+                recs[i] = conv(old[from], rule, now_us)
             else
                 old[from].limit, old[from].rule = rule.limit, rule
                 recs[i] = old[from]
@@ -71,7 +64,7 @@ local function decide_all(recs, now_us, cost, max_wait_ms)
     local all, at = true, now_us
     for i = 1, #recs do
         local r = recs[i]
-        DECIDE[r.algo](r, now_us, cost)
+        ALGORITHMS[r.algo].decide(r, now_us, cost)
         all = all and r.ok
         if r.algo == ALGO_GCRA and r.allow_at > at then
             at = r.allow_at
@@ -102,6 +95,12 @@ local function report(policy, recs, allowed, wait_us)
             reset_ms = r.reset_ms
         end
     end
-    return { allowed and 1 or 0, policy[rule + 1].limit, remaining,
-        allowed and 0 or retry_ms, reset_ms, rule, cdiv(wait_us, 1000) }
+    -- The policy's own table: Redis turns the reply into its protocol as
+    -- the call returns, so one table serves every call (an eighth
+    -- element, a lease, is the caller's to add).
+    local d = policy.reply
+    d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8] = allowed and 1 or 0,
+        policy[rule + 1].limit, remaining, allowed and 0 or retry_ms,
+        reset_ms, rule, wait_us > 0 and cdiv(wait_us, 1000) or 0, nil
+    return d
 end

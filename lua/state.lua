@@ -20,21 +20,53 @@ Records are reused. A record is a table of some twenty fields, and making
 one costs more than a whole decision, so the tables of earlier calls are
 kept (the Functions library keeps them between calls; the EVAL script
 starts afresh) and each call takes them again from the first: run()
-(lua/commands.lua) calls records_reuse() before it starts. No record
-outlives the call that took it. A call takes at most 2 x MAX_RULES records
+(lua/commands.lua) calls records_reuse() before it starts. No record of
+the pool outlives the call that took it (a plan's record is the plan's:
+plan_of). A call takes at most 2 x MAX_RULES records
 (the key's own, and those converted from them), so the pool stays that
 small. A table may serve records of several algorithms in turn: each
 reads only its own fields.
 ]]
 local record_pool, record_pool_n = {}, 0
 
+--[[
+The algorithms: one entry each, keyed by its number (ALGO_*), listed
+below with sliding's (its fields are listed there). The state parser,
+lua/policy.lua and INFO go through this table only. Sliding's entry is
+made here and in lua/policy.lua; every other algorithm's file makes its
+own in a loader (LOADERS[algo]) that makes the algorithm's functions and
+entry at the first call that needs them: the EVAL script runs the whole
+core on every call (lua/eval.lua), so it makes only the algorithms a call
+uses. A new algorithm is its file, its loader and its number.
+]]
+local LOADERS = {}
+local ALGORITHMS = setmetatable({}, {
+    __index = function(t, algo)
+        local load = LOADERS[algo]
+        if load then
+            load()
+            return rawget(t, algo)
+        end
+    end,
+})
+
 local function records_reuse()
     record_pool_n = 0
 end
 
--- A record of the rule with an empty state: every field its algorithm
--- reads before it writes it is set here (decisions and statuses are
--- written whole before they are read).
+-- Fills r as a record of the rule with an empty state: every field its
+-- algorithm reads before it writes it is set here (decisions and statuses
+-- are written whole before they are read).
+local function init_record(r, algo, limit, period, burst, calendar, months,
+                           tz_offset, rule)
+    r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
+        rule
+    r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
+    ALGORITHMS[algo].clear(r)
+    return r
+end
+
+-- A record from the pool, made empty for the rule.
 local function new_record(algo, limit, period, burst, calendar, months,
                           tz_offset, rule)
     local k = record_pool_n + 1
@@ -44,29 +76,13 @@ local function new_record(algo, limit, period, burst, calendar, months,
         record_pool[k] = r
     end
     record_pool_n = k
-    r.algo, r.limit, r.period, r.burst, r.rule = algo, limit, period, burst,
-        rule
-    r.calendar, r.months, r.tz_offset = calendar, months, tz_offset
-    if algo == ALGO_SLIDING then
-        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
-        r.a, r.m, r.tail = 1, 0, ''
-    elseif algo == ALGO_GCRA then
-        r.tat_lo, r.tat_hi, r.rem, r.Tq = 0, 0, 0, nil
-    elseif algo == ALGO_CONCURRENT then
-        r.base, r.n, r.last, r.ents = 0, 0, 0, ''
-    else
-        r.start, r.count, r.cur, r.prev = 0, 0, 0, 0
-    end
-    return r
+    return init_record(r, algo, limit, period, burst, calendar, months,
+        tz_offset, rule)
 end
 
 local function empty_record(rule)
-    local r = new_record(rule.algo, rule.limit, rule.period, rule.burst,
+    return new_record(rule.algo, rule.limit, rule.period, rule.burst,
         rule.calendar, rule.months, rule.tz_offset, rule)
-    if rule.algo == ALGO_SLIDING then
-        r.runs = ''
-    end
-    return r
 end
 
 local RUN_FORMATS = {}
@@ -95,58 +111,17 @@ local function calendar_read(s, pos, avail, size)
     return calendar, months, tz_offset
 end
 
--- fixed_check() and approx_check() of window.c: the window's start and
--- counts of the record r at pos, whose calendar (if any) takes `extra`
--- bytes after them. Returns r and the position after the record.
-local function parse_window(r, s, pos, avail, extra)
-    if r.algo == ALGO_FIXED then
-        if avail < 22 then
-            corrupt()
-        end
-        local lo, hi, count = sunpack('<I4I4I4', s, pos + 10)
-        if hi >= 4096 or count > LIMIT_MAX then
-            corrupt()
-        end
-        r.start, r.count = hi * TWO32 + lo, count
-        return r, pos + 22 + extra
-    end
-    if avail < 26 then
+-- The state of a record of a fixed size at pos (fixed_check(),
+-- approx_check() and gcra_check() of the core: load checks the fields),
+-- whose calendar (if any) takes `extra` bytes after it. Returns r and the
+-- position after the record.
+local function fixed_parse(r, s, pos, avail, _, _, extra)
+    local A = ALGORITHMS[r.algo]
+    if avail < A.size then
         corrupt()
     end
-    local lo, hi, cur, prev = sunpack('<I4I4I4I4', s, pos + 10)
-    if hi >= 4096 or cur > LIMIT_MAX or prev > LIMIT_MAX then
-        corrupt()
-    end
-    r.start, r.cur, r.prev = hi * TWO32 + lo, cur, prev
-    return r, pos + 26 + extra
-end
-
--- concurrent_check() of concurrent.c for the record at pos: at most
--- CONCURRENT_MAX entries in order of expiry, none past PERIOD from the
--- base, no id 0 (entries of a trusted blob are not checked again).
--- Returns the record and the position after it.
-local function parse_concurrent(r, s, pos, avail, trusted)
-    if avail < 24 then
-        corrupt()
-    end
-    local lo, hi, n, last = sunpack('<I4I4HI4', s, pos + 10)
-    local size = 24 + 8 * n
-    if n > CONCURRENT_MAX or avail < size or hi >= 4096 then
-        corrupt()
-    end
-    local ents = sub(s, pos + 24, pos + size - 1)
-    if n > 0 and not trusted then
-        local E, prev, period = { sunpack(run_format(n), ents) }, 0, r.period
-        for i = 1, 2 * n, 2 do
-            local off = E[i]
-            if off < prev or off > period or E[i + 1] == 0 then
-                corrupt()
-            end
-            prev = off
-        end
-    end
-    r.base, r.n, r.last, r.ents = hi * TWO32 + lo, n, last, ents
-    return r, pos + size
+    A.load(r, sunpack(A.state, s, pos + A.rule_size))
+    return r, pos + A.size + extra
 end
 
 -- Reads and validates one record at pos (ratel__state_parse's rules:
@@ -160,20 +135,20 @@ local function parse_record(s, pos, len, trusted, want)
         corrupt()
     end
     local algo, flags, limit, period = sunpack('<BBI4I4', s, pos)
-    if algo > ALGO_CONCURRENT then
+    local A = ALGORITHMS[algo]
+    if not A then
         corrupt()
     end
     local burst = 0
-    if algo == ALGO_GCRA then
+    if ALGO_FACTS[algo].burst then
         if avail < 14 then
             corrupt()
         end
         burst = sunpack('<I4', s, pos + 10)
     end
     local calendar, months, tz_offset, extra = 0, 0, 0, 0
-    if flags == 128 and (algo == ALGO_FIXED or algo == ALGO_APPROX) then
-        calendar, months, tz_offset = calendar_read(s, pos, avail,
-            algo == ALGO_FIXED and 22 or 26)
+    if flags == 128 and ALGO_FACTS[algo].calendar then
+        calendar, months, tz_offset = calendar_read(s, pos, avail, A.size)
         flags, extra = 0, 6
     end
     if not (want and want.algo == algo and want.limit == limit and
@@ -186,59 +161,12 @@ local function parse_record(s, pos, len, trusted, want)
             corrupt()
         end
     end
-    if algo == ALGO_SLIDING then
-        if flags > 30 then
-            corrupt()
-        end
-    elseif flags ~= 0 then
+    if flags > A.flags_max then
         corrupt()
     end
     local r = new_record(algo, limit, period, burst, calendar, months,
         tz_offset, want)
-    if algo == ALGO_SLIDING then
-        if avail < 24 then
-            corrupt()
-        end
-        local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
-        local size = 24 + 8 * n
-        if n > SLIDING_CAP or avail < size or hi >= 4096 or total > LIMIT_MAX or
-            (n == 0) ~= (total == 0) then
-            corrupt()
-        end
-        local base = hi * TWO32 + lo
-        if n > 0 and not trusted then
-            local R, prev, sum = { sunpack(run_format(n), s, pos + 24) }, -1, 0
-            for i = 1, 2 * n, 2 do
-                local off, c = R[i], R[i + 1]
-                if off <= prev or c == 0 then
-                    corrupt()
-                end
-                sum = sum + c
-                prev = off
-            end
-            if sum ~= total or base + prev >= STORED_MS_MAX then
-                corrupt()
-            end
-        end
-        -- The runs are read in place (lua/sliding.lua), not cut out.
-        r.shift, r.base, r.runs, r.n, r.sum = flags, base, s, n, total
-        r.a, r.m, r.tail = pos + 24, n, ''
-        return r, pos + size
-    elseif algo == ALGO_FIXED or algo == ALGO_APPROX then
-        return parse_window(r, s, pos, avail, extra)
-    elseif algo == ALGO_CONCURRENT then
-        return parse_concurrent(r, s, pos, avail, trusted)
-    end
-    if avail < 26 then
-        corrupt()
-    end
-    local lo, hi, rem = sunpack('<I4I4I4', s, pos + 14)
-    -- 0 <= TAT < 2^54 us: the high half of a negative i64 is >= 2^31.
-    if hi >= 4194304 or rem >= limit then
-        corrupt()
-    end
-    r.tat_lo, r.tat_hi, r.rem = lo, hi, rem
-    return r, pos + 26
+    return A.parse(r, s, pos, avail, trusted, flags, extra)
 end
 
 --[[
@@ -305,9 +233,10 @@ local function parse_blob(s, policy)
     return recs, same
 end
 
+-- An integer as its low and high u32 halves (exact: 2^32 divides evenly).
 local function pack_i64(v)
-    local hi = floor(v / TWO32)
-    return v - hi * TWO32, hi
+    local lo = v % TWO32
+    return lo, (v - lo) / TWO32
 end
 
 -- The blob's header for 1 .. MAX_RULES records.
@@ -342,44 +271,165 @@ local function sliding_pieces(r, out, k)
     return k + 3
 end
 
--- One record's bytes (not sliding: sliding_pieces).
-local function record_bytes(r)
-    local algo = r.algo
-    if algo == ALGO_FIXED then
-        local lo, hi = pack_i64(r.start)
-        local flags, calendar = calendar_write(r)
-        return spack('<BBI4I4I4I4I4', 1, flags, r.limit, r.period, lo, hi,
-            r.count) .. calendar
-    elseif algo == ALGO_APPROX then
-        local lo, hi = pack_i64(r.start)
-        local flags, calendar = calendar_write(r)
-        return spack('<BBI4I4I4I4I4I4', 2, flags, r.limit, r.period, lo, hi,
-            r.cur, r.prev) .. calendar
-    elseif algo == ALGO_CONCURRENT then
-        local lo, hi = pack_i64(r.base)
-        return spack('<BBI4I4I4I4HI4', 4, 0, r.limit, r.period, lo, hi, r.n,
-            r.last) .. r.ents
+-- The bytes of a fixed-size record's rule (algo, flags, limit, period and
+-- gcra's burst).
+local function rule_bytes(r, flags)
+    if ALGO_FACTS[r.algo].burst then
+        return spack('<BBI4I4I4', r.algo, flags, r.limit, r.period, r.burst)
     end
-    return spack('<BBI4I4I4I4I4I4', 3, 0, r.limit, r.period, r.burst,
-        r.tat_lo, r.tat_hi, r.rem)
+    return spack('<BBI4I4', r.algo, flags, r.limit, r.period)
 end
 
+-- A fixed-size record's bytes: the rule, the state fields, the calendar.
+local function fixed_bytes(r)
+    local A = ALGORITHMS[r.algo]
+    local flags, calendar = calendar_write(r)
+    return rule_bytes(r, flags) .. spack(A.state, A.fields(r)) .. calendar
+end
+
+--[[
+Plans: a policy of one rule whose record has a fixed size and no calendar
+(fixed, approx or gcra) reads and writes its key without parsing it. Its
+plan, made once when the policy is parsed and kept with it
+(lua/commands.lua), holds the bytes every key of that rule starts with
+(the blob's header and the rule's bytes), the blob's size and a record of
+its own for the rule. A key of that size that starts with those bytes
+holds exactly that rule, valid and alone: only the state fields after it
+are read, with one struct.unpack, and checked (load) as parse_record
+checks them. What a decision writes is the same start and the new fields.
+]]
+local function plan_of(policy)
+    local rule = policy[1]
+    local A = ALGORITHMS[rule.algo]
+    if #policy ~= 1 or not A.state or rule.calendar ~= 0 then
+        return nil
+    end
+    local r = init_record({}, rule.algo, rule.limit, rule.period, rule.burst,
+        0, 0, 0, rule)
+    local head = HEADERS[1] .. rule_bytes(r, 0)
+    -- The blob in one struct.pack: the start as a string of its size
+    -- (format cN), then the fields.
+    local plan = { A = A, rec = r, head = head, size = 4 + A.size,
+        at = 5 + A.rule_size, recs = { r },
+        blob = '<c' .. #head .. sub(A.state, 2) }
+    plan.recs.plan = plan
+    return plan
+end
+
+-- The records of the key's bytes s (false: no key) under the plan, or nil
+-- when s is not a key of its rule. The plan's record holds the state of
+-- plan.last, the bytes it last made (serialize), until a call takes it
+-- again: a key that still holds them is not read at all.
+local function planned_records(plan, s)
+    local r, last = plan.rec, plan.last
+    plan.last = nil
+    if s == last then
+        return plan.recs
+    end
+    if not s then
+        plan.A.clear(r)
+        return plan.recs
+    end
+    if #s ~= plan.size or sub(s, 1, plan.at - 1) ~= plan.head then
+        return nil
+    end
+    plan.A.load(r, sunpack(plan.A.state, s, plan.at))
+    return plan.recs
+end
+
+-- One record's bytes.
+local function record_bytes(r)
+    return ALGORITHMS[r.algo].bytes(r)
+end
+
+-- The blob of the records; a plan's records are its start and their
+-- fields (below 64 bytes, so never trusted: trust() keeps no such blob).
 local serialize_out = {}
 
 local function serialize(recs)
+    local plan = recs.plan
+    if plan then
+        plan.last = spack(plan.blob, plan.head, plan.A.fields(recs[1]))
+        return plan.last
+    end
     local n = #recs
-    if n == 1 and recs[1].algo ~= ALGO_SLIDING then
+    if n == 1 and not ALGORITHMS[recs[1].algo].pieces then
         return trust(HEADERS[1] .. record_bytes(recs[1]))
     end
+    -- A record whose entry gives pieces (sliding) adds them as they are.
     local out, k = serialize_out, 2
     out[1] = HEADERS[n]
     for i = 1, n do
         local r = recs[i]
-        if r.algo == ALGO_SLIDING then
-            k = sliding_pieces(r, out, k)
+        local pieces = ALGORITHMS[r.algo].pieces
+        if pieces then
+            k = pieces(r, out, k)
         else
             out[k], k = record_bytes(r), k + 1
         end
     end
     return trust(table.concat(out, '', 1, k - 1))
 end
+
+--[[
+Each algorithm's entry holds clear: the empty state. parse(r, s, pos,
+avail, trusted, flags, extra): the state at pos, checked, and the
+position after the record. bytes(r): the record's bytes; pieces(r, out,
+k), if given, puts them in out[k..] as several strings and returns the
+next k (sliding: its runs are copied once, serialize). flags_max: the
+largest flags byte besides a calendar's. Whether a calendar may end the
+record and whether the rule's bytes hold a burst are facts of the map
+(ALGO_FACTS, generated from include/ratel.h). A record of
+a fixed size gives rule_size, state, size, load and fields instead of its
+own parse and bytes (fixed_parse, fixed_bytes). Then the decisions:
+status, decide, commit(r, now_us, cost, at_us), refund, info(r,
+stored_runs) (the values of the fields INFO shows beyond those of every
+rule, in the order of ALGO_FACTS[algo].fields), and convert(old, rule,
+now_us) where a record of
+another limit is not kept as it is (gcra).
+]]
+ALGORITHMS[ALGO_SLIDING] = {
+    flags_max = 30,
+    clear = function(r)
+        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
+        r.a, r.m, r.tail = 1, 0, ''
+    end,
+    -- sliding_check() of sliding.c, the flags being the shift: at most
+    -- SLIDING_CAP runs in order, none empty, summing to the stored total
+    -- (runs of a trusted blob are not checked again).
+    parse = function(r, s, pos, avail, trusted, shift)
+        if avail < 24 then
+            corrupt()
+        end
+        local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
+        local size = 24 + 8 * n
+        if n > SLIDING_CAP or avail < size or hi >= 4096 or total > LIMIT_MAX or
+            (n == 0) ~= (total == 0) then
+            corrupt()
+        end
+        local base = hi * TWO32 + lo
+        if n > 0 and not trusted then
+            local R, prev, sum = { sunpack(run_format(n), s, pos + 24) }, -1, 0
+            for i = 1, 2 * n, 2 do
+                local off, c = R[i], R[i + 1]
+                if off <= prev or c == 0 then
+                    corrupt()
+                end
+                sum = sum + c
+                prev = off
+            end
+            if sum ~= total or base + prev >= STORED_MS_MAX then
+                corrupt()
+            end
+        end
+        -- The runs are read in place (lua/sliding.lua), not cut out.
+        r.shift, r.base, r.runs, r.n, r.sum = shift, base, s, n, total
+        r.a, r.m, r.tail = pos + 24, n, ''
+        return r, pos + size
+    end,
+    pieces = sliding_pieces,
+    bytes = function(r)
+        local out = {}
+        return table.concat(out, '', 1, sliding_pieces(r, out, 1) - 1)
+    end,
+}

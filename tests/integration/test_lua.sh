@@ -467,6 +467,40 @@ if rcli "$port" MODULE LIST | grep -qx ratel; then
         done
     done
     same "module and scripts: leases" "$diff" ""
+    # One key in turns: the library twice (the second call finds the bytes
+    # it wrote), then the module, then EVAL (the library then reads what
+    # they wrote), on a key of one rule; the module alone on another: the
+    # same replies, bytes and expiry, through refunds, peeks and resets.
+    for r in 5/1s:gcra,burst=3 4/1s:fixed 4/1s:approx 3/1s 2/1s:concurrent; do
+        diff='' i=0
+        for step in "ACQUIRE AT 4102444800000" "ACQUIRE AT 4102444800001" \
+            "ACQUIRE AT 4102444800001" "ACQUIRE COST 2 AT 4102444800100" \
+            "REFUND AT 4102444800200" "ACQUIRE AT 4102444800300" \
+            "ACQUIRE PEEK AT 4102444800300" "ACQUIRE AT 4102444800400" \
+            "ACQUIRE AT 4102444800400" "RESET" "ACQUIRE AT 4102444800500" \
+            "ACQUIRE AT 4102444800501" "REFUND COST 9 AT 4102444800600" \
+            "ACQUIRE AT 4102444801700" "ACQUIRE AT 4102444801701"; do
+            op=${step%% *} args=${step#* } rules=$r
+            [ "$op" = "$step" ] && args='' rules=''
+            # shellcheck disable=SC2086
+            m=$(echo $(rcli "$port" "RATEL.$op" "m1:$r" $args $rules 2>&1) $(state "m1:$r"))
+            case $((i % 4)) in
+            0 | 1)
+                # shellcheck disable=SC2086
+                t=$(rcli "$port" FCALL "ratel_$(echo "$op" | tr 'A-Z' 'a-z')" 1 "t:$r" $args $rules 2>&1) ;;
+            2)
+                # shellcheck disable=SC2086
+                t=$(rcli "$port" "RATEL.$op" "t:$r" $args $rules 2>&1) ;;
+            *)
+                # shellcheck disable=SC2086
+                t=$(rcli "$port" EVALSHA "$sha" 1 "t:$r" "$op" $args $rules 2>&1) ;;
+            esac
+            t=$(echo $t $(state "t:$r"))
+            [ "$m" = "$t" ] || diff="$diff [$i $step: module [$m] in turns [$t]]"
+            i=$((i + 1))
+        done
+        same "module and scripts in turns: $r" "$diff" ""
+    done
     same "module and scripts: 257 leases refused alike" \
         "$(rcli "$port" RATEL.ACQUIRE e 257/1s:concurrent 2>&1)" \
         "$(rcli "$port" EVALSHA "$sha" 1 e ACQUIRE 257/1s:concurrent 2>&1)"
