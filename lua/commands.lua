@@ -273,6 +273,8 @@ local function acquire(op, key, args, first)
         -- so that a retry decides on the same state; new keys stay unstored.
         if converted and not peek then
             new = serialize(recs)
+        else
+            planned_kept(recs, old)
         end
     else
         for i = 1, #recs do
