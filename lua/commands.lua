@@ -75,9 +75,11 @@ end
 Policies, kept between calls by the Functions library (the EVAL script
 starts afresh each call) as the rules they hold are (lua/rule.lua): keyed
 by the rules' texts joined by "\0", which no valid rule holds, at most
-POLICY_CACHE_MAX of them, emptied when full. A cached policy is never
-modified; it carries its plan (lua/state.lua, plan_of), so that a call of
-a known policy on a key of it parses neither. Errors are not kept.
+POLICY_CACHE_MAX of them, emptied when full. A cached policy's rules are
+never modified. It carries its plan (lua/state.lua, plan_of), so that a
+call of a known policy on a key of it parses neither, whether it holds
+leases, and the table of its replies (lua/policy.lua, report). Errors are
+not kept.
 ]]
 local POLICY_CACHE_MAX = 1024
 local policy_cache, policy_cache_n = {}, 0
@@ -257,6 +259,8 @@ local function acquire(op, key, args, first)
         -- so that a retry decides on the same state; new keys stay unstored.
         if converted and not peek then
             new = serialize(recs)
+        else
+            planned_kept(recs, old)
         end
     else
         for i = 1, #recs do

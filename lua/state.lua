@@ -337,6 +337,15 @@ local function planned_records(plan, s)
     return plan.recs
 end
 
+-- The call only read the plan's record (a denial, a peek): it still holds
+-- the state of the key's bytes s.
+local function planned_kept(recs, s)
+    local plan = recs.plan
+    if plan and s then
+        plan.last = s
+    end
+end
+
 -- One record's bytes.
 local function record_bytes(r)
     return ALGORITHMS[r.algo].bytes(r)
