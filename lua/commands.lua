@@ -197,9 +197,16 @@ local function read_key(key)
     return v
 end
 
+-- The server's clock as run()'s caller read it for this call (nil: not
+-- read yet): ratel_acquire_many reads it once for all its items.
+local call_now_us
+
 local function now_of(at)
     if at then
         return at * 1000
+    end
+    if call_now_us then
+        return call_now_us
     end
     local t = redis.call('TIME') -- two decimal strings; arithmetic reads them
     return t[1] * 1000000 + t[2]
@@ -386,7 +393,10 @@ local COMMANDS = {
 
 -- Runs the operation named `name` (any case) on keys[1] with
 -- args[first..]: its reply, or its error reply with nothing written.
-local function run(name, keys, args, first)
+-- now_us, if given, is the server's clock already read (ratel_acquire_many
+-- reads TIME once for all its items); AT still overrides it.
+local function run(name, keys, args, first, now_us)
+    call_now_us = now_us
     local op = COMMANDS[name] and name or upper(name)
     local command = COMMANDS[op]
     if not command then

@@ -40,6 +40,10 @@ local function acquire_many(run, keys, args, first)
         return { err = counts }
     end
     local out, one, words = {}, {}, nil
+    -- One reading of the clock serves every item: they are decided in
+    -- one script, which no other command interleaves, at one instant.
+    local t = redis.call('TIME')
+    local now_us = t[1] * 1000000 + t[2]
     for i = 1, #keys do
         if counts[i] > 0 then
             words = {}
@@ -48,7 +52,7 @@ local function acquire_many(run, keys, args, first)
             end
         end
         one[1] = keys[i]
-        local reply = run('ACQUIRE', one, words, 1)
+        local reply = run('ACQUIRE', one, words, 1, now_us)
         -- run() answers a policy's calls with one table it refills
         -- (lua/commands.lua): the items of one policy each keep a copy.
         if not reply.err then

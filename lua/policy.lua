@@ -11,10 +11,11 @@ do
     end
 end
 
--- ratel_policy_has_leases(): whether a concurrent rule is among the rules.
+-- ratel_policy_has_leases(): whether a rule of an algorithm that holds
+-- leases (ALGO_FACTS) is among the rules.
 local function has_leases(policy)
     for i = 1, #policy do
-        if policy[i].algo == ALGO_CONCURRENT then
+        if ALGO_FACTS[policy[i].algo].leases then
             return true
         end
     end
@@ -66,7 +67,8 @@ local function decide_all(recs, now_us, cost, max_wait_ms)
         local r = recs[i]
         ALGORITHMS[r.algo].decide(r, now_us, cost)
         all = all and r.ok
-        if r.algo == ALGO_GCRA and r.allow_at > at then
+        -- An algorithm that reserves (ALGO_FACTS) says when it admits.
+        if ALGO_FACTS[r.algo].reserves and r.allow_at > at then
             at = r.allow_at
         end
     end
