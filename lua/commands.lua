@@ -75,20 +75,19 @@ end
 Policies, kept between calls by the Functions library (the EVAL script
 starts afresh each call) as the rules they hold are (lua/rule.lua): keyed
 by the rules' texts joined by "\0", which no valid rule holds, at most
-POLICY_CACHE_MAX of them, emptied when full. A cached policy's rules are
+1,024 of them (a cache of lua/internal.lua). A cached policy's rules are
 never modified. It carries its plan (lua/state.lua, plan_of), so that a
 call of a known policy on a key of it parses neither, whether it holds
 leases, and the table of its replies (lua/policy.lua, report). Errors are
 not kept.
 ]]
-local POLICY_CACHE_MAX = 1024
-local policy_cache, policy_cache_n = {}, 0
+local policy_cache = cache_new()
 
 -- ratel_policy_parse(): the rules args[i..argc], checked as
 -- ratel_policy_init() checks them.
 local function parse_policy(args, i, argc)
     local text = i == argc and args[i] or table.concat(args, '\0', i, argc)
-    local policy = policy_cache[text]
+    local policy = policy_cache.t[text]
     if policy then
         return policy
     end
@@ -96,10 +95,7 @@ local function parse_policy(args, i, argc)
     policy.plan, policy.leases = plan_of(policy), has_leases(policy)
     policy.reply = {}
     if #text <= 64 * MAX_RULES then
-        if policy_cache_n == POLICY_CACHE_MAX then
-            policy_cache, policy_cache_n = {}, 0
-        end
-        policy_cache[text], policy_cache_n = policy, policy_cache_n + 1
+        cache_put(policy_cache, text, policy)
     end
     return policy
 end

@@ -53,6 +53,26 @@ local STORED_MS_MAX = 2 ^ 44
 -- long long, so the largest double below 2^63 stands for INT64_MAX.
 local USED_MAX = 2 ^ 63 - 1024
 
+-- ---------------------------------------------------------------- caches
+--[[
+What the Functions library keeps between calls (the EVAL script starts
+afresh each call) by a text: at most CACHE_MAX entries, all dropped at
+once when it is full, so that it stays bounded without bookkeeping per
+entry. Read with c.t[key].
+]]
+local CACHE_MAX = 1024
+
+local function cache_new()
+    return { t = {}, n = 0 }
+end
+
+local function cache_put(c, key, value)
+    if c.n == CACHE_MAX then
+        c.t, c.n = {}, 0
+    end
+    c.t[key], c.n = value, c.n + 1
+end
+
 -- ----------------------------------------------------- integer helpers
 -- floor(a / b) for integers 0 <= a < 2^53, b >= 1. Lua's a % b is
 -- a - floor(a / b) x b with the double quotient, already right there; the

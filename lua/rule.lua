@@ -374,26 +374,22 @@ end
 
 --[[
 Parsed rules, kept between calls by the Functions library (the EVAL script
-starts afresh each call): keyed by the rule's text, at most RULE_CACHE_MAX
+starts afresh each call): keyed by the rule's text, at most 1,024
 texts of at most 64 bytes (a longer text is valid only with leading
-zeros, and is parsed every time), emptied when full. A parsed rule is
+zeros, and is parsed every time), a cache of lua/internal.lua. A parsed rule is
 never modified. Errors are not kept: a malformed rule is parsed, and
 refused, every time.
 ]]
-local RULE_CACHE_MAX = 1024
-local rule_cache, rule_cache_n = {}, 0
+local rule_cache = cache_new()
 
 local function rule_of(text)
-    local r = rule_cache[text]
+    local r = rule_cache.t[text]
     if r then
         return r
     end
     r = parse_rule(text)
     if #text <= 64 then
-        if rule_cache_n == RULE_CACHE_MAX then
-            rule_cache, rule_cache_n = {}, 0
-        end
-        rule_cache[text], rule_cache_n = r, rule_cache_n + 1
+        cache_put(rule_cache, text, r)
     end
     return r
 end
