@@ -1,16 +1,5 @@
 -- policy.lua - several rules decided together (mirrors lib/core/policy.c).
 
--- Sliding's decisions (its record: lua/state.lua); every other
--- algorithm's file makes its whole entry.
-do
-    local A = ALGORITHMS[ALGO_SLIDING]
-    A.status, A.decide, A.commit, A.refund = sl_status, sl_decide, sl_commit,
-        sl_refund
-    A.info = function(r, stored_runs)
-        return stored_runs, 2 ^ r.shift
-    end
-end
-
 -- ratel_policy_has_leases(): whether a rule of an algorithm that holds
 -- leases (ALGO_FACTS) is among the rules.
 local function has_leases(policy)

@@ -7,7 +7,7 @@
 -- added). A call reads the runs that expire and the newest, moves r.a
 -- past the expired ones and writes the newest into r.tail, so the
 -- 128-256 runs a busy key holds are copied once, into the new blob
--- (sliding_pieces of lua/state.lua), and never parsed but to coarsen.
+-- (sliding_pieces, below), and never parsed but to coarsen.
 
 -- Every pair of the bytes `runs` (n pairs) as one array {offset, count,
 -- offset, count, ...}; lua/concurrent.lua reads its entries with it too.
@@ -24,12 +24,9 @@ local function runs_bytes(R, n)
     return spack(run_format(n), unpack_(R, 1, 2 * n))
 end
 
--- sl_status, sl_decide, sl_commit and sl_refund: this file's exports
--- (lua/policy.lua). The rest are sliding.c's static functions, kept in a
--- block of their own: the whole core is one Lua function
--- (scripts/lua-build.sh), and Lua 5.1 allows a function 200 locals.
-local sl_status, sl_decide, sl_commit, sl_refund
-
+-- The algorithm's entry (ALGORITHMS, lua/state.lua), made at the end of
+-- this file: sliding is the default algorithm, so it is made at once, not
+-- by a loader.
 do
     local function round_up(t, shift)
         local g = 2 ^ shift
@@ -121,7 +118,7 @@ do
         return d > 0 and d or 0
     end
 
-    function sl_status(r, now_us)
+    local function sl_status(r, now_us)
         local _, total = sl_scan(r, floor(now_us / 1000))
         local limit = r.limit
         r.used = total
@@ -145,7 +142,7 @@ do
         return n == SLIDING_CAP and 2 or 1, shift
     end
 
-    function sl_decide(r, now_us, cost)
+    local function sl_decide(r, now_us, cost)
         local drop, total = sl_scan(r, floor(now_us / 1000))
         local limit = r.limit
         r.v_drop, r.v_total = drop, total
@@ -218,7 +215,7 @@ do
         sl_set_array(r, R, n)
     end
 
-    function sl_commit(r, now_us, cost)
+    local function sl_commit(r, now_us, cost)
         local now_ms = floor(now_us / 1000)
         local kind, shift = sl_plan(r, now_ms, r.v_drop)
         if r.v_drop > 0 then
@@ -251,7 +248,7 @@ do
     end
 
     -- Gives back the newest permits first: they would have expired last.
-    function sl_refund(r, now_us, cost)
+    local function sl_refund(r, now_us, cost)
         local drop, sum = sl_scan(r, floor(now_us / 1000))
         sl_drop(r, drop)
         while cost > 0 and r.n > 0 do
@@ -269,4 +266,74 @@ do
         end
         r.sum = sum
     end
+
+    --[[
+    A sliding record's bytes as three pieces, put in out[k], out[k + 1]
+    and out[k + 2]: its header, the runs kept from the blob read and those
+    this call wrote. Redis's Lua hashes every byte of every string it
+    makes, so the runs are cut out of the old blob once and copied once
+    more, into the new blob (serialize, lua/state.lua), and not joined to
+    their header first.
+    ]]
+    local function sliding_pieces(r, out, k)
+        local lo, hi = pack_i64(r.base)
+        local a, m = r.a, r.m
+        out[k] = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period, lo,
+            hi, r.n, r.sum)
+        out[k + 1] = m > 0 and sub(r.runs, a, a + 8 * m - 1) or ''
+        out[k + 2] = r.tail
+        return k + 3
+    end
+
+    ALGORITHMS[ALGO_SLIDING] = {
+        flags_max = 30,
+        clear = function(r)
+            r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
+            r.a, r.m, r.tail = 1, 0, ''
+        end,
+        -- sliding_check() of sliding.c, the flags being the shift: at most
+        -- SLIDING_CAP runs in order, none empty, summing to the stored total
+        -- (runs of a trusted blob are not checked again).
+        parse = function(r, s, pos, avail, trusted, shift)
+            if avail < 24 then
+                corrupt()
+            end
+            local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
+            local size = 24 + 8 * n
+            if n > SLIDING_CAP or avail < size or hi >= 4096 or
+                total > LIMIT_MAX or (n == 0) ~= (total == 0) then
+                corrupt()
+            end
+            local base = hi * TWO32 + lo
+            if n > 0 and not trusted then
+                local R, prev, sum = { sunpack(run_format(n), s, pos + 24) },
+                    -1, 0
+                for i = 1, 2 * n, 2 do
+                    local off, c = R[i], R[i + 1]
+                    if off <= prev or c == 0 then
+                        corrupt()
+                    end
+                    sum = sum + c
+                    prev = off
+                end
+                if sum ~= total or base + prev >= STORED_MS_MAX then
+                    corrupt()
+                end
+            end
+            -- The runs are read in place (lua/sliding.lua), not cut out.
+            r.shift, r.base, r.runs, r.n, r.sum = shift, base, s, n, total
+            r.a, r.m, r.tail = pos + 24, n, ''
+            return r, pos + size
+        end,
+        pieces = sliding_pieces,
+        status = sl_status, decide = sl_decide, commit = sl_commit,
+        refund = sl_refund,
+        info = function(r, stored_runs)
+            return stored_runs, 2 ^ r.shift
+        end,
+        bytes = function(r)
+            local out = {}
+            return table.concat(out, '', 1, sliding_pieces(r, out, 1) - 1)
+        end,
+    }
 end

@@ -30,14 +30,29 @@ reads only its own fields.
 local record_pool, record_pool_n = {}, 0
 
 --[[
-The algorithms: one entry each, keyed by its number (ALGO_*), listed
-below with sliding's (its fields are listed there). The state parser,
-lua/policy.lua and INFO go through this table only. Sliding's entry is
-made here and in lua/policy.lua; every other algorithm's file makes its
-own in a loader (LOADERS[algo]) that makes the algorithm's functions and
-entry at the first call that needs them: the EVAL script runs the whole
-core on every call (lua/eval.lua), so it makes only the algorithms a call
-uses. A new algorithm is its file, its loader and its number.
+The algorithms: one entry each, keyed by its number (ALGO_*; its fields
+are listed below). The state parser, lua/policy.lua and INFO go through
+this table only. Each algorithm's file makes its entry: sliding's, the
+default, at once (lua/sliding.lua); every other one in a loader
+(LOADERS[algo]) that makes the algorithm's functions and entry at the
+first call that needs them: the EVAL script runs the whole core on every
+call (lua/eval.lua), so it makes only the algorithms a call uses. A new
+algorithm is its file, its loader and its map line (include/ratel.h).
+
+Each algorithm's entry holds clear: the empty state. parse(r, s, pos,
+avail, trusted, flags, extra): the state at pos, checked, and the
+position after the record. bytes(r): the record's bytes; pieces(r, out,
+k), if given, puts them in out[k..] as several strings and returns the
+next k (sliding: its runs are copied once, serialize). flags_max: the
+largest flags byte besides a calendar's. Whether a calendar may end the
+record and whether the rule's bytes hold a burst are facts of the map
+(ALGO_FACTS, generated from include/ratel.h). A record of a fixed size
+gives rule_size, state, size, load and fields instead of its own parse
+and bytes (fixed_parse, fixed_bytes). Then the decisions: status,
+decide, commit(r, now_us, cost, at_us), refund, info(r, stored_runs)
+(the values of the fields INFO shows beyond those of every rule, in the
+order of ALGO_FACTS[algo].fields), and convert(old, rule, now_us) where
+a record of another limit is not kept as it is (gcra).
 ]]
 local LOADERS = {}
 local ALGORITHMS = setmetatable({}, {
@@ -254,22 +269,6 @@ local function calendar_write(r)
     return 128, spack('<BBi4', r.calendar, r.months, r.tz_offset)
 end
 
---[[
-A sliding record's bytes as three pieces, put in out[k], out[k + 1] and
-out[k + 2]: its header, the runs kept from the blob read and those this
-call wrote (lua/sliding.lua). Redis's Lua hashes every byte of every
-string it makes, so the runs are cut out of the old blob once and copied
-once more, into the new blob, and not joined to their header first.
-]]
-local function sliding_pieces(r, out, k)
-    local lo, hi = pack_i64(r.base)
-    local a, m = r.a, r.m
-    out[k] = spack('<BBI4I4I4I4HI4', 0, r.shift, r.limit, r.period, lo, hi,
-        r.n, r.sum)
-    out[k + 1] = m > 0 and sub(r.runs, a, a + 8 * m - 1) or ''
-    out[k + 2] = r.tail
-    return k + 3
-end
 
 -- The bytes of a fixed-size record's rule (algo, flags, limit, period and
 -- gcra's burst).
@@ -379,66 +378,3 @@ local function serialize(recs)
     end
     return trust(table.concat(out, '', 1, k - 1))
 end
-
---[[
-Each algorithm's entry holds clear: the empty state. parse(r, s, pos,
-avail, trusted, flags, extra): the state at pos, checked, and the
-position after the record. bytes(r): the record's bytes; pieces(r, out,
-k), if given, puts them in out[k..] as several strings and returns the
-next k (sliding: its runs are copied once, serialize). flags_max: the
-largest flags byte besides a calendar's. Whether a calendar may end the
-record and whether the rule's bytes hold a burst are facts of the map
-(ALGO_FACTS, generated from include/ratel.h). A record of
-a fixed size gives rule_size, state, size, load and fields instead of its
-own parse and bytes (fixed_parse, fixed_bytes). Then the decisions:
-status, decide, commit(r, now_us, cost, at_us), refund, info(r,
-stored_runs) (the values of the fields INFO shows beyond those of every
-rule, in the order of ALGO_FACTS[algo].fields), and convert(old, rule,
-now_us) where a record of
-another limit is not kept as it is (gcra).
-]]
-ALGORITHMS[ALGO_SLIDING] = {
-    flags_max = 30,
-    clear = function(r)
-        r.shift, r.base, r.runs, r.n, r.sum = 0, 0, nil, 0, 0
-        r.a, r.m, r.tail = 1, 0, ''
-    end,
-    -- sliding_check() of sliding.c, the flags being the shift: at most
-    -- SLIDING_CAP runs in order, none empty, summing to the stored total
-    -- (runs of a trusted blob are not checked again).
-    parse = function(r, s, pos, avail, trusted, shift)
-        if avail < 24 then
-            corrupt()
-        end
-        local lo, hi, n, total = sunpack('<I4I4HI4', s, pos + 10)
-        local size = 24 + 8 * n
-        if n > SLIDING_CAP or avail < size or hi >= 4096 or total > LIMIT_MAX or
-            (n == 0) ~= (total == 0) then
-            corrupt()
-        end
-        local base = hi * TWO32 + lo
-        if n > 0 and not trusted then
-            local R, prev, sum = { sunpack(run_format(n), s, pos + 24) }, -1, 0
-            for i = 1, 2 * n, 2 do
-                local off, c = R[i], R[i + 1]
-                if off <= prev or c == 0 then
-                    corrupt()
-                end
-                sum = sum + c
-                prev = off
-            end
-            if sum ~= total or base + prev >= STORED_MS_MAX then
-                corrupt()
-            end
-        end
-        -- The runs are read in place (lua/sliding.lua), not cut out.
-        r.shift, r.base, r.runs, r.n, r.sum = shift, base, s, n, total
-        r.a, r.m, r.tail = pos + 24, n, ''
-        return r, pos + size
-    end,
-    pieces = sliding_pieces,
-    bytes = function(r)
-        local out = {}
-        return table.concat(out, '', 1, sliding_pieces(r, out, 1) - 1)
-    end,
-}
