@@ -5,7 +5,7 @@
 -- u32 expiry offset_ms from r.base, u32 lease id, in order of expiry,
 -- docs/state-format.md) and r.last, the last lease id handed out. A write
 -- reads them as one array {offset, id, offset, id, ...} (runs_array and
--- runs_bytes of lua/sliding.lua: the same pairs of u32) and rebases them
+-- runs_bytes of lua/state.lua: the same pairs of u32) and rebases them
 -- on now. Ids are below 2^32 and instants below 2^44 ms, so every value
 -- here is an exact double; until_us (lua/window.lua) multiplies an instant
 -- by 1000, which stays exact up to 2^54 for these even products.

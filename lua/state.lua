@@ -110,6 +110,22 @@ local function run_format(n)
     return f
 end
 
+-- Every pair of the bytes `runs` (n pairs) as one array {offset, count,
+-- offset, count, ...}: sliding's runs and concurrent's entries alike
+-- (docs/state-format.md).
+local function runs_array(runs, n)
+    local R = { sunpack(run_format(n), runs) }
+    R[2 * n + 1] = nil
+    return R
+end
+
+local function runs_bytes(R, n)
+    if n == 0 then
+        return ''
+    end
+    return spack(run_format(n), unpack_(R, 1, 2 * n))
+end
+
 -- calendar_read() of state.c: the calendar (6 bytes) that ends a record
 -- of `size` bytes at pos (flag 0x80): its bits, months and offset in
 -- seconds. A zone (bit 7) is corrupt here, as in the module: no process of
@@ -192,8 +208,12 @@ records again (a busy key holds 128-256 of them); the other checks
 still run. A key's old bytes are forgotten when new ones replace them
 (lua/commands.lua), so the set holds about one blob per busy key; it is
 bounded at TRUSTED_BYTES in all and emptied at once when that is passed.
+That bound is small on purpose: everything the library keeps is live heap
+that Lua's collector goes over again and again, so every call of every
+key pays for it (held at 1 MB, it made a gcra call some 10 % slower).
+64 KB holds the blobs of the few keys that are hot enough to gain.
 ]]
-local TRUSTED_BYTES = 1048576
+local TRUSTED_BYTES = 65536
 local trusted_blobs, trusted_bytes = {}, 0
 
 local function trust(s)

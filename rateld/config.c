@@ -699,7 +699,8 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     c->store = RATELD_STORE_MEMORY;
     c->memory_max_bytes = (size_t)64 << 20;
     c->auth.deny_status = 429;
-    snprintf(c->envoy.algorithm, sizeof c->envoy.algorithm, "sliding");
+    snprintf(c->envoy.algorithm, sizeof c->envoy.algorithm, "%s",
+             ratel_algo_name(ratel__algo_with(RATEL_ALGO_DEFAULT)));
     c->envoy.response_headers = 1;
     r.config = c;
     rc = read_top(&r, root);

@@ -6,6 +6,7 @@
  */
 #include "rateld/config_private.h"
 #include "rateld/erl.h"
+#include "ratel_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,10 +15,12 @@
 
 static int check_algorithm(const char *text, char *why, size_t whylen)
 {
+    char names[96];
+
     if (rateld_erl_algorithm_ok(text))
         return 0;
-    snprintf(why, whylen, "\"%.32s\"; accepted: sliding, fixed, approx, gcra",
-             text);
+    ratel__algo_list(RATEL_ALGO_RATE, "", ", ", names, sizeof names);
+    snprintf(why, whylen, "\"%.32s\"; accepted: %s", text, names);
     return -1;
 }
 

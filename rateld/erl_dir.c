@@ -5,6 +5,7 @@
  */
 #include "app/yaml.h"
 #include "rateld/erl_private.h"
+#include "ratel_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -139,10 +140,10 @@ int rateld_erl_load_dir(const char *dir, const char *algorithm,
         err = scratch, errlen = sizeof scratch;
     *out = NULL;
     if (!rateld_erl_algorithm_ok(algorithm)) {
-        snprintf(err, errlen,
-                 "algorithm: \"%s\" is not one of sliding, fixed, approx, "
-                 "gcra",
-                 algorithm);
+        char names[96];
+        ratel__algo_list(RATEL_ALGO_RATE, "", ", ", names, sizeof names);
+        snprintf(err, errlen, "algorithm: \"%s\" is not one of %s", algorithm,
+                 names);
         return -1;
     }
     erl = rateld_erl_new(algorithm);

@@ -28,6 +28,7 @@
  */
 #include "app/yaml.h"
 #include "rateld/erl_private.h"
+#include "ratel_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,39 +57,6 @@ static int erl_algorithm(const char *name, size_t len)
             return a;
     }
     return -1;
-}
-
-/* "sliding, fixed, approx or gcra": the algorithms with every bit of
-   `facts`, the last after `last`. */
-static void erl_algorithm_list(unsigned facts, const char *last, char *buf,
-                               size_t buflen)
-{
-    size_t q = 0;
-    int n = 0, total = 0;
-
-    for (int a = 0; a < RATEL_ALGOS; a++)
-        total += (ratel_algo_facts((ratel_algo_t)a) & facts) == facts;
-    buf[0] = '\0';
-    for (int a = 0; a < RATEL_ALGOS && q < buflen; a++)
-        if ((ratel_algo_facts((ratel_algo_t)a) & facts) == facts) {
-            n++;
-            q += (size_t)snprintf(buf + q, buflen - q, "%s%s",
-                                  n == 1      ? ""
-                                  : n < total ? ", "
-                                              : last,
-                                  ratel_algo_name((ratel_algo_t)a));
-        }
-}
-
-/* The first algorithm with every bit of `facts` (the map has one). */
-static ratel_algo_t erl_algorithm_with(unsigned facts)
-{
-    int a = 0;
-
-    while (a + 1 < RATEL_ALGOS &&
-           (ratel_algo_facts((ratel_algo_t)a) & facts) != facts)
-        a++;
-    return (ratel_algo_t)a;
 }
 
 /*
@@ -424,7 +392,7 @@ static int read_rules(reader_t *r, const ratel__yaml_node_t *node,
             return ratel__yaml_fail(&r->ctx, it->line, "%s: %s", item, why);
         if (!(ratel_algo_facts(rules[i].algo) & RATEL_ALGO_RATE)) {
             char rate[96];
-            erl_algorithm_list(RATEL_ALGO_RATE, " or ", rate, sizeof rate);
+            ratel__algo_list(RATEL_ALGO_RATE, "", " or ", rate, sizeof rate);
             return ratel__yaml_fail(&r->ctx, it->line,
                                     "%s: a %s rule holds a lease "
                                     "until it is released, and the rate "
@@ -497,7 +465,7 @@ static int read_algorithm(reader_t *r, const ratel__yaml_node_t *v,
     if (v->type == RATEL__YAML_SCALAR &&
         (a = erl_algorithm(v->text, v->len)) >= 0)
         return a;
-    erl_algorithm_list(RATEL_ALGO_RATE, " or ", rate, sizeof rate);
+    ratel__algo_list(RATEL_ALGO_RATE, "", " or ", rate, sizeof rate);
     ratel__yaml_fail(&r->ctx, v->line, "%s: expected %s, got %s", path, rate,
                      ratel__yaml_describe(v, what, sizeof what));
     return -1;
@@ -550,7 +518,7 @@ static int unit_policy(reader_t *r, const ratel__yaml_node_t *node,
     field_of(field, sizeof field, path, "burst");
     if (v[L_BURST] && !(ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_BURST)) {
         const char *bucket =
-            ratel_algo_name(erl_algorithm_with(RATEL_ALGO_BURST));
+            ratel_algo_name(ratel__algo_with(RATEL_ALGO_BURST));
         return ratel__yaml_fail(&r->ctx, v[L_BURST]->line,
                                 "%s: burst is the depth of a %s bucket, and "
                                 "this limit's algorithm is %s: add algorithm: "
@@ -981,7 +949,7 @@ rateld_erl_t *rateld_erl_new(const char *algorithm)
     if (erl)
         erl->algo = algorithm ? (ratel_algo_t)erl_algorithm(algorithm,
                                                             strlen(algorithm))
-                              : erl_algorithm_with(RATEL_ALGO_DEFAULT);
+                              : ratel__algo_with(RATEL_ALGO_DEFAULT);
     return erl;
 }
 

@@ -14,9 +14,26 @@
 # checksum of the core's sources, so clients replace a library that is not
 # exactly theirs.
 set -eu
+export LC_ALL=C
 out=${1:?usage: lua-build.sh OUTDIR}
 top=$(cd "$(dirname "$0")/.." && pwd)
-core="internal error calendar rule state sliding window gcra concurrent policy commands"
+# The core's frame, in order, and the entry points, which are not part of
+# the core. Every other file of lua/ is an algorithm's (it makes its entry
+# of ALGORITHMS, lua/state.lua) and is joined between the two parts of the
+# frame, in the order of the names: adding an algorithm is adding its file.
+before="internal error calendar rule state"
+after="policy commands"
+entry_points="many library eval"
+algos=
+for path in "$top"/lua/*.lua; do
+    f=${path##*/}
+    f=${f%.lua}
+    case " $before $after $entry_points " in
+    *" $f "*) ;;
+    *) algos="$algos $f" ;;
+    esac
+done
+core="$before$algos $after"
 
 # The algorithms' constants, generated from RATEL_ALGO_MAP and
 # RATEL_STATUS_FIELD_MAP (include/ratel.h), so that an algorithm is an entry

@@ -10,6 +10,7 @@
 #ifndef RATEL_CORE_INTERNAL_H
 #define RATEL_CORE_INTERNAL_H
 
+#include "algo_list.h"
 #include "ratel.h"
 
 #include <stdint.h>

@@ -54,13 +54,7 @@ static const uint8_t algo_fields[] = {
 #undef ALGO_FIELDS_
 };
 
-/*
- * The names of the algorithms with every bit of `facts` (0: all), each
- * after `prefix`, the last after `last`: "sliding, fixed, approx, gcra or
- * concurrent", ":fixed and :approx". Messages name the algorithms that
- * would do from the map, so a new one joins them.
- */
-static void algo_list(unsigned facts, const char *prefix, const char *last,
+void ratel__algo_list(unsigned facts, const char *prefix, const char *last,
                       char *buf, size_t buflen)
 {
     size_t q = 0, n = 0, total = 0;
@@ -80,8 +74,7 @@ static void algo_list(unsigned facts, const char *prefix, const char *last,
     }
 }
 
-/* The first algorithm with every bit of `facts`. */
-static ratel_algo_t algo_with(unsigned facts)
+ratel_algo_t ratel__algo_with(unsigned facts)
 {
     unsigned a = 0;
 
@@ -221,7 +214,7 @@ static int burst_error(const char *text, size_t len, char *errbuf,
 {
     char names[96];
 
-    algo_list(RATEL_ALGO_BURST, "", " or ", names, sizeof names);
+    ratel__algo_list(RATEL_ALGO_BURST, "", " or ", names, sizeof names);
     return rule_error(errbuf, errlen, text, len,
                       "burst applies to %s rules only%s", names, hint);
 }
@@ -234,13 +227,14 @@ static int calendar_algo_error(const ratel_rule_t *rule, const char *text,
     char names[96];
 
     if (rule->calendar & RATEL_CALENDAR_MONTHS) {
-        algo_list(RATEL_ALGO_CALENDAR, ":", " or ", names, sizeof names);
+        ratel__algo_list(RATEL_ALGO_CALENDAR, ":", " or ", names, sizeof names);
         return rule_error(errbuf, errlen, text, len,
                           "months are calendar periods: use %s (e.g. "
                           "1000/1mo:%s)",
-                          names, algo_names[algo_with(RATEL_ALGO_CALENDAR)]);
+                          names,
+                          algo_names[ratel__algo_with(RATEL_ALGO_CALENDAR)]);
     }
-    algo_list(RATEL_ALGO_CALENDAR, ":", " and ", names, sizeof names);
+    ratel__algo_list(RATEL_ALGO_CALENDAR, ":", " and ", names, sizeof names);
     return rule_error(errbuf, errlen, text, len,
                       "tz applies to the window algorithms, %s", names);
 }
@@ -383,7 +377,7 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
     size_t start = *at + 1, pos = start, a;
     char name[32 * 4 + 8], choices[80];
 
-    pr->algo = algo_with(RATEL_ALGO_DEFAULT);
+    pr->algo = ratel__algo_with(RATEL_ALGO_DEFAULT);
     if (*at >= len || text[*at] != ':')
         return 0;
     while (pos < len && text[pos] != ',')
@@ -396,7 +390,7 @@ static int read_algo(const char *text, size_t len, size_t *at, parsed_t *pr,
             return 0;
         }
     quote_into(name, sizeof name, text + start, pos - start, 32);
-    algo_list(0, "", " or ", choices, sizeof choices);
+    ratel__algo_list(0, "", " or ", choices, sizeof choices);
     return rule_error(errbuf, errlen, text, len,
                       "unknown algorithm \"%s\" (use %s)", name, choices);
 }
@@ -537,7 +531,7 @@ static int build_rule(const parsed_t *pr, const char *text, size_t len,
     if (pr->burst && !(facts & RATEL_ALGO_BURST)) {
         char hint[48];
         snprintf(hint, sizeof hint, " (add :%s)",
-                 algo_names[algo_with(RATEL_ALGO_BURST)]);
+                 algo_names[ratel__algo_with(RATEL_ALGO_BURST)]);
         return burst_error(text, len, errbuf, errlen, hint);
     }
     if (pr->unit == UNIT_MONTH) {

@@ -29,6 +29,9 @@
  *   lib/store/deny_cache.h ratel__policy_fingerprint, which tells a
  *                          denial of one policy's rules from another's:
  *                          the nginx module's deny cache in its zone
+ *   lib/core/algo_list.h   the algorithms named from the facts of the map,
+ *                          for messages and defaults: rateld's Envoy
+ *                          settings
  *   lib/core/owned.h       the core's entry for blobs only the core wrote:
  *                          the nginx module's shared-memory zone, whose
  *                          blobs no one but its workers' core writes
@@ -39,6 +42,7 @@
 #include "ratel.h"
 
 /* Relative to this file: lib/ itself is not on the programs' path. */
+#include "../core/algo_list.h"
 #include "../core/owned.h"
 #include "../store/async.h"
 #include "../store/command.h"
