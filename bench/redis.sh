@@ -228,6 +228,9 @@ run_case() {
 store_round() {
     local algo line
     [ -x "$build/bench_redis_store" ] || die "$build/bench_redis_store is missing (make bench)"
+    # A binary older than the library would measure the store as it was.
+    [ ! "$build/libratel.a" -nt "$build/bench_redis_store" ] ||
+        die "$build/bench_redis_store is older than $build/libratel.a (make bench)"
     for algo in fixed sliding; do
         line=$("$build/bench_redis_store" "$port" "$store_seconds" \
             "redis_store_function_${algo}_batch100" 2>/dev/null) ||
