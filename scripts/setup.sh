@@ -43,6 +43,9 @@
 #                                   parses every shell file with shfmt
 #   debootstrap                     scripts/rehearse-minbase.sh: a minimal
 #                                   Debian to rehearse these commands in
+#   libphonenumber-dev              phone numbers as identities: the key
+#                                   transform to E.164 (server/app/phone.cc)
+#   shellcheck                      `make test` runs it over scripts/ and tests/
 #   libnghttp2-dev, libprotobuf-c-dev,
 #   protobuf-c-compiler,
 #   libprotobuf-dev                 rateld's gRPC listener (Envoy's rate
@@ -87,6 +90,7 @@ packages=(
     git shfmt debootstrap
     libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
     python3-grpcio python3-grpc-tools python3-h2 nghttp2-client
+    libphonenumber-dev shellcheck
 )
 
 # Installed packages and what they provide, one name per line.
