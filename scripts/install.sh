@@ -14,10 +14,18 @@ case $action in
 install | uninstall) ;;
 *) echo "usage: $0 install|uninstall" >&2; exit 2 ;;
 esac
+# Each of them set (empty is allowed, as for DESTDIR), checked before the
+# first file is touched: set -u alone would stop halfway through an install.
+: "${BUILD?}" "${DESTDIR?}" "${VERSION?}" "${SONAME?}" "${prefix?}" \
+    "${bindir?}" "${sbindir?}" "${libdir?}" "${includedir?}" "${datadir?}" \
+    "${sysconfdir?}" "${pkgconfigdir?}" "${redismoduledir?}" \
+    "${nginxmoduledir?}" "${nginxconfdir?}" "${systemdunitdir?}" "${mandir?}"
 
-# MODE SOURCE DIRECTORY: one installed file a line, under DESTDIR. The
-# Redis module is 755: Redis 7.2 and later refuse to load a module file
-# without execute permission.
+# MODE SOURCE DIRECTORY [optional]: one installed file a line, under
+# DESTDIR; an optional one is installed when it was built (the nginx
+# module: only where nginx-dev is installed). The Redis module is 755:
+# Redis 7.2 and later refuse to load a module file without execute
+# permission.
 manifest() {
     cat <<LIST
 755 $BUILD/ratel $bindir
@@ -27,7 +35,7 @@ manifest() {
 644 $BUILD/libratel.a $libdir
 644 include/ratel.h $includedir
 755 $BUILD/ratel.so $redismoduledir
-644 $BUILD/nginx/ngx_http_ratel_module.so $nginxmoduledir
+644 $BUILD/nginx/ngx_http_ratel_module.so $nginxmoduledir optional
 644 $BUILD/lua/ratel.lib.lua $datadir/ratel/lua
 644 $BUILD/lua/ratel.eval.lua $datadir/ratel/lua
 644 examples/rateld.yaml $datadir/ratel/examples
@@ -76,7 +84,11 @@ example_of() { echo "$DESTDIR$datadir/ratel/examples/$1"; }
 d() { echo "$DESTDIR$1"; }
 
 do_install() {
-    manifest | while read -r mode src dir; do
+    manifest | while read -r mode src dir optional; do
+        if [ ! -e "$src" ] && [ -n "$optional" ]; then
+            echo "install: $src was not built: not installed"
+            continue
+        fi
         [ -e "$src" ] || { echo "install: $src is missing: run make first" >&2; exit 1; }
         install -d "$(d "$dir")"
         install -m "$mode" "$src" "$(d "$dir")/"
@@ -88,9 +100,11 @@ do_install() {
         -e "s|@includedir@|$includedir|" -e "s|@version@|$VERSION|" \
         ratel.pc.in >"$(d "$pkgconfigdir")/ratel.pc"
     chmod 644 "$(d "$pkgconfigdir")/ratel.pc"
-    install -d "$(d "$nginxconfdir")"
-    echo "load_module $(nginx_module_path);" >"$(d "$nginxconfdir")/$nginx_snippet"
-    chmod 644 "$(d "$nginxconfdir")/$nginx_snippet"
+    if [ -e "$BUILD/nginx/ngx_http_ratel_module.so" ]; then
+        install -d "$(d "$nginxconfdir")"
+        echo "load_module $(nginx_module_path);" >"$(d "$nginxconfdir")/$nginx_snippet"
+        chmod 644 "$(d "$nginxconfdir")/$nginx_snippet"
+    fi
     install -d "$(d "$systemdunitdir")"
     for u in $units; do
         sed -e "s|@sbindir@|$sbindir|g" -e "s|@sysconfdir@|$sysconfdir|g" \
@@ -118,7 +132,7 @@ do_uninstall() {
             echo "uninstall: $sysconfdir/ratel/$c was changed: kept"
         fi
     done
-    manifest | while read -r mode src dir; do
+    manifest | while read -r _ src dir _; do
         rm -f "$(d "$dir")/$(basename "$src")"
     done
     rm -f "$(d "$libdir")/$SONAME" "$(d "$libdir")/libratel.so" "$(d "$pkgconfigdir")/ratel.pc"

@@ -56,6 +56,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 log=$dir.log
 
 mounts=()
+# shellcheck disable=SC2317 # reached: the EXIT trap below runs it
 finish() {
     # Processes left in the chroot (a server a test did not stop) hold
     # its mounts: they go first.
