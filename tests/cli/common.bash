@@ -4,6 +4,7 @@
 #
 # The sourcing script sets ratel_bin, wrap (array), tmp and only (array)
 # first, and defines ok/fail with its counters.
+# shellcheck disable=SC2154 # those variables: assigned there, not here
 
 # ratel ARGS... (stdin passed through): sets $out, $err and $rc.
 ratel() {

@@ -63,7 +63,7 @@ help_main() {
 # The help's rule grammar names every unit, algorithm and option the core
 # accepts, lists every command, and its examples parse.
 help_grammar() {
-    local text word rules
+    local text word rules examples
     text=$("${wrap[@]}" "$ratel_bin" --help)
     for word in "ms, s, m, h, d, w;" "1mo to 12mo" concurrent "[,tz=ZONE]" \
         "release --store URL"; do
@@ -71,7 +71,8 @@ help_grammar() {
     done
     rules=$(printf '%s\n' "$text" | sed -n '/^Rules are/,/^$/p' | tr '\n' ' ' |
         sed 's/.*Examples: //; s/\. *$//; s/, / /g')
-    ratel explain $rules
+    read -r -a examples <<<"$rules"
+    ratel explain "${examples[@]}"
     expect help_grammar_examples 0 "50/30s:concurrent" ""
 }
 
@@ -269,9 +270,9 @@ top 2${tab}b${tab}1${tab}1"
 # within one trailing second; sliding admits LIMIT.
 boundary_burst() {
     local trace='900 k\n950 k\n1000 k\n1050 k\n' fixed sliding
-    ratel replay --rule 2/1s:fixed < <(printf "$trace")
+    ratel replay --rule 2/1s:fixed < <(printf '%b' "$trace")
     fixed=$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')
-    ratel replay --rule 2/1s < <(printf "$trace")
+    ratel replay --rule 2/1s < <(printf '%b' "$trace")
     sliding=$(printf '%s\n' "$out" | cut -f3 | tr -d '\n')
     same boundary_fixed_2x "$fixed" "1111"
     same boundary_sliding_1x "$sliding" "1100"

@@ -363,7 +363,7 @@ lua_load() {
     expect lua_load_memory 2 "" "no library to load"
     ratel lua-load --store "redis://127.0.0.1:$(free_port)"
     expect lua_load_closed_port 1 "" "cannot connect"
-    ratel lua-load --store redis://127.0.0.1:$port k
+    ratel lua-load --store "redis://127.0.0.1:$port" k
     expect lua_load_no_key 2 "" "unexpected argument 'k'"
 }
 
@@ -463,7 +463,7 @@ bad_usage() {
     expect extra_key 2 "" "unexpected argument 'b'"
     ratel acquire --rule 1/1m k
     expect no_store 2 "" "no store: give --store URL or set RATEL_STORE"
-    RATEL_STORE= ratel ping
+    RATEL_STORE='' ratel ping
     expect empty_env_store 2 "" "no store"
     ratel acquire --store memory --rule 1/1m --frob k
     expect unknown_option 2 "" "unknown option '--frob'"
