@@ -181,7 +181,7 @@ static void redis_batch_told(void *ud)
 {
     job_t *job = ud;
 
-    redis_batch_end(&job->rb);
+    ratel__redis_batch_end(&job->rb);
     tell(job);
 }
 
@@ -191,7 +191,7 @@ static int start_batch(job_t *job, int64_t now_us)
     ratel_async_t *a = job->a;
     int rc;
 
-    /* What the caller sets (redis_batch_start() sets the rest). */
+    /* What the caller sets (ratel__redis_batch_start() sets the rest). */
     job->rb.s = a->redis;
     job->rb.e = a->engine;
     job->rb.items = job->items;
@@ -199,11 +199,11 @@ static int start_batch(job_t *job, int64_t now_us)
     job->rb.now_us = now_us;
     job->rb.fn = redis_batch_told;
     job->rb.ud = job;
-    rc = redis_batch_start(&job->rb);
+    rc = ratel__redis_batch_start(&job->rb);
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        redis_batch_end(&job->rb);
+        ratel__redis_batch_end(&job->rb);
         tell_later(job);
     }
     return 0;
@@ -226,7 +226,7 @@ static void start_call(job_t *job)
         job->rc_call.decision = &job->decision;
     if (job->kind == JOB_RELEASE)
         job->rc_call.held = &job->held;
-    if (redis_call_start(job->a->engine, &job->rc_call) == 1) {
+    if (ratel__redis_call_start(job->a->engine, &job->rc_call) == 1) {
         job->rc = job->rc_call.rc;
         tell_later(job);
     }

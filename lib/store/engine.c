@@ -54,7 +54,7 @@ int ratel__reply_unavailable(const redisReply *r)
     return 0;
 }
 
-void engine_error(ratel__engine_t *e, const char *message)
+void ratel__engine_error(ratel__engine_t *e, const char *message)
 {
     if (e->sh->error)
         e->sh->error(e->sh->note_ud, message);
@@ -89,7 +89,8 @@ static void queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
     rop->qprev = rop->qnext = NULL;
 }
 
-void queue_append(ratel__rop_t **head, ratel__rop_t **tail, ratel__rop_t *rop)
+void ratel__queue_append(ratel__rop_t **head, ratel__rop_t **tail,
+                         ratel__rop_t *rop)
 {
     rop->qnext = NULL;
     rop->qprev = *tail;
@@ -112,7 +113,7 @@ static void unplace(ratel__engine_t *e, ratel__rop_t *rop)
     rop->where = WHERE_NONE;
 }
 
-void engine_defer(ratel__engine_t *e)
+void ratel__engine_defer(ratel__engine_t *e)
 {
     if (!e->deferred && e->t) {
         e->deferred = 1;
@@ -120,8 +121,8 @@ void engine_defer(ratel__engine_t *e)
     }
 }
 
-void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
-                   redisReply *reply)
+void ratel__engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
+                          redisReply *reply)
 {
     unplace(e, rop);
     live_unlink(e, rop);
@@ -141,10 +142,10 @@ void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
     else
         e->fhead = rop;
     e->ftail = rop;
-    engine_defer(e);
+    ratel__engine_defer(e);
 }
 
-void engine_node_dirty(ratel__node_t *node)
+void ratel__engine_node_dirty(ratel__node_t *node)
 {
     ratel__engine_t *e = node->e;
 
@@ -153,10 +154,10 @@ void engine_node_dirty(ratel__node_t *node)
         node->dnext = e->dirty_nodes;
         e->dirty_nodes = node;
     }
-    engine_defer(e);
+    ratel__engine_defer(e);
 }
 
-void engine_conn_dirty(conn_t *c)
+void ratel__engine_conn_dirty(conn_t *c)
 {
     ratel__engine_t *e = c->e;
 
@@ -165,13 +166,13 @@ void engine_conn_dirty(conn_t *c)
         c->dnext = e->dirty_conns;
         e->dirty_conns = c;
     }
-    engine_defer(e);
+    ratel__engine_defer(e);
 }
 
 /* ------------------------------------------------------------ nodes */
 
-ratel__node_t *engine_node_at(ratel__engine_t *e, const char *host, int port,
-                              size_t *index)
+ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
+                                     int port, size_t *index)
 {
     ratel__node_t *nd;
 
@@ -241,7 +242,7 @@ int ratel__engine_node_health_clear(ratel__node_t *node)
 }
 
 /* A round trip on the node succeeded: the breaker closes, health is up. */
-void engine_node_ok(ratel__node_t *node)
+void ratel__engine_node_ok(ratel__node_t *node)
 {
     ratel__redis_shared_t *sh = (ratel__redis_shared_t *)node->e->sh;
 
@@ -263,7 +264,7 @@ static void fail_queue(ratel__node_t *node, int rc, int all)
     for (; rop; rop = next) {
         next = rop->qnext;
         if (all || !rop->force)
-            engine_finish(node->e, rop, rc, NULL);
+            ratel__engine_finish(node->e, rop, rc, NULL);
     }
 }
 
@@ -273,15 +274,15 @@ static void fail_queue(ratel__node_t *node, int rc, int all)
  * without moving the callers' breaker), every connection closes, and what
  * waited for it fails. Health goes down with the reason.
  */
-void engine_node_failed(ratel__node_t *node, int rc, const char *why,
-                        int forced_only)
+void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
+                               int forced_only)
 {
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
     int64_t now = e->last_now_us;
 
     ratel__msg(node->errstr, sizeof node->errstr, "%s", why);
-    engine_error(e, why);
+    ratel__engine_error(e, why);
     if (!forced_only) {
         if (node->fail_streak < 3)
             node->fail_streak++;
@@ -292,7 +293,7 @@ void engine_node_failed(ratel__node_t *node, int rc, const char *why,
     }
     node->probing = 0;
     while (node->conns)
-        conn_fail(node->conns, rc, 0);
+        ratel__conn_fail(node->conns, rc, 0);
     fail_queue(node, rc, 1);
     /* A Sentinel that fails is one voice fewer, not an outage. */
     if (!node->sentinel && ratel__health_set(sh->health, node->health_down, 1,
@@ -302,24 +303,25 @@ void engine_node_failed(ratel__node_t *node, int rc, const char *why,
 
 /* ---------------------------------------------------------- commands */
 
-void engine_enqueue(ratel__engine_t *e, ratel__node_t *node, ratel__rop_t *rop)
+void ratel__engine_enqueue(ratel__engine_t *e, ratel__node_t *node,
+                           ratel__rop_t *rop)
 {
     rop->node = node;
     if (node->down_until_us != 0 && !rop->force) {
         if (rop->now_us < node->down_until_us) {
-            engine_finish(e, rop, RATEL_EIO, NULL);
+            ratel__engine_finish(e, rop, RATEL_EIO, NULL);
             return;
         }
         /* Half-open: this command probes; the rest wait behind it. */
         node->probing = 1;
     }
     rop->where = WHERE_QUEUE;
-    queue_append(&node->qhead, &node->qtail, rop);
-    engine_node_dirty(node);
+    ratel__queue_append(&node->qhead, &node->qtail, rop);
+    ratel__engine_node_dirty(node);
 }
 
 /* Starts a command's life: its deadline, its place in the live list. */
-void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop)
+void ratel__engine_live_add(ratel__engine_t *e, ratel__rop_t *rop)
 {
     if (rop->now_us > e->last_now_us)
         e->last_now_us = rop->now_us;
@@ -349,26 +351,26 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
     rop->where = WHERE_NONE;
     rop->found[0] = '\0';
     rop->refused = 0;
-    engine_live_add(e, rop);
+    ratel__engine_live_add(e, rop);
     if (e->freeing) {
-        engine_finish(e, rop, RATEL_EIO, NULL);
+        ratel__engine_finish(e, rop, RATEL_EIO, NULL);
         return;
     }
-    node = rop->target ? rop->target : route_rop(e, rop);
+    node = rop->target ? rop->target : ratel__route_rop(e, rop);
     if (!node && !e->have_primary) {
         /* Sentinel: no primary named yet; it waits for the answer. */
-        if (!route_park(e, rop, RATEL_EIO))
-            engine_finish(e, rop, RATEL_EIO, NULL);
-        engine_rearm(e);
+        if (!ratel__route_park(e, rop, RATEL_EIO))
+            ratel__engine_finish(e, rop, RATEL_EIO, NULL);
+        ratel__engine_rearm(e);
         return;
     }
     if (!node) {
-        engine_error(e, "no cluster node answered");
-        engine_finish(e, rop, RATEL_EIO, NULL);
+        ratel__engine_error(e, "no cluster node answered");
+        ratel__engine_finish(e, rop, RATEL_EIO, NULL);
         return;
     }
-    engine_enqueue(e, node, rop);
-    engine_rearm(e);
+    ratel__engine_enqueue(e, node, rop);
+    ratel__engine_rearm(e);
 }
 
 /* Whether a command waits for its node's preparation: those that run the
@@ -434,15 +436,15 @@ static ratel__rop_t *dispatch_many(conn_t *c, ratel__rop_t *first)
     size_t n = 0;
 
     while (next && n < ENGINE_MANY_MAX && joins_many(c->node, next) &&
-           route_same_slot(c->e, first, next)) {
+           ratel__route_same_slot(c->e, first, next)) {
         rops[n++] = next;
         next = next->qnext;
     }
     for (size_t i = 0; i < n; i++)
         to_flight(c, rops[i]);
-    if (conn_push_many(c, rops, n) != 0)
+    if (ratel__conn_push_many(c, rops, n) != 0)
         for (size_t i = 0; i < n; i++)
-            engine_finish(c->e, rops[i], RATEL_ENOMEM, NULL);
+            ratel__engine_finish(c->e, rops[i], RATEL_ENOMEM, NULL);
     return next;
 }
 
@@ -460,27 +462,27 @@ static void dispatch(ratel__node_t *node)
         node->nconns < e->sh->pool_size +
                            (e->subscription && e->subscription->node == node)) {
         char why[300];
-        if (!conn_open(node, why, sizeof why)) {
-            engine_node_failed(node, RATEL_EIO, why, 0);
+        if (!ratel__conn_open(node, why, sizeof why)) {
+            ratel__engine_node_failed(node, RATEL_EIO, why, 0);
             return;
         }
     }
     if (!c)
         return;
-    if (!node_prepared(node))
-        conn_prepare(c);
+    if (!ratel__node_prepared(node))
+        ratel__conn_prepare(c);
     for (ratel__rop_t *rop = node->qhead, *next; rop; rop = next) {
         next = rop->qnext;
-        if (needs_code(rop) && !node_prepared(node))
+        if (needs_code(rop) && !ratel__node_prepared(node))
             continue;
         if (joins_many(node, rop) && next && joins_many(node, next) &&
-            route_same_slot(e, rop, next)) {
+            ratel__route_same_slot(e, rop, next)) {
             next = dispatch_many(c, rop);
             continue;
         }
         to_flight(c, rop);
-        if (conn_push(c, rop, STEP_ROP) != 0)
-            engine_finish(e, rop, RATEL_ENOMEM, NULL);
+        if (ratel__conn_push(c, rop, STEP_ROP) != 0)
+            ratel__engine_finish(e, rop, RATEL_ENOMEM, NULL);
     }
 }
 
@@ -537,12 +539,12 @@ static void hook_flush(void *ud)
     e->deferred = 0;
     e->flushing = 0;
     e->clock_us = 0;
-    engine_rearm(e);
+    ratel__engine_rearm(e);
 }
 
 /* ------------------------------------------------------------ timer */
 
-void engine_rearm(ratel__engine_t *e)
+void ratel__engine_rearm(ratel__engine_t *e)
 {
     int64_t at = e->ahead ? e->ahead->deadline_us : -1;
 
@@ -569,7 +571,7 @@ static void connect_timeouts(ratel__engine_t *e, int64_t now)
                        "cannot connect to %s: no answer within %d ms "
                        "(connect_timeout_ms)",
                        node->name, e->sh->connect_timeout_ms);
-            engine_node_failed(node, RATEL_EIO, why, 0);
+            ratel__engine_node_failed(node, RATEL_EIO, why, 0);
             break;
         }
     }
@@ -597,9 +599,9 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
             ratel__msg(why, sizeof why,
                        "%s: no reply within %d ms (timeout_ms)", node->name,
                        e->sh->command_timeout_ms);
-            engine_node_failed(node, RATEL_EIO, why, rop->force);
+            ratel__engine_node_failed(node, RATEL_EIO, why, rop->force);
             if (rop->where != WHERE_DONE)
-                engine_finish(e, rop, RATEL_EIO, NULL);
+                ratel__engine_finish(e, rop, RATEL_EIO, NULL);
             continue;
         }
         if (node && rop->where == WHERE_QUEUE && stuck(node)) {
@@ -608,11 +610,11 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
             ratel__msg(why, sizeof why,
                        "%s: no reply within %d ms (timeout_ms)", node->name,
                        e->sh->command_timeout_ms);
-            engine_node_failed(node, RATEL_EIO, why, rop->force);
+            ratel__engine_node_failed(node, RATEL_EIO, why, rop->force);
             if (rop->where == WHERE_DONE)
                 continue;
         }
-        engine_finish(e, rop, RATEL_EIO, NULL);
+        ratel__engine_finish(e, rop, RATEL_EIO, NULL);
     }
 }
 
@@ -624,7 +626,7 @@ static void hook_timer(void *ud)
     e->timer_at = -1;
     connect_timeouts(e, now);
     command_timeouts(e, now);
-    engine_rearm(e);
+    ratel__engine_rearm(e);
 }
 
 /* ------------------------------------------------------------ create */
@@ -640,8 +642,8 @@ ratel__engine_t *ratel__engine_new(const ratel__redis_shared_t *shared,
     e->timer_at = -1;
     e->have_primary = !shared->url.sentinel;
     for (size_t i = 0; i < shared->url.naddrs; i++) {
-        ratel__node_t *node = engine_node_at(e, shared->url.addrs[i].host,
-                                             shared->url.addrs[i].port, NULL);
+        ratel__node_t *node = ratel__engine_node_at(
+            e, shared->url.addrs[i].host, shared->url.addrs[i].port, NULL);
         if (!node) {
             ratel__engine_free(e);
             return NULL;
@@ -669,11 +671,11 @@ void ratel__engine_free(ratel__engine_t *e)
     for (size_t i = 0; i < e->nnodes; i++) {
         ratel__node_t *node = e->nodes[i];
         while (node->conns)
-            conn_fail(node->conns, RATEL_EIO, 0);
+            ratel__conn_fail(node->conns, RATEL_EIO, 0);
         fail_queue(node, RATEL_EIO, 1);
     }
     while (e->ahead)
-        engine_finish(e, e->ahead, RATEL_EIO, NULL);
+        ratel__engine_finish(e, e->ahead, RATEL_EIO, NULL);
     while (e->fhead) {
         ratel__rop_t *rop = e->fhead;
         e->fhead = rop->qnext;

@@ -30,7 +30,7 @@ static const ratel__redis_shared_t *shared(const conn_t *c)
     return c->e->sh;
 }
 
-int node_prepared(const ratel__node_t *node)
+int ratel__node_prepared(const ratel__node_t *node)
 {
     return node->sentinel || node->mode == RATEL__MODE_MODULE ||
            (node->mode != RATEL__MODE_UNKNOWN && node->code_loaded);
@@ -77,26 +77,26 @@ static int pend_reserve(conn_t *c, size_t more)
 
 /* `n` ACQUIREs as one ratel_acquire_many: the first's entry in the ring
    says how many entries its one reply answers. */
-int conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+int ratel__conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
-    if (pend_reserve(c, n) != 0 || encode_many(c, rops, n) != 0)
+    if (pend_reserve(c, n) != 0 || ratel__encode_many(c, rops, n) != 0)
         return RATEL_ENOMEM;
     for (size_t i = 0; i < n; i++)
         c->pend[(c->phead + c->pcount++) % c->pcap] =
             (pend_t){rops[i], i ? STEP_MANY_ITEM : STEP_MANY, (unsigned)n};
     c->outcmds++;
-    engine_conn_dirty(c);
+    ratel__engine_conn_dirty(c);
     return 0;
 }
 
-int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
+int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
 {
     int rc;
 
     if (pend_reserve(c, 2) != 0)
         return RATEL_ENOMEM;
     if (step == STEP_ROP && rop->asking) {
-        if (encode_words(c, 1, "ASKING") != 0)
+        if (ratel__encode_words(c, 1, "ASKING") != 0)
             return RATEL_ENOMEM;
         c->pend[(c->phead + c->pcount++) % c->pcap] =
             (pend_t){NULL, STEP_ASKING, 1};
@@ -105,11 +105,11 @@ int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
         step = STEP_LIB_VERSION;
     switch (step) {
     case STEP_ROP:
-        rc = encode_rop(c, rop);
+        rc = ratel__encode_rop(c, rop);
         break;
     case STEP_LIB_VERSION:
     case STEP_VERSION:
-        rc = encode_words(c, 3, "FCALL_RO", "ratel_version", "0");
+        rc = ratel__encode_words(c, 3, "FCALL_RO", "ratel_version", "0");
         break;
     default: {
         /* The setup's and the preparation's commands. */
@@ -149,14 +149,14 @@ int conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
         }
 #undef ARG
 #undef ARGZ
-        rc = encode_argv(c, &a);
+        rc = ratel__encode_argv(c, &a);
     }
     }
     if (rc != 0)
         return RATEL_ENOMEM;
     c->pend[(c->phead + c->pcount++) % c->pcap] = (pend_t){rop, step, 1};
     c->outcmds++;
-    engine_conn_dirty(c);
+    ratel__engine_conn_dirty(c);
     return 0;
 }
 
@@ -208,7 +208,7 @@ static void conn_free(conn_t *c)
     free(c);
 }
 
-void conn_fail(conn_t *c, int rc, int closed_by_transport)
+void ratel__conn_fail(conn_t *c, int rc, int closed_by_transport)
 {
     ratel__engine_t *e = c->e;
     pend_t p;
@@ -222,11 +222,11 @@ void conn_fail(conn_t *c, int rc, int closed_by_transport)
             continue;
         rop->conn = NULL;
         rop->where = WHERE_NONE;
-        if (e->freeing || !route_park(e, rop, rc))
-            engine_finish(e, rop, rc, NULL);
+        if (e->freeing || !ratel__route_park(e, rop, rc))
+            ratel__engine_finish(e, rop, rc, NULL);
     }
     conn_free(c);
-    engine_rearm(e);
+    ratel__engine_rearm(e);
 }
 
 /* -------------------------------------------------------- preparation */
@@ -239,7 +239,7 @@ static void prepare_failed(conn_t *c, int rc, const char *fmt,
 
     reply_text(r, text, sizeof text);
     ratel__msg(why, sizeof why, fmt, c->node->name, text);
-    engine_node_failed(c->node, rc, why, 0);
+    ratel__engine_node_failed(c->node, rc, why, 0);
 }
 
 /* Sends the preparation's next step, or ends it. */
@@ -253,28 +253,28 @@ static void prepare_next(conn_t *c)
         node->mode = RATEL__MODE_LUA;
     if (node->mode == RATEL__MODE_UNKNOWN && sh->mode == RATEL_REDIS_FUNCTION)
         node->mode = RATEL__MODE_FUNCTION;
-    if (node_prepared(node)) {
+    if (ratel__node_prepared(node)) {
         node->preparing = NULL;
-        engine_node_dirty(node);
+        ratel__engine_node_dirty(node);
         return;
     }
     step = node->mode == RATEL__MODE_UNKNOWN    ? STEP_MODE
            : node->mode == RATEL__MODE_FUNCTION ? STEP_VERSION
                                                 : STEP_SCRIPT;
-    if (conn_push(c, NULL, step) != 0)
-        engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
+    if (ratel__conn_push(c, NULL, step) != 0)
+        ratel__engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
 }
 
-void conn_prepare(conn_t *c)
+void ratel__conn_prepare(conn_t *c)
 {
     ratel__node_t *node = c->node;
 
-    if (node->preparing || node_prepared(node) || c->state != CONN_READY)
+    if (node->preparing || ratel__node_prepared(node) || c->state != CONN_READY)
         return;
     node->preparing = c;
     if (!node->ever_connected) {
-        if (conn_push(c, NULL, STEP_PING) != 0)
-            engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
+        if (ratel__conn_push(c, NULL, STEP_PING) != 0)
+            ratel__engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
         return;
     }
     prepare_next(c);
@@ -332,7 +332,7 @@ static void library_refused(conn_t *c, const redisReply *r)
                    "load it with `ratel lua-load`, or use mode=auto or "
                    "mode=lua)",
                    c->node->name, text);
-        engine_node_failed(c->node, RATEL_EPROTO, why, 0);
+        ratel__engine_node_failed(c->node, RATEL_EPROTO, why, 0);
         return;
     }
     c->node->mode = RATEL__MODE_LUA;
@@ -361,8 +361,8 @@ static void on_version(conn_t *c, const redisReply *r)
         prepare_next(c);
         return;
     }
-    if (conn_push(c, NULL, STEP_LOAD) != 0)
-        engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
+    if (ratel__conn_push(c, NULL, STEP_LOAD) != 0)
+        ratel__engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
 }
 
 static void on_load(conn_t *c, const redisReply *r)
@@ -408,8 +408,8 @@ static void on_library(conn_t *c, ratel__rop_t *rop, step_t step, redisReply *r)
                        (int)(r->len > 64 ? 64 : r->len), r->str);
         freeReplyObject(r);
         if (strcmp(rop->found, sh->library_version) != 0) {
-            if (conn_push(c, rop, STEP_LIB_LOAD) != 0)
-                engine_finish(e, rop, RATEL_ENOMEM, NULL);
+            if (ratel__conn_push(c, rop, STEP_LIB_LOAD) != 0)
+                ratel__engine_finish(e, rop, RATEL_ENOMEM, NULL);
             return;
         }
         r = NULL;
@@ -424,11 +424,11 @@ static void on_library(conn_t *c, ratel__rop_t *rop, step_t step, redisReply *r)
         /* A node that fell back to the script uses the library now. */
         c->node->mode = RATEL__MODE_UNKNOWN;
         c->node->code_loaded = 0;
-        engine_finish(e, rop, 0, NULL);
+        ratel__engine_finish(e, rop, 0, NULL);
         return;
     }
     rop->refused = step == STEP_LIB_LOAD && !ratel__reply_unavailable(r);
-    engine_finish(e, rop, rop->refused ? RATEL_EPROTO : RATEL_EIO, r);
+    ratel__engine_finish(e, rop, rop->refused ? RATEL_EPROTO : RATEL_EIO, r);
 }
 
 /* ------------------------------------------------------------ replies */
@@ -436,10 +436,10 @@ static void on_library(conn_t *c, ratel__rop_t *rop, step_t step, redisReply *r)
 static void became_ready(conn_t *c)
 {
     c->state = CONN_READY;
-    if (c->subscriber && conn_push(c, NULL, STEP_SUBSCRIBE) != 0)
-        engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
+    if (c->subscriber && ratel__conn_push(c, NULL, STEP_SUBSCRIBE) != 0)
+        ratel__engine_node_failed(c->node, RATEL_ENOMEM, "out of memory", 0);
     else
-        engine_node_dirty(c->node);
+        ratel__engine_node_dirty(c->node);
 }
 
 /* A reply object of `type` made here (an error's text copied), freed
@@ -469,7 +469,7 @@ static redisReply *reply_made(int type, const char *str, size_t len)
  * script's): element i answers its i-th ACQUIRE, as its own call's reply
  * would. An error for the whole call
  * (MOVED, the library or the script gone, a busy server) answers each, which
- * route_retry() then sends again one by one where it would one; any
+ * ratel__route_retry() then sends again one by one where it would one; any
  * other answer is none of theirs (nil: the store's failure policy).
  */
 static void on_many(conn_t *c, const pend_t *p, redisReply *r)
@@ -500,9 +500,10 @@ static void on_many(conn_t *c, const pend_t *p, redisReply *r)
         rop->conn = NULL;
         rop->where = WHERE_NONE;
         if (!one)
-            engine_finish(e, rop, RATEL_ENOMEM, NULL);
-        else if (one->type != REDIS_REPLY_ERROR || !route_retry(e, rop, one))
-            engine_finish(e, rop, 0, one);
+            ratel__engine_finish(e, rop, RATEL_ENOMEM, NULL);
+        else if (one->type != REDIS_REPLY_ERROR ||
+                 !ratel__route_retry(e, rop, one))
+            ratel__engine_finish(e, rop, 0, one);
     }
     freeReplyObject(r);
 }
@@ -523,9 +524,9 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
         }
         p->rop->conn = NULL;
         p->rop->where = WHERE_NONE;
-        if (r->type == REDIS_REPLY_ERROR && route_retry(e, p->rop, r))
+        if (r->type == REDIS_REPLY_ERROR && ratel__route_retry(e, p->rop, r))
             return 0;
-        engine_finish(e, p->rop, 0, r);
+        ratel__engine_finish(e, p->rop, 0, r);
         return 0;
     case STEP_MANY:
         on_many(c, p, r);
@@ -554,7 +555,7 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
                 ratel__msg(why, sizeof why, "%s: SELECT %d failed: %s",
                            node->name, shared(c)->db, text);
             freeReplyObject(r);
-            engine_node_failed(node, RATEL_EPROTO, why, 0);
+            ratel__engine_node_failed(node, RATEL_EPROTO, why, 0);
             return -1;
         }
         if (c->pcount == 0 && c->state == CONN_SETUP)
@@ -592,9 +593,9 @@ static void link_up(ratel__link_t *link)
                                   memory_order_relaxed);
     if (password || db != 0) {
         c->state = CONN_SETUP;
-        if ((password && conn_push(c, NULL, STEP_AUTH) != 0) ||
-            (db != 0 && conn_push(c, NULL, STEP_SELECT) != 0))
-            engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
+        if ((password && ratel__conn_push(c, NULL, STEP_AUTH) != 0) ||
+            (db != 0 && ratel__conn_push(c, NULL, STEP_SELECT) != 0))
+            ratel__engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
         return;
     }
     became_ready(c);
@@ -616,7 +617,7 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
             break;
         if (!pop(c, &pend)) {
             if (c->subscriber) {
-                sentinel_message(c, reply);
+                ratel__sentinel_message(c, reply);
                 freeReplyObject(reply);
                 continue;
             }
@@ -628,11 +629,11 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
             node->ever_connected = 1;
         }
         if (node->down_until_us || *node->health_down || node->fail_streak)
-            engine_node_ok(node);
+            ratel__engine_node_ok(node);
         if (on_reply(c, &pend, reply) != 0)
             return;
     }
-    engine_rearm(c->e);
+    ratel__engine_rearm(c->e);
     return;
 broken : {
     char why[400];
@@ -640,14 +641,14 @@ broken : {
                "%s answered something that is not the Redis protocol (is "
                "it Redis?): %s",
                node->name, c->reader->errstr);
-    engine_node_failed(node, RATEL_EPROTO, why, 0);
+    ratel__engine_node_failed(node, RATEL_EPROTO, why, 0);
     return;
 }
 unexpected : {
     char why[400];
     ratel__msg(why, sizeof why, "%s sent a reply nothing asked for",
                node->name);
-    engine_node_failed(node, RATEL_EPROTO, why, 0);
+    ratel__engine_node_failed(node, RATEL_EPROTO, why, 0);
 }
 }
 
@@ -679,7 +680,7 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
     if (c->state == CONN_READY && c->pcount == 0 && c->answered) {
         /* An idle connection the server closed (its `timeout`, a
            restart): the next command opens another and finds out. */
-        conn_fail(c, RATEL_EIO, 1);
+        ratel__conn_fail(c, RATEL_EIO, 1);
         return;
     }
     if (c->state == CONN_OPENING)
@@ -692,11 +693,11 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
                    node->name, why);
     else
         ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
-    conn_fail(c, rc, 1);
-    engine_node_failed(node, rc, msg, forced);
+    ratel__conn_fail(c, rc, 1);
+    ratel__engine_node_failed(node, rc, msg, forced);
 }
 
-conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
+conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen)
 {
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
@@ -714,7 +715,7 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
        allocating it again for every read past 16 KiB (a TLS record is up
        to 16 KiB): it is bounded by the largest read. */
     c->reader->maxbuf = 0;
-    engine_reply_functions(c->reader);
+    ratel__engine_reply_functions(c->reader);
     c->link.up = link_up;
     c->link.data = link_data;
     c->link.down = link_down;
@@ -735,6 +736,6 @@ conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen)
         conn_free(c);
         return NULL;
     }
-    engine_rearm(e);
+    ratel__engine_rearm(e);
     return c;
 }

@@ -62,7 +62,7 @@ static size_t header(char *p, char mark, size_t v)
 }
 
 /* "*N\r\n" then "$LEN\r\nBYTES\r\n" per argument. */
-int encode_argv(conn_t *c, const argv_t *a)
+int ratel__encode_argv(conn_t *c, const argv_t *a)
 {
     size_t need = 16;
 
@@ -81,7 +81,7 @@ int encode_argv(conn_t *c, const argv_t *a)
     return 0;
 }
 
-int encode_words(conn_t *c, int argc, ...)
+int ratel__encode_words(conn_t *c, int argc, ...)
 {
     argv_t a = {.n = 0};
     va_list ap;
@@ -93,7 +93,7 @@ int encode_words(conn_t *c, int argc, ...)
         a.n++;
     }
     va_end(ap);
-    return encode_argv(c, &a);
+    return ratel__encode_argv(c, &a);
 }
 
 static void format_rules(rule_texts_t *t, const ratel_policy_t *p)
@@ -176,7 +176,7 @@ static void options(argv_t *a, const ratel__rop_t *rop,
         ARG(rules->text[i], rules->len[i]);
 }
 
-int encode_rop(conn_t *c, const ratel__rop_t *rop)
+int ratel__encode_rop(conn_t *c, const ratel__rop_t *rop)
 {
     static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
                                              "RATEL.RESET", "RATEL.RELEASE"};
@@ -199,7 +199,7 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
         for (int i = 0;
              i < rop->argc && i < (int)(sizeof a->v / sizeof a->v[0]); i++)
             ARG(rop->argv[i], rop->argvlen[i]);
-        return encode_argv(c, a);
+        return ratel__encode_argv(c, a);
     }
     if (rop->kind > RATEL__ROP_RELEASE) {
         ARGZ(plain[rop->kind]);
@@ -211,7 +211,7 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
             ARGZ("GET-MASTER-ADDR-BY-NAME");
             ARGZ(c->e->sh->url.master_name);
         }
-        return encode_argv(c, a);
+        return ratel__encode_argv(c, a);
     }
     if (mode == RATEL__MODE_MODULE) {
         ARGZ(module_cmd[rop->kind]);
@@ -232,7 +232,7 @@ int encode_rop(conn_t *c, const ratel__rop_t *rop)
 #undef ARG
 #undef ARGZ
 #undef NUM
-    return encode_argv(c, a);
+    return ratel__encode_argv(c, a);
 }
 
 /* ------------------------------------------------ ratel_acquire_many */
@@ -298,7 +298,7 @@ static int many_head(conn_t *c, ratel__rop_t *const *rops, size_t n, int lua)
     return lua ? bulk(c, "ACQUIRE_MANY", 12) : 0;
 }
 
-int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
+int ratel__encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
     int lua = c->node->mode == RATEL__MODE_LUA;
     size_t start = c->outlen, len;

@@ -161,35 +161,37 @@ struct ratel__engine_s {
 };
 
 /* engine.c */
-void queue_append(ratel__rop_t **head, ratel__rop_t **tail, ratel__rop_t *rop);
-void engine_live_add(ratel__engine_t *e, ratel__rop_t *rop);
-void engine_defer(ratel__engine_t *e);
-void engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
-                   redisReply *reply);
-void engine_enqueue(ratel__engine_t *e, ratel__node_t *node, ratel__rop_t *rop);
-void engine_node_dirty(ratel__node_t *node);
-void engine_conn_dirty(conn_t *c);
-void engine_node_failed(ratel__node_t *node, int rc, const char *why,
-                        int forced_only);
-void engine_node_ok(ratel__node_t *node);
-void engine_error(ratel__engine_t *e, const char *message);
-void engine_rearm(ratel__engine_t *e);
-ratel__node_t *engine_node_at(ratel__engine_t *e, const char *host, int port,
-                              size_t *index);
+void ratel__queue_append(ratel__rop_t **head, ratel__rop_t **tail,
+                         ratel__rop_t *rop);
+void ratel__engine_live_add(ratel__engine_t *e, ratel__rop_t *rop);
+void ratel__engine_defer(ratel__engine_t *e);
+void ratel__engine_finish(ratel__engine_t *e, ratel__rop_t *rop, int rc,
+                          redisReply *reply);
+void ratel__engine_enqueue(ratel__engine_t *e, ratel__node_t *node,
+                           ratel__rop_t *rop);
+void ratel__engine_node_dirty(ratel__node_t *node);
+void ratel__engine_conn_dirty(conn_t *c);
+void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
+                               int forced_only);
+void ratel__engine_node_ok(ratel__node_t *node);
+void ratel__engine_error(ratel__engine_t *e, const char *message);
+void ratel__engine_rearm(ratel__engine_t *e);
+ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
+                                     int port, size_t *index);
 
 /* engine_conn.c */
-conn_t *conn_open(ratel__node_t *node, char *why, size_t whylen);
+conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen);
 void conn_close(conn_t *c);
-int conn_push(conn_t *c, ratel__rop_t *rop, step_t step);
+int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step);
 /* Fails the connection: closes it, its pending commands fail. */
-void conn_fail(conn_t *c, int rc, int closed_by_transport);
+void ratel__conn_fail(conn_t *c, int rc, int closed_by_transport);
 /* Starts the node's preparation on `c` (ready) when it needs one. */
-void conn_prepare(conn_t *c);
-int node_prepared(const ratel__node_t *node);
+void ratel__conn_prepare(conn_t *c);
+int ratel__node_prepared(const ratel__node_t *node);
 
 /* engine_reply.c: the reader builds its replies with these (the objects
    freeReplyObject() frees, made faster). */
-void engine_reply_functions(redisReader *reader);
+void ratel__engine_reply_functions(redisReader *reader);
 
 /* engine_encode.c */
 typedef struct argv_s {
@@ -197,33 +199,33 @@ typedef struct argv_s {
     size_t len[24 + RATEL_MAX_RULES];
     int n;
 } argv_t;
-int encode_argv(conn_t *c, const argv_t *a);
-int encode_rop(conn_t *c, const ratel__rop_t *rop);
-int encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
-int conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
-int encode_words(conn_t *c, int argc, ...);
+int ratel__encode_argv(conn_t *c, const argv_t *a);
+int ratel__encode_rop(conn_t *c, const ratel__rop_t *rop);
+int ratel__encode_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
+int ratel__conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n);
+int ratel__encode_words(conn_t *c, int argc, ...);
 
 /* engine_sentinel.c */
 /* Asks the Sentinels for the primary (unless asked within 100 ms, or
    `force`): 1 when a question is under way. */
-int sentinel_ask(ratel__engine_t *e, int force);
+int ratel__sentinel_ask(ratel__engine_t *e, int force);
 /* A message on the subscription (+switch-master). */
-void sentinel_message(conn_t *c, const redisReply *r);
+void ratel__sentinel_message(conn_t *c, const redisReply *r);
 
 /* engine_route.c */
 /* The failover or the Sentinels' answer is in: `found` is the primary's
    index in nodes ((size_t)-1: none); parked commands go there or fail. */
-void route_primary_found(ratel__engine_t *e, size_t found);
-ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop);
+void ratel__route_primary_found(ratel__engine_t *e, size_t found);
+ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop);
 /* Whether one command may carry both keys: always but in a cluster, where
    only keys of one slot may. */
-int route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
-                    const ratel__rop_t *b);
+int ratel__route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
+                           const ratel__rop_t *b);
 /* Looks at an answer: 1 when the command was sent again (or parked for
    a failover), 0 when it is final. */
-int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r);
+int ratel__route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r);
 /* A transport failure of the primary's command: 1 when parked for a
    failover (sent again after it), 0 when final. */
-int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc);
+int ratel__route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc);
 
 #endif /* RATEL_STORE_ENGINE_PRIVATE_H */

@@ -97,14 +97,14 @@ static redisReplyObjectFunctions functions = {
     create_string, create_array, create_integer, create_nil, freeReplyObject,
 };
 
-void engine_reply_functions(redisReader *reader)
+void ratel__engine_reply_functions(redisReader *reader)
 {
     reader->fn = &functions;
 }
 
 #else
 
-void engine_reply_functions(redisReader *reader)
+void ratel__engine_reply_functions(redisReader *reader)
 {
     (void)reader;
 }

@@ -72,7 +72,7 @@ static void map_try(ratel__engine_t *e);
 static void wake_waiters(ratel__engine_t *e, int rc)
 {
     while (e->wait_head)
-        engine_finish(e, e->wait_head, rc, NULL);
+        ratel__engine_finish(e, e->wait_head, rc, NULL);
 }
 
 /* Reads CLUSTER SLOTS' answer (asked of `asked`) into the map. */
@@ -101,7 +101,7 @@ static int apply_slots(ratel__engine_t *e, const redisReply *r,
             s->element[0]->integer >= ENGINE_SLOTS ||
             m->element[1]->integer < 1 || m->element[1]->integer > 65535)
             continue;
-        node = engine_node_at(
+        node = ratel__engine_node_at(
             e, m->element[0]->len ? m->element[0]->str : asked->host,
             (int)m->element[1]->integer, &idx);
         if (!node)
@@ -125,7 +125,7 @@ static void map_done(ratel__rop_t *rop)
                    "%s does not answer CLUSTER SLOTS (is it a cluster node? "
                    "use redis:// for a standalone server)",
                    rop->node->name);
-        engine_error(e, why);
+        ratel__engine_error(e, why);
     }
     freeReplyObject(rop->reply);
     rop->reply = NULL;
@@ -144,7 +144,7 @@ static void map_try(ratel__engine_t *e)
 
     if (e->map_next >= e->nnodes) {
         e->mapping = 0;
-        engine_error(e, "no cluster node answered");
+        ratel__engine_error(e, "no cluster node answered");
         wake_waiters(e, RATEL_EIO);
         return;
     }
@@ -174,7 +174,7 @@ static void map_start(ratel__engine_t *e, int force)
     map_try(e);
 }
 
-ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
+ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop)
 {
     unsigned idx;
 
@@ -188,8 +188,8 @@ ratel__node_t *route_rop(ratel__engine_t *e, ratel__rop_t *rop)
     return e->nnodes ? e->nodes[0] : NULL;
 }
 
-int route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
-                    const ratel__rop_t *b)
+int ratel__route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
+                           const ratel__rop_t *b)
 {
     return !e->sh->url.cluster ||
            key_slot(a->key, a->keylen) == key_slot(b->key, b->keylen);
@@ -203,7 +203,7 @@ static int can_fail_over(const ratel__engine_t *e)
            (e->sh->url.naddrs > 1 || e->sh->url.sentinel);
 }
 
-void route_primary_found(ratel__engine_t *e, size_t found)
+void ratel__route_primary_found(ratel__engine_t *e, size_t found)
 {
     size_t old = e->primary;
     int had = e->have_primary,
@@ -223,7 +223,7 @@ void route_primary_found(ratel__engine_t *e, size_t found)
         int rc = rop->rc;
         rop->rc = 0;
         if (!e->have_primary || e->freeing || (!moved && rop->attempts > 0)) {
-            engine_finish(e, rop, rc ? rc : RATEL_EIO, NULL);
+            ratel__engine_finish(e, rop, rc ? rc : RATEL_EIO, NULL);
             continue;
         }
         rop->where = WHERE_NONE;
@@ -233,7 +233,7 @@ void route_primary_found(ratel__engine_t *e, size_t found)
         else
             e->parked_head->qprev = NULL;
         rop->qprev = rop->qnext = NULL;
-        engine_enqueue(e, e->nodes[e->primary], rop);
+        ratel__engine_enqueue(e, e->nodes[e->primary], rop);
     }
     wake_waiters(e, e->have_primary ? 0 : RATEL_EIO);
 }
@@ -252,7 +252,7 @@ static void role_done(ratel__rop_t *rop)
     freeReplyObject(rop->reply);
     rop->reply = NULL;
     if (--e->roles_pending == 0)
-        route_primary_found(e, e->role_found);
+        ratel__route_primary_found(e, e->role_found);
 }
 
 /* Asks every address for its ROLE, unless one was asked within the
@@ -264,7 +264,7 @@ static int failover_start(ratel__engine_t *e, int force)
     if (!can_fail_over(e))
         return 0;
     if (e->sh->url.sentinel)
-        return sentinel_ask(e, force);
+        return ratel__sentinel_ask(e, force);
     if (e->failing_over)
         return 1;
     if (!force && e->last_failover_us != 0 && now >= e->last_failover_us &&
@@ -288,7 +288,7 @@ static int failover_start(ratel__engine_t *e, int force)
     return 1;
 }
 
-int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
+int ratel__route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
 {
     if (rop->force ||
         (rop->kind > RATEL__ROP_PING && rop->kind != RATEL__ROP_COMMAND) ||
@@ -298,7 +298,7 @@ int route_park(ratel__engine_t *e, ratel__rop_t *rop, int rc)
         return 0;
     rop->rc = rc;
     rop->where = WHERE_PARKED;
-    queue_append(&e->parked_head, &e->parked_tail, rop);
+    ratel__queue_append(&e->parked_head, &e->parked_tail, rop);
     return 1;
 }
 
@@ -348,7 +348,7 @@ static ratel__node_t *redirect(ratel__engine_t *e, ratel__rop_t *rop,
 
     if (!parse_redirect(r->str, r->len, &slot, host, sizeof host, &port))
         return NULL;
-    node = engine_node_at(e, host, port, &idx);
+    node = ratel__engine_node_at(e, host, port, &idx);
     if (!node)
         return NULL;
     atomic_fetch_add_explicit(&((ratel__redis_shared_t *)e->sh)->redirects, 1,
@@ -361,7 +361,7 @@ static ratel__node_t *redirect(ratel__engine_t *e, ratel__rop_t *rop,
     return node;
 }
 
-int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
+int ratel__route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
 {
     ratel__node_t *node = rop->node, *again = NULL;
 
@@ -380,7 +380,7 @@ int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
         node->code_loaded = 0;
         again = node;
     } else if (ratel__reply_starts(r, "READONLY")) {
-        if (!route_park(e, rop, RATEL_EIO))
+        if (!ratel__route_park(e, rop, RATEL_EIO))
             return 0;
         freeReplyObject(r);
         return 1;
@@ -390,7 +390,7 @@ int route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
     freeReplyObject(r);
     if (again != rop->node || !rop->asking)
         rop->asking = again != rop->node && rop->asking;
-    engine_enqueue(e, again, rop);
+    ratel__engine_enqueue(e, again, rop);
     return 1;
 }
 
@@ -402,18 +402,18 @@ void ratel__engine_discover(ratel__engine_t *e, ratel__rop_t *rop)
     rop->reply = NULL;
     rop->node = NULL;
     rop->where = WHERE_NONE;
-    engine_live_add(e, rop);
+    ratel__engine_live_add(e, rop);
     if (e->sh->url.cluster) {
         rop->where = WHERE_WAIT;
-        queue_append(&e->wait_head, &e->wait_tail, rop);
+        ratel__queue_append(&e->wait_head, &e->wait_tail, rop);
         map_start(e, 1);
     } else if (failover_start(e, 1)) {
         rop->where = WHERE_WAIT;
-        queue_append(&e->wait_head, &e->wait_tail, rop);
+        ratel__queue_append(&e->wait_head, &e->wait_tail, rop);
     } else {
-        engine_finish(e, rop, 0, NULL);
+        ratel__engine_finish(e, rop, 0, NULL);
     }
-    engine_rearm(e);
+    ratel__engine_rearm(e);
 }
 
 size_t ratel__engine_serving(ratel__engine_t *e, ratel__node_t **serving,

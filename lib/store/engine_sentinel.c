@@ -34,7 +34,7 @@ static void subscribe(ratel__engine_t *e, ratel__node_t *node)
 
     if (e->subscription || e->freeing)
         return;
-    c = conn_open(node, why, sizeof why);
+    c = ratel__conn_open(node, why, sizeof why);
     if (!c)
         return;
     /* SUBSCRIBE goes once the connection is up and authenticated. */
@@ -59,7 +59,7 @@ static ratel__node_t *named_primary(ratel__engine_t *e, const redisReply *r,
     port = strtol(r->element[1]->str, NULL, 10);
     if (port < 1 || port > 65535)
         return NULL;
-    return engine_node_at(e, host, (int)port, index);
+    return ratel__engine_node_at(e, host, (int)port, index);
 }
 
 static void ask_done(ratel__rop_t *rop)
@@ -78,17 +78,17 @@ static void ask_done(ratel__rop_t *rop)
                    rop->reply->type == REDIS_REPLY_NIL ? "nil"
                    : rop->reply->str                   ? rop->reply->str
                                                        : "an array");
-        engine_error(e, why);
+        ratel__engine_error(e, why);
     }
     freeReplyObject(rop->reply);
     rop->reply = NULL;
     if (primary) {
         subscribe(e, rop->node);
-        route_primary_found(e, index);
+        ratel__route_primary_found(e, index);
         return;
     }
     if (e->freeing) {
-        route_primary_found(e, (size_t)-1);
+        ratel__route_primary_found(e, (size_t)-1);
         return;
     }
     ask_try(e);
@@ -103,9 +103,9 @@ static void ask_try(ratel__engine_t *e)
         /* A Sentinel's own answer ("knows no primary named ...") says
            more than this; this is for when none answered. */
         if (!e->ask_answered)
-            engine_error(e, "no Sentinel answered (SENTINEL "
-                            "GET-MASTER-ADDR-BY-NAME)");
-        route_primary_found(e, (size_t)-1);
+            ratel__engine_error(e, "no Sentinel answered (SENTINEL "
+                                   "GET-MASTER-ADDR-BY-NAME)");
+        ratel__route_primary_found(e, (size_t)-1);
         return;
     }
     memset(rop, 0, sizeof *rop);
@@ -118,7 +118,7 @@ static void ask_try(ratel__engine_t *e)
     ratel__engine_submit(e, rop);
 }
 
-int sentinel_ask(ratel__engine_t *e, int force)
+int ratel__sentinel_ask(ratel__engine_t *e, int force)
 {
     int64_t now = e->last_now_us;
 
@@ -136,7 +136,7 @@ int sentinel_ask(ratel__engine_t *e, int force)
 }
 
 /* "+switch-master": "NAME OLD_HOST OLD_PORT NEW_HOST NEW_PORT". */
-void sentinel_message(conn_t *c, const redisReply *r)
+void ratel__sentinel_message(conn_t *c, const redisReply *r)
 {
     ratel__engine_t *e = c->e;
     char name[256], host[256];
@@ -152,6 +152,6 @@ void sentinel_message(conn_t *c, const redisReply *r)
         sscanf(text->str, "%255s %*s %*s %255s %d", name, host, &port) != 3 ||
         strcmp(name, e->sh->url.master_name) != 0 || port < 1 || port > 65535)
         return;
-    if (engine_node_at(e, host, port, &index) && !e->failing_over)
-        route_primary_found(e, index);
+    if (ratel__engine_node_at(e, host, port, &index) && !e->failing_over)
+        ratel__route_primary_found(e, index);
 }

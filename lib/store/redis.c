@@ -34,7 +34,7 @@
 
 #define REDIS_MAX_SERVING 256
 
-void redis_set_error(redis_store_t *s, const char *message)
+void ratel__redis_set_error(redis_store_t *s, const char *message)
 {
     pthread_mutex_lock(&s->err_lock);
     ratel__msg(s->errstr, sizeof s->errstr, "%s", message);
@@ -62,7 +62,7 @@ static int run_call(redis_store_t *s, redis_call_t *call)
     call->fn = sync_done;
     call->ud = &done;
     ratel__poll_lock(s->poll);
-    if (redis_call_start(s->engine, call) == 0)
+    if (ratel__redis_call_start(s->engine, call) == 0)
         sync_wait(s, &done);
     ratel__poll_unlock(s->poll);
     return call->rc;
@@ -82,11 +82,11 @@ static int redis_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
                        .ud = &done};
 
     ratel__poll_lock(s->poll);
-    rc = redis_batch_start(&b);
+    rc = ratel__redis_batch_start(&b);
     if (rc == 0)
         sync_wait(s, &done);
     ratel__poll_unlock(s->poll);
-    redis_batch_end(&b);
+    ratel__redis_batch_end(&b);
     return rc < 0 ? rc : 0;
 }
 
@@ -371,7 +371,7 @@ static void redis_stats(ratel_store_t *store, ratel_store_stats_t *out)
         atomic_load_explicit(&s->sh.breaker_open, memory_order_relaxed) > 0;
 }
 
-void redis_free(ratel_store_t *store)
+void ratel__redis_free(ratel_store_t *store)
 {
     redis_store_t *s = (redis_store_t *)store;
 
@@ -407,7 +407,7 @@ const ratel_store_ops_t ratel__redis_ops = {
     .watch_health = redis_watch_health,
     .errstr = redis_errstr,
     .stats = redis_stats,
-    .free = redis_free,
+    .free = ratel__redis_free,
 };
 
 /* ------------------------------------------------------ the library */

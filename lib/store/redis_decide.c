@@ -152,9 +152,9 @@ static int fail_decide(redis_store_t *s, const ratel__rop_t *rop,
 static void note_failure(redis_store_t *s, const ratel__rop_t *rop)
 {
     if (rop->node && ratel__engine_node_error(rop->node)[0])
-        redis_set_error(s, ratel__engine_node_error(rop->node));
+        ratel__redis_set_error(s, ratel__engine_node_error(rop->node));
     else if (!rop->node)
-        redis_set_error(s, "no cluster node answered");
+        ratel__redis_set_error(s, "no cluster node answered");
 }
 
 /*
@@ -169,17 +169,18 @@ static int take_reply(redis_store_t *s, ratel__rop_t *rop, ratel_decision_t *d)
 
     if (r->type == REDIS_REPLY_ERROR) {
         rc = error_code(r);
-        redis_set_error(s, r->str);
+        ratel__redis_set_error(s, r->str);
     } else {
         long long lease = 0;
         rc = parse_decision(r, d, leases, &lease);
         if (rc == 0 && (lease < 0 || lease > UINT32_MAX))
             rc = RATEL_EPROTO;
         if (rc != 0)
-            redis_set_error(s, leases ? "Redis answered ACQUIRE with "
-                                        "something else than eight integers"
-                                      : "Redis answered ACQUIRE with "
-                                        "something else than seven integers");
+            ratel__redis_set_error(
+                s, leases ? "Redis answered ACQUIRE with "
+                            "something else than eight integers"
+                          : "Redis answered ACQUIRE with "
+                            "something else than seven integers");
         d->lease = (uint32_t)lease;
     }
     freeReplyObject(r);
@@ -317,7 +318,7 @@ static void batch_rop_done(ratel__rop_t *rop)
     b->fn(b->ud);
 }
 
-int redis_batch_start(redis_batch_t *b)
+int ratel__redis_batch_start(redis_batch_t *b)
 {
     redis_store_t *s = b->s;
 
@@ -333,7 +334,7 @@ int redis_batch_start(redis_batch_t *b)
         b->fps = calloc(b->n ? b->n : 1, sizeof *b->fps);
     }
     if (!b->rops || !b->fps) {
-        redis_batch_end(b);
+        ratel__redis_batch_end(b);
         return RATEL_ENOMEM;
     }
     atomic_store_explicit(&s->last_now_us, b->now_us, memory_order_relaxed);
@@ -380,7 +381,7 @@ int redis_batch_start(redis_batch_t *b)
     return 0;
 }
 
-void redis_batch_end(redis_batch_t *b)
+void ratel__redis_batch_end(redis_batch_t *b)
 {
     if (b->rops != &b->one_rop) {
         free(b->rops);
@@ -404,7 +405,7 @@ static int call_result(redis_call_t *call)
         note_failure(call->s, rop);
     } else if (r->type == REDIS_REPLY_ERROR) {
         rc = error_code(r);
-        redis_set_error(call->s, r->str);
+        ratel__redis_set_error(call->s, r->str);
     } else if (rop->kind == RATEL__ROP_GET) {
         if (r->type == REDIS_REPLY_STRING)
             rc =
@@ -465,7 +466,7 @@ static void local_give_back(redis_call_t *call)
         ratel_store_reset(s->local, rop->key, rop->keylen);
 }
 
-int redis_call_start(ratel__engine_t *e, redis_call_t *call)
+int ratel__redis_call_start(ratel__engine_t *e, redis_call_t *call)
 {
     ratel__rop_t *rop = &call->rop;
 

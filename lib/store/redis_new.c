@@ -24,7 +24,7 @@
 
 static void note(void *ud, const char *message)
 {
-    redis_set_error(ud, message);
+    ratel__redis_set_error(ud, message);
 }
 
 static int pick(int option, int from_url, int dflt)
@@ -209,7 +209,7 @@ static int configure_local(redis_store_t *s, const ratel_redis_options_t *o,
     return 0;
 }
 
-int redis_sync_engine(redis_store_t *s)
+int ratel__redis_sync_engine(redis_store_t *s)
 {
     ratel__loop_hooks_t hooks;
 
@@ -269,11 +269,11 @@ int ratel_store_redis_new(ratel_store_t **out,
     if (rc == 0)
         rc = configure_local(s, options, errbuf, errlen);
     if (rc == 0)
-        rc = redis_sync_engine(s);
+        rc = ratel__redis_sync_engine(s);
     if (rc == 0 && !options->lazy_connect)
         rc = first_contact(s, errbuf, errlen);
     if (rc != 0) {
-        redis_free(&s->base);
+        ratel__redis_free(&s->base);
         return rc;
     }
     *out = &s->base;

@@ -82,17 +82,17 @@ typedef struct redis_batch_s {
  * Starts a call on engine `e`. Returns 1 when it was answered at once
  * (call->rc set, `fn` not called), 0 when `fn` follows from the loop.
  */
-int redis_call_start(ratel__engine_t *e, redis_call_t *call);
+int ratel__redis_call_start(ratel__engine_t *e, redis_call_t *call);
 
 /*
  * Starts a batch (its s, e, items, n, now_us, fn, ud set; items checked
  * by store.c). Returns 1 when every item was answered at once, 0 when
  * `fn` follows, RATEL_ENOMEM. Groups are all-or-nothing: a group with a
  * member denied or failed gets the others' charges given back before `fn`.
- * redis_batch_end() frees what it held.
+ * ratel__redis_batch_end() frees what it held.
  */
-int redis_batch_start(redis_batch_t *b);
-void redis_batch_end(redis_batch_t *b);
+int ratel__redis_batch_start(redis_batch_t *b);
+void ratel__redis_batch_end(redis_batch_t *b);
 
 /* The Functions library and the EVAL script (build/gen/lua_script.c). */
 extern const char ratel__lua_library[];
@@ -103,12 +103,12 @@ extern const size_t ratel__lua_script_len;
 
 extern const ratel_store_ops_t ratel__redis_ops;
 /* Frees a store (redis.c), also one that was not fully made. */
-void redis_free(ratel_store_t *store);
+void ratel__redis_free(ratel_store_t *store);
 /* The store's engine for the synchronous calls, on its poll transport
    (redis_new.c); 0 or RATEL_ENOMEM. */
-int redis_sync_engine(redis_store_t *s);
+int ratel__redis_sync_engine(redis_store_t *s);
 
 /* Records the store's latest failure (ratel_store_errstr()). */
-void redis_set_error(redis_store_t *s, const char *message);
+void ratel__redis_set_error(redis_store_t *s, const char *message);
 
 #endif /* RATEL_STORE_REDIS_PRIVATE_H */

@@ -11,9 +11,9 @@
  *               commands go to the engine directly (acquire, refund, get,
  *               ping, reset of a few keys and policies) or through the
  *               store's layer (batches of acquires, groups, refunds,
- *               gets, resets: redis_batch_start, redis_call_start)
- *   byte 1      how many commands are submitted first, each described by
- *               a byte that follows (after, for the store's layer, a byte
+ *               gets, resets: ratel__redis_batch_start,
+ * ratel__redis_call_start) byte 1      how many commands are submitted first,
+ * each described by a byte that follows (after, for the store's layer, a byte
  *               choosing its failure policy, deny cache and client time)
  *   then        operations, one byte each and their arguments: bytes of
  *               the input delivered to a connection in chunks whose sizes
@@ -203,7 +203,7 @@ static void store_submit(mem_t *m, unsigned d)
                                .fn = flight_done,
                                .ud = f};
         f->waiting = 1;
-        if (redis_batch_start(&f->b) != 0) {
+        if (ratel__redis_batch_start(&f->b) != 0) {
             f->waiting = 0;
             for (size_t i = 0; i < n; i++)
                 if (f->items[i].rc == 0)
@@ -226,7 +226,7 @@ static void store_submit(mem_t *m, unsigned d)
     f->call.fn = flight_done;
     f->call.ud = f;
     f->waiting = 1;
-    if (redis_call_start(m->e, &f->call) != 0)
+    if (ratel__redis_call_start(m->e, &f->call) != 0)
         f->waiting = 0;
     ASSERT(!f->told);
 }
@@ -469,7 +469,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t k = 0; k < nflights; k++) {
         ASSERT(flights[k].told == flights[k].waiting);
         if (flights[k].batch)
-            redis_batch_end(&flights[k].b);
+            ratel__redis_batch_end(&flights[k].b);
     }
     if (store)
         ratel_store_free(&store->base);
