@@ -163,6 +163,14 @@ static rateld_origin_result_t read_path(const ratel_http_request_t *req,
     }
     if (occurrences(req, host, &h, why, whylen) > 1)
         return RATELD_ORIGIN_AMBIGUOUS;
+    /* The server cut the target at a '#' (parse.c): a fragment in a
+       request line is refused here as in the header form's URI. */
+    if (memchr(req->target.p, '#', req->target.n)) {
+        snprintf(why, whylen,
+                 "the original URI has a '#' (a fragment, which backends "
+                 "cut off the URI; write %%23 for the character)");
+        return RATELD_ORIGIN_BAD_URI;
+    }
     o->method = req->method;
     o->host = h;
     o->path.p = req->path.p + 8;
@@ -437,12 +445,25 @@ static rateld_origin_result_t fields(const ratel_http_request_t *req,
  * "telephone=139;x=1" is 139. Read as one value, each spelling would be
  * its own bucket while the backend served the same number. Where a
  * backend reads ';' as data, the bucket is only coarser, never another.
+ *
+ * A raw '#' is refused, as in the path: it starts the fragment, which a
+ * client never sends, but nginx's $request_uri passes it on, and then
+ * "telephone=139#1" is "139" to nginx's $arg_, PHP, Python's parse_qs and
+ * Node's URL (they cut the URI there) and would be "139#1", a fresh bucket
+ * per request, to a reader that did not. An escaped one (%23) is data to
+ * every reader and stays.
  */
 static rateld_origin_result_t query_form(rateld_origin_t *o, char *why,
                                          size_t whylen)
 {
     ratel_http_str_t q = o->query;
 
+    if (memchr(q.p, '#', q.n)) {
+        snprintf(why, whylen,
+                 "the original query has a '#' (a fragment, which backends "
+                 "cut off the URI; write %%23 for the character)");
+        return RATELD_ORIGIN_BAD_URI;
+    }
     if (!memchr(q.p, ';', q.n))
         return RATELD_ORIGIN_OK;
     if (q.n >= sizeof o->query_buf) {

@@ -72,7 +72,8 @@ typedef enum rateld_origin_result_e {
     RATELD_ORIGIN_UNIDENTIFIED, /* no original request, or from a peer not
                                    in trusted_proxies */
     RATELD_ORIGIN_AMBIGUOUS,    /* more than one candidate for a field */
-    RATELD_ORIGIN_BAD_URI,      /* a path with no safe normal form */
+    RATELD_ORIGIN_BAD_URI,      /* a path with no safe normal form, or a
+                                   raw '#' in the URI */
     RATELD_ORIGIN_BAD_FIELD     /* a method that is not an HTTP token, or
                                    a host that is not a host name */
 } rateld_origin_result_t;
@@ -87,7 +88,9 @@ typedef enum rateld_origin_result_e {
  * that reads methods without regard to case) and the host (lower case,
  * no port, no final dot), and so is the query: a ';' separates
  * parameters as a '&' does (Rack and older Python read "a=1;a=2" as two
- * parameters, so a query key reads "1" and sees "a" given twice). A method that
+ * parameters, so a query key reads "1" and sees "a" given twice). A raw '#'
+ * anywhere in the URI is refused as a bad URI: backends cut the URI there,
+ * so "t=139#1" would be another bucket than the 139 they serve. A method that
  * is not an HTTP token and a host that is not a name, an IPv4 address or a
  * bracketed IPv6 address (with an optional port) are refused: "a, b" names two
  * hosts, and a value no gateway would send must not fall through to another
