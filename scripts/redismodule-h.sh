@@ -6,17 +6,24 @@
 #
 # The header comes from Debian's `redis` SOURCE package of the same version
 # as the installed redis-server (so the module is compiled against the API of
-# the server it is loaded into), falling back to the newest source package
-# of that upstream version. Needs the Debian archive's deb-src entries, which
+# the server it is loaded into), or, where no redis-server is installed (the
+# base set-up, scripts/setup.sh without --test), of the version apt would
+# install; falling back to the newest source package of that upstream
+# version. Needs the Debian archive's deb-src entries, which
 # scripts/setup.sh configures. Elsewhere, point the build at your own copy:
 # `make module REDISMODULE_H=/path/to/redismodule.h`.
 set -euo pipefail
 out=${1:?usage: redismodule-h.sh OUT}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 
-version=$(dpkg-query -W -f='${Version}' redis-server 2>/dev/null || true)
+version=$(dpkg-query -W -f='${db:Status-Status} ${Version}' redis-server 2>/dev/null |
+    sed -n 's/^installed //p' || true)
 if [ -z "$version" ]; then
-    echo "redismodule-h: redis-server is not installed (run scripts/setup.sh)," \
+    version=$(apt-cache policy redis-server 2>/dev/null |
+        sed -n 's/^ *Candidate: *//p' | grep -v '(none)' || true)
+fi
+if [ -z "$version" ]; then
+    echo "redismodule-h: no redis-server installed or known to apt (run scripts/setup.sh)," \
          "or pass REDISMODULE_H=/path/to/redismodule.h" >&2
     exit 1
 fi

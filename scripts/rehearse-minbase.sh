@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Rehearses the README on a fresh machine: a minimal Debian 12
 # (debootstrap --variant=minbase bookworm) in a chroot, the current
-# checkout copied in, and the README's test command run there as a new
-# user would (docs/testing.md, "Rehearsing a fresh machine").
+# checkout copied in, and the README's two set-ups run there as a new
+# user would (docs/testing.md, "Rehearsing a fresh machine"): first
+# `scripts/setup.sh && make` (the build on the base set, which must
+# install none of nginx, caddy, haproxy, prometheus, redis-server), then
+# the test command, `scripts/setup.sh --test && make test`.
 #
 #   scripts/rehearse-minbase.sh [--all] [--keep] [DIR]
 #
 #   DIR     where the chroot goes (default /var/tmp/ratel-minbase; it is
 #           created afresh, and removed at the end unless --keep)
 #   --all   the whole test command (make test && make asan && make
-#           valgrind), not only `scripts/setup.sh && make test`
+#           valgrind), not only `scripts/setup.sh --test && make test`
 #   --keep  keep DIR, to look around (chroot DIR) after a failure
 #
 # Needs root (debootstrap, chroot, mounts) and the Debian archive; it
@@ -118,11 +121,19 @@ for m in proc sys dev dev/pts dev/shm tmp; do
     mounts+=("$dir/$m")
 done
 
+# The base set-up first: it builds, and installs no test server.
+servers='nginx caddy haproxy prometheus redis-server'
+base="scripts/setup.sh && make && for p in $servers; do
+    if dpkg-query -W -f='\${db:Status-Status}' \$p 2>/dev/null | grep -qx installed; then
+        echo \"rehearse: the base set-up installed \$p\"; exit 1
+    fi
+done && echo 'rehearse: the base set-up built ratel and installed no test server'"
 if [ "$all" -eq 1 ]; then
-    command='scripts/setup.sh && make test && make asan && make valgrind'
+    command='scripts/setup.sh --test && make test && make asan && make valgrind'
 else
-    command='scripts/setup.sh && make test'
+    command='scripts/setup.sh --test && make test'
 fi
+command="$base && $command"
 echo "rehearse: in the chroot: cd /root/ratel && $command (log: $log)"
 set +e
 chroot "$dir" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \

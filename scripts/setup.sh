@@ -1,36 +1,98 @@
 #!/usr/bin/env bash
-# Installs every Debian package ratel's build, tests and benchmarks need,
-# and nothing when they are all there (safe to run again and again).
+# Installs the Debian packages ratel needs, in two sets:
 #
+#   scripts/setup.sh          what building and running ratel needs (`make`,
+#                             `make run`, `make install`): compilers and
+#                             libraries; no server of anyone else's
+#   scripts/setup.sh --test   that and what the tests, `make asan`, `make
+#                             valgrind`, `make fuzz`, `make deb` and the
+#                             benchmarks need, the test set below: among
+#                             them the servers the tests start on loopback
+#                             ports of their own (nginx, Caddy, HAProxy,
+#                             Prometheus, Redis)
+#
+# Needs root, or sudo (it runs itself again through sudo when it has
+# something to do). It checks with dpkg-query what is missing, runs
+# `apt-get update` once only if something is, installs without recommends,
+# and says what it did; run again, it does nothing. A package counts as
+# present when an installed package provides it (e.g. NodeSource's nodejs
+# provides npm).
+#
+# It also writes, once, deb-src entries for the Debian archive
+# (/etc/apt/sources.list.d/ratel-deb-src.sources) unless some are
+# configured: the module's build takes redismodule.h from Debian's redis
+# source package (scripts/redismodule-h.sh).
+#
+# The servers of the test set are installed for the tests, not to serve:
+# Debian would enable them and start them at once (nginx and Caddy on :80,
+# Prometheus on :9090, on every interface). While apt-get installs, a
+# policy-rc.d that exits 101 keeps every package's service from starting
+# (one already in /usr/sbin is put back afterwards). Then, with --test,
+# each of those servers that is enabled or running (installed by this run
+# or before it) is disabled and stopped: `systemctl disable --now` when
+# systemd is PID 1; in any case deb-systemd-helper's record of it as
+# enabled (so an upgrade does not enable it again), the links that start
+# it at boot (/etc/systemd/system/*.wants/, /etc/rc?.d/) and its init
+# script's running instance. A server you run on purpose and set up again
+# afterwards is yours to enable. It never touches another service.
+#
+# The base set:
 #   build-essential, pkg-config     the C build
-#   clang, libclang-rt-14-dev       `make fuzz` (libFuzzer) and sanitizers
-#   valgrind                        `make valgrind`
-#   libxml2-utils                   xmllint, for the CLI tests' SVG checks
-#   redis-server, redis-tools       the module's tests and benchmarks (real servers)
-#   libhiredis-dev                  the Redis store and the conformance driver
+#   libhiredis-dev                  the Redis store
 #   libevent-dev, libhttp-parser-dev,
 #   libyaml-dev, libcjson-dev       rateld: event loop, HTTP/1.1 parser,
 #                                   YAML config, JSON request bodies
-#   nginx, wrk, python3             rateld behind nginx (tests), load (bench),
-#                                   JSON checks and fake SMS gateways (tests)
-#   nginx-dev                       the nginx module: nginx's configure,
-#                                   conf_flags and headers (/usr/share/nginx/src)
+#   libsqlite3-dev,
+#   libcurl4-openssl-dev            captchad: its notices (SQLite) and its
+#                                   webhook sender (libcurl)
+#   libssl-dev                      TLS to Redis (rediss://): OpenSSL's
+#                                   headers; libevent-dev brings
+#                                   libevent_openssl
+#   libsystemd-dev                  sd_notify (rateld, captchad under
+#                                   Type=notify)
+#   libnghttp2-dev, libprotobuf-c-dev,
+#   protobuf-c-compiler,
+#   libprotobuf-dev                 rateld's gRPC listener (Envoy's rate
+#                                   limit service): HTTP/2, the messages,
+#                                   protoc-c and the well-known .proto files
+#   libphonenumber-dev              phone numbers as identities: the key
+#                                   transform to E.164 (server/app/phone.cc)
+#   go-md2man                       the man pages, from docs/ (scripts/man.sh)
+#   git                             man.sh's dates (the pages' last change)
+#   curl, openssl                   the README's first minute: curl against
+#                                   `make run`, `openssl rand -hex 32` for
+#                                   the tokens
+# The module's redismodule.h comes from the source package of the
+# redis-server apt would install (the deb-src entries), so the build needs
+# no Redis server; the nginx module is built when nginx-dev is installed
+# (the test set), since nginx-dev depends on nginx.
+#
+# The test set:
+#   clang, libclang-rt-14-dev       `make fuzz` (libFuzzer), the sanitizers
+#                                   and the clang build of `make test`
+#   valgrind                        `make valgrind`
+#   libxml2-utils                   xmllint, for the CLI tests' SVG checks
+#   redis-server, redis-tools       the module's, the Lua library's and the
+#                                   Redis store's tests and benchmarks (real
+#                                   servers); redis-cli
+#   nginx, nginx-dev                rateld behind nginx (tests); the nginx
+#                                   module: nginx's configure, conf_flags
+#                                   and headers (/usr/share/nginx/src)
+#   wrk, python3                    load (bench); JSON checks and fake SMS
+#                                   gateways, the docs' runner (tests)
 #   faketime                        libfaketime: the nginx module's tests move
 #                                   nginx's clock (a day's boundary)
 #   caddy, haproxy                  rateld behind Caddy's forward_auth and
 #                                   HAProxy's Lua action (tests, bench)
 #   nodejs, npm                     the peer rate-limiter-flexible benchmark
+#                                   and the Node client's test
 #   librsvg2-bin                    rsvg-convert: optional chart to PNG
-#   curl, openssl, libssl-dev       TLS to Redis (rediss://): OpenSSL's headers;
-#                                   libevent-dev brings libevent_openssl
 #   xxd                             the Lua tests' byte dumps (its own
 #                                   package on bookworm, absent from minbase)
 #   clang-format                    test_format.sh: every C file as
 #                                   .clang-format writes it
-#   libsystemd-dev, systemd         sd_notify (rateld, captchad under
-#                                   Type=notify); systemd-analyze on the units
-#   go-md2man, man-db               the man pages, from docs/ (scripts/man.sh);
-#                                   man(1) renders them in the tests and
+#   systemd                         systemd-analyze on the units (tests)
+#   man-db                          man(1) renders the pages in the tests and
 #                                   systemd-analyze verify looks them up
 #   prometheus                      promtool and the server: the alerting
 #                                   rules checked, unit-tested and evaluated
@@ -38,19 +100,14 @@
 #   debhelper, dpkg-dev, fakeroot,
 #   lintian                         `make deb` and test_deb.sh: the Debian
 #                                   packages built and checked
-#   git, shfmt                      deb.sh's file list, man.sh's dates, the
-#                                   benchmarks' commit; test_commands.sh
-#                                   parses every shell file with shfmt
+#   systemd-container               systemd-nspawn: test_deb_systemd.sh
+#                                   installs the packages in a throwaway
+#                                   container booted by systemd
+#   shfmt, shellcheck               test_commands.sh parses every shell file
+#                                   with shfmt; `make test` runs shellcheck
+#                                   over scripts/ and tests/
 #   debootstrap                     scripts/rehearse-minbase.sh: a minimal
 #                                   Debian to rehearse these commands in
-#   libphonenumber-dev              phone numbers as identities: the key
-#                                   transform to E.164 (server/app/phone.cc)
-#   shellcheck                      `make test` runs it over scripts/ and tests/
-#   libnghttp2-dev, libprotobuf-c-dev,
-#   protobuf-c-compiler,
-#   libprotobuf-dev                 rateld's gRPC listener (Envoy's rate
-#                                   limit service): HTTP/2, the messages,
-#                                   protoc-c and the well-known .proto files
 #   python3-grpcio,
 #   python3-grpc-tools              test_envoy.sh's independent gRPC client,
 #                                   its stubs generated from proto/
@@ -58,45 +115,65 @@
 #                                   (frames no gRPC library would send)
 #   nghttp2-client                  h2load: the gRPC benchmark; a million
 #                                   requests into the nginx module (tests)
-#   systemd-container               systemd-nspawn: test_deb_systemd.sh
-#                                   installs the packages in a throwaway
-#                                   container booted by systemd
-#
-# Checks with dpkg-query what is missing, runs `apt-get update` once only
-# if something is, installs without recommends, and says what it did. A
-# package counts as present when an installed package provides it (e.g.
-# NodeSource's nodejs provides npm). Runs as root, or through sudo. It
-# installs only: it never starts, stops or configures a service.
 set -euo pipefail
 
-packages=(
+base_packages=(
     build-essential pkg-config
+    libhiredis-dev
+    libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
+    libsqlite3-dev libcurl4-openssl-dev
+    libssl-dev
+    libsystemd-dev
+    libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+    libphonenumber-dev
+    go-md2man git
+    curl openssl
+)
+
+test_packages=(
     clang libclang-rt-14-dev
     valgrind
     libxml2-utils
-    redis-server redis-tools libhiredis-dev
-    libevent-dev libhttp-parser-dev libyaml-dev libcjson-dev
-    libsqlite3-dev libcurl4-openssl-dev
+    redis-server redis-tools
     nginx wrk python3
     nginx-dev faketime
     caddy haproxy
     nodejs npm
     librsvg2-bin
-    curl openssl libssl-dev
     xxd clang-format
-    libsystemd-dev systemd
-    go-md2man man-db prometheus
+    systemd man-db prometheus
     debhelper dpkg-dev fakeroot lintian systemd-container
-    git shfmt debootstrap
-    libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+    shfmt shellcheck debootstrap
     python3-grpcio python3-grpc-tools python3-h2 nghttp2-client
-    libphonenumber-dev shellcheck
 )
+
+# The servers of the test set, by package: the systemd unit and the init
+# script each ships. None is left enabled or running (see above).
+test_servers=(nginx caddy haproxy prometheus redis-server)
+
+test_set=0
+for arg in "$@"; do
+    case $arg in
+    --test) test_set=1 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "usage: scripts/setup.sh [--test]" >&2
+        exit 2
+        ;;
+    esac
+done
+packages=("${base_packages[@]}")
+if [ "$test_set" -eq 1 ]; then
+    packages+=("${test_packages[@]}")
+fi
 
 # Installed packages and what they provide, one name per line.
 present=$(dpkg-query -W -f='${db:Status-Status} ${Package} ${Provides}\n' 2>/dev/null |
     awk '$1 == "installed" { $1 = ""; print }' |
-    tr ', ' '\n\n' | sed 's/:.*//' | grep -v '^$' | grep -v '^(' | grep -v ')$' |
+    tr ', ' '\n' | sed 's/:.*//' | grep -v '^$' | grep -v '^(' | grep -v ')$' |
     sort -u)
 
 missing=()
@@ -189,9 +266,10 @@ deb_src_stanzas() {
 # the stanzas derived above; an older file (one that repeated an archive with
 # conflicting Signed-By values) is rewritten.
 want_src=""
-if ! grep -rqsE '^(Types:.*deb-src|deb-src )' "$apt_etc/sources.list" \
-    $(find "$apt_etc/sources.list.d" -maxdepth 1 \( -name '*.list' -o -name '*.sources' \) \
-        ! -path "$deb_src" 2>/dev/null); then
+other_sources=()
+mapfile -t other_sources < <(find "$apt_etc/sources.list.d" -maxdepth 1 \
+    \( -name '*.list' -o -name '*.sources' \) ! -path "$deb_src" 2>/dev/null)
+if ! grep -rqsE '^(Types:.*deb-src|deb-src )' "$apt_etc/sources.list" "${other_sources[@]}"; then
     want_src=$(deb_src_stanzas)
 fi
 have_src=""
@@ -201,39 +279,134 @@ if [ "$want_src" != "$have_src" ]; then
     need_src=1
 fi
 
-if [ ${#missing[@]} -eq 0 ] && [ "$need_src" -eq 0 ]; then
+# The test set's servers that are enabled or running: what --test must
+# quiet. systemd is asked when it is PID 1; otherwise the links a boot
+# would follow and the init script's status say it.
+systemd_runs() { [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; }
+installed() { dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null | grep -qx installed; }
+server_enabled() { # PACKAGE (its unit is PACKAGE.service)
+    local l
+    if systemd_runs && [ "$(systemctl is-enabled "$1.service" 2>/dev/null)" = enabled ]; then
+        return 0
+    fi
+    for l in /etc/systemd/system/*.wants/"$1.service" /etc/rc[2-5].d/S[0-9][0-9]"$1"; do
+        [ -L "$l" ] && return 0
+    done
+    # deb-systemd-helper's record of it as enabled: kept in step with the
+    # links above, but looked at too (a package upgrade consults it).
+    for l in /var/lib/systemd/deb-systemd-helper-enabled/*.wants/"$1.service"; do
+        [ -e "$l" ] && return 0
+    done
+    return 1
+}
+server_running() {
+    if systemd_runs; then
+        systemctl is-active --quiet "$1.service"
+    else
+        [ -x "/etc/init.d/$1" ] && "/etc/init.d/$1" status >/dev/null 2>&1
+    fi
+}
+to_quiet() {
+    local s
+    [ "$test_set" -eq 1 ] || return 0
+    for s in "${test_servers[@]}"; do
+        installed "$s" || continue
+        if server_enabled "$s" || server_running "$s"; then
+            echo "$s"
+        fi
+    done
+}
+loud=$(to_quiet)
+
+if [ ${#missing[@]} -eq 0 ] && [ "$need_src" -eq 0 ] && [ -z "$loud" ]; then
     echo "setup: all ${#packages[@]} packages and deb-src already there, nothing to do"
     exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-elif command -v sudo >/dev/null; then
-    as_root=(sudo)
-else
-    echo "setup: missing ${missing[*]}$([ "$need_src" -eq 1 ] && echo " (and deb-src entries)"); run this as root (no sudo here)" >&2
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then
+        echo "setup: running again as root (sudo)"
+        exec sudo -- env RATEL_APT_ETC="$apt_etc" bash "$0" "$@"
+    fi
+    what="missing ${missing[*]}"
+    [ "$need_src" -eq 1 ] && what="$what (and deb-src entries)"
+    [ -n "$loud" ] && what="$what; servers to disable: $(echo "$loud" | tr '\n' ' ')"
+    echo "setup: $what; run this as root (no sudo here)" >&2
     exit 1
 fi
 
 if [ "$need_src" -eq 1 ]; then
     if [ -n "$want_src" ]; then
-        printf '%s\n' "$want_src" | "${as_root[@]}" tee "$deb_src" >/dev/null
+        printf '%s\n' "$want_src" >"$deb_src"
         echo "setup: wrote the Debian archive's deb-src entries, one per archive and suite ($deb_src)"
     else
-        "${as_root[@]}" rm -f "$deb_src"
+        rm -f "$deb_src"
         echo "setup: removed $deb_src (deb-src entries are configured elsewhere)"
     fi
 fi
 
+# No service starts while apt installs: invoke-rc.d and deb-systemd-invoke
+# ask /usr/sbin/policy-rc.d, and 101 means "not allowed". A policy-rc.d
+# already there (a container's) is kept aside and put back.
+policy=/usr/sbin/policy-rc.d
+policy_saved=$policy.ratel-setup
+restore_policy() {
+    if [ -e "$policy_saved" ]; then
+        mv -f "$policy_saved" "$policy"
+    else
+        rm -f "$policy"
+    fi
+}
 apt_opts=()
 if [ "$apt_etc" != /etc/apt ]; then
     apt_opts=(-o "Dir::Etc=$apt_etc")
 fi
-echo "setup: apt-get update"
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q "${apt_opts[@]}"
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: apt-get install ${missing[*]}"
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -q --no-install-recommends "${apt_opts[@]}" "${missing[@]}"
-    echo "setup: installed ${missing[*]}"
+if [ ${#missing[@]} -gt 0 ] || [ "$need_src" -eq 1 ]; then
+    echo "setup: apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q "${apt_opts[@]}"
 fi
+if [ ${#missing[@]} -gt 0 ]; then
+    # A copy left by an interrupted run is the original: keep it.
+    if [ -e "$policy" ] && [ ! -e "$policy_saved" ]; then
+        cp -p "$policy" "$policy_saved"
+    fi
+    trap restore_policy EXIT
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    echo "setup: apt-get install ${missing[*]} (services not started: $policy)"
+    DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${apt_opts[@]}" "${missing[@]}"
+    restore_policy
+    trap - EXIT
+    echo "setup: installed ${missing[*]}"
+    loud=$(to_quiet)
+fi
+
+# Each test server: disabled (systemd's links, deb-systemd-helper's record,
+# the init script's rc links) and stopped.
+for s in $loud; do
+    unit=$s.service
+    if systemd_runs; then
+        systemctl disable --now --quiet "$unit" || true
+    fi
+    # deb-systemd-helper removes the links it made and its record of them
+    # as enabled: a later upgrade then sees the unit as disabled
+    # (was-enabled) and leaves it so.
+    if DPKG_MAINTSCRIPT_PACKAGE=$s deb-systemd-helper --quiet debian-installed "$unit" 2>/dev/null; then
+        DPKG_MAINTSCRIPT_PACKAGE=$s deb-systemd-helper disable "$unit" >/dev/null 2>&1 || true
+    fi
+    for l in /etc/systemd/system/*.wants/"$unit" /var/lib/systemd/deb-systemd-helper-enabled/*.wants/"$unit"; do
+        if [ -L "$l" ] || [ -e "$l" ]; then rm -f "$l"; fi
+    done
+    if [ -x "/etc/init.d/$s" ]; then
+        update-rc.d "$s" disable >/dev/null 2>&1 || true
+        if ! systemd_runs && "/etc/init.d/$s" status >/dev/null 2>&1; then
+            "/etc/init.d/$s" stop >/dev/null 2>&1 || true
+        fi
+    fi
+    if server_enabled "$s" || server_running "$s"; then
+        echo "setup: $s is still enabled or running; disable it by hand" >&2
+        exit 1
+    fi
+    echo "setup: $s disabled and stopped (installed for the tests, which start their own)"
+done

@@ -185,12 +185,16 @@ def is_command(word, skip):
 
 
 def setup_packages(setup_sh):
+    """Both sets of setup.sh (base_packages and test_packages): the tree's
+    commands are those of the build, the tests and the benchmarks."""
     text = open(setup_sh).read()
-    m = re.search(r"^packages=\((.*?)^\)", text, re.S | re.M)
-    if not m:
-        sys.exit("commands: no packages=(...) array in %s" % setup_sh)
-    body = re.sub(r"#.*", "", m.group(1))
-    return set(body.split())
+    found = set()
+    for name in ("base_packages", "test_packages"):
+        m = re.search(r"^%s=\((.*?)^\)" % name, text, re.S | re.M)
+        if not m:
+            sys.exit("commands: no %s=(...) array in %s" % (name, setup_sh))
+        found |= set(re.sub(r"#.*", "", m.group(1)).split())
+    return found
 
 
 def installed_packages():
