@@ -8,6 +8,7 @@
 # Clients connect from 127.0.0.2 (curl --interface), the gateway reaches
 # rateld from 127.0.0.1, and only 127.0.0.1 is a trusted proxy: a client's
 # own X-Forwarded-For must change nothing.
+# shellcheck shell=bash
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 docs=$root/docs/gateways.md
@@ -221,7 +222,7 @@ check_hostile_limited() {
     for h in "${hostile_names[@]}"; do
         codes="" bad=""
         for f in "${hostile_forms[@]}"; do
-            hostile_args "$h" $f
+            hostile_args "$h" "${f% *}" "${f#* }"
             c=$(code "${args[@]}" "$url")
             codes+="$c "
             [ "$c" != 429 ] && bad+="[$f: $c] "
@@ -305,7 +306,7 @@ check_hostile_route() {
     for h in "${hostile_names[@]}"; do
         codes="" bad=""
         for f in "as-is 1" "lower 2"; do
-            hostile_args "$h" $f
+            hostile_args "$h" "${f% *}" "${f#* }"
             c=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.3 "${args[@]}" "$url")
             codes+="$c "
             [ "$c" = 200 ] && allowed=$((allowed + 1))
@@ -331,7 +332,7 @@ check_hostile_method_host() {
             [ "$h" = Host ] && continue # the client's real host: its choice
             codes="" bad=""
             for f in "as-is 1" "lower 2"; do
-                hostile_args "$h" $f
+                hostile_args "$h" "${f% *}" "${f#* }"
                 c=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.4 "${args[@]}" "http://127.0.0.1:$gport/$path")
                 codes+="$c "
                 [ "$c" != 403 ] && bad+="[$f: $c] "

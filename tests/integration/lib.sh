@@ -27,6 +27,7 @@
 # killed by the EXIT trap, whatever happens to the test. RATEL_MODULE (default
 # $BUILD/ratel.so) is loaded unless RATEL_NO_MODULE=1; RATEL_REDIS_WRAP, if
 # set, prefixes redis-server (e.g. valgrind).
+# shellcheck shell=bash
 set -u
 lib_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$lib_here/../.." && pwd)
@@ -110,6 +111,7 @@ server_start() {
 # server_stop NAME [SIGNAL]: sends SIGNAL (TERM) to the server NAME that
 # server_start started and waits up to 20 s for it to exit; its exit
 # status is then in $stopped (124: it did not exit).
+# shellcheck disable=SC2034 # $stopped is for the caller
 server_stop() {
     local pid
     stopped=124

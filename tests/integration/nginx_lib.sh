@@ -24,6 +24,8 @@
 # sanitizers' runtime (libfaketime: the other way round they hang at
 # start, which ASan accepts when told not to check the order).
 
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # $build and $tmp: lib.sh's, sourced first
 nginx_so=$build/nginx/ngx_http_ratel_module.so
 nginx_module=$nginx_so
 nginx_faketime=
@@ -82,6 +84,7 @@ nginx_require() {
 nginx_conf() {
     local dir=$1 vars=
     mkdir -p "$dir/logs"
+    # shellcheck disable=SC2016 # nginx's variables, for its log format
     [ -n "$nginx_module" ] && vars=' $ratel_status $ratel_remaining $ratel_retry_after'
     {
         [ -n "$nginx_module" ] && echo "load_module $nginx_module;"
@@ -143,6 +146,7 @@ nginx_stop() {
 
 # valgrind's command line for nginx (add --log-file=LOG): errors and
 # definite leaks, with the module's symbols kept after it is unloaded.
+# shellcheck disable=SC2034 # for the suites: nginx_start DIR URL "${nginx_valgrind[@]}"
 nginx_valgrind=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes)
 
 # nginx_valgrind_only FUNCTION: with RATEL_NGINX_VALGRIND=1

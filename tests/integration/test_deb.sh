@@ -265,7 +265,8 @@ same "the nginx module exports what nginx looks up only" \
 flags=$(PKG_CONFIG_SYSROOT_DIR=$sysroot \
     PKG_CONFIG_LIBDIR=$sysroot/usr/lib/$ma/pkgconfig:/usr/lib/$ma/pkgconfig:/usr/share/pkgconfig \
     pkg-config --cflags --libs ratel 2>&1)
-if cc -o "$tmp/decide" "$root/tests/integration/pkgconfig_user.c" $flags 2>"$tmp/cc.err"; then
+read -r -a flag_words <<<"$flags"
+if cc -o "$tmp/decide" "$root/tests/integration/pkgconfig_user.c" "${flag_words[@]}" 2>"$tmp/cc.err"; then
     ok "a program builds with pkg-config against libratel-dev"
     same "it runs on libratel0 and decides" "$("$tmp/decide" 2>&1)" "1 0 59000 $upstream"
     contains "it links the shipped soname" "$(readelf -d "$tmp/decide")" "[libratel.so.0]"

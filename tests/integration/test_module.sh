@@ -396,6 +396,7 @@ fi
 # (quoted for redis-cli, which unescapes \xNN): the server must survive and
 # answer each with a decision or a one-line error. tests/fuzz/
 # fuzz_module_args.c fuzzes the same parser in-process.
+# shellcheck disable=SC2054 # a rule's options: one token, commas and all
 tokens=(COST PEEK MAXWAIT AT cost peek 0 1 2 10 -1 99999999999999999999 "$T"
     1/1s 10/1m 3/1h:fixed 5/1s:approx 2/1s:gcra 2/1s:gcra,burst=9 0/1s 1/0s
     10/1x "10/1s:\x07cra" "\r\n" "\x00" '""' "1/1s 1/1s" FOO 1e3 " ")

@@ -127,6 +127,7 @@ zones() {
     ratel_zone zone=l:1m store=$url?timeout_ms=$1;
     ratel_zone zone=m:1m;"
 }
+# shellcheck disable=SC2016 # nginx configuration: $arg_k is nginx's
 locs='location = /z/o { ratel zone=o policy=api key=$arg_k; try_files /free =404; }
         location = /z/c { ratel zone=c policy=api key=$arg_k; try_files /free =404; }
         location = /z/l { ratel zone=l policy=small key=$arg_k; try_files /free =404; }
@@ -300,6 +301,7 @@ check_cluster() {
     }
     wait_for 20 cluster_ok || fail cluster_ok "not every node says ok"
     pc=$(free_port)
+    # shellcheck disable=SC2016 # nginx configuration: $arg_k is nginx's
     site cl "$pc" 1 "ratel_zone zone=k:1m store=redis+cluster://127.0.0.1:${cports[0]}?on_failure=closed&timeout_ms=2000;" \
         'location = /z/k { ratel zone=k policy=small key=$arg_k; try_files /free =404; }'
     start cl "$pc" || return
@@ -329,6 +331,7 @@ check_tls() {
     certs=$(tls_certs)
     tport=$(redis_start_tls) || { fail tls "did not start"; return; }
     pt=$(free_port)
+    # shellcheck disable=SC2016 # nginx configuration: $arg_k is nginx's
     site tls "$pt" 1 "ratel_zone zone=t:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&on_failure=closed&timeout_ms=2000;
     ratel_zone zone=w:1m store=rediss://127.0.0.1:$tport?tls_ca_file=$certs/ca.crt&tls_server_name=redis.example.com&on_failure=closed&timeout_ms=2000;" \
         'location = /z/t { ratel zone=t policy=small key=$arg_k; try_files /free =404; }

@@ -121,6 +121,7 @@ same unknown_field "$(code -X POST -d '{"policy":"ping","key":"a","color":1}' "$
 isjson() { python3 -c 'import json,sys; json.load(sys.stdin)' 2>/dev/null && echo json || echo not-json; }
 strict() { # name, body (printf format)
     local out
+    # shellcheck disable=SC2059 # the body is a format: its \NNN make the bytes
     out=$(printf "$2" | curl -s -w '\n%{http_code}' -X POST --data-binary @- "$base/v1/acquire")
     same "strict_$1" "${out##*$'\n'}" 400
     same "strict_${1}_body" "$(printf '%s' "${out%$'\n'*}" | isjson)" json
@@ -247,7 +248,9 @@ if [ "${n:-0}" -ge 2 ] 2>/dev/null; then ok shadow_metric; else fail shadow_metr
 # write); what is held back is written at the stop (checked there).
 before=$(grep -c 'msg="shadow deny"' "$log")
 t0=$SECONDS
-codes=$(curl -s -w '%{http_code}\n' $(printf "$base/v1/acquire?policy=watch&key=9.9.9.8 %.0s" $(seq 1000)) | grep -c '^200$')
+flood=()
+for _ in $(seq 1000); do flood+=("$base/v1/acquire?policy=watch&key=9.9.9.8"); done
+codes=$(curl -s -w '%{http_code}\n' "${flood[@]}" | grep -c '^200$')
 same shadow_flood_answered "$codes" 1000
 lines=$(( $(grep -c 'msg="shadow deny"' "$log") - before ))
 # One connection, one worker: a line, and one more per 10 s the flood
