@@ -268,8 +268,7 @@ check_expiry() {
 # WANT and naming the file at LINE (the line's number in the file).
 refused() {
     local out
-    out=$(ngx -t -p "$tmp/bad" -c "$tmp/bad/nginx.conf" 2>&1)
-    if [ $? -eq 0 ]; then
+    if out=$(ngx -t -p "$tmp/bad" -c "$tmp/bad/nginx.conf" 2>&1); then
         fail "$1" "nginx -t accepted it"
         return
     fi
@@ -354,8 +353,9 @@ check_reload() {
 # --- a million unique keys into a 128k zone: bounded, evictions counted,
 # nginx answering. Its own nginx, on the real clock.
 check_flood() {
-    local n=1000000 fport=$(free_port) start=$SECONDS
+    local n=1000000 fport start=$SECONDS
     local allowed keys bytes evictions
+    fport=$(free_port)
     while [ "$fport" = "$port" ]; do fport=$(free_port); done
     conf "$tmp/flood" 2 <<CONF
     ratel_zone zone=small:128k;
