@@ -99,7 +99,7 @@ for p in "$n_rateld" "$n_trivial" "$c_rateld" "$c_trivial"; do
 done
 
 declare -A got
-for r in $(seq "$rounds"); do
+for _ in $(seq "$rounds"); do
     for gw in nginx caddy; do
         for target in rateld trivial; do
             var=${gw:0:1}_$target

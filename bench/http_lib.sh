@@ -2,11 +2,13 @@
 # share: paths, a temporary folder and the processes to stop on exit, a
 # free port, waiting for a server, the machine header. Sourced; the
 # caller sets `secs` itself.
+# shellcheck shell=bash
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 build=${BUILD:-build}
 case $build in /*) ;; *) build=$top/$build ;; esac
+# shellcheck disable=SC2034 # read by the benchmarks that source this file
 peers_dir=${PEERS_DIR:-$top/../shared/peers}
 tmp=$(mktemp -d)
 pids=()

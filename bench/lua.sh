@@ -25,15 +25,15 @@ port=${1:?usage: bench/lua.sh PORT}
 n=${LUA_REQUESTS:-200000}
 reps=${REPS:-3}
 seed_file=${SEED_LUA:-$top/../shared/peers/seed-fixed-window.lua}
-cli="redis-cli -p $port"
+cli=(redis-cli -p "$port")
 
-ratel=$($cli SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/build/lua/ratel.eval.lua}")") || exit 1
-seed=$($cli SCRIPT LOAD "$(cat "$seed_file")") || exit 1
+ratel=$("${cli[@]}" SCRIPT LOAD "$(cat "${RATEL_LUA:-$top/build/lua/ratel.eval.lua}")") || exit 1
+seed=$("${cli[@]}" SCRIPT LOAD "$(cat "$seed_file")") || exit 1
 # The Redis calls every Lua decision makes (GET, TIME, SET ... PXAT)
 # and its seven-integer reply, with no decision at all: the fastest any
 # exact script with this contract could be. The seed needs neither TIME
 # nor a seven-element reply.
-calls=$($cli SCRIPT LOAD "
+calls=$("${cli[@]}" SCRIPT LOAD "
 local old = redis.pcall('GET', KEYS[1])
 local t = redis.call('TIME')
 local now_us = t[1] * 1000000 + t[2]
@@ -60,7 +60,7 @@ EOF
 )
 
 clean() {
-    $cli --scan --pattern 'bench:lua:*' | xargs -r -n 500 $cli DEL >/dev/null
+    "${cli[@]}" --scan --pattern 'bench:lua:*' | xargs -r -n 500 "${cli[@]}" DEL >/dev/null
 }
 
 # rps ARGS...: requests per second of one redis-benchmark run.

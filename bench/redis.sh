@@ -263,7 +263,7 @@ done
 [ "${PEERS:-1}" != 0 ] && [ ! -x "$peers_dir/run-peers.sh" ] &&
     echo "# peers skipped: $peers_dir/run-peers.sh missing"
 
-for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
+while read -r name; do
     echo "# $name ops/s per round: $(awk -v k="$name" '$1 == k { printf "%s ", $2 }' "$results")"
     ops=$(awk -v k="$name" '$1 == k { print $2 }' "$results" | median)
     case $name in
@@ -279,7 +279,7 @@ for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
         fi
         ;;
     esac
-done | tee "$dir/figures"
+done < <(awk '!seen[$1]++ { print $1 }' "$results") | tee "$dir/figures"
 
 # ---------------------------------------------------------------- memory
 # resp: RESP commands on stdin are written to the server in one stream.
@@ -360,7 +360,7 @@ slowlog_stats() {
 # shared machine): each figure is the median over 3 sets of 1,000 calls,
 # and INCR on a plain key measured the same way is the machine's floor.
 worst_call() {
-    local events=100000 t0 what rule calls worst second med set max
+    local events=100000 t0 what calls worst second med set max
     t0=$(($(now_ms) - events - 60000))
     acquires lat:ok 1000000/1h "$events" "$t0"
     acquires lat:deny 100000/1h "$events" "$t0"
@@ -370,7 +370,7 @@ worst_call() {
     cli CONFIG SET slowlog-max-len 2000 >/dev/null
     cli CONFIG SET slowlog-log-slower-than 0 >/dev/null
     for what in ok deny incr; do
-        max=
+        max=()
         for set in 0 1 2; do
             cli SLOWLOG RESET >/dev/null
             case $what in
@@ -381,9 +381,9 @@ worst_call() {
             read -r calls worst second med <<<"$(slowlog_stats "$([ $what = incr ] && echo INCR || echo RATEL.ACQUIRE)")"
             [ "$calls" = 1000 ] || die "slowlog holds $calls entries of $what, not 1000"
             echo "# $what, set $set: 1000 calls, server median $med us, second largest $second us, largest $worst us"
-            max="$max $worst"
+            max+=("$worst")
         done
-        worst=$(printf '%s\n' $max | median)
+        worst=$(printf '%s\n' "${max[@]}" | median)
         if [ $what = incr ]; then
             emit peer redis_incr_worst_call "$worst" us
         else

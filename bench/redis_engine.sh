@@ -145,7 +145,7 @@ redis-cli -p "$plain" INFO commandstats | tr -d '\r' | awk -F'[:,=]' '
     $1 ~ /^cmdstat_(ratel.acquire|fcall|evalsha)$/ {
         for (i = 2; i < NF; i++) if ($i == "usec_per_call") print "server_us:" substr($1, 9), $(i + 1) }' >>"$results"
 
-for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
+while read -r name; do
     echo "# $name per round: $(awk -v k="$name" '$1 == k { printf "%s ", $2 }' "$results")"
     v=$(awk -v k="$name" '$1 == k { print $2 }' "$results" | median)
     case $name in
@@ -154,7 +154,7 @@ for name in $(awk '!seen[$1]++ { print $1 }' "$results"); do
     rateld_*) printf 'ratel\t%s\t%s\treq/s\n' "$name" "$v" ;;
     *) printf 'ratel\tredis_%s\t%s\tdecisions/s\n' "$name" "$v" ;;
     esac
-done | tee "$tmp/figures"
+done < <(awk '!seen[$1]++ { print $1 }' "$results") | tee "$tmp/figures"
 
 echo
 echo "## summary: the Redis engine (medians of $rounds interleaved rounds; ratios within this run)"
