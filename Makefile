@@ -61,6 +61,17 @@ SANITIZE ?=
 LTO      ?= -flto=auto -ffat-lto-objects
 AR       := $(if $(LTO),gcc-ar,ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
+# C++ only where a library is C++ (server/app/phone.cc, the shim over
+# libphonenumber): C's warnings that apply to C++ (-Wmissing-declarations
+# is -Wmissing-prototypes' C++ name), and the same PIC, visibility,
+# sanitizers and LTO. UBSan's vptr check needs the C++ runtime of the
+# sanitizer, which a link by $(CC) does not bring: off.
+CXX      ?= g++
+CXXFLAGS ?= $(OPT) -g
+CXXWARN  := -Wall -Wextra -Wshadow -Wpointer-arith -Wvla -Wmissing-declarations
+ALL_CXXFLAGS = -std=gnu++17 -fPIC -fvisibility=hidden -pthread $(CXXWARN) \
+               $(WERROR) $(CXXFLAGS) $(SANITIZE) \
+               $(if $(SANITIZE),-fno-sanitize=vptr) $(LTO)
 # hiredis (Debian's libhiredis-dev) for the Redis store's protocol; its
 # transports (lib/store/transport_*.c) speak TLS with OpenSSL (libssl-dev)
 # and run on libevent's loop with its OpenSSL bufferevents
@@ -75,6 +86,11 @@ LDLIBS   += $(HIREDIS_LIBS) $(STORE_LIBS) -pthread
 # nghttp2 (HTTP/2 for gRPC) and protobuf-c (Envoy's messages; docs/envoy.md
 # says why these).
 SERVER_LIBS := $(shell pkg-config --libs libevent yaml-0.1 libcjson libsystemd libnghttp2 libprotobuf-c 2>/dev/null || echo -levent -lyaml -lcjson -lsystemd -lnghttp2 -lprotobuf-c) -lhttp_parser
+# What libratel_app.a needs besides: libphonenumber (Debian's
+# libphonenumber-dev ships no .pc) for phone numbers in E.164
+# (server/app/phone.h says why), and the C++ runtime of its shim, since
+# programs are linked by $(CC).
+APP_LIBS := -lphonenumber -lstdc++
 
 # Protocol definitions: ours in proto/ (Envoy's rate limit service and
 # gRPC health, written from their published APIs), and the well-known
@@ -92,6 +108,7 @@ HTTP_SRC  := $(sort $(wildcard server/http/*.c))
 # Code rateld and captchad share as equals (server/app/: YAML readers, log,
 # client address, main skeleton, strict JSON, RateLimit headers).
 APP_SRC   := $(sort $(wildcard server/app/*.c))
+APP_CXX_SRC := $(sort $(wildcard server/app/*.cc))
 DAEMON_SRC := $(sort $(filter-out rateld/main.c,$(wildcard rateld/*.c)))
 # lib/tz reads the system's time-zone database for tz=Area/City rules.
 LIB_SRC   := $(sort $(wildcard lib/core/*.c lib/tz/*.c lib/store/*.c))
@@ -110,7 +127,7 @@ MOD_OBJ   := $(MOD_SRC:%.c=$(OBJ)/%.o) $(CORE_SRC:%.c=$(OBJ)/modcore/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(OBJ)/%.o)
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(OBJ)/%.o)
 HTTP_OBJ  := $(HTTP_SRC:%.c=$(OBJ)/%.o)
-APP_OBJ   := $(APP_SRC:%.c=$(OBJ)/%.o)
+APP_OBJ   := $(APP_SRC:%.c=$(OBJ)/%.o) $(APP_CXX_SRC:%.cc=$(OBJ)/%.o)
 APP_LIB   := $(if $(APP_SRC),$(BUILD)/libratel_app.a)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o)
 # The shared library's version and soname come from RATEL_VERSION.
@@ -123,6 +140,10 @@ all: lua man $(BUILD)/libratel.a $(BUILD)/libratel.so $(BUILD)/ratel module $(BU
 $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(INC_$(area)) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(OBJ)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(INC_$(area)) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
 
 # The Functions library and the EVAL script, joined from lua/*.lua by a
 # POSIX shell script (docs/lua.md), and compiled into libratel as strings
@@ -189,7 +210,7 @@ $(DAEMON_OBJ) $(OBJ)/rateld/main.o $(UNIT_OBJ): | $(PROTO_C)
 
 # rateld: rateld/ on libratel and the HTTP server.
 $(BUILD)/rateld: $(OBJ)/rateld/main.o $(DAEMON_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(APP_LIBS) $(SERVER_LIBS) $(LDLIBS)
 
 # The Redis module: the core's objects and module/ in one shared object that
 # exports RedisModule_OnLoad only (-fvisibility=hidden; redis-server links
@@ -249,12 +270,12 @@ $(OBJ)/tests/unit/main.o: tests/unit/suites.def
 
 # The TLS and transport suites start real (TLS-only too) redis-servers.
 $(BUILD)/test_unit: $(UNIT_OBJ) $(TEST_SERVERS_OBJ) $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(APP_LIBS) $(SERVER_LIBS) $(LDLIBS)
 
 # Fuzz targets: a standalone driver (tests/fuzz/driver.c, random and mutated
 # inputs) links with any compiler; `make fuzz` uses clang's libFuzzer.
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(DAEMON_OBJ) $(APP_LIB) $(if $(HTTP_SRC),$(BUILD)/libratel_http.a) $(BUILD)/libratel_proto.a $(BUILD)/libratel.a
-	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(APP_LIBS) $(SERVER_LIBS) $(LDLIBS)
 
 # The module's argument parser is pure C: fuzzed like the core.
 $(BUILD)/fuzz_module_args: tests/fuzz/fuzz_module_args.c module/args.c tests/fuzz/driver.c $(BUILD)/libratel.a
@@ -292,9 +313,10 @@ bench: all $(BENCH_BINS)
 fuzz:
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-60} tests/fuzz/libfuzzer.sh
 
-# Every C file and header of the tree (tests/integration/test_format.sh
-# checks that `make format` would change nothing).
-C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] cli/*.[ch] rateld/*.[ch] \
+# Every C file and header of the tree, and the C++ of server/ (the
+# libphonenumber shim) (tests/integration/test_format.sh checks that
+# `make format` would change nothing).
+C_FILES = $(sort $(wildcard include/*.h lib/*/*.[ch] server/*/*.[ch] server/*/*.cc cli/*.[ch] rateld/*.[ch] \
             module/*.[ch] nginx/*.[ch] captchad/*.[ch] examples/*/*.[ch] tests/*/*.[ch] bench/*.c))
 format:
 	clang-format -i $(C_FILES)
@@ -334,7 +356,7 @@ $(OBJ)/captchad/%.o: captchad/%.c
 	$(CC) $(INC_captchad) $(CPPFLAGS) $(DEPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/captchad: $(CAPTCHA_OBJ) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(APP_LIBS) $(SERVER_LIBS) $(CAPTCHA_LIBS) $(LDLIBS)
 
 all: $(BUILD)/captchad
 test: $(BUILD)/captchad
@@ -342,7 +364,7 @@ test: $(BUILD)/captchad
 # The fuzz target of captchad's config parser compiles the parser in (as
 # tests/fuzz/libfuzzer.sh does too); it overrides the fuzz_% pattern.
 $(BUILD)/fuzz_captcha_config: tests/fuzz/fuzz_captcha_config.c tests/fuzz/driver.c captchad/captcha_config.c captchad/captcha.h $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
-	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(SERVER_LIBS) $(LDLIBS)
+	$(CC) $(INC_tests) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter-out captchad/%,$(filter %.c %.o %.a,$^)) $(APP_LIBS) $(SERVER_LIBS) $(LDLIBS)
 
 # ---------------------------------------------------------------- nginx
 # ngx_http_ratel_module.so for Debian's nginx (nginx-dev: its configure,

@@ -16,8 +16,11 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-build}
+# tests/valgrind.supp: what libphonenumber, protobuf and ICU keep for the
+# life of the process on purpose (its comments say what and why).
 vg=(valgrind -q --error-exitcode=99 --leak-check=full
-    --errors-for-leak-kinds=all --track-origins=no)
+    --errors-for-leak-kinds=all --track-origins=no
+    --suppressions="$here/valgrind.supp")
 passed=0 failed=0
 
 # Adds the "N passed, N failed" line of $1 (a suite's output) to the total.

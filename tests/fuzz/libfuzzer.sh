@@ -44,6 +44,25 @@ protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include $(find proto -name '*.p
 while IFS= read -r f; do lib+=("$f"); done < <(find "$out/gen/proto" -name '*.pb-c.c')
 cflags+=(-I. -I"$out/gen/proto")
 libs=(-lhiredis -lssl -lcrypto -levent_openssl -lyaml -levent -lhttp_parser -lcjson -lsystemd -lnghttp2 -lprotobuf-c)
+# server/app's C++ (the libphonenumber shim), compiled once with clang++
+# and the same sanitizers (not UBSan's vptr check, whose C++ runtime a
+# link by clang does not bring), and libphonenumber with the C++ runtime.
+clangxx=${CLANGXX:-clang++}
+for f in server/app/*.cc; do
+    [ -e "$f" ] || continue
+    obj="$out/obj/${f%.cc}.o"
+    mkdir -p "${obj%/*}"
+    if ! "$clangxx" -std=gnu++17 -g -O1 -fno-omit-frame-pointer \
+        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
+        -fno-sanitize-recover=all -Iserver -D_GNU_SOURCE -pthread \
+        -Wall -Wextra -Wshadow -c "$f" -o "$obj"; then
+        echo "FAIL $f: does not build with $clangxx"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    lib+=("$obj")
+done
+libs+=(-lphonenumber -lstdc++)
 
 mkdir -p "$out/crashes"
 targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
