@@ -57,9 +57,15 @@ area = $(word 1,$(subst /, ,$(patsubst $(OBJ)/%,%,$@)))
 SANITIZE ?=
 # Link-time optimisation lets the decision path inline across the core's
 # files (about a quarter faster). Fat objects keep libratel.a usable by
-# linkers without LTO. `make LTO=` turns it off.
-LTO      ?= -flto=auto -ffat-lto-objects
-AR       := $(if $(LTO),gcc-ar,ar)
+# linkers without LTO. `make LTO=` turns it off. clang (`make CC=clang
+# CXX=clang++`, built once by `make test`) builds without: clang 14 makes
+# no fat objects, and an archive of bitcode alone would need LLVM's linker
+# plugin in every program and nginx module that links libratel.a
+# (`make CC=clang LTO=-flto=thin` where they have it). An archive of LTO
+# objects is indexed by the compiler's own ar.
+CC_IS_CLANG := $(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -q __clang__ && echo 1)
+LTO      ?= $(if $(CC_IS_CLANG),,-flto=auto -ffat-lto-objects)
+AR       := $(if $(LTO),$(if $(CC_IS_CLANG),llvm-ar,gcc-ar),ar)
 ALL_CFLAGS = $(BASE) $(CFLAGS) $(SANITIZE) $(LTO)
 # C++ only where a library is C++ (server/app/phone.cc, the shim over
 # libphonenumber): C's warnings that apply to C++ (-Wmissing-declarations

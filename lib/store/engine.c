@@ -26,10 +26,7 @@ void ratel__msg(char *buf, size_t len, const char *fmt, ...)
     if (!buf || len == 0)
         return;
     va_start(ap, fmt);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
     vsnprintf(buf, len, fmt, ap);
-#pragma GCC diagnostic pop
     va_end(ap);
 }
 
