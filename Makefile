@@ -389,15 +389,16 @@ NGX_ABS    := $(abspath $(NGX_DIR))
 NGX_MODULE := $(NGX_DIR)/ngx_http_ratel_module.so
 NGX_FILES  := $(sort $(wildcard nginx/*.c))
 NGX_DEPS   := $(NGX_FILES) $(wildcard nginx/*.h) nginx/ngx_http_ratel_module.map \
-              server/app/ratelimit.c server/app/ratelimit.h include/ratel.h \
+              server/app/ratelimit.h server/app/keys.h include/ratel.h \
               lib/internal/ratel_internal.h $(wildcard lib/store/*.h)
 NGX_CFLAGS  = $(shell dpkg-buildflags --get CFLAGS) -fPIC \
               $(shell dpkg-buildflags --get CPPFLAGS) $(SANITIZE)
 NGX_LDFLAGS = $(shell dpkg-buildflags --get LDFLAGS) -fPIC $(SANITIZE)
-# What libratel.a's objects the module uses need: hiredis and OpenSSL for
-# the Redis store (its nginx transport is the module's own, so no
-# libevent), libm for the core.
-NGX_LIBS   ?= $(HIREDIS_LIBS) $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto) -lm
+# What libratel_app.a's and libratel.a's objects the module uses need:
+# libphonenumber and the C++ runtime (phone numbers), cJSON (json: keys),
+# hiredis and OpenSSL for the Redis store (its nginx transport is the
+# module's own, so no libevent), libm for the core.
+NGX_LIBS   ?= $(APP_LIBS) $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(HIREDIS_LIBS) $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto) -lm
 
 .PHONY: nginx-module FORCE
 nginx-module: $(NGX_MODULE)
@@ -423,6 +424,7 @@ $(NGX_DIR)/objs/Makefile: nginx/config $(NGX_DIR)/files
 	mkdir -p $(NGX_DIR)/tree
 	ln -s $(NGX_SRC)/auto $(NGX_SRC)/src $(NGX_SRC)/configure $(NGX_DIR)/tree/
 	cd $(NGX_DIR)/tree && CC='$(CC)' RATEL_LIBRATEL='$(abspath $(BUILD))/libratel.a' \
+	    RATEL_APP='$(abspath $(BUILD))/libratel_app.a' \
 	    RATEL_LIBS='$(NGX_LIBS)' bash -c '. $(NGX_SRC)/conf_flags && ./configure \
 	    --with-cc-opt="$(NGX_CFLAGS)" --with-ld-opt="$(NGX_LDFLAGS)" \
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR)/nginx \
@@ -432,7 +434,7 @@ $(NGX_DIR)/objs/Makefile: nginx/config $(NGX_DIR)/files
 # nginx's own make, without ours's variables (a CFLAGS=... given to this
 # make would replace nginx's); the module is linked again whenever a
 # source or libratel.a changed.
-$(NGX_MODULE): $(NGX_DIR)/objs/Makefile $(NGX_DEPS) $(BUILD)/libratel.a
+$(NGX_MODULE): $(NGX_DIR)/objs/Makefile $(NGX_DEPS) $(APP_LIB) $(BUILD)/libratel.a
 	rm -f $(NGX_DIR)/objs/ngx_http_ratel_module.so
 	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -f $(NGX_ABS)/objs/Makefile \
 	    -C $(NGX_DIR)/tree modules

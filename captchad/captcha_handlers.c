@@ -18,6 +18,7 @@
 #include "captchad/captcha.h"
 
 #include "app/json.h"
+#include "app/keys.h"
 #include "app/ratelimit.h"
 
 #include <cjson/cJSON.h>

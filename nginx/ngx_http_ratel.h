@@ -17,6 +17,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "app/keys.h"
 #include "ratel.h"
 
 /* Longest policy and zone names ([A-Za-z0-9_.-], as rateld's). */
@@ -36,13 +37,15 @@
 /*
  * A request's outcome, as $ratel_status names it (limit_req's words) and
  * as the metrics count it (rateld's words: allowed, denied,
- * shadow_denied, error).
+ * shadow_denied, error; invalid: a key refused or missing, answered 400
+ * with X-Ratel-Reason).
  */
 #define NGX_HTTP_RATEL_OUTCOMES(X)                                             \
     X(PASSED, "PASSED", "allowed")                                             \
     X(REJECTED, "REJECTED", "denied")                                          \
     X(REJECTED_DRY_RUN, "REJECTED_DRY_RUN", "shadow_denied")                   \
-    X(ERROR, "ERROR", "error")
+    X(ERROR, "ERROR", "error")                                                 \
+    X(INVALID, "INVALID", "invalid")
 
 typedef enum {
 #define NGX_HTTP_RATEL_OUTCOME_ENUM(name, status, metric) NGX_HTTP_RATEL_##name,
@@ -89,12 +92,19 @@ typedef struct ngx_http_ratel_zone_s {
     ngx_uint_t line;
 } ngx_http_ratel_zone_t;
 
-/* `ratel zone=NAME policy=NAME key=STRING [cost=NUMBER|$var];` */
+/* `ratel zone=NAME policy=NAME key=SOURCES|$var [cost=NUMBER|$var]
+   [exempt=VALUE,...] [on_missing=reject|shared|allow];` */
 typedef struct {
     ngx_str_t zone_name, policy_name;
-    ngx_http_ratel_zone_t *zone;     /* resolved after the http block */
-    ngx_http_ratel_policy_t *policy; /* resolved after the http block */
-    ngx_http_complex_value_t key;
+    ngx_http_ratel_zone_t *zone;      /* resolved after the http block */
+    ngx_http_ratel_policy_t *policy;  /* resolved after the http block */
+    ratel__key_t sources;             /* key=SOURCES (app/keys.h); its
+                                         on_missing for $var keys too */
+    ngx_http_complex_value_t *key_cv; /* key=$var; NULL: sources */
+    ngx_str_t key_text;               /* key=... as written (messages) */
+    ngx_array_t *exempt; /* ngx_str_t: values not limited, as the key reads
+                            them (a |phone value in E.164); NULL: none */
+    int needs;           /* RATEL__KEY_NEEDS_*: the body is read first */
     ngx_http_complex_value_t *cost_cv; /* NULL: a fixed cost */
     uint64_t cost;
     ngx_uint_t count; /* the policy's index in zone->counts */
@@ -135,6 +145,24 @@ char *ngx_http_ratel_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
  * line's file:line and the reason.
  */
 ngx_int_t ngx_http_ratel_resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m);
+
+/* ------------------------------------------------ the module's log lines */
+
+/*
+ * The kinds of line a client can cause at will (a refused or missing key,
+ * a bad cost, a store error per request): each goes through a budget of
+ * one line per kind per 10 s in each worker (app/log.h), the line saying
+ * how many were not written (not_logged=N). Refusals by a limit are
+ * logged as limit_req logs them, at ratel_log_level.
+ */
+#define NGX_HTTP_RATEL_LOG_KEY 0
+#define NGX_HTTP_RATEL_LOG_COST 1
+#define NGX_HTTP_RATEL_LOG_STORE 2
+#define NGX_HTTP_RATEL_LOG_KINDS 3
+
+/* Whether a line of `kind` may be written now; *not_logged as
+   ratel__log_budget_take's. */
+ngx_uint_t ngx_http_ratel_log_take(ngx_uint_t kind, uint64_t *not_logged);
 
 /* ------------------------------------------------ the shared-memory zone */
 

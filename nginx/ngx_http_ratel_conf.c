@@ -31,8 +31,8 @@ ngx_command_t ngx_http_ratel_commands[] = {
      zone_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("ratel_policy"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE,
      policy_directive, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("ratel"), LOC_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4,
-     ratel_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("ratel"), LOC_CONF | NGX_CONF_2MORE, ratel_directive,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     {ngx_string("ratel_status"), LOC_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, LOC_OFFSET(status),
      &status_bounds},
@@ -371,10 +371,120 @@ static char *line_cost(ngx_conf_t *cf, ngx_str_t *v, ngx_http_ratel_limit_t *l)
                                                           : NGX_CONF_ERROR;
 }
 
+/* key=SOURCES (app/keys.h's grammar) or key=STRING with $variables. */
+static char *line_key(ngx_conf_t *cf, ngx_str_t *v, ngx_http_ratel_limit_t *l)
+{
+    ngx_http_compile_complex_value_t ccv;
+    char err[512];
+
+    l->key_text = *v;
+    if (ngx_http_script_variables_count(v) == 0) {
+        if (ratel__key_parse((const char *)v->data, v->len, &l->sources, err,
+                             sizeof err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratel: key=%V: %s", v,
+                               err);
+            return NGX_CONF_ERROR;
+        }
+        l->needs = ratel__key_needs(&l->sources);
+        return NGX_CONF_OK;
+    }
+    l->key_cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (l->key_cv == NULL)
+        return NGX_CONF_ERROR;
+    ngx_memzero(&ccv, sizeof ccv);
+    ccv.cf = cf;
+    ccv.value = v;
+    ccv.complex_value = l->key_cv;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
+                                                          : NGX_CONF_ERROR;
+}
+
+/* on_missing=reject|shared|allow (rateld's words). */
+static char *line_missing(ngx_conf_t *cf, ngx_str_t *v,
+                          ngx_http_ratel_limit_t *l)
+{
+    static const char *const words[] = {"reject", "shared", "allow"};
+
+    for (ngx_uint_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (v->len == ngx_strlen(words[i]) &&
+            ngx_strncmp(v->data, words[i], v->len) == 0) {
+            l->sources.on_missing = (ratel__key_missing_t)i;
+            return NGX_CONF_OK;
+        }
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "ratel: on_missing \"%V\": expected reject (the "
+                       "default: 400), shared or allow",
+                       v);
+    return NGX_CONF_ERROR;
+}
+
+/* exempt=VALUE[,VALUE...]: kept as written until the key is known. */
+static char *line_exempt(ngx_conf_t *cf, ngx_str_t *v,
+                         ngx_http_ratel_limit_t *l)
+{
+    u_char *p = v->data, *end = v->data + v->len;
+
+    if (l->exempt == NULL) {
+        l->exempt = ngx_array_create(cf->pool, 4, sizeof(ngx_str_t));
+        if (l->exempt == NULL)
+            return NGX_CONF_ERROR;
+    }
+    while (p <= end) {
+        u_char *comma = ngx_strlchr(p, end, ',');
+        ngx_str_t *value;
+        if (comma == NULL)
+            comma = end;
+        if (comma == p) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel: exempt=%V has an empty value (a "
+                               "missing key is on_missing's)",
+                               v);
+            return NGX_CONF_ERROR;
+        }
+        value = ngx_array_push(l->exempt);
+        if (value == NULL)
+            return NGX_CONF_ERROR;
+        value->data = p;
+        value->len = comma - p;
+        p = comma + 1;
+    }
+    return NGX_CONF_OK;
+}
+
+/*
+ * The exempt values as the key reads requests: through its one source's
+ * transform (13800000000 with |phone:CN is +8613800000000), so that any
+ * spelling of an exempt number is exempt, and no other.
+ */
+static char *exempt_as_read(ngx_conf_t *cf, ngx_http_ratel_limit_t *l)
+{
+    const ratel__key_part_t *part = &l->sources.parts[0];
+    ngx_str_t *v = l->exempt ? l->exempt->elts : NULL;
+    char buf[RATEL__KEY_MAX + 2];
+
+    if (v == NULL || l->key_cv || l->sources.n != 1 ||
+        part->transform == RATEL__KEY_AS_IS)
+        return NGX_CONF_OK;
+    for (ngx_uint_t i = 0; i < l->exempt->nelts; i++) {
+        const char *value = (const char *)v[i].data, *why = NULL;
+        size_t n = v[i].len;
+        if (ratel__key_transform(part, buf, sizeof buf, &value, &n, &why)) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel: exempt value \"%V\" is %s", &v[i], why);
+            return NGX_CONF_ERROR;
+        }
+        v[i].data = ngx_pnalloc(cf->pool, n);
+        if (v[i].data == NULL)
+            return NGX_CONF_ERROR;
+        ngx_memcpy(v[i].data, value, n);
+        v[i].len = n;
+    }
+    return NGX_CONF_OK;
+}
+
 /* One argument of a `ratel` line. */
 static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
 {
-    ngx_http_compile_complex_value_t ccv;
     ngx_str_t v;
 
     if (arg_value(arg, "zone=", &l->zone_name) == NGX_OK)
@@ -383,20 +493,19 @@ static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
         return NGX_CONF_OK;
     if (arg_value(arg, "cost=", &v) == NGX_OK)
         return line_cost(cf, &v, l);
-    if (arg_value(arg, "key=", &v) != NGX_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel: unknown parameter \"%V\": expected "
-                           "zone=NAME policy=NAME key=STRING "
-                           "[cost=NUMBER|$var]",
-                           arg);
-        return NGX_CONF_ERROR;
-    }
-    ngx_memzero(&ccv, sizeof ccv);
-    ccv.cf = cf;
-    ccv.value = &v;
-    ccv.complex_value = &l->key;
-    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK
-                                                          : NGX_CONF_ERROR;
+    if (arg_value(arg, "key=", &v) == NGX_OK)
+        return line_key(cf, &v, l);
+    if (arg_value(arg, "exempt=", &v) == NGX_OK)
+        return line_exempt(cf, &v, l);
+    if (arg_value(arg, "on_missing=", &v) == NGX_OK)
+        return line_missing(cf, &v, l);
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "ratel: unknown parameter \"%V\": expected "
+                       "zone=NAME policy=NAME key=SOURCES|$var "
+                       "[cost=NUMBER|$var] [exempt=VALUE,...] "
+                       "[on_missing=reject|shared|allow]",
+                       arg);
+    return NGX_CONF_ERROR;
 }
 
 /* At most RATEL_GROUP_MAX lines of one level in one zone. */
@@ -435,11 +544,14 @@ static char *ratel_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (line_arg(cf, &args[i], l) != NGX_CONF_OK)
             return NGX_CONF_ERROR;
     if (l->zone_name.len == 0 || l->policy_name.len == 0 ||
-        l->key.value.data == NULL) {
+        l->key_text.data == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel needs zone=NAME policy=NAME key=STRING");
+                           "ratel needs zone=NAME policy=NAME key=SOURCES, "
+                           "e.g. key=query:phone or key=ip");
         return NGX_CONF_ERROR;
     }
+    if (exempt_as_read(cf, l) != NGX_CONF_OK)
+        return NGX_CONF_ERROR;
     l->file = cf->conf_file->file.name.data;
     l->line = cf->conf_file->line;
     if (c->limits == NGX_CONF_UNSET_PTR) {

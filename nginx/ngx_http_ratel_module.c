@@ -20,7 +20,11 @@
  */
 #include "ngx_http_ratel.h"
 
+#include "app/json.h"
+#include "app/log.h"
 #include "app/ratelimit.h"
+
+#include <cjson/cJSON.h>
 
 const char *const ngx_http_ratel_status_names[] = {
 #define STATUS_NAME(name, status, metric) status,
@@ -53,8 +57,12 @@ typedef struct {
     unsigned waiting : 1; /* ... which answers later */
     unsigned done : 1;    /* decided: the request is not decided again */
     unsigned refused : 1;
-    int64_t remaining; /* -1: no line decided */
-    long long retry_s; /* refused: Retry-After */
+    unsigned built : 1;     /* items made from the lines */
+    unsigned body : 1;      /* the body was asked for (form:, json:) */
+    unsigned body_read : 1; /* ... and is read */
+    const char *reason;     /* a key refused: bad-key or missing-key */
+    int64_t remaining;      /* -1: no line decided */
+    long long retry_s;      /* refused: Retry-After */
     ngx_str_t policy_field, limit_field;
 } ctx_t;
 
@@ -119,45 +127,193 @@ static ctx_t *ctx_of(ngx_http_request_t *r)
     return NULL;
 }
 
-/*
- * rateld's store key for policy `p` and `value`: "POLICY:" + value, '|'
- * and '\\' escaped by a '\\' (rateld_policy_key), so that nginx, rateld
- * and the Functions library share one count. NGX_DECLINED: too long.
- */
-static ngx_int_t store_key(ngx_pool_t *pool, ngx_str_t *p, ngx_str_t *value,
-                           ratel_batch_item_t *item)
+/* Every value of header `name` in nginx's request, for key sources. */
+static size_t request_headers(const void *ctx, const char *name,
+                              ratel__key_str_t *out, size_t max)
 {
-    size_t extra = 0, len = p->len + 1 + 2 * value->len;
-    u_char *k, *start;
+    const ngx_http_request_t *r = ctx;
+    const ngx_list_part_t *part = &r->headers_in.headers.part;
+    size_t n = ngx_strlen(name), count = 0;
 
-    /* Counted first only when escaping every byte could make it too long
-       (a short value is escaped in one pass into room for the worst). */
-    if (len > RATEL_MEMORY_KEY_MAX) {
-        for (size_t i = 0; i < value->len; i++)
-            extra += value->data[i] == '|' || value->data[i] == '\\';
-        len = p->len + 1 + value->len + extra;
-        if (len > RATEL_MEMORY_KEY_MAX)
-            return NGX_DECLINED;
+    for (; part; part = part->next) {
+        const ngx_table_elt_t *h = part->elts;
+        for (ngx_uint_t i = 0; i < part->nelts; i++) {
+            if (h[i].key.len != n ||
+                ngx_strncasecmp(h[i].key.data, (u_char *)name, n) != 0)
+                continue;
+            if (count < max)
+                out[count] = (ratel__key_str_t){(const char *)h[i].value.data,
+                                                h[i].value.len};
+            count++;
+        }
     }
-    start = ngx_pnalloc(pool, len);
-    if (start == NULL)
+    return count;
+}
+
+/* Whether the request's Content-Type is `type`, parameters aside. */
+static ngx_uint_t type_is(ngx_http_request_t *r, const char *type)
+{
+    ngx_table_elt_t *t = r->headers_in.content_type;
+    size_t n = ngx_strlen(type);
+
+    return t && t->value.len >= n &&
+           ngx_strncasecmp(t->value.data, (u_char *)type, n) == 0 &&
+           (t->value.len == n || t->value.data[n] == ';' ||
+            t->value.data[n] == ' ');
+}
+
+/* The request body as read (in one buffer of memory), or empty with
+ *whole 0 when it went to a file. */
+static ngx_str_t body_of(ngx_http_request_t *r, ngx_uint_t *whole)
+{
+    ngx_str_t b = ngx_null_string;
+    ngx_chain_t *cl = r->request_body ? r->request_body->bufs : NULL;
+
+    *whole = 1;
+    if (cl == NULL)
+        return b;
+    if (cl->next || cl->buf->in_file || !ngx_buf_in_memory(cl->buf)) {
+        *whole = cl->next == NULL && ngx_buf_size(cl->buf) == 0;
+        return b;
+    }
+    b.data = cl->buf->pos;
+    b.len = cl->buf->last - cl->buf->pos;
+    return b;
+}
+
+/*
+ * The view key sources read of request `r`: its headers, query (r->args),
+ * path (r->uri, as locations match it), host, client address (after
+ * realip), and the body the handler read for form: and json: sources.
+ * view->json is the caller's to delete.
+ */
+static ngx_int_t make_view(ngx_http_request_t *r, ctx_t *ctx,
+                           ratel__key_view_t *v)
+{
+    ngx_connection_t *c = r->connection;
+    ngx_uint_t whole = 1;
+    ngx_str_t body = ngx_null_string;
+    u_char *client = ngx_pnalloc(r->pool, c->addr_text.len + 1);
+
+    if (client == NULL)
         return NGX_ERROR;
-    k = ngx_cpymem(start, p->data, p->len);
-    *k++ = ':';
-    for (size_t i = 0; i < value->len; i++) {
-        if (value->data[i] == '|' || value->data[i] == '\\')
-            *k++ = '\\';
-        *k++ = value->data[i];
+    ngx_memcpy(client, c->addr_text.data, c->addr_text.len);
+    client[c->addr_text.len] = '\0';
+    ngx_memzero(v, sizeof *v);
+    v->headers = request_headers;
+    v->ctx = r;
+    if (r->args.len > 0 || r->args_start)
+        v->query = (ratel__key_str_t){(const char *)r->args.data, r->args.len};
+    v->path = (ratel__key_str_t){(const char *)r->uri.data, r->uri.len};
+    v->host = (ratel__key_str_t){(const char *)r->headers_in.server.data,
+                                 r->headers_in.server.len};
+    v->client = (const char *)client;
+    if (ctx->body_read)
+        body = body_of(r, &whole);
+    if (type_is(r, "application/x-www-form-urlencoded")) {
+        v->body = RATEL__KEY_BODY_URLENCODED;
+        v->form = (ratel__key_str_t){(const char *)body.data, body.len};
+        v->form_unread = !whole;
+    } else if (type_is(r, "multipart/form-data")) {
+        v->body = RATEL__KEY_BODY_MULTIPART;
     }
-    item->key = (const char *)start;
-    item->keylen = (size_t)(k - start);
+    if (ctx->body_read && (!whole || body.len > 0)) {
+        cJSON *root = NULL;
+        if (!whole ||
+            ratel__json_parse_strict((const char *)body.data, body.len, &root,
+                                     NULL, NULL, 0) != 0 ||
+            !cJSON_IsObject(root))
+            v->json_error = 1;
+        else
+            v->json = root;
+        if (v->json == NULL)
+            cJSON_Delete(root);
+    }
     return NGX_OK;
+}
+
+/* Whether `value` is one of the line's exempt values. */
+static ngx_uint_t exempt(ngx_http_ratel_limit_t *l, const u_char *value,
+                         size_t n)
+{
+    ngx_str_t *v = l->exempt ? l->exempt->elts : NULL;
+
+    for (ngx_uint_t i = 0; v && i < l->exempt->nelts; i++)
+        if (v[i].len == n && ngx_memcmp(v[i].data, value, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* A line whose key was refused or missing: logged through the budget. */
+static void key_refused(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
+                        const char *reason, const char *why)
+{
+    uint64_t not_logged = 0;
+
+    if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_KEY, &not_logged))
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "ratel: %s: key=%V of the line in %s:%ui: %s "
+                      "(not_logged=%uL)",
+                      reason, &l->key_text, l->file, l->line,
+                      why ? why : "absent or empty", not_logged);
+}
+
+/*
+ * The store key of line `l` into *key (in r's pool): NGX_OK; NGX_DECLINED
+ * when the line does not limit this request (an exempt value, a missing
+ * key under on_missing=allow); NGX_ABORT when the key is refused or
+ * missing (ctx->reason set: the request is answered 400); NGX_ERROR.
+ */
+static ngx_int_t line_key(ngx_http_request_t *r, ctx_t *ctx,
+                          ngx_http_ratel_limit_t *l, const ratel__key_view_t *v,
+                          ngx_str_t *key)
+{
+    ngx_str_t *p = &l->policy->name, value;
+    const char *why = NULL;
+    size_t cap = p->len + 2 + RATEL__KEY_MAX;
+    long n;
+
+    key->data = ngx_pnalloc(r->pool, cap);
+    if (key->data == NULL)
+        return NGX_ERROR;
+    if (l->key_cv == NULL) {
+        n = ratel__key_build(&l->sources, (const char *)p->data, v,
+                             (char *)key->data, cap, &why);
+    } else {
+        if (ngx_http_complex_value(r, l->key_cv, &value) != NGX_OK)
+            return NGX_ERROR;
+        n = 0;
+        if (value.len > 0 ||
+            l->sources.on_missing == RATEL__KEY_MISSING_SHARED) {
+            ngx_memcpy(key->data, p->data, p->len);
+            key->data[p->len] = ':';
+            n = value.len == 0
+                    ? (ngx_memcpy(key->data + p->len + 1, "-", 2), 1)
+                    : ratel__key_escape((const char *)value.data, value.len,
+                                        (char *)key->data + p->len + 1,
+                                        RATEL__KEY_MAX + 1);
+            n = n < 0 ? -1 : n + (long)p->len + 1;
+            why = n < 0 ? "longer than its limit" : NULL;
+        }
+    }
+    if (n > 0) {
+        key->len = (size_t)n;
+        return exempt(l, key->data + p->len + 1, key->len - p->len - 1)
+                   ? NGX_DECLINED
+                   : NGX_OK;
+    }
+    if (n == 0 && l->sources.on_missing == RATEL__KEY_MISSING_ALLOW)
+        return NGX_DECLINED;
+    ctx->reason = n == 0 ? "missing-key" : "bad-key";
+    key_refused(r, l, ctx->reason, why);
+    return NGX_ABORT;
 }
 
 /* The line's cost for this request: its number, or its variable's. */
 static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
                               uint64_t *cost)
 {
+    uint64_t not_logged = 0;
     ngx_str_t v;
     off_t n;
 
@@ -171,49 +327,44 @@ static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
         *cost = (uint64_t)n;
         return NGX_OK;
     }
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "ratel: cost \"%V\" of the line in %s:%ui is not a whole "
-                  "number of at least 1",
-                  &v, l->file, l->line);
+    if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_COST, &not_logged))
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratel: cost \"%*s\" of the line in %s:%ui is not a "
+                      "whole number of at least 1 (not_logged=%uL)",
+                      ngx_min(v.len, 64), v.data, l->file, l->line, not_logged);
     return NGX_DECLINED;
 }
 
 /*
- * Item `ctx->nitems` from line `l`: NGX_OK, NGX_DECLINED for an empty key
- * (not counted), NGX_ABORT for a request that cannot be decided (a cost
- * that is not a number, a key too long), NGX_ERROR.
+ * Item `ctx->nitems` from line `l`: NGX_OK, NGX_DECLINED when the line
+ * does not limit the request, NGX_ABORT for a request that cannot be
+ * decided (a key refused or missing: ctx->reason; a cost that is not a
+ * number), NGX_ERROR.
  */
 static ngx_int_t add_item(ngx_http_request_t *r, ctx_t *ctx,
-                          ngx_http_ratel_limit_t *l)
+                          ngx_http_ratel_limit_t *l, const ratel__key_view_t *v)
 {
     ratel_batch_item_t *item = &ctx->items[ctx->nitems];
-    ngx_str_t value;
-    ngx_int_t rc;
+    ngx_str_t key;
+    ngx_int_t rc = line_key(r, ctx, l, v, &key);
 
-    if (ngx_http_complex_value(r, &l->key, &value) != NGX_OK)
-        return NGX_ERROR;
-    if (value.len == 0)
-        return NGX_DECLINED;
+    if (rc != NGX_OK)
+        return rc;
     item->policy = &l->policy->policy;
     item->request.cost = 1;
     rc = line_cost_of(r, l, &item->request.cost);
     if (rc != NGX_OK)
         return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
-    rc = store_key(r->pool, &l->policy->name, &value, item);
-    if (rc == NGX_DECLINED)
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratel: the key of the line in %s:%ui is longer than "
-                      "%d bytes",
-                      l->file, l->line, RATEL_MEMORY_KEY_MAX);
-    if (rc != NGX_OK)
-        return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
+    item->key = (const char *)key.data;
+    item->keylen = key.len;
     ctx->lines[ctx->nitems++] = l;
     return NGX_OK;
 }
 
 /* The lines of zone `zone` as one group; NGX_ABORT as add_item's. */
 static ngx_int_t add_group(ngx_http_request_t *r, ctx_t *ctx,
-                           ngx_http_ratel_zone_t *zone)
+                           ngx_http_ratel_zone_t *zone,
+                           const ratel__key_view_t *v)
 {
     ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
     group_t *g = &ctx->groups[ctx->ngroups];
@@ -222,7 +373,7 @@ static ngx_int_t add_group(ngx_http_request_t *r, ctx_t *ctx,
     g->start = ctx->nitems;
     for (ngx_uint_t i = 0; i < ctx->conf->limits->nelts; i++) {
         ngx_int_t rc =
-            l[i]->zone == zone ? add_item(r, ctx, l[i]) : NGX_DECLINED;
+            l[i]->zone == zone ? add_item(r, ctx, l[i], v) : NGX_DECLINED;
         if (rc == NGX_ERROR || rc == NGX_ABORT)
             return rc;
     }
@@ -240,19 +391,20 @@ static ngx_int_t build(ngx_http_request_t *r, ctx_t *ctx)
 {
     ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
     size_t n = ctx->conf->limits->nelts;
+    ratel__key_view_t v;
+    ngx_int_t rc = make_view(r, ctx, &v);
 
-    for (size_t i = 0; i < n; i++) {
+    ctx->built = 1;
+    for (size_t i = 0; rc == NGX_OK && i < n; i++) {
         size_t j = 0;
-        ngx_int_t rc;
         while (j < i && l[j]->zone != l[i]->zone)
             j++;
         if (j < i)
             continue;
-        rc = add_group(r, ctx, l[i]->zone);
-        if (rc != NGX_OK)
-            return rc;
+        rc = add_group(r, ctx, l[i]->zone, &v);
     }
-    return NGX_OK;
+    cJSON_Delete((cJSON *)v.json);
+    return rc;
 }
 
 static void resume(void *data);
@@ -418,10 +570,13 @@ static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
     if (it->rc == NGX_HTTP_RATEL_UNDECIDED)
         return;
     if (it->rc != 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratel: policy \"%V\" in zone \"%V\" could not decide: "
-                      "%s",
-                      &l->policy->name, &l->zone->name, ratel_strerror(it->rc));
+        uint64_t not_logged = 0;
+        if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_STORE, &not_logged))
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "ratel: policy \"%V\" in zone \"%V\" could not "
+                          "decide: %s (not_logged=%uL)",
+                          &l->policy->name, &l->zone->name,
+                          ratel_strerror(it->rc), not_logged);
         return;
     }
     if (it->decision.allowed)
@@ -560,6 +715,49 @@ static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
     return ctx;
 }
 
+/* The body is read: the request's phases go on from the access handler. */
+static void body_done(ngx_http_request_t *r)
+{
+    ctx_t *ctx = ctx_of(r);
+
+    ctx->body_read = 1;
+    r->preserve_body = 1; /* proxy_pass still sends it */
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+/* Whether the lines read the body (form:, json:) and the request has one
+   they can read. */
+static ngx_uint_t wants_body(ngx_http_request_t *r,
+                             ngx_http_ratel_loc_conf_t *conf)
+{
+    ngx_http_ratel_limit_t **l = conf->limits->elts;
+    int needs = 0;
+
+    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
+        needs |= l[i]->needs;
+    if (r->headers_in.content_length_n <= 0 && !r->headers_in.chunked)
+        return 0;
+    return (needs & RATEL__KEY_NEEDS_JSON) ||
+           ((needs & RATEL__KEY_NEEDS_FORM) &&
+            type_is(r, "application/x-www-form-urlencoded"));
+}
+
+/* A request that cannot be decided: each line counts it; a refused or
+   missing key is the client's (400), a bad cost the configuration's. */
+static ngx_int_t undecided(ngx_http_request_t *r, ctx_t *ctx)
+{
+    ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
+
+    ctx->done = 1;
+    ctx->outcome = ctx->reason ? NGX_HTTP_RATEL_INVALID : NGX_HTTP_RATEL_ERROR;
+    for (ngx_uint_t i = 0; i < ctx->conf->limits->nelts; i++)
+        ngx_http_ratel_shm_count(l[i]->zone, l[i]->count, ctx->outcome);
+    if (ctx->conf->dry_run)
+        return NGX_DECLINED;
+    return ctx->reason ? NGX_HTTP_BAD_REQUEST : NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
 static ngx_int_t access_handler(ngx_http_request_t *r)
 {
     ngx_http_ratel_loc_conf_t *conf =
@@ -571,26 +769,31 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
         return NGX_AGAIN;
     if (ctx && ctx->done)
         return NGX_DECLINED;
-    if (ctx)
+    if (ctx && ctx->built)
         return run(r, ctx);
-    if (r != r->main || conf->limits == NULL || conf->limits->nelts == 0)
-        return NGX_DECLINED;
-    ctx = new_ctx(r, conf);
-    if (ctx == NULL)
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (ctx == NULL) {
+        if (r != r->main || conf->limits == NULL || conf->limits->nelts == 0)
+            return NGX_DECLINED;
+        ctx = new_ctx(r, conf);
+        if (ctx == NULL)
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    if (!ctx->body && wants_body(r, conf)) {
+        /* form: and json: read the body first (mirror's way): in one
+           buffer of client_body_buffer_size, or it is not read whole. */
+        ctx->body = 1;
+        r->request_body_in_single_buf = 1;
+        rc = ngx_http_read_client_request_body(r, body_done);
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE)
+            return rc;
+        ngx_http_finalize_request(r, NGX_DONE);
+        return NGX_DONE;
+    }
     rc = build(r, ctx);
     if (rc == NGX_ERROR)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    if (rc == NGX_ABORT) {
-        ngx_http_ratel_limit_t **l = conf->limits->elts;
-        /* Not decided: each line counts an error. */
-        for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
-            ngx_http_ratel_shm_count(l[i]->zone, l[i]->count,
-                                     NGX_HTTP_RATEL_ERROR);
-        ctx->done = 1;
-        ctx->outcome = NGX_HTTP_RATEL_ERROR;
-        return conf->dry_run ? NGX_DECLINED : NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    if (rc == NGX_ABORT)
+        return undecided(r, ctx);
     return run(r, ctx);
 }
 
@@ -599,6 +802,7 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
 static ngx_str_t policy_name = ngx_string("RateLimit-Policy");
 static ngx_str_t limit_name = ngx_string("RateLimit");
 static ngx_str_t retry_name = ngx_string("Retry-After");
+static ngx_str_t reason_name = ngx_string("X-Ratel-Reason");
 
 static ngx_int_t add_header(ngx_http_request_t *r, ngx_str_t *key,
                             ngx_str_t *value)
@@ -618,8 +822,14 @@ static ngx_int_t add_header(ngx_http_request_t *r, ngx_str_t *key,
 static ngx_int_t header_filter(ngx_http_request_t *r)
 {
     ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
-    ngx_str_t retry;
+    ngx_str_t retry, reason;
 
+    if (ctx && ctx->done && ctx->reason && !ctx->conf->dry_run) {
+        reason.data = (u_char *)ctx->reason;
+        reason.len = ngx_strlen(ctx->reason);
+        if (add_header(r, &reason_name, &reason) != NGX_OK)
+            return NGX_ERROR;
+    }
     if (ctx == NULL || !ctx->done || !ctx->conf->headers ||
         ctx->limit_field.len == 0)
         return next_header_filter(r);
@@ -659,7 +869,8 @@ static ngx_int_t variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     /* Nothing decided (every key empty): empty, as $limit_req_status. */
     if (ctx == NULL || !ctx->done ||
-        (ctx->nitems == 0 && ctx->outcome != NGX_HTTP_RATEL_ERROR)) {
+        (ctx->nitems == 0 && ctx->outcome != NGX_HTTP_RATEL_ERROR &&
+         ctx->outcome != NGX_HTTP_RATEL_INVALID)) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -715,6 +926,21 @@ static ngx_int_t postconfiguration(ngx_conf_t *cf)
     next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = header_filter;
     return NGX_OK;
+}
+
+/* ------------------------------------------------------------- log */
+
+/* This worker's budgets (a worker runs one thread: no lock). */
+static ratel__log_budget_t log_budgets[NGX_HTTP_RATEL_LOG_KINDS];
+
+ngx_uint_t ngx_http_ratel_log_take(ngx_uint_t kind, uint64_t *not_logged)
+{
+    ngx_time_t *tp = ngx_timeofday();
+    int64_t now_us = (int64_t)tp->sec * 1000000 + (int64_t)tp->msec * 1000;
+
+    *not_logged = 0;
+    return kind < NGX_HTTP_RATEL_LOG_KINDS &&
+           ratel__log_budget_take(&log_budgets[kind], now_us, not_logged);
 }
 
 /* ------------------------------------------------------------- workers */

@@ -89,136 +89,64 @@ int rateld__tchar(unsigned char ch)
            (ch >= '0' && ch <= '9') || (ch && strchr("!#$%&'*+-.^_`|~", ch));
 }
 
-/* A query parameter name: visible ASCII but the query's own delimiters. */
-static int qchar(unsigned char ch)
-{
-    return ch > 0x20 && ch < 0x7f && !strchr("&=#", ch);
-}
-
-/* A JSON field name of a key source: visible ASCII but quotes and
-   backslashes (which would need escapes). */
-static int jchar(unsigned char ch)
-{
-    return ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
-}
-
+/* One key source of `node` (a scalar such as query:telephone|phone:CN),
+   for `path` in messages. */
 static int read_key_part(reader_t *r, const ratel__yaml_node_t *node,
-                         const char *path, rateld_key_part_t *part)
+                         const char *path, ratel__key_part_t *part)
 {
-    static const struct {
-        const char *word;
-        rateld_key_kind_t kind;
-        int named;
-    } kinds[] = {
-        {"ip", RATELD_KEY_IP, 0},         {"global", RATELD_KEY_GLOBAL, 0},
-        {"path", RATELD_KEY_PATH, 0},     {"host", RATELD_KEY_HOST, 0},
-        {"header", RATELD_KEY_HEADER, 1}, {"query", RATELD_KEY_QUERY, 1},
-        {"cookie", RATELD_KEY_COOKIE, 1}, {"json", RATELD_KEY_JSON, 1}};
-    static const char accepted[] =
-        "accepted: ip, global, path, host, header:NAME, query:NAME, "
-        "cookie:NAME, json:FIELD";
-    char what[96];
-    const char *text = node->text, *colon;
-    size_t klen, i;
+    char what[96], why[400];
 
     if (node->type == RATEL__YAML_MAP)
         return ratel__yaml_fail(&r->ctx, node->line,
                                 "%s: expected a key source, got a mapping "
-                                "(write header:NAME with no space after ':'); "
-                                "%s",
-                                path, accepted);
-    if (node->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(node) ||
-        memchr(text, '\0', node->len))
-        return ratel__yaml_fail(
-            &r->ctx, node->line, "%s: expected a key source, got %s; %s", path,
-            ratel__yaml_describe(node, what, sizeof what), accepted);
-    colon = strchr(text, ':');
-    klen = colon ? (size_t)(colon - text) : node->len;
-    for (i = 0; i < COUNT(kinds); i++)
-        if (strlen(kinds[i].word) == klen &&
-            memcmp(kinds[i].word, text, klen) == 0)
-            break;
-    if (i == COUNT(kinds))
-        return ratel__yaml_fail(
-            &r->ctx, node->line, "%s: unknown key source %s; %s", path,
-            ratel__yaml_describe(node, what, sizeof what), accepted);
-    memset(part, 0, sizeof *part);
-    part->kind = kinds[i].kind;
-    if (!kinds[i].named) {
-        if (colon)
-            return ratel__yaml_fail(
-                &r->ctx, node->line, "%s: %s takes no name (got %s)", path,
-                kinds[i].word, ratel__yaml_describe(node, what, sizeof what));
-        return 0;
-    }
-    if (!colon || !colon[1])
-        return ratel__yaml_fail(
-            &r->ctx, node->line, "%s: %s: needs a name, e.g. %s:%s", path,
-            kinds[i].word, kinds[i].word,
-            part->kind == RATELD_KEY_HEADER   ? "X-User-Id"
-            : part->kind == RATELD_KEY_COOKIE ? "session"
-                                              : "telephone");
-    if (strlen(colon + 1) >= RATELD_FIELD_MAX)
+                                "(write header:NAME with no space after ':')",
+                                path);
+    if (node->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(node))
         return ratel__yaml_fail(&r->ctx, node->line,
-                                "%s: the %s name is longer than %d bytes", path,
-                                kinds[i].word, RATELD_FIELD_MAX - 1);
-    for (const char *p = colon + 1; *p; p++) {
-        unsigned char ch = (unsigned char)*p;
-        int query = part->kind == RATELD_KEY_QUERY,
-            json = part->kind == RATELD_KEY_JSON;
-        if (query ? !qchar(ch) : json ? !jchar(ch) : !rateld__tchar(ch))
-            return ratel__yaml_fail(
-                &r->ctx, node->line, "%s: %s is not a valid %s name", path,
-                ratel__yaml_describe(node, what, sizeof what),
-                query  ? "query parameter"
-                : json ? "JSON field"
-                       : kinds[i].word);
-    }
-    memcpy(part->name, colon + 1, strlen(colon + 1) + 1);
+                                "%s: expected a key source such as ip or "
+                                "query:telephone, got %s",
+                                path,
+                                ratel__yaml_describe(node, what, sizeof what));
+    if (ratel__key_part_parse(node->text, node->len, part, why, sizeof why))
+        return ratel__yaml_fail(&r->ctx, node->line, "%s: %s", path, why);
     return 0;
 }
 
+/* key: a source, a comma-separated list of them, or a YAML list. */
 static int read_key(reader_t *r, const ratel__yaml_node_t *node,
                     const char *path, rateld_policy_t *p)
 {
-    char item[320];
-    const ratel__yaml_node_t *const *items = &node;
-    size_t n = 1;
+    char item[320], why[400];
+    ratel__key_t *key = &p->key;
 
-    if (node->type == RATEL__YAML_LIST) {
-        if (ratel__yaml_list(&r->ctx, node, path, RATELD_KEY_PARTS_MAX,
-                             "key sources"))
-            return -1;
-        if (node->n == 0)
-            return ratel__yaml_fail(&r->ctx, node->line,
-                                    "%s: an empty list; give at least one key "
-                                    "source (ip, global, path, host, "
-                                    "header:NAME, query:NAME, cookie:NAME, "
-                                    "json:FIELD)",
-                                    path);
-        items = (const ratel__yaml_node_t *const *)node->items;
-        n = node->n;
+    if (node->type == RATEL__YAML_SCALAR && !ratel__yaml_is_null(node) &&
+        memchr(node->text, ',', node->len)) {
+        if (ratel__key_parse(node->text, node->len, key, why, sizeof why))
+            return ratel__yaml_fail(&r->ctx, node->line, "%s: %s", path, why);
+        return 0;
     }
-    for (size_t i = 0; i < n; i++) {
-        rateld_key_part_t *part = &p->key[i];
-        if (node->type == RATEL__YAML_LIST)
-            snprintf(item, sizeof item, "%s[%zu]", path, i);
-        else
-            snprintf(item, sizeof item, "%s", path);
-        if (read_key_part(r, items[i], item, part))
-            return -1;
-        for (size_t j = 0; j < i; j++)
-            if (p->key[j].kind == part->kind &&
-                strcmp(p->key[j].name, part->name) == 0)
-                return ratel__yaml_fail(&r->ctx, items[i]->line,
-                                        "%s: repeats %s[%zu]", item, path, j);
-        if (part->kind == RATELD_KEY_GLOBAL && n > 1)
-            return ratel__yaml_fail(&r->ctx, items[i]->line,
-                                    "%s: global is one bucket for everyone; it "
-                                    "cannot be combined with other key sources",
-                                    item);
+    if (node->type != RATEL__YAML_LIST) {
+        key->n = 1;
+        return read_key_part(r, node, path, &key->parts[0]);
     }
-    p->nkey = n;
+    if (ratel__yaml_list(&r->ctx, node, path, RATEL__KEY_PARTS_MAX,
+                         "key sources"))
+        return -1;
+    if (node->n == 0)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: an empty list; give at least one key "
+                                "source (ip, global, path, host, header:NAME, "
+                                "query:NAME, form:NAME, cookie:NAME, "
+                                "json:FIELD)",
+                                path);
+    key->n = node->n;
+    for (size_t i = 0; i < node->n; i++) {
+        snprintf(item, sizeof item, "%s[%zu]", path, i);
+        if (read_key_part(r, node->items[i], item, &key->parts[i]))
+            return -1;
+    }
+    if (ratel__key_check(key, why, sizeof why))
+        return ratel__yaml_fail(&r->ctx, node->line, "%s: %s", path, why);
     return 0;
 }
 
@@ -348,7 +276,7 @@ static int read_override(reader_t *r, const ratel__yaml_node_t *node,
                                 path);
     snprintf(field, sizeof field, "%s.when", path);
     if (v[0]->type == RATEL__YAML_SCALAR && !strcmp(v[0]->text, "key"))
-        o->when.kind = RATELD_KEY_SELF;
+        o->when.kind = RATEL__KEY_SELF;
     else if (read_key_part(r, v[0], field, &o->when))
         return -1;
     snprintf(field, sizeof field, "%s.is", path);
@@ -391,6 +319,46 @@ static int read_overrides(reader_t *r, const ratel__yaml_node_t *node,
     return 0;
 }
 
+/*
+ * An override's values as requests read them: when its key source (or the
+ * policy's own key of one source) has a transform, each value is written
+ * as the transform writes it (a |phone value in E.164), so that
+ * "13800000000" matches a request's "+86 138 0000 0000".
+ */
+static int normalise_values(reader_t *r, const rateld_policy_t *p,
+                            rateld_override_t *o, size_t index)
+{
+    const ratel__key_part_t *part = o->when.kind != RATEL__KEY_SELF ? &o->when
+                                    : p->key.n == 1 ? &p->key.parts[0]
+                                                    : NULL;
+    char buf[RATELD_KEY_MAX + 2];
+
+    if (!part || part->transform == RATEL__KEY_AS_IS)
+        return 0;
+    for (size_t i = 0; i < o->nvalues; i++) {
+        const char *value = o->values[i], *why = NULL;
+        size_t n = strlen(value);
+        char *copy;
+        if (ratel__key_transform(part, buf, sizeof buf, &value, &n, &why))
+            return ratel__yaml_fail(&r->ctx, o->line,
+                                    "policies.%s.overrides[%zu].is: \"%.60s\" "
+                                    "is %s",
+                                    p->name, index, o->values[i], why);
+        if (!(copy = strndup(value, n)))
+            return ratel__yaml_fail(&r->ctx, o->line, "out of memory");
+        free(o->values[i]);
+        o->values[i] = copy;
+    }
+    qsort(o->values, o->nvalues, sizeof *o->values, compare_string);
+    for (size_t i = 1; i < o->nvalues; i++)
+        if (!strcmp(o->values[i - 1], o->values[i]))
+            return ratel__yaml_fail(&r->ctx, o->line,
+                                    "policies.%s.overrides[%zu].is: \"%.60s\" "
+                                    "given twice (in two spellings)",
+                                    p->name, index, o->values[i]);
+    return 0;
+}
+
 static void free_overrides(rateld_policy_t *p)
 {
     for (size_t i = 0; i < p->noverrides; i++) {
@@ -404,11 +372,10 @@ static void free_overrides(rateld_policy_t *p)
 /* Whether the policy reads the JSON body (a key part or an override). */
 static int reads_json(const rateld_policy_t *p)
 {
-    for (size_t i = 0; i < p->nkey; i++)
-        if (p->key[i].kind == RATELD_KEY_JSON)
-            return 1;
+    if (ratel__key_needs(&p->key) & RATEL__KEY_NEEDS_JSON)
+        return 1;
     for (size_t i = 0; i < p->noverrides; i++)
-        if (p->overrides[i].when.kind == RATELD_KEY_JSON)
+        if (p->overrides[i].when.kind == RATEL__KEY_JSON)
             return 1;
     return 0;
 }
@@ -418,7 +385,7 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
 {
     static const char *const names[] = {"rules",  "key",       "on_missing",
                                         "shadow", "overrides", "fold_case"};
-    static const char *const missing[] = {"reject", "shared"};
+    static const char *const missing[] = {"reject", "shared", "allow"};
     const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
     char path[128], field[160];
@@ -433,8 +400,8 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
     p->line = key->line;
     if (ratel__yaml_fields(&r->ctx, node, path, names, COUNT(names), v))
         return -1;
-    p->nkey = 1;
-    p->key[0].kind = RATELD_KEY_IP;
+    p->key.n = 1;
+    p->key.parts[0].kind = RATEL__KEY_IP;
     n = ratel__yaml_by_line(v, COUNT(names), order);
     for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
@@ -452,12 +419,11 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
         else if (i == 4)
             rc = read_overrides(r, v[i], field, p);
         else
-            rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->fold_case);
+            rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->key.fold_case);
         if (rc)
             return -1;
         if (i == 2)
-            p->on_missing =
-                word ? RATELD_MISSING_SHARED : RATELD_MISSING_REJECT;
+            p->key.on_missing = (ratel__key_missing_t)word;
     }
     if (!v[0])
         return ratel__yaml_fail(
@@ -465,6 +431,9 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
             "%s.rules: required (a rule such as 10/1m, or a "
             "list of up to %d)",
             path, RATEL_MAX_RULES);
+    for (size_t i = 0; i < p->noverrides; i++)
+        if (normalise_values(r, p, &p->overrides[i], i))
+            return -1;
     p->uses_json = reads_json(p);
     return 0;
 }

@@ -11,6 +11,7 @@
 #define RATELD_CONFIG_H
 
 #include "app/address.h"
+#include "app/keys.h"
 #include "rateld/origin.h"
 #include "http/http.h"
 #include "ratel.h"
@@ -18,48 +19,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RATELD_NAME_MAX 64     /* policy names: [A-Za-z0-9_.-]{1,63} */
-#define RATELD_KEY_PARTS_MAX 8 /* parts of one key source list */
-#define RATELD_FIELD_MAX 128   /* header / query parameter names */
+#define RATELD_NAME_MAX 64   /* policy names: [A-Za-z0-9_.-]{1,63} */
+#define RATELD_FIELD_MAX 128 /* header names routes match on */
 #define RATELD_ROUTE_POLICIES_MAX 8
-
-/* Where a policy's key comes from. */
-typedef enum rateld_key_kind_e {
-    RATELD_KEY_IP,     /* the client address (trusted proxies applied) */
-    RATELD_KEY_HEADER, /* a request header's value */
-    RATELD_KEY_QUERY,  /* a query parameter's decoded value */
-    RATELD_KEY_PATH,   /* the request path (without the query) */
-    RATELD_KEY_GLOBAL, /* one bucket for everyone */
-    RATELD_KEY_HOST,   /* the original Host (lower case, no port) */
-    RATELD_KEY_COOKIE, /* a cookie's value */
-    RATELD_KEY_JSON,   /* a top-level field of a JSON body */
-    RATELD_KEY_SELF    /* overrides only: the policy's own key */
-} rateld_key_kind_t;
-
-typedef struct rateld_key_part_s {
-    rateld_key_kind_t kind;
-    char name[RATELD_FIELD_MAX]; /* header or parameter name; "" else */
-} rateld_key_part_t;
-
-/* A request whose key source is absent (no such header, parameter). */
-typedef enum rateld_missing_e {
-    RATELD_MISSING_REJECT = 0, /* 400, the default */
-    RATELD_MISSING_SHARED      /* share one bucket named "-" */
-} rateld_missing_t;
 
 #define RATELD_OVERRIDES_MAX 16
 #define RATELD_OVERRIDE_VALUES_MAX 4096
 
 /*
  * An override: when key source `when` (or the policy's own key, kind
- * RATELD_KEY_SELF) reads one of `values`, the request is exempt or
+ * RATEL__KEY_SELF) reads one of `values`, the request is exempt or
  * limited by `policy` instead of the policy's rules. The store key stays
  * the policy's: a key that moves between rule sets keeps the counts of
  * the rules both have (the core converts the state).
  */
 typedef struct rateld_override_s {
-    rateld_key_part_t when;
-    char **values; /* sorted (strcmp), malloc'd with the config */
+    ratel__key_part_t when;
+    char **values; /* sorted (strcmp), malloc'd with the config; read
+                      as requests are (a |phone value in E.164) */
     size_t nvalues;
     int exempt;            /* allowed without a decision */
     ratel_policy_t policy; /* unless exempt */
@@ -70,14 +47,10 @@ typedef struct rateld_override_s {
 typedef struct rateld_policy_s {
     char name[RATELD_NAME_MAX];
     ratel_policy_t policy;
-    rateld_key_part_t key[RATELD_KEY_PARTS_MAX];
-    size_t nkey;
-    rateld_missing_t on_missing;
-    int shadow;                   /* decide, log and count, but always allow */
-    int fold_case;                /* the key in lower case (A-Z only): for a
-                                     backend that reads "Alice" as "alice" */
-    int line;                     /* where it was defined, for messages */
-    int uses_json;                /* a key part or an override reads json: */
+    ratel__key_t key; /* its sources, on_missing, fold_case (app/keys.h) */
+    int shadow;       /* decide, log and count, but always allow */
+    int line;         /* where it was defined, for messages */
+    int uses_json;    /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */
     size_t noverrides;
 } rateld_policy_t;

@@ -260,7 +260,15 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         size_t index = route->policies[i];
         const rateld_policy_t *pol = &gen->config->policies[index];
         rateld_pending_t *p = &w->pending[first + k];
-        long n = rateld_policy_key(pol, view, p->key, sizeof p->key);
+        const char *why = NULL;
+        long n = rateld_policy_key(pol, view, p->key, sizeof p->key, &why);
+        if (n == 0 && pol->key.on_missing == RATEL__KEY_MISSING_ALLOW) {
+            /* on_missing: allow (docs/keys.md warns): not limited. */
+            rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
+                                 RATELD_OUTCOME_ALLOWED, RATEL_SOURCE_STORE,
+                                 ratel_clock_now_us() - start);
+            continue;
+        }
         if (n <= 0) {
             rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
                                  RATELD_OUTCOME_REJECTED, RATEL_SOURCE_STORE,
@@ -269,7 +277,10 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
                       n == 0 ? RATELD_UNDECIDED_MISSING_KEY
                              : RATELD_UNDECIDED_BAD_KEY,
                       client_error, "policy %s: its key source is %s",
-                      pol->name, n == 0 ? "missing" : "malformed or too long");
+                      pol->name,
+                      n == 0 ? "missing"
+                      : why  ? why
+                             : "refused");
             return -1;
         }
         p->keylen = (size_t)n;
@@ -330,11 +341,14 @@ static void api_view(const rateld_config_t *c, const ratel_http_request_t *req,
 {
     const ratel_http_str_t *h = ratel_http_header(req, "Host");
 
-    memset(view, 0, sizeof *view);
-    view->req = req;
-    view->path = req->path;
-    view->query = req->query;
-    view->host = host_of(h ? *h : (ratel_http_str_t){"", 0}, host, hostlen);
+    rateld_view_init(view, req);
+    /* The API's own request: its body carries the API's parameters. */
+    view->body = RATEL__KEY_BODY_NONE;
+    view->form = (ratel__key_str_t){NULL, 0};
+    view->path = rateld_str(req->path);
+    view->query = rateld_str(req->query);
+    view->host =
+        rateld_str(host_of(h ? *h : (ratel_http_str_t){"", 0}, host, hostlen));
     ratel__client_address(&c->trusted, req, client, RATEL__ADDR_MAX);
     view->client = client;
 }
@@ -359,30 +373,6 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
         view->json = root;
     if (!view->json)
         cJSON_Delete(root);
-}
-
-/*
- * Whether the original request carries a form body, whose fields nearly
- * every backend reads as parameters beside, or instead of, the query's:
- * a servlet's getParameter (Spring's @RequestParam) and ASP.NET read both,
- * PHP's $_REQUEST and Rails' params let the body's "telephone" win. A
- * `query:` key would then count one number while the backend served
- * another. (A JSON body is merged by Rails and Laravel only: the page
- * says so, rather than refusing every JSON API keyed on its query.)
- */
-static int body_params(const ratel_http_request_t *req)
-{
-    static const char *const types[] = {"application/x-www-form-urlencoded",
-                                        "multipart/form-data"};
-    const ratel_http_str_t *t = ratel_http_header(req, "Content-Type");
-
-    for (size_t i = 0; t && i < sizeof types / sizeof types[0]; i++) {
-        size_t n = strlen(types[i]);
-        if (t->n >= n && strncasecmp(t->p, types[i], n) == 0 &&
-            (t->n == n || t->p[n] == ';' || t->p[n] == ' '))
-            return 1;
-    }
-    return 0;
 }
 
 /* Gateway auth: the forwarded request's route and identity. */
@@ -432,13 +422,11 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         return;
     }
     ratel__client_address(&c->trusted, req, client, sizeof client);
-    memset(&view, 0, sizeof view);
-    view.req = req;
-    view.path = o.path;
-    view.query = o.query;
-    view.host = host_of(o.host, host, sizeof host);
+    rateld_view_init(&view, req);
+    view.path = rateld_str(o.path);
+    view.query = rateld_str(o.query);
+    view.host = rateld_str(host_of(o.host, host, sizeof host));
     view.client = client;
-    view.body_params = body_params(req);
     view_json(c, route, req, &view);
     queue_route(d, w, ex, req, route, &view, start);
     cJSON_Delete((cJSON *)view.json);

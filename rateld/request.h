@@ -1,68 +1,53 @@
 /*
  * request.h - what rateld reads from a request: the key a policy limits
- * and the overrides that apply (who the client is: app/address.h).
+ * (key sources: app/keys.h) and the overrides that apply (who the client
+ * is: app/address.h).
  */
 #ifndef RATELD_REQUEST_H
 #define RATELD_REQUEST_H
 
 #include "app/address.h"
+#include "app/keys.h"
 #include "rateld/config.h"
 #include "http/http.h"
 
 #include <stddef.h>
 
 /* Longest key rateld builds (longer key sources are refused with 400). */
-#define RATELD_KEY_MAX 1024
+#define RATELD_KEY_MAX RATEL__KEY_MAX
 
 /* What a policy's key sources read: for /v1/auth, the forwarded request's
    path, query and host (X-Original-URI, ...), not rateld's own. */
-typedef struct rateld_view_s {
-    const ratel_http_request_t *req; /* headers (cookies too) */
-    ratel_http_str_t path;           /* not decoded */
-    ratel_http_str_t query;          /* not decoded */
-    ratel_http_str_t host;           /* lower case, without the port */
-    const char *client;              /* ratel__client_address() */
-    const struct cJSON *json;        /* the body, when it is a JSON object
-                                        and a policy reads json: */
-    int json_error;                  /* ... the body is not one */
-    int body_params;                 /* the original request has a form
-                                        body, whose fields backends merge
-                                        with the query's */
-} rateld_view_t;
+typedef ratel__key_view_t rateld_view_t;
 
 /*
- * The value key source `part` reads from the view: into *value / *n
- * (pointing into the request, or into buf, len bytes, for decoded query
- * values and numbers). Returns 0 when present, 1 when absent or empty,
- * -1 when malformed (a bad %-escape, a parameter, header or cookie given
- * twice, a JSON body that is not an object, a value longer than
- * RATELD_KEY_MAX or holding a control byte, a query parameter when the
- * view has body_params). Spaces and tabs around a
- * value are dropped.
+ * Starts a view of `req`: its headers (and cookies) for key sources, the
+ * Content-Type's kind of body, and its form body when it is one (rateld
+ * has the whole body). The caller sets path, query, host, client and the
+ * JSON body.
  */
-int rateld_part_value(const rateld_key_part_t *part, const rateld_view_t *v,
-                      char *buf, size_t len, const char **value, size_t *n);
+void rateld_view_init(rateld_view_t *v, const ratel_http_request_t *req);
+
+/* A ratel_http_str_t as key sources take it. */
+static inline ratel__key_str_t rateld_str(ratel_http_str_t s)
+{
+    return (ratel__key_str_t){s.p, s.n};
+}
 
 /*
- * The store key for policy `p` and the request seen through `v`:
- * "POLICY:" then each key part's value (ip: the client address; header:
- * the header's value, trimmed; query: the decoded parameter; cookie: the
- * cookie's value; json: the body's top-level field; host: the host; path:
- * the path; global: "*"), parts joined by '|', and '|' and '\\' inside a value
- * escaped with '\\' so that different parts never give the same key.
- * Returns the key's length; 0 when a part is absent or empty and the
- * policy's on_missing is reject; -1 when the key would be longer than len
- * - 1 or RATELD_KEY_MAX (the request gets 400). With on_missing shared,
- * an absent part reads "-".
+ * The store key for policy `p` and the request seen through `v`
+ * (ratel__key_build with the policy's name): its length; 0 when a part is
+ * missing and on_missing is reject or allow; -1 when a part is refused or
+ * the key is too long, with the reason in *why.
  */
 long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
-                       char *buf, size_t len);
+                       char *buf, size_t len, const char **why);
 
 /*
  * The first of the policy's overrides that applies to the request seen
  * through `v` whose key value (without the "POLICY:" prefix) is
  * key[0..keylen); NULL when none does. An override whose key source is
- * absent or malformed does not apply.
+ * missing or refused does not apply.
  */
 const rateld_override_t *rateld_policy_override(const rateld_policy_t *p,
                                                 const rateld_view_t *v,

@@ -242,30 +242,6 @@ size_t ratel__client_address(const ratel__trusted_t *t,
     return format_address(&hop, buf, len);
 }
 
-size_t ratel__address_bucket(const char *addr, char *buf, size_t len)
-{
-    struct in6_addr a;
-    char text[INET6_ADDRSTRLEN];
-    int n = -1;
-
-    if (len == 0)
-        return 0;
-    if (strchr(addr, ':') && inet_pton(AF_INET6, addr, &a) == 1) {
-        if (IN6_IS_ADDR_V4MAPPED(&a)) {
-            /* An IPv4-mapped address is its IPv4 client, not ::/64. */
-            if (inet_ntop(AF_INET, a.s6_addr + 12, text, sizeof text))
-                n = snprintf(buf, len, "%s", text);
-        } else {
-            memset(a.s6_addr + 8, 0, 8);
-            if (inet_ntop(AF_INET6, &a, text, sizeof text))
-                n = snprintf(buf, len, "%s/64", text);
-        }
-    }
-    if (n < 0)
-        n = snprintf(buf, len, "%s", addr);
-    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
-}
-
 /* ------------------------------------------------------- CIDR blocks */
 
 static int cidr_error(char *err, size_t errlen, const char *fmt, ...)

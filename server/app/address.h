@@ -79,14 +79,7 @@ size_t ratel__client_address(const ratel__trusted_t *trusted,
                              const ratel_http_request_t *req, char *buf,
                              size_t len);
 
-/*
- * The address a limit keyed on the client charges, from
- * ratel__client_address's text, into buf (at least RATEL__ADDR_MAX
- * bytes): an IPv4 address as it is, an IPv6 one as its /64
- * ("2001:db8:1:2::/64"), anything else as it is. One IPv6 subscriber
- * holds a whole /64 (SLAAC, privacy addresses) and could take a fresh
- * address, so a fresh bucket, for every request. Returns the length.
- */
-size_t ratel__address_bucket(const char *addr, char *buf, size_t len);
+/* The bucket of a client address (an IPv6 client's /64):
+   ratel__address_bucket, app/keys.h. */
 
 #endif /* RATEL_APP_ADDRESS_H */

@@ -98,21 +98,18 @@ static void check_policy(const rateld_config_t *c, size_t i)
     ASSERT(p->policy.nrules >= 1 && p->policy.nrules <= RATEL_MAX_RULES);
     ASSERT(ratel_policy_init(&again, p->policy.rules, p->policy.nrules, err,
                              sizeof err) == 0);
-    ASSERT(p->nkey >= 1 && p->nkey <= RATELD_KEY_PARTS_MAX);
-    for (size_t k = 0; k < p->nkey; k++) {
-        const rateld_key_part_t *part = &p->key[k];
-        int named =
-            part->kind == RATELD_KEY_HEADER || part->kind == RATELD_KEY_QUERY;
-        ASSERT((unsigned)part->kind <= RATELD_KEY_GLOBAL);
+    ASSERT(p->key.n >= 1 && p->key.n <= RATEL__KEY_PARTS_MAX);
+    for (size_t k = 0; k < p->key.n; k++) {
+        const ratel__key_part_t *part = &p->key.parts[k];
+        int named = part->kind >= RATEL__KEY_HEADER;
+        ASSERT((unsigned)part->kind < RATEL__KEY_SELF);
         ASSERT(TERMINATED(part->name));
         ASSERT(named == (part->name[0] != '\0'));
-        ASSERT(part->kind != RATELD_KEY_GLOBAL || p->nkey == 1);
+        ASSERT(part->kind != RATEL__KEY_GLOBAL || p->key.n == 1);
         for (size_t j = 0; j < k; j++)
-            ASSERT(p->key[j].kind != part->kind ||
-                   strcmp(p->key[j].name, part->name) != 0);
+            ASSERT(memcmp(&p->key.parts[j], part, sizeof *part) != 0);
     }
-    ASSERT(p->on_missing == RATELD_MISSING_REJECT ||
-           p->on_missing == RATELD_MISSING_SHARED);
+    ASSERT(p->key.on_missing <= RATEL__KEY_MISSING_ALLOW);
     ASSERT(p->shadow == 0 || p->shadow == 1);
     for (size_t j = 0; j < i; j++)
         ASSERT(strcmp(c->policies[j].name, p->name) != 0);

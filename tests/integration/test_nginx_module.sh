@@ -50,7 +50,7 @@ start_nginx() {
 
 # get PATH: status in $code, response headers in $tmp/h.
 get() {
-    code=$(curl -s -D "$tmp/h" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$1")
+    code=$(curl -s -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "http://127.0.0.1:$port$1")
 }
 header() { grep -i "^$1:" "$tmp/h" | head -1 | cut -d: -f2- | tr -d '\r' | sed 's/^ //'; }
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" 'index($0, m) == 1 { print $NF }' | head -1; }
@@ -76,6 +76,8 @@ main_conf() {
     ratel_policy costly 5/1m;
     ratel_policy outer 1/1m;
     ratel_policy inner 3/1m;
+    ratel_policy src 1/1m;
+    ratel_policy range 3/1h;
     server {
         listen 127.0.0.1:$port reuseport;
         root $tmp/main/html;
@@ -85,7 +87,7 @@ main_conf() {
         location /sms { ratel zone=api policy=sms key=\$arg_phone; try_files /index.html =404; }
         location /pair {
             ratel zone=api policy=pair_user key=\$arg_u;
-            ratel zone=api policy=pair_all key=all;
+            ratel zone=api policy=pair_all key=global;
             try_files /index.html =404;
         }
         location /zones {
@@ -98,18 +100,49 @@ main_conf() {
             ratel zone=api policy=twice key=\$arg_k;
             try_files /index.html =404;
         }
-        location /cost { ratel zone=api policy=costly key=k cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
+        location /cost { ratel zone=api policy=costly key=global cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
         location /outer {
-            ratel zone=api policy=outer key=k;
+            ratel zone=api policy=outer key=global;
             location /outer/inherits { try_files /index.html =404; }
-            location /outer/own { ratel zone=api policy=inner key=k; try_files /index.html =404; }
+            location /outer/own { ratel zone=api policy=inner key=global; try_files /index.html =404; }
         }
         location /dry { ratel zone=api policy=dry key=\$remote_addr; ratel_dry_run on; try_files /index.html =404; }
-        location /empty { ratel zone=api policy=once key=\$arg_k; try_files /index.html =404; }
-        location /kept { ratel zone=api policy=kept key=k; try_files /index.html =404; }
+        location /empty { ratel zone=api policy=once key=\$arg_k on_missing=allow; try_files /index.html =404; }
+        location /kept { ratel zone=api policy=kept key=global; try_files /index.html =404; }
         location /flood { ratel zone=small policy=flood key=\$request_id; ratel_headers off; try_files /index.html =404; }
+        location /src/query { ratel zone=api policy=src key=query:phone|phone:CN exempt=13800000000; proxy_pass http://127.0.0.1:$bport; }
+        location /src/form { ratel zone=api policy=src key=form:phone|phone:CN; proxy_pass http://127.0.0.1:$bport; }
+        location /src/json { ratel zone=api policy=src key=json:phone|phone:CN; proxy_pass http://127.0.0.1:$bport; }
+        location /src/pair { ratel zone=api policy=src key=header:X-User,cookie:sid; proxy_pass http://127.0.0.1:$bport; }
+        location /src/range {
+            ratel zone=api policy=src key=query:phone|phone:CN;
+            ratel zone=api policy=range key=query:phone|phone:CN|range:2;
+            proxy_pass http://127.0.0.1:$bport;
+        }
+        location /src/ip { ratel zone=api policy=src key=ip on_missing=reject; proxy_pass http://127.0.0.1:$bport; }
     }
 CONF
+}
+
+# The application behind /src/: answers 200 with the length of the body
+# it received (nginx read the body for form: and json:, and still sends it).
+backend_start() {
+    bport=$(free_port)
+    python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self): self.answer(b"")
+    def do_POST(self):
+        self.answer(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+    def answer(self, body):
+        out = b"got %d" % len(body)
+        self.send_response(200); self.send_header("Content-Length", str(len(out)))
+        self.end_headers(); self.wfile.write(out)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$bport" &
+    echo $! >"$tmp/pids/backend"
+    for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$bport/" && return; sleep 0.1; done
 }
 
 # --- two workers, one zone: exactly 20 of 25 new connections admitted.
@@ -404,8 +437,85 @@ check_example() {
         codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/sendCaptcha?phone=$phone") "
     done
     same example_limits "$codes" "502 429 502 502 "
+    # The attacks of docs/nginx.md's table: none admitted (502).
+    local u=http://127.0.0.1:$eport/sendCaptcha
+    attack example_fragment "$u?phone=13900000001#1"
+    attack example_fragment_encoded "$u?phone=13900000001%231"
+    attack example_empty_first "$u?phone=&phone=13900000001"
+    attack example_percent_encoded "$u?phone=1390000000%31"
+    attack example_form_body -d phone=13900000001 "$u"
+    attack example_spaced "$u?phone=%2B86%20139%200000%200001"
+    attack example_missing "$u"
     same example_log_level "$(grep -c '\[warn\].*ratel: refused by policy "sms"' "$dir/logs/error.log")" 1
     nginx_stop "$dir"
+}
+
+# --- key sources (docs/keys.md): after a number is limited, no spelling
+# of it is admitted; each is refused (400 bad-key or missing-key) or
+# counted as the number (429). Prints each attack's count of admitted
+# answers (the closing note's table).
+attack() { # name, then curl arguments
+    local name=$1 admitted=0; shift
+    for _ in 1 2 3 4 5; do
+        c=$(curl -s -o /dev/null -w '%{http_code}' --path-as-is "$@")
+        case $c in 2*|5*) admitted=$((admitted + 1)) ;; esac
+    done
+    echo "attack module $name admitted=$admitted" >&2
+    same "attack_$name" "$admitted" 0
+}
+
+check_key_sources() {
+    local u=http://127.0.0.1:$port/src/query
+    get "/src/query?phone=13900000001"
+    same src_first "$code $(cat "$tmp/b")" "200 got 0"
+    get "/src/query?phone=13900000001"
+    same src_limited "$code" 429
+    attack fragment_encoded "$u?phone=13900000001%231"
+    attack empty_first "$u?phone=&phone=13900000001"
+    attack empty_last "$u?phone=13900000001&phone="
+    attack random_first "$u?phone=RANDOM&phone=13900000001"
+    attack percent_encoded "$u?phone=1390000000%31"
+    attack case_varied "$u?Phone=13900000001"
+    attack array_name "$u?phone[]=13900000001"
+    attack e164_spaced "$u?phone=%2B86%20139%200000%200001"
+    attack plus_as_space "$u?phone=+86+139+0000+0001"
+    attack international_00 "$u?phone=008613900000001"
+    attack dashes "$u?phone=139-0000-0001"
+    attack trunk_zero "$u?phone=%2B86013900000001"
+    attack double_encoded "$u?phone=1390000000%2531"
+    attack form_body -d phone=13900000001 "$u"
+    attack missing "$u"
+    attack invalid_number "$u?phone=12345"
+    get "/src/query?phone=13900000001%231"
+    same src_bad_key_reason "$code $(header X-Ratel-Reason)" "400 bad-key"
+    get "/src/query"
+    same src_missing_reason "$code $(header X-Ratel-Reason)" "400 missing-key"
+    get "/src/query?phone=13800000000"
+    get "/src/query?phone=%2B86%20138%200000%200000"
+    same src_exempt_any_spelling "$code" 200
+    # The form body: read for the key and still sent to the application.
+    curl -s -o "$tmp/b" -w '%{http_code}' -d phone=13900000002 "http://127.0.0.1:$port/src/form" >"$tmp/c"
+    same src_form_first "$(cat "$tmp/c") $(cat "$tmp/b")" "200 got 17"
+    same src_form_limited "$(curl -s -o /dev/null -w '%{http_code}' -d 'phone=%2B86139%2000000002' "http://127.0.0.1:$port/src/form")" 429
+    same src_form_and_query "$(curl -s -o /dev/null -w '%{http_code}' -d phone=13900000003 "http://127.0.0.1:$port/src/form?phone=1")" 400
+    curl -s -o "$tmp/b" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"phone":"13900000004"}' "http://127.0.0.1:$port/src/json" >"$tmp/c"
+    same src_json_first "$(cat "$tmp/c") $(cat "$tmp/b")" "200 got 23"
+    same src_json_limited "$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '{"phone":"+86 139 0000 0004"}' "http://127.0.0.1:$port/src/json")" 429
+    same src_json_not_object "$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '[1]' "http://127.0.0.1:$port/src/json")" 400
+    same src_pair "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-User: a' -b 'sid=1' "http://127.0.0.1:$port/src/pair")" 200
+    same src_pair_limited "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-User: a' -b 'sid=1' "http://127.0.0.1:$port/src/pair")" 429
+    same src_header_twice "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-User: a' -H 'X-User: b' -b 'sid=1' "http://127.0.0.1:$port/src/pair")" 400
+    same src_ip "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/src/ip")" 200
+    # A walk across a range: 3 numbers of +86135000000xx, then refused.
+    local codes=""
+    for n in 10 11 12 13 14; do
+        codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/src/range?phone=135000000$n") "
+    done
+    same src_range_walk "$codes" "200 200 200 429 429 "
+    same src_other_range "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/src/range?phone=13500000110")" 200
+    # Dozens of bad keys, one line per worker (2) in 10 s.
+    same src_log_budget "$(grep -c 'ratel: bad-key' "$tmp/main/logs/error.log" | awk '{ print ($1 >= 1 && $1 <= 2) }')" 1
+    contains src_log_names_line "$(grep 'ratel: bad-key' "$tmp/main/logs/error.log")" "key=query:phone|phone:CN"
 }
 
 # --- valgrind: one process (master_process off), a short run.
@@ -424,7 +534,7 @@ valgrind_run() {
         location /sms { ratel zone=api policy=sms key=\$arg_phone; try_files /index.html =404; }
         location /pair {
             ratel zone=api policy=pair_user key=\$arg_u;
-            ratel zone=api policy=pair_all key=all cost=\$arg_cost;
+            ratel zone=api policy=pair_all key=global cost=\$arg_cost;
             ratel_dry_run off;
             try_files /index.html =404;
         }
@@ -445,6 +555,7 @@ CONF
 }
 
 nginx_valgrind_only valgrind_run
+backend_start
 main_conf
 start_nginx "$tmp/main" || { finish; exit; }
 check_two_workers
@@ -458,6 +569,7 @@ check_metrics
 check_expiry
 check_refusals
 check_example
+check_key_sources
 check_reload
 check_flood
 nginx_stop "$tmp/main"

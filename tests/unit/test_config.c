@@ -92,8 +92,8 @@ TEST(config_example_file)
     REQUIRE(p != NULL);
     CHECK_EQ(p->policy.nrules, 1);
     CHECK(rule_is(&p->policy.rules[0], 20, 60000));
-    CHECK_EQ(p->nkey, 1);
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_IP);
+    CHECK_EQ(p->key.n, 1);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_IP);
     CHECK_EQ(p->shadow, 0);
 
     p = rateld_config_policy(c, "sms", 3);
@@ -101,26 +101,26 @@ TEST(config_example_file)
     CHECK_EQ(p->policy.nrules, 2);
     CHECK(rule_is(&p->policy.rules[0], 1, 60000));
     CHECK(rule_is(&p->policy.rules[1], 10, 86400000));
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_QUERY);
-    CHECK(strcmp(p->key[0].name, "telephone") == 0);
-    CHECK_EQ(p->on_missing, RATELD_MISSING_REJECT);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_QUERY);
+    CHECK(strcmp(p->key.parts[0].name, "telephone") == 0);
+    CHECK_EQ(p->key.on_missing, RATEL__KEY_MISSING_REJECT);
 
     p = rateld_config_policy(c, "form", 4);
     REQUIRE(p != NULL);
     CHECK_EQ(p->policy.nrules, 2);
     CHECK(rule_is(&p->policy.rules[0], 10, 60000));
     CHECK(rule_is(&p->policy.rules[1], 20, 120000));
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_HEADER);
-    CHECK(strcmp(p->key[0].name, "X-User-Id") == 0);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_HEADER);
+    CHECK(strcmp(p->key.parts[0].name, "X-User-Id") == 0);
 
     p = rateld_config_policy(c, "form-dup", 8);
     REQUIRE(p != NULL);
     CHECK_EQ(p->policy.nrules, 1);
     CHECK(rule_is(&p->policy.rules[0], 1, 5000));
-    REQUIRE(p->nkey == 2);
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_HEADER);
-    CHECK(strcmp(p->key[0].name, "X-User-Id") == 0);
-    CHECK_EQ(p->key[1].kind, RATELD_KEY_PATH);
+    REQUIRE(p->key.n == 2);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_HEADER);
+    CHECK(strcmp(p->key.parts[0].name, "X-User-Id") == 0);
+    CHECK_EQ(p->key.parts[1].kind, RATEL__KEY_PATH);
     CHECK(p->line > 0);
 
     /* The leases example of docs/rateld.md. */
@@ -132,7 +132,7 @@ TEST(config_example_file)
     CHECK_EQ(p->policy.rules[1].limit, 50);
     CHECK_EQ(p->policy.rules[1].period_ms, 30000);
     CHECK(ratel_policy_has_leases(&p->policy));
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_GLOBAL);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_GLOBAL);
 
     REQUIRE(c->nroutes == 3);
     route = route_of(c, "GET", 3, "/api/ping", 9);
@@ -169,9 +169,9 @@ TEST(config_defaults)
     REQUIRE(c->npolicies == 1);
     CHECK(strcmp(c->policies[0].name, "p") == 0);
     CHECK_EQ(c->policies[0].line, 2);
-    CHECK_EQ(c->policies[0].nkey, 1);
-    CHECK_EQ(c->policies[0].key[0].kind, RATELD_KEY_IP);
-    CHECK_EQ(c->policies[0].on_missing, RATELD_MISSING_REJECT);
+    CHECK_EQ(c->policies[0].key.n, 1);
+    CHECK_EQ(c->policies[0].key.parts[0].kind, RATEL__KEY_IP);
+    CHECK_EQ(c->policies[0].key.on_missing, RATEL__KEY_MISSING_REJECT);
     CHECK_EQ(c->policies[0].shadow, 0);
     CHECK(rateld_config_policy(c, "q", 1) == NULL);
     CHECK(rateld_config_policy(c, "pp", 1) != NULL); /* len counts */
@@ -335,23 +335,23 @@ TEST(config_policy_fields)
     CHECK_EQ(p->policy.rules[0].algo, RATEL_ALGO_GCRA);
     CHECK_EQ(p->policy.rules[0].burst, 200);
     CHECK_EQ(p->policy.rules[1].algo, RATEL_ALGO_FIXED);
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_GLOBAL);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_GLOBAL);
     CHECK_EQ(p->shadow, 1);
     p = &c->policies[1];
     CHECK_EQ(p->line, 6);
     CHECK_EQ(p->policy.nrules, 8);
-    REQUIRE(p->nkey == 4);
-    CHECK_EQ(p->key[0].kind, RATELD_KEY_IP);
-    CHECK_EQ(p->key[1].kind, RATELD_KEY_HEADER);
-    CHECK(strcmp(p->key[1].name, "Authorization") == 0);
-    CHECK_EQ(p->key[2].kind, RATELD_KEY_QUERY);
-    CHECK(strcmp(p->key[2].name, "q") == 0);
-    CHECK_EQ(p->key[3].kind, RATELD_KEY_PATH);
-    CHECK(p->key[3].name[0] == '\0');
-    CHECK_EQ(p->on_missing, RATELD_MISSING_SHARED);
+    REQUIRE(p->key.n == 4);
+    CHECK_EQ(p->key.parts[0].kind, RATEL__KEY_IP);
+    CHECK_EQ(p->key.parts[1].kind, RATEL__KEY_HEADER);
+    CHECK(strcmp(p->key.parts[1].name, "Authorization") == 0);
+    CHECK_EQ(p->key.parts[2].kind, RATEL__KEY_QUERY);
+    CHECK(strcmp(p->key.parts[2].name, "q") == 0);
+    CHECK_EQ(p->key.parts[3].kind, RATEL__KEY_PATH);
+    CHECK(p->key.parts[3].name[0] == '\0');
+    CHECK_EQ(p->key.on_missing, RATEL__KEY_MISSING_SHARED);
     CHECK_EQ(p->shadow, 0);
     p = &c->policies[2];
-    CHECK(strcmp(p->key[0].name, "a.b[]") == 0);
+    CHECK(strcmp(p->key.parts[0].name, "a.b[]") == 0);
     rateld_config_free(c);
 }
 
@@ -525,7 +525,7 @@ static const bad_case_t bad_cases[] = {
     {"policies:\n  p:\n    rules: 1/1s\n    key: 'query:a&b'\n", 4,
      "not a valid query parameter name"},
     {"policies:\n  p:\n    rules: 1/1s\n    key: [ip, path, ip]\n", 4,
-     "policies.p.key[2]: repeats policies.p.key[0]"},
+     "policies.p.key: ip is given twice"},
     {"policies:\n  p:\n    rules: 1/1s\n    key: [ip, global]\n", 4,
      "cannot be combined"},
     {"policies:\n  p:\n    rules: 1/1s\n    key: []\n", 4, "an empty list"},
@@ -533,8 +533,8 @@ static const bad_case_t bad_cases[] = {
      "'header:b', 'header:c',\n      'header:d', 'header:e', 'header:f', "
      "'header:g']\n",
      5, "policies.p.key: more than 8 key sources"},
-    {"policies:\n  p:\n    rules: 1/1s\n    on_missing: allow\n", 4,
-     "policies.p.on_missing: expected reject | shared"},
+    {"policies:\n  p:\n    rules: 1/1s\n    on_missing: never\n", 4,
+     "policies.p.on_missing: expected reject | shared | allow"},
     {"policies:\n  p:\n    rules: 1/1s\n    shadow: yes\n", 4,
      "policies.p.shadow: expected true or false, got \"yes\""},
     {"policies:\n  p:\n    rules: 1/1s\n    shadow: 'true'\n", 4,

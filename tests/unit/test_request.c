@@ -82,9 +82,9 @@ static void add_header(ratel_http_request_t *req, const char *name,
     h->value.n = strlen(value);
 }
 
-static ratel_http_str_t str(const char *s)
+static ratel__key_str_t kstr(const char *s)
 {
-    ratel_http_str_t r = {s, strlen(s)};
+    ratel__key_str_t r = {s, strlen(s)};
     return r;
 }
 
@@ -285,29 +285,30 @@ TEST(request_client_address_header_name_case_and_null_config)
 
 /* ----------------------------------------------------------------- keys */
 
-static rateld_policy_t make_policy(const char *name, rateld_missing_t missing)
+static rateld_policy_t make_policy(const char *name,
+                                   ratel__key_missing_t missing)
 {
     rateld_policy_t p;
     memset(&p, 0, sizeof p);
     snprintf(p.name, sizeof p.name, "%s", name);
-    p.on_missing = missing;
+    p.key.on_missing = missing;
     return p;
 }
 
-static void add_part(rateld_policy_t *p, rateld_key_kind_t kind,
+static void add_part(rateld_policy_t *p, ratel__key_kind_t kind,
                      const char *name)
 {
-    p->key[p->nkey].kind = kind;
-    snprintf(p->key[p->nkey].name, sizeof p->key[p->nkey].name, "%s",
-             name ? name : "");
-    p->nkey++;
+    p->key.parts[p->key.n].kind = kind;
+    snprintf(p->key.parts[p->key.n].name, sizeof p->key.parts[p->key.n].name,
+             "%s", name ? name : "");
+    p->key.n++;
 }
 
 /* rateld_policy_key into a large buffer; checks length and NUL. */
 static long key_of(const rateld_policy_t *p, const rateld_view_t *v, char *buf,
                    size_t len)
 {
-    long n = rateld_policy_key(p, v, buf, len);
+    long n = rateld_policy_key(p, v, buf, len, NULL);
     if (n > 0 && (size_t)n != strlen(buf))
         ratel_test_fail(__FILE__, __LINE__, "length is not strlen(buf)");
     return n;
@@ -353,46 +354,46 @@ TEST(request_key_every_kind)
 
     memset(&req, 0, sizeof req);
     add_header(&req, "X-Api-Key", " \t abc123 \t");
-    v.req = &req;
-    v.path = str("/v1/items/7");
-    v.query = str("a=1&user=al%7Cice&name=J+Doe");
+    rateld_view_init(&v, &req);
+    v.path = kstr("/v1/items/7");
+    v.query = kstr("a=1&user=al%7Cice&name=J+Doe");
     v.client = "203.0.113.5";
 
-    p = make_policy("login", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_IP, NULL);
+    p = make_policy("login", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_IP, NULL);
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 17);
     CHECK(strcmp(buf, "login:203.0.113.5") == 0);
 
-    p = make_policy("api", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_HEADER, "x-api-key");
+    p = make_policy("api", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_HEADER, "x-api-key");
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "api:abc123") == 0);
 
-    p = make_policy("q", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_QUERY, "user");
+    p = make_policy("q", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_QUERY, "user");
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "q:al\\|ice") == 0);
 
-    p = make_policy("q2", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_QUERY, "name");
+    p = make_policy("q2", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_QUERY, "name");
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "q2:J Doe") == 0);
 
-    p = make_policy("paths", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_PATH, NULL);
+    p = make_policy("paths", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_PATH, NULL);
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "paths:/v1/items/7") == 0);
 
-    p = make_policy("all", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_GLOBAL, NULL);
+    p = make_policy("all", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_GLOBAL, NULL);
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 5);
     CHECK(strcmp(buf, "all:*") == 0);
 
-    p = make_policy("combo", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_IP, NULL);
-    add_part(&p, RATELD_KEY_HEADER, "X-Api-Key");
-    add_part(&p, RATELD_KEY_PATH, NULL);
-    add_part(&p, RATELD_KEY_GLOBAL, NULL);
+    p = make_policy("combo", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_IP, NULL);
+    add_part(&p, RATEL__KEY_HEADER, "X-Api-Key");
+    add_part(&p, RATEL__KEY_PATH, NULL);
+    add_part(&p, RATEL__KEY_GLOBAL, NULL);
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "combo:203.0.113.5|abc123|/v1/items/7|*") == 0);
 }
@@ -412,22 +413,22 @@ TEST(request_key_host_cookie_json)
     memset(&req, 0, sizeof req);
     add_header(&req, "Cookie", "theme=dark; session = \"s|1\" ;lang=en");
     add_header(&req, "cookie", "other=1");
-    v.req = &req;
-    v.host = str("shop.example");
+    rateld_view_init(&v, &req);
+    v.host = kstr("shop.example");
     v.json = json;
 
-    p = make_policy("c", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_COOKIE, "session");
-    add_part(&p, RATELD_KEY_HOST, NULL);
+    p = make_policy("c", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_COOKIE, "session");
+    add_part(&p, RATEL__KEY_HOST, NULL);
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "c:s\\|1|shop.example") == 0);
 
-    p = make_policy("c2", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_COOKIE, "other");
+    p = make_policy("c2", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_COOKIE, "other");
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "c2:1") == 0);
-    p = make_policy("c3", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_COOKIE, "sess"); /* a prefix is not the name */
+    p = make_policy("c3", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_COOKIE, "sess"); /* a prefix is not the name */
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
 
     /* json: strings, numbers as integers or shortest doubles, booleans;
@@ -444,8 +445,8 @@ TEST(request_key_host_cookie_json)
                  {"o", NULL, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         long rc;
-        p = make_policy("j", RATELD_MISSING_REJECT);
-        add_part(&p, RATELD_KEY_JSON, cases[i].field);
+        p = make_policy("j", RATEL__KEY_MISSING_REJECT);
+        add_part(&p, RATEL__KEY_JSON, cases[i].field);
         rc = key_of(&p, &v, buf, sizeof buf);
         CHECK_EQ(rc > 0 ? 1 : rc, cases[i].rc);
         if (cases[i].want)
@@ -454,11 +455,13 @@ TEST(request_key_host_cookie_json)
     /* A body that is not an object: every json: part is malformed. */
     v.json = NULL;
     v.json_error = 1;
-    CHECK_EQ(rateld_part_value(&p.key[0], &v, buf, sizeof buf, &value, &n), -1);
+    CHECK_EQ(ratel__key_part_value(&p.key.parts[0], &v, buf, sizeof buf, &value,
+                                   &n, NULL),
+             -1);
     /* A cookie given twice is malformed. */
     add_header(&req, "Cookie", "session=s2");
-    p = make_policy("c", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_COOKIE, "session");
+    p = make_policy("c", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_COOKIE, "session");
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), -1);
     cJSON_Delete(json);
 }
@@ -469,17 +472,17 @@ TEST(request_override_first_match_wins)
     static char *gold[] = {"gold", "platinum"}, *keys[] = {"a", "b", "c"};
     rateld_override_t ov[2];
     rateld_view_t v = {0};
-    rateld_policy_t p = make_policy("api", RATELD_MISSING_REJECT);
+    rateld_policy_t p = make_policy("api", RATEL__KEY_MISSING_REJECT);
 
     memset(&req, 0, sizeof req);
     memset(ov, 0, sizeof ov);
     add_header(&req, "X-Tenant", "gold");
-    v.req = &req;
-    ov[0].when.kind = RATELD_KEY_SELF;
+    rateld_view_init(&v, &req);
+    ov[0].when.kind = RATEL__KEY_SELF;
     ov[0].values = keys;
     ov[0].nvalues = 3;
     ov[0].exempt = 1;
-    ov[1].when.kind = RATELD_KEY_HEADER;
+    ov[1].when.kind = RATEL__KEY_HEADER;
     strcpy(ov[1].when.name, "X-Tenant");
     ov[1].values = gold;
     ov[1].nvalues = 2;
@@ -499,14 +502,14 @@ TEST(request_key_escaping_keeps_parts_apart)
     static ratel_http_request_t r1, r2;
     rateld_view_t v1, v2;
     char k1[RATELD_KEY_MAX + 1], k2[RATELD_KEY_MAX + 1];
-    rateld_policy_t p = make_policy("x", RATELD_MISSING_REJECT);
+    rateld_policy_t p = make_policy("x", RATEL__KEY_MISSING_REJECT);
 
-    add_part(&p, RATELD_KEY_HEADER, "A");
-    add_part(&p, RATELD_KEY_HEADER, "B");
+    add_part(&p, RATEL__KEY_HEADER, "A");
+    add_part(&p, RATEL__KEY_HEADER, "B");
     memset(&v1, 0, sizeof v1);
     memset(&v2, 0, sizeof v2);
-    v1.req = &r1;
-    v2.req = &r2;
+    rateld_view_init(&v1, &r1);
+    rateld_view_init(&v2, &r2);
 
     /* ("a|b", "c") against ("a", "b|c"). */
     memset(&r1, 0, sizeof r1);
@@ -549,49 +552,49 @@ TEST(request_key_missing_reject_or_shared)
     memset(&req, 0, sizeof req);
     add_header(&req, "X-Empty", " \t ");
     add_header(&req, "X-User", "bob");
-    v.req = &req;
-    v.path = str("/");
-    v.query = str("empty=&other=1");
+    rateld_view_init(&v, &req);
+    v.path = kstr("/");
+    v.query = kstr("empty=&other=1");
     v.client = "198.51.100.1";
 
     static const struct {
-        rateld_key_kind_t kind;
+        ratel__key_kind_t kind;
         const char *name;
     } missing[] = {
-        {RATELD_KEY_HEADER, "X-Absent"},
-        {RATELD_KEY_HEADER, "X-Empty"},
-        {RATELD_KEY_QUERY, "absent"},
-        {RATELD_KEY_QUERY, "empty"},
+        {RATEL__KEY_HEADER, "X-Absent"},
+        {RATEL__KEY_HEADER, "X-Empty"},
+        {RATEL__KEY_QUERY, "absent"},
+        {RATEL__KEY_QUERY, "empty"},
     };
     for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
-        p = make_policy("m", RATELD_MISSING_REJECT);
-        add_part(&p, RATELD_KEY_IP, NULL);
+        p = make_policy("m", RATEL__KEY_MISSING_REJECT);
+        add_part(&p, RATEL__KEY_IP, NULL);
         add_part(&p, missing[i].kind, missing[i].name);
         CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
-        p.on_missing = RATELD_MISSING_SHARED;
+        p.key.on_missing = RATEL__KEY_MISSING_SHARED;
         CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
         CHECK(strcmp(buf, "m:198.51.100.1|-") == 0);
     }
 
     /* A missing client address and an empty path are missing too. */
     v.client = NULL;
-    p = make_policy("ip", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_IP, NULL);
+    p = make_policy("ip", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_IP, NULL);
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
     v.client = "";
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
-    p.on_missing = RATELD_MISSING_SHARED;
+    p.key.on_missing = RATEL__KEY_MISSING_SHARED;
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "ip:-") == 0);
-    v.path = str("");
-    p = make_policy("path", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_PATH, NULL);
+    v.path = kstr("");
+    p = make_policy("path", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_PATH, NULL);
     CHECK_EQ(key_of(&p, &v, buf, sizeof buf), 0);
 
     /* Without headers at all, a header part is missing. */
-    v.req = NULL;
-    p = make_policy("h", RATELD_MISSING_SHARED);
-    add_part(&p, RATELD_KEY_HEADER, "X-User");
+    v.ctx = NULL;
+    p = make_policy("h", RATEL__KEY_MISSING_SHARED);
+    add_part(&p, RATEL__KEY_HEADER, "X-User");
     CHECK(key_of(&p, &v, buf, sizeof buf) > 0);
     CHECK(strcmp(buf, "h:-") == 0);
 }
@@ -603,28 +606,28 @@ TEST(request_key_too_long_never_overflows)
     static char big[RATELD_KEY_MAX + 200];
     rateld_view_t v = {0};
     char small[32];
-    rateld_policy_t p = make_policy("login", RATELD_MISSING_REJECT);
+    rateld_policy_t p = make_policy("login", RATEL__KEY_MISSING_REJECT);
 
-    add_part(&p, RATELD_KEY_IP, NULL);
+    add_part(&p, RATEL__KEY_IP, NULL);
     memset(&req, 0, sizeof req);
     memset(&v, 0, sizeof v);
-    v.req = &req;
+    rateld_view_init(&v, &req);
     v.client = "203.0.113.5"; /* "login:203.0.113.5": 17 bytes */
 
     /* The buffer: exactly enough, then one byte short. */
     memset(small, 'Z', sizeof small);
     CHECK_EQ(key_of(&p, &v, small, 18), 17);
     memset(small, 'Z', sizeof small);
-    CHECK_EQ(rateld_policy_key(&p, &v, small, 17), -1);
+    CHECK_EQ(rateld_policy_key(&p, &v, small, 17, NULL), -1);
     CHECK(small[17] == 'Z');
     memset(small, 'Z', sizeof small);
-    CHECK_EQ(rateld_policy_key(&p, &v, small, 1), -1);
+    CHECK_EQ(rateld_policy_key(&p, &v, small, 1, NULL), -1);
     CHECK(small[1] == 'Z');
-    CHECK_EQ(rateld_policy_key(&p, &v, small, 0), -1);
+    CHECK_EQ(rateld_policy_key(&p, &v, small, 0, NULL), -1);
 
     /* RATELD_KEY_MAX bounds the key whatever the buffer: "h:" + value. */
-    p = make_policy("h", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_HEADER, "X-Long");
+    p = make_policy("h", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_HEADER, "X-Long");
     memset(value, 'v', RATELD_KEY_MAX - 2);
     value[RATELD_KEY_MAX - 2] = '\0';
     add_header(&req, "X-Long", value);
@@ -632,23 +635,23 @@ TEST(request_key_too_long_never_overflows)
     value[RATELD_KEY_MAX - 2] = 'v';
     value[RATELD_KEY_MAX - 1] = '\0';
     req.headers[0].value.n = strlen(value);
-    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big), -1);
+    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big, NULL), -1);
     /* Escapes count: a value that fits only unescaped is too long. */
     memset(value, '|', 600);
     value[600] = '\0';
     req.headers[0].value.n = 600;
-    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big), -1);
+    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big, NULL), -1);
 
     /* A decoded query value longer than a key, or malformed. */
-    p = make_policy("q", RATELD_MISSING_REJECT);
-    add_part(&p, RATELD_KEY_QUERY, "u");
+    p = make_policy("q", RATEL__KEY_MISSING_REJECT);
+    add_part(&p, RATEL__KEY_QUERY, "u");
     memcpy(value, "u=", 2);
     memset(value + 2, 'q', RATELD_KEY_MAX + 10);
     value[RATELD_KEY_MAX + 12] = '\0';
-    v.query = str(value);
-    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big), -1);
-    v.query = str("u=%zz");
-    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big), -1);
+    v.query = kstr(value);
+    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big, NULL), -1);
+    v.query = kstr("u=%zz");
+    CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big, NULL), -1);
 }
 
 /* ------------------------------------------------------ header fields */
@@ -656,7 +659,7 @@ TEST(request_key_too_long_never_overflows)
 static rateld_policy_t rules_policy(const char *name, const char *const *rules,
                                     size_t n)
 {
-    rateld_policy_t p = make_policy(name, RATELD_MISSING_REJECT);
+    rateld_policy_t p = make_policy(name, RATEL__KEY_MISSING_REJECT);
     char err[256];
     if (ratel_policy_parse(&p.policy, rules, n, err, sizeof err) != 0)
         ratel_test_fail(__FILE__, __LINE__, err);
