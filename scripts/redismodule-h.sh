@@ -41,13 +41,17 @@ if ! apt-get source --download-only -q "redis=$version" >log 2>&1 &&
          "REDISMODULE_H=/path/to/redismodule.h" >&2
     exit 1
 fi
-orig=$(ls redis_*.orig.tar.* 2>/dev/null | head -1)
-if [ -z "$orig" ]; then
+# Globs, not ls: under pipefail a failing `ls | head` would end the script
+# before the message below.
+tarballs=(redis_*.orig.tar.*)
+orig=${tarballs[0]}
+if [ ! -e "$orig" ]; then
     echo "redismodule-h: no upstream tarball in the source package" >&2
     exit 1
 fi
 tar -xf "$orig" --wildcards '*/src/redismodule.h'
-header=$(ls */src/redismodule.h | head -1)
+headers=(./*/src/redismodule.h)
+header=${headers[0]}
 got=${orig#redis_}; got=${got%.orig.tar.*}
 if [ "$got" != "$upstream" ]; then
     echo "redismodule-h: warning: server is $upstream, header is from $got" >&2

@@ -15,12 +15,13 @@
 #   FUZZ_TARGETS="state" tests/fuzz/libfuzzer.sh    # only fuzz_state
 #   build-fuzz/fuzz_state build-fuzz/crashes/state-crash-...   # replay
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 seconds=${FUZZ_SECONDS:-60}
 out=${FUZZ_BUILD:-build-fuzz}
 clang=${CLANG:-clang}
 passed=0 failed=0
 
+# shellcheck disable=SC2054 # -fsanitize's list: one argument, commas and all
 cflags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
         -Iinclude -Ilib -Ilib/internal -Iserver -D_GNU_SOURCE -pthread
@@ -39,7 +40,8 @@ for f in server/http/*.c server/app/*.c rateld/*.c; do
 done
 # Envoy's and gRPC health's messages, generated as the Makefile does.
 mkdir -p "$out/gen/proto"
-protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include $(find proto -name '*.proto') \
+mapfile -t protos < <(find proto -name '*.proto')
+protoc-c --c_out="$out/gen/proto" -Iproto -I/usr/include "${protos[@]}" \
     /usr/include/google/protobuf/{duration,wrappers,struct}.proto
 while IFS= read -r f; do lib+=("$f"); done < <(find "$out/gen/proto" -name '*.pb-c.c')
 cflags+=(-I. -I"$out/gen/proto")
@@ -65,8 +67,11 @@ done
 libs+=(-lphonenumber -lstdc++)
 
 mkdir -p "$out/crashes"
-targets=${FUZZ_TARGETS:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
-for name in $targets; do
+read -r -a targets <<<"${FUZZ_TARGETS:-}"
+if [ ${#targets[@]} -eq 0 ]; then
+    for f in tests/fuzz/fuzz_*.c; do f=${f##*/fuzz_}; targets+=("${f%.c}"); done
+fi
+for name in "${targets[@]}"; do
     bin="$out/fuzz_$name" log="$out/fuzz_$name.log"
     echo "== fuzz_$name: building"
     # The engine's target drives it through the tests' in-memory transport.
