@@ -140,6 +140,12 @@ PAGES = {
         "vary": [r"\(integer\) (\d{4,})", r"^(\d{4,})$"],
     },
     "docs/deployment.md": {"starts": ["redis"]},
+    # Starts rateld on the SMS-pumping recipe (a copy: its port, a token).
+    "docs/keys.md": {
+        "starts": ["rateld"],
+        "rateld_config": "examples/sms-pumping.yaml",
+        "subs": [(r"examples/sms-pumping\.yaml", "{tmp}/sms-pumping.yaml")],
+    },
     # No server: its 127.0.0.1:8080 is what --check-config prints.
     "docs/envoy.md": {},
     "docs/rateld.md": {
@@ -395,6 +401,8 @@ class Page:
         for kind in self.conf.get("starts", []):
             if kind == "captchad":
                 self.config_copy("captchad/captchad.yaml", self.ports[kind])
+            elif kind == "rateld" and self.conf.get("rateld_config"):
+                self.config_copy(self.conf["rateld_config"], self.ports[kind])
         for kind in self.conf.get("servers", []):
             self.start(kind, self.ports[kind])
 

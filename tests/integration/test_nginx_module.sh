@@ -437,6 +437,7 @@ check_example() {
         codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/sendCaptcha?phone=$phone") "
     done
     same example_limits "$codes" "502 429 502 502 "
+    same example_log_level "$(grep -c '\[warn\].*ratel: refused by policy "sms"' "$dir/logs/error.log")" 1
     # The attacks of docs/nginx.md's table: none admitted (502).
     local u=http://127.0.0.1:$eport/sendCaptcha
     attack example_fragment "$u?phone=13900000001#1"
@@ -446,7 +447,6 @@ check_example() {
     attack example_form_body -d phone=13900000001 "$u"
     attack example_spaced "$u?phone=%2B86%20139%200000%200001"
     attack example_missing "$u"
-    same example_log_level "$(grep -c '\[warn\].*ratel: refused by policy "sms"' "$dir/logs/error.log")" 1
     nginx_stop "$dir"
 }
 

@@ -278,7 +278,7 @@ check_example() {
     done
     # 502: allowed, and the (absent) backend failed; 429: refused.
     same example_limits "$got" 502429
-    same example_key_in_redis "$(rcli "$rport" EXISTS sms:13900000009)" 1
+    same example_key_in_redis "$(rcli "$rport" EXISTS sms:+8613900000009)" 1
     nginx_stop "$tmp/ex"
 }
 
