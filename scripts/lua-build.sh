@@ -18,22 +18,11 @@ export LC_ALL=C
 out=${1:?usage: lua-build.sh OUTDIR}
 top=$(cd "$(dirname "$0")/.." && pwd)
 # The core's frame, in order, and the entry points, which are not part of
-# the core. Every other file of lua/ is an algorithm's (it makes its entry
-# of ALGORITHMS, lua/state.lua) and is joined between the two parts of the
-# frame, in the order of the names: adding an algorithm is adding its file.
+# the core. Between the two parts of the frame come the algorithms' files
+# (algo_files, below, once the map is read).
 before="internal error calendar rule state"
 after="policy commands"
 entry_points="many library eval"
-algos=
-for path in "$top"/lua/*.lua; do
-    f=${path##*/}
-    f=${f%.lua}
-    case " $before $after $entry_points " in
-    *" $f "*) ;;
-    *) algos="$algos $f" ;;
-    esac
-done
-core="$before$algos $after"
 
 # The algorithms' constants, generated from RATEL_ALGO_MAP and
 # RATEL_STATUS_FIELD_MAP (include/ratel.h), so that an algorithm is an entry
@@ -146,6 +135,49 @@ EOF_MAP
     echo '}'
 }
 algo_lua=$(algo_constants; option_constants)
+
+# The algorithms' files: for each algorithm RATEL_ALGO_MAP names, the one
+# file of lua/ that makes its entry of ALGORITHMS (lua/state.lua), by a
+# loader, "LOADERS[ALGO_GCRA] = ...", or at once, "ALGORITHMS[ALGO_SLIDING]
+# = ..." (window.lua makes both fixed's and approx's). They are joined in
+# the order of their names, each once. Any other file of lua/ is not
+# shipped, and said so: adding an algorithm is its map entry and its file.
+algos=
+while IFS=, read -r name _; do
+    makers=
+    for path in "$top"/lua/*.lua; do
+        f=${path##*/}
+        f=${f%.lua}
+        case " $before $after $entry_points " in *" $f "*) continue ;; esac
+        if grep -qE "^[[:space:]]*(LOADERS|ALGORITHMS)\[ALGO_$name\][[:space:]]*=" "$path"; then
+            makers="$makers $f"
+        fi
+    done
+    case $makers in
+    "")
+        echo "lua-build.sh: no file of lua/ makes ALGO_$name's entry (LOADERS[ALGO_$name] = ...)" >&2
+        exit 1
+        ;;
+    " "*" "*)
+        echo "lua-build.sh: more than one file of lua/ makes ALGO_$name's entry:$makers" >&2
+        exit 1
+        ;;
+    esac
+    case " $algos " in *"$makers "*) ;; *) algos="$algos$makers" ;; esac
+done <<EOF_MAP
+$(entries RATEL_ALGO_MAP)
+EOF_MAP
+# shellcheck disable=SC2086 # $algos: names of files, without spaces
+algos=$(printf '%s\n' $algos | sort | paste -sd' ' -)
+for path in "$top"/lua/*.lua; do
+    f=${path##*/}
+    f=${f%.lua}
+    case " $before $after $entry_points $algos " in
+    *" $f "*) ;;
+    *) echo "lua-build.sh: lua/$f.lua left out: it is no part of the frame and makes no algorithm of RATEL_ALGO_MAP" >&2 ;;
+    esac
+done
+core="$before $algos $after"
 
 files=
 for f in $core; do
