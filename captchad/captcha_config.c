@@ -74,32 +74,16 @@ static int refuse_old_limits(const ratel__yaml_ctx_t *ctx,
     return 0;
 }
 
-/*
- * store.url as libratel's parser reads it (a URL it refuses is refused in
- * its words, naming the part that is wrong): every form the rate limits
- * take (Sentinel and Cluster included) holds the codes too.
- */
-static int check_code_url(const char *text, char *why, size_t whylen)
-{
-    ratel_redis_url_t *u = malloc(sizeof *u);
-    int rc = -1;
-
-    if (!u)
-        snprintf(why, whylen, "out of memory");
-    else
-        rc = ratel__redis_url_parse(text, u, why, whylen) == 0 ? 0 : -1;
-    free(u);
-    return rc;
-}
-
 /* `store:` fields other than the Redis store's settings (which are in
    ratel__redis_query_options, as in rateld and a store URL's query). */
 static const char *const store_types[] = {"memory", "redis", NULL};
 static const ratel__option_t store_options[] = {
     {"type", RATEL__OPTION_ENUM, 0, 0, 0, CONFIG(store_redis), store_types,
      NULL, NULL},
-    {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL,
-     check_code_url},
+    /* Read as start reads it: ratel__yaml_store makes the store (every
+       form the rate limits take, Sentinel and Cluster included, holds the
+       codes too). */
+    {"url", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(redis_url), NULL, NULL, NULL},
 };
 
 static int read_store(const ratel__yaml_ctx_t *ctx,

@@ -61,6 +61,12 @@ static int holds_secret(const captcha_config_t *c)
             ratel__url_mask(c->webhook_url, NULL, 0));
 }
 
+/*
+ * --check-config: what start checks before it serves, but binding and
+ * opening files. The loader checks every section (the store made as start
+ * makes it: app/options.h); the address is resolved by
+ * ratel_http_server_check, which ratel_http_server_new runs too.
+ */
 static int check_config(const char *path)
 {
     captcha_config_t *c;
@@ -68,6 +74,11 @@ static int check_config(const char *path)
 
     if (captcha_config_load(path, &c, err, sizeof err) != 0) {
         fprintf(stderr, "captchad: %s\n", err);
+        return 1;
+    }
+    if (ratel_http_server_check(c->listen, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "captchad: %s: %s\n", path, err);
+        captcha_config_free(c);
         return 1;
     }
     /* The summary goes to the journal when a unit runs it: no secret. */

@@ -128,6 +128,12 @@ static int holds_secret(const rateld_config_t *c)
             ratel__url_mask(c->redis_url, NULL, 0));
 }
 
+/*
+ * --check-config: what start checks before it serves, but binding. The
+ * loader checks every section (the store made as start makes it:
+ * app/options.h); the addresses are resolved and told apart by
+ * ratel_http_server_check, which ratel_http_server_new runs too.
+ */
 static int check_config(const char *path)
 {
     rateld_config_t *c;
@@ -135,6 +141,13 @@ static int check_config(const char *path)
 
     if (rateld_config_load(path, &c, err, sizeof err) != 0) {
         fprintf(stderr, "rateld: %s\n", err);
+        return 1;
+    }
+    if (ratel_http_server_check(c->listen,
+                                c->envoy.listen[0] ? c->envoy.listen : NULL,
+                                err, sizeof err) != 0) {
+        fprintf(stderr, "rateld: %s: %s\n", path, err);
+        rateld_config_free(c);
         return 1;
     }
     /* The summary goes to the journal when a unit runs it: no secret. */

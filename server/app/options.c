@@ -150,6 +150,29 @@ static const char *store_field_name(const ratel__option_t *own, size_t nown,
     return ratel__redis_query_options[i - nown - nm].name;
 }
 
+/*
+ * The Redis store made as the program makes it at start (lazily: nothing
+ * is connected) and freed at once: its URL's address, port, path, query
+ * and TLS files are checked by libratel's one reading of them, so that a
+ * configuration the loader takes (for --check-config, a start or a
+ * reload) is one the program can start with, and a refusal names the
+ * file and line of store.url with start's own reason.
+ */
+static int redis_as_started(const ratel__yaml_ctx_t *ctx,
+                            const ratel__yaml_node_t *url,
+                            const ratel_redis_options_t *redis)
+{
+    ratel_redis_options_t o = *redis;
+    ratel_store_t *store = NULL;
+    char why[800];
+
+    o.lazy_connect = 1;
+    if (ratel_store_redis_new(&store, &o, why, sizeof why) != 0)
+        return ratel__yaml_fail(ctx, url->line, "store.url: %s", why);
+    ratel_store_free(store);
+    return 0;
+}
+
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,
                       const ratel__option_t *own, size_t nown, void *config,
@@ -197,5 +220,5 @@ int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
     ratel__redis_query_to_options(&query, redis);
     /* Redis: max_bytes bounds the `local` failure policy's store. */
     redis->local.max_bytes = memory.max_bytes;
-    return 0;
+    return redis_as_started(ctx, v[1 + nm], redis);
 }

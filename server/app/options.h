@@ -71,7 +71,11 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
  * *redis gets the query options, its url pointing at the url field and
  * the `local` failure policy's store bounded by max_bytes; a memory store
  * refuses the Redis fields, naming the first one given, and zeroes
- * *redis. Returns 0, or -1 with "FILE:LINE: store.FIELD: reason".
+ * *redis. A Redis store is then made as the program makes it at start
+ * (lazily, connecting nowhere) and freed, so that the URL, its query and
+ * its TLS files are checked by the one reading that start uses:
+ * --check-config, a start and a reload refuse the same URLs with the same
+ * message. Returns 0, or -1 with "FILE:LINE: store.FIELD: reason".
  */
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,

@@ -189,6 +189,16 @@ int ratel_http_server_new(ratel_http_server_t **out,
                           size_t errlen);
 
 /*
+ * What ratel_http_server_new() checks of its addresses before it binds
+ * anything, with the same messages: `listen` and `grpc_listen` (NULL:
+ * none) parsed and their hosts resolved, and not one address (the same
+ * port on the same or a wildcard host). Returns 0, or -1 with the
+ * message in err. Binds nothing: a program's --check-config runs it.
+ */
+int ratel_http_server_check(const char *listen, const char *grpc_listen,
+                            char *err, size_t errlen);
+
+/*
  * Worker `thread`'s event loop (0..threads-1), from ratel_http_server_new()
  * to ratel_http_server_free(): what a handler keeps waiting on that
  * worker (an asynchronous store call) runs there, on the worker's thread

@@ -211,10 +211,64 @@ static int listener_open(worker_t *w, listener_t *l, address_t *a, char *err,
     return 0;
 }
 
+/* Whether ss is a wildcard address (0.0.0.0 or ::): every address of a
+   port, so it overlaps any other of that port. */
+static int wildcard(const struct sockaddr_storage *ss)
+{
+    static const struct in6_addr any6 = IN6ADDR_ANY_INIT;
+
+    if (ss->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, &any6,
+                      sizeof any6) == 0;
+    return ((const struct sockaddr_in *)ss)->sin_addr.s_addr ==
+           htonl(INADDR_ANY);
+}
+
+/* Whether a and b are one address or overlap (the same port on the same
+   or a wildcard host): the second bind would fail. Port 0 never does. */
+static int overlap(const struct sockaddr_storage *a,
+                   const struct sockaddr_storage *b)
+{
+    char ta[INET6_ADDRSTRLEN + 8], tb[INET6_ADDRSTRLEN + 8];
+
+    if (ratel__port_of(a) == 0 || ratel__port_of(a) != ratel__port_of(b))
+        return 0;
+    if (wildcard(a) || wildcard(b))
+        return 1;
+    ratel__address_text(a, ta, sizeof ta);
+    ratel__address_text(b, tb, sizeof tb);
+    return strcmp(ta, tb) == 0;
+}
+
+int ratel_http_server_check(const char *listen, const char *grpc_listen,
+                            char *err, size_t errlen)
+{
+    struct sockaddr_storage a, b;
+    socklen_t alen, blen;
+
+    if (ratel__parse_listen(listen, &a, &alen, err, errlen) != 0)
+        return -1;
+    if (!grpc_listen)
+        return 0;
+    if (ratel__parse_listen(grpc_listen, &b, &blen, err, errlen) != 0)
+        return -1;
+    if (overlap(&a, &b)) {
+        snprintf(err, errlen,
+                 "listen %s and the gRPC address %s are one address; give "
+                 "each a port of its own",
+                 listen, grpc_listen);
+        return -1;
+    }
+    return 0;
+}
+
 static int server_setup(ratel_http_server_t *server,
                         const ratel_http_options_t *options, char *err,
                         size_t errlen)
 {
+    if (ratel_http_server_check(options->listen, options->grpc_listen, err,
+                                errlen) != 0)
+        return -1;
     if (address_add(server, options->listen, &ratel__http1_proto, err,
                     errlen) != 0)
         return -1;

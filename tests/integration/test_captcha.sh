@@ -171,8 +171,13 @@ contains url_parser_scheme "$("$captchad" --check-config "$tmp/bad8.yaml" 2>&1)"
 printf 'store:\n  type: redis\n  url: redis+sentinel://127.0.0.1:26379/mymaster\n' >"$tmp/ok11.yaml"
 contains url_codes_sentinel "$("$captchad" --check-config "$tmp/ok11.yaml" 2>&1)" \
     'store redis+sentinel://127.0.0.1:26379/mymaster'
-printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:6380?tls_ca_file=/etc/ratel/ca.crt"\n' >"$tmp/ok10.yaml"
-contains url_tls_ok "$("$captchad" --check-config "$tmp/ok10.yaml" 2>&1)" 'store rediss://127.0.0.1:6380?tls_ca_file=/etc/ratel/ca.crt'
+# The store is made as start makes it: its TLS files are read, and one
+# that start could not read is refused by --check-config too.
+printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:6380?tls_ca_file=/etc/ssl/certs/ca-certificates.crt"\n' >"$tmp/ok10.yaml"
+contains url_tls_ok "$("$captchad" --check-config "$tmp/ok10.yaml" 2>&1)" 'store rediss://127.0.0.1:6380?tls_ca_file=/etc/ssl/certs/ca-certificates.crt'
+printf 'store:\n  type: redis\n  url: "rediss://127.0.0.1:6380?tls_ca_file=%s/none.crt"\n' "$tmp" >"$tmp/bad10.yaml"
+same url_tls_missing "$("$captchad" --check-config "$tmp/bad10.yaml" 2>&1)" \
+    "captchad: $tmp/bad10.yaml:3: store.url: redis store: tls_ca_file \"$tmp/none.crt\": No such file or directory"
 printf 'store:\n  type: redis\n  url: "redis://u:pw@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300"\n' >"$tmp/ok9.yaml"
 contains url_plain_ok "$("$captchad" --check-config "$tmp/ok9.yaml" 2>&1)" 'store redis://***@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300'
 "$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
