@@ -22,6 +22,7 @@
 
 #include "app/address.h"
 #include "app/log.h"
+#include "app/phone.h"
 #include "http/http.h"
 #include "ratel.h"
 
@@ -32,8 +33,11 @@
 
 #define CAPTCHA_VERSION RATEL_VERSION
 
-/* "+" and 15 digits (E.164), NUL. */
-#define CAPTCHA_PHONE_MAX 17
+/* A number as captchad keys, stores and sends it: its E.164 form
+   (app/phone.h), NUL. */
+#define CAPTCHA_PHONE_MAX 24
+_Static_assert(CAPTCHA_PHONE_MAX == sizeof(((ratel__phone_t *)0)->e164),
+               "a number's E.164 form fits CAPTCHA_PHONE_MAX");
 /* Code length bounds; the code's text with its NUL fits CAPTCHA_CODE_MAX. */
 #define CAPTCHA_CODE_MIN_LEN 4
 #define CAPTCHA_CODE_MAX_LEN 10
@@ -86,6 +90,9 @@ typedef struct captcha_config_s {
                                     FAILED and refunded; default
                                     code_ttl_ms */
     char sqlite_path[512];       /* default captchad.db */
+    char phone_region[4];        /* phone_region: the region of numbers
+                                    written without a country code,
+                                    default CN; "": + numbers only */
 } captcha_config_t;
 
 /*
@@ -272,6 +279,8 @@ enum {
     VERIFY_OUTCOMES
 };
 enum { SENDER_SUCCESS, SENDER_FAILURE, SENDER_RESULTS };
+/* Why a telephone number was refused (captcha_phone_refused_total). */
+enum { PHONE_UNPARSABLE, PHONE_INVALID, PHONE_PREMIUM, PHONE_REFUSALS };
 /* Log lines any client can cause at will, each kind through a log budget
    (app/log.h: one line per kind per 10 s on each HTTP thread, with how
    many were not written): a send refused by each policy, a wrong code,
@@ -299,7 +308,8 @@ struct captcha_s {
     _Atomic uint64_t refunds, refund_errors;
     _Atomic uint64_t recovered[RECOVER_ACTIONS];
     _Atomic uint64_t login_failures, login_limited;
-    _Atomic uint64_t refused[RATEL_HTTP_REFUSALS]; /* connections, by limit */
+    _Atomic uint64_t phone_refused[PHONE_REFUSALS]; /* send and verify */
+    _Atomic uint64_t refused[RATEL_HTTP_REFUSALS];  /* connections, by limit */
     /* Per HTTP thread (config->threads of them): the budgets of the lines
        a client causes, indexed QUIET_SEND_LIMITED + policy or another
        QUIET_ kind. NULL: every line is written. */

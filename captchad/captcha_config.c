@@ -48,6 +48,7 @@ static void set_defaults(captcha_config_t *c)
     c->queue_size = 1024;
     c->resend_max_age_ms = -1; /* code_ttl_ms unless the file says */
     snprintf(c->sqlite_path, sizeof c->sqlite_path, "captchad.db");
+    snprintf(c->phone_region, sizeof c->phone_region, "CN");
 }
 
 /*
@@ -216,6 +217,9 @@ static const ratel__option_t top_options[] = {
      CONFIG(code_max_entries), NULL, NULL, NULL},
     {"sqlite_path", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(sqlite_path), NULL,
      NULL, ratel__check_nonempty},
+    /* A region libphonenumber knows (app/phone.h), or "". */
+    {"phone_region", RATEL__OPTION_STRING, 0, 0, 0, CONFIG(phone_region), NULL,
+     NULL, ratel__phone_check_region},
 };
 
 /* The top level's sections, read by read_section. */

@@ -109,30 +109,49 @@ static void respond_limited(captcha_t *app, ratel_http_exchange_t *ex,
 /* ------------------------------------------------------------- inputs */
 
 /*
- * Checks a telephone number and writes its canonical form into out:
- * mainland China mobile numbers (1[3-9] and 9 digits, also written
- * +86...) as the 11 digits, other numbers as E.164 (+ and 8..15 digits,
- * the first not 0). 1 when valid.
+ * The telephone number `s` as captchad keys, stores and sends it: its
+ * E.164 form (app/phone.h: libphonenumber), a number without a country
+ * code read as phone_region's, into out. So every spelling an SMS
+ * provider delivers to one phone ("13800138000", "+86 138 0013 8000",
+ * "008613800138000", ...) is one code, one notice list and one budget.
+ * Refuses (counted by reason) what is not a valid number, and premium-rate
+ * and shared-cost numbers: no one needs a code there, and SMS-pumping
+ * rings earn from traffic to them. 0, or -1 with the reason in why.
  */
-static int phone_canonical(const char *s, char out[CAPTCHA_PHONE_MAX])
+static int phone_e164(captcha_t *app, const char *s,
+                      char out[CAPTCHA_PHONE_MAX], char *why, size_t whylen)
 {
-    size_t n = strlen(s);
+    const char *region = app->config->phone_region;
+    ratel__phone_t p;
+    int rc = ratel__phone_parse(s, strlen(s), region, &p);
 
-    for (size_t i = s[0] == '+' ? 1 : 0; i < n; i++)
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-    if (n == 14 && !strncmp(s, "+86", 3)) {
-        s += 3;
-        n = 11;
-    }
-    if (s[0] != '+') {
-        if (n != 11 || s[0] != '1' || s[1] < '3')
-            return 0;
-    } else if (n < 9 || n > 16 || s[1] == '0') {
+    if (rc == 0 && !ratel__phone_type_premium(p.type)) {
+        memcpy(out, p.e164, CAPTCHA_PHONE_MAX);
         return 0;
     }
-    memcpy(out, s, n + 1);
-    return 1;
+    if (rc == 0) {
+        atomic_fetch_add(&app->phone_refused[PHONE_PREMIUM], 1);
+        snprintf(why, whylen,
+                 "telephone: a %s number; codes are not sent to premium-rate "
+                 "or shared-cost numbers",
+                 ratel__phone_type_name(p.type));
+        return -1;
+    }
+    atomic_fetch_add(
+        &app->phone_refused[rc == RATEL__PHONE_INVALID ? PHONE_INVALID
+                                                       : PHONE_UNPARSABLE],
+        1);
+    if (region[0])
+        snprintf(why, whylen,
+                 "telephone: %s; expected a number such as 13800138000 (read "
+                 "in phone_region %s) or +8613800138000",
+                 ratel__phone_strerror(rc), region);
+    else
+        snprintf(why, whylen,
+                 "telephone: %s; expected a number with its country code "
+                 "such as +8613800138000",
+                 ratel__phone_strerror(rc));
+    return -1;
 }
 
 /* Whether `s` is exactly `len` decimal digits. */
@@ -693,11 +712,9 @@ static void handle_send(captcha_t *app, ratel_http_exchange_t *ex,
                       why);
         return;
     }
-    if (!phone_canonical(in[0], phone)) {
+    if (phone_e164(app, in[0], phone, why, sizeof why) != 0) {
         atomic_fetch_add(&app->sends[SEND_INVALID], 1);
-        respond_error(ex, 400,
-                      "expected {\"telephone\": \"13800138000\"}: a mainland "
-                      "China mobile number or +E.164 (+ and 8..15 digits)");
+        respond_error(ex, 400, "%s", why);
         return;
     }
     if (!(f = flow_new(app, FLOW_SEND, ex, req)))
@@ -784,9 +801,9 @@ static void handle_verify(captcha_t *app, ratel_http_exchange_t *ex,
                       rc ? why : "", rc ? "; " : "");
         return;
     }
-    if (!phone_canonical(in[0], phone)) {
-        atomic_fetch_add(&app->verifies[VERIFY_INVALID], 1);
-        respond_error(ex, 400, INVALID_CODE);
+    if (phone_e164(app, in[0], phone, why, sizeof why) != 0) {
+        atomic_fetch_add(&app->verifies[VERIFY_BAD_REQUEST], 1);
+        respond_error(ex, 400, "%s", why);
     } else if ((f = flow_new(app, FLOW_VERIFY, ex, req))) {
         snprintf(f->ip, sizeof f->ip, "%s", ip);
         memcpy(f->phone, phone, sizeof f->phone);
@@ -872,9 +889,10 @@ static int admin_ok(const captcha_t *app, const ratel_http_request_t *req)
 static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
                            const ratel_http_request_t *req)
 {
-    char raw[64], phone[CAPTCHA_PHONE_MAX], *list, *body, why[300] = "";
+    char raw[RATEL__PHONE_TEXT_MAX + 1], *list, *body, why[300] = "";
+    ratel__phone_t phone;
     long got;
-    int n;
+    int n = 0;
 
     if (!admin_ok(app, req)) {
         respond_error(ex, 403,
@@ -883,19 +901,25 @@ static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
         return;
     }
     got = query_once(req->query, "telephone", raw, sizeof raw, why, sizeof why);
-    if (got <= 0 || !phone_canonical(raw, phone)) {
+    /* The notices of the number however it is written (as sends key
+       them: E.164). */
+    if (got > 0 && (n = ratel__phone_parse(raw, (size_t)got,
+                                           app->config->phone_region, &phone)))
+        snprintf(why, sizeof why, "telephone: %s", ratel__phone_strerror(n));
+    if (got <= 0 || n != 0) {
         respond_error(ex, 400, "%s%sexpected ?telephone=NUMBER", why,
                       why[0] ? "; " : "");
         return;
     }
-    list = captcha_notices_json(app->notices, phone, 100);
+    list = captcha_notices_json(app->notices, phone.e164, 100);
     body = list ? malloc(strlen(list) + 64) : NULL;
     if (!body) {
         free(list);
         respond_error(ex, 500, "cannot read the notices");
         return;
     }
-    n = sprintf(body, "{\"telephone\":\"%s\",\"notices\":%s}\n", phone, list);
+    n = sprintf(body, "{\"telephone\":\"%s\",\"notices\":%s}\n", phone.e164,
+                list);
     respond_json(ex, 200, body, (size_t)n);
     free(body);
     free(list);

@@ -71,6 +71,7 @@ void captcha_metrics(captcha_t *app, ratel_http_exchange_t *ex)
                                            "bad_request", "error"};
     static const char *const results[] = {"success", "failure"};
     static const char *const recovered[] = {"resent", "failed"};
+    static const char *const phones[] = {"unparsable", "invalid", "premium"};
     static const ratel_http_header_t text[] = {
         {{"Content-Type", 12}, {"text/plain; version=0.0.4", 25}}};
     const char *limits[RATEL_HTTP_REFUSALS];
@@ -87,6 +88,11 @@ void captcha_metrics(captcha_t *app, ratel_http_exchange_t *ex)
     counter(&t, "captcha_sender_results_total",
             "Messages the sender delivered or failed to.", "result", results,
             app->sender_results, SENDER_RESULTS);
+    counter(&t, "captcha_phone_refused_total",
+            "Sends and verifies refused for their telephone number: not a "
+            "number, not a valid one (libphonenumber), or premium-rate or "
+            "shared-cost.",
+            "reason", phones, app->phone_refused, PHONE_REFUSALS);
     counter(&t, "captcha_recovered_notices_total",
             "Notices a crash left unsent, re-sent or failed at start-up.",
             "action", recovered, app->recovered, RECOVER_ACTIONS);

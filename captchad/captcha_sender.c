@@ -215,13 +215,19 @@ static int recover_one(captcha_t *app, const captcha_stranded_t *st,
     const captcha_config_t *c = app->config;
     const char *why = "not sent: captchad stopped before sending; failed "
                       "at the next start, permits refunded";
+    const char *phone = st->target;
     captcha_job_t job;
+    ratel__phone_t p;
 
     *refunded = 0;
+    /* A row from before numbers were kept in E.164 (a mainland number as
+       its 11 digits) is sent to and refunded as a send now keys it. */
+    if (ratel__phone_parse(phone, strlen(phone), c->phone_region, &p) == 0)
+        phone = p.e164;
     if (now_ms - st->created_ms < c->resend_max_age_ms) {
         memset(&job, 0, sizeof job);
         job.notice_id = st->id;
-        snprintf(job.phone, sizeof job.phone, "%s", st->target);
+        snprintf(job.phone, sizeof job.phone, "%s", phone);
         snprintf(job.ip, sizeof job.ip, "%s", st->ip);
         if (captcha_code_new(c->code_length, job.code) == 0 &&
             captcha_codes_put(app->codes, job.phone, job.code, now_ms,
@@ -236,7 +242,7 @@ static int recover_one(captcha_t *app, const captcha_stranded_t *st,
               "be queued again at the next start; permits refunded";
     }
     /* As in deliver(): the permits come back before the row says FAILED. */
-    *refunded = captcha_refund_send(app, st->target, st->ip) == 0;
+    *refunded = captcha_refund_send(app, phone, st->ip) == 0;
     captcha_notices_finish(app->notices, st->id, 0, why, now_ms);
     return RECOVER_FAILED;
 }

@@ -10,6 +10,7 @@
 
 #include <phonenumbers/phonenumberutil.h>
 
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -102,6 +103,19 @@ extern "C" int ratel__phone_region_known(const char *region)
     } catch (...) {
         return 0;
     }
+}
+
+extern "C" int ratel__phone_check_region(const char *text, char *why,
+                                         size_t whylen)
+{
+    if (text[0] == '\0' || ratel__phone_region_known(text))
+        return 0;
+    snprintf(why, whylen,
+             "\"%.16s\" is not a region libphonenumber knows; expected an "
+             "ISO 3166 two-letter region (CN, US, GB, ...) or \"\" (numbers "
+             "written with + only)",
+             text);
+    return -1;
 }
 
 /* Parses within the bounds the caller checked; may throw

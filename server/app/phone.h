@@ -97,6 +97,14 @@ int ratel__phone_parse(const char *text, size_t n, const char *region,
    "cn" yes; "XX", "001", NULL and "" no): for config checks. */
 int ratel__phone_region_known(const char *region);
 
+/*
+ * A configuration's default region as a string option's check
+ * (server/app/options.h, ratel__option_t.check): 0 for a region
+ * libphonenumber knows or "" (numbers written with + only), else -1 with
+ * why naming the text and what is accepted.
+ */
+int ratel__phone_check_region(const char *text, char *why, size_t whylen);
+
 /* A type's name ("mobile", "premium_rate", ...); "unknown" out of
    range. */
 const char *ratel__phone_type_name(int type);

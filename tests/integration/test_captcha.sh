@@ -64,12 +64,17 @@ status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 header() { grep -i "^$1:" "$2" | head -1 | cut -d: -f2- | tr -d '\r ' ; }
 metric() { curl -s "$1/metrics" | awk -v m="$2" 'index($0, m) == 1 { print $NF }' | head -1; }
 
-# code_of SMSFILE PHONE: the newest code the log sender wrote for PHONE,
-# waiting for the sender thread (bounded).
+# e164 PHONE: the number as captchad keys, stores and sends it: a
+# mainland number's 11 digits with +86, an international one as it is.
+e164() { case $1 in +*) echo "$1" ;; *) echo "+86$1" ;; esac; }
+
+# code_of SMSFILE PHONE: the newest code the log sender wrote for PHONE
+# (in E.164), waiting for the sender thread (bounded).
 code_of() {
-    local c
+    local c p
+    p=$(e164 "$2")
     for _ in $(seq 100); do
-        c=$(awk -F'\t' -v p="$2" '$2 == p { print $3 }' "$1" 2>/dev/null |
+        c=$(awk -F'\t' -v p="$p" '$2 == p { print $3 }' "$1" 2>/dev/null |
             tail -1 | grep -o 'code is [0-9]*' | cut -d' ' -f3)
         [ -n "$c" ] && { echo "$c"; return 0; }
         sleep 0.05
@@ -180,6 +185,12 @@ same url_tls_missing "$("$captchad" --check-config "$tmp/bad10.yaml" 2>&1)" \
     "captchad: $tmp/bad10.yaml:3: store.url: redis store: tls_ca_file \"$tmp/none.crt\": No such file or directory"
 printf 'store:\n  type: redis\n  url: "redis://u:pw@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300"\n' >"$tmp/ok9.yaml"
 contains url_plain_ok "$("$captchad" --check-config "$tmp/ok9.yaml" 2>&1)" 'store redis://***@127.0.0.1:6379,127.0.0.1:6380/2?timeout_ms=300'
+# phone_region: a region libphonenumber knows, or "" (+ numbers only).
+printf 'phone_region: XX\n' >"$tmp/bad11.yaml"
+same phone_region_unknown "$("$captchad" --check-config "$tmp/bad11.yaml" 2>&1)" \
+    "captchad: $tmp/bad11.yaml:1: phone_region: \"XX\" is not a region libphonenumber knows; expected an ISO 3166 two-letter region (CN, US, GB, ...) or \"\" (numbers written with + only)"
+printf 'phone_region: ""\n' >"$tmp/ok12.yaml"
+contains phone_region_empty "$("$captchad" --check-config "$tmp/ok12.yaml" 2>&1)" ': ok:'
 "$captchad" --check-config "$tmp/bad1.yaml" >/dev/null 2>&1
 same bad_exit "$?" 1
 
@@ -191,7 +202,7 @@ contains send_body "$out" '"sent":true,"notice_id":'
 contains send_expires "$out" '"expires_in_s":300'
 code=$(code_of "$tmp/main.sms" "$phone")
 if [[ $code =~ ^[0-9]{6}$ ]]; then ok code_six_digits; else fail code_six_digits "[$code]"; fi
-line=$(grep -P "^\d{4}-\d\d-\d\dT[0-9:.]+Z\t$phone\tYour code is $code, valid 5 minutes$" "$tmp/main.sms")
+line=$(grep -P "^\d{4}-\d\d-\d\dT[0-9:.]+Z\t\+86$phone\tYour code is $code, valid 5 minutes$" "$tmp/main.sms")
 [ -n "$line" ] && ok sms_line_format || fail sms_line_format "$(cat "$tmp/main.sms")"
 same verify_non_digit "$(verify_body "$b1" "$phone" "12a456")" "$invalid"
 same verify_wrong_length "$(verify_body "$b1" "$phone" "12345")" "$invalid"
@@ -214,6 +225,61 @@ same phone_limit_policy_field "$(header RateLimit-Policy "$tmp/h")" \
     '"send_phone-0";q=1;w=60,"send_phone-1";q=5;w=3600,"send_phone-2";q=10;w=86400'
 same phone_limit_ratelimit_field "$(header RateLimit "$tmp/h")" "\"send_phone-0\";r=0;t=$ra"
 limited_json "phone_limit_json" "$tmp/b" send_phone 0 "$ra"
+
+# --- one phone, one number: the spellings an SMS provider delivers to one
+# phone (issue 31's six, and JSON's escapes of them) are one E.164 number
+# (libphonenumber, phone_region CN): one budget, one code. Each from an
+# address of its own, so that only the phone's limit can refuse it.
+same spelling_first "$(send_status "$b1" 13500003333 10.11.0.1)" 202
+i=1
+for spelled in +8613500003333 008613500003333 '+86 135 0000 3333' 135-0000-3333 \
+    +86013500003333 8613500003333 '(+86) 135.0000.3333' \
+    '\u002B8613500003333' '135\u002D0000\u002D3333' '\u0031\u0033500003333'; do
+    i=$((i + 1))
+    same "spelling_limited_[$spelled]" "$(send_status "$b1" "$spelled" "10.11.0.$i")" 429
+done
+# Percent-escapes mean nothing in JSON: refused as no number, never a
+# bucket of its own.
+for spelled in %2B8613500003333 135%2D0000%2D3333 1350000333%33; do
+    i=$((i + 1))
+    same "spelling_escaped_[$spelled]" "$(send_status "$b1" "$spelled" "10.11.0.$i")" 400
+done
+code=$(code_of "$tmp/main.sms" 13500003333)
+same spelling_one_sms "$(grep -c "+8613500003333" "$tmp/main.sms")" 1
+same sms_only_e164 "$(awk -F'\t' '$2 !~ /^\+[1-9][0-9]+$/' "$tmp/main.sms")" ""
+# A code sent to one spelling verifies with another, once.
+same spelling_verify_other "$(verify "$b1" '+86 (0) 135-0000-3333' "$code" 10.11.1.1)" 200
+same spelling_verify_once "$(verify "$b1" 13500003333 "$code" 10.11.1.1)" 400
+# The notices of the number, however the query spells it.
+body=$(curl -s -H "Authorization: Bearer $token" "$b1/notices?telephone=%2B86%20135%200000%203333")
+contains spelling_notices "$body" '{"telephone":"+8613500003333","notices":[{'
+same spelling_notices_national "$(curl -s -H "Authorization: Bearer $token" "$b1/notices?telephone=135-0000-3333" | head -c 40)" \
+    "$(head -c 40 <<<"$body")"
+
+# --- numbers that are not valid, and premium-rate ones: 400, named and
+# counted, nothing sent
+curl -s -o "$tmp/rb" -w '%{http_code}' -H 'X-Forwarded-For: 10.11.2.1' -X POST \
+    -d '{"telephone":"12000000000"}' "$b1/captcha/send" >"$tmp/code"
+same invalid_number "$(cat "$tmp/code")" 400
+json_error invalid_number_body "$tmp/rb" "telephone: not a valid number of its region's numbering plan; expected a number such as 13800138000 (read in phone_region CN) or +8613800138000"
+curl -s -o "$tmp/rb" -w '%{http_code}' -H 'X-Forwarded-For: 10.11.2.2' -X POST \
+    -d '{"telephone":"+44 909 876 5432"}' "$b1/captcha/send" >"$tmp/code"
+same premium_number "$(cat "$tmp/code")" 400
+json_error premium_number_body "$tmp/rb" 'telephone: a premium_rate number; codes are not sent to premium-rate or shared-cost numbers'
+same shared_cost_number "$(send_status "$b1" 4001234567 10.11.2.3)" 400
+curl -s -o "$tmp/rb" -w '%{http_code}' -H 'X-Forwarded-For: 10.11.2.4' -X POST \
+    -d '{"telephone":"tel:13500003334"}' "$b1/captcha/send" >"$tmp/code"
+same letters_number "$(cat "$tmp/code")" 400
+json_error letters_number_body "$tmp/rb" 'telephone: not a phone number (ASCII digits, spaces, dashes, dots, parentheses and a leading +, at most 64 bytes)'
+same verify_invalid_number "$(verify "$b1" 12000000000 123456 10.11.2.5)" 400
+m=$(curl -s "$b1/metrics")
+contains phone_refused_premium "$m" 'captcha_phone_refused_total{reason="premium"} 2'
+contains phone_refused_invalid "$m" 'captcha_phone_refused_total{reason="invalid"} 2'
+if grep -qE '12000000000|909876|4001234567|13500003334' "$tmp/main.sms"; then
+    fail refused_nothing_sent "$(grep -E '12000000000|909876|4001234567' "$tmp/main.sms")"
+else
+    ok refused_nothing_sent
+fi
 
 # --- two concurrent correct verifies: exactly one succeeds
 phone=13800138001
@@ -317,7 +383,7 @@ printf '{"telephone":"13811110001","x":%s1%s}' "$(printf '[%.0s' $(seq 20))" "$(
 body_case json_too_deep /captcha/send 'nested deeper than 16'
 # The NUL and \u0000 numbers were never sent (no SMS, no notice).
 if grep -q 13811110001 "$tmp/main.sms"; then fail json_nothing_sent "$(grep 13811110001 "$tmp/main.sms")"; else ok json_nothing_sent; fi
-same json_no_notice "$(curl -s -H "Authorization: Bearer $token" "$b1/notices?telephone=13811110001")" '{"telephone":"13811110001","notices":[]}'
+same json_no_notice "$(curl -s -H "Authorization: Bearer $token" "$b1/notices?telephone=13811110001")" '{"telephone":"+8613811110001","notices":[]}'
 # A query parameter given twice is refused too.
 curl -s -o "$tmp/rb" -w '%{http_code}' "$b1/login/needs-captcha?user=alice&user=bob" >"$tmp/code"
 same query_duplicate "$(cat "$tmp/code")" 400
@@ -380,7 +446,7 @@ if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["notices"][0
 else
     fail notices_json "$body"
 fi
-first_code=$(awk -F'\t' '$2 == "13800138000" { print $3 }' "$tmp/main.sms" | head -1 | grep -o '[0-9]\{6\}')
+first_code=$(awk -F'\t' '$2 == "+8613800138000" { print $3 }' "$tmp/main.sms" | head -1 | grep -o '[0-9]\{6\}')
 [[ $body != *"$first_code"* ]] && ok notices_no_code || fail notices_no_code "$body"
 
 # --- 10,000 unique phones from one address: 20 pass, the stores stay small
@@ -410,7 +476,7 @@ same flood_ipv6_other_64 "$(send_status "$b1" 13500000999 2001:db8:5:1::1)" 202
 m=$(curl -s "$b1/metrics")
 contains metrics_sends "$m" 'captcha_sends_total{outcome="accepted"}'
 contains metrics_limited "$m" 'captcha_sends_total{outcome="limited"}'
-contains metrics_verifies "$m" 'captcha_verifies_total{outcome="success"} 3'
+contains metrics_verifies "$m" 'captcha_verifies_total{outcome="success"} 4'
 contains metrics_sender "$m" 'captcha_sender_results_total{result="success"}'
 contains metrics_queue "$m" 'captcha_queue_depth 0'
 if grep -qE '1[3-9][0-9]{9}' <<<"$m"; then fail metrics_no_phones "a phone number in /metrics"; else ok metrics_no_phones; fi
@@ -480,7 +546,7 @@ start hook_ok "$p3" || fail start_hook_ok "did not come up"
 same hook_ok_send "$(send_status "$b3" 13800138000)" 202
 body=$(notice_state "$b3" 13800138000 SUCCESS)
 contains hook_ok_state "$body" '"provider_result":"webhook: HTTP 200"'
-if python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); assert d["telephone"] == "13800138000" and len(d["code"]) == 6 and d["code"] in d["message"]' "$tmp/gw-$g" 2>/dev/null; then
+if python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); assert d["telephone"] == "+8613800138000" and len(d["code"]) == 6 and d["code"] in d["message"]' "$tmp/gw-$g" 2>/dev/null; then
     ok hook_payload
     code=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["code"])' "$tmp/gw-$g")
     same hook_code_verifies "$(verify "$b3" 13800138000 "$code")" 200
@@ -585,7 +651,7 @@ contains crash_metric "$(curl -s "$b6/metrics")" "captcha_recovered_notices_tota
 code=$(python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
-    if d["telephone"] == "13500000007": print(d["code"])' "$tmp/gw-$g2")
+    if d["telephone"] == "+8613500000007": print(d["code"])' "$tmp/gw-$g2")
 same crash_resent_code_verifies "$(verify "$b6" 13500000007 "${code:-000000}" 10.9.0.2)" 200
 stop crash2
 same crash_sigterm "$stopped" 0
@@ -632,12 +698,12 @@ if rport=$(redis_start); then
     same redis_send_a "$(send_status "$ba" 13800138000)" 202
     same redis_send_b_limited "$(send_status "$bb" 13800138000 10.6.0.1)" 429
     code=$(code_of "$tmp/ra.sms" 13800138000)
-    same redis_code_key "$(rcli "$rport" HGET 'captcha:code:{13800138000}' code)" "$code"
-    ttl=$(rcli "$rport" PTTL 'captcha:code:{13800138000}')
+    same redis_code_key "$(rcli "$rport" HGET 'captcha:code:{+8613800138000}' code)" "$code"
+    ttl=$(rcli "$rport" PTTL 'captcha:code:{+8613800138000}')
     if [ "$ttl" -gt 290000 ] && [ "$ttl" -le 300000 ]; then ok redis_code_ttl; else fail redis_code_ttl "$ttl"; fi
     same redis_verify_b "$(verify "$bb" 13800138000 "$code")" 200
     same redis_verify_a_again "$(verify "$ba" 13800138000 "$code")" 400
-    same redis_code_gone "$(rcli "$rport" EXISTS 'captcha:code:{13800138000}')" 0
+    same redis_code_gone "$(rcli "$rport" EXISTS 'captcha:code:{+8613800138000}')" 0
     # Wrong guesses count across instances.
     send "$ba" 13800138001 >/dev/null
     code=$(code_of "$tmp/ra.sms" 13800138001)
@@ -716,7 +782,7 @@ if tport=$(redis_start_tls); then
     start tls "$pt" || fail start_tls "did not come up"
     same tls_send "$(send_status "$bt" 13500000001 10.8.0.1)" 202
     code=$(code_of "$tmp/tls.sms" 13500000001)
-    same tls_code_in_redis "$(rcli_tls "$tport" HGET 'captcha:code:{13500000001}' code)" "$code"
+    same tls_code_in_redis "$(rcli_tls "$tport" HGET 'captcha:code:{+8613500000001}' code)" "$code"
     same tls_verify "$(verify "$bt" 13500000001 "$code" 10.8.0.2)" 200
     same tls_verify_again "$(verify "$bt" 13500000001 "$code" 10.8.0.2)" 400
     same tls_not_warned "$(grep -c 'tls_insecure' "$tmp/tls.log")" 0

@@ -226,6 +226,12 @@ TEST(phone_regions)
     CHECK(strstr(ratel__phone_strerror(RATEL__PHONE_UNPARSABLE), "digits") !=
           NULL);
     CHECK(strcmp(ratel__phone_strerror(0), "") == 0);
+    /* As a configuration's check: "" is "+ only"; a message for XX. */
+    char why[200] = "";
+    CHECK_EQ(ratel__phone_check_region("CN", why, sizeof why), 0);
+    CHECK_EQ(ratel__phone_check_region("", why, sizeof why), 0);
+    CHECK_EQ(ratel__phone_check_region("XX", why, sizeof why), -1);
+    CHECK(strstr(why, "\"XX\" is not a region libphonenumber knows") != NULL);
 }
 
 /* A thread's share of the smoke test: every spelling, n times over. */
