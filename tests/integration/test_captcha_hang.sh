@@ -76,7 +76,8 @@ EOF
     kill -CONT "$rpid"
     back() { [ "$(send "$back_phone" 10.9.0.3 | cut -d' ' -f1)" = 202 ]; }
     wait_for 15 back && ok "${policy}_back_to_redis" || fail "${policy}_back_to_redis" "no send admitted by Redis after SIGCONT"
-    same "${policy}_code_in_redis" "$(redis-cli -p "$rport" EXISTS "captcha:code:{$back_phone}")" 1
+    # Codes are keyed by the number's E.164 form.
+    same "${policy}_code_in_redis" "$(redis-cli -p "$rport" EXISTS "captcha:code:{+86$back_phone}")" 1
     touch "$tmp/stop"
     for i in 1 2 3 4; do wait "$(cat "$tmp/pids/client$i")" 2>/dev/null; done
     # Every client send got an answer from Redis (202) or from the failure

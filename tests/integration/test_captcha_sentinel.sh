@@ -37,13 +37,14 @@ verify() { curl -s -o /dev/null -w '%{http_code}' -X POST -d "{\"telephone\":\"$
 code_of() { # PHONE: the newest code the log sender wrote (waits, bounded)
     local c
     for _ in $(seq 100); do
-        c=$(awk -F'\t' -v p="$1" '$2 == p { print $3 }' "$tmp/captchad.sms" 2>/dev/null |
+        c=$(awk -F'\t' -v p="+86$1" '$2 == p { print $3 }' "$tmp/captchad.sms" 2>/dev/null |
             tail -1 | grep -o 'code is [0-9]*' | cut -d' ' -f3)
         [ -n "$c" ] && { echo "$c"; return 0; }
         sleep 0.05
     done
 }
-stored_on() { redis-cli -p "$1" EXISTS "captcha:code:{$2}"; }
+# Numbers are sent to and keyed in E.164 (+86 and the mainland number).
+stored_on() { redis-cli -p "$1" EXISTS "captcha:code:{+86$2}"; }
 
 same send_202 "$(send 13900000001)" 202
 same code_in_primary "$(stored_on "$p1" 13900000001)" 1
