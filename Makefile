@@ -333,7 +333,7 @@ format-check:
 	if [ -s $(BUILD)/format-check.out ]; then echo "not clang-formatted (make format):"; cat $(BUILD)/format-check.out; exit 1; fi
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-clang
 
 # ratel's main job: rateld on examples/rateld.yaml with the embedded store
 # (RATELD_CONFIG= another file), in the foreground until Ctrl-C. The
