@@ -48,6 +48,16 @@ policies:
   partner:
     rules: [1/1m]
     key: ip
+  sms:
+    rules: [1/1m]
+    key: query:telephone|phone:CN
+    overrides:
+      - when: key
+        is: ["138 0000 0000"]
+        exempt: true
+  sms-range:
+    rules: [3/1h]
+    key: query:telephone|phone:CN|range:2
 routes:
   - path: /h
     policies: [by-host]
@@ -64,6 +74,10 @@ routes:
   - path: /p
     headers: {X-Tier: free}
     policies: [by-host]
+  - path: /sendCaptcha
+    policies: [sms]
+  - path: /walk
+    policies: [sms, sms-range]
 EOF
 }
 
@@ -125,6 +139,22 @@ same api_stricter_1 "$(auth /api -H 'X-Api-Key: k-abuser')" 200
 same api_stricter_2 "$(auth /api -H 'X-Api-Key: k-abuser')" 429
 curl -s -D "$tmp/h" -o /dev/null -H 'X-Api-Key: k-abuser' "$base/v1/auth/api"
 contains api_stricter_retry "$(cat "$tmp/h")" 'RateLimit: "api-0";r=0;t=3'
+
+# --- phone numbers: the six spellings of one number (and their
+# URL-encoded forms) are one bucket, E.164; invalid numbers are refused;
+# an override's value matches every spelling; a walk across one range
+# stops at the range's rule.
+same phone_first "$(auth '/sendCaptcha?telephone=13500003333')" 200
+for t in %2B8613500003333 008613500003333 '%2B86%20135%200000%203333' '+86+135+0000+3333' \
+    135-0000-3333 '%2B86013500003333' '1350000333%33' '%31%33%35%30%30%30%30%33%33%33%33'; do
+    same "phone_same_bucket_$t" "$(auth "/sendCaptcha?telephone=$t")" 429
+done
+curl -s -D "$tmp/h" -o /dev/null "$base/v1/auth/sendCaptcha?telephone=12345"
+contains phone_invalid "$(tr -d '\r' <"$tmp/h")" "X-Ratel-Reason: bad-key"
+same phone_exempt "$(auth '/sendCaptcha?telephone=%2B8613800000000')$(auth '/sendCaptcha?telephone=13800000000')" 200200
+codes=""
+for n in 10 11 12 13 14; do codes="$codes$(auth "/walk?telephone=135000000$n") "; done
+same phone_range_walk "$codes" "200 200 200 429 429 "
 
 # --- reload: gold gets [5/1m, 100/1h]; k2 used 5 of 5/1m, which is kept
 write_config "[5/1m, 100/1h]"
