@@ -145,9 +145,12 @@ nginx_stop() {
 }
 
 # valgrind's command line for nginx (add --log-file=LOG): errors and
-# definite leaks, with the module's symbols kept after it is unloaded.
+# definite leaks, with the module's symbols kept after it is unloaded;
+# what libraries keep for the life of the process on purpose
+# (libphonenumber's singleton: tests/valgrind.supp) is not reported.
 # shellcheck disable=SC2034 # for the suites: nginx_start DIR URL "${nginx_valgrind[@]}"
-nginx_valgrind=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes)
+nginx_valgrind=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes
+    --suppressions="$root/tests/valgrind.supp")
 
 # nginx_valgrind_only FUNCTION: with RATEL_NGINX_VALGRIND=1
 # (tests/valgrind.sh), runs FUNCTION alone, or says why it cannot, and

@@ -532,6 +532,9 @@ valgrind_run() {
         location = /ready { }
         location = /metrics { ratel_metrics; }
         location /sms { ratel zone=api policy=sms key=\$arg_phone; try_files /index.html =404; }
+        location /src { ratel zone=api policy=sms key=query:phone|phone:CN,ip exempt=13800000000; try_files /index.html =404; }
+        location /form { ratel zone=api policy=sms key=form:phone|phone:CN; proxy_pass http://127.0.0.1:$bport; }
+        location /json { ratel zone=api policy=sms key=json:phone; proxy_pass http://127.0.0.1:$bport; }
         location /pair {
             ratel zone=api policy=pair_user key=\$arg_u;
             ratel zone=api policy=pair_all key=global cost=\$arg_cost;
@@ -544,6 +547,13 @@ CONF
     get "/sms?phone=1"
     get "/sms?phone=1"
     same valgrind_sms "$code" 429
+    get "/src?phone=%2B86%20139%200000%200001"
+    get "/src?phone=13900000001"
+    same valgrind_src "$code" 429
+    get "/src?phone=&phone=1"
+    same valgrind_src_refused "$code" 400
+    same valgrind_form "$(curl -s -o /dev/null -w '%{http_code}' -d phone=13900000002 "http://127.0.0.1:$port/form")" 200
+    same valgrind_json "$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '{"phone":"x"}' "http://127.0.0.1:$port/json")" 200
     get "/pair?u=a&cost=1"
     get "/pair?u=a&cost=1"
     get "/pair?u=b&cost=x"
@@ -554,8 +564,8 @@ CONF
     nginx_valgrind_clean "$vglog"
 }
 
-nginx_valgrind_only valgrind_run
 backend_start
+nginx_valgrind_only valgrind_run
 main_conf
 start_nginx "$tmp/main" || { finish; exit; }
 check_two_workers
