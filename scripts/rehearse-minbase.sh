@@ -7,12 +7,17 @@
 # install none of nginx, caddy, haproxy, prometheus, redis-server), then
 # the test command, `scripts/setup.sh --test && make test`.
 #
-#   scripts/rehearse-minbase.sh [--all] [--keep] [DIR]
+#   scripts/rehearse-minbase.sh [--all | --base | --setup] [--keep] [DIR]
 #
 #   DIR     where the chroot goes (default /var/tmp/ratel-minbase; it is
 #           created afresh, and removed at the end unless --keep)
 #   --all   the whole test command (make test && make asan && make
 #           valgrind), not only `scripts/setup.sh --test && make test`
+#   --base  the base set-up alone (`scripts/setup.sh && make`, a few
+#           minutes): what `make run` needs, and no test server
+#   --setup the two set-ups without building: `scripts/setup.sh`, no test
+#           server installed; `scripts/setup.sh --test`, none of them
+#           enabled (the links a boot follows) or running
 #   --keep  keep DIR, to look around (chroot DIR) after a failure
 #
 # Needs root (debootstrap, chroot, mounts) and the Debian archive; it
@@ -23,16 +28,18 @@
 # setup.sh installs (redis-server, nginx, ...) from starting their
 # services on the host's ports, as in any chroot or container image. The
 # output goes to DIR.log beside DIR; the last line printed is the suite's
-# "N passed, N failed".
+# "N passed, N failed" (with --base or --setup, the set-ups' verdicts).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-all=0 keep=0 dir=/var/tmp/ratel-minbase
+all=0 base_only=0 setup_only=0 keep=0 dir=/var/tmp/ratel-minbase
 for arg in "$@"; do
     case $arg in
     --all) all=1 ;;
+    --base) base_only=1 ;;
+    --setup) setup_only=1 ;;
     --keep) keep=1 ;;
-    -*) echo "usage: scripts/rehearse-minbase.sh [--all] [--keep] [DIR]" >&2; exit 2 ;;
+    -*) echo "usage: scripts/rehearse-minbase.sh [--all | --base | --setup] [--keep] [DIR]" >&2; exit 2 ;;
     *) dir=$arg ;;
     esac
 done
@@ -127,13 +134,27 @@ base="scripts/setup.sh && make && for p in $servers; do
     if dpkg-query -W -f='\${db:Status-Status}' \$p 2>/dev/null | grep -qx installed; then
         echo \"rehearse: the base set-up installed \$p\"; exit 1
     fi
-done && echo 'rehearse: the base set-up built ratel and installed no test server'"
+done && echo 'rehearse: the base set-up installed no test server'"
 if [ "$all" -eq 1 ]; then
     command='scripts/setup.sh --test && make test && make asan && make valgrind'
 else
     command='scripts/setup.sh --test && make test'
 fi
 command="$base && $command"
+if [ "$base_only" -eq 1 ]; then
+    command=$base
+fi
+if [ "$setup_only" -eq 1 ]; then
+    command="${base/scripts\/setup.sh && make &&/scripts/setup.sh \&\&} && scripts/setup.sh --test &&
+    for p in $servers; do
+        for l in /etc/systemd/system/*.wants/\$p.service /etc/rc[2-5].d/S[0-9][0-9]\$p; do
+            if [ -L \"\$l\" ]; then echo \"rehearse: the test set-up left \$l\"; exit 1; fi
+        done
+        if [ -x /etc/init.d/\$p ] && /etc/init.d/\$p status >/dev/null 2>&1; then
+            echo \"rehearse: the test set-up left \$p running\"; exit 1
+        fi
+    done && echo 'rehearse: the test set-up left no test server enabled or running'"
+fi
 echo "rehearse: in the chroot: cd /root/ratel && $command (log: $log)"
 set +e
 chroot "$dir" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
@@ -143,5 +164,8 @@ rc=$?
 set -e
 grep -E '^FAIL ' "$log" | head -40 || true
 echo "rehearse: exit $rc after $(($(date +%s) - start)) s (log: $log)"
-grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1 || echo "rehearse: no test result line: $(tail -3 "$log")"
+grep -E '^rehearse: the (base|test) set-up' "$log" || echo "rehearse: the base set-up did not finish: $(tail -3 "$log")"
+if [ "$base_only" -eq 0 ] && [ "$setup_only" -eq 0 ]; then
+    grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1 || echo "rehearse: no test result line: $(tail -3 "$log")"
+fi
 exit "$rc"

@@ -33,8 +33,9 @@
 # systemd is PID 1; in any case deb-systemd-helper's record of it as
 # enabled (so an upgrade does not enable it again), the links that start
 # it at boot (/etc/systemd/system/*.wants/, /etc/rc?.d/) and its init
-# script's running instance. A server you run on purpose and set up again
-# afterwards is yours to enable. It never touches another service.
+# script's running instance. It never touches another service. A machine
+# that runs one of them on purpose names it in RATEL_KEEP_SERVICES (e.g.
+# RATEL_KEEP_SERVICES="redis-server nginx"): those are left as they are.
 #
 # The base set:
 #   build-essential, pkg-config     the C build
@@ -311,6 +312,7 @@ to_quiet() {
     [ "$test_set" -eq 1 ] || return 0
     for s in "${test_servers[@]}"; do
         installed "$s" || continue
+        case " ${RATEL_KEEP_SERVICES:-} " in *" $s "*) continue ;; esac
         if server_enabled "$s" || server_running "$s"; then
             echo "$s"
         fi
@@ -326,7 +328,8 @@ fi
 if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null; then
         echo "setup: running again as root (sudo)"
-        exec sudo -- env RATEL_APT_ETC="$apt_etc" bash "$0" "$@"
+        exec sudo -- env RATEL_APT_ETC="$apt_etc" RATEL_KEEP_SERVICES="${RATEL_KEEP_SERVICES:-}" \
+            bash "$0" "$@"
     fi
     what="missing ${missing[*]}"
     [ "$need_src" -eq 1 ] && what="$what (and deb-src entries)"

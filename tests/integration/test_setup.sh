@@ -16,7 +16,8 @@
 #     follows; deb-systemd-helper's was-enabled, which an upgrade asks, too)
 #     and no process of theirs running with the package's configuration
 #     (the tests' own servers, on configurations under /tmp, are left
-#     alone); a second run has nothing to do.
+#     alone); RATEL_KEEP_SERVICES leaves the servers it names as they are;
+#     a second run has nothing to do.
 #
 #   BUILD=build bash tests/integration/test_setup.sh
 . "$(dirname "$0")/lib.sh"
@@ -129,8 +130,10 @@ enabled_how() {
 }
 
 # One run at a time on a machine: the servers' state is the machine's.
-exec 9>/run/lock/ratel-test-setup.lock
-flock -w 600 9 || { fail setup_lock "another test_setup.sh holds /run/lock/ratel-test-setup.lock"; finish; }
+lock_dir=/run/lock
+[ -d "$lock_dir" ] || lock_dir=/tmp
+exec 9>"$lock_dir/ratel-test-setup.lock"
+flock -w 600 9 || { fail setup_lock "another test_setup.sh holds $lock_dir/ratel-test-setup.lock"; finish; }
 
 # Whatever happens below, the servers end as the set-up leaves them.
 quiet_again() { "${as_root[@]}" "$setup" --test >/dev/null 2>&1; }
@@ -175,6 +178,16 @@ for s in "${present[@]}"; do
     same "not_enabled_$s" "$(enabled_how "$s")" ""
 done
 same no_test_server_running "$(service_procs)" ""
+
+# A server named in RATEL_KEEP_SERVICES is left as it is.
+"${as_root[@]}" env DPKG_MAINTSCRIPT_PACKAGE=haproxy deb-systemd-helper enable haproxy.service >/dev/null 2>&1
+"${as_root[@]}" update-rc.d haproxy enable >/dev/null 2>&1
+if systemd_runs; then "${as_root[@]}" systemctl enable --quiet haproxy.service; fi
+out=$("${as_root[@]}" env RATEL_KEEP_SERVICES="nginx haproxy" "$setup" --test 2>&1)
+contains kept_service_untouched "$out" "nothing to do"
+[ -n "$(enabled_how haproxy)" ] && ok kept_service_enabled || fail kept_service_enabled "haproxy was disabled"
+out=$("${as_root[@]}" "$setup" --test 2>&1)
+contains unkept_service_quieted "$out" "setup: haproxy disabled and stopped"
 
 out=$("${as_root[@]}" "$setup" --test 2>&1)
 same setup_again_exit "$?" 0
