@@ -119,11 +119,26 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
     flight_decided(f, f->items, f->n);
 }
 
-void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                    size_t need)
+rateld_pending_t *rateld_enqueue(rateld_t *d, rateld_worker_t *w,
+                                 unsigned thread, size_t need)
 {
     if (w->npending + need > RATELD_BATCH_MAX)
         run_batch(d, w, thread);
+    return &w->pending[w->npending];
+}
+
+void rateld_queue(rateld_worker_t *w, rateld_pending_t *slot, size_t n,
+                  size_t group, int kind, ratel_http_exchange_t *ex)
+{
+    size_t base = (size_t)(slot - w->pending);
+
+    for (size_t i = 0; i < n; i++) {
+        slot[i].ex = i == 0 ? ex : NULL;
+        slot[i].kind = i == 0 ? kind : RATELD_KIND_PART;
+        slot[i].first = (int)(i < group ? base : base + i);
+        slot[i].count = i < group ? (int)group : 1;
+    }
+    w->npending = base + n;
 }
 
 /* The end of the worker's pass: the batch sent, the pass's configuration

@@ -155,11 +155,26 @@ void rateld_flush(void *ud, unsigned thread);
    batch.c). */
 rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w);
 
-/* Makes room for `need` more items in the worker's batch (deciding the
-   batch first when it would not fit); the caller fills
-   w->pending[w->npending ...] and adds to npending. */
-void rateld_enqueue(rateld_t *d, rateld_worker_t *w, unsigned thread,
-                    size_t need);
+/*
+ * The slot of a request in the worker's batch: room for `need` items from
+ * the one returned on (the batch is decided first when they would not
+ * fit). The caller fills the items it keeps, in order, then queues them
+ * with rateld_queue(); until then they are not in the batch, so a request
+ * refused while its items are filled leaves nothing behind.
+ */
+rateld_pending_t *rateld_enqueue(rateld_t *d, rateld_worker_t *w,
+                                 unsigned thread, size_t need);
+
+/*
+ * Queues the n items filled from `slot` (rateld_enqueue()'s) as one
+ * request: the first is answered by `kind` on exchange `ex` (NULL for an
+ * RLS call, which its item's rls names), the others with it
+ * (RATELD_KIND_PART). The first `group` of them are one all-or-nothing
+ * group (the store charges none unless all admit); each later one stands
+ * alone (an Envoy shadow-mode limit).
+ */
+void rateld_queue(rateld_worker_t *w, rateld_pending_t *slot, size_t n,
+                  size_t group, int kind, ratel_http_exchange_t *ex);
 
 /* The gRPC handler (rls.c): Envoy's RateLimitService and gRPC health. */
 void rateld_grpc_handle(void *ud, ratel_grpc_call_t *call,

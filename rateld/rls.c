@@ -474,6 +474,7 @@ static const char *queue_items(rateld_t *d, rateld_worker_t *w, unsigned thread,
                                rateld_rls_t *r)
 {
     size_t k = 0, group = 0;
+    rateld_pending_t *slot;
 
     for (size_t i = 0; i < r->n; i++) {
         if (!decided_by_store(r, i))
@@ -488,12 +489,12 @@ static const char *queue_items(rateld_t *d, rateld_worker_t *w, unsigned thread,
         return "more than 16 descriptors with a limit in one request";
     if (k == 0)
         return NULL;
-    rateld_enqueue(d, w, thread, k);
-    r->base = w->npending;
+    slot = rateld_enqueue(d, w, thread, k);
+    r->base = (size_t)(slot - w->pending);
     for (int pass = 0, j = 0; pass < 2; pass++) {
         for (size_t i = 0; i < r->n; i++) {
             const rateld_erl_limit_t *l = r->limit[i];
-            rateld_pending_t *p = &w->pending[r->base + (size_t)j];
+            rateld_pending_t *p = &slot[j];
             long n;
             if (!decided_by_store(r, i) || l->shadow != pass)
                 continue;
@@ -505,15 +506,12 @@ static const char *queue_items(rateld_t *d, rateld_worker_t *w, unsigned thread,
             p->keylen = (size_t)n;
             p->rules = &l->policy;
             p->request = descriptor_request(r, i);
-            p->kind = j == 0 ? RATELD_KIND_RLS : RATELD_KIND_PART;
-            p->first = (int)(pass ? r->base + (size_t)j : r->base);
-            p->count = pass ? 1 : (int)group;
             p->rls = r;
             p->start_us = r->start_us;
             r->item[i] = j++;
         }
     }
-    w->npending += k;
+    rateld_queue(w, slot, k, group, RATELD_KIND_RLS, NULL);
     return NULL;
 }
 
