@@ -271,21 +271,22 @@ static void print_summary(const key_table_t *keys)
 static void cost_error(const trace_t *tr, const ratel_policy_t *policy,
                        uint64_t cost)
 {
-    for (uint32_t i = 0; i < policy->nrules; i++) {
-        const ratel_rule_t *r = &policy->rules[i];
-        uint64_t cap = ratel_rule_capacity(r);
-        if (cost > cap) {
-            char text[64];
-            ratel_rule_format(r, text, sizeof text);
-            cli_error("replay",
-                      "%s:%llu: cost %" PRIu64 " is more than rule "
-                      "%s can ever admit (%" PRIu64 ")",
-                      tr->name, tr->line, cost, text, cap);
-            return;
-        }
+    ratel_request_t req = RATEL_REQUEST_INIT;
+    size_t i = 0;
+    char text[64];
+
+    req.cost = cost;
+    if (ratel_policy_check_request(policy, &req, &i) != RATEL_ECOST) {
+        cli_error("replay", "%s:%llu: cost %" PRIu64 ": %s", tr->name, tr->line,
+                  cost, ratel_strerror(RATEL_ECOST));
+        return;
     }
-    cli_error("replay", "%s:%llu: cost %" PRIu64 ": %s", tr->name, tr->line,
-              cost, ratel_strerror(RATEL_ECOST));
+    ratel_rule_format(&policy->rules[i], text, sizeof text);
+    cli_error("replay",
+              "%s:%llu: cost %" PRIu64 " is more than rule %s can ever "
+              "admit (%" PRIu64 ")",
+              tr->name, tr->line, cost, text,
+              ratel_rule_capacity(&policy->rules[i]));
 }
 
 /* Writes the chart to `path`; returns an exit status. */

@@ -22,7 +22,6 @@
 #include "cli.h"
 #include "ratel_internal.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -251,7 +250,7 @@ int cli_is_store_command(const char *name)
 }
 
 /* The range of each request option, from the one table of them
-   (include/ratel.h) that the module, the scripts and rateld read. */
+   (include/ratel.h), for --help. */
 static const struct {
     uint64_t min, max;
 } option_range[RATEL_OPTIONS] = {
@@ -260,6 +259,15 @@ static const struct {
 #undef OPTION_
 };
 #define RANGE(opt) option_range[opt].min, option_range[opt].max
+
+/* The operation of each command, whose request options it reads; AT sets
+   the decision's clock, which is the store's, never a caller's. */
+static const unsigned command_op[] = {
+    [CMD_ACQUIRE] = RATEL_OP_ACQUIRE,
+    [CMD_REFUND] = RATEL_OP_REFUND,
+    [CMD_RELEASE] = RATEL_OP_RELEASE,
+};
+#define REFUSED (1u << RATEL_OPTION_AT)
 
 /* Writes `ratel NAME --help` for one store command. */
 static void usage(const store_command_t *c, FILE *out)
@@ -342,32 +350,27 @@ typedef struct store_options_s {
     const char *store;
     const char *rules[RATEL_MAX_RULES];
     size_t nrules;
-    uint64_t cost;
-    int64_t max_wait_ms;
-    int peek, json;
+    int json;
     const char *key;
-    uint64_t lease; /* release: 1..2^32-1 */
-    int renew;
+    ratel_options_t request; /* --cost, --peek, --max-wait, --lease, --renew:
+                                the request options, by their one reader */
 } store_options_t;
 
 /*
- * Parses a whole number from `min` to `max`: digits only, no sign or
- * blanks. Returns 0 or -1.
+ * A request option (RATEL_OPTION_MAP) of getopt's table `lo` with its
+ * argument (NULL for a flag), by the one reader of them. Returns 0, or an
+ * exit status after its message.
  */
-static int parse_number(const char *text, uint64_t min, uint64_t max,
-                        uint64_t *out)
+static int read_request_option(const store_command_t *c, store_options_t *o,
+                               const struct option *lo, const char *arg)
 {
-    char *end;
-    unsigned long long v;
+    char err[300];
 
-    if (*text < '0' || *text > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(text, &end, 10);
-    if (errno || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
+    if (ratel_options_read(&o->request, lo->name, strlen(lo->name), arg,
+                           arg ? strlen(arg) : 0, err, sizeof err) == 0)
+        return 0;
+    cli_error(c->name, "%s", err);
+    return CLI_EXIT_USAGE;
 }
 
 /*
@@ -389,7 +392,8 @@ static int check_operands(const store_command_t *c, int argc, char **argv,
         cli_error(c->name, "no rule given; add --rule RULE, e.g. --rule 10/1m");
         return CLI_EXIT_USAGE;
     }
-    if ((c->takes & TAKES_LEASE) && !o->lease) {
+    if ((c->takes & TAKES_LEASE) &&
+        !(o->request.given & (1u << RATEL_OPTION_LEASE))) {
         cli_error(c->name, "no lease given; add --lease ID, the id an "
                            "acquire printed");
         return CLI_EXIT_USAGE;
@@ -449,12 +453,25 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
     shortopts[ns] = '\0';
 
     memset(o, 0, sizeof *o);
-    o->cost = 1;
+    ratel_options_init(&o->request,
+                       (size_t)c->cmd < sizeof command_op / sizeof command_op[0]
+                           ? command_op[c->cmd]
+                           : 0,
+                       RATEL_SPELL_FLAG, REFUSED);
     *help = 0;
     optind = 0;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, shortopts, mine, NULL)) != -1) {
-        uint64_t v;
+        const struct option *lo = mine;
+        while (lo->name && lo->val != opt)
+            lo++;
+        if (lo->name && ratel_option_find(RATEL_SPELL_FLAG, lo->name,
+                                          strlen(lo->name), NULL) >= 0) {
+            int status = read_request_option(c, o, lo, optarg);
+            if (status != 0)
+                return status;
+            continue;
+        }
         switch (opt) {
         case 's':
             o->store = optarg;
@@ -469,44 +486,8 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
             }
             o->rules[o->nrules++] = optarg;
             break;
-        case 'c':
-            if (parse_number(optarg, RANGE(RATEL_OPTION_COST), &o->cost) < 0) {
-                cli_error(c->name,
-                          "--cost \"%s\": expected a whole number of "
-                          "permits from %" PRIu64 " to %" PRIu64,
-                          optarg, RANGE(RATEL_OPTION_COST));
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case 'p':
-            o->peek = 1;
-            break;
-        case 'w':
-            if (parse_number(optarg, RANGE(RATEL_OPTION_MAXWAIT), &v) < 0) {
-                cli_error(c->name,
-                          "--max-wait \"%s\": expected a whole number of "
-                          "milliseconds from %" PRIu64 " to %" PRIu64
-                          " (30 days)",
-                          optarg, RANGE(RATEL_OPTION_MAXWAIT));
-                return CLI_EXIT_USAGE;
-            }
-            o->max_wait_ms = (int64_t)v;
-            break;
         case 'j':
             o->json = 1;
-            break;
-        case 'l':
-            if (parse_number(optarg, RANGE(RATEL_OPTION_LEASE), &o->lease) <
-                0) {
-                cli_error(c->name,
-                          "--lease \"%s\": expected the id an acquire "
-                          "printed, from %" PRIu64 " to %" PRIu64,
-                          optarg, RANGE(RATEL_OPTION_LEASE));
-                return CLI_EXIT_USAGE;
-            }
-            break;
-        case 'n':
-            o->renew = 1;
             break;
         case 'h':
             *help = 1;
@@ -516,58 +497,6 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
         }
     }
     return check_operands(c, argc, argv, o);
-}
-
-/* The algorithm --max-wait's message suggests: the first that reserves. */
-static ratel_algo_t first_reserving(void)
-{
-    int a = 0;
-
-    while (a + 1 < RATEL_ALGOS &&
-           !(ratel_algo_facts((ratel_algo_t)a) & RATEL_ALGO_RESERVES))
-        a++;
-    return (ratel_algo_t)a;
-}
-
-/*
- * Checks what the store would refuse with a bare code: a cost a rule can
- * never admit, a reservation with a rule that is not gcra. Returns 0 or
- * CLI_EXIT_USAGE after naming the rule.
- */
-static int check_request(const char *cmd, const ratel_policy_t *policy,
-                         const store_options_t *o)
-{
-    for (uint32_t i = 0; i < policy->nrules; i++) {
-        const ratel_rule_t *r = &policy->rules[i];
-        uint64_t cap = ratel_rule_capacity(r);
-        char text[64];
-
-        ratel_rule_format(r, text, sizeof text);
-        if (o->cost > cap) {
-            cli_error(cmd,
-                      "cost %" PRIu64 " is more than rule %s can ever "
-                      "admit (%" PRIu64 ")",
-                      o->cost, text, cap);
-            return CLI_EXIT_USAGE;
-        }
-        if (o->max_wait_ms > 0 &&
-            !(ratel_algo_facts(r->algo) & RATEL_ALGO_RESERVES)) {
-            ratel_rule_t reserving = *r;
-            char suggest[64];
-
-            reserving.algo = first_reserving();
-            reserving.burst = r->limit;
-            ratel_rule_format(&reserving, suggest, sizeof suggest);
-            cli_error(cmd,
-                      "--max-wait reserves, which only %s rules can; "
-                      "rule %s is %s (its %s form: %s)",
-                      ratel_algo_name(reserving.algo), text,
-                      ratel_algo_name(r->algo), ratel_algo_name(reserving.algo),
-                      suggest);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    return 0;
 }
 
 /*
@@ -706,15 +635,17 @@ static int run_release(const store_command_t *c, const store_options_t *o,
                            "no leases; add one, e.g. --rule 50/30s:concurrent");
         return CLI_EXIT_USAGE;
     }
-    rc = ratel_store_release(store, o->key, strlen(o->key), policy,
-                             ratel_clock_now_us(), (uint32_t)o->lease,
-                             o->renew ? RATEL_RENEW : 0, &held, &d);
+    rc = ratel_store_release(
+        store, o->key, strlen(o->key), policy, ratel_clock_now_us(),
+        (uint32_t)o->request.value[RATEL_OPTION_LEASE],
+        o->request.value[RATEL_OPTION_RENEW] ? RATEL_RENEW : 0, &held, &d);
     if (rc < 0)
         return store_failed(c->name, store, rc, o->store, o->key);
     if (o->json)
         printf("{\"held\":%s,\"renewed\":%s,\"remaining\":%" PRId64
                ",\"reset_after_ms\":%" PRId64 "}\n",
-               held ? "true" : "false", held && o->renew ? "true" : "false",
+               held ? "true" : "false",
+               held && o->request.value[RATEL_OPTION_RENEW] ? "true" : "false",
                d.remaining, d.reset_after_ms);
     else
         printf("%d\t%" PRId64 "\t%" PRId64 "\n", held, d.remaining,
@@ -744,22 +675,19 @@ static void warn_fallback(const char *cmd, ratel_store_t *store,
 static int run_decide(const store_command_t *c, const store_options_t *o,
                       ratel_store_t *store, const ratel_policy_t *policy)
 {
-    ratel_request_t request = RATEL_REQUEST_INIT;
+    ratel_request_t request;
     ratel_decision_t d;
     int64_t now_us = ratel_clock_now_us();
     size_t keylen = strlen(o->key);
     int rc;
 
-    if (c->cmd == CMD_ACQUIRE) {
-        request.cost = o->cost;
-        request.max_wait_ms = o->max_wait_ms;
-        request.flags = o->peek ? RATEL_PEEK : 0;
+    ratel_options_request(&o->request, &request);
+    if (c->cmd == CMD_ACQUIRE)
         rc = ratel_store_acquire(store, o->key, keylen, policy, now_us,
                                  &request, &d);
-    } else {
-        rc = ratel_store_refund(store, o->key, keylen, policy, now_us, o->cost,
-                                &d);
-    }
+    else
+        rc = ratel_store_refund(store, o->key, keylen, policy, now_us,
+                                request.cost, &d);
     if (rc < 0)
         return store_failed(c->name, store, rc, o->store, o->key);
     warn_fallback(c->name, store, &d);
@@ -889,8 +817,13 @@ int cli_store_command(int argc, char **argv)
             cli_error(c->name, "%s", err);
             return CLI_EXIT_USAGE;
         }
-        if ((status = check_request(c->name, &policy, &o)) != 0)
-            return status;
+        /* What the store would refuse with a bare code, worded once by
+           the core: a cost a rule can never admit, a --max-wait a rule
+           cannot. */
+        if (ratel_options_check(&o.request, &policy, err, sizeof err) != 0) {
+            cli_error(c->name, "%s", err);
+            return CLI_EXIT_USAGE;
+        }
     }
     if ((status = open_store(c, o.store, &store)) != 0)
         return status;

@@ -325,9 +325,10 @@ typedef struct ratel_request_s {
  * (docs/rateld.md) and, with "-" for "_", the CLI's --option; an integer from
  * `min` to `max`; `ops` the RATEL_OP_* that take it; `value` what the lists
  * of options call its value, `note` what a message adds after its range.
- * The module's and the Lua scripts' parsers, the Redis store's commands,
- * the CLI and rateld read it (and scripts/lua-build.sh for the scripts), so
- * a range and its message are written once. AT sets the decision's clock:
+ * One reader of it, ratel_options_read() below, serves the module, the CLI
+ * and rateld; the Lua scripts mirror it (scripts/lua-build.sh writes their
+ * copy of the table) and the Redis store's commands encode from it, so a
+ * range and its message are written once. AT sets the decision's clock:
  * only the commands take it (for replays and tests), never a server's
  * caller.
  */
@@ -387,15 +388,104 @@ typedef struct ratel_decision_s {
 /*
  * Whether `request` could ever be admitted under `policy`, before any state
  * is read: 0; RATEL_ECOST when its cost is above a rule's capacity (its
- * burst for gcra, else its limit), with that rule's index in *rule when
- * rule is not NULL; RATEL_EINVAL for cost 0, a max wait out of range or a
- * max wait with a rule that is not gcra. ratel_policy_acquire() makes the
- * same check; callers that answer before it runs (a Redis store, rateld)
- * call this to name the rule.
+ * burst for gcra, else its limit); RATEL_EINVAL for cost 0, a max wait out
+ * of range, or a max wait with a rule whose algorithm does not reserve
+ * (RATEL_ALGO_RESERVES). `rule`, when not NULL, is the out-parameter for
+ * the details: the index of the rule that refuses the request (ECOST, and
+ * EINVAL for a max wait), left as it was for an error of the request
+ * alone. ratel_policy_acquire() makes the same check; callers that answer
+ * before it runs call this (or ratel_options_check(), which words its
+ * result) to name the rule.
  */
 RATEL_API int ratel_policy_check_request(const ratel_policy_t *policy,
                                          const ratel_request_t *request,
                                          size_t *rule);
+
+/* ------------------------------------------------ reading request options */
+
+/*
+ * How a front end spells the options of RATEL_OPTION_MAP: its NAME in any
+ * case (the RATEL.* commands, FCALL and EVAL), its `name` (rateld's query
+ * and JSON body), or its `name` with "-" for "_", after "--" (the ratel
+ * command's --max-wait; ratel_options_read() takes it without the "--").
+ */
+#define RATEL_SPELL_WORD 0
+#define RATEL_SPELL_FIELD 1
+#define RATEL_SPELL_FLAG 2
+
+/*
+ * The request options of one call as they are read, plain data. value[i]
+ * is option i's (RATEL_OPTION_COST, ...): until it is read, its minimum
+ * for an option with a value (COST 1, MAXWAIT 0, AT 0), else 0 (flags,
+ * LEASE); a flag read is 1 (0 when given as false). `given` and `takes`
+ * hold the bit 1u << RATEL_OPTION_x of each option read and of each the
+ * call may have; `first` is the option the call takes before any word
+ * (RATEL_ARG_FIRST: RELEASE's LEASE), or -1.
+ */
+typedef struct ratel_options_s {
+    int64_t value[RATEL_OPTIONS];
+    unsigned given;
+    unsigned takes;
+    unsigned op; /* RATEL_OP_* */
+    int spell;   /* RATEL_SPELL_* */
+    int first;
+} ratel_options_t;
+
+/*
+ * Starts reading the options of operation `op` (one RATEL_OP_*) spelled
+ * `spell`: every option the map gives `op`, except the ones in `refused`
+ * (bits 1u << RATEL_OPTION_x: a server's caller never sets AT).
+ */
+RATEL_API void ratel_options_init(ratel_options_t *o, unsigned op, int spell,
+                                  unsigned refused);
+
+/*
+ * The option `name` (`len` bytes) names in `spell`, or -1; its
+ * RATEL_ARG_* in *kind when kind is not NULL. RATEL_SPELL_WORD ignores
+ * case; the others do not.
+ */
+RATEL_API int ratel_option_find(int spell, const char *name, size_t len,
+                                int *kind);
+
+/*
+ * Reads one option: `name` (`namelen` bytes, spelled o->spell; NULL for
+ * o->first) and its value's text (`value`, `len` bytes; NULL when none
+ * was given: a flag given by its word alone is 1). A value is a decimal
+ * integer (digits only) within the option's range; a flag's is true,
+ * false, 1, 0 or empty (false). Returns 0, or RATEL_EINVAL with one
+ * sentence in err (when err is not NULL) for: a name that is not an
+ * option of the call or was read before, a value that is missing or out of
+ * range. The sentence names the option as the front end spells it and
+ * quotes the value given, if any ("COST must be an integer from 1 to
+ * 1000000000, not "0"").
+ */
+RATEL_API int ratel_options_read(ratel_options_t *o, const char *name,
+                                 size_t namelen, const char *value, size_t len,
+                                 char *err, size_t errlen);
+
+/*
+ * Writes the options a call takes, as its words and values would be
+ * listed ("COST n, PEEK, MAXWAIT ms, AT unix_ms, then the rules"; the
+ * field or flag names for the other spellings, without the rules).
+ * Returns the full length, as snprintf does.
+ */
+RATEL_API int ratel_options_list(const ratel_options_t *o, char *buf,
+                                 size_t len);
+
+/* The request the options read make: COST, MAXWAIT and PEEK. */
+RATEL_API void ratel_options_request(const ratel_options_t *o,
+                                     ratel_request_t *request);
+
+/*
+ * ratel_policy_check_request() of the options' request under `policy`,
+ * for an ACQUIRE (other operations: 0), with its one message in err: the
+ * option as o->spell names it, the rule by number and text, and what the
+ * rule admits ("COST 11 is more than rule 1 ("10/1s") can ever admit
+ * (10)"). Returns 0 or that function's code.
+ */
+RATEL_API int ratel_options_check(const ratel_options_t *o,
+                                  const ratel_policy_t *policy, char *err,
+                                  size_t errlen);
 
 /*
  * Decides one request for one key at `now_us` (microseconds since the Unix

@@ -30,15 +30,41 @@ local function parse_int(a, min, max)
     return v
 end
 
--- parse_int() of an option's value; range_error() of args.c when it is
--- not one of its range.
+-- ratel_options_read() of lib/core/options.c for an option with a value:
+-- parse_int() of it; bad_value()'s message when it is not one of its
+-- range, with the value given, quoted.
 local function option_value(word, a)
     local _, _, min, max, note = request_option(word)
     local v = parse_int(a, min, max)
     if not v then
-        fail(fmt('%s must be an integer from %d to %d%s', word, min, max, note))
+        fail(fmt('%s must be an integer from %d to %d%s%s', word, min, max,
+            note, a and ', not "' .. quote_arg(a) .. '"' or ''))
     end
     return v
+end
+
+-- not_an_option() of lib/core/options.c: the commands' one message for a
+-- word that is no option of `op`, or one given before.
+local function not_an_option(op, a)
+    fail('unknown or repeated option "' .. quote_arg(a) ..
+        '"; options are ' .. OPTION_LISTS[op])
+end
+
+-- ratel_options_check() of lib/core/options.c: check_request() of an
+-- ACQUIRE (lua/policy.lua) with its one message.
+local function options_check(policy, cost, max_wait)
+    local err, i = check_request(policy, cost, max_wait)
+    if not err then
+        return
+    end
+    local r = policy[i]
+    if err == 'ECOST' then
+        fail(fmt('COST %d is more than rule %d ("%s") can ever admit (%d)',
+            cost, i, format_rule(r), rule_capacity(r)))
+    end
+    fail(fmt('MAXWAIT needs every rule to be %s; rule %d ("%s") is %s',
+        (algo_list('reserves', '', ' or ')), i, format_rule(r),
+        ALGO_NAMES[r.algo]))
 end
 
 -- The rules args[i..argc], checked as ratel_policy_init() checks them.
@@ -100,9 +126,10 @@ local function parse_policy(args, i, argc)
     return policy
 end
 
--- ratel__cmd_parse(): RELEASE's lease, options (any order,
--- case-insensitive, once each) until the first argument starting with a
--- digit, then the rules. Returns the policy, cost, peek, max wait, AT (nil
+-- ratel__cmd_parse() with ratel_options_read() of lib/core/options.c:
+-- RELEASE's lease, options (any order, case-insensitive, once each, as
+-- request_option() says) until the first argument starting with a digit,
+-- then the rules. Returns the policy, cost, peek, max wait, AT (nil
 -- when not given), the lease and renew.
 local function parse_args(op, args, first)
     local argc = #args
@@ -124,17 +151,20 @@ local function parse_args(op, args, first)
             break
         end
         local opt = upper(a)
-        local bit = request_option(opt)
+        local bit, kind = request_option(opt)
         if not bit or floor(allowed / bit) % 2 == 0 or
             floor(seen / bit) % 2 == 1 then
-            fail('unknown or repeated option "' .. quote_arg(a) ..
-                '"; options are ' .. OPTION_LISTS[op])
+            not_an_option(op, a)
         end
         seen = seen + bit
-        if opt == 'PEEK' then
-            peek = true
-        elseif opt == 'RENEW' then
-            renew = true
+        -- A flag is its word alone; a value takes the next argument. Where
+        -- each goes: ratel_options_request() and ratel__cmd_parse().
+        if kind == 'flag' then
+            if opt == 'PEEK' then
+                peek = true
+            else
+                renew = true
+            end
         else
             i = i + 1
             local v = option_value(opt, args[i])
@@ -150,30 +180,17 @@ local function parse_args(op, args, first)
     end
     if op == 'INFO' then
         if i <= argc then
-            fail('unknown or repeated option "' .. quote_arg(args[i]) ..
-                '"; options are ' .. OPTION_LISTS[op])
+            not_an_option(op, args[i])
         end
         return nil, cost, peek, max_wait, at
     end
     local policy = parse_policy(args, i, argc)
-    local n = #policy
     if op == 'RELEASE' and not has_leases(policy) then
         fail('RELEASE needs a policy with a concurrent rule (e.g. ' ..
             '10/30s:concurrent)')
     end
     if op == 'ACQUIRE' or op == 'PEEK' then
-        for j = 1, n do
-            local r = policy[j]
-            local cap = rule_capacity(r)
-            if cost > cap then
-                fail(fmt('COST %d is more than rule %d ("%s") can ever admit (%d)',
-                    cost, j, format_rule(r), cap))
-            end
-            if max_wait > 0 and not ALGO_FACTS[r.algo].reserves then
-                fail('MAXWAIT needs every rule to be ' ..
-                    (algo_list('reserves', '', ' or ')))
-            end
-        end
+        options_check(policy, cost, max_wait)
     end
     return policy, cost, peek, max_wait, at, lease, renew
 end

@@ -11,6 +11,28 @@ local function has_leases(policy)
     return false
 end
 
+-- ratel_policy_check_request(): whether a request of `cost` permits with
+-- a max wait of `max_wait` ms could ever be admitted under `policy`: nil;
+-- 'ECOST' and the rule whose capacity the cost is above; 'EINVAL' and the
+-- first rule that cannot reserve, for a max wait. Costs and max waits out
+-- of their ranges never get here: the reader refused them.
+local function check_request(policy, cost, max_wait)
+    -- Every rule admits one permit without a reservation.
+    if cost == 1 and max_wait == 0 then
+        return nil
+    end
+    for i = 1, #policy do
+        local r = policy[i]
+        if cost > rule_capacity(r) then
+            return 'ECOST', i
+        end
+        if max_wait > 0 and not ALGO_FACTS[r.algo].reserves then
+            return 'EINVAL', i
+        end
+    end
+    return nil
+end
+
 -- convert() of policy.c: for each rule of the policy, the same rule's
 -- record, else one of the same algorithm, period and calendar (counts
 -- kept, the new limit applies; gcra converts), else an empty one.

@@ -72,41 +72,6 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
     return pol;
 }
 
-/*
- * What the store would refuse with a bare code, named: a cost larger than
- * a rule can ever admit (ECOST), a max_wait with a rule whose algorithm
- * cannot reserve (RATEL_ALGO_RESERVES).
- */
-static int check_request(const rateld_policy_t *pol,
-                         const ratel_policy_t *rules,
-                         const ratel_request_t *req, char *err, size_t errlen)
-{
-    size_t i = 0;
-    char text[64];
-    int rc = ratel_policy_check_request(rules, req, &i);
-
-    if (rc == 0)
-        return 0;
-    if (rc == RATEL_ECOST) {
-        ratel_rule_format(&rules->rules[i], text, sizeof text);
-        snprintf(err, errlen,
-                 "cost %llu is more than rule %s of policy %s can ever admit",
-                 (unsigned long long)req->cost, text, pol->name);
-        return -1;
-    }
-    /* RATEL_EINVAL: max_wait, and a rule that cannot reserve. */
-    i = 0;
-    while (i + 1 < rules->nrules &&
-           (ratel_algo_facts(rules->rules[i].algo) & RATEL_ALGO_RESERVES))
-        i++;
-    ratel_rule_format(&rules->rules[i], text, sizeof text);
-    snprintf(err, errlen,
-             "max_wait reserves, which rule %s of policy %s cannot (its "
-             "algorithm is %s)",
-             text, pol->name, ratel_algo_name(rules->rules[i].algo));
-    return -1;
-}
-
 /* "POLICY:" + key as the store key. */
 static void set_key(rateld_pending_t *p, const char *policy, const char *key,
                     size_t keylen)
@@ -141,7 +106,8 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
 
     if (!(pol = params_policy(d, gen, ex, req, &prm, RATEL_OP_ACQUIRE)))
         return;
-    p = rateld_enqueue(d, w, req->thread, 1);
+    rateld_enqueue(d, w, req->thread, 1);
+    p = &w->pending[w->npending];
     set_key(p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
@@ -154,16 +120,20 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
         rateld_respond(d, ex, req->thread, 200, json, 1, body, (size_t)m);
         return;
     }
-    p->request = (ratel_request_t)RATEL_REQUEST_INIT;
-    p->request.cost = (uint64_t)prm.cost;
-    p->request.max_wait_ms = prm.max_wait;
-    p->request.flags = prm.peek ? RATEL_PEEK : 0;
-    if (check_request(pol, p->rules, &p->request, err, sizeof err) != 0) {
-        rateld_respond_error(d, ex, req->thread, 400, "%s", err);
+    /* What the store would refuse with a bare code, worded once by the
+       core: a cost a rule can never admit, a max_wait a rule cannot. */
+    ratel_options_request(&prm.options, &p->request);
+    if (ratel_options_check(&prm.options, p->rules, err, sizeof err) != 0) {
+        rateld_respond_error(d, ex, req->thread, 400, "policy %s: %s",
+                             pol->name, err);
         return;
     }
+    p->ex = ex;
+    p->kind = RATELD_KIND_ACQUIRE;
+    p->first = (int)w->npending;
+    p->count = 1;
     p->start_us = start;
-    rateld_queue(w, p, 1, 1, RATELD_KIND_ACQUIRE, ex);
+    w->npending++;
 }
 
 /* ---------------------------------------------------------------- auth */
@@ -247,14 +217,14 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
 {
     rateld_gen_t *gen = w->gen;
     int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
-    size_t k = 0;
-    rateld_pending_t *slot =
-        rateld_enqueue(d, w, req->thread, route->npolicies);
+    size_t first, k = 0;
 
+    rateld_enqueue(d, w, req->thread, route->npolicies);
+    first = w->npending;
     for (size_t i = 0; i < route->npolicies; i++) {
         size_t index = route->policies[i];
         const rateld_policy_t *pol = &gen->config->policies[index];
-        rateld_pending_t *p = &slot[k];
+        rateld_pending_t *p = &w->pending[first + k];
         const char *why = NULL;
         long n = rateld_policy_key(pol, view, p->key, sizeof p->key, &why);
         if (n == 0 && pol->key.on_missing == RATEL__KEY_MISSING_ALLOW) {
@@ -293,7 +263,14 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
         return 0;
     }
-    rateld_queue(w, slot, k, k, RATELD_KIND_AUTH, ex);
+    for (size_t j = 0; j < k; j++) {
+        rateld_pending_t *p = &w->pending[first + j];
+        p->ex = j == 0 ? ex : NULL;
+        p->kind = j == 0 ? RATELD_KIND_AUTH : RATELD_KIND_PART;
+        p->first = (int)first;
+        p->count = (int)k;
+    }
+    w->npending += k;
     return 0;
 }
 

@@ -17,30 +17,20 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The request options, from the one table of them. */
-static const struct {
-    const char *name;
-    int kind; /* RATEL_ARG_* */
-    long long min, max;
-    unsigned ops; /* RATEL_OP_* */
-} options[RATEL_OPTIONS] = {
-#define OPTION_(NAME, name, kind, min, max, ops, value, note)                  \
-    {#name, kind, min, max, ops},
+/*
+ * The request options' names in the query and the body, from the one
+ * table of them; ratel_options_read() (lib/core/options.c) reads their
+ * values, as it does the module's and the CLI's.
+ */
+static const char *const option_name[RATEL_OPTIONS] = {
+#define OPTION_(NAME, name, kind, min, max, ops, value, note) #name,
     RATEL_OPTION_MAP(OPTION_)
 #undef OPTION_
 };
 
-/*
- * Where each option rateld takes goes in rateld_params_t; 0 for AT, which
- * sets a decision's clock: rateld's clock is its own, never a caller's.
- */
-static const size_t option_field[RATEL_OPTIONS] = {
-    [RATEL_OPTION_COST] = offsetof(rateld_params_t, cost),
-    [RATEL_OPTION_PEEK] = offsetof(rateld_params_t, peek),
-    [RATEL_OPTION_MAXWAIT] = offsetof(rateld_params_t, max_wait),
-    [RATEL_OPTION_RENEW] = offsetof(rateld_params_t, renew),
-    [RATEL_OPTION_LEASE] = offsetof(rateld_params_t, lease),
-};
+/* AT sets a decision's clock: rateld's clock is its own, never a
+   caller's, so no endpoint takes it. */
+#define REFUSED (1u << RATEL_OPTION_AT)
 
 /* The endpoint of each operation, for "lease belongs to /v1/release". */
 static const struct {
@@ -50,24 +40,10 @@ static const struct {
                  {RATEL_OP_REFUND, "/v1/refund"},
                  {RATEL_OP_RELEASE, "/v1/release"}};
 
-/* The bits of rateld_params_t.given: policy, key, then each option's. */
+/* The bits of rateld_params_t.given (policy and key; the options' are
+   options.given). */
 #define GIVEN_POLICY 1u
 #define GIVEN_KEY 2u
-#define GIVEN_OPTION(i) (4u << (i))
-
-static long long *field(rateld_params_t *p, int i)
-{
-    return (long long *)(void *)((char *)p + option_field[i]);
-}
-
-/* The option rateld takes named `name`, or -1. */
-static int option_named(const char *name)
-{
-    for (int i = 0; i < RATEL_OPTIONS; i++)
-        if (option_field[i] && strcmp(name, options[i].name) == 0)
-            return i;
-    return -1;
-}
 
 /*
  * Marks parameter `name` (bit `bit`) given; -1 with a message for a 400
@@ -87,71 +63,71 @@ static int mark_given(rateld_params_t *p, unsigned bit, const char *name,
     return 0;
 }
 
-/* An integer min..max in text; -1 when it is not one. */
-static long long parse_count(const char *s, long long min, long long max)
-{
-    long long v = 0;
-    if (!*s)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        v = v * 10 + (*s - '0');
-        if (v > max)
-            return -1;
-    }
-    return v < min ? -1 : v;
-}
-
-static int parse_bool(const char *s, long long *out)
-{
-    if (!strcmp(s, "1") || !strcmp(s, "true")) {
-        *out = 1;
-        return 1;
-    }
-    if (!strcmp(s, "0") || !strcmp(s, "false") || !*s) {
-        *out = 0;
-        return 1;
-    }
-    return 0;
-}
-
-/* "cost: integer 1..1000000000, peek: boolean, ...": what the body may
-   hold besides policy and key. */
-static void option_types(char *buf, size_t size)
+/*
+ * An option given to an endpoint that does not take it: which do. Options
+ * are refused so by name before their values are read.
+ */
+static int misplaced(int i, char *err, size_t errlen)
 {
     size_t o = 0;
+    char paths[80] = "";
+    ratel_options_t all;
 
-    buf[0] = '\0';
-    for (int i = 0; i < RATEL_OPTIONS && o < size; i++) {
-        if (!option_field[i])
-            continue;
-        if (options[i].kind == RATEL_ARG_FLAG)
-            o += (size_t)snprintf(buf + o, size - o, ", %s: boolean",
-                                  options[i].name);
-        else
-            o += (size_t)snprintf(buf + o, size - o, ", %s: integer %lld..%lld",
-                                  options[i].name, options[i].min,
-                                  options[i].max);
+    for (size_t e = 0; e < sizeof endpoints / sizeof endpoints[0]; e++) {
+        ratel_options_init(&all, endpoints[e].op, RATEL_SPELL_FIELD, REFUSED);
+        if (all.takes & (1u << i))
+            o += (size_t)snprintf(paths + o, sizeof paths - o, "%s%s",
+                                  o ? " and " : "", endpoints[e].path);
     }
+    snprintf(err, errlen, "%s belongs to %s", option_name[i], paths);
+    return -1;
 }
 
-/* Option i's value from a JSON item; 0, or -1 when of the wrong type. */
-static int read_json_option(const cJSON *item, int i, rateld_params_t *p)
+/*
+ * Option i with its value's text (NULL: none) into p: refused by name when
+ * the endpoint does not take it or the query gave it already, else by the
+ * one reader of options.
+ */
+static int read_option(rateld_params_t *p, int i, const char *value, size_t len,
+                       char *err, size_t errlen)
+{
+    if (!(p->options.takes & (1u << i)))
+        return misplaced(i, err, errlen);
+    if (p->options.given & (1u << i)) {
+        snprintf(err, errlen,
+                 "%s is given both in the query and in the body; give it once",
+                 option_name[i]);
+        return -1;
+    }
+    return ratel_options_read(&p->options, option_name[i],
+                              strlen(option_name[i]), value, len, err,
+                              errlen) != 0
+               ? -1
+               : 0;
+}
+
+/*
+ * A JSON value as an option's text, which the reader parses as it does
+ * the query's (and quotes when it refuses it): true and false, a number
+ * (a whole one in digits), a string's text; null, [...] or {...}.
+ */
+static const char *json_text(const cJSON *item, char *buf, size_t size)
 {
     double v = item->valuedouble;
 
-    if (options[i].kind == RATEL_ARG_FLAG) {
-        if (!cJSON_IsBool(item))
-            return -1;
-        *field(p, i) = cJSON_IsTrue(item);
-        return 0;
-    }
-    if (!cJSON_IsNumber(item) || v < (double)options[i].min ||
-        v > (double)options[i].max || v != (double)(long long)v)
-        return -1;
-    *field(p, i) = (long long)v;
-    return 0;
+    if (cJSON_IsBool(item))
+        return cJSON_IsTrue(item) ? "true" : "false";
+    if (cJSON_IsString(item))
+        return item->valuestring;
+    if (!cJSON_IsNumber(item))
+        return cJSON_IsArray(item)    ? "[...]"
+               : cJSON_IsObject(item) ? "{...}"
+                                      : "null";
+    if (v >= 0 && v < 1e18 && v == (double)(long long)v)
+        snprintf(buf, size, "%lld", (long long)v);
+    else
+        snprintf(buf, size, "%.17g", v);
+    return buf;
 }
 
 /* One field of a JSON body into p; -1 with a message for a 400. */
@@ -159,7 +135,8 @@ static int read_json_field(const cJSON *item, rateld_params_t *p, char *err,
                            size_t errlen)
 {
     const char *name = item->string ? item->string : "";
-    int i = option_named(name), bad = 0;
+    int i = ratel_option_find(RATEL_SPELL_FIELD, name, strlen(name), NULL);
+    char buf[32];
 
     if (!strcmp(name, "policy") && cJSON_IsString(item) &&
         strlen(item->valuestring) < sizeof p->policy) {
@@ -178,20 +155,18 @@ static int read_json_field(const cJSON *item, rateld_params_t *p, char *err,
         memcpy(p->key, item->valuestring, n + 1);
         p->keylen = n;
         p->has_key = 1;
-    } else if (i >= 0) {
-        if (mark_given(p, GIVEN_OPTION(i), name, err, errlen) != 0)
-            return -1;
-        bad = read_json_option(item, i, p) != 0;
+    } else if (i >= 0 && !(REFUSED & (1u << i))) {
+        const char *text = json_text(item, buf, sizeof buf);
+        return read_option(p, i, text, strlen(text), err, errlen);
     } else {
-        bad = 1;
-    }
-    if (bad) {
-        char types[300];
-        option_types(types, sizeof types);
+        char list[200];
+        ratel_options_t all;
+        ratel_options_init(&all, RATEL_OP_RULES, RATEL_SPELL_FIELD, REFUSED);
+        ratel_options_list(&all, list, sizeof list);
         snprintf(err, errlen,
                  "field \"%.60s\" is unknown or of the wrong type "
-                 "(policy: string, key: string%s)",
-                 name, types);
+                 "(policy: string, key: string; options: %s)",
+                 name, list);
         return -1;
     }
     return 0;
@@ -206,7 +181,7 @@ static int read_params_json(const ratel_http_request_t *req, rateld_params_t *p,
     int rc;
 
     if (req->body.n == 0) {
-        if (p->given) /* all in the query */
+        if (p->given || p->options.given) /* all in the query */
             return 0;
         snprintf(err, errlen,
                  "POST needs a JSON body {\"policy\": ..., "
@@ -239,29 +214,21 @@ static int read_options_query(const ratel_http_request_t *req,
     for (int i = 0; i < RATEL_OPTIONS; i++) {
         char buf[32];
         long n;
-        long long v = 0;
-        int flag = options[i].kind == RATEL_ARG_FLAG;
 
-        if (!option_field[i])
+        if (REFUSED & (1u << i))
             continue;
-        n = ratel_http_query_param(req->query, options[i].name, buf,
-                                   sizeof buf);
+        n = ratel_http_query_param(req->query, option_name[i], buf, sizeof buf);
         if (n == -1)
             continue;
-        if (n < -1 || (flag ? !parse_bool(buf, &v)
-                            : (v = parse_count(buf, options[i].min,
-                                               options[i].max)) < 0)) {
-            if (flag)
-                snprintf(err, errlen, "%s must be true, false, 1 or 0%s",
-                         options[i].name, n == -3 ? ", given once" : "");
-            else
-                snprintf(err, errlen, "%s must be an integer %lld..%lld%s",
-                         options[i].name, options[i].min, options[i].max,
-                         n == -3 ? ", given once" : "");
+        if (n < -1) {
+            snprintf(err, errlen,
+                     n == -3 ? "%s is given twice; give it once"
+                             : "%s is malformed (a bad %%-escape) or too long",
+                     option_name[i]);
             return -1;
         }
-        *field(p, i) = v;
-        p->given |= GIVEN_OPTION(i);
+        if (read_option(p, i, buf, (size_t)n, err, errlen) != 0)
+            return -1;
     }
     return 0;
 }
@@ -296,31 +263,11 @@ static int read_params_query(const ratel_http_request_t *req,
     return read_options_query(req, p, err, errlen);
 }
 
-/* An option given to an endpoint that does not take it: which do. */
-static int misplaced(const rateld_params_t *p, unsigned op, char *err,
-                     size_t errlen)
-{
-    for (int i = 0; i < RATEL_OPTIONS; i++) {
-        size_t o = 0;
-        char paths[80] = "";
-
-        if (!(p->given & GIVEN_OPTION(i)) || (options[i].ops & op))
-            continue;
-        for (size_t e = 0; e < sizeof endpoints / sizeof endpoints[0]; e++)
-            if (options[i].ops & endpoints[e].op)
-                o += (size_t)snprintf(paths + o, sizeof paths - o, "%s%s",
-                                      o ? " and " : "", endpoints[e].path);
-        snprintf(err, errlen, "%s belongs to %s", options[i].name, paths);
-        return -1;
-    }
-    return 0;
-}
-
 int rateld_params_read(const ratel_http_request_t *req, rateld_params_t *p,
                        unsigned op, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
-    p->cost = 1;
+    ratel_options_init(&p->options, op, RATEL_SPELL_FIELD, REFUSED);
     if (read_params_query(req, p, err, errlen) != 0)
         return -1;
     if (req->method.n == 4 && memcmp(req->method.p, "POST", 4) == 0 &&
@@ -334,11 +281,17 @@ int rateld_params_read(const ratel_http_request_t *req, rateld_params_t *p,
         snprintf(err, errlen, "key is required (a non-empty string)");
         return -1;
     }
-    if ((op & RATEL_OP_RELEASE) && !p->lease) {
+    if ((op & RATEL_OP_RELEASE) &&
+        !(p->options.given & (1u << RATEL_OPTION_LEASE))) {
         snprintf(err, errlen,
                  "lease is required: the id an acquire under a "
                  "concurrent rule returned");
         return -1;
     }
-    return misplaced(p, op, err, errlen);
+    p->cost = p->options.value[RATEL_OPTION_COST];
+    p->peek = p->options.value[RATEL_OPTION_PEEK];
+    p->max_wait = p->options.value[RATEL_OPTION_MAXWAIT];
+    p->lease = p->options.value[RATEL_OPTION_LEASE];
+    p->renew = p->options.value[RATEL_OPTION_RENEW];
+    return 0;
 }

@@ -14,19 +14,22 @@
 /*
  * The request options an endpoint takes come from the one table of them
  * (RATEL_OPTION_MAP, include/ratel.h): their names, ranges and which
- * operation takes which. Values are kept as integers, flags as 0 or 1.
+ * operation takes which, read by the core's one reader of them
+ * (ratel_options_read) into `options`, then copied to the fields below for
+ * the handlers. Values are kept as integers, flags as 0 or 1.
  */
 typedef struct rateld_params_s {
     char policy[RATELD_NAME_MAX];
     char key[RATELD_KEY_MAX + 1];
     size_t keylen;
     int has_key;
-    long long cost;     /* 1..10^9; 1 when not given */
-    long long peek;     /* /v1/acquire: 1 to decide without charging */
-    long long max_wait; /* /v1/acquire: reserve (docs/rateld.md), in ms */
-    long long lease;    /* /v1/release: 1..2^32-1; 0 when not given */
-    long long renew;    /* /v1/release: 1 to extend instead of releasing */
-    unsigned given;     /* the parameters read so far (params.c's bits) */
+    long long cost;          /* 1..10^9; 1 when not given */
+    long long peek;          /* /v1/acquire: 1 to decide without charging */
+    long long max_wait;      /* /v1/acquire: reserve (docs/rateld.md), in ms */
+    long long lease;         /* /v1/release: 1..2^32-1; 0 when not given */
+    long long renew;         /* /v1/release: 1 to extend instead of releasing */
+    unsigned given;          /* policy and key read so far (params.c's bits) */
+    ratel_options_t options; /* the options as read: ratel_options_check() */
 } rateld_params_t;
 
 /*

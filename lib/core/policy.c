@@ -413,8 +413,11 @@ int ratel_policy_check_request(const ratel_policy_t *policy,
             return RATEL_ECOST;
         }
         if (req->max_wait_ms > 0 &&
-            !(ratel__facts(policy->rules[i].algo) & RATEL_ALGO_RESERVES))
+            !(ratel__facts(policy->rules[i].algo) & RATEL_ALGO_RESERVES)) {
+            if (rule)
+                *rule = i;
             return RATEL_EINVAL;
+        }
     }
     return 0;
 }

@@ -444,19 +444,21 @@ bad_usage() {
     ratel acquire --store memory --rule 1/1m --rule 1/1m k
     expect duplicate_rule 2 "" '"1/1m"'
     ratel acquire --store memory --rule 1/1m --cost 0 k
-    expect cost_zero 2 "" '--cost "0"'
+    expect cost_zero 2 "" '--cost must be an integer from 1 to 1000000000, not "0"'
     ratel acquire --store memory --rule 1/1m --cost x k
-    expect cost_word 2 "" '--cost "x"'
+    expect cost_word 2 "" '--cost must be an integer from 1 to 1000000000, not "x"'
     ratel acquire --store memory --rule 1/1m --cost 1000000001 k
     expect cost_too_big 2 "" "1000000000"
     ratel acquire --store memory --rule 5/1m --cost 6 k
-    expect cost_never_admitted 2 "" "cost 6 is more than rule 5/1m can ever admit (5)"
+    expect cost_never_admitted 2 "" '--cost 6 is more than rule 1 ("5/1m") can ever admit (5)'
     ratel refund --store memory --rule 1/1m --cost 0 k
-    expect refund_cost_zero 2 "" '--cost "0"'
+    expect refund_cost_zero 2 "" '--cost must be an integer from 1 to 1000000000, not "0"'
+    ratel acquire --store memory --rule 5/1m --cost 2 --cost 3 k
+    expect cost_twice 2 "" '--cost is given twice; give it once'
     ratel acquire --store memory --rule 1/1m --max-wait 2592000001 k
-    expect max_wait_too_big 2 "" '--max-wait "2592000001"'
+    expect max_wait_too_big 2 "" '--max-wait must be an integer from 0 to 2592000000, not "2592000001"'
     ratel acquire --store memory --rule 1/1m --max-wait 10 k
-    expect max_wait_not_gcra 2 "" "rule 1/1m is sliding"
+    expect max_wait_not_gcra 2 "" '--max-wait needs every rule to be gcra; rule 1 ("1/1m") is sliding'
     ratel acquire --store memory --rule 1/1m
     expect no_key 2 "" "no key given"
     ratel acquire --store memory --rule 1/1m a b
@@ -540,7 +542,7 @@ leases() {
     ratel release --store memory --rule 2/30s:concurrent k
     expect release_no_lease 2 "" "no lease given"
     ratel release --store memory --rule 2/30s:concurrent --lease 0 k
-    expect release_lease_zero 2 "" '--lease "0"'
+    expect release_lease_zero 2 "" '--lease must be an integer from 1 to 4294967295 (the lease an ACQUIRE returned), not "0"'
     ratel release --store memory --rule 2/30s:concurrent --lease 4294967296 k
     expect release_lease_big 2 "" "4294967295"
     ratel release --store memory --rule 2/30s --lease 1 k

@@ -607,6 +607,7 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
 {
     const char *texts[MAX_ARGS];
     char msg[400];
+    ratel_options_t o;
 
     if (op->error[0]) {
         buf_printf(reply, "-%s", op->error);
@@ -634,24 +635,13 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
     }
     if (op->kind != OP_ACQUIRE)
         return 0;
-    for (uint32_t i = 0; i < policy->nrules; i++) {
-        const ratel_rule_t *r = &policy->rules[i];
-        uint64_t cap = ratel_rule_capacity(r);
-        if (op->cost > cap) {
-            char text[64];
-            ratel_rule_format(r, text, sizeof text);
-            buf_printf(reply,
-                       "-ERR ratel: COST %llu is more than rule %u (\"%s\") "
-                       "can ever admit (%llu)",
-                       (unsigned long long)op->cost, i + 1, text,
-                       (unsigned long long)cap);
-            return 1;
-        }
-        if (op->max_wait_ms > 0 && r->algo != RATEL_ALGO_GCRA) {
-            buf_printf(reply,
-                       "-ERR ratel: MAXWAIT needs every rule to be gcra");
-            return 1;
-        }
+    /* The request against the rules: the core's one check and message. */
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_WORD, 0);
+    o.value[RATEL_OPTION_COST] = (int64_t)op->cost;
+    o.value[RATEL_OPTION_MAXWAIT] = op->max_wait_ms;
+    if (ratel_options_check(&o, policy, msg, sizeof msg) != 0) {
+        buf_printf(reply, "-ERR ratel: %s", msg);
+        return 1;
     }
     return 0;
 }
@@ -1100,7 +1090,8 @@ static void gen_release(trace_t *tr, op_t *op, const gen_policy_t *p)
     if (bad)
         snprintf(op->error, sizeof op->error,
                  "ERR ratel: LEASE must be an integer from 1 to 4294967295 "
-                 "(the lease an ACQUIRE returned)");
+                 "(the lease an ACQUIRE returned), not \"%s\"",
+                 bad);
 }
 
 /* The next operation of the trace. */
@@ -1155,7 +1146,8 @@ static void gen_op(trace_t *tr, op_t *op)
             if (op->cost > 1000000000)
                 snprintf(op->error, sizeof op->error,
                          "ERR ratel: COST must be an integer from 1 to "
-                         "1000000000");
+                         "1000000000, not \"%llu\"",
+                         (unsigned long long)op->cost);
         }
         if (chance(10)) {
             op->peek = 1;

@@ -160,7 +160,7 @@ same "$via: calendar conversion" "$(echo $(ev cnv ACQUIRE AT $t 10/1d:fixed
 E='ERR ratel:'
 G='expected LIMIT/PERIOD[:ALGO][,burst=N][,tz=ZONE], e.g. 10/1m, 1000/1d:fixed,tz=+08:00 or 100/1s:gcra,burst=200'
 same "$via: release lease 0" "$(ev e RELEASE 0 1/1s:concurrent)" \
-    "$E LEASE must be an integer from 1 to 4294967295 (the lease an ACQUIRE returned)"
+    "$E LEASE must be an integer from 1 to 4294967295 (the lease an ACQUIRE returned), not \"0\""
 same "$via: release no concurrent rule" "$(ev e RELEASE 1 1/1s)" \
     "$E RELEASE needs a policy with a concurrent rule (e.g. 10/30s:concurrent)"
 same "$via: release COST" "$(ev e RELEASE 1 COST 2 1/1s:concurrent)" \
@@ -210,18 +210,18 @@ same "$via: repeated rule" "$(ev e ACQUIRE 10/1s 10/1000ms)" \
     "$E policy: rule 2 (\"10/1s\") repeats rule 1"
 for c in 0 -1 x 1000000001; do
     same "$via: COST $c" "$(ev e ACQUIRE COST "$c" 1/1s)" \
-        "$E COST must be an integer from 1 to 1000000000"
+        "$E COST must be an integer from 1 to 1000000000, not \"$c\""
 done
 same "$via: cost above capacity" "$(ev e ACQUIRE COST 11 10/1s)" \
     "$E COST 11 is more than rule 1 (\"10/1s\") can ever admit (10)"
 same "$via: cost above burst" "$(ev e ACQUIRE COST 3 5/1s 5/1s:gcra,burst=2)" \
     "$E COST 3 is more than rule 2 (\"5/1s:gcra,burst=2\") can ever admit (2)"
 same "$via: MAXWAIT range" "$(ev e ACQUIRE MAXWAIT 2592000001 1/1s:gcra)" \
-    "$E MAXWAIT must be an integer from 0 to 2592000000"
+    "$E MAXWAIT must be an integer from 0 to 2592000000, not \"2592000001\""
 same "$via: MAXWAIT on sliding" "$(ev e ACQUIRE MAXWAIT 10 1/1s:gcra 1/1s)" \
-    "$E MAXWAIT needs every rule to be gcra"
+    "$E MAXWAIT needs every rule to be gcra; rule 2 (\"1/1s\") is sliding"
 same "$via: AT range" "$(ev e ACQUIRE AT 9007199254741 1/1s)" \
-    "$E AT must be an integer from 0 to 9007199254740"
+    "$E AT must be an integer from 0 to 9007199254740, not \"9007199254741\""
 same "$via: AT missing" "$(ev e INFO AT)" \
     "$E AT must be an integer from 0 to 9007199254740"
 same "$via: unknown option" "$(ev e ACQUIRE FOO 1/1s)" \

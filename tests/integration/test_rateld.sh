@@ -186,9 +186,9 @@ out=$(curl -s -X POST -d '{"policy":"g","key":"w2","max_wait":1000}' "$base/v1/a
 contains max_wait_json "$out" '"allowed":true'
 same max_wait_zero_denies "$(code "$base/v1/acquire?policy=g&key=w2&max_wait=0")" 429
 same max_wait_not_gcra "$(code "$base/v1/acquire?policy=ping&key=w&max_wait=10")" 400
-contains max_wait_not_gcra_says "$(curl -s "$base/v1/acquire?policy=ping&key=w&max_wait=10")" 'max_wait reserves, which rule 20/1m of policy ping cannot (its algorithm is sliding)'
-contains max_wait_range "$(curl -s "$base/v1/acquire?policy=g&key=w&max_wait=2592000001")" 'max_wait must be an integer 0..2592000000'
-contains max_wait_json_range "$(curl -s -X POST -d '{"policy":"g","key":"w","max_wait":-1}' "$base/v1/acquire")" 'max_wait: integer 0..2592000000'
+contains max_wait_not_gcra_says "$(curl -s "$base/v1/acquire?policy=ping&key=w&max_wait=10")" 'policy ping: max_wait needs every rule to be gcra; rule 1 (\"20/1m\") is sliding'
+contains max_wait_range "$(curl -s "$base/v1/acquire?policy=g&key=w&max_wait=2592000001")" 'max_wait must be an integer from 0 to 2592000000, not \"2592000001\"'
+contains max_wait_json_range "$(curl -s -X POST -d '{"policy":"g","key":"w","max_wait":-1}' "$base/v1/acquire")" 'max_wait must be an integer from 0 to 2592000000, not \"-1\"'
 contains max_wait_not_refund "$(curl -s -X POST -H "Authorization: Bearer $api_token" -d '{"policy":"g","key":"w","max_wait":10}' "$base/v1/refund")" 'max_wait belongs to /v1/acquire'
 
 # --- refund gives a permit back: POST only, with the api_token (or the

@@ -283,6 +283,8 @@ TEST(policy_check_request_names_the_rule)
     req.cost = 1;
     req.max_wait_ms = 10; /* reservations need every rule to be gcra */
     CHECK_EQ(ratel_policy_check_request(&p, &req, NULL), RATEL_EINVAL);
+    CHECK_EQ(ratel_policy_check_request(&p, &req, &rule), RATEL_EINVAL);
+    CHECK_EQ(rule, 0); /* the first rule that cannot reserve */
     req.max_wait_ms = -1;
     CHECK_EQ(ratel_policy_check_request(&p, &req, NULL), RATEL_EINVAL);
 }
