@@ -106,8 +106,7 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
 
     if (!(pol = params_policy(d, gen, ex, req, &prm, RATEL_OP_ACQUIRE)))
         return;
-    rateld_enqueue(d, w, req->thread, 1);
-    p = &w->pending[w->npending];
+    p = rateld_enqueue(d, w, req->thread, 1);
     set_key(p, pol->name, prm.key, prm.keylen);
     api_view(gen->config, req, &view, client, host, sizeof host);
     if (set_rules(gen, p, pol, (size_t)(pol - gen->config->policies), &view)) {
@@ -128,12 +127,8 @@ static void acquire_api(rateld_t *d, rateld_worker_t *w,
                              pol->name, err);
         return;
     }
-    p->ex = ex;
-    p->kind = RATELD_KIND_ACQUIRE;
-    p->first = (int)w->npending;
-    p->count = 1;
     p->start_us = start;
-    w->npending++;
+    rateld_queue(w, p, 1, 1, RATELD_KIND_ACQUIRE, ex);
 }
 
 /* ---------------------------------------------------------------- auth */
@@ -217,14 +212,14 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
 {
     rateld_gen_t *gen = w->gen;
     int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
-    size_t first, k = 0;
+    size_t k = 0;
+    rateld_pending_t *slot =
+        rateld_enqueue(d, w, req->thread, route->npolicies);
 
-    rateld_enqueue(d, w, req->thread, route->npolicies);
-    first = w->npending;
     for (size_t i = 0; i < route->npolicies; i++) {
         size_t index = route->policies[i];
         const rateld_policy_t *pol = &gen->config->policies[index];
-        rateld_pending_t *p = &w->pending[first + k];
+        rateld_pending_t *p = &slot[k];
         const char *why = NULL;
         long n = rateld_policy_key(pol, view, p->key, sizeof p->key, &why);
         if (n == 0 && pol->key.on_missing == RATEL__KEY_MISSING_ALLOW) {
@@ -263,14 +258,7 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
         return 0;
     }
-    for (size_t j = 0; j < k; j++) {
-        rateld_pending_t *p = &w->pending[first + j];
-        p->ex = j == 0 ? ex : NULL;
-        p->kind = j == 0 ? RATELD_KIND_AUTH : RATELD_KIND_PART;
-        p->first = (int)first;
-        p->count = (int)k;
-    }
-    w->npending += k;
+    rateld_queue(w, slot, k, k, RATELD_KIND_AUTH, ex);
     return 0;
 }
 
