@@ -18,7 +18,10 @@
 #       default level (error); ratel with its fields (Retry-After,
 #       RateLimit, RateLimit-Policy) and with `ratel_headers off`;
 #   (c) two sliding rules (1000000000/1m and 1000000000/1h) on the zone
-#       against limit_req allowed;
+#       against limit_req allowed; and the denied case keyed by key
+#       sources (docs/keys.md: key=query:telephone, and with |phone:CN,
+#       the number parsed by libphonenumber) against $arg_telephone:
+#       what reading the identity as the backend does costs;
 #   (d) Redis mode (store=redis://, ratel.so loaded into redis-server),
 #       allowed and denied, against nginx -> auth_request -> rateld
 #       (docs/gateways.md's nginx snippet) with rateld on the same Redis,
@@ -144,6 +147,10 @@ EOF
             empty_gif;
         }
         location = /zone/two { ratel zone=shm policy=two key=\$binary_remote_addr; empty_gif; }
+        # Key sources (docs/keys.md): the query read by ratel, and the
+        # number parsed by libphonenumber, against \$arg_telephone.
+        location = /zone/denied_query { ratel zone=shm policy=sms key=query:telephone; empty_gif; }
+        location = /zone/denied_phone { ratel zone=shm policy=sms key=query:telephone|phone:CN; empty_gif; }
 EOF
     if [ "$redis" = 1 ]; then
         cat <<EOF
@@ -200,6 +207,8 @@ case_add zone_allowed_no_headers "$base/zone/allowed_no_headers" 200
 case_add zone_denied "$base/zone/denied?telephone=13800138000" 429
 case_add zone_denied_no_headers "$base/zone/denied_no_headers?telephone=13800138001" 429
 case_add zone_two_rules "$base/zone/two" 200
+case_add zone_denied_query "$base/zone/denied_query?telephone=13800138002" 429
+case_add zone_denied_phone "$base/zone/denied_phone?telephone=%2B86%20138%200013%208003" 429
 if [ "$redis" = 1 ]; then
     gworker=$(worker_of "$gateway_pid")
     case_add redis_allowed "$base/redis/allowed" 200 "nginx:$worker redis:$redis_pid"
@@ -291,6 +300,9 @@ row "zone, one rule, allowed, ratel_headers off / limit_req allowed" zone_allowe
 row "zone, one rule, denied / limit_req denied" zone_denied limit_req_denied ">= 1.0"
 row "zone, one rule, denied, ratel_headers off / limit_req denied" zone_denied_no_headers limit_req_denied "(reported)"
 row "zone, two sliding rules / limit_req allowed" zone_two_rules limit_req_allowed ">= 0.9"
+row "zone, denied, key=query:telephone / key=\$arg_telephone" zone_denied_query zone_denied "(reported)"
+row "zone, denied, key=query:telephone|phone:CN / key=\$arg_telephone" zone_denied_phone zone_denied "(reported)"
+row "zone, denied, key=query:telephone|phone:CN / limit_req denied" zone_denied_phone limit_req_denied "(reported)"
 if [ "$redis" = 1 ]; then
     row "Redis mode allowed / auth_request -> rateld (Redis) allowed" redis_allowed auth_request_rateld_allowed ">= 2.0"
     row "Redis mode denied / auth_request -> rateld (Redis) denied" redis_denied auth_request_rateld_denied ">= 2.0"
