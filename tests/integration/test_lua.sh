@@ -28,15 +28,18 @@ sha=$(rcli "$port" SCRIPT LOAD "$(cat "$lua/ratel.eval.lua")")
 same "script loads" "${#sha}" 40
 same "library loads" "$(rcli "$port" FUNCTION LOAD REPLACE "$(cat "$lua/ratel.lib.lua")")" ratel
 
+# joined: the words of its input on one line (what `echo $(...)` would
+# print, without globbing them).
+joined() { local w; read -r -d '' -a w; echo "${w[*]}"; }
+
 # ev KEY OP ARGS...: the reply through the artefact under test ($via: eval
-# or lib), one line per element.
+# or lib), its elements on one line.
 ev() {
     local key=$1 op=$2; shift 2
     if [ "$via" = eval ]; then
-        echo $(rcli "$port" EVALSHA "$sha" 1 "$key" "$op" "$@" 2>&1)
+        rcli "$port" EVALSHA "$sha" 1 "$key" "$op" "$@" 2>&1 | joined
     else
-        op=$(printf '%s' "$op" | tr 'A-Z' 'a-z')
-        echo $(rcli "$port" FCALL "ratel_$op" 1 "$key" "$@" 2>&1)
+        rcli "$port" FCALL "ratel_${op,,}" 1 "$key" "$@" 2>&1 | joined
     fi
 }
 hex() { rcli "$port" --raw GET "$1" | head -c -1 | od -An -tx1 | tr -d ' \n'; }
@@ -64,7 +67,7 @@ same "$via: blob bytes" "$(hex fmt2)" \
     "52540101000002000000e803000000d8c32cbb0300000100010000000000000001000000"
 same "$via: blob ttl" "$(rcli "$port" PEXPIRETIME fmt2)" "$((t + 1000))"
 
-same "$via: peek writes nothing" "$(echo $(ev pk ACQUIRE PEEK AT $t 1/1s; rcli "$port" EXISTS pk))" \
+same "$via: peek writes nothing" "$({ ev pk ACQUIRE PEEK AT $t 1/1s; rcli "$port" EXISTS pk; } | joined)" \
     "1 1 1 0 0 0 0 0"
 ev den ACQUIRE AT $t 1/1m >/dev/null
 before=$(hex den)
@@ -77,7 +80,7 @@ same "$via: fixed" "$(ev fx ACQUIRE COST 3 AT $((t + 500)) 5/1s:fixed)" \
 same "$via: approx" "$(ev ap ACQUIRE AT $t 5/1s:approx)" "1 5 4 0 2000 0 0"
 same "$via: gcra" "$(ev gc ACQUIRE AT $t 10/1s:gcra,burst=2)" "1 10 1 0 100 0 0"
 same "$via: gcra reservation" \
-    "$(echo $(ev gr ACQUIRE COST 2 AT $t 1/1s:gcra,burst=2; ev gr ACQUIRE MAXWAIT 1500 AT $t 1/1s:gcra,burst=2))" \
+    "$({ ev gr ACQUIRE COST 2 AT $t 1/1s:gcra,burst=2; ev gr ACQUIRE MAXWAIT 1500 AT $t 1/1s:gcra,burst=2; } | joined)" \
     "1 1 0 0 2000 0 0 1 1 0 0 3000 0 1000"
 same "$via: gcra 1e9/30d" "$(ev big ACQUIRE COST 999999999 AT $t 1000000000/30d:gcra)" \
     "1 1000000000 1 0 2591999998 0 0"
@@ -87,9 +90,9 @@ same "$via: gcra 1e9/30d again" \
     "0 1000000000 1 3 2591999998 0 0"
 # 1e8/1m: tau = 6e15 units of 1/LIMIT us, past 2^52; the fast path
 # computes it in doubles as long as each value stays below 2^53.
-same "$via: gcra 1e8/1m" "$(echo $(ev g8 ACQUIRE COST 99999999 AT $t 100000000/1m:gcra; \
+same "$via: gcra 1e8/1m" "$({ ev g8 ACQUIRE COST 99999999 AT $t 100000000/1m:gcra; \
     ev g8 ACQUIRE COST 2 AT $t 100000000/1m:gcra; \
-    ev g8 ACQUIRE COST 2 MAXWAIT 1 AT $t 100000000/1m:gcra))" \
+    ev g8 ACQUIRE COST 2 MAXWAIT 1 AT $t 100000000/1m:gcra; } | joined)" \
     "1 100000000 1 0 60000 0 0 0 100000000 1 1 60000 0 0 1 100000000 0 0 60001 0 1"
 same "$via: gcra 1e8/1m bytes" "$(hex g8) $(rcli "$port" PEXPIRETIME g8)" \
     "52540101030000e1f50560ea000000e1f505004797e026930e0000879303 $((t + 60001))"
@@ -97,12 +100,12 @@ same "$via: gcra 1e8/1m bytes" "$(hex g8) $(rcli "$port" PEXPIRETIME g8)" \
 same "$via: refund" "$(ev sms REFUND AT $((t + 60001)) 1/60s 10/1d)" \
     "1 1 1 0 86339999 0 0"
 same "$via: refund of everything deletes" \
-    "$(echo $(ev gc REFUND COST 5 AT $t 10/1s:gcra,burst=2; rcli "$port" EXISTS gc))" \
+    "$({ ev gc REFUND COST 5 AT $t 10/1s:gcra,burst=2; rcli "$port" EXISTS gc; } | joined)" \
     "1 10 2 0 0 0 0 0"
 same "$via: info" "$(ev sms INFO AT $((t + 60001)))" \
     "rule 1/1m algo sliding used 0 remaining 1 reset_after_ms 0 runs 0 granularity_ms 1 rule 10/1d algo sliding used 1 remaining 9 reset_after_ms 86339999 runs 1 granularity_ms 1"
 same "$via: info of a missing key" "$(ev nokey INFO)" ""
-same "$via: reset" "$(echo $(ev sms RESET; ev sms RESET; rcli "$port" EXISTS sms))" "1 0 0"
+same "$via: reset" "$({ ev sms RESET; ev sms RESET; rcli "$port" EXISTS sms; } | joined)" "1 0 0"
 # Rules changed: the old key's counts carry over to the same algorithm
 # and period, and a denial still writes the converted state.
 ev cv ACQUIRE COST 3 AT $t 3/1m >/dev/null
@@ -134,11 +137,11 @@ same "$via: 00:01 at +08:00" "$(ev sh ACQUIRE AT $((t + 57660000)) 1/1d:fixed,tz
 same "$via: a week from Monday" "$(ev wk1 ACQUIRE AT $t 1/w:fixed)" "1 1 0 0 259200000 0 0"
 same "$via: a week, denied until Monday" "$(ev wk1 ACQUIRE AT $((t + 1000)) 1/1w:fixed)" \
     "0 1 0 259199000 259199000 0 0"
-same "$via: two weeks of approx" "$(echo $(ev wk2 ACQUIRE AT $t 3/2w:approx; ev wk2 INFO AT $t))" \
+same "$via: two weeks of approx" "$({ ev wk2 ACQUIRE AT $t 3/2w:approx; ev wk2 INFO AT $t; } | joined)" \
     "1 3 2 0 2073600000 0 0 rule 3/2w:approx algo approx used 1 remaining 2 reset_after_ms 2073600000 window_start_ms 4102099200000"
 # A month at -03:30 (December 2099 there): approx counts it until the end
 # of January's window, 2100-02-01 03:30 UTC.
-same "$via: a month at -03:30" "$(echo $(ev mo ACQUIRE AT $t 2/1mo:approx,tz=-03:30; hex mo))" \
+same "$via: a month at -03:30" "$({ ev mo ACQUIRE AT $t 2/1mo:approx,tz=-03:30; hex mo; } | joined)" \
     "1 2 1 0 2691000000 0 0 5254010102800200000000000000c0f6de8dba03000001000000000000000501c8ceffff"
 # The leap day of 2028: February has 29 days, March 31.
 l=1835438400000 # 2028-02-29 12:00 UTC
@@ -146,13 +149,13 @@ same "$via: leap day" "$(ev lp ACQUIRE AT $l 1/1mo:fixed)" "1 1 0 0 43200000 0 0
 same "$via: leap day, last ms" "$(ev lp ACQUIRE AT $((l + 43199999)) 1/1mo:fixed)" "0 1 0 1 1 0 0"
 same "$via: leap day, March" "$(ev lp ACQUIRE AT $((l + 43200000)) 1/1mo:fixed)" \
     "1 1 0 0 2678400000 0 0"
-same "$via: tz=UTC reads +00:00" "$(echo $(ev ut ACQUIRE AT $t 5/12mo:fixed,tz=UTC; ev ut INFO AT $t))" \
+same "$via: tz=UTC reads +00:00" "$({ ev ut ACQUIRE AT $t 5/12mo:fixed,tz=UTC; ev ut INFO AT $t; } | joined)" \
     "1 5 4 0 31536000000 0 0 rule 5/12mo:fixed,tz=+00:00 algo fixed used 1 remaining 4 reset_after_ms 31536000000 window_start_ms $t"
 # Another calendar is another rule: its counts start afresh; a new limit
 # on the same calendar keeps them.
-same "$via: calendar conversion" "$(echo $(ev cnv ACQUIRE AT $t 10/1d:fixed
+same "$via: calendar conversion" "$({ ev cnv ACQUIRE AT $t 10/1d:fixed
     ev cnv ACQUIRE AT $t 10/1d:fixed,tz=+08:00
-    ev cnv ACQUIRE AT $t 5/1d:fixed,tz=+08:00))" \
+    ev cnv ACQUIRE AT $t 5/1d:fixed,tz=+08:00; } | joined)" \
     "1 10 9 0 86400000 0 0 1 10 9 0 57600000 0 0 1 5 3 0 57600000 0 0"
 
 # --------------------------------------------------------------- errors
@@ -348,13 +351,13 @@ done
 
 # ------------------------------------------------- one artefact only
 
-via=eval
+via='eval'
 same "unknown operation" "$(ev e FLUSH)" \
     "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET or INFO"
 same "no key" "$(rcli "$port" EVALSHA "$sha" 0 ACQUIRE 1/1s 2>&1)" \
     "ERR wrong number of arguments for 'ratel.acquire' command"
 same "PEEK as an operation, read-only" \
-    "$(echo $(rcli "$port" EVALSHA_RO "$sha" 1 pk2 PEEK AT $t 2/1s; rcli "$port" EXISTS pk2))" \
+    "$({ rcli "$port" EVALSHA_RO "$sha" 1 pk2 PEEK AT "$t" 2/1s; rcli "$port" EXISTS pk2; } | joined)" \
     "1 2 2 0 0 0 0 0"
 
 same "library: no key" "$(rcli "$port" FCALL ratel_acquire 0 1/1s 2>&1)" \
@@ -363,19 +366,19 @@ same "library: two keys" "$(rcli "$port" FCALL ratel_info 2 a b 2>&1)" \
     "ERR wrong number of arguments for 'ratel.info' command"
 version=$(sed -n "s/^local RATEL_LIBRARY_VERSION = '\(.*\)'$/\1/p" "$lua/ratel.lib.lua")
 same "library: ratel_version" "$(rcli "$port" FCALL_RO ratel_version 0)" "$version"
-rcli "$port" FCALL ratel_acquire 1 ro AT $t 2/1s >/dev/null
+rcli "$port" FCALL ratel_acquire 1 ro AT "$t" 2/1s >/dev/null
 same "library: FCALL_RO ratel_peek" \
-    "$(echo $(rcli "$port" FCALL_RO ratel_peek 1 ro AT $t 2/1s))" "1 2 1 0 1000 0 0"
+    "$(rcli "$port" FCALL_RO ratel_peek 1 ro AT "$t" 2/1s | joined)" "1 2 1 0 1000 0 0"
 same "library: FCALL_RO ratel_info" \
-    "$(echo $(rcli "$port" FCALL_RO ratel_info 1 ro AT $t) | cut -d' ' -f1-6)" "rule 2/1s algo sliding used 1"
+    "$(rcli "$port" FCALL_RO ratel_info 1 ro AT "$t" | joined | cut -d' ' -f1-6)" "rule 2/1s algo sliding used 1"
 same "library: FCALL_RO refuses a write" \
-    "$(rcli "$port" FCALL_RO ratel_acquire 1 ro AT $t 2/1s 2>&1 | cut -c1-40)" \
+    "$(rcli "$port" FCALL_RO ratel_acquire 1 ro AT "$t" 2/1s 2>&1 | cut -c1-40)" \
     "ERR Can not execute a script with write "
 same "library: PEEK on ratel_peek" "$(rcli "$port" FCALL ratel_peek 1 ro PEEK 2/1s 2>&1)" \
     "$E unknown or repeated option \"PEEK\"; options are COST n, MAXWAIT ms, AT unix_ms, then the rules"
 # docs/lua.md's first example, on the server's clock.
 rcli "$port" FCALL ratel_acquire 1 sms:13800138000 1/60s 10/1d >/dev/null
-second=$(echo $(rcli "$port" FCALL ratel_acquire 1 sms:13800138000 1/60s 10/1d))
+second=$(rcli "$port" FCALL ratel_acquire 1 sms:13800138000 1/60s 10/1d | joined)
 same "library: sms denied" "${second%% *}" 0
 retry=$(echo "$second" | cut -d' ' -f4)
 same "library: sms retry near 60000" "$([ "$retry" -gt 59000 ] && [ "$retry" -le 60000 ] && echo yes)" yes
@@ -391,23 +394,23 @@ rcli "$port" FUNCTION LOAD "$(cat "$lua/ratel.lib.lua")" >/dev/null
 many() {
     local n=$1; shift
     if [ "$via" = eval ]; then
-        echo $(rcli "$port" EVALSHA "$sha" "$n" "${@:1:$n}" ACQUIRE_MANY "${@:$((n + 1))}" 2>&1)
+        rcli "$port" EVALSHA "$sha" "$n" "${@:1:$n}" ACQUIRE_MANY "${@:$((n + 1))}" 2>&1 | joined
     else
-        echo $(rcli "$port" FCALL ratel_acquire_many "$n" "$@" 2>&1)
+        rcli "$port" FCALL ratel_acquire_many "$n" "$@" 2>&1 | joined
     fi
 }
 for via in lib eval; do
     rcli "$port" FLUSHALL >/dev/null
     same "$via: acquire_many answers as single calls" \
-        "$(many 4 m:a m:b m:a m:c 3 AT $t 2/1s 0 6 COST 2 AT $t 2/1s 3/1h 0)" \
-        "$(echo $(ev s:a ACQUIRE AT $t 2/1s) $(ev s:b ACQUIRE AT $t 2/1s) \
-            $(ev s:a ACQUIRE COST 2 AT $t 2/1s 3/1h) $(ev s:c ACQUIRE COST 2 AT $t 2/1s 3/1h))"
+        "$(many 4 m:a m:b m:a m:c 3 AT "$t" 2/1s 0 6 COST 2 AT "$t" 2/1s 3/1h 0)" \
+        "$({ ev s:a ACQUIRE AT "$t" 2/1s; ev s:b ACQUIRE AT "$t" 2/1s
+            ev s:a ACQUIRE COST 2 AT "$t" 2/1s 3/1h; ev s:c ACQUIRE COST 2 AT "$t" 2/1s 3/1h; } | joined)"
     same "$via: acquire_many stores the same bytes" \
         "$(hex m:a) $(hex m:b) $(rcli "$port" PEXPIRETIME m:a)" \
         "$(hex s:a) $(hex s:b) $(rcli "$port" PEXPIRETIME s:a)"
     rcli "$port" SET m:str text >/dev/null
     same "$via: acquire_many, an item's error is its own" \
-        "$(many 3 m:d m:str m:e 3 AT $t 5/1s 0 2 AT $t)" \
+        "$(many 3 m:d m:str m:e 3 AT "$t" 5/1s 0 2 AT "$t")" \
         "1 5 4 0 1000 0 0 $E key holds a value that is not ratel state $E at least one rule is needed"
     same "$via: acquire_many, a count that is not one" "$(many 1 m:f x 2/1s)" \
         "$E ratel_acquire_many: item 1 needs a word count (0 repeats the previous item's words) and as many words"
@@ -437,9 +440,9 @@ if rcli "$port" MODULE LIST | grep -qx ratel; then
         for at in 1835352000000 1835395199999 1835395200000 1835438400000 \
             1835481599999 1835481600000 1835481600001 4102444799999 \
             4102444800000 4102448400000; do
-            m=$(echo $(rcli "$port" RATEL.ACQUIRE "m:$r" AT $at "$r" 100/1h) $(state "m:$r"))
-            e=$(echo $(rcli "$port" EVALSHA "$sha" 1 "e:$r" ACQUIRE AT $at "$r" 100/1h) $(state "e:$r"))
-            l=$(echo $(rcli "$port" FCALL ratel_acquire 1 "l:$r" AT $at "$r" 100/1h) $(state "l:$r"))
+            m=$({ rcli "$port" RATEL.ACQUIRE "m:$r" AT "$at" "$r" 100/1h; state "m:$r"; } | joined)
+            e=$({ rcli "$port" EVALSHA "$sha" 1 "e:$r" ACQUIRE AT "$at" "$r" 100/1h; state "e:$r"; } | joined)
+            l=$({ rcli "$port" FCALL ratel_acquire 1 "l:$r" AT "$at" "$r" 100/1h; state "l:$r"; } | joined)
             [ "$m" = "$e" ] && [ "$m" = "$l" ] || diff="$diff at $at: module [$m] eval [$e] lib [$l]"
         done
         same "module and scripts: $r" "$diff" ""
@@ -457,12 +460,10 @@ if rcli "$port" MODULE LIST | grep -qx ratel; then
         op=${step%% *} args=${step#* }
         [ "$op" = "$step" ] && args=
         for rules in "3/10s:concurrent" "2/1m 3/10s:concurrent 5/1h:gcra"; do
-            # shellcheck disable=SC2086
-            m=$(echo $(rcli "$port" "RATEL.$op" "m:$rules" $args $rules 2>&1) $(state "m:$rules"))
-            # shellcheck disable=SC2086
-            e=$(echo $(rcli "$port" EVALSHA "$sha" 1 "e:$rules" "$op" $args $rules 2>&1) $(state "e:$rules"))
-            # shellcheck disable=SC2086
-            l=$(echo $(rcli "$port" FCALL "ratel_$(echo "$op" | tr 'A-Z' 'a-z')" 1 "l:$rules" $args $rules 2>&1) $(state "l:$rules"))
+            read -r -a words <<<"$args $rules"
+            m=$({ rcli "$port" "RATEL.$op" "m:$rules" "${words[@]}" 2>&1; state "m:$rules"; } | joined)
+            e=$({ rcli "$port" EVALSHA "$sha" 1 "e:$rules" "$op" "${words[@]}" 2>&1; state "e:$rules"; } | joined)
+            l=$({ rcli "$port" FCALL "ratel_${op,,}" 1 "l:$rules" "${words[@]}" 2>&1; state "l:$rules"; } | joined)
             [ "$m" = "$e" ] && [ "$m" = "$l" ] || diff="$diff [$step $rules: module [$m] eval [$e] lib [$l]]"
         done
     done
@@ -482,20 +483,17 @@ if rcli "$port" MODULE LIST | grep -qx ratel; then
             "ACQUIRE AT 4102444801700" "ACQUIRE AT 4102444801701"; do
             op=${step%% *} args=${step#* } rules=$r
             [ "$op" = "$step" ] && args='' rules=''
-            # shellcheck disable=SC2086
-            m=$(echo $(rcli "$port" "RATEL.$op" "m1:$r" $args $rules 2>&1) $(state "m1:$r"))
+            read -r -a words <<<"$args $rules"
+            m=$({ rcli "$port" "RATEL.$op" "m1:$r" "${words[@]}" 2>&1; state "m1:$r"; } | joined)
             case $((i % 4)) in
             0 | 1)
-                # shellcheck disable=SC2086
-                t=$(rcli "$port" FCALL "ratel_$(echo "$op" | tr 'A-Z' 'a-z')" 1 "t:$r" $args $rules 2>&1) ;;
+                t=$(rcli "$port" FCALL "ratel_${op,,}" 1 "t:$r" "${words[@]}" 2>&1) ;;
             2)
-                # shellcheck disable=SC2086
-                t=$(rcli "$port" "RATEL.$op" "t:$r" $args $rules 2>&1) ;;
+                t=$(rcli "$port" "RATEL.$op" "t:$r" "${words[@]}" 2>&1) ;;
             *)
-                # shellcheck disable=SC2086
-                t=$(rcli "$port" EVALSHA "$sha" 1 "t:$r" "$op" $args $rules 2>&1) ;;
+                t=$(rcli "$port" EVALSHA "$sha" 1 "t:$r" "$op" "${words[@]}" 2>&1) ;;
             esac
-            t=$(echo $t $(state "t:$r"))
+            t=$({ printf '%s\n' "$t"; state "t:$r"; } | joined)
             [ "$m" = "$t" ] || diff="$diff [$i $step: module [$m] in turns [$t]]"
             i=$((i + 1))
         done
