@@ -129,12 +129,12 @@ cp "$root/tests/integration/pkgconfig_user.c" "$tmp/user/prog.c"
 export PKG_CONFIG_PATH="$d/usr/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$d"
 version=$(pkg-config --modversion ratel)
 same pkgconfig_version "$version" "$(sed -n 's/^#define RATEL_VERSION "\(.*\)"/\1/p' "$root/include/ratel.h")"
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # pkg-config's flags, a word each
 (cd "$tmp/user" && cc "${san[@]}" -o prog prog.c $(pkg-config --cflags --libs ratel)) >"$tmp/cc.out" 2>&1
 same pkgconfig_build "$(cat "$tmp/cc.out")" ""
 same needs_soname "$(readelf -d "$tmp/user/prog" 2>/dev/null | sed -n 's/.*Shared library: \[\(libratel[^]]*\)\]/\1/p')" libratel.so.0
 same dynamic_decides "$(LD_LIBRARY_PATH="$d/usr/lib" "$tmp/user/prog" 2>&1)" "1 0 59000 $version"
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # pkg-config's flags, a word each
 (cd "$tmp/user" && cc "${san[@]}" -o prog-static prog.c -Wl,-Bstatic $(pkg-config --cflags --libs-only-L ratel) -lratel -Wl,-Bdynamic $(pkg-config --static --libs-only-l ratel | sed 's/-lratel//')) >"$tmp/cc.out" 2>&1
 same static_build "$(cat "$tmp/cc.out")" ""
 same static_no_libratel_needed "$(readelf -d "$tmp/user/prog-static" | grep -c 'libratel')" 0

@@ -215,7 +215,7 @@ same reset_version_untouched "$(rcli "$port" STRLEN ver)" "4"
 rcli "$port" SET empty "" >/dev/null
 for c in "RATEL.ACQUIRE empty 1/1s" "RATEL.ACQUIRE empty PEEK 1/1s" \
     "RATEL.REFUND empty 1/1s" "RATEL.INFO empty" "RATEL.RESET empty"; do
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # $c is a command line, a word each
     contains "empty_string_refused_${c// /_}" "$(err $c)" "ERR ratel: key holds a value that is not ratel state"
 done
 same empty_string_untouched "$(rcli "$port" EXISTS empty) $(rcli "$port" STRLEN empty)" "1 0"
@@ -265,10 +265,10 @@ traffic() {
     # the key with it.)
     for rule in "5/1m" "5/1d:fixed" "5/1m:approx" "5/1m:gcra" "3/1m 7/1h"; do
         for t in 0 10 20 30 40 50 60; do
-            # shellcheck disable=SC2086
+            # shellcheck disable=SC2086 # $rule may be two rules, a word each
             acq "$1" "$3:$i" AT $(($2 + t)) $rule
         done
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # $rule may be two rules, a word each
         rcli "$1" RATEL.REFUND "$3:$i" AT $(($2 + 70)) $rule | tr '\n' ' '
         echo
         i=$((i + 1))

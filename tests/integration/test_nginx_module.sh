@@ -360,7 +360,7 @@ reload() {
     old=$(worker_pids)
     main_conf "${1:-1m}"
     kill -HUP "$(cat "$tmp/main/nginx.pid")"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # $old: the workers' PIDs, a word each
     [ -n "$old" ] && wait_for 20 gone $old
 }
 
