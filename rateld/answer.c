@@ -173,6 +173,26 @@ void rateld_answer_acquire(rateld_t *d, rateld_flight_t *f, unsigned thread,
                                         shadow_denied, ""));
 }
 
+int rateld_abandon_http(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                        rateld_pending_t *head)
+{
+    static const ratel_http_header_t h[] = {RATEL_HTTP_JSON_HEADER};
+    static const char body[] = "{\"error\":\"not decided: the client closed "
+                               "its connection first; nothing was "
+                               "charged\"}\n";
+
+    (void)d;
+    (void)w;
+    (void)thread;
+    if (!ratel_http_exchange_abandoned(head->ex))
+        return 0;
+    /* Dropped, or read by a client that only closed its sending side;
+       either way the exchange is given back. Not counted as a response:
+       ratel_abandoned_total counts it. */
+    ratel_http_respond(head->ex, 503, h, 1, body, sizeof body - 1);
+    return 1;
+}
+
 /* Counts one auth item's outcome; returns 1 when it denies. */
 static int count_auth_item(rateld_t *d, unsigned thread,
                            const rateld_gen_t *gen, const rateld_pending_t *p,

@@ -61,4 +61,9 @@ void rateld_answer_acquire(rateld_t *d, rateld_flight_t *f, unsigned thread,
 void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now);
 
+/* The decision API's and the gateways' rateld_abandon_fn: the client of
+   head->ex has gone (ratel_http_exchange_abandoned). */
+int rateld_abandon_http(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                        rateld_pending_t *head);
+
 #endif /* RATELD_ANSWER_H */

@@ -8,6 +8,16 @@
  * request's deadline by the failure policy), each request is answered by
  * its kind's answer. A request goes down one way: endpoint, batch, store,
  * answer; no endpoint file calls another.
+ *
+ * Charged only when someone waits: right before the batch goes to the
+ * store, a request whose client has gone (a gateway that gave up on
+ * rateld closed its connection; Envoy reset its stream) is answered as
+ * not decided and left out, so that the store never charges a permit
+ * for an answer nobody reads (a stopped or overloaded rateld would
+ * otherwise spend the permits of requests the gateway already refused).
+ * It is counted in ratel_abandoned_total. A request already sent to Redis
+ * is Redis's to decide: it is charged even if its client leaves while
+ * Redis answers.
  */
 #include "rateld/answer.h"
 #include "rateld/rateld.h"
@@ -23,6 +33,19 @@ static rateld_answer_fn *const answer_of[RATELD_KINDS] = {
     [RATELD_KIND_AUTH] = rateld_answer_auth,
     [RATELD_KIND_PART] = NULL,
     [RATELD_KIND_RLS] = rateld_rls_answer,
+};
+
+/* What tells whether a request's client has gone (and answers it then),
+   and the endpoint ratel_abandoned_total names; NULL for the later items
+   of a request, which go with their first. */
+static const struct {
+    rateld_abandon_fn *abandon;
+    rateld_endpoint_t endpoint;
+} abandon_of[RATELD_KINDS] = {
+    [RATELD_KIND_ACQUIRE] = {rateld_abandon_http, RATELD_ENDPOINT_ACQUIRE},
+    [RATELD_KIND_AUTH] = {rateld_abandon_http, RATELD_ENDPOINT_AUTH},
+    [RATELD_KIND_PART] = {NULL, RATELD_ENDPOINTS},
+    [RATELD_KIND_RLS] = {rateld_rls_abandon, RATELD_ENDPOINT_RLS},
 };
 
 rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)
@@ -93,6 +116,42 @@ static rateld_flight_t *take_off(rateld_t *d, rateld_worker_t *w,
 }
 
 /*
+ * Leaves out of the worker's batch every request whose client has gone,
+ * answered and counted (abandon_of): a request is its first item and the
+ * RATELD_KIND_PART items after it, moved down whole over the requests
+ * left out, with `first` (their group, and where their answer finds
+ * them) moved down alike.
+ */
+static void drop_abandoned(rateld_t *d, rateld_worker_t *w, unsigned thread)
+{
+    size_t in = 0, out = 0, n = w->npending;
+
+    while (in < n) {
+        rateld_pending_t *head = &w->pending[in];
+        size_t end = in + 1, k;
+
+        while (end < n && w->pending[end].kind == RATELD_KIND_PART)
+            end++;
+        k = end - in;
+        if (abandon_of[head->kind].abandon &&
+            abandon_of[head->kind].abandon(d, w, thread, head)) {
+            rateld_metrics_abandoned(d->metrics, thread,
+                                     abandon_of[head->kind].endpoint);
+            in = end;
+            continue;
+        }
+        if (out != in) {
+            memmove(&w->pending[out], head, k * sizeof *head);
+            for (size_t i = out; i < out + k; i++)
+                w->pending[i].first -= (int)(in - out);
+        }
+        out += k;
+        in = end;
+    }
+    w->npending = out;
+}
+
+/*
  * Sends the worker's batch to the store and returns at once. A batch the
  * store cannot take (out of memory) is answered as a store error, item by
  * item.
@@ -103,8 +162,10 @@ static void run_batch(rateld_t *d, rateld_worker_t *w, unsigned thread)
         own = {d, w, thread, w->gen, w->npending, w->pending, w->items, 0};
     int rc = RATEL_ENOMEM;
 
+    drop_abandoned(d, w, thread);
     if (w->npending == 0)
         return;
+    own.n = w->npending;
     f = take_off(d, w, thread);
     if (f)
         rc = ratel_async_acquire_batch(w->async, f->items, f->n,

@@ -61,8 +61,12 @@ const char *rateld_undecided_name(rateld_undecided_t reason)
                                                        : "unknown";
 }
 
+static const char *const endpoint_name[RATELD_ENDPOINTS] = {"acquire", "auth",
+                                                            "rls"};
+
 typedef struct thread_counters_s {
     counter_t http[STATUS_CLASSES];
+    counter_t abandoned[RATELD_ENDPOINTS];
     counter_t refused[RATEL_HTTP_REFUSALS];
     counter_t grpc[GRPC_CODES];
     counter_t undecided[RATELD_UNDECIDED_REASONS];
@@ -202,6 +206,14 @@ void rateld_metrics_undecided(rateld_metrics_t *m, unsigned thread,
         (unsigned)reason >= RATELD_UNDECIDED_REASONS)
         return;
     bump(&m->counters[thread]->undecided[reason], 1);
+}
+
+void rateld_metrics_abandoned(rateld_metrics_t *m, unsigned thread,
+                              rateld_endpoint_t endpoint)
+{
+    if (!m || thread >= m->threads || (unsigned)endpoint >= RATELD_ENDPOINTS)
+        return;
+    bump(&m->counters[thread]->abandoned[endpoint], 1);
 }
 
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status)
@@ -441,6 +453,21 @@ static void render_undecided(text_t *t, rateld_metrics_t *m)
     }
 }
 
+static void render_abandoned(text_t *t, rateld_metrics_t *m)
+{
+    emit_header(t, "ratel_abandoned_total", "counter",
+                "Requests not decided because their client had gone before "
+                "the decision (a gateway that gave up closed its connection, "
+                "Envoy reset its stream); nothing was charged. By endpoint.");
+    for (int e = 0; e < RATELD_ENDPOINTS; e++) {
+        uint64_t v = 0;
+        for (unsigned th = 0; th < m->threads; th++)
+            v += get(&m->counters[th]->abandoned[e]);
+        emit(t, "ratel_abandoned_total{endpoint=\"%s\"} %llu\n",
+             endpoint_name[e], (unsigned long long)v);
+    }
+}
+
 static void render_one(text_t *t, const char *name, const char *type,
                        const char *help, uint64_t v)
 {
@@ -506,6 +533,7 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     render_http(&t, m);
     render_grpc(&t, m);
     render_undecided(&t, m);
+    render_abandoned(&t, m);
     if (st)
         render_store(&t, st);
     if (health) {

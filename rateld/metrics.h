@@ -41,6 +41,15 @@ typedef enum rateld_undecided_e {
     RATELD_UNDECIDED_REASONS
 } rateld_undecided_t;
 
+/* The endpoints whose requests wait in a batch for their decision, as
+   ratel_abandoned_total's `endpoint` label spells them. */
+typedef enum rateld_endpoint_e {
+    RATELD_ENDPOINT_ACQUIRE = 0, /* /v1/acquire */
+    RATELD_ENDPOINT_AUTH,        /* /v1/auth */
+    RATELD_ENDPOINT_RLS,         /* Envoy's rate limit service (gRPC) */
+    RATELD_ENDPOINTS
+} rateld_endpoint_t;
+
 /* The reason as X-Ratel-Reason and the metric label spell it. */
 const char *rateld_undecided_name(rateld_undecided_t reason);
 
@@ -67,6 +76,11 @@ void rateld_metrics_count(rateld_metrics_t *m, unsigned thread, int policy,
 /* Counts an auth request not decided by policies, on worker `thread`. */
 void rateld_metrics_undecided(rateld_metrics_t *m, unsigned thread,
                               rateld_undecided_t reason);
+
+/* Counts a request of `endpoint` on worker `thread` that was not decided
+   because its client had gone before the decision (nothing charged). */
+void rateld_metrics_abandoned(rateld_metrics_t *m, unsigned thread,
+                              rateld_endpoint_t endpoint);
 
 /* Counts a gRPC call's answer by status code (0..16) on worker
    `thread`. */

@@ -203,6 +203,21 @@ void rateld_rls_answer(rateld_t *d, rateld_flight_t *f, unsigned thread,
                        const rateld_gen_t *gen, size_t first, int64_t now);
 
 /*
+ * Before a batch goes to the store: if the client of the request whose
+ * first item is `head` has gone (a gateway that gave up closed its
+ * connection, Envoy reset its stream), answers it as not decided, frees
+ * what it holds and returns 1, and the batch leaves it out: nothing is
+ * charged for an answer no one waits for. Else 0 (batch.c's table: one
+ * per RATELD_KIND_*).
+ */
+typedef int rateld_abandon_fn(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                              rateld_pending_t *head);
+
+/* An RLS call's (rls.c): ratel_grpc_call_abandoned. */
+int rateld_rls_abandon(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                       rateld_pending_t *head);
+
+/*
  * Whether an event of `kind` at `now_us` may write its log line on this
  * worker (its thread only): 1 with *not_logged set to the events of that
  * kind not logged since the last line (the line says so), or 0 after

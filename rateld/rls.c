@@ -356,8 +356,25 @@ void rateld_rls_answer(rateld_t *d, rateld_flight_t *f, unsigned thread,
 {
     rateld_rls_t *r = f->pending[first].rls;
 
-    answer_call(d, thread, gen, r, &f->items[r->base], now);
+    /* Its items from `first`: where the batch put them, which is r->base
+       unless abandoned requests before it left the batch (batch.c). */
+    answer_call(d, thread, gen, r, &f->items[first], now);
     rateld_rls_free(&f->w->rls_pool, r);
+}
+
+int rateld_rls_abandon(rateld_t *d, rateld_worker_t *w, unsigned thread,
+                       rateld_pending_t *head)
+{
+    rateld_rls_t *r = head->rls;
+
+    if (!ratel_grpc_call_abandoned(r->call))
+        return 0;
+    /* Dropped (the stream is gone); answering frees the call. */
+    answer_status(d, thread, r->call, RATEL_GRPC_CANCELLED,
+                  "the call was cancelled before it was decided; nothing was "
+                  "charged");
+    rateld_rls_free(&w->rls_pool, r);
+    return 1;
 }
 
 /* ---------------------------------------------------------- requests */

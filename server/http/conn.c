@@ -258,6 +258,17 @@ void ratel__http_conn_set_user(ratel__http_conn_t *c, void *user)
     c->user = user;
 }
 
+int ratel_http_exchange_abandoned(ratel_http_exchange_t *ex)
+{
+    ratel__http_conn_t *c = ex->conn;
+    ratel__http_ctx_t *ctx = c->ctx;
+
+    if (!c->dead && !c->peer_gone && ctx->peer_closed && c->user &&
+        ctx->peer_closed(ctx, c->user))
+        c->peer_gone = 1;
+    return c->dead || c->peer_gone;
+}
+
 unsigned ratel__http_conn_inflight(const ratel__http_conn_t *c)
 {
     return c->inflight;

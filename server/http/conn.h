@@ -63,6 +63,10 @@ struct ratel__http_ctx_s {
        the driver's pointer for it (set_user). May be NULL; the driver
        then polls. */
     void (*wake)(ratel__http_ctx_t *ctx, void *user);
+    /* Whether the peer of the connection whose pointer is `user` has
+       closed its side or reset it (the driver asks the socket, without
+       waiting). May be NULL: then only a closed connection is gone. */
+    int (*peer_closed)(ratel__http_ctx_t *ctx, void *user);
     void *driver;
 
     /* gRPC over h2c (h2.c): the handler and limits (defaults filled in),

@@ -91,6 +91,7 @@ struct ratel__http_conn_s {
     int err_status;          /* an error response owed after the queue */
     const char *err_msg;     /* its {"error": ...} text (static), or NULL */
     unsigned char dead;      /* the socket is gone */
+    unsigned char peer_gone; /* the peer closed its side (sticky) */
     unsigned char no_more;   /* parse no further request */
     unsigned char closing;   /* close once the queue is empty and written */
     unsigned char close_out; /* a response saying Connection: close left */

@@ -91,6 +91,14 @@ typedef struct ratel_grpc_limits_s {
 } ratel_grpc_limits_t;
 
 /*
+ * Whether the client of `call` has gone: it reset the call's stream (a
+ * client's deadline passed: Envoy resets it), or its connection closed
+ * or was closed on its side. An answer would reach no one. Call it on the
+ * call's worker thread before answering.
+ */
+int ratel_grpc_call_abandoned(ratel_grpc_call_t *call);
+
+/*
  * Answers `call`: status RATEL_GRPC_OK with `message` (len bytes, copied;
  * may be empty), or another status with `text` (grpc-message; may be
  * NULL) and no message. Call exactly once per call, on its worker thread;

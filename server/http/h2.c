@@ -159,6 +159,15 @@ static void call_stream_closed(h2_conn_t *c, ratel_grpc_call_t *call)
     call_free(call);
 }
 
+int ratel_grpc_call_abandoned(ratel_grpc_call_t *call)
+{
+    h2_conn_t *c = call->conn;
+    ratel__http_ctx_t *ctx = c->ctx;
+
+    return call->gone || c->dead ||
+           (ctx->peer_closed && c->user && ctx->peer_closed(ctx, c->user));
+}
+
 /* ----------------------------------------------------------- answers */
 
 /* grpc-message: printable ASCII but '%' as is, the rest as %XX. */

@@ -246,6 +246,17 @@ void ratel_http_respond(ratel_http_exchange_t *ex, int status,
                         const ratel_http_header_t *headers, size_t n,
                         const char *body, size_t len);
 
+/*
+ * Whether the client of `ex` has gone: its connection closed or reset, or
+ * it closed its sending side (read as an abort, as nginx reads it: a
+ * gateway that gave up on an answer closes its connection; an HTTP/1.1
+ * client that still waits never half-closes). An answer would reach no
+ * one, so a handler that has not acted yet need not. One poll() of the
+ * socket, without waiting; once gone, always gone. Call it on the
+ * exchange's worker thread before answering.
+ */
+int ratel_http_exchange_abandoned(ratel_http_exchange_t *ex);
+
 /* Helpers for handlers. */
 
 /* The first header named `name` (case-insensitive), or NULL. */

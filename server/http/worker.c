@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,22 @@ static void on_wake(ratel__http_ctx_t *ctx, void *user)
     }
 }
 
+/*
+ * Whether the peer of socket `user` has closed its side (POLLRDHUP: its
+ * FIN arrived, even behind bytes not read yet) or the connection failed:
+ * one poll() of the descriptor, no wait. Asked of a request before it is
+ * decided (ratel_http_exchange_abandoned, ratel_grpc_call_abandoned).
+ */
+static int on_peer_closed(ratel__http_ctx_t *ctx, void *user)
+{
+    sock_t *s = user;
+    struct pollfd p = {.fd = s->fd, .events = POLLRDHUP};
+
+    (void)ctx;
+    return poll(&p, 1, 0) == 1 &&
+           (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     worker_t *w = arg;
@@ -564,6 +581,7 @@ int ratel__http_worker_init(worker_t *w, ratel_http_server_t *server,
     ratel__grpc_limits_fill(&w->ctx.grpc_limits, &o->grpc_limits);
     w->ctx.dispatched = on_dispatched;
     w->ctx.wake = on_wake;
+    w->ctx.peer_closed = on_peer_closed;
     w->ctx.driver = w;
     for (unsigned i = 0; i < server->naddresses; i++) {
         listener_t *l = &w->listeners[i];

@@ -7,9 +7,14 @@ Run with Debian's /usr/bin/python3 (its grpcio and grpc_tools live there,
 not in another python3 that may come first on PATH).
 
   rls_client.py call ADDR DOMAIN DESC [DESC ...] [--hits N] [--times N]
+                    [--timeout SECONDS] [--pause]
       DESC is k=v[,k=v...] with an optional ;hits=N (descriptor
       hits_addend); prints one line per call:
       OK|OVER_LIMIT [code limit remaining reset_ms]... | headers
+      --timeout is each call's deadline (default 5 s): past it the client
+      cancels the call (RST_STREAM), as Envoy does past its own.
+      --pause: between calls (on one connection), print "paused" and
+      wait for a line on stdin.
   rls_client.py health ADDR [SERVICE]
       prints SERVING / NOT_SERVING or the error status
 Errors print "ERROR CODE details" (and exit 0: they are answers).
@@ -112,9 +117,17 @@ def main(argv):
             return 0
         args = argv[3:]
         hits = times = None
+        timeout = 5.0
+        pause = "--pause" in args
+        if pause:
+            args.remove("--pause")
         if "--hits" in args:
             i = args.index("--hits")
             hits = int(args[i + 1])
+            del args[i:i + 2]
+        if "--timeout" in args:
+            i = args.index("--timeout")
+            timeout = float(args[i + 1])
             del args[i:i + 2]
         if "--times" in args:
             i = args.index("--times")
@@ -127,11 +140,15 @@ def main(argv):
         if hits is not None:
             req.hits_addend = hits
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        for _ in range(times or 1):
+        for n in range(times or 1):
+            if pause and n > 0:
+                print("paused", flush=True)
+                sys.stdin.readline()
             try:
-                print(show(stub.ShouldRateLimit(req, timeout=5), rls_pb2))
+                print(show(stub.ShouldRateLimit(req, timeout=timeout),
+                           rls_pb2), flush=True)
             except grpc.RpcError as e:
-                print("ERROR", e.code().name, e.details())
+                print("ERROR", e.code().name, e.details(), flush=True)
         return 0
     finally:
         channel.close()

@@ -681,6 +681,56 @@ TEST(http_conn_pipeline_limit)
     ratel__http_ctx_destroy(&ctx);
 }
 
+/* The driver's answer to "has the peer closed its side?" (worker.c
+   polls the socket): what `peer_says_closed` holds. */
+static int peer_says_closed;
+static int peer_closed(ratel__http_ctx_t *ctx, void *user)
+{
+    (void)ctx;
+    (void)user;
+    return peer_says_closed;
+}
+
+/* An exchange held by the handler is abandoned once its connection is
+   closed, or once the driver says the peer closed its side (and stays
+   so); not before. */
+TEST(http_conn_exchange_abandoned)
+{
+    static const char two[] = "GET /defer/000 HTTP/1.1\r\nHost: t\r\n\r\n"
+                              "GET /defer/001 HTTP/1.1\r\nHost: t\r\n\r\n";
+    static const char one[] = "GET /defer/002 HTTP/1.1\r\nHost: t\r\n\r\n";
+    ratel__http_ctx_t ctx;
+    ratel__http_conn_t *c, *d;
+    int user = 1;
+
+    REQUIRE((c = machine(&ctx, NULL)) != NULL);
+    ratel__http_conn_set_user(c, &user);
+    CHECK_EQ(ratel__http_conn_feed(c, two, sizeof two - 1, 0), sizeof two - 1);
+    REQUIRE(st.ndefer[0] == 2);
+    CHECK(!ratel_http_exchange_abandoned(st.defer[0][0].ex));
+    ctx.peer_closed = peer_closed;
+    peer_says_closed = 0;
+    CHECK(!ratel_http_exchange_abandoned(st.defer[0][1].ex));
+    peer_says_closed = 1; /* its FIN came: both pipelined ones are gone */
+    CHECK(ratel_http_exchange_abandoned(st.defer[0][0].ex));
+    CHECK(ratel_http_exchange_abandoned(st.defer[0][1].ex));
+    peer_says_closed = 0; /* once gone, always gone */
+    CHECK(ratel_http_exchange_abandoned(st.defer[0][0].ex));
+    flush(NULL, 0); /* answered all the same: the exchanges go back */
+    CHECK_EQ(ratel__http_conn_inflight(c), 0);
+
+    /* A closed connection's held exchange, without asking the driver. */
+    REQUIRE((d = ratel__http_conn_new(&ctx, NULL, 0, 0)) != NULL);
+    CHECK_EQ(ratel__http_conn_feed(d, one, sizeof one - 1, 0), sizeof one - 1);
+    REQUIRE(st.ndefer[0] == 1);
+    CHECK(!ratel_http_exchange_abandoned(st.defer[0][0].ex));
+    ratel__http_conn_close(d);
+    CHECK(ratel_http_exchange_abandoned(st.defer[0][0].ex));
+    flush(NULL, 0); /* the answer is dropped, the exchange freed */
+    ratel__http_conn_close(c);
+    ratel__http_ctx_destroy(&ctx);
+}
+
 TEST(http_conn_buffer_moves)
 {
     static char out[1 << 20], in[64 << 10];
@@ -1359,6 +1409,7 @@ RATEL_SUITE(http) = {
     {"http_listen_parse", test_http_listen_parse},
     {"http_listen_errors", test_http_listen_errors},
     {"http_conn_pipeline_limit", test_http_conn_pipeline_limit},
+    {"http_conn_exchange_abandoned", test_http_conn_exchange_abandoned},
     {"http_conn_buffer_moves", test_http_conn_buffer_moves},
     {"http_conn_unread_answers_bounded", test_http_conn_unread_answers_bounded},
     {"http_conn_inflight_and_unsent_share_pipeline",

@@ -207,6 +207,10 @@ TEST(metrics_exact_text_small_case)
     rateld_metrics_grpc(m, 0, -1); /* idem */
     rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_MISSING_KEY);
     rateld_metrics_undecided(m, 0, RATELD_UNDECIDED_REASONS); /* ignored */
+    rateld_metrics_abandoned(m, 0, RATELD_ENDPOINT_AUTH);
+    rateld_metrics_abandoned(m, 0, RATELD_ENDPOINT_RLS);
+    rateld_metrics_abandoned(m, 0, RATELD_ENDPOINT_AUTH);
+    rateld_metrics_abandoned(m, 0, RATELD_ENDPOINTS); /* ignored */
     memset(&st, 0, sizeof st);
     st.keys = 3;
     st.bytes = 1000;
@@ -318,6 +322,14 @@ TEST(metrics_exact_text_small_case)
         "ratel_auth_undecided_total{reason=\"ambiguous\"} 0\n"
         "ratel_auth_undecided_total{reason=\"bad-uri\"} 0\n"
         "ratel_auth_undecided_total{reason=\"bad-request\"} 0\n"
+        "# HELP ratel_abandoned_total Requests not decided because their "
+        "client had gone before the decision (a gateway that gave up closed "
+        "its connection, Envoy reset its stream); nothing was charged. By "
+        "endpoint.\n"
+        "# TYPE ratel_abandoned_total counter\n"
+        "ratel_abandoned_total{endpoint=\"acquire\"} 0\n"
+        "ratel_abandoned_total{endpoint=\"auth\"} 2\n"
+        "ratel_abandoned_total{endpoint=\"rls\"} 1\n"
         "# HELP ratel_store_keys Keys the store holds.\n"
         "# TYPE ratel_store_keys gauge\n"
         "ratel_store_keys 3\n"
