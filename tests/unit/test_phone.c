@@ -266,6 +266,30 @@ TEST(phone_two_threads)
     CHECK_EQ(bad[1], 0);
 }
 
+/* The thread's cache of parsed numbers answers as a parse does: by the
+   text and the region, refusals too, whatever came before. */
+TEST(phone_cache_by_text_and_region)
+{
+    ratel__phone_t a, b;
+
+    for (int round = 0; round < 3; round++) {
+        CHECK_EQ(ratel__phone_parse("2015550123", 10, "US", &a), 0);
+        CHECK(strcmp(a.e164, "+12015550123") == 0);
+        CHECK_EQ(ratel__phone_parse("2015550123", 10, "CN", &b), 0);
+        CHECK(strcmp(b.e164, "+862015550123") == 0); /* Guangzhou */
+        CHECK_EQ(ratel__phone_parse("12345", 5, "CN", &b),
+                 RATEL__PHONE_INVALID);
+        CHECK(b.e164[0] == '\0');
+        CHECK_EQ(ratel__phone_parse("2015550123", 10, "", &b),
+                 RATEL__PHONE_UNPARSABLE);
+        CHECK_EQ(ratel__phone_parse("20155501234", 10, "US", &b), 0);
+        CHECK(strcmp(b.e164, a.e164) == 0);
+        CHECK_EQ(ratel__phone_parse("13800138000", 11, "cn", &b), 0);
+        CHECK(strcmp(b.e164, "+8613800138000") == 0);
+        CHECK(strcmp(b.region, "CN") == 0);
+    }
+}
+
 RATEL_SUITE(phone) = {
     {"phone_spellings_one_e164", test_phone_spellings_one_e164},
     {"phone_without_region_only_international",
@@ -276,5 +300,6 @@ RATEL_SUITE(phone) = {
     {"phone_types", test_phone_types},
     {"phone_regions", test_phone_regions},
     {"phone_two_threads", test_phone_two_threads},
+    {"phone_cache_by_text_and_region", test_phone_cache_by_text_and_region},
     {0, 0},
 };
