@@ -385,3 +385,105 @@ check_hostile() {
     check_hostile_method_host "$1"
     check_method_host_spellings "$1"
 }
+
+# --- attacks on the key's value ------------------------------------------
+
+# The number the attacks try to get past its limit, and the one the
+# page's snippet names as exempt (no "8000" in it: snippet() moves the
+# page's ports).
+attack_phone=13900000001
+exempt_phone=13700000000
+
+# attack_code ARGS...: the status, then rateld's X-Ratel-Reason ("-"
+# when none: the gateway's or the backend's own answer), of one request
+# from the client.
+attack_code() {
+    local c
+    c=$(curl -s -o /dev/null -D "$tmp/attack.h" -w '%{http_code}' --interface "$client" "$@")
+    echo "$c:$(header X-Ratel-Reason "$tmp/attack.h" | sed 's/^$/-/')"
+}
+
+# The attacks, each a function of the try's number (1..5) printing
+# attack_code's "STATUS:REASON": a raw '#' in the query (sent as is:
+# curl would cut it), the parameter repeated with the empty one first or
+# last, a random number first, one digit percent-encoded, the name in
+# another case, the number in a form body without a query (a POST:
+# Spring, PHP's $_REQUEST read it), and no parameter at all.
+attack_fragment() {
+    python3 - "$client" "$gport" "$attack_phone#$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[2])), 5, (sys.argv[1], 0))
+s.sendall(("GET /sendCaptcha?telephone=%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n"
+           "Connection: close\r\n\r\n" % (sys.argv[3], sys.argv[2])).encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    head += chunk
+lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+status = lines[0].split()[1] if len(lines[0].split()) > 1 else "none"
+reason = [l.split(":", 1)[1].strip() for l in lines[1:]
+          if l.lower().startswith("x-ratel-reason:")]
+print("%s:%s" % (status, reason[0] if reason else "-"))
+PY
+}
+attack_repeat_empty_first() { attack_code "$aurl?telephone=&telephone=$attack_phone"; }
+attack_repeat_empty_last() { attack_code "$aurl?telephone=$attack_phone&telephone="; }
+attack_repeat_random_first() { attack_code "$aurl?telephone=1370000$((1000 + RANDOM % 9000))&telephone=$attack_phone"; }
+attack_percent_encoded() {
+    # the try's digit of the number as %3N ("1390000000%31", ...)
+    local i=$((11 - $1)) d
+    d=${attack_phone:$i:1}
+    attack_code "$aurl?telephone=${attack_phone:0:$i}%3$d${attack_phone:$((i + 1))}"
+}
+attack_name_title_case() { attack_code "$aurl?Telephone=$attack_phone"; }
+attack_name_upper_case() { attack_code "$aurl?TELEPHONE=$attack_phone"; }
+attack_form_body() { attack_code -X POST -H 'Content-Type: application/x-www-form-urlencoded' --data "telephone=$attack_phone" "$aurl"; }
+attack_missing() { attack_code "$aurl"; }
+attacks=(fragment repeat_empty_first repeat_empty_last repeat_random_first
+    percent_encoded name_title_case name_upper_case form_body missing)
+
+# check_attacks NAME: /sendCaptcha's number is sent until it is limited
+# (429); then every attack, five tries each, gets no 2xx, and every answer
+# is rateld's refusal (an X-Ratel-Reason), but a raw '#' that the gateway
+# refuses itself (HAProxy: 400 without one); the page's exempt number
+# passes every time. Prints
+# "attack NAME ATTACK 2xx=N" per attack, for the closing note.
+check_attacks() {
+    local name=$1 aurl="http://127.0.0.1:$gport/sendCaptcha" a i c codes n bad
+    for _ in 1 2 3; do
+        c=$(code "$aurl?telephone=$attack_phone")
+        [ "$c" = 429 ] && break
+    done
+    same "${name}_attack_number_limited" "$c" 429
+    for a in "${attacks[@]}"; do
+        codes="" n=0 bad=""
+        for i in 1 2 3 4 5; do
+            c=$("attack_$a" "$i")
+            codes+="$c "
+            [[ $c == 2* ]] && n=$((n + 1))
+            [[ $c == *:- && ($a != fragment || $c != 400:-) ]] && bad+="[$c: not rateld's] "
+        done
+        echo "attack $name $a 2xx=$n ($codes)"
+        printf 'attack %-8s %-20s 2xx=%s  %s\n' "$name" "$a" "$n" "$codes" >>"$tmp/attacks.txt"
+        if [ "$n" = 0 ] && [ -z "$bad" ]; then ok "${name}_attack_$a"; else fail "${name}_attack_$a" "2xx=$n $bad($codes)"; fi
+    done
+    codes="" n=0
+    for i in 1 2 3; do
+        c=$(attack_code "$aurl?telephone=$exempt_phone")
+        codes+="$c "
+        [[ $c == 2* ]] && n=$((n + 1))
+    done
+    echo "attack $name exempt 2xx=$n of 3 ($codes)"
+    printf 'attack %-8s %-20s 2xx=%s of 3  %s\n' "$name" exempt "$n" "$codes" >>"$tmp/attacks.txt"
+    same "${name}_exempt_passes" "$n" 3
+    same "${name}_attack_number_still_limited" "$(code "$aurl?telephone=$attack_phone")" 429
+}
+
+# attack_summary: every attack tried through this gateway and its count of
+# 2xx after the limit.
+attack_summary() {
+    echo "# attacks after $attack_phone was limited (per gateway: attack, 2xx of 5 tries, STATUS:X-Ratel-Reason of each)"
+    cat "$tmp/attacks.txt" 2>/dev/null
+}

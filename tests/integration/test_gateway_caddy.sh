@@ -41,6 +41,9 @@ start_rateld 429 caddy || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_caddy caddy || fail caddy_start "$(tail -5 "$tmp/caddy/out.log")"
 check_demo caddy
 check_hostile caddy
+# The value of the key: after the number is limited, no spelling of it,
+# no second copy and no other place for it gets a 2xx.
+check_attacks caddy
 same caddy_content "$(curl -s --interface 127.0.0.6 "http://127.0.0.1:$gport/api/ping")" pong
 # auth.gateway unset: the snippet's header_up leaves no second candidate.
 stop_rateld
@@ -59,4 +62,5 @@ same caddy_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gpor
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/caddy/out.log"
 hostile_summary
+attack_summary
 finish

@@ -55,6 +55,9 @@ start_rateld 429 haproxy || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy closed || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
 check_demo haproxy
 check_hostile haproxy
+# The value of the key: after the number is limited, no spelling of it,
+# no second copy and no other place for it gets a 2xx.
+check_attacks haproxy
 # The body reaches rateld (option http-buffer-request): json:telephone.
 form() { code -X POST -H 'Content-Type: application/json' --data-binary "$1" "http://127.0.0.1:$gport/sendCode"; }
 c1=$(form '{"telephone":"13800138000"}')
@@ -79,4 +82,5 @@ same haproxy_open_content "$(curl -s --interface 127.0.0.7 "http://127.0.0.1:$gp
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/haproxy/out.log"
 hostile_summary
+attack_summary
 finish

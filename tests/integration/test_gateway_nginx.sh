@@ -43,6 +43,9 @@ start_rateld 403 nginx || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_nginx snippet nginx
 check_demo nginx
 check_hostile nginx
+# The value of the key: after the number is limited, no spelling of it,
+# no second copy and no other place for it gets a 2xx.
+check_attacks nginx
 # For nginx (deny_status 403) a refusal has no body: nginx never shows it,
 # and would close its keep-alive connection to rateld to skip one.
 curl -s -D "$tmp/h" -o "$tmp/b" -H 'X-Original-URI: /sendCaptcha?telephone=13800138000' -H 'X-Original-Method: GET' "http://127.0.0.1:$rport/v1/auth"
@@ -83,4 +86,5 @@ fi
 
 [ "$failed" -gt 0 ] && tail -5 "$tmp/rateld.log" "$tmp/nginx/logs/error.log"
 hostile_summary
+attack_summary
 finish
