@@ -425,6 +425,7 @@ $(NGX_DIR)/objs/Makefile: nginx/config $(NGX_DIR)/files
 	ln -s $(NGX_SRC)/auto $(NGX_SRC)/src $(NGX_SRC)/configure $(NGX_DIR)/tree/
 	cd $(NGX_DIR)/tree && CC='$(CC)' RATEL_LIBRATEL='$(abspath $(BUILD))/libratel.a' \
 	    RATEL_APP='$(abspath $(BUILD))/libratel_app.a' \
+	    RATEL_HTTP='$(abspath $(BUILD))/libratel_http.a' \
 	    RATEL_LIBS='$(NGX_LIBS)' bash -c '. $(NGX_SRC)/conf_flags && ./configure \
 	    --with-cc-opt="$(NGX_CFLAGS)" --with-ld-opt="$(NGX_LDFLAGS)" \
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR)/nginx \
@@ -434,7 +435,7 @@ $(NGX_DIR)/objs/Makefile: nginx/config $(NGX_DIR)/files
 # nginx's own make, without ours's variables (a CFLAGS=... given to this
 # make would replace nginx's); the module is linked again whenever a
 # source or libratel.a changed.
-$(NGX_MODULE): $(NGX_DIR)/objs/Makefile $(NGX_DEPS) $(APP_LIB) $(BUILD)/libratel.a
+$(NGX_MODULE): $(NGX_DIR)/objs/Makefile $(NGX_DEPS) $(APP_LIB) $(BUILD)/libratel_http.a $(BUILD)/libratel.a
 	rm -f $(NGX_DIR)/objs/ngx_http_ratel_module.so
 	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -f $(NGX_ABS)/objs/Makefile \
 	    -C $(NGX_DIR)/tree modules

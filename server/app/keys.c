@@ -6,6 +6,7 @@
 #include "app/keys.h"
 
 #include "app/phone.h"
+#include "http/http.h"
 
 #include <cjson/cJSON.h>
 
@@ -271,127 +272,14 @@ int ratel__key_needs(const ratel__key_t *key)
 
 /* ------------------------------------------------- urlencoded fields */
 
-static unsigned char lower(unsigned char c)
+/* Field `name` of urlencoded `text` (http/http.h's one reader, a ';'
+   separating parameters too: some backend reads it so). */
+static long field(ratel__key_str_t text, const char *name, char *buf,
+                  size_t len)
 {
-    return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
-}
+    ratel_http_str_t t = {text.p, text.n};
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/*
- * Decodes one form-encoded byte at p[*i] (of n): '+' is a space, "%XX" a
- * byte. Returns the byte, or -1 for a '%' not followed by two hex digits
- * or for "%00" (a NUL would cut the value short for every C string user).
- */
-static int decode_at(const char *p, size_t n, size_t *i)
-{
-    char c = p[*i];
-
-    if (c == '+') {
-        (*i)++;
-        return ' ';
-    }
-    if (c == '%') {
-        int hi, lo;
-        if (n - *i < 3)
-            return -1;
-        hi = hex_value(p[*i + 1]);
-        lo = hex_value(p[*i + 2]);
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
-            return -1;
-        *i += 3;
-        return hi * 16 + lo;
-    }
-    (*i)++;
-    return (unsigned char)c;
-}
-
-/*
- * Whether the encoded name p[0..n) decodes to `name`: exactly, or with
- * `fold` in any case and also as "NAME[...]" (PHP and Rails read
- * "phone[]=1" as the parameter phone). -1 when the name is malformed.
- */
-static int name_matches(const char *p, size_t n, const char *name, int fold)
-{
-    size_t i = 0, j = 0;
-
-    while (i < n) {
-        int c = decode_at(p, n, &i);
-        unsigned char want = (unsigned char)name[j];
-        if (c < 0)
-            return -1;
-        if (want == '\0')
-            return fold && c == '[';
-        if (fold ? lower((unsigned char)c) != lower(want) : c != want)
-            return 0;
-        j++;
-    }
-    return name[j] == '\0';
-}
-
-/* The next parameter of [*p, end): its name and value; *p moves past it.
-   '&' and ';' both end a parameter for some reader, so both do here. */
-static void next_param(const char **p, const char *end, ratel__key_str_t *k,
-                       ratel__key_str_t *v, int *has_eq)
-{
-    const char *s = *p, *q = s, *eq = NULL;
-
-    while (q < end && *q != '&' && *q != ';') {
-        if (*q == '=' && !eq)
-            eq = q;
-        q++;
-    }
-    k->p = s;
-    k->n = (size_t)((eq ? eq : q) - s);
-    v->p = eq ? eq + 1 : q;
-    v->n = (size_t)(q - v->p);
-    *has_eq = eq != NULL;
-    *p = q < end ? q + 1 : end;
-}
-
-long ratel__urlencoded_field(ratel__key_str_t text, const char *name, char *buf,
-                             size_t len)
-{
-    const char *p = text.p, *end = text.p + text.n;
-    ratel__key_str_t k, v, found = {NULL, 0};
-    int eq, count = 0;
-
-    if (!p)
-        return -1;
-    while (p < end) {
-        next_param(&p, end, &k, &v, &eq);
-        switch (name_matches(k.p, k.n, name, 1)) {
-        case -1:
-            continue; /* another parameter's malformed name */
-        case 0:
-            continue;
-        }
-        if (count++ || name_matches(k.p, k.n, name, 0) != 1)
-            return -3; /* twice, or as Name / NAME[...] that may be it */
-        found = v;
-    }
-    if (count == 0)
-        return -1;
-    if (!buf || len == 0)
-        return -2;
-    size_t i = 0, out = 0;
-    while (i < found.n) {
-        int c = decode_at(found.p, found.n, &i);
-        if (c < 0 || out + 1 >= len)
-            return -2;
-        buf[out++] = (char)c;
-    }
-    buf[out] = '\0';
-    return (long)out;
+    return ratel_http_form_field(t, name, RATEL_HTTP_FORM_SEMICOLON, buf, len);
 }
 
 /* ------------------------------------------------------------ sources */
@@ -556,24 +444,22 @@ static int raw_value(const ratel__key_part_t *part, const ratel__key_view_t *v,
             *why = "a '#' in the query";
             return -1;
         }
-        return field_result(
-            ratel__urlencoded_field(v->query, part->name, buf, len), buf, value,
-            n, why);
+        return field_result(field(v->query, part->name, buf, len), buf, value,
+                            n, why);
     case RATEL__KEY_FORM:
         if (v->body == RATEL__KEY_BODY_MULTIPART || v->form_unread) {
             *why = "a form body that is not read (multipart, or larger "
                    "than the host reads)";
             return -1;
         }
-        if (ratel__urlencoded_field(v->query, part->name, NULL, 0) != -1) {
+        if (field(v->query, part->name, NULL, 0) != -1) {
             *why = "a form field also in the query (backends merge them)";
             return -1;
         }
         if (v->body != RATEL__KEY_BODY_URLENCODED)
             return 1;
-        return field_result(
-            ratel__urlencoded_field(v->form, part->name, buf, len), buf, value,
-            n, why);
+        return field_result(field(v->form, part->name, buf, len), buf, value, n,
+                            why);
     case RATEL__KEY_COOKIE:
         if (cookie_value(v, part->name, value, n) < 0) {
             *why = "a cookie given more than once";
@@ -621,7 +507,8 @@ static int has_control(const char *p, size_t n)
 static int has_escape(const char *p, size_t n)
 {
     for (size_t i = 0; i + 2 < n; i++)
-        if (p[i] == '%' && hex_value(p[i + 1]) >= 0 && hex_value(p[i + 2]) >= 0)
+        if (p[i] == '%' && ratel_http_hex_value(p[i + 1]) >= 0 &&
+            ratel_http_hex_value(p[i + 2]) >= 0)
             return 1;
     return 0;
 }
@@ -799,7 +686,8 @@ long ratel__key_build(const ratel__key_t *key, const char *policy,
         return -1;
     }
     for (size_t i = prefix; key->fold_case && i < w.n; i++)
-        buf[i] = (char)lower((unsigned char)buf[i]);
+        if (buf[i] >= 'A' && buf[i] <= 'Z')
+            buf[i] = (char)(buf[i] + 32);
     buf[w.n] = '\0';
     return (long)w.n;
 }

@@ -195,16 +195,6 @@ long ratel__key_build(const ratel__key_t *key, const char *policy,
 long ratel__key_escape(const char *value, size_t n, char *buf, size_t len);
 
 /*
- * Decoded value of parameter `name` in urlencoded `text` (a query or a
- * form body): into buf (NUL-terminated). Returns its length, -1 when
- * absent, -2 when malformed (a bad %-escape, %00, a value too long for
- * buf; buf NULL: present), -3 when given more than once in any case of its name
- * or as NAME[...]. A parameter without '=' has the empty value.
- */
-long ratel__urlencoded_field(ratel__key_str_t text, const char *name, char *buf,
-                             size_t len);
-
-/*
  * The bucket of a client address: an IPv6 client's /64 ("2001:db8::/64"),
  * since one host holds a whole /64; IPv4 and anything else as it is.
  * Into buf (NUL-terminated); the length.

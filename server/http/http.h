@@ -271,18 +271,33 @@ size_t ratel_http_header_count(const ratel_http_request_t *req,
                                const ratel_http_str_t **first);
 
 /*
- * Finds query parameter `name` in `query` and percent-decodes its value
- * ('+' is a space) into buf (at most len bytes, NUL-terminated). Returns
- * the decoded length, -1 if absent, -2 if malformed (a '%' without two
- * hex digits, or "%00": a NUL would cut the value short for C strings) or
- * longer than len-1, -3 if given more than once ("k=1&k=2": frameworks
- * disagree on which one counts, so a limiter keyed on the first could be
- * dodged by an application reading the last), in any case of its name
- * ("k=1&K=2": ASP.NET reads names without case). A parameter without '='
- * has the empty value.
+ * The one reader of urlencoded text (server/http/form.c): parameter
+ * `name` of `text` (a query, or an application/x-www-form-urlencoded
+ * body), its value decoded once ('+' a space, %XX a byte) into buf (at
+ * most len bytes, NUL-terminated). Returns the decoded length; -1 when
+ * absent; -2 when malformed (a '%' without two hex digits, or "%00": a
+ * NUL would cut the value short for C strings), longer than len - 1, or
+ * present and buf NULL; -3 when given more than once ("k=1&k=2":
+ * frameworks disagree on which one counts, so a limiter keyed on the
+ * first could be dodged by an application reading the last), also in
+ * another case of its name beside it ("k=1&K=2": ASP.NET reads names
+ * without case) or as "k[...]" beside it (PHP and Rails read "k[]=2" as
+ * k). Alone, another case or k[] names another parameter (absent). A
+ * parameter without '=' has the empty value. With
+ * RATEL_HTTP_FORM_SEMICOLON a ';' separates parameters as '&' does (Rack
+ * and older Python read it so), for readers that must see what any
+ * backend could.
  */
+#define RATEL_HTTP_FORM_SEMICOLON 1
+long ratel_http_form_field(ratel_http_str_t text, const char *name, int flags,
+                           char *buf, size_t len);
+
+/* ratel_http_form_field without flags: rateld's own API parameters. */
 long ratel_http_query_param(ratel_http_str_t query, const char *name, char *buf,
                             size_t len);
+
+/* A hex digit's value, -1 for another byte. */
+int ratel_http_hex_value(char c);
 
 /* The reason phrase of a status code ("Too Many Requests"). */
 const char *ratel_http_reason(int status);

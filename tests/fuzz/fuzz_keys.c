@@ -13,10 +13,11 @@
  *   - a built key is "sms:" and at most RATEL__KEY_MAX bytes,
  *     NUL-terminated, its length strlen's; a refusal names a reason; a
  *     missing key under on_missing shared is never 0;
- *   - ratel__urlencoded_field never writes past its buffer and returns
+ *   - ratel_http_form_field never writes past its buffer and returns
  *     -3..-1 or a length below it.
  */
 #include "app/keys.h"
+#include "http/http.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -109,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              : data[0] % 3 == 0            ? RATEL__KEY_BODY_MULTIPART
                                            : RATEL__KEY_BODY_NONE;
     v.form = body;
-    got = ratel__urlencoded_field(query, "phone", field, sizeof field);
+    got = ratel_http_form_field((ratel_http_str_t){query.p, query.n}, "phone",
+                                RATEL_HTTP_FORM_SEMICOLON, field, sizeof field);
     ASSERT(got >= -3 && got < (long)sizeof field);
     if (ratel__key_parse(text.p, text.n, &key, err, sizeof err) != 0) {
         ASSERT(memchr(err, '\0', sizeof err) && err[0] != '\0');
