@@ -441,8 +441,16 @@ attack_name_title_case() { attack_code "$aurl?Telephone=$attack_phone"; }
 attack_name_upper_case() { attack_code "$aurl?TELEPHONE=$attack_phone"; }
 attack_form_body() { attack_code -X POST -H 'Content-Type: application/x-www-form-urlencoded' --data "telephone=$attack_phone" "$aurl"; }
 attack_missing() { attack_code "$aurl"; }
+# Other spellings of the number (docs/keys.md, "Phone numbers"), one per
+# try: the same phone to the SMS provider, so the same bucket.
+spellings=('%2B86%20139%200000%200001' '%2B8613900000001' '008613900000001'
+    '139-0000-0001' '%2B86%20(0)%20139%200000%200001')
+attack_spelled_otherwise() { attack_code "$aurl?telephone=${spellings[$(($1 - 1))]}"; }
+# Numbers no provider delivers (12 digits: no CN range): refused.
+attack_invalid_number() { attack_code "$aurl?telephone=$attack_phone$1"; }
 attacks=(fragment repeat_empty_first repeat_empty_last repeat_random_first
-    percent_encoded name_title_case name_upper_case form_body missing)
+    percent_encoded name_title_case name_upper_case form_body missing
+    spelled_otherwise invalid_number)
 
 # check_attacks NAME: /sendCaptcha's number is sent until it is limited
 # (429); then every attack, five tries each, gets no 2xx, and every answer
