@@ -55,6 +55,7 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
                                             rateld_params_t *prm, unsigned op)
 {
     const rateld_policy_t *pol;
+    const char *why = "refused";
     char err[400];
 
     if (rateld_params_read(req, prm, op, err, sizeof err) != 0) {
@@ -68,6 +69,14 @@ static const rateld_policy_t *params_policy(rateld_t *d, rateld_gen_t *gen,
         rateld_respond_error(d, ex, req->thread, 404,
                              "no policy named \"%s\"; defined: %s", prm->policy,
                              names);
+        return NULL;
+    }
+    if (prm->has_key && rateld_policy_key_value(pol, prm->key, &prm->keylen,
+                                                sizeof prm->key, &why) != 0) {
+        rateld_respond_error(d, ex, req->thread, 400,
+                             "policy %s: key \"%.64s\" is %s", pol->name,
+                             prm->key, why);
+        return NULL;
     }
     return pol;
 }

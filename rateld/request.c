@@ -62,6 +62,28 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
     return ratel__key_build(&p->key, p->name, v, buf, len, why);
 }
 
+int rateld_policy_key_value(const rateld_policy_t *p, char *key, size_t *keylen,
+                            size_t cap, const char **why)
+{
+    char buf[RATELD_KEY_MAX + 2];
+    const char *value = key;
+    size_t n = *keylen;
+
+    if (p->key.n != 1 || p->key.parts[0].transform == RATEL__KEY_AS_IS)
+        return 0;
+    if (ratel__key_transform(&p->key.parts[0], buf, sizeof buf, &value, &n,
+                             why) != 0)
+        return -1;
+    if (n >= cap) {
+        *why = "too long";
+        return -1;
+    }
+    memcpy(key, value, n);
+    key[n] = '\0';
+    *keylen = n;
+    return 0;
+}
+
 /* strcmp between a C string and n bytes. */
 static int compare_value(const char *s, const char *p, size_t n)
 {

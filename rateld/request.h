@@ -44,6 +44,17 @@ long rateld_policy_key(const rateld_policy_t *p, const rateld_view_t *v,
                        char *buf, size_t len, const char **why);
 
 /*
+ * A key the decision API was given (`key=`), as the policy's key source
+ * reads a request: through its transform when the key is one source with
+ * one (`query:telephone|phone:CN`: "+86 139 0000 0001" and "13900000001"
+ * are the key "+8613900000001"), so the API and /v1/auth count one
+ * bucket. key[0..*keylen) is rewritten in place (cap bytes with the NUL).
+ * 0, or -1 with the reason in *why when the transform refuses it.
+ */
+int rateld_policy_key_value(const rateld_policy_t *p, char *key, size_t *keylen,
+                            size_t cap, const char **why);
+
+/*
  * The first of the policy's overrides that applies to the request seen
  * through `v` whose key value (without the "POLICY:" prefix) is
  * key[0..keylen); NULL when none does. An override whose key source is

@@ -149,6 +149,9 @@ for t in %2B8613500003333 008613500003333 '%2B86%20135%200000%203333' '+86+135+0
     135-0000-3333 '%2B86013500003333' '1350000333%33' '%31%33%35%30%30%30%30%33%33%33%33'; do
     same "phone_same_bucket_$t" "$(auth "/sendCaptcha?telephone=$t")" 429
 done
+# The decision API's key reads as the policy's source does: one bucket.
+same phone_api_same_bucket "$(code "$base/v1/acquire?policy=sms&key=%2B86%20135%200000%203333")" 429
+same phone_api_invalid "$(code "$base/v1/acquire?policy=sms&key=12345")" 400
 curl -s -D "$tmp/h" -o /dev/null "$base/v1/auth/sendCaptcha?telephone=12345"
 contains phone_invalid "$(tr -d '\r' <"$tmp/h")" "X-Ratel-Reason: bad-key"
 same phone_exempt "$(auth '/sendCaptcha?telephone=%2B8613800000000')$(auth '/sendCaptcha?telephone=13800000000')" 200200
