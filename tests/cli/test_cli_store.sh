@@ -263,7 +263,9 @@ fallback() {
     local port=${port_module:-} url
     [ -n "$port" ] || port=$(redis_start) || { fail fallback "no redis-server"; return; }
     url="redis://127.0.0.1:$port?timeout_ms=200"
-    rcli "$port" CLIENT PAUSE 5000 WRITE >/dev/null
+    # Long enough for four commands under valgrind (each waits 200 ms and
+    # starts slowly there); UNPAUSE ends it when they are done.
+    rcli "$port" CLIENT PAUSE 60000 WRITE >/dev/null
     ratel acquire --store "$url" --rule 1/1m fb:k
     same fallback_local "$rc:$(field 1):$(field 7)" "0:1:local"
     contains fallback_local_warns "$err" "the failure policy 'local' did"
