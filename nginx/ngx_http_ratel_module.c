@@ -181,6 +181,17 @@ static ngx_str_t body_of(ngx_http_request_t *r, ngx_uint_t *whole)
     return b;
 }
 
+/* What the location's lines read of the body (RATEL__KEY_NEEDS_*). */
+static int lines_need(ngx_http_ratel_loc_conf_t *conf)
+{
+    ngx_http_ratel_limit_t **l = conf->limits->elts;
+    int needs = 0;
+
+    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
+        needs |= l[i]->needs;
+    return needs;
+}
+
 /*
  * The view key sources read of request `r`: its headers, query (r->args),
  * path (r->uri, as locations match it), host, client address (after
@@ -217,7 +228,8 @@ static ngx_int_t make_view(ngx_http_request_t *r, ctx_t *ctx,
     } else if (type_is(r, "multipart/form-data")) {
         v->body = RATEL__KEY_BODY_MULTIPART;
     }
-    if (ctx->body_read && (!whole || body.len > 0)) {
+    if (ctx->body_read && (lines_need(ctx->conf) & RATEL__KEY_NEEDS_JSON) &&
+        (!whole || body.len > 0)) {
         cJSON *root = NULL;
         if (!whole ||
             ratel__json_parse_strict((const char *)body.data, body.len, &root,
@@ -259,6 +271,34 @@ static void key_refused(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
 }
 
 /*
+ * The store key of a key=$var line into buf (room for "POLICY:" and
+ * RATEL__KEY_MAX bytes): the variable's value escaped as key sources
+ * escape theirs, "-" for an empty one under on_missing=shared. Its length;
+ * 0 when the value is empty (missing); -1 when too long; -2 when the
+ * variable cannot be read.
+ */
+static long var_key(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
+                    u_char *buf)
+{
+    ngx_str_t *p = &l->policy->name, value;
+    long n;
+
+    if (ngx_http_complex_value(r, l->key_cv, &value) != NGX_OK)
+        return -2;
+    if (value.len == 0 && l->sources.on_missing != RATEL__KEY_MISSING_SHARED)
+        return 0;
+    if (value.len == 0) {
+        value.data = (u_char *)"-";
+        value.len = 1;
+    }
+    ngx_memcpy(buf, p->data, p->len);
+    buf[p->len] = ':';
+    n = ratel__key_escape((const char *)value.data, value.len,
+                          (char *)buf + p->len + 1, RATEL__KEY_MAX + 1);
+    return n < 0 ? -1 : n + (long)p->len + 1;
+}
+
+/*
  * The store key of line `l` into *key (in r's pool): NGX_OK; NGX_DECLINED
  * when the line does not limit this request (an exempt value, a missing
  * key under on_missing=allow); NGX_ABORT when the key is refused or
@@ -268,7 +308,7 @@ static ngx_int_t line_key(ngx_http_request_t *r, ctx_t *ctx,
                           ngx_http_ratel_limit_t *l, const ratel__key_view_t *v,
                           ngx_str_t *key)
 {
-    ngx_str_t *p = &l->policy->name, value;
+    ngx_str_t *p = &l->policy->name;
     const char *why = NULL;
     size_t cap = p->len + 2 + RATEL__KEY_MAX;
     long n;
@@ -276,26 +316,13 @@ static ngx_int_t line_key(ngx_http_request_t *r, ctx_t *ctx,
     key->data = ngx_pnalloc(r->pool, cap);
     if (key->data == NULL)
         return NGX_ERROR;
-    if (l->key_cv == NULL) {
+    if (l->key_cv == NULL)
         n = ratel__key_build(&l->sources, (const char *)p->data, v,
                              (char *)key->data, cap, &why);
-    } else {
-        if (ngx_http_complex_value(r, l->key_cv, &value) != NGX_OK)
-            return NGX_ERROR;
-        n = 0;
-        if (value.len > 0 ||
-            l->sources.on_missing == RATEL__KEY_MISSING_SHARED) {
-            ngx_memcpy(key->data, p->data, p->len);
-            key->data[p->len] = ':';
-            n = value.len == 0
-                    ? (ngx_memcpy(key->data + p->len + 1, "-", 2), 1)
-                    : ratel__key_escape((const char *)value.data, value.len,
-                                        (char *)key->data + p->len + 1,
-                                        RATEL__KEY_MAX + 1);
-            n = n < 0 ? -1 : n + (long)p->len + 1;
-            why = n < 0 ? "longer than its limit" : NULL;
-        }
-    }
+    else if ((n = var_key(r, l, key->data)) == -2)
+        return NGX_ERROR;
+    else if (n < 0)
+        why = "longer than its limit";
     if (n > 0) {
         key->len = (size_t)n;
         return exempt(l, key->data + p->len + 1, key->len - p->len - 1)
@@ -731,11 +758,8 @@ static void body_done(ngx_http_request_t *r)
 static ngx_uint_t wants_body(ngx_http_request_t *r,
                              ngx_http_ratel_loc_conf_t *conf)
 {
-    ngx_http_ratel_limit_t **l = conf->limits->elts;
-    int needs = 0;
+    int needs = lines_need(conf);
 
-    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
-        needs |= l[i]->needs;
     if (r->headers_in.content_length_n <= 0 && !r->headers_in.chunked)
         return 0;
     return (needs & RATEL__KEY_NEEDS_JSON) ||
