@@ -46,7 +46,9 @@ contains before_hang "$(acquire k0)" "store"
 clients() {
     local i=$1
     while [ ! -e "$tmp/stop" ]; do
-        acquire "c$i" >>"$tmp/client$i.out"
+        # One line per answer (acquire prints none): an empty line is an
+        # answer that never came.
+        echo "$(acquire "c$i")" >>"$tmp/client$i.out"
     done
 }
 for i in 1 2 3 4; do clients "$i" & echo $! >"$tmp/pids/client$i"; done
