@@ -499,6 +499,10 @@ static int parse_options(const store_command_t *c, int argc, char **argv,
     return check_operands(c, argc, argv, o);
 }
 
+/* Why the first contact failed, when the store was made without one
+   (open_store): what the user needs to hear, not the 1 ms retry's. */
+static char first_failure[512];
+
 /*
  * Opens the store `url` names for command `c`. Returns 0, or an exit
  * status after saying why: 2 for a URL the store refuses (its message
@@ -542,7 +546,13 @@ static int open_store(const store_command_t *c, const char *url,
         cli_error(c->name, "warning: %s", RATEL__TLS_INSECURE_WARNING);
     rc = ratel_store_redis_new(out, &ro, err, sizeof err);
     if (rc == RATEL_EIO && c->cmd == CMD_ACQUIRE) {
+        snprintf(first_failure, sizeof first_failure, "%s",
+                 strncmp(err, "redis store: ", 13) == 0 ? err + 13 : err);
+        /* The first contact spent the time Redis had: the request goes
+           to the failure policy at once (1 ms), not after a second
+           timeout_ms. */
         ro.lazy_connect = 1;
+        ro.connect_timeout_ms = ro.command_timeout_ms = 1;
         rc = ratel_store_redis_new(out, &ro, err, sizeof err);
     }
     if (rc < 0) {
@@ -558,7 +568,10 @@ static int open_store(const store_command_t *c, const char *url,
 /* Why the store's last call failed, for messages ("" when unknown). */
 static void store_reason(ratel_store_t *store, char *why, size_t len)
 {
-    ratel_store_errstr(store, why, len);
+    if (first_failure[0])
+        snprintf(why, len, "%s", first_failure);
+    else
+        ratel_store_errstr(store, why, len);
 }
 
 /*

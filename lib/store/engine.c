@@ -166,6 +166,35 @@ void ratel__engine_conn_dirty(conn_t *c)
     ratel__engine_defer(e);
 }
 
+/* ------------------------------------------------- health sources */
+
+ratel__health_source_t *ratel__redis_health_source(ratel__redis_shared_t *sh,
+                                                   const char *name)
+{
+    ratel__health_source_t *src;
+
+    pthread_mutex_lock(&sh->sources_lock);
+    for (src = sh->sources; src; src = src->next)
+        if (strcmp(src->name, name) == 0)
+            break;
+    if (!src && (src = calloc(1, sizeof *src))) {
+        snprintf(src->name, sizeof src->name, "%s", name);
+        src->next = sh->sources;
+        sh->sources = src;
+    }
+    pthread_mutex_unlock(&sh->sources_lock);
+    return src;
+}
+
+void ratel__redis_health_sources_free(ratel__redis_shared_t *sh)
+{
+    while (sh->sources) {
+        ratel__health_source_t *next = sh->sources->next;
+        free(sh->sources);
+        sh->sources = next;
+    }
+}
+
 /* ------------------------------------------------------------ nodes */
 
 ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
@@ -190,9 +219,9 @@ ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
     nd->port = port;
     ratel__msg(nd->name, sizeof nd->name,
                strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-    nd->health_down =
-        ratel__redis_health_flag((ratel__redis_shared_t *)e->sh, nd->name);
-    if (!nd->health_down) {
+    nd->source =
+        ratel__redis_health_source((ratel__redis_shared_t *)e->sh, nd->name);
+    if (!nd->source) {
         free(nd);
         return NULL;
     }
@@ -233,8 +262,8 @@ static void breaker_count(ratel__node_t *node, int open)
 
 int ratel__engine_node_health_clear(ratel__node_t *node)
 {
-    return *node->health_down &&
-           ratel__health_set(node->e->sh->health, node->health_down, 0, NULL,
+    return node->source->down &&
+           ratel__health_set(node->e->sh->health, &node->source->down, 0, NULL,
                              ratel_clock_now_us());
 }
 
@@ -248,7 +277,8 @@ void ratel__engine_node_ok(ratel__node_t *node)
     node->probing = 0;
     node->errstr[0] = '\0';
     breaker_count(node, 0);
-    if (*node->health_down && ratel__health_set(sh->health, node->health_down,
+    atomic_fetch_add_explicit(&node->source->ups, 1, memory_order_relaxed);
+    if (node->source->down && ratel__health_set(sh->health, &node->source->down,
                                                 0, NULL, ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
@@ -286,6 +316,8 @@ void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
         node->down_until_us = now + (sh->breaker_us << (node->fail_streak - 1));
         if (node->down_until_us <= 0)
             node->down_until_us = 1;
+        node->ups_seen =
+            atomic_load_explicit(&node->source->ups, memory_order_relaxed);
         breaker_count(node, 1);
     }
     node->probing = 0;
@@ -293,7 +325,7 @@ void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
         ratel__conn_fail(node->conns, rc, 0);
     fail_queue(node, rc, 1);
     /* A Sentinel that fails is one voice fewer, not an outage. */
-    if (!node->sentinel && ratel__health_set(sh->health, node->health_down, 1,
+    if (!node->sentinel && ratel__health_set(sh->health, &node->source->down, 1,
                                              why, ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
@@ -305,7 +337,11 @@ void ratel__engine_enqueue(ratel__engine_t *e, ratel__node_t *node,
 {
     rop->node = node;
     if (node->down_until_us != 0 && !rop->force) {
-        if (rop->now_us < node->down_until_us) {
+        /* Open, unless the address answered another of the store's
+           engines since (the health check's PING): then probe now. */
+        if (rop->now_us < node->down_until_us &&
+            atomic_load_explicit(&node->source->ups, memory_order_relaxed) ==
+                node->ups_seen) {
             ratel__engine_finish(e, rop, RATEL_EIO, NULL);
             return;
         }

@@ -107,17 +107,29 @@ typedef struct ratel__redis_shared_s {
     _Atomic uint64_t round_trips, commands, reconnects, redirects;
     _Atomic int breaker_open; /* nodes whose breaker is open, all engines */
     ratel_health_t *health;
-    /* Each address's health flag (a source of `health`), one for all the
-       store's engines: what one engine saw last of an address is the
-       store's view of it, so a success on any engine ends an outage
-       another engine saw (ratel__redis_health_flag). */
+    /* Each address's health source, one for all the store's engines:
+       what one engine saw last of an address is the store's view of it,
+       so a success on any engine ends an outage another engine saw, and
+       closes the others' breakers for it (ratel__redis_health_source). */
     pthread_mutex_t sources_lock;
     struct ratel__health_source_s *sources;
 } ratel__redis_shared_t;
 
-/* The health flag of address `name` ("host:port"), made on first use;
-   NULL when out of memory. Freed by ratel__redis_health_sources_free(). */
-int *ratel__redis_health_flag(ratel__redis_shared_t *sh, const char *name);
+/* One address ("host:port") as a source of the store's health. */
+typedef struct ratel__health_source_s {
+    struct ratel__health_source_s *next;
+    int down; /* its flag in the store's health (ratel__health_set) */
+    /* Successes seen on it by any engine after a failure: an engine whose
+       breaker for the address is open closes it when this moved (the
+       address answered another engine, e.g. the health check's PING). */
+    _Atomic uint64_t ups;
+    char name[300];
+} ratel__health_source_t;
+
+/* The health source of address `name`, made on first use; NULL when out
+   of memory. Freed by ratel__redis_health_sources_free(). */
+ratel__health_source_t *ratel__redis_health_source(ratel__redis_shared_t *sh,
+                                                   const char *name);
 void ratel__redis_health_sources_free(ratel__redis_shared_t *sh);
 
 typedef struct ratel__engine_s ratel__engine_t;

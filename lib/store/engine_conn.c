@@ -601,6 +601,62 @@ static void link_up(ratel__link_t *link)
     became_ready(c);
 }
 
+/*
+ * Whether reply `r` to `p` shows the node serving: any answer but an
+ * error of the connection's setup or the node's preparation (credentials
+ * refused, the module missing: one failure that lasts, not a success
+ * each time the node answers it) or a "cannot now" error (LOADING, BUSY,
+ * ...). A command's own error (a wrong argument) is an answer.
+ */
+static int proves_up(const pend_t *p, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR)
+        return 1;
+    return (p->step == STEP_ROP || p->step == STEP_MANY ||
+            p->step == STEP_LIB_VERSION || p->step == STEP_LIB_LOAD) &&
+           !ratel__reply_unavailable(r);
+}
+
+/*
+ * An answer that refuses the connection itself, whatever it answers:
+ * "maxclients" (the server closes it next), credentials asked or refused
+ * on a command (a password changed under a live connection). The node
+ * fails with the cause, and what the reply answered with it (its entry,
+ * just taken from the ring, goes back); returns 1 then (`c` and `r` are
+ * gone).
+ */
+static int refused_connection(conn_t *c, redisReply *r)
+{
+    ratel__node_t *node = c->node;
+    char text[256], why[400];
+    int auth;
+
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    auth = ratel__reply_starts(r, "NOAUTH") ||
+           ratel__reply_starts(r, "WRONGPASS");
+    if (!auth && !ratel__reply_starts(r, "ERR max number of clients"))
+        return 0;
+    reply_text(r, text, sizeof text);
+    if (auth)
+        ratel__msg(why, sizeof why, "%s refused the credentials: %s%s",
+                   node->name, text,
+                   !ratel__reply_starts(r, "NOAUTH") ? ""
+                   : node->sentinel ? " (give the Sentinels' password: "
+                                      "sentinel_password=)"
+                                    : " (give the password in the URL: "
+                                      "redis://:PASSWORD@host:port)");
+    else
+        ratel__msg(why, sizeof why,
+                   "%s refused the connection: %s (its maxclients)",
+                   node->name, text);
+    freeReplyObject(r);
+    c->phead = (c->phead + c->pcap - 1) % c->pcap;
+    c->pcount++;
+    ratel__engine_node_failed(node, auth ? RATEL_EPROTO : RATEL_EIO, why, 0);
+    return 1;
+}
+
 static void link_data(ratel__link_t *link, const char *p, size_t n)
 {
     conn_t *c = (conn_t *)link;
@@ -628,7 +684,10 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
             c->answered = 1;
             node->ever_connected = 1;
         }
-        if (node->down_until_us || *node->health_down || node->fail_streak)
+        if (refused_connection(c, reply))
+            return;
+        if (proves_up(&pend, reply) &&
+            (node->down_until_us || node->source->down || node->fail_streak))
             ratel__engine_node_ok(node);
         if (on_reply(c, &pend, reply) != 0)
             return;
@@ -686,11 +745,15 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
     if (c->state == CONN_OPENING)
         ratel__msg(msg, sizeof msg, "cannot connect to %s: %s", node->name,
                    why);
-    else if (!c->answered && !shared(c)->tls && !node->sentinel)
-        /* Closed before a word: a TLS port says nothing to plain text. */
+    else if (!c->answered && !shared(c)->tls && !node->sentinel) {
+        /* Closed before a word: a TLS port says nothing to plain text.
+           On a node never reached, the configuration's mistake. */
         ratel__msg(msg, sizeof msg,
                    "%s: %s before answering (a TLS port? use rediss://)",
                    node->name, why);
+        if (!node->ever_connected)
+            rc = RATEL_EPROTO;
+    }
     else
         ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
     ratel__conn_fail(c, rc, 1);

@@ -107,8 +107,9 @@ struct ratel__node_s {
     int fail_streak;
     int breaker_counted; /* counted in shared->breaker_open */
     char errstr[256];
-    int *health_down; /* the address's flag, shared by the store's engines
-                         (ratel__redis_health_flag) */
+    ratel__health_source_t *source; /* the address's, shared by the
+                                       store's engines */
+    uint64_t ups_seen; /* source->ups when its breaker opened */
 };
 
 /* The rule texts of the last policy encoded: a turn usually carries many
@@ -144,9 +145,12 @@ struct ratel__engine_s {
     size_t roles_pending, role_found;
     int failing_over;
     /* Sentinel: the question asked now, to whom, and the subscription. */
-    ratel__rop_t ask_rop;
-    size_t ask_next;
-    int ask_answered; /* a Sentinel answered this round */
+    size_t asks_pending; /* Sentinels asked (in role[]) not answered yet */
+    int ask_decided;      /* this round named a primary, or failed */
+    int ask_refused;      /* RATEL_EPROTO: a Sentinel said the
+                             configuration is wrong (no such primary,
+                             credentials refused) */
+    char ask_why[400];    /* the last Sentinel's failure */
     conn_t *subscription;
     /* A slot map being read: the discover commands waiting for it. */
     ratel__rop_t map_rop;
@@ -214,8 +218,10 @@ void ratel__sentinel_message(conn_t *c, const redisReply *r);
 
 /* engine_route.c */
 /* The failover or the Sentinels' answer is in: `found` is the primary's
-   index in nodes ((size_t)-1: none); parked commands go there or fail. */
-void ratel__route_primary_found(ratel__engine_t *e, size_t found);
+   index in nodes ((size_t)-1: none); parked commands go there or fail,
+   with `rc` when not 0 (RATEL_EPROTO: the configuration is wrong), else
+   RATEL_EIO. */
+void ratel__route_primary_found(ratel__engine_t *e, size_t found, int rc);
 ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop);
 /* Whether one command may carry both keys: always but in a cluster, where
    only keys of one slot may. */

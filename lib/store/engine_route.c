@@ -203,7 +203,8 @@ static int can_fail_over(const ratel__engine_t *e)
            (e->sh->url.naddrs > 1 || e->sh->url.sentinel);
 }
 
-void ratel__route_primary_found(ratel__engine_t *e, size_t found)
+void ratel__route_primary_found(ratel__engine_t *e, size_t found,
+                                int fail_rc)
 {
     size_t old = e->primary;
     int had = e->have_primary,
@@ -223,7 +224,11 @@ void ratel__route_primary_found(ratel__engine_t *e, size_t found)
         int rc = rop->rc;
         rop->rc = 0;
         if (!e->have_primary || e->freeing || (!moved && rop->attempts > 0)) {
-            ratel__engine_finish(e, rop, rc ? rc : RATEL_EIO, NULL);
+            ratel__engine_finish(e, rop,
+                                 fail_rc ? fail_rc
+                                 : rc    ? rc
+                                         : RATEL_EIO,
+                                 NULL);
             continue;
         }
         rop->where = WHERE_NONE;
@@ -235,7 +240,7 @@ void ratel__route_primary_found(ratel__engine_t *e, size_t found)
         rop->qprev = rop->qnext = NULL;
         ratel__engine_enqueue(e, e->nodes[e->primary], rop);
     }
-    wake_waiters(e, e->have_primary ? 0 : RATEL_EIO);
+    wake_waiters(e, e->have_primary ? 0 : fail_rc ? fail_rc : RATEL_EIO);
 }
 
 static void role_done(ratel__rop_t *rop)
@@ -252,7 +257,7 @@ static void role_done(ratel__rop_t *rop)
     freeReplyObject(rop->reply);
     rop->reply = NULL;
     if (--e->roles_pending == 0)
-        ratel__route_primary_found(e, e->role_found);
+        ratel__route_primary_found(e, e->role_found, 0);
 }
 
 /* Asks every address for its ROLE, unless one was asked within the
@@ -450,38 +455,4 @@ int ratel__engine_health_prune(ratel__engine_t *e)
             changed |= ratel__engine_node_health_clear(e->nodes[i]);
     }
     return changed;
-}
-
-/* ------------------------------------------------- health sources */
-
-struct ratel__health_source_s {
-    struct ratel__health_source_s *next;
-    int down;
-    char name[300];
-};
-
-int *ratel__redis_health_flag(ratel__redis_shared_t *sh, const char *name)
-{
-    struct ratel__health_source_s *src;
-
-    pthread_mutex_lock(&sh->sources_lock);
-    for (src = sh->sources; src; src = src->next)
-        if (strcmp(src->name, name) == 0)
-            break;
-    if (!src && (src = calloc(1, sizeof *src))) {
-        snprintf(src->name, sizeof src->name, "%s", name);
-        src->next = sh->sources;
-        sh->sources = src;
-    }
-    pthread_mutex_unlock(&sh->sources_lock);
-    return src ? &src->down : NULL;
-}
-
-void ratel__redis_health_sources_free(ratel__redis_shared_t *sh)
-{
-    while (sh->sources) {
-        struct ratel__health_source_s *next = sh->sources->next;
-        free(sh->sources);
-        sh->sources = next;
-    }
 }

@@ -261,7 +261,9 @@ static int discover(redis_store_t *s, ratel__node_t **serving, size_t *n,
                    : s->sh.url.sentinel ? "no Sentinel named a primary"
                                         : "no cluster node answered");
         pthread_mutex_unlock(&s->err_lock);
-        return RATEL_EIO;
+        /* RATEL_EPROTO: a Sentinel knew no such primary or refused the
+           credentials, a node is no cluster node: no outage. */
+        return rop.rc == RATEL_EPROTO ? RATEL_EPROTO : RATEL_EIO;
     }
     *n = ratel__engine_serving(s->engine, serving, REDIS_MAX_SERVING);
     return 0;

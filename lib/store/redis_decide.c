@@ -153,8 +153,9 @@ static void note_failure(redis_store_t *s, const ratel__rop_t *rop)
 {
     if (rop->node && ratel__engine_node_error(rop->node)[0])
         ratel__redis_set_error(s, ratel__engine_node_error(rop->node));
-    else if (!rop->node)
+    else if (!rop->node && s->sh.url.cluster)
         ratel__redis_set_error(s, "no cluster node answered");
+    /* Sentinel, no primary named: the Sentinels' answer said why. */
 }
 
 /*

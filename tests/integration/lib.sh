@@ -293,12 +293,14 @@ redis_start_tls() {
 
 # ------------------------------------------------------------- Sentinel
 
-# sentinel_start PRIMARY_PORT: a `redis-server CONF --sentinel` on a free
-# port (printed) monitoring 127.0.0.1:PRIMARY_PORT as mymaster, quorum 1,
-# down-after-milliseconds 1000, failover-timeout 5000. Several Sentinels
-# on one primary find each other. The EXIT trap stops it.
+# sentinel_start PRIMARY_PORT [ARGS...]: a `redis-server CONF --sentinel`
+# on a free port (printed) monitoring 127.0.0.1:PRIMARY_PORT as mymaster,
+# quorum 1, down-after-milliseconds 1000, failover-timeout 5000, ARGS
+# appended (e.g. --requirepass PASSWORD). Several Sentinels on one primary
+# find each other. The EXIT trap stops it.
 sentinel_start() {
     local primary=$1 port dir pid
+    shift
     port=$(free_port) || return 1
     dir=$tmp/sentinel-$port
     mkdir -p "$dir"
@@ -308,11 +310,11 @@ sentinel_start() {
         "sentinel parallel-syncs mymaster 1" >"$dir/sentinel.conf"
     (cd "$dir" && exec redis-server "$dir/sentinel.conf" --sentinel \
         --port "$port" --bind 127.0.0.1 --daemonize no --dir "$dir" \
-        --logfile "$dir/log") >"$dir/stdout" 2>&1 </dev/null &
+        --logfile "$dir/log" "$@") >"$dir/stdout" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$tmp/pids/sentinel-$port"
     for _ in $(seq 100); do
-        if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+        if redis-cli -p "$port" PING 2>/dev/null | grep -q '^PONG$\|^NOAUTH'; then
             echo "$port"
             return 0
         fi
