@@ -72,8 +72,8 @@ static void live_unlink(ratel__engine_t *e, ratel__rop_t *rop)
     rop->aprev = rop->anext = NULL;
 }
 
-static void queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
-                         ratel__rop_t *rop)
+void ratel__queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
+                        ratel__rop_t *rop)
 {
     if (rop->qprev)
         rop->qprev->qnext = rop->qnext;
@@ -102,11 +102,15 @@ void ratel__queue_append(ratel__rop_t **head, ratel__rop_t **tail,
 static void unplace(ratel__engine_t *e, ratel__rop_t *rop)
 {
     if (rop->where == WHERE_QUEUE)
-        queue_unlink(&rop->node->qhead, &rop->node->qtail, rop);
+        ratel__queue_unlink(&rop->node->qhead, &rop->node->qtail, rop);
     else if (rop->where == WHERE_PARKED)
-        queue_unlink(&e->parked_head, &e->parked_tail, rop);
+        ratel__queue_unlink(&e->parked_head, &e->parked_tail, rop);
     else if (rop->where == WHERE_WAIT)
-        queue_unlink(&e->wait_head, &e->wait_tail, rop);
+        ratel__queue_unlink(&e->wait_head, &e->wait_tail, rop);
+    else if (rop->where == WHERE_HELD && rop->conn) {
+        conn_t *c = rop->conn;
+        ratel__queue_unlink(&c->await_head, &c->await_tail, rop);
+    }
     rop->where = WHERE_NONE;
 }
 
@@ -390,6 +394,11 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
         return;
     }
     node = rop->target ? rop->target : ratel__route_rop(e, rop);
+    if (rop->where == WHERE_PARKED) {
+        /* It waits for a cluster's map being read (engine_route.c). */
+        ratel__engine_rearm(e);
+        return;
+    }
     if (!node && !e->have_primary) {
         /* Sentinel: no primary named yet; it waits for the answer. */
         if (!ratel__route_park(e, rop, RATEL_EIO))
@@ -441,7 +450,7 @@ static int opening(const ratel__node_t *node)
 
 static void to_flight(conn_t *c, ratel__rop_t *rop)
 {
-    queue_unlink(&c->node->qhead, &c->node->qtail, rop);
+    ratel__queue_unlink(&c->node->qhead, &c->node->qtail, rop);
     rop->where = WHERE_FLIGHT;
     rop->conn = c;
     rop->attempts++;
@@ -517,6 +526,8 @@ static void dispatch(ratel__node_t *node)
         if (ratel__conn_push(c, rop, STEP_ROP) != 0)
             ratel__engine_finish(e, rop, RATEL_ENOMEM, NULL);
     }
+    if (ratel__conn_push_wait(c) != 0)
+        ratel__engine_node_failed(node, RATEL_ENOMEM, "out of memory", 0);
 }
 
 /* Sends each dirty connection's output in one write. */
@@ -628,7 +639,8 @@ static void command_timeouts(ratel__engine_t *e, int64_t now)
         ratel__node_t *node = rop->node;
         char why[400];
 
-        if (rop->where == WHERE_FLIGHT && rop->conn) {
+        if ((rop->where == WHERE_FLIGHT || rop->where == WHERE_HELD) &&
+            rop->conn) {
             ratel__msg(why, sizeof why,
                        "%s: no reply within %d ms (timeout_ms)", node->name,
                        e->sh->command_timeout_ms);

@@ -27,6 +27,8 @@ enum {
     WHERE_PARKED, /* a failover's: sent again after it */
     WHERE_WAIT,   /* a discovery's: told when it ends */
     WHERE_FLIGHT, /* on a connection, waiting for its reply */
+    WHERE_HELD,   /* answered, its reply held until the WAIT after it
+                     (wait_replicas): its connection's await list */
     WHERE_DONE    /* the done list, told at the flush */
 };
 
@@ -44,6 +46,7 @@ typedef enum step_e {
     STEP_LIB_VERSION, /* a LIBRARY rop's FCALL_RO ratel_version 0 */
     STEP_LIB_LOAD,    /* a LIBRARY rop's FUNCTION LOAD REPLACE */
     STEP_SUBSCRIBE,   /* a Sentinel's SUBSCRIBE +switch-master */
+    STEP_WAIT,        /* WAIT after writes (wait_replicas) */
     STEP_MANY,        /* the first ACQUIRE of one ratel_acquire_many */
     STEP_MANY_ITEM    /* each other ACQUIRE of it: no reply of its own */
 } step_t;
@@ -83,6 +86,10 @@ struct conn_s {
     /* Replies expected, oldest first (a ring). */
     pend_t *pend;
     size_t phead, pcount, pcap;
+    /* wait_replicas: writes sent since the last WAIT, and the commands
+       answered that wait for the WAIT after them (their replies held). */
+    unsigned unwaited;
+    ratel__rop_t *await_head, *await_tail;
     int answered;   /* a reply arrived: the peer speaks Redis */
     int subscriber; /* a Sentinel's +switch-master subscription */
 };
@@ -139,7 +146,8 @@ struct ratel__engine_s {
     conn_t *dirty_conns;
     int deferred;
     int64_t timer_at;
-    /* A failover in progress: the commands it will send again. */
+    /* A failover in progress: the commands it will send again (a
+       cluster: the commands waiting for its map to be read). */
     ratel__rop_t *parked_head, *parked_tail;
     ratel__rop_t role[RATEL_REDIS_MAX_ADDRS];
     size_t roles_pending, role_found;
@@ -154,8 +162,11 @@ struct ratel__engine_s {
     conn_t *subscription;
     /* A slot map being read: the discover commands waiting for it. */
     ratel__rop_t map_rop;
-    size_t map_next; /* the next node to ask */
     int mapping;
+    size_t map_round; /* the nodes known when this read started */
+    /* The order this read asks nodes in (MAP_ASKED: asked already). */
+    unsigned char map_rank[ENGINE_MAX_NODES];
+    int64_t map_backoff_us; /* a serving node failing: reads this far apart */
     ratel__rop_t *wait_head, *wait_tail;
     int flushing;
     int freeing;
@@ -166,6 +177,8 @@ struct ratel__engine_s {
 
 /* engine.c */
 void ratel__queue_append(ratel__rop_t **head, ratel__rop_t **tail,
+                         ratel__rop_t *rop);
+void ratel__queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
                          ratel__rop_t *rop);
 void ratel__engine_live_add(ratel__engine_t *e, ratel__rop_t *rop);
 void ratel__engine_defer(ratel__engine_t *e);
@@ -185,6 +198,8 @@ ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
 
 /* engine_conn.c */
 conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen);
+/* wait_replicas: a WAIT after the writes pushed on `c` since the last. */
+int ratel__conn_push_wait(conn_t *c);
 void conn_close(conn_t *c);
 int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step);
 /* Fails the connection: closes it, its pending commands fail. */
@@ -222,6 +237,8 @@ void ratel__sentinel_message(conn_t *c, const redisReply *r);
    with `rc` when not 0 (RATEL_EPROTO: the configuration is wrong), else
    RATEL_EIO. */
 void ratel__route_primary_found(ratel__engine_t *e, size_t found, int rc);
+/* The node a command goes to; NULL with the command parked when it waits
+   for a cluster's map being read (it is sent where the map says then). */
 ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop);
 /* Whether one command may carry both keys: always but in a cluster, where
    only keys of one slot may. */

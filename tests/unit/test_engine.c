@@ -685,6 +685,138 @@ TEST(slots_out_of_range)
     CHECK_EQ(r.calls, 1);
 }
 
+/* ------------------------------------------------- cluster failover */
+
+/* 7000 owns every slot, 7001 is its replica; then 7001 owns them. */
+static const char slots_7000_replica[] =
+    "*1\r\n*4\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
+    "*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n";
+static const char slots_7001[] =
+    "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n";
+
+/* The cluster of slots_7000_replica read at NOW_US, the acquire of "a"
+   answered by 7000, then 7000 dies (kill -9): the next acquire's connect
+   is refused, the store is down. */
+static mem_conn_t *master_dies(fixture_t *f)
+{
+    res_t r;
+    mem_conn_t *c;
+
+    acquire(f, &r, "a", NOW_US);
+    mem_flush(&f->m);
+    c = mem_open_conn(&f->m, 7000);
+    if (!c || mem_up(&f->m, c) != 0 || !mem_expect(c, "PING") ||
+        !mem_expect(c, "CLUSTER SLOTS") ||
+        mem_send_str(&f->m, c, "+PONG\r\n") != 0 ||
+        mem_send_str(&f->m, c, slots_7000_replica) != 0 ||
+        !mem_expect(c, "COMMAND INFO") ||
+        mem_send_str(&f->m, c, "*1\r\n*0\r\n") != 0 ||
+        !mem_expect(c, "RATEL.ACQUIRE a") ||
+        mem_send_str(&f->m, c, ":1\r\n") != 0 || r.calls != 1 || r.rc != 0)
+        return NULL;
+    /* Its idle connection closes; the next command's connect is refused. */
+    if (mem_down(&f->m, c, "Connection reset by peer", 0) != 0)
+        return NULL;
+    acquire(f, &r, "a", NOW_US);
+    mem_flush(&f->m);
+    c = mem_open_conn(&f->m, 7000);
+    if (!c || mem_down(&f->m, c, "Connection refused", 0) != 0 ||
+        r.calls != 1 || r.rc != RATEL_EIO)
+        return NULL;
+    return c;
+}
+
+/* A dead master sends no MOVED: a command for its slots reads the map
+   again (asking the replica the map listed, the seed being the dead
+   master), waits for it, and goes to the promoted replica; the dead
+   master stops counting for the health: one outage, down then up. */
+TEST(cluster_dead_master_replica_promoted)
+{
+    fixture_t f;
+    res_t r, again;
+    mem_conn_t *c;
+
+    REQUIRE(fx_init(&f, "redis+cluster://127.0.0.1:7000", RATEL_REDIS_AUTO) ==
+            0);
+    REQUIRE(master_dies(&f));
+    CHECK_EQ(f.health.view.up, 0);
+    acquire(&f, &r, "a", NOW_US + 100000);
+    mem_flush(&f.m);
+    CHECK_EQ(r.calls, 0); /* it waits for the map */
+    CHECK(mem_open_conn(&f.m, 7000) == NULL);
+    c = mem_open_conn(&f.m, 7001);
+    REQUIRE(c && mem_up(&f.m, c) == 0);
+    REQUIRE(mem_expect(c, "PING") && mem_expect(c, "CLUSTER SLOTS"));
+    REQUIRE(mem_send_str(&f.m, c, "+PONG\r\n") == 0);
+    REQUIRE(mem_send_str(&f.m, c, slots_7001) == 0);
+    CHECK_EQ(f.health.view.up, 1); /* 7000 no longer serves */
+    CHECK_EQ(f.health.view.transitions, 2);
+    REQUIRE(mem_expect(c, "COMMAND INFO"));
+    REQUIRE(mem_send_str(&f.m, c, "*1\r\n*0\r\n") == 0);
+    CHECK(mem_expect(c, "RATEL.ACQUIRE a"));
+    REQUIRE(mem_send_str(&f.m, c, ":2\r\n") == 0);
+    CHECK_EQ(r.calls, 1);
+    CHECK_EQ(r.rc, 0);
+    CHECK(strcmp(r.node, "127.0.0.1:7001") == 0);
+    /* Known now: the next one goes there at once, no read. */
+    acquire(&f, &again, "a", NOW_US + 100001);
+    mem_flush(&f.m);
+    CHECK(mem_expect(c, "RATEL.ACQUIRE a"));
+    CHECK_EQ(mem_pending_commands(c), 0);
+    fx_free(&f);
+    CHECK_EQ(r.calls, 1);
+    CHECK_EQ(again.calls, 1);
+}
+
+/* An acquire of "a" at `at`: 1 when it read the map (asking 7001, the
+   replica, answered with the unchanged map), 0 when it did not, -1 on
+   anything else. The acquire fails either way (7000's breaker). */
+static int read_at(fixture_t *f, mem_conn_t **c, int64_t at)
+{
+    res_t r;
+    int asked = 0;
+
+    acquire(f, &r, "a", at);
+    mem_flush(&f->m);
+    if (!*c && (*c = mem_open_conn(&f->m, 7001)) != NULL) {
+        /* The first read opens the connection (and prepares 7001). */
+        if (mem_up(&f->m, *c) != 0 || !mem_expect(*c, "PING") ||
+            !mem_expect(*c, "CLUSTER SLOTS") ||
+            mem_send_str(&f->m, *c, "+PONG\r\n") != 0 ||
+            mem_send_str(&f->m, *c, slots_7000_replica) != 0 ||
+            !mem_expect(*c, "COMMAND INFO") ||
+            mem_send_str(&f->m, *c, "*1\r\n*0\r\n") != 0)
+            return -1;
+        asked = 1;
+    } else if (*c && mem_pending_commands(*c) > 0) {
+        if (!mem_expect(*c, "CLUSTER SLOTS") ||
+            mem_send_str(&f->m, *c, slots_7000_replica) != 0)
+            return -1;
+        asked = 1;
+    }
+    return r.calls == 1 && r.rc == RATEL_EIO ? asked : -1;
+}
+
+/* While the dead master's breaker is open and the map does not change,
+   reads are 100 ms apart, then 200, then 400 (of the callers' time);
+   commands meanwhile fail at once, without waiting. */
+TEST(cluster_map_backoff)
+{
+    fixture_t f;
+    mem_conn_t *c = NULL;
+
+    REQUIRE(fx_init(&f, "redis+cluster://127.0.0.1:7000", RATEL_REDIS_AUTO) ==
+            0);
+    REQUIRE(master_dies(&f));
+    CHECK_EQ(read_at(&f, &c, NOW_US + 50000), 0);
+    CHECK_EQ(read_at(&f, &c, NOW_US + 100000), 1);
+    CHECK_EQ(read_at(&f, &c, NOW_US + 250000), 0);
+    CHECK_EQ(read_at(&f, &c, NOW_US + 300000), 1);
+    CHECK_EQ(read_at(&f, &c, NOW_US + 450000), 0);
+    CHECK_EQ(f.m.opens, 3); /* 7000 twice, 7001 once: no more connects */
+    fx_free(&f);
+}
+
 /* Commands in every place (on a connection, queued behind the node's
    preparation, parked for a failover) are each told once at free. */
 TEST(free_tells_each_once)
@@ -767,6 +899,9 @@ RATEL_SUITE(engine) = {
     {"engine_sentinel_names_and_switches", test_sentinel_names_and_switches},
     {"engine_connect_timeout", test_connect_timeout},
     {"engine_slots_out_of_range", test_slots_out_of_range},
+    {"engine_cluster_dead_master_replica_promoted",
+     test_cluster_dead_master_replica_promoted},
+    {"engine_cluster_map_backoff", test_cluster_map_backoff},
     {"engine_free_tells_each_once", test_free_tells_each_once},
     {"engine_free_tells_commands_submitted_meanwhile",
      test_free_tells_commands_submitted_meanwhile},
