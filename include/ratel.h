@@ -705,6 +705,13 @@ typedef struct ratel_redis_options_s {
        NULL: the URL's query value, else none. */
     const char *sentinel_username;
     const char *sentinel_password;
+    /* Replicas that must acknowledge each write (WAIT after it) before its
+       answer counts, 0..16; 0: the URL's wait_replicas, else none. A write
+       not acknowledged within half of command_timeout_ms fails its node
+       (the failure policy decides; a failover's new primary is asked), so
+       a permit an old primary grants after a promotion is never answered
+       as granted (docs/deployment.md, "Failover"). */
+    unsigned wait_replicas;
 } ratel_redis_options_t;
 
 /*

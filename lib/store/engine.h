@@ -11,7 +11,10 @@
  *   successors; the engine follows the one that says it is primary (ROLE,
  *   asked after a failure or a READONLY answer). Sentinel: the Sentinels
  *   name the primary (and say when it changes). Cluster: the slot map from
- *   CLUSTER SLOTS; MOVED updates it, ASK is followed once with ASKING.
+ *   CLUSTER SLOTS, asked of any known node (replicas included); MOVED
+ *   updates it, ASK is followed once with ASKING, and a command for a
+ *   slot whose owner failed reads it again first (a dead master's replica
+ *   promoted: no MOVED says so), with a back-off (engine_route.c).
  * - Pipelines. Commands submitted during one turn of the loop leave in one
  *   write per connection (the transport's `defer`); replies are matched in
  *   order by hiredis's reader (redisReader).
@@ -89,6 +92,7 @@ typedef struct ratel__redis_shared_s {
     const char *sentinel_username; /* the Sentinels': "" or NULL none */
     const char *sentinel_password; /* NULL: no AUTH to Sentinels */
     int db;                        /* SELECT when not 0 */
+    unsigned wait_replicas; /* WAIT for this many after writes (0: no) */
     const char *library; /* the Functions library, `#!lua name=ratel` */
     size_t library_len;
     const char *library_version; /* what its ratel_version answers */

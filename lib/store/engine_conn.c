@@ -75,12 +75,28 @@ static int pend_reserve(conn_t *c, size_t more)
     return 0;
 }
 
+/* Whether `rop`'s answer waits for a WAIT (wait_replicas): a command
+   that may write (a peek does not). */
+static int writes(const conn_t *c, const ratel__rop_t *rop)
+{
+    if (!shared(c)->wait_replicas || c->node->sentinel)
+        return 0;
+    return (rop->kind == RATEL__ROP_ACQUIRE &&
+            !(rop->request.flags & RATEL_PEEK)) ||
+           rop->kind == RATEL__ROP_REFUND || rop->kind == RATEL__ROP_RESET ||
+           rop->kind == RATEL__ROP_RELEASE || rop->kind == RATEL__ROP_COMMAND ||
+           /* The health check: a primary without the replicas is down. */
+           rop->kind == RATEL__ROP_PING;
+}
+
 /* `n` ACQUIREs as one ratel_acquire_many: the first's entry in the ring
    says how many entries its one reply answers. */
 int ratel__conn_push_many(conn_t *c, ratel__rop_t *const *rops, size_t n)
 {
     if (pend_reserve(c, n) != 0 || ratel__encode_many(c, rops, n) != 0)
         return RATEL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        c->unwaited += writes(c, rops[i]);
     for (size_t i = 0; i < n; i++)
         c->pend[(c->phead + c->pcount++) % c->pcap] =
             (pend_t){rops[i], i ? STEP_MANY_ITEM : STEP_MANY, (unsigned)n};
@@ -106,6 +122,7 @@ int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
     switch (step) {
     case STEP_ROP:
         rc = ratel__encode_rop(c, rop);
+        c->unwaited += writes(c, rop);
         break;
     case STEP_LIB_VERSION:
     case STEP_VERSION:
@@ -115,7 +132,7 @@ int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
         /* The setup's and the preparation's commands. */
         const ratel__redis_shared_t *sh = shared(c);
         argv_t a = {.n = 0};
-        char db[16];
+        char db[16], wait_ms[16];
 #define ARG(s, l) (a.v[a.n] = (s), a.len[a.n] = (l), a.n++)
 #define ARGZ(s) ARG((s), strlen(s))
         if (step == STEP_AUTH) {
@@ -125,6 +142,16 @@ int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
             if (user && user[0])
                 ARGZ(user);
             ARGZ(c->node->sentinel ? sh->sentinel_password : sh->password);
+        } else if (step == STEP_WAIT) {
+            /* Half the command's time: the WAIT answers (with too few
+               replicas) before the commands it holds time out. */
+            ARGZ("WAIT");
+            ARG(db, (size_t)snprintf(db, sizeof db, "%u", sh->wait_replicas));
+            ARG(wait_ms,
+                (size_t)snprintf(wait_ms, sizeof wait_ms, "%d",
+                                 sh->command_timeout_ms > 1
+                                     ? sh->command_timeout_ms / 2
+                                     : 1));
         } else if (step == STEP_SUBSCRIBE) {
             ARGZ("SUBSCRIBE");
             ARGZ("+switch-master");
@@ -158,6 +185,14 @@ int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
     c->outcmds++;
     ratel__engine_conn_dirty(c);
     return 0;
+}
+
+int ratel__conn_push_wait(conn_t *c)
+{
+    if (!c->unwaited)
+        return 0;
+    c->unwaited = 0;
+    return ratel__conn_push(c, NULL, STEP_WAIT);
 }
 
 static int pop(conn_t *c, pend_t *out)
@@ -220,6 +255,17 @@ void ratel__conn_fail(conn_t *c, int rc, int closed_by_transport)
         ratel__rop_t *rop = p.rop;
         if (!rop || rop->where != WHERE_FLIGHT || rop->conn != c)
             continue;
+        rop->conn = NULL;
+        rop->where = WHERE_NONE;
+        if (e->freeing || !ratel__route_park(e, rop, rc))
+            ratel__engine_finish(e, rop, rc, NULL);
+    }
+    /* Answered, but without the WAIT that makes the answers count. */
+    while (c->await_head) {
+        ratel__rop_t *rop = c->await_head;
+        ratel__queue_unlink(&c->await_head, &c->await_tail, rop);
+        freeReplyObject(rop->reply);
+        rop->reply = NULL;
         rop->conn = NULL;
         rop->where = WHERE_NONE;
         if (e->freeing || !ratel__route_park(e, rop, rc))
@@ -464,6 +510,20 @@ static redisReply *reply_made(int type, const char *str, size_t len)
     return r;
 }
 
+/* A command's final reply: told now, or with wait_replicas held until
+   the WAIT after it says enough replicas have it. */
+static void answered(conn_t *c, ratel__rop_t *rop, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR || !writes(c, rop)) {
+        ratel__engine_finish(c->e, rop, 0, r);
+        return;
+    }
+    rop->reply = r;
+    rop->conn = c;
+    rop->where = WHERE_HELD;
+    ratel__queue_append(&c->await_head, &c->await_tail, rop);
+}
+
 /*
  * The reply of one ratel_acquire_many (the library's or the EVAL
  * script's): element i answers its i-th ACQUIRE, as its own call's reply
@@ -503,9 +563,50 @@ static void on_many(conn_t *c, const pend_t *p, redisReply *r)
             ratel__engine_finish(e, rop, RATEL_ENOMEM, NULL);
         else if (one->type != REDIS_REPLY_ERROR ||
                  !ratel__route_retry(e, rop, one))
-            ratel__engine_finish(e, rop, 0, one);
+            answered(c, rop, one);
     }
     freeReplyObject(r);
+}
+
+/*
+ * WAIT's answer: the replicas that have every write before it. Enough:
+ * the held commands are told their replies. Too few: the node fails (a
+ * primary whose writes no replica takes, e.g. the old one during a
+ * failover), and the held commands with it, sent again after a failover
+ * or decided by the failure policy. Returns -1 then (`c` is gone).
+ */
+static int on_wait(conn_t *c, redisReply *r)
+{
+    const ratel__redis_shared_t *sh = shared(c);
+    ratel__node_t *node = c->node;
+    char why[400];
+
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 &&
+        (unsigned long long)r->integer >= sh->wait_replicas) {
+        freeReplyObject(r);
+        if (node->down_until_us || node->source->down || node->fail_streak)
+            ratel__engine_node_ok(node);
+        while (c->await_head) {
+            ratel__rop_t *rop = c->await_head;
+            redisReply *held = rop->reply;
+            rop->reply = NULL;
+            ratel__engine_finish(c->e, rop, 0, held);
+        }
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_INTEGER)
+        ratel__msg(why, sizeof why,
+                   "%s: %lld of the %u replicas wait_replicas asks for "
+                   "acknowledged the writes within %d ms (WAIT); their "
+                   "answers do not count",
+                   node->name, r->integer, sh->wait_replicas,
+                   sh->command_timeout_ms / 2);
+    else
+        ratel__msg(why, sizeof why, "%s: WAIT answered %s", node->name,
+                   r->type == REDIS_REPLY_ERROR ? r->str : "no number");
+    freeReplyObject(r);
+    ratel__engine_node_failed(node, RATEL_EIO, why, 0);
+    return -1;
 }
 
 /* One reply, matched with what it answers. Returns 0, or -1 when the
@@ -526,8 +627,10 @@ static int on_reply(conn_t *c, const pend_t *p, redisReply *r)
         p->rop->where = WHERE_NONE;
         if (r->type == REDIS_REPLY_ERROR && ratel__route_retry(e, p->rop, r))
             return 0;
-        ratel__engine_finish(e, p->rop, 0, r);
+        answered(c, p->rop, r);
         return 0;
+    case STEP_WAIT:
+        return on_wait(c, r);
     case STEP_MANY:
         on_many(c, p, r);
         return 0;
@@ -602,16 +705,20 @@ static void link_up(ratel__link_t *link)
 }
 
 /*
- * Whether reply `r` to `p` shows the node serving: any answer but an
+ * Whether reply `r` to `p` shows the node serving: any answer (a write's
+ * with wait_replicas: the WAIT's after it, on_wait) but an
  * error of the connection's setup or the node's preparation (credentials
  * refused, the module missing: one failure that lasts, not a success
  * each time the node answers it) or a "cannot now" error (LOADING, BUSY,
  * ...). A command's own error (a wrong argument) is an answer.
  */
-static int proves_up(const pend_t *p, const redisReply *r)
+static int proves_up(const conn_t *c, const pend_t *p, const redisReply *r)
 {
+    if ((p->step == STEP_ROP || p->step == STEP_MANY) && p->rop &&
+        writes(c, p->rop))
+        return 0; /* held: the WAIT after it says (on_wait) */
     if (r->type != REDIS_REPLY_ERROR)
-        return 1;
+        return p->step != STEP_WAIT;
     return (p->step == STEP_ROP || p->step == STEP_MANY ||
             p->step == STEP_LIB_VERSION || p->step == STEP_LIB_LOAD) &&
            !ratel__reply_unavailable(r);
@@ -686,7 +793,7 @@ static void link_data(ratel__link_t *link, const char *p, size_t n)
         }
         if (refused_connection(c, reply))
             return;
-        if (proves_up(&pend, reply) &&
+        if (proves_up(c, &pend, reply) &&
             (node->down_until_us || node->source->down || node->fail_streak))
             ratel__engine_node_ok(node);
         if (on_reply(c, &pend, reply) != 0)

@@ -377,6 +377,8 @@ const ratel__option_t ratel__redis_query_options[] = {
      NULL},
     {"deny_cache", RATEL__OPTION_UINT, 0, 1048576, 0, FIELD(deny_cache), NULL,
      NULL, NULL},
+    {"wait_replicas", RATEL__OPTION_UINT, 0, 16, 0, FIELD(wait_replicas), NULL,
+     NULL, NULL},
 };
 
 const size_t ratel__redis_query_noptions =

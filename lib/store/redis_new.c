@@ -75,7 +75,8 @@ static int check_options(const ratel_redis_options_t *o, char *errbuf,
         in_range("pool", o->pool_size, errbuf, errlen) ||
         in_range("deny_cache",
                  o->deny_cache_entries > 0 ? o->deny_cache_entries : 0, errbuf,
-                 errlen))
+                 errlen) ||
+        in_range("wait_replicas", o->wait_replicas, errbuf, errlen))
         return RATEL_EINVAL;
     if (o->breaker_ms < 0 || o->deny_cache_max_ms < 0 ||
         o->on_failure < RATEL_FAILURE_DEFAULT ||
@@ -104,6 +105,7 @@ static void configure_shared(redis_store_t *s, const ratel_redis_options_t *o)
     sh->pool_size =
         (unsigned)pick((int)o->pool_size, (int)u->pool, REDIS_DEFAULT_POOL);
     sh->mode = o->mode != RATEL_REDIS_AUTO ? o->mode : u->mode;
+    sh->wait_replicas = o->wait_replicas ? o->wait_replicas : u->wait_replicas;
     breaker_ms = o->breaker_ms > 0 ? o->breaker_ms : REDIS_DEFAULT_BREAKER_MS;
     sh->breaker_us = breaker_ms * 1000;
     sh->username = u->username;

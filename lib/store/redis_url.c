@@ -1035,6 +1035,8 @@ void ratel__redis_query_to_options(const ratel_redis_url_t *u,
     /* In the options 0 means the default and negative means off. */
     if (u->deny_cache >= 0)
         o->deny_cache_entries = u->deny_cache ? u->deny_cache : -1;
+    if (u->wait_replicas)
+        o->wait_replicas = u->wait_replicas;
     if (u->tls_ca_file[0])
         o->tls_ca_file = u->tls_ca_file;
     if (u->tls_cert_file[0])

@@ -84,6 +84,7 @@ typedef struct ratel_redis_url_s {
     ratel_failure_t on_failure; /* RATEL_FAILURE_DEFAULT when not given */
     ratel_redis_mode_t mode;    /* RATEL_REDIS_AUTO when not given */
     long deny_cache;            /* -1 when not given */
+    unsigned wait_replicas;
     /* The URL's own query values; "" or 0 when not given. */
     char tls_ca_file[RATEL_REDIS_PATH_MAX];
     char tls_cert_file[RATEL_REDIS_PATH_MAX];
