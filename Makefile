@@ -252,6 +252,11 @@ $(BUILD)/ratel.so: $(MOD_OBJ)
 $(BUILD)/conform: tests/integration/conform.c $(BUILD)/libratel.a
 	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The synchronous API under a steady load while a cluster master is
+# killed (test_fault_cluster.sh).
+$(BUILD)/cluster_sync: tests/integration/cluster_sync.c $(BUILD)/libratel.a
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # The Redis store against real redis-servers (tests/integration/servers.c
 # starts, kills and restarts them).
 # The test servers: plain, TLS-only, clusters and Sentinel setups.
@@ -303,7 +308,7 @@ $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/test_redis_store $(BUILD)/test_redis_reach $(BUILD)/servers_selftest
+test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/cluster_sync $(BUILD)/test_redis_store $(BUILD)/test_redis_reach $(BUILD)/servers_selftest
 	BUILD=$(BUILD) tests/run.sh
 
 asan:

@@ -14,6 +14,8 @@
 #   sentinel_wait "$sport" "$primary" 1      # it names the primary and
 #                                            # knows 1 replica (20 s)
 #   sentinel_failover "$sport" "$replica"    # SENTINEL FAILOVER, waits
+#   read -r -a ports <<<"$(cluster_start 3 1 --cluster-node-timeout 1000)"
+#                                            # 3 masters, a replica each
 #   same NAME "$got" "$want"; ok NAME; fail NAME WHY
 #   wait_for 10 COMMAND...                   # until it succeeds, or 1
 #   wait_up "$pid" "$url" 20                 # until URL answers; 1 when the
@@ -240,6 +242,53 @@ redis_stop() {
     fi
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null
+}
+
+# ------------------------------------------------------------- Cluster
+
+# cluster_start MASTERS REPLICAS [redis-server ARGS...]: MASTERS masters
+# with REPLICAS replicas each (redis_start --cluster-enabled yes, so the
+# module is loaded, and ARGS, e.g. --cluster-node-timeout 1000) joined by
+# `redis-cli --cluster create ... --cluster-replicas REPLICAS`; waits
+# (20 s) until every node says cluster_state:ok with every slot assigned
+# and every node known, and every replica's link to its master is up.
+# Prints the ports on one line (redis-cli pairs replicas with masters
+# itself: ROLE or CLUSTER NODES says which is which). 1, with the reason
+# on stderr, when the cluster did not form. The EXIT trap stops them.
+cluster_start() {
+    local masters=$1 replicas=$2 n p ports=() addrs=()
+    shift 2
+    n=$((masters * (replicas + 1)))
+    for _ in $(seq "$n"); do
+        p=$(redis_start --cluster-enabled yes --cluster-config-file nodes.conf "$@") || return 1
+        ports+=("$p")
+        addrs+=("127.0.0.1:$p")
+    done
+    if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" \
+        --cluster-yes >"$tmp/cluster-${ports[0]}.log" 2>&1; then
+        echo "cluster_start: redis-cli --cluster create failed:" >&2
+        tail -5 "$tmp/cluster-${ports[0]}.log" >&2
+        return 1
+    fi
+    if ! wait_for 20 cluster_formed "$n" "${ports[@]}"; then
+        echo "cluster_start: the cluster of ${ports[*]} is not ok after 20 s" >&2
+        return 1
+    fi
+    echo "${ports[*]}"
+}
+
+# cluster_formed N PORT...: every node says ok, knows N nodes and has
+# every slot assigned; every replica's link to its master is up.
+cluster_formed() {
+    local n=$1 p info
+    shift
+    for p in "$@"; do
+        info=$(rcli "$p" CLUSTER INFO 2>/dev/null | tr -d '\r')
+        [[ $info == *cluster_state:ok* && $info == *cluster_slots_assigned:16384* &&
+            $info == *"cluster_known_nodes:$n"$'\n'* ]] || return 1
+        info=$(rcli "$p" INFO replication 2>/dev/null | tr -d '\r')
+        [[ $info == *role:master* || $info == *master_link_status:up* ]] || return 1
+    done
 }
 
 # ------------------------------------------------------------------ TLS

@@ -428,20 +428,9 @@ admitted=$(cat "$tmp"/race.* | awk 'NR % 7 == 1' | grep -c '^1$')
 same racing_clients_admit_exactly_limit "$admitted" "37"
 
 # --------------------------------------------------------------- cluster
-ports=()
-for n in 1 2 3; do
-    p=$(redis_start --cluster-enabled yes --cluster-config-file nodes.conf) || exit 1
-    ports+=("$p")
-done
-if yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" \
-    "127.0.0.1:${ports[2]}" --cluster-replicas 0 >"$tmp/cluster.log" 2>&1; then
-    # Every node must see the whole slot map before keys are routed.
-    for p in "${ports[@]}"; do
-        for _ in $(seq 100); do
-            [ "$(rcli "$p" CLUSTER INFO | tr -d '\r' | grep -c 'cluster_state:ok')" = 1 ] && break
-            sleep 0.1
-        done
-    done
+# Every node sees the whole slot map before keys are routed.
+read -r -a ports <<<"$(cluster_start 3 0 2>"$tmp/cluster.err")"
+if [ "${#ports[@]}" = 3 ]; then
     T=$(($(now_ms) + 1000))
     bad="" nodes=""
     for k in $(seq 0 299); do
@@ -457,7 +446,7 @@ if yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${por
     same cluster_keys_on_every_master "$(echo "$nodes" | awk '{print ($1 > 0 && $2 > 0 && $3 > 0)}')" "1"
     contains cluster_crossslot_single_key "$(redis-cli -p "${ports[0]}" COMMAND GETKEYS RATEL.ACQUIRE k1 1/1s)" "k1"
 else
-    fail cluster_create "$(tail -5 "$tmp/cluster.log")"
+    fail cluster_create "$(tail -5 "$tmp/cluster.err")"
 fi
 
 finish

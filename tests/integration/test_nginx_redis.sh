@@ -285,21 +285,11 @@ check_example() {
 # ------------------------------------------------------------ Cluster
 check_cluster() {
     local cports=() p pc slot from to fromid toid got=""
-    for _ in 1 2 3; do
-        p=$(redis_start --cluster-enabled yes --cluster-config-file nodes.conf) || break
-        cports+=("$p")
-    done
-    if [ "${#cports[@]}" != 3 ] || ! yes yes | redis-cli --cluster create "127.0.0.1:${cports[0]}" \
-        "127.0.0.1:${cports[1]}" "127.0.0.1:${cports[2]}" --cluster-replicas 0 >"$tmp/cluster.log" 2>&1; then
-        fail cluster "did not form: $(tail -3 "$tmp/cluster.log")"
+    read -r -a cports <<<"$(cluster_start 3 0 2>"$tmp/cluster.err")"
+    if [ "${#cports[@]}" != 3 ]; then
+        fail cluster "did not form: $(tail -3 "$tmp/cluster.err")"
         return
     fi
-    cluster_ok() {
-        for p in "${cports[@]}"; do
-            rcli "$p" CLUSTER INFO | grep -q cluster_state:ok || return 1
-        done
-    }
-    wait_for 20 cluster_ok || fail cluster_ok "not every node says ok"
     pc=$(free_port)
     # shellcheck disable=SC2016 # nginx configuration: $arg_k is nginx's
     site cl "$pc" 1 "ratel_zone zone=k:1m store=redis+cluster://127.0.0.1:${cports[0]}?on_failure=closed&timeout_ms=2000;" \

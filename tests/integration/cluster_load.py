@@ -1,0 +1,44 @@
+#!/usr/bin/python3
+"""cluster_load.py BASE_URL POLICY RATE OUT KEY... - a steady load of
+acquires on rateld's decision API: RATE requests a second (one at a time,
+on one kept-alive connection), cycling over the KEYs, until it is killed.
+Each answer is appended to OUT as one line, `UNIX_MS KEY SOURCE` (the
+decision's source: store, local, open, closed; `error` when no decision
+came), flushed at once so that a test reads it while the load runs.
+test_fault_cluster.sh reads OUT."""
+import http.client
+import json
+import sys
+import time
+import urllib.parse
+
+base, policy, rate, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+keys = sys.argv[5:]
+host = urllib.parse.urlsplit(base).netloc
+conn = None
+period = 1.0 / rate
+due = time.monotonic()
+with open(out, "a", buffering=1) as f:
+    i = 0
+    while True:
+        key = keys[i % len(keys)]
+        i += 1
+        path = "/v1/acquire?" + urllib.parse.urlencode({"policy": policy, "key": key})
+        source = "error"
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection(host, timeout=5)
+            conn.request("GET", path)
+            body = conn.getresponse().read()
+            source = json.loads(body).get("source", "error")
+        except (OSError, http.client.HTTPException, ValueError):
+            if conn is not None:
+                conn.close()
+            conn = None
+        f.write("%d %s %s\n" % (int(time.time() * 1000), key, source))
+        due += period
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            due = time.monotonic()
