@@ -863,6 +863,11 @@ typedef struct ratel_store_health_s {
     char cause[256];        /* down: the latest failure, e.g. "127.0.0.1:6379:
                                Connection refused"; up: what the last outage's
                                was ("" if none) */
+    /* What fails without stopping decisions, e.g. one Sentinel of three
+       that does not answer: "" when nothing does. `warnings` counts the
+       times a warning began. */
+    uint64_t warnings;
+    char warning[256];
 } ratel_store_health_t;
 
 /*

@@ -708,7 +708,8 @@ static void metrics_api(rateld_t *d, rateld_worker_t *w,
  * Redis never holds up this worker). The health thread (health.c) keeps
  * it right while no request comes. Body: {"ready":..., "store":...,
  * "since_ms": ms in this state (0: never changed)} and, when down,
- * "cause" and "error".
+ * "cause" and "error"; "warning" while something fails without stopping
+ * decisions (one Sentinel of three that does not answer).
  */
 static void ready_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
@@ -734,7 +735,8 @@ static void ready_api(rateld_t *d, rateld_worker_t *w,
         cJSON_AddStringToObject(o, "store", d->store_name) &&
         cJSON_AddNumberToObject(o, "since_ms", (double)age) &&
         (h.up || (cJSON_AddStringToObject(o, "cause", h.cause) &&
-                  cJSON_AddStringToObject(o, "error", error))))
+                  cJSON_AddStringToObject(o, "error", error))) &&
+        (!h.warning[0] || cJSON_AddStringToObject(o, "warning", h.warning)))
         body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body) {

@@ -56,6 +56,31 @@ void rateld_health_log_look(rateld_health_log_t *log,
     log->unlogged = 0;
 }
 
+void rateld_health_warn_look(rateld_health_log_t *log,
+                             const ratel_store_health_t *h, int64_t now_us,
+                             rateld_health_line_t *line)
+{
+    ratel_request_t one = RATEL_REQUEST_INIT;
+    ratel_decision_t d;
+    int began = h->warning[0] && h->warnings != log->warnings_seen,
+        over = !h->warning[0] && log->warning_logged;
+
+    memset(line, 0, sizeof *line);
+    if (!began && !over)
+        return;
+    if (ratel_policy_acquire(&log->budget, log->state, &log->state_len,
+                             sizeof log->state, now_us, &one, &d) != 0 ||
+        !d.allowed) {
+        line->retry_us =
+            now_us + (d.retry_after_ms > 0 ? d.retry_after_ms : 1000) * 1000;
+        return;
+    }
+    line->what = began ? RATELD_HEALTH_WARN : RATELD_HEALTH_WARN_OVER;
+    line->changes = 1;
+    log->warnings_seen = h->warnings;
+    log->warning_logged = began;
+}
+
 /* --------------------------------------------------------- the thread */
 
 struct rateld_health_s {
@@ -114,6 +139,12 @@ static void write_line(rateld_health_t *w, const rateld_health_line_t *line,
     } else if (line->what == RATELD_HEALTH_UP) {
         ratel__log("info", "store up", "store=%s down_ms=%lld%s", w->name,
                    (long long)line->down_ms, changes);
+    } else if (line->what == RATELD_HEALTH_WARN) {
+        clean(h->warning, cause, sizeof cause);
+        ratel__log("warn", "store warning", "store=%s cause=\"%s\"", w->name,
+                   cause);
+    } else if (line->what == RATELD_HEALTH_WARN_OVER) {
+        ratel__log("info", "store warning over", "store=%s", w->name);
     }
 }
 
@@ -156,12 +187,17 @@ static void *watch_main(void *arg)
         }
         ratel_store_health(w->store, &h);
         now_us = ratel_clock_now_us();
-        rateld_health_log_look(&w->log, &h, now_us, &line);
-        write_line(w, &line, &h);
         deadline = next_ping;
-        if (line.retry_us > now_us &&
-            mono_ms() + (line.retry_us - now_us) / 1000 < deadline)
-            deadline = mono_ms() + (line.retry_us - now_us) / 1000;
+        for (int warn = 0; warn < 2; warn++) {
+            if (warn)
+                rateld_health_warn_look(&w->log, &h, now_us, &line);
+            else
+                rateld_health_log_look(&w->log, &h, now_us, &line);
+            write_line(w, &line, &h);
+            if (line.retry_us > now_us &&
+                mono_ms() + (line.retry_us - now_us) / 1000 < deadline)
+                deadline = mono_ms() + (line.retry_us - now_us) / 1000;
+        }
     }
     return NULL;
 }

@@ -37,12 +37,20 @@ typedef struct rateld_health_log_s {
     int logged_up;     /* the state the last line gave (1 before any) */
     uint64_t seen;     /* the store's `transitions` at the last look */
     uint64_t unlogged; /* changes no line has reported yet */
+    uint64_t warnings_seen; /* the store's `warnings` at the last line */
+    int warning_logged;     /* a warning line is the last said of them */
     ratel_policy_t budget;
     uint8_t state[256]; /* the budget's state blob */
     size_t state_len;
 } rateld_health_log_t;
 
-enum { RATELD_HEALTH_NONE, RATELD_HEALTH_DOWN, RATELD_HEALTH_UP };
+enum {
+    RATELD_HEALTH_NONE,
+    RATELD_HEALTH_DOWN,
+    RATELD_HEALTH_UP,
+    RATELD_HEALTH_WARN,     /* a warning began (h->warning says what) */
+    RATELD_HEALTH_WARN_OVER /* the warnings ended */
+};
 
 /* The line a look asks for. */
 typedef struct rateld_health_line_s {
@@ -70,6 +78,16 @@ int rateld_health_log_init(rateld_health_log_t *log, const char *rule);
 void rateld_health_log_look(rateld_health_log_t *log,
                             const ratel_store_health_t *h, int64_t now_us,
                             rateld_health_line_t *line);
+
+/*
+ * The same for the store's warnings (what fails without stopping
+ * decisions, e.g. one Sentinel of three): a RATELD_HEALTH_WARN line when
+ * one began since the last, RATELD_HEALTH_WARN_OVER when they ended, paid
+ * from the same budget.
+ */
+void rateld_health_warn_look(rateld_health_log_t *log,
+                             const ratel_store_health_t *h, int64_t now_us,
+                             rateld_health_line_t *line);
 
 typedef struct rateld_health_s rateld_health_t;
 

@@ -282,8 +282,11 @@ void ratel__engine_node_ok(ratel__node_t *node)
     node->errstr[0] = '\0';
     breaker_count(node, 0);
     atomic_fetch_add_explicit(&node->source->ups, 1, memory_order_relaxed);
-    if (node->source->down && ratel__health_set(sh->health, &node->source->down,
-                                                0, NULL, ratel_clock_now_us()))
+    if ((node->source->down &&
+         ratel__health_set(sh->health, &node->source->down, 0, NULL,
+                           ratel_clock_now_us())) |
+        (node->source->warn &&
+         ratel__health_warn(sh->health, &node->source->warn, 0, NULL)))
         ratel__health_notify(sh->health);
 }
 
@@ -311,8 +314,10 @@ void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
     ratel__engine_t *e = node->e;
     const ratel__redis_shared_t *sh = e->sh;
     int64_t now = e->last_now_us;
+    char sentinel[300];
 
     ratel__msg(node->errstr, sizeof node->errstr, "%s", why);
+    ratel__msg(sentinel, sizeof sentinel, "Sentinel %s", why);
     ratel__engine_error(e, why);
     if (!forced_only) {
         if (node->fail_streak < 3)
@@ -328,9 +333,12 @@ void ratel__engine_node_failed(ratel__node_t *node, int rc, const char *why,
     while (node->conns)
         ratel__conn_fail(node->conns, rc, 0);
     fail_queue(node, rc, 1);
-    /* A Sentinel that fails is one voice fewer, not an outage. */
-    if (!node->sentinel && ratel__health_set(sh->health, &node->source->down, 1,
-                                             why, ratel_clock_now_us()))
+    /* A Sentinel that fails is one voice fewer, not an outage: a warning
+       (the data nodes say whether the store can decide). */
+    if (node->sentinel
+            ? ratel__health_warn(sh->health, &node->source->warn, 1, sentinel)
+            : ratel__health_set(sh->health, &node->source->down, 1, why,
+                                ratel_clock_now_us()))
         ratel__health_notify(sh->health);
 }
 

@@ -123,6 +123,7 @@ typedef struct ratel__redis_shared_s {
 typedef struct ratel__health_source_s {
     struct ratel__health_source_s *next;
     int down; /* its flag in the store's health (ratel__health_set) */
+    int warn; /* a Sentinel's: its warning flag (ratel__health_warn) */
     /* Successes seen on it by any engine after a failure: an engine whose
        breaker for the address is open closes it when this moved (the
        address answered another engine, e.g. the health check's PING). */

@@ -66,6 +66,29 @@ int ratel__health_set(ratel_health_t *h, int *flag, int down, const char *cause,
     return changed;
 }
 
+int ratel__health_warn(ratel_health_t *h, int *flag, int on, const char *text)
+{
+    int changed = 0;
+
+    on = on != 0;
+    pthread_mutex_lock(&h->lock);
+    if (on)
+        snprintf(h->view.warning, sizeof h->view.warning, "%s",
+                 text && text[0] ? text : "unknown failure");
+    if (*flag != on) {
+        *flag = on;
+        if (on && h->warning++ == 0) {
+            h->view.warnings++;
+            changed = 1;
+        } else if (!on && h->warning > 0 && --h->warning == 0) {
+            h->view.warning[0] = '\0';
+            changed = 1;
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return changed;
+}
+
 void ratel__health_get(ratel_health_t *h, ratel_store_health_t *out)
 {
     pthread_mutex_lock(&h->lock);

@@ -30,6 +30,7 @@
 typedef struct ratel_health_s {
     pthread_mutex_t lock;
     unsigned down;             /* sources down now */
+    unsigned warning;          /* sources warning now */
     ratel_store_health_t view; /* what ratel_store_health() copies */
     ratel_store_health_fn fn;  /* told of changes; NULL: nobody */
     void *ud;
@@ -49,6 +50,14 @@ void ratel__health_destroy(ratel_health_t *h);
  */
 int ratel__health_set(ratel_health_t *h, int *flag, int down, const char *cause,
                       int64_t now_us);
+
+/*
+ * Records that the source whose warning flag is `*flag` fails without
+ * stopping decisions (on = 1, with `text`, copied: a Sentinel that does
+ * not answer) or no longer does (on = 0). Returns 1 when a warning began
+ * or the last one ended: then ratel__health_notify(), as above.
+ */
+int ratel__health_warn(ratel_health_t *h, int *flag, int on, const char *text);
 
 /* Copies the current state into *out. */
 void ratel__health_get(ratel_health_t *h, ratel_store_health_t *out);
