@@ -25,6 +25,7 @@
 #include "app/phone.h"
 #include "http/http.h"
 #include "ratel.h"
+#include "ratel_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -64,14 +65,15 @@ typedef enum captcha_policy_e {
 } captcha_policy_t;
 
 typedef struct captcha_config_s {
-    char listen[256];            /* default 127.0.0.1:8090 */
-    unsigned threads;            /* HTTP workers, default 2 */
-    ratel_http_limits_t limits;  /* `limits:` HTTP sizes and times, as in
-                                    rateld; max_body_bytes default 16 KiB */
-    char admin_token[256];       /* "": /notices always 403 */
-    ratel__trusted_t trusted;    /* trusted_proxies */
-    int store_redis;             /* store.type: 0 memory, 1 redis */
-    size_t memory_max_bytes;     /* store.max_bytes, default 64 MiB */
+    char listen[256];           /* default 127.0.0.1:8090 */
+    unsigned threads;           /* HTTP workers, default 2 */
+    ratel_http_limits_t limits; /* `limits:` HTTP sizes and times, as in
+                                   rateld; max_body_bytes default 16 KiB */
+    char admin_token[256];      /* "": /notices always 403 */
+    ratel__trusted_t trusted;   /* trusted_proxies */
+    int store_redis;            /* store.type: 0 memory, 1 redis */
+    /* store.max_bytes (default 64 MiB) and the snapshot settings */
+    ratel__memory_settings_t memory;
     ratel_redis_options_t redis; /* url points into redis_url */
     char redis_url[1024];
     unsigned code_length;       /* 4..10, default 6 */

@@ -31,7 +31,7 @@ static void set_defaults(captcha_config_t *c)
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8090");
     c->threads = 2;
     c->limits.max_body_bytes = 16384;
-    c->memory_max_bytes = (size_t)64 << 20;
+    ratel__memory_settings_init(&c->memory);
     c->code_length = 6;
     c->code_ttl_ms = 300000;
     c->code_max_attempts = 5;
@@ -91,7 +91,7 @@ static int read_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node, captcha_config_t *c)
 {
     return ratel__yaml_store(ctx, node, store_options, COUNT(store_options), c,
-                             &c->memory_max_bytes, &c->redis);
+                             &c->memory, &c->redis);
 }
 
 /* One limit: a rule ("1/60s") or a list of rules. */

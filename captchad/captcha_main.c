@@ -12,6 +12,7 @@
  */
 #include "captchad/captcha.h"
 
+#include "app/options.h"
 #include "app/program.h"
 #include "ratel_internal.h"
 
@@ -102,13 +103,12 @@ static int open_stores(captcha_t *app)
     int rc;
 
     if (!c->store_redis) {
-        ratel_memory_options_t o = {.max_bytes = c->memory_max_bytes};
-        rc = ratel_store_memory_new(&app->store, &o);
-        if (rc == 0)
-            rc = captcha_codes_memory_new(&app->codes, c->code_max_entries,
-                                          c->code_max_attempts);
+        if (ratel__memory_store_open(&c->memory, &app->store) != 0)
+            return -1;
+        rc = captcha_codes_memory_new(&app->codes, c->code_max_entries,
+                                      c->code_max_attempts);
         if (rc != 0)
-            ratel__log("error", "cannot create the memory stores",
+            ratel__log("error", "cannot create the memory code store",
                        "reason=\"%s\"", ratel_strerror(rc));
         return rc ? -1 : 0;
     }
@@ -247,7 +247,7 @@ int main(int argc, char **argv)
     ratel_http_server_free(app.http);
     captcha_notices_close(app.notices);
     captcha_codes_free(app.codes);
-    ratel_store_free(app.store);
+    ratel__store_close(app.store);
     ratel__log("info", "captchad stopped", "status=%d", rc);
     captcha_config_free(app.config);
     free(app.log_budgets);

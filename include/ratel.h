@@ -588,6 +588,27 @@ typedef struct ratel_memory_options_s {
                          (fewer if max_bytes gives a shard under 16 KiB) */
 } ratel_memory_options_t;
 
+/* What ratel_store_memory_open() does with a snapshot it cannot read
+   (corrupt, truncated, another format or version, unreadable). */
+typedef enum ratel_bad_snapshot_e {
+    RATEL_BAD_SNAPSHOT_REFUSE = 0, /* fail: the program does not start */
+    RATEL_BAD_SNAPSHOT_EMPTY       /* start empty; the file is kept beside,
+                                      renamed PATH.bad */
+} ratel_bad_snapshot_t;
+
+/*
+ * A memory store's snapshot (docs/memory-store.md, "Snapshots"): the file
+ * its keys are kept in across restarts, read when the store is made and
+ * written every interval_ms while keys change and when it is freed. The
+ * store's `now_us` must then be the wall clock (ratel_clock_now_us), as
+ * rateld's and captchad's is: expiries are kept as absolute times.
+ */
+typedef struct ratel_snapshot_options_s {
+    const char *path;     /* the file; NULL or "": no snapshot */
+    uint32_t interval_ms; /* 0: 1000; else 10..3600000 */
+    int on_bad;           /* a ratel_bad_snapshot_t */
+} ratel_snapshot_options_t;
+
 typedef struct ratel_store_stats_s {
     uint64_t keys;        /* keys held now */
     uint64_t bytes;       /* memory held now, bookkeeping included */
@@ -609,6 +630,14 @@ typedef struct ratel_store_stats_s {
     uint64_t redirects;       /* cluster MOVED / ASK answers followed */
     uint64_t reconnects;      /* connections made after the first */
     uint64_t breaker_open;    /* 1 while Redis is considered down */
+    /* Memory store with a snapshot only (0 otherwise): */
+    uint64_t snapshot_writes;      /* snapshots written */
+    uint64_t snapshot_errors;      /* writes that failed (ratel_store_errstr
+                                      says why until one succeeds) */
+    uint64_t snapshot_bytes;       /* size of the last one written */
+    uint64_t snapshot_write_us;    /* how long writing it took */
+    uint64_t snapshot_lock_max_us; /* the longest a shard was locked while
+                                      it was copied */
 } ratel_store_stats_t;
 
 /*
@@ -619,6 +648,34 @@ typedef struct ratel_store_stats_s {
  */
 RATEL_API int ratel_store_memory_new(ratel_store_t **out,
                                      const ratel_memory_options_t *options);
+
+/*
+ * ratel_store_memory_new() with a snapshot (NULL: none), saying why it
+ * failed: the snapshot's directory is checked (a file is made there and
+ * removed) and the snapshot, if there is one, loaded, keys expired
+ * meanwhile left out. A missing file is a first start (empty store). A
+ * file that cannot be read whole fails with "snapshot PATH: problem" in
+ * why (RATEL_ECORRUPT: truncated or corrupt; RATEL_EVERSION: another
+ * format or version; RATEL_EIO: unreadable; RATEL_EINVAL: bad options or
+ * directory), unless snapshot->on_bad is RATEL_BAD_SNAPSHOT_EMPTY:
+ * then it returns 0 with an empty store and the problem in why, for the
+ * caller to log ("" otherwise). Then a thread writes the snapshot every
+ * interval while keys change; ratel_store_free() writes a last one.
+ */
+RATEL_API int ratel_store_memory_open(ratel_store_t **out,
+                                      const ratel_memory_options_t *options,
+                                      const ratel_snapshot_options_t *snapshot,
+                                      char *why, size_t whylen);
+
+/*
+ * Writes the memory store's snapshot now, when keys changed since the last
+ * one (a program stopping calls it to log a failure; ratel_store_free()
+ * writes one too, silently). Returns 0 (also for a store without a
+ * snapshot), RATEL_EINVAL (not a memory store) or RATEL_EIO with
+ * "snapshot PATH: reason" in why.
+ */
+RATEL_API int ratel_store_memory_snapshot(ratel_store_t *store, char *why,
+                                          size_t whylen);
 
 /* What a Redis store does when Redis cannot decide (down, timeout). */
 typedef enum ratel_failure_e {

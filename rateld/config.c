@@ -63,8 +63,7 @@ static const ratel__option_t store_options[] = {
 static int read_store(reader_t *r, const ratel__yaml_node_t *node)
 {
     return ratel__yaml_store(&r->ctx, node, store_options, COUNT(store_options),
-                             r->config, &r->config->memory_max_bytes,
-                             &r->config->redis);
+                             r->config, &r->config->memory, &r->config->redis);
 }
 
 /* ------------------------------------------------------------- policies */
@@ -666,7 +665,7 @@ int rateld_config_parse(const char *text, size_t len, const char *name,
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
     c->threads = 1;
     c->store = RATELD_STORE_MEMORY;
-    c->memory_max_bytes = (size_t)64 << 20;
+    ratel__memory_settings_init(&c->memory);
     c->auth.deny_status = 429;
     snprintf(c->envoy.algorithm, sizeof c->envoy.algorithm, "%s",
              ratel_algo_name(ratel__algo_with(RATEL_ALGO_DEFAULT)));

@@ -15,6 +15,7 @@
 #include "rateld/origin.h"
 #include "http/http.h"
 #include "ratel.h"
+#include "ratel_internal.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -114,12 +115,13 @@ typedef enum rateld_store_kind_e {
 } rateld_store_kind_t;
 
 typedef struct rateld_config_s {
-    char path[512];              /* the file it came from */
-    char listen[256];            /* default "127.0.0.1:8080" */
-    unsigned threads;            /* default 1 */
-    ratel_http_limits_t limits;  /* `limits:` section; 0 = http.h default */
-    rateld_store_kind_t store;   /* default memory */
-    size_t memory_max_bytes;     /* default 64 MiB; "64MiB", "1GiB", bytes */
+    char path[512];             /* the file it came from */
+    char listen[256];           /* default "127.0.0.1:8080" */
+    unsigned threads;           /* default 1 */
+    ratel_http_limits_t limits; /* `limits:` section; 0 = http.h default */
+    rateld_store_kind_t store;  /* default memory */
+    /* store.max_bytes (default 64 MiB) and the snapshot settings */
+    ratel__memory_settings_t memory;
     ratel_redis_options_t redis; /* url etc.; strings point into redis_url */
     char redis_url[1024];
     char admin_token[256]; /* "" : reset is refused (403) */

@@ -10,6 +10,7 @@
  * configuration kept, with the reason logged); SIGTERM and SIGINT stop
  * taking connections, answer what was received (up to 5 s) and exit 0.
  */
+#include "app/options.h"
 #include "app/program.h"
 #include "app/ratelimit.h"
 #include "rateld/health.h"
@@ -34,15 +35,8 @@ static int open_store(rateld_t *d, const rateld_config_t *c)
     int rc;
 
     if (c->store == RATELD_STORE_MEMORY) {
-        ratel_memory_options_t o = {.max_bytes = c->memory_max_bytes};
         d->store_name = "memory";
-        rc = ratel_store_memory_new(&d->store, &o);
-        if (rc != 0) {
-            ratel__log("error", "cannot create the memory store",
-                       "reason=\"%s\"", ratel_strerror(rc));
-            return -1;
-        }
-        return 0;
+        return ratel__memory_store_open(&c->memory, &d->store);
     }
     d->store_name = "redis";
     {
@@ -250,7 +244,7 @@ static void daemon_free(rateld_t *d)
         d->retired = r->next_retired;
         rateld_gen_free(r);
     }
-    ratel_store_free(d->store);
+    ratel__store_close(d->store);
     for (unsigned t = 0; d->workers && t < d->threads; t++) {
         free(d->workers[t].pending);
         free(d->workers[t].items);

@@ -90,7 +90,11 @@ static int same_store(const rateld_config_t *a, const rateld_config_t *b)
     if (a->store != b->store)
         return 0;
     if (a->store == RATELD_STORE_MEMORY)
-        return a->memory_max_bytes == b->memory_max_bytes;
+        return a->memory.max_bytes == b->memory.max_bytes &&
+               strcmp(a->memory.snapshot, b->memory.snapshot) == 0 &&
+               a->memory.snapshot_interval_ms ==
+                   b->memory.snapshot_interval_ms &&
+               a->memory.on_bad_snapshot == b->memory.on_bad_snapshot;
     return strcmp(a->redis_url, b->redis_url) == 0 &&
            a->redis.on_failure == b->redis.on_failure &&
            a->redis.mode == b->redis.mode;

@@ -26,13 +26,11 @@
  */
 #include "core/owned.h"
 #include "store/keyhash.h"
+#include "store/memory_private.h"
 #include "store/option.h"
-#include "store/store.h"
 
 #include <malloc.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -58,96 +56,6 @@
 
 /* Largest state blob an entry holds (the core's largest is ~16.5 KiB). */
 #define MEMORY_STATE_MAX UINT16_MAX
-
-/*
- * One key. `newer`/`older` link the shard's eviction list (head = most
- * recently inserted or given a second chance). The state blob starts right
- * after the key bytes and may be unaligned: the core reads it byte by byte. 39
- * bytes of bookkeeping: with a short key and a one-rule blob an entry fits an
- * 80-byte chunk.
- */
-typedef struct entry_s {
-    struct entry_s *next;  /* hash chain */
-    struct entry_s *newer; /* list neighbour toward the head; NULL at head */
-    struct entry_s *older; /* list neighbour toward the tail; NULL at tail */
-    int64_t expire_at_us;  /* state is empty from this instant on */
-    uint16_t state_len;    /* bytes of blob */
-    uint16_t state_cap;    /* bytes available for the blob */
-    uint16_t keylen;
-    uint8_t used;   /* used since it was inserted or last passed over */
-    uint8_t data[]; /* keylen key bytes, then state_cap state bytes */
-} entry_t;
-
-#define ENTRY_HEADER offsetof(entry_t, data)
-
-/*
- * One lock shard, aligned to two cache lines so that two threads working on
- * neighbouring shards never share a line (the adjacent-line prefetcher pulls
- * lines in pairs). What every decision writes - the lock and `hits` -
- * shares the first line with what every lookup reads (table and mask), so
- * a shard that changes hands between threads costs one line transfer; the
- * second line changes on inserts and evictions alone.
- */
-/*
- * A shard's lock: test-and-test-and-set, spinning briefly and then yielding
- * the CPU. The locked sections are a few dozen nanoseconds (one decision on
- * one blob), where a pthread mutex's two atomic operations per use were a
- * third of a decision's cost; yielding keeps a preempted holder from making
- * the others burn their time slices.
- */
-typedef struct shard_lock_s {
-    _Atomic int held;
-} shard_lock_t;
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static inline void shard_lock(shard_lock_t *l)
-{
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
-            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
-            return;
-        if (spins < 100)
-            cpu_relax();
-        else
-            sched_yield();
-    }
-}
-
-static inline void shard_unlock(shard_lock_t *l)
-{
-    atomic_store_explicit(&l->held, 0, memory_order_release);
-}
-
-typedef struct __attribute__((aligned(128))) shard_s {
-    shard_lock_t lock;
-    uint64_t hits;
-    entry_t **buckets;
-    uint32_t mask; /* buckets - 1 */
-    /* second line */
-    entry_t *head __attribute__((aligned(64))); /* newest */
-    entry_t *tail;                              /* oldest: evicted first */
-    size_t count;                               /* entries */
-    size_t bytes;  /* entries + bucket array, as charged */
-    size_t budget; /* this shard's share of max_bytes */
-    uint64_t misses, expirations, evictions;
-} shard_t;
-
-typedef struct memory_store_s {
-    ratel_store_t base; /* first: the generic store points here */
-    shard_t *shards;
-    uint32_t shard_mask;
-    uint64_t seed[3];   /* hash secrets, random per store */
-    size_t max_bytes;   /* the configured bound */
-    size_t fixed_bytes; /* this struct and the shard array, as charged */
-} memory_store_t;
 
 /*
  * What to run on a key's blob: an acquire (request != NULL), a release of
@@ -414,6 +322,23 @@ static int entry_insert(memory_store_t *m, shard_t *s, uint64_t h,
     return 0;
 }
 
+int ratel__memory_insert(memory_store_t *m, shard_t *s, const char *key,
+                         size_t keylen, const uint8_t *state, size_t len,
+                         int64_t expire_at_us, int64_t now_us)
+{
+    uint64_t h = key_hash(m->seed, key, keylen);
+    entry_t **link = find_link(s, h, key, keylen);
+
+    if (link) /* a key given twice: the last one holds */
+        entry_remove(m, s, *link, link);
+    return entry_insert(m, s, h, key, keylen, state, len, expire_at_us, now_us);
+}
+
+shard_t *ratel__memory_shard(memory_store_t *m, const char *key, size_t keylen)
+{
+    return shard_of(m, key_hash(m->seed, key, keylen));
+}
+
 /*
  * Makes `*pe` able to hold a blob of `need` bytes, keeping its contents.
  * Others may be evicted to pay for the growth, never the entry itself. Returns
@@ -646,6 +571,8 @@ static int memory_decide(memory_store_t *m, const char *key, size_t keylen,
     shard_lock(&s->lock);
     rc = decide_locked(m, s, h, key, keylen, c);
     shard_unlock(&s->lock);
+    if (m->snap)
+        ratel__snapshotter_changed(m->snap);
     return rc;
 }
 
@@ -733,6 +660,8 @@ static void memory_acquire_group(ratel_store_t *store,
     for (size_t i = nlock; i-- > 0;)
         if (i == 0 || lock[i] != lock[i - 1])
             shard_unlock(&lock[i]->lock);
+    if (m->snap)
+        ratel__snapshotter_changed(m->snap);
 }
 
 static int memory_acquire(ratel_store_t *store, const char *key, size_t keylen,
@@ -788,6 +717,8 @@ static int memory_reset(ratel_store_t *store, const char *key, size_t keylen)
     if (link)
         entry_remove(m, s, *link, link);
     shard_unlock(&s->lock);
+    if (m->snap)
+        ratel__snapshotter_changed(m->snap);
     return 0;
 }
 
@@ -853,6 +784,27 @@ static void memory_stats(ratel_store_t *store, ratel_store_stats_t *out)
         out->evictions += s->evictions;
         shard_unlock(&s->lock);
     }
+    if (m->snap) {
+        ratel__snapshot_stats_t st;
+        ratel__snapshotter_stats(m->snap, &st);
+        out->snapshot_writes = st.writes;
+        out->snapshot_errors = st.errors;
+        out->snapshot_bytes = st.bytes;
+        out->snapshot_write_us = st.write_us;
+        out->snapshot_lock_max_us = st.lock_max_us;
+    }
+}
+
+/* The last snapshot write's failure, "" when it succeeded or there is no
+   snapshot. */
+static void memory_errstr(ratel_store_t *store, char *buf, size_t len)
+{
+    memory_store_t *m = (memory_store_t *)store;
+
+    if (m->snap)
+        ratel__snapshotter_errstr(m->snap, buf, len);
+    else if (len > 0)
+        buf[0] = '\0';
 }
 
 /* Frees the first `nshards` shards' contents, then the store itself. */
@@ -870,9 +822,12 @@ static void memory_destroy(memory_store_t *m, uint32_t nshards)
     free(m);
 }
 
+/* A last snapshot (when keys changed since the last one), then the rest. */
 static void memory_free(ratel_store_t *store)
 {
     memory_store_t *m = (memory_store_t *)store;
+
+    ratel__snapshotter_stop(m->snap);
     memory_destroy(m, m->shard_mask + 1);
 }
 
@@ -885,6 +840,7 @@ static const ratel_store_ops_t memory_ops = {
     .inspect = memory_inspect,
     .acquire_group = memory_acquire_group,
     .stats = memory_stats,
+    .errstr = memory_errstr,
     .free = memory_free,
 };
 
@@ -918,11 +874,36 @@ static uint32_t shard_count(unsigned want, size_t max_bytes)
 int ratel_store_memory_new(ratel_store_t **out,
                            const ratel_memory_options_t *options)
 {
+    return ratel_store_memory_open(out, options, NULL, NULL, 0);
+}
+
+int ratel_store_memory_snapshot(ratel_store_t *store, char *why, size_t whylen)
+{
+    memory_store_t *m = (memory_store_t *)store;
+
+    if (why && whylen > 0)
+        why[0] = '\0';
+    if (!store || store->ops != &memory_ops)
+        return RATEL_EINVAL;
+    if (!m->snap)
+        return 0;
+    return ratel__snapshotter_write(m->snap, 0, why, whylen);
+}
+
+int ratel_store_memory_open(ratel_store_t **out,
+                            const ratel_memory_options_t *options,
+                            const ratel_snapshot_options_t *snapshot, char *why,
+                            size_t whylen)
+{
+    char ignored[8];
     size_t max_bytes = MEMORY_DEFAULT_MAX_BYTES;
     unsigned want = 0;
     memory_store_t *m;
     uint32_t n;
 
+    if (!why || whylen == 0)
+        why = ignored, whylen = sizeof ignored;
+    why[0] = '\0';
     if (!out)
         return RATEL_EINVAL;
     *out = NULL;
@@ -963,6 +944,13 @@ int ratel_store_memory_new(ratel_store_t **out,
         s->mask = MEMORY_INITIAL_BUCKETS - 1;
         s->bytes = alloc_charge(s->buckets);
         s->budget = (max_bytes - m->fixed_bytes) / n;
+    }
+    if (snapshot && snapshot->path && snapshot->path[0]) {
+        int rc = ratel__memory_snapshot_open(m, snapshot, why, whylen);
+        if (rc != 0) {
+            memory_destroy(m, n);
+            return rc;
+        }
     }
     *out = &m->base;
     return 0;

@@ -6,6 +6,7 @@
 
 #include "ratel.h"
 #include "store/redis_url.h"
+#include "store/snapshot.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -323,20 +324,65 @@ int ratel__redis_option_check(const char *name, int64_t v)
 
 /* ------------------------------------------------- the memory store's table */
 
+static const char *const bad_snapshot_words[] = {"refuse", "empty", NULL};
+static const int bad_snapshot_values[] = {RATEL_BAD_SNAPSHOT_REFUSE,
+                                          RATEL_BAD_SNAPSHOT_EMPTY};
+
+#define MEMORY(f)                                                              \
+    offsetof(ratel__memory_settings_t, f),                                     \
+        sizeof(((ratel__memory_settings_t *)0)->f)
+
 /*
  * max_bytes 64 KiB..1 TiB: below 64 KiB the fixed bookkeeping leaves the
  * shards nothing to hold keys in; above 1 TiB is a typing mistake on any
  * machine this runs on. ratel_store_memory_new() checks the same range
  * (0 there means the default, 64 MiB).
+ *
+ * snapshot_interval_ms 10..3600000 (0: 1000): what a crash may lose;
+ * under 10 ms the writes would be the machine's main work, over an hour
+ * is no longer a snapshot anyone counts on. The path is checked as start
+ * checks it (snapshot.h, ratel__snapshot_check_path) by the programs'
+ * store: reading, which knows the store's type.
  */
 const ratel__option_t ratel__memory_options[] = {
     {"max_bytes", RATEL__OPTION_SIZE, (uint64_t)64 << 10, (uint64_t)1 << 40, 0,
-     offsetof(ratel_memory_options_t, max_bytes),
-     sizeof(((ratel_memory_options_t *)0)->max_bytes), NULL, NULL, NULL},
+     MEMORY(max_bytes), NULL, NULL, NULL},
+    {"snapshot", RATEL__OPTION_STRING, 0, 0, 0, MEMORY(snapshot), NULL, NULL,
+     NULL},
+    {"snapshot_interval_ms", RATEL__OPTION_MSEC, RATEL__SNAPSHOT_INTERVAL_MIN,
+     RATEL__SNAPSHOT_INTERVAL_MAX, 1, MEMORY(snapshot_interval_ms), NULL, NULL,
+     NULL},
+    {"on_bad_snapshot", RATEL__OPTION_ENUM, 0, 0, 0, MEMORY(on_bad_snapshot),
+     bad_snapshot_words, bad_snapshot_values, NULL},
 };
 
 const size_t ratel__memory_noptions =
     sizeof ratel__memory_options / sizeof ratel__memory_options[0];
+
+void ratel__memory_settings_init(ratel__memory_settings_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->max_bytes = (size_t)64 << 20;
+}
+
+void ratel__memory_settings_options(const ratel__memory_settings_t *s,
+                                    ratel_memory_options_t *out,
+                                    ratel_snapshot_options_t *snap)
+{
+    memset(out, 0, sizeof *out);
+    out->max_bytes = s->max_bytes;
+    snap->path = s->snapshot[0] ? s->snapshot : NULL;
+    snap->interval_ms = s->snapshot_interval_ms;
+    snap->on_bad = s->on_bad_snapshot;
+}
+
+int ratel__memory_settings_check(const ratel__memory_settings_t *s, char *why,
+                                 size_t whylen)
+{
+    if (!s->snapshot[0])
+        return 0;
+    return ratel__snapshot_check_path(s->snapshot, why, whylen) ? -1 : 0;
+}
 
 /* ------------------------------------------------- the Redis store's table */
 

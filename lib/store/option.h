@@ -13,6 +13,8 @@
 #ifndef RATEL_STORE_OPTION_H
 #define RATEL_STORE_OPTION_H
 
+#include "ratel.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,10 +80,44 @@ extern const size_t ratel__redis_query_noptions;
 extern const ratel__option_t ratel__redis_url_options[];
 extern const size_t ratel__redis_url_noptions;
 
-/* The memory store's settings, in the fields of ratel_memory_options_t
-   (max_bytes); a configuration's store: section reads them too. */
+/* Longest snapshot path a configuration takes (NUL included). */
+#define RATEL__SNAPSHOT_PATH_MAX 1024
+
+/* The memory store's settings as a configuration writes them (the table
+   below fills it; ratel__memory_settings_options makes the C API's
+   options of it). */
+typedef struct ratel__memory_settings_s {
+    size_t max_bytes;
+    uint32_t snapshot_interval_ms;
+    int on_bad_snapshot;                     /* a ratel_bad_snapshot_t */
+    char snapshot[RATEL__SNAPSHOT_PATH_MAX]; /* "": none */
+} ratel__memory_settings_t;
+
+/* The memory store's settings, in the fields of ratel__memory_settings_t
+   (max_bytes, snapshot, snapshot_interval_ms, on_bad_snapshot); a
+   configuration's store: section reads them, and ratel_store_memory_new
+   checks its options' numbers against the same ranges. */
 extern const ratel__option_t ratel__memory_options[];
 extern const size_t ratel__memory_noptions;
+
+/* The defaults: max_bytes 64 MiB, no snapshot. */
+void ratel__memory_settings_init(ratel__memory_settings_t *s);
+
+/* The options ratel_store_memory_open takes for `s`; snap->path points
+   into *s (NULL when it is ""). */
+void ratel__memory_settings_options(const ratel__memory_settings_t *s,
+                                    ratel_memory_options_t *out,
+                                    ratel_snapshot_options_t *snap);
+
+/*
+ * The check of a snapshot path that a store's start makes too: its
+ * directory exists and takes a new file, and an existing snapshot is a
+ * readable regular file (its contents are read at start). 0 ("" is no
+ * snapshot), or -1 with why ("snapshot PATH: its directory ... does not
+ * exist"). The one check --check-config, a start and a reload run.
+ */
+int ratel__memory_settings_check(const ratel__memory_settings_t *s, char *why,
+                                 size_t whylen);
 
 /*
  * The range of the number option `name` of `table` (n entries) in *min

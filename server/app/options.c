@@ -5,6 +5,7 @@
 #include "app/options.h"
 
 #include "app/address.h"
+#include "app/log.h"
 #include "ratel_internal.h"
 
 #include <stdio.h>
@@ -173,19 +174,47 @@ static int redis_as_started(const ratel__yaml_ctx_t *ctx,
     return 0;
 }
 
+/*
+ * The memory store's snapshot settings: for type: memory, the path checked
+ * as start checks it; a Redis store keeps its state in Redis and refuses
+ * them (max_bytes alone applies to both: the `local` failure policy's
+ * store).
+ */
+static int memory_snapshot(const ratel__yaml_ctx_t *ctx,
+                           const ratel__yaml_node_t *node,
+                           const ratel__yaml_node_t *const *v, int is_memory,
+                           const ratel__memory_settings_t *memory)
+{
+    char why[800];
+
+    for (size_t i = 1; i < ratel__memory_noptions; i++)
+        if (!is_memory && v[1 + i])
+            return ratel__yaml_fail(
+                ctx, v[1 + i]->line,
+                "store.%s: applies to type: memory only (a Redis store's "
+                "counts live in Redis)",
+                ratel__memory_options[i].name);
+    if (!is_memory ||
+        ratel__memory_settings_check(memory, why, sizeof why) == 0)
+        return 0;
+    /* v[2]: the snapshot field, which named the path. */
+    return ratel__yaml_fail(ctx, v[2] ? v[2]->line : node->line,
+                            "store.snapshot: %s", why);
+}
+
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,
                       const ratel__option_t *own, size_t nown, void *config,
-                      size_t *max_bytes, ratel_redis_options_t *redis)
+                      ratel__memory_settings_t *memory,
+                      ratel_redis_options_t *redis)
 {
     ratel_redis_url_t query;
-    ratel_memory_options_t memory = {.max_bytes = *max_bytes};
     /* type, then the memory store's own table (libratel's: one range for
        max_bytes in YAML and in ratel_store_memory_new), then url and the
        program's others, then the Redis URL's query table. */
     const ratel__yaml_group_t groups[] = {
         {own, 1, config, NULL, NULL},
-        {ratel__memory_options, ratel__memory_noptions, &memory, NULL, NULL},
+        {ratel__memory_options, ratel__memory_noptions, memory, NULL, NULL},
         {own + 1, nown - 1, config, NULL, NULL},
         {ratel__redis_query_options, ratel__redis_query_noptions, &query, NULL,
          NULL}};
@@ -199,7 +228,9 @@ int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
     ratel__redis_query_init(&query);
     if (ratel__yaml_groups(ctx, node, "store", groups, RATEL__COUNT(groups), v))
         return -1;
-    *max_bytes = memory.max_bytes;
+    if (memory_snapshot(ctx, node, v, field_value(config, &own[0]) == 0,
+                        memory) != 0)
+        return -1;
     if (field_value(config, &own[0]) == 0) { /* memory */
         /* Everything after the memory store's fields is for Redis: the
            first one given. */
@@ -219,6 +250,44 @@ int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
     redis->url = (const char *)config + own[1].offset;
     ratel__redis_query_to_options(&query, redis);
     /* Redis: max_bytes bounds the `local` failure policy's store. */
-    redis->local.max_bytes = memory.max_bytes;
+    redis->local.max_bytes = memory->max_bytes;
     return redis_as_started(ctx, v[1 + nm], redis);
+}
+
+int ratel__memory_store_open(const ratel__memory_settings_t *settings,
+                             ratel_store_t **out)
+{
+    ratel_memory_options_t o;
+    ratel_snapshot_options_t snap;
+    ratel_store_stats_t st;
+    char why[800];
+    int rc;
+
+    ratel__memory_settings_options(settings, &o, &snap);
+    rc = ratel_store_memory_open(out, &o, &snap, why, sizeof why);
+    if (rc != 0) {
+        ratel__log("error", "cannot create the memory store", "reason=\"%s\"",
+                   why[0] ? why : ratel_strerror(rc));
+        return -1;
+    }
+    if (why[0])
+        ratel__log("warn", "memory store snapshot not loaded", "reason=\"%s\"",
+                   why);
+    if (snap.path) {
+        ratel_store_stats(*out, &st);
+        ratel__log("info", "memory store snapshot", "path=%s keys=%llu",
+                   snap.path, (unsigned long long)st.keys);
+    }
+    return 0;
+}
+
+void ratel__store_close(ratel_store_t *store)
+{
+    char why[800];
+
+    if (store &&
+        ratel_store_memory_snapshot(store, why, sizeof why) == RATEL_EIO)
+        ratel__log("error", "memory store snapshot not written",
+                   "reason=\"%s\"", why);
+    ratel_store_free(store);
 }

@@ -64,8 +64,10 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
 /*
  * A `store:` section, the same in both programs: the program's own table
  * `own` (its first two entries type - words memory, redis - and url,
- * fields of `config`), libratel's memory store table (max_bytes, into
- * *max_bytes, which holds the default on entry) and the Redis URL's query
+ * fields of `config`), libratel's memory store table (max_bytes and the
+ * snapshot settings, into *memory, which holds the defaults on entry: a
+ * snapshot path is checked as the store's start checks it, and refused
+ * with type: redis) and the Redis URL's query
  * options (pool, timeouts, mode, ...) in one mapping: every range is the
  * one libratel's C API checks too. For a Redis store, url is required and
  * *redis gets the query options, its url pointing at the url field and
@@ -80,7 +82,24 @@ int ratel__check_nonempty(const char *text, char *why, size_t whylen);
 int ratel__yaml_store(const ratel__yaml_ctx_t *ctx,
                       const ratel__yaml_node_t *node,
                       const ratel__option_t *own, size_t nown, void *config,
-                      size_t *max_bytes, ratel_redis_options_t *redis);
+                      ratel__memory_settings_t *memory,
+                      ratel_redis_options_t *redis);
+
+/*
+ * The memory store a configuration's store: section describes, its
+ * snapshot (if any) loaded: a snapshot skipped as on_bad_snapshot: empty
+ * says is logged as a warning, the keys loaded as info; a failure is
+ * logged with its reason ("snapshot PATH: problem"). 0 or -1.
+ */
+int ratel__memory_store_open(const ratel__memory_settings_t *settings,
+                             ratel_store_t **out);
+
+/*
+ * Frees a store the program is done with; a memory store writes its last
+ * snapshot first, and a failure to is logged (a graceful stop otherwise
+ * loses nothing). NULL is a no-op.
+ */
+void ratel__store_close(ratel_store_t *store);
 
 /* An option table's entry count. */
 #define RATEL__COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -160,8 +160,8 @@ static void check_config(const rateld_config_t *c)
     ASSERT(TERMINATED(c->admin_token));
     for (const char *t = c->admin_token; *t; t++)
         ASSERT((unsigned char)*t > 0x20 && *t != 0x7f);
-    ASSERT(c->memory_max_bytes >= 65536 &&
-           (uint64_t)c->memory_max_bytes <= (uint64_t)1 << 40);
+    ASSERT(c->memory.max_bytes >= 65536 &&
+           (uint64_t)c->memory.max_bytes <= (uint64_t)1 << 40);
     if (c->store == RATELD_STORE_MEMORY) {
         ASSERT(c->redis.url == NULL && c->redis_url[0] == '\0');
     } else {
@@ -177,7 +177,7 @@ static void check_config(const rateld_config_t *c)
         ASSERT(c->redis.pool_size <= 256);
         ASSERT(c->redis.deny_cache_entries >= -1 &&
                c->redis.deny_cache_entries <= 1048576);
-        ASSERT(c->redis.local.max_bytes == c->memory_max_bytes);
+        ASSERT(c->redis.local.max_bytes == c->memory.max_bytes);
     }
     ASSERT(c->trusted.n <= RATEL__TRUSTED_MAX);
     for (size_t i = 0; i < c->trusted.n; i++) {

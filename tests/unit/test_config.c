@@ -77,7 +77,7 @@ TEST(config_example_file)
     /* Shipped empty: reset is off until the administrator sets one. */
     CHECK(c->admin_token[0] == '\0');
     CHECK_EQ(c->store, RATELD_STORE_MEMORY);
-    CHECK_EQ(c->memory_max_bytes, 64 << 20);
+    CHECK_EQ(c->memory.max_bytes, 64 << 20);
     REQUIRE(c->trusted.n == 2);
     CHECK_EQ(c->trusted.blocks[0].family, AF_INET);
     CHECK_EQ(c->trusted.blocks[0].bits, 32);
@@ -161,7 +161,7 @@ TEST(config_defaults)
     CHECK(c->admin_token[0] == '\0');
     CHECK_EQ(c->trusted.n, 0);
     CHECK_EQ(c->store, RATELD_STORE_MEMORY);
-    CHECK_EQ(c->memory_max_bytes, 64 << 20);
+    CHECK_EQ(c->memory.max_bytes, 64 << 20);
     CHECK_EQ(c->limits.max_header_bytes, 0);
     CHECK_EQ(c->limits.idle_timeout_ms, 0);
     CHECK_EQ(c->nroutes, 0);
@@ -267,7 +267,7 @@ TEST(config_store_fields)
         c = parse_ok(text);
         if (!c)
             continue;
-        CHECK_EQ(c->memory_max_bytes, sizes[i].bytes);
+        CHECK_EQ(c->memory.max_bytes, sizes[i].bytes);
         CHECK_EQ(c->store, RATELD_STORE_MEMORY);
         rateld_config_free(c);
     }
