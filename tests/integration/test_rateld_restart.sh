@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_rateld_restart.sh - counts of the embedded memory store survive a
+# restart (docs/memory-store.md, "Snapshots"): rateld on
+# examples/rateld.yaml (only its port changed) limits a number by the
+# `sms` policy (200, then 429); stopped with SIGTERM and started again,
+# the number is still limited; after another number's decision, once the
+# snapshot's file has been rewritten (its interval passed), SIGKILL and a
+# new start keep that one limited too. captchad on captchad/captchad.yaml
+# keeps its send limit across a restart the same way. A corrupt snapshot
+# stops rateld from starting, naming the file and the problem.
+. "$(dirname "$0")/lib.sh"
+require_built rateld captchad
+
+port=$(free_port)
+dir=$tmp/rateld
+mkdir -p "$dir"
+sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$root/examples/rateld.yaml" >"$dir/rateld.yaml"
+state=$dir/rateld.state
+
+# sms NUMBER: the status of one decision for NUMBER.
+sms() {
+    curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/acquire?policy=sms&key=$1"
+}
+# Each server runs in its own directory (a relative snapshot path lands
+# there), started from this shell so that server_stop can wait for it.
+start_in() { # DIR NAME PORT COMMAND...
+    local d=$1 rc
+    shift
+    cd "$d" || return 1
+    server_start "$@"
+    rc=$?
+    cd "$tmp" || return 1
+    return "$rc"
+}
+start_rateld() { start_in "$dir" rateld "$port" "$build/rateld" --config rateld.yaml; }
+mtime() { stat -c %.9Y "$state" 2>/dev/null || echo 0; }
+
+start_rateld || { finish; exit 1; }
+same first_sms "$(sms 13800138000)" 200
+same second_sms_limited "$(sms 13800138000)" 429
+server_stop rateld TERM
+same term_exit "$stopped" 0
+same snapshot_mode "$(stat -c %a "$state" 2>/dev/null)" 600
+echo "# after SIGTERM: $(stat -c %s "$state") bytes in $state"
+
+start_rateld || { finish; exit 1; }
+got=$(sms 13800138000)
+echo "# 13800138000 after SIGTERM and a new start: $got"
+same limited_after_term_restart "$got" 429
+contains load_logged "$(cat "$tmp/rateld.log")" "msg=\"memory store snapshot\" path=rateld.state keys=1"
+
+# Another number, then wait until the interval's write has the file
+# rewritten (10 s at most), and kill rateld without a chance to write.
+before=$(mtime)
+same other_first "$(sms 13800138001)" 200
+wait_for 10 bash -c "[ \"\$(stat -c %.9Y '$state')\" != '$before' ]"
+same snapshot_rewritten_by_interval "$(mtime | awk -v b="$before" '{ print ($1 != b) ? "yes" : "no" }')" yes
+server_stop rateld KILL
+start_rateld || { finish; exit 1; }
+got=$(sms 13800138001)
+echo "# 13800138001 after SIGKILL (past the interval) and a new start: $got"
+same limited_after_kill_restart "$got" 429
+same first_still_limited "$(sms 13800138000)" 429
+server_stop rateld TERM
+
+# A damaged snapshot: rateld refuses to start and says which file and why;
+# --check-config checks the same directory start does.
+printf 'RATELSNP\001\000\000\000' >"$state"
+(cd "$dir" && "$build/rateld" --config rateld.yaml) >"$tmp/bad.log" 2>&1
+same corrupt_refused_exit "$?" 1
+contains corrupt_names_file "$(cat "$tmp/bad.log")" "snapshot rateld.state: truncated"
+echo "# a damaged snapshot: $(grep -o 'reason=.*' "$tmp/bad.log" | head -1)"
+sed "s|^  snapshot: .*|  snapshot: $tmp/nowhere/rateld.state|" "$dir/rateld.yaml" >"$dir/elsewhere.yaml"
+out=$(cd "$dir" && "$build/rateld" --check-config elsewhere.yaml 2>&1)
+contains check_config_checks_directory "$out" "store.snapshot: snapshot $tmp/nowhere/rateld.state: its directory $tmp/nowhere: does not exist"
+
+# captchad: its send limit (send_phone 1/60s) across a restart.
+cport=$(free_port)
+cdir=$tmp/captchad
+mkdir -p "$cdir"
+sed "s/^listen: .*/listen: 127.0.0.1:$cport/" "$root/captchad/captchad.yaml" >"$cdir/captchad.yaml"
+send() {
+    curl -s -o /dev/null -w '%{http_code}' -H 'X-Forwarded-For: 10.0.0.1' \
+        -X POST -d '{"telephone":"13900000001"}' "http://127.0.0.1:$cport/captcha/send"
+}
+start_captchad() { start_in "$cdir" captchad "$cport" "$build/captchad" --config captchad.yaml; }
+start_captchad || { finish; exit 1; }
+same captchad_first_send "$(send)" 202
+same captchad_second_send_limited "$(send)" 429
+server_stop captchad TERM
+same captchad_term_exit "$stopped" 0
+start_captchad || { finish; exit 1; }
+got=$(send)
+echo "# captchad send to 13900000001 after SIGTERM and a new start: $got"
+same captchad_limited_after_restart "$got" 429
+server_stop captchad TERM
+finish
