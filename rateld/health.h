@@ -34,9 +34,9 @@
 
 /* What the log has said so far. Plain data, no I/O, time injected. */
 typedef struct rateld_health_log_s {
-    int logged_up;     /* the state the last line gave (1 before any) */
-    uint64_t seen;     /* the store's `transitions` at the last look */
-    uint64_t unlogged; /* changes no line has reported yet */
+    int logged_up;          /* the state the last line gave (1 before any) */
+    uint64_t seen;          /* the store's `transitions` at the last look */
+    uint64_t unlogged;      /* changes no line has reported yet */
     uint64_t warnings_seen; /* the store's `warnings` at the last line */
     int warning_logged;     /* a warning line is the last said of them */
     ratel_policy_t budget;

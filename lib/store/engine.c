@@ -73,7 +73,7 @@ static void live_unlink(ratel__engine_t *e, ratel__rop_t *rop)
 }
 
 void ratel__queue_unlink(ratel__rop_t **head, ratel__rop_t **tail,
-                        ratel__rop_t *rop)
+                         ratel__rop_t *rop)
 {
     if (rop->qprev)
         rop->qprev->qnext = rop->qnext;

@@ -92,7 +92,7 @@ typedef struct ratel__redis_shared_s {
     const char *sentinel_username; /* the Sentinels': "" or NULL none */
     const char *sentinel_password; /* NULL: no AUTH to Sentinels */
     int db;                        /* SELECT when not 0 */
-    unsigned wait_replicas; /* WAIT for this many after writes (0: no) */
+    unsigned wait_replicas;        /* WAIT for this many after writes (0: no) */
     const char *library; /* the Functions library, `#!lua name=ratel` */
     size_t library_len;
     const char *library_version; /* what its ratel_version answers */

@@ -147,11 +147,10 @@ int ratel__conn_push(conn_t *c, ratel__rop_t *rop, step_t step)
                replicas) before the commands it holds time out. */
             ARGZ("WAIT");
             ARG(db, (size_t)snprintf(db, sizeof db, "%u", sh->wait_replicas));
-            ARG(wait_ms,
-                (size_t)snprintf(wait_ms, sizeof wait_ms, "%d",
-                                 sh->command_timeout_ms > 1
-                                     ? sh->command_timeout_ms / 2
-                                     : 1));
+            ARG(wait_ms, (size_t)snprintf(wait_ms, sizeof wait_ms, "%d",
+                                          sh->command_timeout_ms > 1
+                                              ? sh->command_timeout_ms / 2
+                                              : 1));
         } else if (step == STEP_SUBSCRIBE) {
             ARGZ("SUBSCRIBE");
             ARGZ("+switch-master");
@@ -301,6 +300,8 @@ static void prepare_next(conn_t *c)
         node->mode = RATEL__MODE_FUNCTION;
     if (ratel__node_prepared(node)) {
         node->preparing = NULL;
+        if (node->down_until_us || node->source->down || node->fail_streak)
+            ratel__engine_node_ok(node);
         ratel__engine_node_dirty(node);
         return;
     }
@@ -705,23 +706,23 @@ static void link_up(ratel__link_t *link)
 }
 
 /*
- * Whether reply `r` to `p` shows the node serving: any answer (a write's
- * with wait_replicas: the WAIT's after it, on_wait) but an
- * error of the connection's setup or the node's preparation (credentials
- * refused, the module missing: one failure that lasts, not a success
- * each time the node answers it) or a "cannot now" error (LOADING, BUSY,
- * ...). A command's own error (a wrong argument) is an answer.
+ * Whether reply `r` to `p` shows the node serving: a command's answer
+ * (a write's with wait_replicas: the WAIT's after it, on_wait), unless a
+ * "cannot now" error (LOADING, BUSY, ...); a command's own error (a
+ * wrong argument) is an answer. The connection's setup and the node's
+ * preparation show it once they are done (prepare_next): a failure that
+ * lasts (credentials refused, the module missing) is one outage, not a
+ * success each time the node answers PING before the step that fails.
  */
 static int proves_up(const conn_t *c, const pend_t *p, const redisReply *r)
 {
     if ((p->step == STEP_ROP || p->step == STEP_MANY) && p->rop &&
         writes(c, p->rop))
         return 0; /* held: the WAIT after it says (on_wait) */
-    if (r->type != REDIS_REPLY_ERROR)
-        return p->step != STEP_WAIT;
-    return (p->step == STEP_ROP || p->step == STEP_MANY ||
-            p->step == STEP_LIB_VERSION || p->step == STEP_LIB_LOAD) &&
-           !ratel__reply_unavailable(r);
+    if (p->step != STEP_ROP && p->step != STEP_MANY &&
+        p->step != STEP_LIB_VERSION && p->step != STEP_LIB_LOAD)
+        return 0; /* setup and preparation: their end says (prepare_next) */
+    return r->type != REDIS_REPLY_ERROR || !ratel__reply_unavailable(r);
 }
 
 /*
@@ -740,8 +741,8 @@ static int refused_connection(conn_t *c, redisReply *r)
 
     if (r->type != REDIS_REPLY_ERROR)
         return 0;
-    auth = ratel__reply_starts(r, "NOAUTH") ||
-           ratel__reply_starts(r, "WRONGPASS");
+    auth =
+        ratel__reply_starts(r, "NOAUTH") || ratel__reply_starts(r, "WRONGPASS");
     if (!auth && !ratel__reply_starts(r, "ERR max number of clients"))
         return 0;
     reply_text(r, text, sizeof text);
@@ -755,8 +756,8 @@ static int refused_connection(conn_t *c, redisReply *r)
                                       "redis://:PASSWORD@host:port)");
     else
         ratel__msg(why, sizeof why,
-                   "%s refused the connection: %s (its maxclients)",
-                   node->name, text);
+                   "%s refused the connection: %s (its maxclients)", node->name,
+                   text);
     freeReplyObject(r);
     c->phead = (c->phead + c->pcap - 1) % c->pcap;
     c->pcount++;
@@ -860,8 +861,7 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
                    node->name, why);
         if (!node->ever_connected)
             rc = RATEL_EPROTO;
-    }
-    else
+    } else
         ratel__msg(msg, sizeof msg, "%s: %s", node->name, why);
     ratel__conn_fail(c, rc, 1);
     ratel__engine_node_failed(node, rc, msg, forced);

@@ -116,7 +116,7 @@ struct ratel__node_s {
     char errstr[256];
     ratel__health_source_t *source; /* the address's, shared by the
                                        store's engines */
-    uint64_t ups_seen; /* source->ups when its breaker opened */
+    uint64_t ups_seen;              /* source->ups when its breaker opened */
 };
 
 /* The rule texts of the last policy encoded: a turn usually carries many
@@ -154,11 +154,11 @@ struct ratel__engine_s {
     int failing_over;
     /* Sentinel: the question asked now, to whom, and the subscription. */
     size_t asks_pending; /* Sentinels asked (in role[]) not answered yet */
-    int ask_decided;      /* this round named a primary, or failed */
-    int ask_refused;      /* RATEL_EPROTO: a Sentinel said the
-                             configuration is wrong (no such primary,
-                             credentials refused) */
-    char ask_why[400];    /* the last Sentinel's failure */
+    int ask_decided;     /* this round named a primary, or failed */
+    int ask_refused;     /* RATEL_EPROTO: a Sentinel said the
+                            configuration is wrong (no such primary,
+                            credentials refused) */
+    char ask_why[400];   /* the last Sentinel's failure */
     conn_t *subscription;
     /* A slot map being read: the discover commands waiting for it. */
     ratel__rop_t map_rop;

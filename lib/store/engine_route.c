@@ -366,8 +366,7 @@ static int can_fail_over(const ratel__engine_t *e)
            (e->sh->url.naddrs > 1 || e->sh->url.sentinel);
 }
 
-void ratel__route_primary_found(ratel__engine_t *e, size_t found,
-                                int fail_rc)
+void ratel__route_primary_found(ratel__engine_t *e, size_t found, int fail_rc)
 {
     size_t old = e->primary;
     int had = e->have_primary,

@@ -7,9 +7,9 @@
  * names the primary (a hung Sentinel among answering ones costs nothing).
  * When none does, the round fails: with RATEL_EPROTO when a Sentinel
  * answered but knew no such primary or refused the credentials (the
- * configuration is wrong: no outage), else RATEL_EIO. Commands submitted before there is an
- * answer wait for it (parked, within their deadlines). The Sentinel that
- * answered also carries a subscription to +switch-master, so a failover
+ * configuration is wrong: no outage), else RATEL_EIO. Commands submitted before
+ * there is an answer wait for it (parked, within their deadlines). The Sentinel
+ * that answered also carries a subscription to +switch-master, so a failover
  * moves the primary as soon as the Sentinels decide it; and a command
  * that finds the primary gone (READONLY: it is a replica now; a refused
  * or reset connection) makes the engine ask again (at most every 100 ms)

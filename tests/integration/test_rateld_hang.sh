@@ -48,7 +48,7 @@ clients() {
     while [ ! -e "$tmp/stop" ]; do
         # One line per answer (acquire prints none): an empty line is an
         # answer that never came.
-        echo "$(acquire "c$i")" >>"$tmp/client$i.out"
+        { acquire "c$i"; echo; } >>"$tmp/client$i.out"
     done
 }
 for i in 1 2 3 4; do clients "$i" & echo $! >"$tmp/pids/client$i"; done
