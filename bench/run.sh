@@ -32,6 +32,7 @@ rm -f "$out.a" "$out.b"
 awk -v a="$alone" -v p="$pair" 'BEGIN { printf "ratel\tmachine_two_process_ceiling\t%.2f\tx\n", 2 * a / p }' | tee -a "$out"
 
 "$build/bench_store" | tee -a "$out"
+"$build/bench_snapshot" | tee -a "$out"
 "$build/bench_deny_cache" | tee -a "$out"
 
 if [ "${PEERS:-1}" != 0 ] && [ -x "$peers_dir/run-peers.sh" ]; then
