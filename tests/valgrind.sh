@@ -109,6 +109,8 @@ wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
     wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
+[ -x "$build/rateld" ] && [ -x "$build/captchad" ] &&
+    wrapped_suite "rateld and captchad restarts (snapshots)" RATELD_WRAP "$here/integration/test_rateld_restart.sh"
 
 # The nginx module: one nginx process (master_process off) under
 # valgrind on a short run, with zones in shared memory and in Redis (each

@@ -10,6 +10,10 @@
 # stops rateld from starting, naming the file and the problem.
 . "$(dirname "$0")/lib.sh"
 require_built rateld captchad
+# RATELD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes rateld and
+# captchad (tests/valgrind.sh): an error or a leak at a SIGTERM makes the
+# exit status checks fail.
+read -r -a wrap <<<"${RATELD_WRAP:-}"
 
 port=$(free_port)
 dir=$tmp/rateld
@@ -32,7 +36,7 @@ start_in() { # DIR NAME PORT COMMAND...
     cd "$tmp" || return 1
     return "$rc"
 }
-start_rateld() { start_in "$dir" rateld "$port" "$build/rateld" --config rateld.yaml; }
+start_rateld() { start_in "$dir" rateld "$port" "${wrap[@]}" "$build/rateld" --config rateld.yaml; }
 mtime() { stat -c %.9Y "$state" 2>/dev/null || echo 0; }
 
 start_rateld || { finish; exit 1; }
@@ -83,7 +87,7 @@ send() {
     curl -s -o /dev/null -w '%{http_code}' -H 'X-Forwarded-For: 10.0.0.1' \
         -X POST -d '{"telephone":"13900000001"}' "http://127.0.0.1:$cport/captcha/send"
 }
-start_captchad() { start_in "$cdir" captchad "$cport" "$build/captchad" --config captchad.yaml; }
+start_captchad() { start_in "$cdir" captchad "$cport" "${wrap[@]}" "$build/captchad" --config captchad.yaml; }
 start_captchad || { finish; exit 1; }
 same captchad_first_send "$(send)" 202
 same captchad_second_send_limited "$(send)" 429
