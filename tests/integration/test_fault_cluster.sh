@@ -2,7 +2,7 @@
 # Redis Cluster failovers under load (issue 32): 3 masters with a replica
 # each (cluster-node-timeout 1000 ms), rateld on redis+cluster:// with two
 # seeds and on_failure: local, ~60 acquires a second over 50 keys whose
-# slots cover every master (cluster_load.py).
+# slots cover every master (acquire_load.py).
 #
 # - CLUSTER FAILOVER on a replica: decisions stay on Redis (the failure
 #   policy's are counted and printed) and the store's health never moves.
@@ -119,7 +119,7 @@ server_start rateld "$port" "${rateld_wrap[@]}" "$build/rateld" --config "$tmp/r
 idle=http://127.0.0.1:$idle_port
 load_log=$tmp/load.log
 : >"$load_log"
-python3 "$lib_here/cluster_load.py" "$base" fault 60 "$load_log" "${keys[@]}" &
+python3 "$lib_here/acquire_load.py" "$base" fault 60 "$load_log" "${keys[@]}" &
 echo $! >"$tmp/pids/load"
 t0=$(now_ms)
 wait_for 10 has_first_store "$t0" "$(
