@@ -602,8 +602,13 @@ void ratel__engine_rearm(ratel__engine_t *e)
 
     for (size_t i = 0; i < e->nnodes; i++)
         for (conn_t *c = e->nodes[i]->conns; c; c = c->next)
-            if (c->state != CONN_READY && (at < 0 || c->open_deadline_us < at))
-                at = c->open_deadline_us;
+            if (c->state != CONN_READY) {
+                int64_t when = c->probe_at_us && !c->node->probed
+                                   ? c->probe_at_us
+                                   : c->open_deadline_us;
+                if (at < 0 || when < at)
+                    at = when;
+            }
     if (at != e->timer_at && e->t) {
         e->timer_at = at;
         e->t->timer(e->tud, at);
@@ -617,13 +622,20 @@ static void connect_timeouts(ratel__engine_t *e, int64_t now)
         ratel__node_t *node = e->nodes[i];
         for (conn_t *c = node->conns; c; c = c->next) {
             char why[400];
+            if (c->state == CONN_OPENING && c->probe_at_us &&
+                c->probe_at_us <= now && !node->probed)
+                ratel__probe_start(node);
             if (c->state == CONN_READY || c->open_deadline_us > now)
                 continue;
-            ratel__msg(why, sizeof why,
-                       "cannot connect to %s: no answer within %d ms "
-                       "(connect_timeout_ms)",
-                       node->name, e->sh->connect_timeout_ms);
-            ratel__engine_node_failed(node, RATEL_EIO, why, 0);
+            if (node->plain) /* the probe found plain Redis there */
+                ratel__msg(why, sizeof why, "%s", node->plain_why);
+            else
+                ratel__msg(why, sizeof why,
+                           "cannot connect to %s: no answer within %d ms "
+                           "(connect_timeout_ms)",
+                           node->name, e->sh->connect_timeout_ms);
+            ratel__engine_node_failed(
+                node, node->plain ? RATEL_EPROTO : RATEL_EIO, why, 0);
             break;
         }
     }
@@ -742,6 +754,7 @@ void ratel__engine_free(ratel__engine_t *e)
     }
     for (size_t i = 0; i < e->nnodes; i++) {
         breaker_count(e->nodes[i], 0);
+        ratel__probe_free(e->nodes[i]);
         free(e->nodes[i]);
     }
     free(e);

@@ -867,6 +867,93 @@ static void link_down(ratel__link_t *link, const char *why, int tls_error)
     ratel__engine_node_failed(node, rc, msg, forced);
 }
 
+/* ------------------------------------------------ the plain-text probe */
+
+/*
+ * A plain Redis port sent a TLS ClientHello answers nothing (its inline
+ * reader waits for a newline), so rediss:// on it would only say "no
+ * answer within connect_timeout_ms". Half way there, one plain connection
+ * asks PING: a RESP answer (+PONG, -NOAUTH ...) means plain Redis.
+ */
+typedef struct probe_s {
+    ratel__link_t link; /* first: the transport's callbacks find us */
+    ratel__node_t *node;
+    void *handle;
+} probe_t;
+
+void ratel__probe_free(ratel__node_t *node)
+{
+    probe_t *p = node->probe;
+
+    if (!p)
+        return;
+    node->probe = NULL;
+    if (p->handle)
+        node->e->t->close(node->e->tud, p->handle);
+    free(p);
+}
+
+static void probe_up(ratel__link_t *link)
+{
+    probe_t *p = (probe_t *)link;
+
+    p->node->e->t->send(p->node->e->tud, p->handle, "PING\r\n", 6);
+}
+
+static void probe_data(ratel__link_t *link, const char *data, size_t n)
+{
+    probe_t *p = (probe_t *)link;
+    ratel__node_t *node = p->node;
+    char why[400];
+
+    if (n == 0 || (data[0] != '+' && data[0] != '-')) {
+        ratel__probe_free(node);
+        return;
+    }
+    ratel__probe_free(node);
+    ratel__msg(why, sizeof why,
+               "%s: not TLS (is this a plain redis:// port? it answered "
+               "PING in plain text)",
+               node->name);
+    node->plain = 1;
+    ratel__msg(node->plain_why, sizeof node->plain_why, "%s", why);
+    ratel__engine_node_failed(node, RATEL_EPROTO, why, 0);
+    ratel__engine_rearm(node->e);
+}
+
+static void probe_down(ratel__link_t *link, const char *why, int tls_error)
+{
+    probe_t *p = (probe_t *)link;
+
+    (void)why;
+    (void)tls_error;
+    p->handle = NULL;
+    ratel__probe_free(p->node);
+}
+
+void ratel__probe_start(ratel__node_t *node)
+{
+    ratel__engine_t *e = node->e;
+    probe_t *p;
+    char why[300];
+
+    if (node->probe || node->probed)
+        return;
+    node->probed = 1;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return;
+    p->link.up = probe_up;
+    p->link.data = probe_data;
+    p->link.down = probe_down;
+    p->node = node;
+    node->probe = p;
+    p->handle = e->t->open(e->tud, &p->link, node->host, node->port, NULL, why,
+                           sizeof why);
+    if (!p->handle)
+        ratel__probe_free(node);
+}
+
 conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen)
 {
     ratel__engine_t *e = node->e;
@@ -894,6 +981,9 @@ conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen)
     c->state = CONN_OPENING;
     c->open_deadline_us =
         e->t->now(e->tud) + (int64_t)sh->connect_timeout_ms * 1000;
+    if (sh->tls && !node->ever_connected && !node->probed && !node->sentinel)
+        c->probe_at_us =
+            c->open_deadline_us - (int64_t)sh->connect_timeout_ms * 500;
     c->next = node->conns;
     node->conns = c;
     node->nconns++;

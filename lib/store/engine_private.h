@@ -77,6 +77,9 @@ struct conn_s {
     void *handle; /* the transport's */
     conn_state_t state;
     int64_t open_deadline_us; /* OPENING, SETUP: connect_timeout_ms */
+    int64_t probe_at_us;      /* TLS, a node never reached: when a TLS
+                                 handshake still unanswered starts the
+                                 node's plain-text probe (0: never) */
     redisReader *reader;
     /* Commands encoded this turn, sent at the flush. */
     char *out;
@@ -117,6 +120,11 @@ struct ratel__node_s {
     ratel__health_source_t *source; /* the address's, shared by the
                                        store's engines */
     uint64_t ups_seen;              /* source->ups when its breaker opened */
+    struct probe_s *probe; /* a TLS handshake unanswered: is it plain? */
+    int probed;            /* the probe ran (once per node) */
+    int plain;             /* it found plain Redis: handshakes that time
+                              out say so (plain_why), RATEL_EPROTO */
+    char plain_why[300];
 };
 
 /* The rule texts of the last policy encoded: a turn usually carries many
@@ -198,6 +206,12 @@ ratel__node_t *ratel__engine_node_at(ratel__engine_t *e, const char *host,
 
 /* engine_conn.c */
 conn_t *ratel__conn_open(ratel__node_t *node, char *why, size_t whylen);
+/* A TLS connection to a node never reached, unanswered for half its
+   connect_timeout_ms: asks the address in plain text whether it is a
+   plain Redis port (the node then fails with RATEL_EPROTO, "not TLS").
+   Closed with the node's connections, and by ratel__probe_free(). */
+void ratel__probe_start(ratel__node_t *node);
+void ratel__probe_free(ratel__node_t *node);
 /* wait_replicas: a WAIT after the writes pushed on `c` since the last. */
 int ratel__conn_push_wait(conn_t *c);
 void conn_close(conn_t *c);

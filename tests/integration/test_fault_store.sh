@@ -5,7 +5,8 @@
 # - Configuration errors are errors: the CLI exits 1 naming the address
 #   and the cause (wrong or missing password, the module missing under
 #   mode=module, an unknown master name, a wrong or missing Sentinel
-#   password, TLS Redis behind redis://); rateld starts not ready with it.
+#   password, TLS Redis behind redis:// and plain Redis behind rediss://);
+#   rateld starts not ready with it.
 # - Outages are the failure policy's (exit 0, a warning): a hung server
 #   (within one timeout_ms of the first contact's, not two), maxclients.
 # - One failure that lasts is one outage: a wrong password held for 30 s
@@ -53,6 +54,10 @@ refused module_missing "redis://127.0.0.1:$nomod?mode=module" \
     "127.0.0.1:$nomod has no ratel module loaded"
 refused tls_behind_plain_scheme "redis://127.0.0.1:$tlsp" \
     "127.0.0.1:$tlsp: Connection reset by peer before answering (a TLS port? use rediss://)"
+# Plain Redis behind rediss://: it answers a ClientHello with nothing; a
+# plain-text PING half way through connect_timeout_ms finds it out.
+refused plain_behind_tls_scheme "rediss://:right@127.0.0.1:$plain?tls_ca_file=$certs/ca.crt" \
+    "127.0.0.1:$plain: not TLS (is this a plain redis:// port? it answered PING in plain text)"
 cli right_password "redis://:right@127.0.0.1:$plain"
 same right_password_store "$rc $(cut -f7 <<<"$out")" "0 store"
 
@@ -198,4 +203,13 @@ contains tls_mismatch_readyz "$(curl -s "http://127.0.0.1:$(port_of tls_mismatch
     "(a TLS port? use rediss://)"
 same tls_mismatch_changes "$(changes tls_mismatch)" 1
 server_stop tls_mismatch
+
+# Plain Redis behind rediss://: likewise.
+rateld_on plain_mismatch "rediss://127.0.0.1:$plain?tls_ca_file=$certs/ca.crt"
+hold plain_mismatch 2
+same plain_mismatch_not_ready "$(ready plain_mismatch)" 503
+contains plain_mismatch_readyz "$(curl -s "http://127.0.0.1:$(port_of plain_mismatch)/readyz")" \
+    "127.0.0.1:$plain: not TLS (is this a plain redis:// port?"
+same plain_mismatch_changes "$(changes plain_mismatch)" 1
+server_stop plain_mismatch
 finish

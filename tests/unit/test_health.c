@@ -263,7 +263,61 @@ TEST(health_log_rule_checked)
     CHECK_EQ(rateld_health_log_init(&log, "often"), RATEL_ERULE);
 }
 
+TEST(health_warning_is_no_outage)
+{
+    ratel_health_t h;
+    int s1 = 0, s2 = 0;
+    ratel__health_init(&h);
+
+    /* A Sentinel fails: a warning begins, the store stays up. */
+    CHECK_EQ(ratel__health_warn(&h, &s1, 1, "Sentinel a:1: no reply"), 1);
+    ratel_store_health_t v = get(&h);
+    CHECK_EQ(v.up, 1);
+    CHECK_EQ(v.transitions, 0);
+    CHECK_EQ(v.warnings, 1);
+    CHECK(strcmp(v.warning, "Sentinel a:1: no reply") == 0);
+    /* Again, and a second one: one warning, the latest text. */
+    CHECK_EQ(ratel__health_warn(&h, &s1, 1, "Sentinel a:1: reset"), 0);
+    CHECK_EQ(ratel__health_warn(&h, &s2, 1, "Sentinel b:1: no reply"), 0);
+    v = get(&h);
+    CHECK_EQ(v.warnings, 1);
+    CHECK(strcmp(v.warning, "Sentinel b:1: no reply") == 0);
+    /* It ends when the last one answers again. */
+    CHECK_EQ(ratel__health_warn(&h, &s1, 0, NULL), 0);
+    CHECK(get(&h).warning[0] != '\0');
+    CHECK_EQ(ratel__health_warn(&h, &s2, 0, NULL), 1);
+    v = get(&h);
+    CHECK(strcmp(v.warning, "") == 0);
+    CHECK_EQ(v.warnings, 1);
+    CHECK_EQ(v.up, 1);
+    ratel__health_destroy(&h);
+}
+
+TEST(health_log_warning_lines)
+{
+    rateld_health_log_t log;
+    rateld_health_line_t line;
+    ratel_store_health_t h = after(0, 0);
+
+    REQUIRE(rateld_health_log_init(&log, NULL) == 0);
+    rateld_health_warn_look(&log, &h, T0, &line);
+    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    h.warnings = 1;
+    snprintf(h.warning, sizeof h.warning, "Sentinel a:1: no reply");
+    rateld_health_warn_look(&log, &h, T0 + 1 * MS, &line);
+    CHECK_EQ(line.what, RATELD_HEALTH_WARN);
+    rateld_health_warn_look(&log, &h, T0 + 2 * MS, &line);
+    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    h.warning[0] = '\0';
+    rateld_health_warn_look(&log, &h, T0 + 3 * MS, &line);
+    CHECK_EQ(line.what, RATELD_HEALTH_WARN_OVER);
+    rateld_health_warn_look(&log, &h, T0 + 4 * MS, &line);
+    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+}
+
 RATEL_SUITE(health) = {
+    {"health_warning_is_no_outage", test_health_warning_is_no_outage},
+    {"health_log_warning_lines", test_health_log_warning_lines},
     {"health_starts_up", test_health_starts_up},
     {"health_one_source_down_and_up", test_health_one_source_down_and_up},
     {"health_down_while_any_source_is", test_health_down_while_any_source_is},
