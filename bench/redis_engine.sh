@@ -12,7 +12,9 @@
 #   2. rateld (one worker thread) on the Redis store against rateld on the
 #      embedded store: wrk -t1 -c50, the same policy and URL;
 #   3. rediss:// against redis://: the asynchronous bench against a
-#      TLS-only redis-server and a plain one, alike but for TLS.
+#      TLS-only redis-server and a plain one, alike but for TLS;
+#   4. wait_replicas=1 against none: the same bench against a primary
+#      with one replica, each write's answer waiting for its WAIT or not.
 #
 #   BUILD=build bench/redis_engine.sh
 #   ENGINE_ROUNDS=5 ENGINE_SECONDS=3 ENGINE_WINDOW=256 WRK_SECONDS=5 PEERS=1
@@ -71,8 +73,19 @@ redis_up "$tls" --port 0 --tls-port "$tls" --tls-cert-file "$certs/server.crt" \
     --tls-key-file "$certs/server.key" --tls-ca-cert-file "$certs/ca.crt" \
     --tls-auth-clients no
 cli_tls=()
+# A primary with one replica, for wait_replicas (4.).
+primary=$(free_port)
+redis_up "$primary" --port "$primary" --repl-diskless-sync-delay 0
+replica=$(free_port)
+redis_up "$replica" --port "$replica" --replicaof 127.0.0.1 "$primary"
+for _ in $(seq 100); do
+    redis-cli -p "$primary" INFO replication | grep -q 'slave0:.*state=online' && break
+    sleep 0.1
+done
 
 url_plain="redis://127.0.0.1:$plain"
+url_repl="redis://127.0.0.1:$primary"
+url_wait="redis://127.0.0.1:$primary?wait_replicas=1"
 url_tls="rediss://127.0.0.1:$tls?tls_ca_file=$certs/ca.crt"
 q() { case $1 in *\?*) echo "$1&mode=$2" ;; *) echo "$1?mode=$2" ;; esac; }
 
@@ -134,9 +147,14 @@ for r in $(seq "$rounds"); do
     async tls_async_function "$(q "$url_tls" function)"
     async plain_async_module "$(q "$url_plain" module)"
     async plain_async_function "$(q "$url_plain" function)"
+    async repl_async_module "$(q "$url_repl" module)"
+    async wait_async_module "$(q "$url_wait" module)"
+    sync repl_sync_module "$(q "$url_repl" module)"
+    sync wait_sync_module "$(q "$url_wait" module)"
     wrk_rps rateld_memory "$rd_memory"
     wrk_rps rateld_redis "$rd_redis"
     redis-cli -p "$plain" FLUSHALL >/dev/null
+    redis-cli -p "$primary" FLUSHALL >/dev/null
 done
 
 # The server's own time per call on the plain server over the whole run
@@ -175,6 +193,8 @@ awk -F'\t' '
         row("rateld req/s: Redis store (module) / embedded store", "rateld_redis", "rateld_memory", 0.8)
         row("async, module: rediss:// / redis://", "redis_tls_async_module", "redis_plain_async_module", 0.8)
         row("async, Functions library: rediss:// / redis://", "redis_tls_async_function", "redis_plain_async_function", 0.8)
+        row("async, module, primary with a replica: wait_replicas=1 / none", "redis_wait_async_module", "redis_repl_async_module", "-")
+        row("sync one call, module, primary with a replica: wait_replicas=1 / none", "redis_wait_sync_module", "redis_repl_sync_module", "-")
         printf "\nrate-limiter-flexible Redis: %s/s at 50 concurrent, %s/s at 200 (medians)\n", v["rlf_redis_c50"], v["rlf_redis_c200"]
         printf "server time per call (INFO commandstats, whole run): RATEL.ACQUIRE %s us, FCALL ratel_acquire %s us, EVALSHA (rate-limiter-flexible) %s us\n", v["redis_server_us_per_call_ratel.acquire"], v["redis_server_us_per_call_fcall"], v["redis_server_us_per_call_evalsha"]
     }' "$tmp/figures"

@@ -79,6 +79,12 @@ contains hang_grpc_by_policy "$(curl -s "$h/metrics")" \
     'ratel_decisions_total{policy="envoy:ratel:remote_address",outcome="allowed",source="local"} 1'
 
 kill -CONT "$rpid"
+# Ready means deciding from Redis: the first decision once /readyz says
+# 200 comes from Redis (the health check's PING lets every worker try
+# Redis at once, instead of waiting out its breaker).
+is_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "$h/readyz")" = 200 ]; }
+wait_for 15 is_ready && ok ready_again || fail ready_again "not ready after SIGCONT"
+same ready_means_redis "$(acquire k2 | cut -d' ' -f1)" store
 back() { [ "$(acquire k2 | cut -d' ' -f1)" = store ]; }
 wait_for 15 back && ok back_to_redis || fail back_to_redis "no decision from Redis after SIGCONT"
 touch "$tmp/stop"
