@@ -28,27 +28,33 @@ int rateld_health_log_init(rateld_health_log_t *log, const char *rule)
                : RATEL_ENOBUFS;
 }
 
-void rateld_health_log_look(rateld_health_log_t *log,
-                            const ratel_store_health_t *h, int64_t now_us,
-                            rateld_health_line_t *line)
+/* Pays for one line from the budget: 1, or 0 with line->retry_us set
+   (out of budget, or a clock out of range: try again later). */
+static int budget_take(rateld_health_log_t *log, int64_t now_us,
+                       rateld_health_line_t *line)
 {
     ratel_request_t one = RATEL_REQUEST_INIT;
     ratel_decision_t d;
 
+    if (ratel_policy_acquire(&log->budget, log->state, &log->state_len,
+                             sizeof log->state, now_us, &one, &d) == 0 &&
+        d.allowed)
+        return 1;
+    line->retry_us =
+        now_us + (d.retry_after_ms > 0 ? d.retry_after_ms : 1000) * 1000;
+    return 0;
+}
+
+void rateld_health_log_look(rateld_health_log_t *log,
+                            const ratel_store_health_t *h, int64_t now_us,
+                            rateld_health_line_t *line)
+{
     memset(line, 0, sizeof *line);
     if (h->transitions > log->seen)
         log->unlogged += h->transitions - log->seen;
     log->seen = h->transitions;
-    if (log->unlogged == 0)
+    if (log->unlogged == 0 || !budget_take(log, now_us, line))
         return;
-    if (ratel_policy_acquire(&log->budget, log->state, &log->state_len,
-                             sizeof log->state, now_us, &one, &d) != 0 ||
-        !d.allowed) {
-        /* Out of budget (or a clock out of range): try again later. */
-        line->retry_us =
-            now_us + (d.retry_after_ms > 0 ? d.retry_after_ms : 1000) * 1000;
-        return;
-    }
     line->what = h->up ? RATELD_HEALTH_UP : RATELD_HEALTH_DOWN;
     line->changes = log->unlogged;
     line->down_ms = h->up ? h->last_outage_ms : 0;
@@ -60,21 +66,12 @@ void rateld_health_warn_look(rateld_health_log_t *log,
                              const ratel_store_health_t *h, int64_t now_us,
                              rateld_health_line_t *line)
 {
-    ratel_request_t one = RATEL_REQUEST_INIT;
-    ratel_decision_t d;
     int began = h->warning[0] && h->warnings != log->warnings_seen,
         over = !h->warning[0] && log->warning_logged;
 
     memset(line, 0, sizeof *line);
-    if (!began && !over)
+    if ((!began && !over) || !budget_take(log, now_us, line))
         return;
-    if (ratel_policy_acquire(&log->budget, log->state, &log->state_len,
-                             sizeof log->state, now_us, &one, &d) != 0 ||
-        !d.allowed) {
-        line->retry_us =
-            now_us + (d.retry_after_ms > 0 ? d.retry_after_ms : 1000) * 1000;
-        return;
-    }
     line->what = began ? RATELD_HEALTH_WARN : RATELD_HEALTH_WARN_OVER;
     line->changes = 1;
     log->warnings_seen = h->warnings;

@@ -23,6 +23,8 @@
 #   require_built rateld captchad            # else one FAIL and exit
 #   server_start NAME PORT COMMAND...        # rateld/captchad up on PORT
 #   server_stop NAME [SIGNAL]                # its exit status in $stopped
+#   rateld_redis NAME URL ON_FAILURE POLICY RULE  # rateld on Redis, one
+#                                            # policy; port in $tmp/NAME.port
 #   finish                                   # prints "N passed, N failed"
 #
 # Every server started here runs in its own directory under $tmp and is
@@ -108,6 +110,30 @@ server_start() {
     echo "$name did not start; its log:"
     tail -20 "$tmp/$name.log"
     return 1
+}
+
+# rateld_redis NAME URL ON_FAILURE POLICY RULE: rateld (RATELD_WRAP
+# prefixing it) on the Redis store at URL with one policy POLICY of RULE,
+# keyed by the decision API's key, started with server_start; its port in
+# $tmp/NAME.port, its log in $tmp/NAME.log. One failure when it does not
+# start.
+rateld_redis() {
+    local port wrap
+    port=$(free_port)
+    cat >"$tmp/$1.yaml" <<EOF
+listen: 127.0.0.1:$port
+store:
+  type: redis
+  url: $2
+  on_failure: $3
+policies:
+  $4:
+    rules: [$5]
+EOF
+    echo "$port" >"$tmp/$1.port"
+    read -r -a wrap <<<"${RATELD_WRAP:-}"
+    server_start "$1" "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/$1.yaml" ||
+        fail "${1}_start" "rateld did not start"
 }
 
 # server_stop NAME [SIGNAL]: sends SIGNAL (TERM) to the server NAME that

@@ -20,7 +20,6 @@
 . "$(dirname "$0")/lib.sh"
 
 require_built rateld
-read -r -a wrap <<<"${RATELD_WRAP:-}"
 limit=1500
 rate=100
 
@@ -46,21 +45,8 @@ wait_for 20 online "$p1" 2 || fail replicas_online "$p1 has not 2 replicas onlin
 
 # rateld_on NAME WAIT_REPLICAS: rateld on the Sentinels' primary.
 rateld_on() {
-    local port
-    port=$(free_port)
-    cat >"$tmp/$1.yaml" <<EOF
-listen: 127.0.0.1:$port
-store:
-  type: redis
-  url: redis+sentinel://$sentinel_addrs/mymaster?wait_replicas=$2
-  on_failure: closed
-policies:
-  one:
-    rules: [$limit/1h]
-EOF
-    echo "$port" >"$tmp/$1.port"
-    server_start "$1" "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/$1.yaml" ||
-        fail "${1}_start" "rateld did not start"
+    rateld_redis "$1" "redis+sentinel://$sentinel_addrs/mymaster?wait_replicas=$2" \
+        closed one "$limit/1h"
 }
 
 # fill NAME KEY N: N acquires of KEY, one after the other; prints how many

@@ -18,7 +18,6 @@
 
 require_built ratel rateld
 ratel=$build/ratel
-read -r -a wrap <<<"${RATELD_WRAP:-}"
 
 # cli NAME URL: runs `ratel acquire` on URL; $rc, $out (stdout and
 # stderr) and $ms (how long it took) are set.
@@ -104,23 +103,7 @@ same first_sentinel_hung_store "$rc $(cut -f7 <<<"$out")" "0 store"
 # ------------------------------------------------ rateld: one outage each
 
 # rateld_on NAME URL: rateld on URL (on_failure local), started.
-rateld_on() {
-    local port
-    port=$(free_port)
-    cat >"$tmp/$1.yaml" <<EOF
-listen: 127.0.0.1:$port
-store:
-  type: redis
-  url: $2
-  on_failure: local
-policies:
-  ping:
-    rules: [100/1m]
-EOF
-    echo "$port" >"$tmp/$1.port"
-    server_start "$1" "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/$1.yaml" ||
-        fail "${1}_start" "rateld did not start"
-}
+rateld_on() { rateld_redis "$1" "$2" local ping 100/1m; }
 port_of() { cat "$tmp/$1.port"; }
 changes() { curl -s "http://127.0.0.1:$(port_of "$1")/metrics" | sed -n 's/^ratel_store_health_changes_total //p'; }
 lines() { grep -c "msg=\"$2\"" "$tmp/$1.log"; }
