@@ -509,16 +509,37 @@ static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
 }
 
 /* At most RATEL_GROUP_MAX lines of one level in one zone. */
+static ngx_uint_t same_str(const ngx_str_t *a, const ngx_str_t *b)
+{
+    return a->len == b->len && ngx_strncmp(a->data, b->data, a->len) == 0;
+}
+
+/*
+ * A line at one level beside the others: not the same zone, policy and
+ * key as another (it would charge each request twice: limit_req refuses
+ * a repeated zone too), and at most RATEL_GROUP_MAX lines in one zone.
+ */
 static char *check_group(ngx_conf_t *cf, ngx_array_t *limits,
                          ngx_http_ratel_limit_t *l)
 {
     ngx_http_ratel_limit_t **all = limits->elts;
     ngx_uint_t same = 0;
 
-    for (ngx_uint_t i = 0; i < limits->nelts; i++)
-        same += all[i]->zone_name.len == l->zone_name.len &&
-                ngx_strncmp(all[i]->zone_name.data, l->zone_name.data,
-                            l->zone_name.len) == 0;
+    for (ngx_uint_t i = 0; i < limits->nelts; i++) {
+        if (!same_str(&all[i]->zone_name, &l->zone_name))
+            continue;
+        same++;
+        if (same_str(&all[i]->policy_name, &l->policy_name) &&
+            same_str(&all[i]->key_text, &l->key_text)) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel: this line repeats the one in %s:%ui "
+                               "(zone \"%V\", policy \"%V\", key \"%V\"): "
+                               "each request would be charged twice",
+                               all[i]->file, all[i]->line, &l->zone_name,
+                               &l->policy_name, &l->key_text);
+            return NGX_CONF_ERROR;
+        }
+    }
     if (same < RATEL_GROUP_MAX)
         return NGX_CONF_OK;
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -72,7 +72,6 @@ main_conf() {
     ratel_policy once 1/1m;
     ratel_policy kept 3/1m;
     ratel_policy flood 1/1h;
-    ratel_policy twice 4/1m;
     ratel_policy costly 5/1m;
     ratel_policy outer 1/1m;
     ratel_policy inner 3/1m;
@@ -93,11 +92,6 @@ main_conf() {
         location /zones {
             ratel zone=api policy=zone_a key=\$arg_u;
             ratel zone=other policy=zone_b key=\$arg_v;
-            try_files /index.html =404;
-        }
-        location /twice {
-            ratel zone=api policy=twice key=\$arg_k;
-            ratel zone=api policy=twice key=\$arg_k;
             try_files /index.html =404;
         }
         location /cost { ratel zone=api policy=costly key=global cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
@@ -200,13 +194,6 @@ check_groups() {
     # alice's refusal charged pair_all nothing: bob sees 8 left, not 7.
     get "/pair?u=bob"
     same group_charged_none "$code $(header RateLimit)" '200 "pair_user-0";r=0;t=60, "pair_all-0";r=8;t=60'
-    # Two lines with the same policy and key: the request takes both.
-    get "/twice?k=a"
-    same same_key_twice "$code $(header RateLimit)" '200 "twice-0";r=3;t=60, "twice-0";r=2;t=60'
-    get "/twice?k=a"
-    same same_key_twice_again "$code" 200
-    get "/twice?k=a"
-    same same_key_twice_refused "$code" 429
     get "/zones?u=x&v=y"
     same zones_first "$code" 200
     get "/zones?u=x&v=y"
@@ -339,6 +326,11 @@ check_refusals() {
     refused cost_too_high 'ratel: cost 21 is more than rule "20/1m" of policy "ping" ever admits' "$(line_of cost=21)"
     bad_conf "" "ratel_status 200;"
     refused bad_status 'value must be between 400 and 599' "$(line_of 'ratel_status 200')"
+    # The same line twice would charge each request twice.
+    bad_conf "" "ratel zone=api policy=ping key=ip;
+        ratel zone=api policy=ping key=ip;"
+    refused duplicate_line "ratel: this line repeats the one in $tmp/bad/nginx.conf:$(line_of 'key=ip;') (zone \"api\", policy \"ping\", key \"ip\"): each request would be charged twice" \
+        "$(($(line_of 'key=ip;') + 1))"
 }
 
 # worker_pids: the main nginx's workers (the 4th field of a process's
