@@ -2,23 +2,46 @@
  * ngx_http_ratel_shm.c - the shared-memory zone: every key's state blob in
  * an nginx shared zone, so that all workers decide on the same counts.
  *
- * The zone is nginx's slab allocator under its own mutex (limit_req's
+ * The zone is nginx's shared memory under its own mutex (limit_req's
  * model). Each key is a node in a red-black tree keyed by a hash of the
  * store key ("POLICY:value", compared in full on a tie) and in an LRU
- * queue, the most recently used at the head. A node holds its key and
- * the blob ratel_policy_acquire() reads and writes, and the time its state
- * is back to full (the decision's reset_after_ms): from then on the key
- * is idle and carries nothing worth keeping, so it is removed as the
- * queue's tail is swept. When the slab has no room for a node, the least
- * recently used keys are dropped (evictions), which can only make a
- * limit looser for keys nobody asked about for the longest time: the
- * zone stays within its SIZE whatever keys clients send.
+ * queue, the most recently used at the head. A node holds its key, the
+ * blob ratel_policy_acquire() reads and writes, and the time its state is
+ * back to full (the decision's reset_after_ms): from then on the key is
+ * idle and carries nothing worth keeping, so it is removed as the queue's
+ * tail is swept.
+ *
+ * Memory: when the zone is made, its free pages are cut into chunks of
+ * CHUNK bytes, all alike, on one free list. A node is a chain of chunks:
+ * the first holds the node's header and the start of its bytes (the key,
+ * then the blob), the others the rest. A blob that grows (a sliding
+ * rule's log) takes more chunks at its chain's end; one that shrinks gives
+ * its surplus back. Every chunk fits every node, so dropping any key
+ * frees room that any other key can use. (nginx's slab allocator, which
+ * the zone used before, keeps pages per size class: dropping keys of one
+ * size freed nothing for a key of another, and a full zone answered 500.)
+ *
+ * Eviction, bounded: a node that needs k chunks more than the free list
+ * holds drops the least recently used keys, not those of the request at
+ * hand, until it has them. Each key dropped frees at least one chunk, so
+ * at most k keys go: 1 for a node whose key and blob take up to FIRST_ROOM
+ * (168) bytes, at most 72 for the largest (a key of 1,089 bytes and a
+ * blob of eight sliding rules at their cap, 16,580 bytes), and for a
+ * request at most the sum over its lines. A key dropped can only make a
+ * limit looser, for a key nobody asked about for the longest time: the
+ * zone stays within its SIZE whatever keys clients send, and a request
+ * never fails for want of room. Only a request whose own keys need more
+ * chunks than the whole zone holds (the smallest zone, 64k, holds 176: a
+ * group of several lines of long keys under many sliding rules) cannot be
+ * placed: it is refused (the zone's refusal, charged nothing, Retry-After
+ * 1 s) and logged (refuse_group()).
  *
  * A group (one request's lines in this zone) is decided under one lock:
  * each member on a copy of its blob, written back only when every member
- * is admitted, so a refused request charges nothing and no worker sees
- * half a group. A group of one needs no copy when its blob is under its
- * policy's rules: the core writes it only when charging.
+ * is admitted and has its room, so a refused request charges nothing and
+ * no worker sees half a group. A group of one needs no copy when its
+ * node is one chunk and its blob is under its policy's rules: the core
+ * writes it only when charging.
  *
  * A Redis zone (store=URL) keeps here what every worker shares of it: its
  * deny cache, and the keys its `local` failure policy decides while Redis
@@ -30,10 +53,21 @@
 
 /* Tail nodes looked at per decision for expired keys (limit_req: 2). */
 #define SWEEP 3
-/* Keys dropped, at most, to make room for one node. */
-#define EVICT_MAX 64
+/* Bytes of a chunk: a node of a short key under one or two rules takes
+   one (as it took a 256-byte slot of nginx's slab before). */
+#define CHUNK 256
 /* Slots of the deny cache's hint (a power of two): see deny_hash(). */
 #define DENY_HINT_SLOTS 1024
+/* What a group the zone cannot hold is told: retry after 1 s. */
+#define REFUSE_RETRY_MS 1000
+
+typedef struct chunk_s chunk_t;
+
+/* A chunk on the free list or in a node's chain. */
+struct chunk_s {
+    chunk_t *next;
+    u_char data[CHUNK - sizeof(chunk_t *)];
+};
 
 typedef struct {
     u_char name[NGX_HTTP_RATEL_NAME_MAX + 1];
@@ -44,6 +78,8 @@ struct ngx_http_ratel_shm_s {
     ngx_rbtree_t rbtree;
     ngx_rbtree_node_t sentinel;
     ngx_queue_t lru;
+    chunk_t *free;           /* the chunks no node holds */
+    uint64_t nfree, nchunks; /* on the free list; in the zone */
     uint64_t keys, evictions, expirations;
     ngx_atomic_t sources[RATEL_SOURCE_LOCAL + 1]; /* by decision source */
     /* Cached denials by their hash's slot (changed under the lock): a
@@ -53,22 +89,34 @@ struct ngx_http_ratel_shm_s {
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
 };
 
+/* A node: its first chunk. */
 typedef struct {
     ngx_rbtree_node_t node; /* first: the tree hands back this pointer */
     ngx_queue_t queue;
+    chunk_t *more;   /* its other chunks, in order; NULL: none */
     int64_t idle_ms; /* from then on the state is back to full */
-    uint32_t cap;    /* blob bytes the node has room for */
+    uint32_t cap;    /* blob bytes its chunks have room for */
     uint32_t len;    /* blob bytes in use */
+    uint32_t chunks; /* chunks it holds, this one included */
     uint16_t keylen; /* RATEL_MEMORY_KEY_MAX fits */
     uint16_t pinned; /* a member of the group being decided */
-    u_char data[1];  /* the key, then the blob */
+    u_char data[1];  /* the key, then the blob, on through `more` */
 } node_t;
+
+/* A node's bytes in its first chunk, and in each of the others. */
+#define FIRST_ROOM (CHUNK - offsetof(node_t, data))
+#define MORE_ROOM (CHUNK - offsetof(chunk_t, data))
+
+_Static_assert(offsetof(node_t, data) <= CHUNK / 2,
+               "a node's header leaves room in its first chunk");
 
 /* One member of a group while it is decided. */
 typedef struct {
-    node_t *node;   /* its node, or NULL for a key never seen */
-    node_t *fresh;  /* a larger node made for the new blob */
-    int superseded; /* a later member has the same key: it writes */
+    node_t *node;    /* its node, or NULL for a key never seen */
+    node_t *fresh;   /* the node made for a key never seen */
+    chunk_t *extra;  /* chunks its node's blob grows into */
+    uint32_t nextra; /* how many */
+    int superseded;  /* a later member has the same key: it writes */
     size_t len;
     u_char state[RATEL_STATE_MAX];
 } member_t;
@@ -76,15 +124,194 @@ typedef struct {
 /* A worker decides one group at a time: its members' copies live here. */
 static member_t members[RATEL_GROUP_MAX];
 
+/* A refund's copy of a blob longer than one chunk. */
+static u_char scratch[RATEL_STATE_MAX];
+
 static node_t *node_of(ngx_queue_t *q)
 {
     return ngx_queue_data(q, node_t, queue);
 }
 
-static int key_cmp(const u_char *a, size_t alen, const u_char *b, size_t blen)
+/* ----------------------------------------------------------- chunks */
+
+/* Chunks a node needs for `bytes` of key and blob. */
+static uint32_t chunks_for(size_t bytes)
 {
-    return ngx_memn2cmp((u_char *)a, (u_char *)b, alen, blen);
+    if (bytes <= FIRST_ROOM)
+        return 1;
+    return 1 + (uint32_t)((bytes - FIRST_ROOM + MORE_ROOM - 1) / MORE_ROOM);
 }
+
+/* Bytes of key and blob `chunks` chunks hold. */
+static size_t room_of(uint32_t chunks)
+{
+    return FIRST_ROOM + (size_t)(chunks - 1) * MORE_ROOM;
+}
+
+/* Gives a chain of chunks (NULL-ended) back to the free list. */
+static void chunks_free(ngx_http_ratel_shm_t *sh, chunk_t *c)
+{
+    while (c) {
+        chunk_t *next = c->next;
+        c->next = sh->free;
+        sh->free = c;
+        sh->nfree++;
+        c = next;
+    }
+}
+
+/* `n` chunks off the free list, which holds them, chained (NULL-ended). */
+static chunk_t *chunks_take(ngx_http_ratel_shm_t *sh, uint32_t n)
+{
+    chunk_t *first = sh->free, *last = first;
+
+    for (uint32_t i = 1; i < n; i++)
+        last = last->next;
+    sh->free = last->next;
+    last->next = NULL;
+    sh->nfree -= n;
+    return first;
+}
+
+/*
+ * A place in a node's bytes (its key, then its blob), which run from its
+ * first chunk on through its chain; or in a plain buffer (next NULL).
+ */
+typedef struct {
+    u_char *p;
+    size_t room; /* bytes from p to the end of its chunk */
+    chunk_t *next;
+} span_t;
+
+static void span_fix(span_t *s)
+{
+    if (s->room == 0 && s->next) {
+        s->p = s->next->data;
+        s->room = MORE_ROOM;
+        s->next = s->next->next;
+    }
+}
+
+static void span_skip(span_t *s, size_t n)
+{
+    while (n > 0) {
+        size_t k;
+        span_fix(s);
+        k = ngx_min(n, s->room);
+        s->p += k;
+        s->room -= k;
+        n -= k;
+    }
+}
+
+static span_t span_at(const node_t *e, size_t off)
+{
+    span_t s = {(u_char *)e->data, FIRST_ROOM, e->more};
+
+    span_skip(&s, off);
+    return s;
+}
+
+/* Copies `n` bytes from the span to buf, or from buf into it (`in`). */
+static void span_copy(span_t s, u_char *buf, size_t n, int in)
+{
+    while (n > 0) {
+        size_t k;
+        span_fix(&s);
+        k = ngx_min(n, s.room);
+        if (in)
+            ngx_memcpy(s.p, buf, k);
+        else
+            ngx_memcpy(buf, s.p, k);
+        buf += k;
+        s.p += k;
+        s.room -= k;
+        n -= k;
+    }
+}
+
+/* Orders two keys of alen and blen bytes as ngx_memn2cmp() does. */
+static int span_cmp(span_t a, size_t alen, span_t b, size_t blen)
+{
+    size_t n = ngx_min(alen, blen);
+
+    while (n > 0) {
+        size_t k;
+        int d;
+        span_fix(&a);
+        span_fix(&b);
+        k = ngx_min(n, ngx_min(a.room, b.room));
+        d = ngx_memcmp(a.p, b.p, k);
+        if (d != 0)
+            return d;
+        span_skip(&a, k);
+        span_skip(&b, k);
+        n -= k;
+    }
+    return alen == blen ? 0 : alen < blen ? -1 : 1;
+}
+
+/* Orders `key` against node e's key. */
+static int key_cmp(const u_char *key, size_t len, const node_t *e)
+{
+    span_t k = {(u_char *)key, len, NULL};
+
+    if (e->keylen <= FIRST_ROOM) /* the key is all in its first chunk */
+        return ngx_memn2cmp((u_char *)key, (u_char *)e->data, len, e->keylen);
+    return span_cmp(k, len, span_at(e, 0), e->keylen);
+}
+
+/*
+ * A node of `n` chunks off the free list (which holds them) for `key`,
+ * with room for a blob, in neither the tree nor the queue yet.
+ */
+static node_t *node_new(ngx_http_ratel_shm_t *sh, const u_char *key,
+                        size_t keylen, uint32_t n)
+{
+    chunk_t *c = chunks_take(sh, n), *more = c->next;
+    node_t *e = (node_t *)c;
+
+    ngx_memzero(e, offsetof(node_t, data));
+    e->more = more;
+    e->chunks = n;
+    e->keylen = (uint16_t)keylen;
+    e->cap = (uint32_t)(room_of(n) - keylen);
+    span_copy(span_at(e, 0), (u_char *)key, keylen, 1);
+    return e;
+}
+
+/* Node e's chain grows by `extra`, `n` chunks. */
+static void node_grow(node_t *e, chunk_t *extra, uint32_t n)
+{
+    chunk_t **tail = &e->more;
+
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = extra;
+    e->chunks += n;
+    e->cap += (uint32_t)(n * MORE_ROOM);
+}
+
+/* Writes node e's blob (`len` bytes), its surplus chunks set free. */
+static void node_store(ngx_http_ratel_shm_t *sh, node_t *e, const u_char *state,
+                       size_t len)
+{
+    uint32_t need = chunks_for(e->keylen + len);
+
+    if (need < e->chunks) {
+        chunk_t **keep = &e->more;
+        for (uint32_t i = 1; i < need; i++)
+            keep = &(*keep)->next;
+        chunks_free(sh, *keep);
+        *keep = NULL;
+        e->chunks = need;
+        e->cap = (uint32_t)(room_of(need) - e->keylen);
+    }
+    span_copy(span_at(e, e->keylen), (u_char *)state, len, 1);
+    e->len = (uint32_t)len;
+}
+
+/* ------------------------------------------------------ tree and queue */
 
 /* The tree's insert: by hash, then by the key's bytes. */
 static void insert_value(ngx_rbtree_node_t *temp, ngx_rbtree_node_t *node,
@@ -97,7 +324,7 @@ static void insert_value(ngx_rbtree_node_t *temp, ngx_rbtree_node_t *node,
             p = node->key < temp->key ? &temp->left : &temp->right;
         } else {
             node_t *a = (node_t *)node, *b = (node_t *)temp;
-            p = key_cmp(a->data, a->keylen, b->data, b->keylen) < 0
+            p = span_cmp(span_at(a, 0), a->keylen, span_at(b, 0), b->keylen) < 0
                     ? &temp->left
                     : &temp->right;
         }
@@ -124,7 +351,7 @@ static node_t *lookup(ngx_http_ratel_shm_t *sh, const u_char *key, size_t len,
             n = hash < n->key ? n->left : n->right;
             continue;
         }
-        d = key_cmp(key, len, e->data, e->keylen);
+        d = key_cmp(key, len, e);
         if (d == 0)
             return e;
         n = d < 0 ? n->left : n->right;
@@ -132,15 +359,28 @@ static node_t *lookup(ngx_http_ratel_shm_t *sh, const u_char *key, size_t len,
     return NULL;
 }
 
+/* Node e enters the tree (its hash `hash`) and the queue's head. */
+static void insert(ngx_http_ratel_shm_t *sh, node_t *e, uint32_t hash)
+{
+    e->node.key = hash;
+    ngx_rbtree_insert(&sh->rbtree, &e->node);
+    ngx_queue_insert_head(&sh->lru, &e->queue);
+    sh->keys++;
+}
+
 static void deny_unhint(ngx_http_ratel_zone_t *zone, node_t *e);
 
+/* Node e leaves the tree and the queue; its chunks are free. */
 static void drop(ngx_http_ratel_zone_t *zone, node_t *e)
 {
+    chunk_t *first = (chunk_t *)e, *more = e->more;
+
     deny_unhint(zone, e);
     ngx_queue_remove(&e->queue);
     ngx_rbtree_delete(&zone->sh->rbtree, &e->node);
-    ngx_slab_free_locked(zone->shpool, e);
     zone->sh->keys--;
+    first->next = more;
+    chunks_free(zone->sh, first);
 }
 
 /* Removes idle keys from the queue's tail (least recently used first). */
@@ -158,23 +398,23 @@ static void sweep(ngx_http_ratel_zone_t *zone, int64_t now_ms)
 }
 
 /*
- * A node of `size` bytes from the slab; when it is full, the least
- * recently used keys not in the group at hand make room (an idle one
- * counts as expired, a live one as evicted).
+ * Until the free list holds `n` chunks, the least recently used keys not
+ * in the group at hand are dropped (an idle one counts as expired, a live
+ * one as evicted). Each frees at least one chunk: at most n go. NGX_ERROR
+ * when none but the group's are left.
  */
-static node_t *alloc_node(ngx_http_ratel_zone_t *zone, size_t size,
-                          int64_t now_ms)
+static ngx_int_t chunks_reserve(ngx_http_ratel_zone_t *zone, uint32_t n,
+                                int64_t now_ms)
 {
     ngx_http_ratel_shm_t *sh = zone->sh;
-    node_t *e = ngx_slab_alloc_locked(zone->shpool, size);
     ngx_queue_t *q = ngx_queue_last(&sh->lru);
 
-    for (int i = 0; e == NULL && i < EVICT_MAX; i++) {
+    while (sh->nfree < n) {
         node_t *victim;
         while (q != ngx_queue_sentinel(&sh->lru) && node_of(q)->pinned)
             q = ngx_queue_prev(q);
         if (q == ngx_queue_sentinel(&sh->lru))
-            return NULL;
+            return NGX_ERROR;
         victim = node_of(q);
         q = ngx_queue_prev(q);
         if (victim->idle_ms <= now_ms)
@@ -182,49 +422,43 @@ static node_t *alloc_node(ngx_http_ratel_zone_t *zone, size_t size,
         else
             sh->evictions++;
         drop(zone, victim);
-        e = ngx_slab_alloc_locked(zone->shpool, size);
     }
-    return e;
-}
-
-/*
- * Bytes to ask of the slab for a key of `keylen` and a blob of `len`:
- * the slab rounds small sizes up to a power of two and large ones to
- * whole pages, so the node takes that room for its blob to grow into.
- */
-static size_t node_size(size_t keylen, size_t len)
-{
-    size_t need = offsetof(node_t, data) + keylen + len, size = 8;
-
-    if (need > ngx_pagesize / 2)
-        return ngx_align(need, ngx_pagesize);
-    while (size < need)
-        size <<= 1;
-    return size;
-}
-
-/* Makes a node for member `m`'s new blob when its own lacks room. */
-static ngx_int_t make_room(ngx_http_ratel_zone_t *zone, member_t *m,
-                           const ratel_batch_item_t *item, int64_t now_ms)
-{
-    size_t size;
-
-    m->fresh = NULL;
-    if (m->superseded || m->len == 0 || (m->node && m->node->cap >= m->len))
-        return NGX_OK;
-    size = node_size(item->keylen, m->len);
-    m->fresh = alloc_node(zone, size, now_ms);
-    if (m->fresh == NULL)
-        return NGX_ERROR;
-    ngx_memzero(m->fresh, offsetof(node_t, data));
-    m->fresh->pinned = 1;
-    m->fresh->keylen = (uint16_t)item->keylen;
-    m->fresh->cap = (uint32_t)(size - offsetof(node_t, data) - item->keylen);
-    ngx_memcpy(m->fresh->data, item->key, item->keylen);
     return NGX_OK;
 }
 
-/* Writes member `m`'s blob back: in its node, or a fresh one in its place. */
+/* ------------------------------------------------------------ decisions */
+
+/*
+ * Room for member `m`'s new blob: its node's chunks, more chunks for it
+ * to grow into (m->extra), or a fresh node for a key never seen.
+ */
+static ngx_int_t make_room(ngx_http_ratel_zone_t *zone, member_t *m,
+                           const ratel_batch_item_t *item, int64_t now_ms)
+{
+    uint32_t need, held;
+
+    m->fresh = NULL;
+    m->extra = NULL;
+    m->nextra = 0;
+    if (m->superseded || m->len == 0)
+        return NGX_OK;
+    need = chunks_for(item->keylen + m->len);
+    held = m->node ? m->node->chunks : 0;
+    if (need <= held)
+        return NGX_OK;
+    if (chunks_reserve(zone, need - held, now_ms) != NGX_OK)
+        return NGX_ERROR;
+    if (m->node) {
+        m->nextra = need - held;
+        m->extra = chunks_take(zone->sh, m->nextra);
+        return NGX_OK;
+    }
+    m->fresh = node_new(zone->sh, (u_char *)item->key, item->keylen, need);
+    m->fresh->pinned = 1;
+    return NGX_OK;
+}
+
+/* Writes member `m`'s blob back: in its node, grown, or a fresh one. */
 static void write_back(ngx_http_ratel_zone_t *zone, member_t *m,
                        const ratel_batch_item_t *item, int64_t now_ms)
 {
@@ -238,18 +472,15 @@ static void write_back(ngx_http_ratel_zone_t *zone, member_t *m,
         return;
     }
     if (m->fresh) {
-        if (e)
-            drop(zone, e);
         e = m->fresh;
-        e->node.key = ngx_crc32_short((u_char *)item->key, item->keylen);
-        ngx_rbtree_insert(&sh->rbtree, &e->node);
-        ngx_queue_insert_head(&sh->lru, &e->queue);
-        sh->keys++;
+        insert(sh, e, ngx_crc32_short((u_char *)item->key, item->keylen));
         m->node = e;
         m->fresh = NULL;
+    } else if (m->extra) {
+        node_grow(e, m->extra, m->nextra);
+        m->extra = NULL;
     }
-    ngx_memcpy(e->data + e->keylen, m->state, m->len);
-    e->len = (uint32_t)m->len;
+    node_store(sh, e, m->state, m->len);
     e->idle_ms = now_ms + item->decision.reset_after_ms;
 }
 
@@ -277,6 +508,7 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
     uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
 
     m->fresh = NULL;
+    m->extra = NULL;
     m->superseded = 0;
     if (twin) {
         twin->superseded = 1;
@@ -288,11 +520,12 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
         m->len = 0;
     }
     if (m->node && !twin) {
-        m->node->pinned = 1;
-        m->len = m->node->len;
-        ngx_memcpy(m->state, m->node->data + m->node->keylen, m->len);
-        ngx_queue_remove(&m->node->queue);
-        ngx_queue_insert_head(&zone->sh->lru, &m->node->queue);
+        node_t *e = m->node;
+        e->pinned = 1;
+        m->len = e->len;
+        span_copy(span_at(e, e->keylen), m->state, m->len, 0);
+        ngx_queue_remove(&e->queue);
+        ngx_queue_insert_head(&zone->sh->lru, &e->queue);
     }
     /* The zone's blobs are written by nothing but the workers' core
        (decide, refund): the owned entry compares each record's rule and
@@ -305,11 +538,12 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
 }
 
 /*
- * A group of one on a key the zone holds under the policy's rules is
- * decided on its blob where it is (nothing is written unless charged, so
- * no copy is needed): NGX_OK. NGX_DECLINED, with nothing changed, when the
- * group needs the copies: a new key, a blob of other rules (the core
- * converts it) or one that must grow beyond its node.
+ * A group of one on a key the zone holds in one chunk under the policy's
+ * rules is decided on its blob where it is (nothing is written unless
+ * charged, so no copy is needed): NGX_OK. NGX_DECLINED, with nothing
+ * changed, when the group needs the copies: a new key, a node of several
+ * chunks, a blob of other rules (the core converts it) or one that must
+ * grow beyond its chunk.
  */
 static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
                               ratel_batch_item_t *item, int64_t now_us)
@@ -319,7 +553,7 @@ static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
     size_t len;
     int rc;
 
-    if (e == NULL)
+    if (e == NULL || e->more != NULL)
         return NGX_DECLINED;
     len = e->len;
     rc = ratel__policy_acquire_in_place(item->policy, e->data + e->keylen, &len,
@@ -341,7 +575,7 @@ static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
     return NGX_OK;
 }
 
-/* Every member has room for its new blob, or none is written. */
+/* Every member has room for its new blob, or none takes any. */
 static ngx_int_t make_rooms(ngx_http_ratel_zone_t *zone,
                             ratel_batch_item_t *items, size_t n, int64_t now_ms)
 {
@@ -349,15 +583,51 @@ static ngx_int_t make_rooms(ngx_http_ratel_zone_t *zone,
         if (make_room(zone, &members[i], &items[i], now_ms) == NGX_OK)
             continue;
         for (size_t j = 0; j <= i; j++) {
-            if (members[j].fresh)
-                ngx_slab_free_locked(zone->shpool, members[j].fresh);
-            members[j].fresh = NULL;
+            member_t *m = &members[j];
+            if (m->fresh) {
+                chunk_t *first = (chunk_t *)m->fresh;
+                first->next = m->fresh->more;
+                chunks_free(zone->sh, first);
+            }
+            chunks_free(zone->sh, m->extra);
+            m->fresh = NULL;
+            m->extra = NULL;
         }
-        for (size_t j = 0; j < n; j++)
-            items[j].rc = RATEL_ENOMEM;
         return NGX_ERROR;
     }
     return NGX_OK;
+}
+
+/*
+ * The group's keys need more chunks than the zone has besides their own
+ * (every other key is gone already): it is refused, charged nothing,
+ * retry after REFUSE_RETRY_MS, and a line says so (budgeted: a client
+ * can send such requests at will). Only a zone too small for its
+ * configuration gets here: one key always fits the smallest zone.
+ */
+static void refuse_group(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
+                         size_t n, ngx_log_t *log)
+{
+    size_t bytes = 0;
+    uint64_t not_logged = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        ratel_decision_t *d = &items[i].decision;
+        bytes += offsetof(node_t, data) + items[i].keylen + members[i].len;
+        ngx_memzero(d, sizeof *d);
+        d->limit = items[i].policy->rules[0].limit;
+        d->retry_after_ms = REFUSE_RETRY_MS;
+        d->reset_after_ms = d->rule_reset_ms = REFUSE_RETRY_MS;
+        d->source = RATEL_SOURCE_STORE;
+        items[i].rc = 0;
+    }
+    if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_STORE, &not_logged))
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratel: zone \"%V\" is too small for a request of "
+                      "%uz keys needing %uz bytes (it holds %uL): refused; "
+                      "give the zone a larger size (not_logged=%uL)",
+                      &zone->name, n, bytes,
+                      (uint64_t)(zone->sh->nchunks * CHUNK), not_logged);
 }
 
 ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
@@ -382,10 +652,7 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
             if (!members[i].superseded)
                 write_back(zone, &members[i], &items[i], now_ms);
     } else if (admitted) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "ratel: zone \"%V\" has no room for a key of %uz bytes "
-                      "even after dropping its least recently used keys",
-                      &zone->name, items[0].keylen);
+        refuse_group(zone, items, n, log);
     }
     for (size_t i = 0; i < n; i++)
         if (members[i].node)
@@ -394,34 +661,66 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
     return NGX_OK;
 }
 
+/*
+ * Gives back one admitted item's charge, or with `lease` releases the
+ * lease its decision carried (the zone's lock held). Neither lengthens a
+ * blob: one in one chunk is changed where it is, a longer one on a copy.
+ */
+static void give_back(ngx_http_ratel_zone_t *zone,
+                      const ratel_batch_item_t *item, int64_t now_us,
+                      ngx_uint_t lease)
+{
+    uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
+    node_t *e = lookup(zone->sh, (u_char *)item->key, item->keylen, hash);
+    u_char *blob = scratch;
+    size_t len, cap = sizeof scratch;
+    ratel_decision_t d;
+    int rc, held;
+
+    if (e == NULL || item->rc != 0)
+        return;
+    len = e->len;
+    if (e->more == NULL) {
+        blob = e->data + e->keylen;
+        cap = e->cap;
+    } else {
+        span_copy(span_at(e, e->keylen), blob, len, 0);
+    }
+    if (lease)
+        rc = ratel_policy_release(item->policy, blob, &len, cap, now_us,
+                                  item->decision.lease, 0, &held, &d);
+    else
+        rc = ratel_policy_refund(item->policy, blob, &len, cap, now_us,
+                                 item->request.cost, &d);
+    if (rc != 0)
+        return;
+    if (len == 0) {
+        drop(zone, e);
+        return;
+    }
+    if (blob == scratch)
+        node_store(zone->sh, e, blob, len);
+    e->len = (uint32_t)len;
+    e->idle_ms = now_us / 1000 + d.reset_after_ms;
+}
+
 void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *items, size_t n,
                                int64_t now_us)
 {
-    int64_t now_ms = now_us / 1000;
-
     ngx_shmtx_lock(&zone->shpool->mutex);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t hash =
-            ngx_crc32_short((u_char *)items[i].key, items[i].keylen);
-        node_t *e =
-            lookup(zone->sh, (u_char *)items[i].key, items[i].keylen, hash);
-        ratel_decision_t d;
-        size_t len;
-        if (e == NULL || items[i].rc != 0)
-            continue;
-        len = e->len;
-        /* A refund never lengthens a blob: it is done in place. */
-        if (ratel_policy_refund(items[i].policy, e->data + e->keylen, &len,
-                                e->cap, now_us, items[i].request.cost, &d) != 0)
-            continue;
-        if (len == 0) {
-            drop(zone, e);
-            continue;
-        }
-        e->len = (uint32_t)len;
-        e->idle_ms = now_ms + d.reset_after_ms;
-    }
+    for (size_t i = 0; i < n; i++)
+        give_back(zone, &items[i], now_us, 0);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+void ngx_http_ratel_shm_release(ngx_http_ratel_zone_t *zone,
+                                const ratel_batch_item_t *item, int64_t now_us)
+{
+    if (item->decision.lease == 0)
+        return;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    give_back(zone, item, now_us, 1);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
@@ -535,7 +834,7 @@ ngx_int_t ngx_http_ratel_shm_cached(ngx_http_ratel_zone_t *zone,
         hit[i] = 0;
         if (e == NULL || e->len != sizeof d)
             continue;
-        ngx_memcpy(&d, e->data + e->keylen, sizeof d);
+        span_copy(span_at(e, e->keylen), (u_char *)&d, sizeof d, 0);
         if (d.until_ms <= now_ms || d.fingerprint != fp ||
             items[i].request.cost < d.cost)
             continue;
@@ -559,28 +858,22 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
 {
     u_char *key = deny_key;
     ratel_decision_t *dec = &it->decision;
-    size_t len, size;
-    uint32_t hash = deny_hash(it);
+    size_t len;
+    uint32_t hash = deny_hash(it), n;
     node_t *e = deny_lookup(zone, it, key, &len, hash);
     deny_t d = {0};
 
     if (e == NULL) {
-        size = node_size(len, sizeof d);
-        e = alloc_node(zone, size, now_ms);
-        if (e == NULL)
+        n = chunks_for(len + sizeof d);
+        if (chunks_reserve(zone, n, now_ms) != NGX_OK)
             return; /* no room: Redis is asked next time */
-        ngx_memzero(e, offsetof(node_t, data));
-        e->keylen = (uint16_t)len;
-        e->cap = (uint32_t)(size - offsetof(node_t, data) - len);
-        ngx_memcpy(e->data, key, len);
-        e->node.key = hash;
-        ngx_rbtree_insert(&zone->sh->rbtree, &e->node);
-        zone->sh->keys++;
+        e = node_new(zone->sh, key, len, n);
+        insert(zone->sh, e, hash);
         zone->sh->deny_hint[hash & (DENY_HINT_SLOTS - 1)]++;
     } else {
         ngx_queue_remove(&e->queue);
+        ngx_queue_insert_head(&zone->sh->lru, &e->queue);
     }
-    ngx_queue_insert_head(&zone->sh->lru, &e->queue);
     d.fingerprint = ngx_http_ratel_policy_of(it->policy)->fingerprint;
     d.cost = it->request.cost;
     d.retry_at_ms = now_ms + dec->retry_after_ms;
@@ -590,7 +883,7 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
     d.limit = dec->limit;
     d.remaining = dec->remaining;
     d.rule = dec->rule;
-    ngx_memcpy(e->data + e->keylen, &d, sizeof d);
+    span_copy(span_at(e, e->keylen), (u_char *)&d, sizeof d, 1);
     e->len = sizeof d;
     e->idle_ms = d.until_ms;
 }
@@ -682,7 +975,10 @@ void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
     stats->errors =
         stats->fallback_open + stats->fallback_closed + stats->fallback_local;
     stats->max_bytes = zone->shm_zone->shm.size;
-    stats->bytes = stats->max_bytes - (uint64_t)pool->pfree * ngx_pagesize;
+    /* In use: all but the free pages (none once the chunks are cut) and
+       the free chunks. */
+    stats->bytes = stats->max_bytes - (uint64_t)pool->pfree * ngx_pagesize -
+                   sh->nfree * CHUNK;
     for (ngx_uint_t i = 0; i < sh->ncounters; i++) {
         for (int o = 0; o < NGX_HTTP_RATEL_NOUTCOMES; o++)
             counts[o] = sh->counters[i].outcomes[o];
@@ -716,6 +1012,22 @@ static void assign_slots(ngx_http_ratel_zone_t *zone)
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
+/* Cuts every free page of the zone into chunks, on the free list. */
+static void chunks_cut(ngx_slab_pool_t *pool, ngx_http_ratel_shm_t *sh)
+{
+    u_char *page;
+
+    while ((page = ngx_slab_alloc(pool, ngx_pagesize)) != NULL) {
+        for (size_t off = 0; off + CHUNK <= ngx_pagesize; off += CHUNK) {
+            chunk_t *c = (chunk_t *)(page + off);
+            c->next = sh->free;
+            sh->free = c;
+            sh->nfree++;
+            sh->nchunks++;
+        }
+    }
+}
+
 ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_ratel_zone_t *zone = shm_zone->data, *old = data;
@@ -739,7 +1051,8 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->lru);
         pool->data = sh;
         zone->sh = sh;
-        /* Eviction answers a full slab: its "no memory" is not news. */
+        /* The chunks take every page: the slab's "no memory" is not
+           news. */
         pool->log_nomem = 0;
         len = sizeof(" in ratel_zone \"\"") + shm_zone->shm.name.len;
         pool->log_ctx = ngx_slab_alloc(pool, len);
@@ -747,6 +1060,7 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
             return NGX_ERROR;
         ngx_sprintf(pool->log_ctx, " in ratel_zone \"%V\"%Z",
                     &shm_zone->shm.name);
+        chunks_cut(pool, sh);
     }
     assign_slots(zone);
     return NGX_OK;
