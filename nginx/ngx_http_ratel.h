@@ -38,12 +38,15 @@
  * A request's outcome, as $ratel_status names it (limit_req's words) and
  * as the metrics count it (rateld's words: allowed, denied,
  * shadow_denied, error; invalid: a key refused or missing, answered 400
- * with X-Ratel-Reason).
+ * with X-Ratel-Reason; delayed: admitted after waiting for its
+ * reservation, max_wait=; shadow_delayed: a dry run's, not delayed).
  */
 #define NGX_HTTP_RATEL_OUTCOMES(X)                                             \
     X(PASSED, "PASSED", "allowed")                                             \
+    X(DELAYED, "DELAYED", "delayed")                                           \
     X(REJECTED, "REJECTED", "denied")                                          \
     X(REJECTED_DRY_RUN, "REJECTED_DRY_RUN", "shadow_denied")                   \
+    X(DELAYED_DRY_RUN, "DELAYED_DRY_RUN", "shadow_delayed")                    \
     X(ERROR, "ERROR", "error")                                                 \
     X(INVALID, "INVALID", "invalid")
 
@@ -93,7 +96,7 @@ typedef struct ngx_http_ratel_zone_s {
 } ngx_http_ratel_zone_t;
 
 /* `ratel zone=NAME policy=NAME key=SOURCES|$var [cost=NUMBER|$var]
-   [exempt=VALUE,...] [on_missing=reject|shared|allow];` */
+   [exempt=VALUE,...] [on_missing=reject|shared|allow] [max_wait=MS];` */
 typedef struct {
     ngx_str_t zone_name, policy_name;
     ngx_http_ratel_zone_t *zone;      /* resolved after the http block */
@@ -107,7 +110,8 @@ typedef struct {
     int needs;           /* RATEL__KEY_NEEDS_*: the body is read first */
     ngx_http_complex_value_t *cost_cv; /* NULL: a fixed cost */
     uint64_t cost;
-    ngx_uint_t count; /* the policy's index in zone->counts */
+    int64_t max_wait_ms; /* max_wait=: a reservation waited for; 0 none */
+    ngx_uint_t count;    /* the policy's index in zone->counts */
     u_char *file;
     ngx_uint_t line;
 } ngx_http_ratel_limit_t;
@@ -184,6 +188,13 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *items, size_t n,
                                int64_t now_us);
+
+/*
+ * Releases the lease `item`'s decision carried (decision.lease): the
+ * request that took it ended.
+ */
+void ngx_http_ratel_shm_release(ngx_http_ratel_zone_t *zone,
+                                const ratel_batch_item_t *item, int64_t now_us);
 
 /*
  * A Redis zone's deny cache, in the zone's memory so that every worker
@@ -269,5 +280,37 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
                                  ratel_batch_item_t *items, size_t n,
                                  int64_t now_us);
+/*
+ * Releases the lease an admitted item took (its request ended): in Redis
+ * by a release sent on the loop (not waited for), a `local` decision's in
+ * the zone's memory; what `open` let through holds nothing.
+ */
+void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
+                                  const ratel_batch_item_t *item,
+                                  int64_t now_us);
+
+/* ------------------------------------- what an admitted request holds */
+
+/*
+ * Gives back what the admitted members of a group took, in its zone's
+ * store: with `all` 0 (the request ended) each lease is released; with
+ * `all` 1 (the request never ran: a later zone refused it, its client
+ * left while it waited) every charge is given back too, a lease by its
+ * release when it is the policy's whole charge, else by a refund.
+ */
+void ngx_http_ratel_give_back(ngx_http_ratel_zone_t *zone,
+                              ratel_batch_item_t *items, size_t n,
+                              int64_t now_us, ngx_uint_t all);
+
+/*
+ * Makes request `r` wait `ms` on a timer of its write event (limit_req's
+ * delay: the worker goes on meanwhile), its client's leaving noticed;
+ * then its phases run again from the current handler. NGX_AGAIN, or an
+ * HTTP status.
+ */
+ngx_int_t ngx_http_ratel_delay(ngx_http_request_t *r, ngx_msec_t ms);
+
+/* The current time (nginx's cached clock) in microseconds. */
+int64_t ngx_http_ratel_now_us(void);
 
 #endif /* NGX_HTTP_RATEL_H */

@@ -60,6 +60,9 @@ typedef struct {
     unsigned built : 1;     /* items made from the lines */
     unsigned body : 1;      /* the body was asked for (form:, json:) */
     unsigned body_read : 1; /* ... and is read */
+    unsigned holding : 1;   /* admitted with leases, released at its end */
+    unsigned delaying : 1;  /* admitted, waiting for its reservation */
+    int64_t until_ms;       /* reservations: when the request may go on */
     const char *reason;     /* a key refused: bad-key or missing-key */
     int64_t remaining;      /* -1: no line decided */
     long long retry_s;      /* refused: Retry-After */
@@ -102,11 +105,28 @@ static ngx_http_output_header_filter_pt next_header_filter;
 
 /* ------------------------------------------------------------ requests */
 
-/* Does nothing: it marks the request's pool so that ctx_of() finds the
-   context again after an internal redirect emptied r->ctx. */
+/*
+ * The main request's pool goes (the request ended, however: answered,
+ * its client gone, failed): its leases are released, and a request that
+ * was still waiting for its reservation gives back all it was charged.
+ * A pool's cleanups run once. The cleanup also marks the pool so that
+ * ctx_of() finds the context again after an internal redirect emptied
+ * r->ctx.
+ */
 static void ctx_cleanup(void *data)
 {
-    (void)data;
+    ctx_t *ctx = data;
+    int64_t now_us;
+
+    if (!ctx->holding && !ctx->delaying)
+        return;
+    now_us = ngx_http_ratel_now_us();
+    for (size_t i = 0; i < ctx->ngroups; i++)
+        ngx_http_ratel_give_back(ctx->groups[i].zone,
+                                 ctx->items + ctx->groups[i].start,
+                                 ctx->groups[i].n, now_us, ctx->delaying);
+    ctx->holding = 0;
+    ctx->delaying = 0;
 }
 
 /* The request's context, also after an internal redirect (realip's way). */
@@ -379,6 +399,7 @@ static ngx_int_t add_item(ngx_http_request_t *r, ctx_t *ctx,
         return rc;
     item->policy = &l->policy->policy;
     item->request.cost = 1;
+    item->request.max_wait_ms = l->max_wait_ms;
     rc = line_cost_of(r, l, &item->request.cost);
     if (rc != NGX_OK)
         return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
@@ -471,12 +492,26 @@ static void give_back(ctx_t *ctx)
 {
     for (size_t i = 0; i < ctx->group; i++) {
         group_t *g = &ctx->groups[i];
-        if (g->zone->store.len == 0)
-            ngx_http_ratel_shm_refund(g->zone, ctx->items + g->start, g->n,
-                                      ctx->now_us);
-        else
-            ngx_http_ratel_redis_refund(g->zone, ctx->items + g->start, g->n,
-                                        ctx->now_us);
+        ngx_http_ratel_give_back(g->zone, ctx->items + g->start, g->n,
+                                 ctx->now_us, 1);
+    }
+}
+
+/*
+ * Group `g` admitted: the latest instant its reservations let the request
+ * go on. A zone's waits count from the request's clock; Redis's from its
+ * own clock as it decided, about when its answer came.
+ */
+static void note_wait(ctx_t *ctx, group_t *g)
+{
+    int64_t base_ms =
+        (g->zone->store.len == 0 ? ctx->now_us : ngx_http_ratel_now_us()) /
+        1000;
+
+    for (size_t i = g->start; i < g->start + g->n; i++) {
+        ratel_decision_t *d = &ctx->items[i].decision;
+        if (d->wait_ms > 0 && base_ms + d->wait_ms > ctx->until_ms)
+            ctx->until_ms = base_ms + d->wait_ms;
     }
 }
 
@@ -634,6 +669,20 @@ static void count(ctx_t *ctx, size_t i)
     ngx_http_ratel_shm_count(ctx->lines[i]->zone, ctx->lines[i]->count, o);
 }
 
+/*
+ * An admitted request holds its leases until it ends, and waits for its
+ * reservations first (a dry run counts them and goes on at once).
+ */
+static ngx_int_t go_on(ngx_http_request_t *r, ctx_t *ctx)
+{
+    int64_t ms = ctx->until_ms - ngx_http_ratel_now_us() / 1000;
+
+    if (ctx->conf->dry_run || ctx->until_ms == 0 || ms <= 0)
+        return NGX_DECLINED;
+    ctx->delaying = 1;
+    return ngx_http_ratel_delay(r, (ngx_msec_t)ms);
+}
+
 /* The request is decided: outcome, variables, fields, counts and log. */
 static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
 {
@@ -660,12 +709,17 @@ static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
         if (it->rc == 0 &&
             (ctx->remaining < 0 || it->decision.remaining < ctx->remaining))
             ctx->remaining = it->decision.remaining;
+        ctx->holding |=
+            !error && !ctx->refused && it->rc == 0 && it->decision.lease != 0;
     }
     if (error)
         ctx->outcome = NGX_HTTP_RATEL_ERROR;
     else if (ctx->refused)
         ctx->outcome = ctx->conf->dry_run ? NGX_HTTP_RATEL_REJECTED_DRY_RUN
                                           : NGX_HTTP_RATEL_REJECTED;
+    else if (ctx->until_ms > 0)
+        ctx->outcome = ctx->conf->dry_run ? NGX_HTTP_RATEL_DELAYED_DRY_RUN
+                                          : NGX_HTTP_RATEL_DELAYED;
     if (ctx->remaining < 0)
         ctx->remaining = 0;
     for (size_t i = 0; i < n; i++) {
@@ -675,11 +729,12 @@ static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
     /* The fields are written once, here; `ratel_headers off` spares it. */
     if (ctx->conf->headers && make_fields(r, ctx, n) != NGX_OK)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (!error && !ctx->refused)
+        return go_on(r, ctx);
     if (ctx->conf->dry_run)
         return NGX_DECLINED;
-    if (error)
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    return ctx->refused ? (ngx_int_t)ctx->conf->status : NGX_DECLINED;
+    return error ? NGX_HTTP_INTERNAL_SERVER_ERROR
+                 : (ngx_int_t)ctx->conf->status;
 }
 
 /* Decides the groups not decided yet, one zone after the other. */
@@ -698,6 +753,7 @@ static ngx_int_t run(ngx_http_request_t *r, ctx_t *ctx)
             give_back(ctx);
             break;
         }
+        note_wait(ctx, g);
         ctx->group++;
     }
     return finish(r, ctx);
@@ -721,7 +777,6 @@ static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
 {
     size_t n = conf->limits->nelts;
     ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
-    ngx_time_t *tp = ngx_timeofday();
     ctx_t *ctx = ngx_pcalloc(
         r->pool,
         sizeof *ctx + n * (sizeof(ratel_batch_item_t) + sizeof(group_t) +
@@ -738,7 +793,7 @@ static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
     ctx->conf = conf;
     ctx->outcome = NGX_HTTP_RATEL_PASSED;
     /* The clock is read once per request (nginx's cached time). */
-    ctx->now_us = (int64_t)tp->sec * 1000000 + (int64_t)tp->msec * 1000;
+    ctx->now_us = ngx_http_ratel_now_us();
     return ctx;
 }
 
@@ -791,6 +846,13 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
 
     if (ctx && ctx->waiting)
         return NGX_AGAIN;
+    if (ctx && ctx->delaying) {
+        /* Its reservation's instant came (delay_done runs the phases
+           only then): the request goes on. */
+        if (r->connection->write->delayed)
+            return NGX_AGAIN;
+        ctx->delaying = 0;
+    }
     if (ctx && ctx->done)
         return NGX_DECLINED;
     if (ctx && ctx->built)
@@ -959,8 +1021,7 @@ static ratel__log_budget_t log_budgets[NGX_HTTP_RATEL_LOG_KINDS];
 
 ngx_uint_t ngx_http_ratel_log_take(ngx_uint_t kind, uint64_t *not_logged)
 {
-    ngx_time_t *tp = ngx_timeofday();
-    int64_t now_us = (int64_t)tp->sec * 1000000 + (int64_t)tp->msec * 1000;
+    int64_t now_us = ngx_http_ratel_now_us();
 
     *not_logged = 0;
     return kind < NGX_HTTP_RATEL_LOG_KINDS &&

@@ -69,7 +69,8 @@ struct redis_job_s {
 /* Spare jobs a worker keeps for its next calls, at most. */
 #define REDIS_SPARE_MAX 64
 
-/* A refund sent on a request's behalf: it owns a copy of its key. */
+/* A refund or a release sent on a request's behalf: it owns a copy of
+   its key. */
 typedef struct {
     redis_zone_t *rz;
     char key[1];
@@ -300,6 +301,19 @@ static void job_give(redis_job_t *job)
     rz->nspare++;
 }
 
+/*
+ * Whether a group waits for reservations (max_wait=): the deny cache is
+ * not used for it. A denial's retry time is when a request is admitted
+ * without waiting; one that may wait is admitted up to max_wait earlier.
+ */
+static ngx_uint_t reserving(const ratel_batch_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (items[i].request.max_wait_ms > 0)
+            return 1;
+    return 0;
+}
+
 static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
 {
     redis_job_t *job = ud;
@@ -310,7 +324,7 @@ static void on_batch(void *ud, ratel_batch_item_t *items, size_t n)
     if (!rz->exiting) {
         if (rz->local)
             decide_locally(rz, items, n, job->now_us);
-        if (rz->deny_cache)
+        if (rz->deny_cache && !reserving(items, n))
             ngx_http_ratel_shm_remember(rz->zone, items, n, job->now_us,
                                         REDIS_DENY_MAX_MS);
         ngx_http_ratel_shm_count_sources(rz->zone, items, n);
@@ -331,7 +345,7 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
 
     if (!rz || !rz->async)
         return NGX_ERROR;
-    if (rz->deny_cache &&
+    if (rz->deny_cache && !reserving(items, n) &&
         ngx_http_ratel_shm_cached(zone, items, n, now_us) == NGX_OK) {
         ngx_http_ratel_shm_count_sources(zone, items, n);
         return NGX_OK;
@@ -404,4 +418,44 @@ void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
             ngx_http_ratel_shm_refund(zone, it, 1, now_us);
         }
     }
+}
+
+static void on_release(void *ud, int rc, int held,
+                       const ratel_decision_t *decision)
+{
+    redis_refund_t *job = ud;
+
+    (void)rc;
+    (void)held;
+    (void)decision;
+    call_ended(job->rz);
+    ngx_free(job);
+}
+
+void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
+                                  const ratel_batch_item_t *item,
+                                  int64_t now_us)
+{
+    redis_zone_t *rz = zone->redis;
+    redis_refund_t *job;
+
+    if (item->decision.source == RATEL_SOURCE_LOCAL) {
+        ngx_http_ratel_shm_release(zone, item, now_us);
+        return;
+    }
+    if (!rz || !rz->async || item->decision.source != RATEL_SOURCE_STORE)
+        return;
+    /* The key is copied: the request's pool goes before the answer. */
+    job = ngx_alloc(offsetof(redis_refund_t, key) + item->keylen, rz->log);
+    if (!job)
+        return;
+    job->rz = rz;
+    ngx_memcpy(job->key, item->key, item->keylen);
+    if (ratel_async_release(rz->async, job->key, item->keylen, item->policy,
+                            now_us, item->decision.lease, 0, on_release,
+                            job) != 0) {
+        ngx_free(job);
+        return;
+    }
+    call_started(rz);
 }

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# test_nginx_concurrent.sh - in-flight limits in ngx_http_ratel_module, as
+# limit_conn does them: a `:concurrent` rule's lease is released when the
+# request ends (docs/nginx.md, "Requests in flight"). In Debian's nginx
+# with the module loaded, in front of a slow application (a Python server
+# that sleeps ?ms= before answering), under `3/30s:concurrent`, in a zone
+# in shared memory and in a Redis zone (store=redis://):
+#
+#   - 3 requests in flight, the 4th refused (429) at once;
+#   - when one of them ends, a new one is admitted at once, and requests
+#     one after the other are all admitted (each released its slot);
+#   - clients that hang up mid-request (499) free their slots: 3 new
+#     requests in flight are admitted after 3 aborts;
+#   - an internal redirect (try_files) and a subrequest (auth_request),
+#     to locations with the same line, charge and release the request
+#     once;
+#   - a worker killed with `kill -9` holding both slots of `2/2s:concurrent`
+#     frees them by the rule's PERIOD: refused at once, admitted within it.
+#
+# Under `make asan` nginx runs with the sanitizers' runtime preloaded
+# (nginx_lib.sh) and any report fails the suite.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/nginx_lib.sh"
+
+nginx_require "$nginx_so"
+
+# The application: GET /?ms=N answers 200 after N ms; /started says how
+# many requests it has begun.
+backend_start() {
+    bport=$(free_port)
+    python3 -c '
+import http.server, sys, threading, time, urllib.parse
+started = 0
+lock = threading.Lock()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global started
+        u = urllib.parse.urlparse(self.path)
+        if u.path == "/started":
+            self.answer(str(started).encode())
+            return
+        with lock:
+            started += 1
+        ms = int(urllib.parse.parse_qs(u.query).get("ms", ["0"])[0])
+        time.sleep(ms / 1000)
+        self.answer(b"done")
+    def answer(self, body):
+        try:
+            self.send_response(200); self.send_header("Content-Length", str(len(body)))
+            self.end_headers(); self.wfile.write(body)
+        except OSError:
+            pass
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer.daemon_threads = True
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$bport" &
+    echo $! >"$tmp/pids/backend"
+    wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$bport/started"
+}
+
+started() { curl -s "http://127.0.0.1:$bport/started"; }
+# started_at_least N: the application has begun N requests.
+started_at_least() { [ "$(started)" -ge "$1" ]; }
+code() { curl -s -o /dev/null -m 20 -w '%{http_code}' "$@"; }
+# in_flight NAME URL: a request in the background, its status in
+# $tmp/NAME.code; its curl's pid in $tmp/NAME.pid.
+in_flight() {
+    rm -f "$tmp/$1.code"
+    (curl -s -o /dev/null -m 20 -w '%{http_code}' "$2" >"$tmp/$1.part"; mv "$tmp/$1.part" "$tmp/$1.code") &
+    echo $! >"$tmp/$1.pid"
+}
+# done_code NAME: its status once it ended (a command substitution cannot
+# `wait` for the shell's own children).
+done_code() {
+    wait_for 30 test -s "$tmp/$1.code"
+    cat "$tmp/$1.code"
+    rm -f "$tmp/$1.code"
+}
+# admitted URL: 200 (the codes seen before are in $tmp/seen).
+admitted() {
+    local c
+    c=$(code "$1")
+    echo "$c" >>"$tmp/seen"
+    [ "$c" = 200 ]
+}
+count_499() { awk '$3 == 499' "$dir/logs/access.log" | wc -l; }
+
+# site NAME ZONE_ARGS: nginx on $port with the locations the checks use.
+site() {
+    dir=$tmp/$1
+    port=$(free_port)
+    nginx_conf "$dir" 2 <<EOF
+    ratel_zone zone=c:1m $2;
+    ratel_policy inflight 3/30s:concurrent;
+    ratel_policy short 2/2s:concurrent;
+    upstream app { server 127.0.0.1:$bport; }
+    server {
+        listen 127.0.0.1:$port reuseport;
+        location = /ready { return 204; }
+        location /slow { ratel zone=c policy=inflight key=global; proxy_pass http://app/; }
+        # An internal redirect after the decision (try_files) to a
+        # location with the same line, and a subrequest to one: neither
+        # charges the request again.
+        location /redirect { ratel zone=c policy=inflight key=global; try_files /absent @app; }
+        location @app { ratel zone=c policy=inflight key=global; proxy_pass http://app; }
+        location /auth {
+            ratel zone=c policy=inflight key=global;
+            auth_request /check;
+            proxy_pass http://app/;
+        }
+        location = /check { internal; ratel zone=c policy=inflight key=global; proxy_pass http://app/; }
+        location /killed { ratel zone=c policy=short key=global; proxy_pass http://app/; }
+    }
+EOF
+    nginx_start "$dir" "http://127.0.0.1:$port/ready"
+}
+
+# The checks, on the site $1 just started ($2: zone or redis).
+check_in_flight() {
+    local m=$2 u=http://127.0.0.1:$port n
+    n=$(started)
+    in_flight a "$u/slow?ms=1000"
+    in_flight b "$u/slow?ms=2500"
+    in_flight c "$u/slow?ms=2500"
+    wait_for 10 started_at_least $((n + 3))
+    same "${m}_fourth_refused" "$(code "$u/slow?ms=0")" 429
+    same "${m}_first_ends" "$(done_code a)" 200
+    local codes=""
+    for _ in 1 2 3 4 5; do codes="$codes$(code "$u/slow?ms=0") "; done
+    same "${m}_admitted_as_one_ends" "$codes" "200 200 200 200 200 "
+    same "${m}_long_ones" "$(done_code b) $(done_code c)" "200 200"
+
+    # Three clients hang up mid-request: their slots are free again.
+    n=$(started)
+    local pids=()
+    for _ in 1 2 3; do
+        curl -s -o /dev/null -m 0.5 "$u/slow?ms=4000" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    wait_for 10 test "$(count_499)" -ge 3
+    same "${m}_aborts_logged" "$(count_499)" 3
+    in_flight a "$u/slow?ms=800"
+    in_flight b "$u/slow?ms=800"
+    in_flight c "$u/slow?ms=800"
+    same "${m}_after_aborts" "$(done_code a) $(done_code b) $(done_code c)" "200 200 200"
+
+    # An internal redirect and a subrequest: charged once, released once.
+    codes=""
+    for _ in 1 2 3 4; do codes="$codes$(code "$u/redirect?ms=0") $(code "$u/auth?ms=0") "; done
+    same "${m}_redirect_subrequest_once" "$codes" "$(printf '200 %.0s' $(seq 8))"
+    n=$(started)
+    in_flight a "$u/auth?ms=1000"
+    in_flight b "$u/redirect?ms=1000"
+    in_flight c "$u/slow?ms=1000"
+    wait_for 10 started_at_least $((n + 4)) # /auth: its /check, then itself
+    same "${m}_redirect_subrequest_held" "$(code "$u/slow?ms=0")" 429
+    same "${m}_redirect_subrequest_end" "$(done_code a) $(done_code b) $(done_code c) $(code "$u/slow?ms=0")" \
+        "200 200 200 200"
+}
+
+# A worker killed with both slots of 2/2s:concurrent taken: they are
+# freed by the period (the core's lease expiry), not by the request's end.
+check_killed() {
+    local m=$2 u=http://127.0.0.1:$port n t0 t1
+    n=$(started)
+    in_flight a "$u/killed?ms=5000"
+    in_flight b "$u/killed?ms=5000"
+    wait_for 10 started_at_least $((n + 2))
+    t0=$(date +%s%N)
+    # The workers that hold them, by their ids (kill -9: no cleanup runs).
+    # shellcheck disable=SC2046 # one id per word
+    kill -9 $(pgrep -P "$(cat "$dir/nginx.pid")")
+    same "${m}_killed_still_held" "$(code "$u/killed?ms=0")" 429
+    wait_for 5 admitted "$u/killed?ms=0"
+    t1=$(date +%s%N)
+    local ms=$(((t1 - t0) / 1000000))
+    echo "# $m: slots of a killed worker free again after ${ms} ms (PERIOD 2000 ms; seen $(sort "$tmp/seen" | uniq -c | tr -s ' \n' ' '))"
+    rm -f "$tmp/seen"
+    if [ "$ms" -le 2600 ]; then ok "${m}_killed_freed_by_period"; else fail "${m}_killed_freed_by_period" "$ms ms"; fi
+}
+
+backend_start
+site zone ""
+check_in_flight zone zone
+check_killed zone zone
+nginx_stop "$dir"
+
+rport=$(redis_start)
+site redis "store=redis://127.0.0.1:$rport"
+check_in_flight redis redis
+check_killed redis redis
+nginx_stop "$dir"
+
+nginx_sanitizers_quiet
+finish
