@@ -275,6 +275,7 @@ int ratel__engine_node_health_clear(ratel__node_t *node)
 void ratel__engine_node_ok(ratel__node_t *node)
 {
     ratel__redis_shared_t *sh = (ratel__redis_shared_t *)node->e->sh;
+    int changed;
 
     node->down_until_us = 0;
     node->fail_streak = 0;
@@ -282,11 +283,12 @@ void ratel__engine_node_ok(ratel__node_t *node)
     node->errstr[0] = '\0';
     breaker_count(node, 0);
     atomic_fetch_add_explicit(&node->source->ups, 1, memory_order_relaxed);
-    if ((node->source->down &&
-         ratel__health_set(sh->health, &node->source->down, 0, NULL,
-                           ratel_clock_now_us())) |
-        (node->source->warn &&
-         ratel__health_warn(sh->health, &node->source->warn, 0, NULL)))
+    changed =
+        node->source->down && ratel__health_set(sh->health, &node->source->down,
+                                                0, NULL, ratel_clock_now_us());
+    if (node->source->warn)
+        changed |= ratel__health_warn(sh->health, &node->source->warn, 0, NULL);
+    if (changed)
         ratel__health_notify(sh->health);
 }
 

@@ -321,7 +321,8 @@ TEST(redis_url_malformed_names_the_problem)
         {"rediss://h?tls_ca=x", "unknown query parameter \"tls_ca\"; the "
                                 "parameters are connect_timeout_ms, "
                                 "timeout_ms, pool, on_failure, mode, "
-                                "deny_cache, db, tls_ca_file, tls_cert_file, "
+                                "deny_cache, wait_replicas, db, tls_ca_file, "
+                                "tls_cert_file, "
                                 "tls_key_file, tls_server_name, tls_insecure, "
                                 "sentinel_username, sentinel_password"},
         {"redis://", "no host"},
