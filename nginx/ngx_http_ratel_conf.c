@@ -482,6 +482,26 @@ static char *exempt_as_read(ngx_conf_t *cf, ngx_http_ratel_limit_t *l)
     return NGX_CONF_OK;
 }
 
+/*
+ * max_wait=MS: the option every ratel front end reads
+ * (RATEL_OPTION_MAP's max_wait: its range and its message).
+ */
+static char *line_max_wait(ngx_conf_t *cf, ngx_str_t *v,
+                           ngx_http_ratel_limit_t *l)
+{
+    ratel_options_t o;
+    char err[256];
+
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD, 0);
+    if (ratel_options_read(&o, "max_wait", 8, (const char *)v->data, v->len,
+                           err, sizeof err) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratel: %s", err);
+        return NGX_CONF_ERROR;
+    }
+    l->max_wait_ms = o.value[RATEL_OPTION_MAXWAIT];
+    return NGX_CONF_OK;
+}
+
 /* One argument of a `ratel` line. */
 static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
 {
@@ -499,11 +519,13 @@ static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
         return line_exempt(cf, &v, l);
     if (arg_value(arg, "on_missing=", &v) == NGX_OK)
         return line_missing(cf, &v, l);
+    if (arg_value(arg, "max_wait=", &v) == NGX_OK)
+        return line_max_wait(cf, &v, l);
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "ratel: unknown parameter \"%V\": expected "
                        "zone=NAME policy=NAME key=SOURCES|$var "
                        "[cost=NUMBER|$var] [exempt=VALUE,...] "
-                       "[on_missing=reject|shared|allow]",
+                       "[on_missing=reject|shared|allow] [max_wait=MS]",
                        arg);
     return NGX_CONF_ERROR;
 }
@@ -623,6 +645,24 @@ static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
     return NGX_OK;
 }
 
+/* max_wait= needs a policy whose every rule reserves (gcra). */
+static ngx_int_t check_max_wait(ngx_conf_t *cf, ngx_http_ratel_limit_t *l)
+{
+    ratel_options_t o;
+    char err[256];
+
+    if (l->max_wait_ms == 0)
+        return NGX_OK;
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD, 0);
+    o.value[RATEL_OPTION_MAXWAIT] = l->max_wait_ms;
+    if (ratel_options_check(&o, &l->policy->policy, err, sizeof err) == 0)
+        return NGX_OK;
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                  "ratel: policy \"%V\": %s, in %s:%ui", &l->policy->name, err,
+                  l->file, l->line);
+    return NGX_ERROR;
+}
+
 /*
  * A line's zone and policy, found once the whole http block is read (they
  * may be declared after it), and its fixed cost checked against the
@@ -659,6 +699,8 @@ static ngx_int_t resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m,
                       l->cost, text, &l->policy->name, l->file, l->line);
         return NGX_ERROR;
     }
+    if (check_max_wait(cf, l) != NGX_OK)
+        return NGX_ERROR;
     return count_index(l->zone, l);
 }
 
