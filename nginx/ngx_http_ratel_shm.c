@@ -11,37 +11,42 @@
  * idle and carries nothing worth keeping, so it is removed as the queue's
  * tail is swept.
  *
- * Memory: when the zone is made, its free pages are cut into chunks of
- * CHUNK bytes, all alike, on one free list. A node is a chain of chunks:
- * the first holds the node's header and the start of its bytes (the key,
- * then the blob), the others the rest. A blob that grows (a sliding
- * rule's log) takes more chunks at its chain's end; one that shrinks gives
- * its surplus back. Every chunk fits every node, so dropping any key
- * frees room that any other key can use. (nginx's slab allocator, which
- * the zone used before, keeps pages per size class: dropping keys of one
- * size freed nothing for a key of another, and a full zone answered 500.)
+ * Memory: when the zone is made, its free pages become one array of
+ * chunks of CHUNK bytes, all alike (chunks_init()). A node takes a block
+ * of contiguous chunks when one of its size is free (its key and blob
+ * contiguous: a group of one is decided on its blob in place); else one
+ * chunk and a chain of single chunks, its bytes copied to be decided. A
+ * blob that grows (a sliding rule's log) moves to a larger block when one
+ * is free, else takes more chunks at its chain's end. Freed chunks merge
+ * with free neighbours (boundary tags), so the chunks of keys dropped
+ * together become one block again. Every chunk fits every node: dropping
+ * any key frees room that any other key can use. (nginx's slab
+ * allocator, which the zone used before, keeps pages per size class:
+ * dropping keys of one size freed nothing for a key of another, and a
+ * full zone answered 500.)
  *
- * Eviction, bounded: a node that needs k chunks more than the free list
- * holds drops the least recently used keys, not those of the request at
- * hand, until it has them. Each key dropped frees at least one chunk, so
- * at most k keys go: 1 for a node whose key and blob take up to FIRST_ROOM
- * (168) bytes, at most 72 for the largest (a key of 1,089 bytes and a
- * blob of eight sliding rules at their cap, 16,580 bytes), and for a
- * request at most the sum over its lines. A key dropped can only make a
- * limit looser, for a key nobody asked about for the longest time: the
- * zone stays within its SIZE whatever keys clients send, and a request
- * never fails for want of room. Only a request whose own keys need more
- * chunks than the whole zone holds (the smallest zone, 64k, holds 176: a
- * group of several lines of long keys under many sliding rules) cannot be
- * placed: it is refused (the zone's refusal, charged nothing, Retry-After
- * 1 s) and logged (refuse_group()).
+ * Eviction, bounded: a node that needs k chunks more than are free drops
+ * the least recently used keys, not those of the request at hand, until
+ * they are. Each key dropped frees at least one chunk, so at most k keys
+ * go: 1 for a node whose key and blob take up to FIRST_ROOM (168) bytes,
+ * at most 72 for the largest (a key of 1,089 bytes and a blob of eight
+ * sliding rules at their cap, 16,580 bytes), and for a request at most
+ * the sum over its lines; finding a block or a chunk is O(1). A key
+ * dropped can only make a limit looser, for a key nobody asked about for
+ * the longest time: the zone stays within its SIZE whatever keys clients
+ * send, and a request never fails for want of room. Only a request whose
+ * own keys need more chunks than the whole zone holds (the smallest
+ * zone, 64k, holds 157; one key takes at most 72: it takes a group of
+ * several lines of long keys under many sliding rules) cannot be placed:
+ * it is refused (the zone's refusal, charged nothing, Retry-After 1 s)
+ * and logged (refuse_group()).
  *
  * A group (one request's lines in this zone) is decided under one lock:
  * each member on a copy of its blob, written back only when every member
  * is admitted and has its room, so a refused request charges nothing and
- * no worker sees half a group. A group of one needs no copy when its
- * node is one chunk and its blob is under its policy's rules: the core
- * writes it only when charging.
+ * no worker sees half a group. A group of one whose blob is under its
+ * policy's rules is decided where it is when its node is one block (the
+ * core writes it only when charging), else on one copy.
  *
  * A Redis zone (store=URL) keeps here what every worker shares of it: its
  * deny cache, and the keys its `local` failure policy decides while Redis
@@ -60,10 +65,16 @@
 #define DENY_HINT_SLOTS 1024
 /* What a group the zone cannot hold is told: retry after 1 s. */
 #define REFUSE_RETRY_MS 1000
+/* Bins of free blocks: sizes [2^b, 2^(b+1)) chunks in bin b. */
+#define BINS 32
+/* No chunk: the end of a bin's list. */
+#define NONE UINT32_MAX
+/* Blocks of a bin looked at for one that fits before a larger bin's. */
+#define FIT_TRIES 4
 
 typedef struct chunk_s chunk_t;
 
-/* A chunk on the free list or in a node's chain. */
+/* A chunk of a node's chain (after its first block). */
 struct chunk_s {
     chunk_t *next;
     u_char data[CHUNK - sizeof(chunk_t *)];
@@ -78,8 +89,11 @@ struct ngx_http_ratel_shm_s {
     ngx_rbtree_t rbtree;
     ngx_rbtree_node_t sentinel;
     ngx_queue_t lru;
-    chunk_t *free;           /* the chunks no node holds */
-    uint64_t nfree, nchunks; /* on the free list; in the zone */
+    u_char *base;            /* chunk 0: the chunks are one array */
+    uint32_t *tags;          /* per chunk: see block_tag() */
+    uint32_t bins[BINS];     /* free blocks by bin_of(size), linked */
+    uint64_t binmap;         /* the bins that hold a block */
+    uint64_t nfree, nchunks; /* chunks free; in the zone */
     uint64_t keys, evictions, expirations;
     ngx_atomic_t sources[RATEL_SOURCE_LOCAL + 1]; /* by decision source */
     /* Cached denials by their hash's slot (changed under the lock): a
@@ -97,13 +111,15 @@ typedef struct {
     int64_t idle_ms; /* from then on the state is back to full */
     uint32_t cap;    /* blob bytes its chunks have room for */
     uint32_t len;    /* blob bytes in use */
-    uint32_t chunks; /* chunks it holds, this one included */
+    uint32_t first;  /* chunks of its first block, contiguous */
+    uint32_t chunks; /* chunks it holds: its first block and its chain */
     uint16_t keylen; /* RATEL_MEMORY_KEY_MAX fits */
     uint16_t pinned; /* a member of the group being decided */
     u_char data[1];  /* the key, then the blob, on through `more` */
 } node_t;
 
-/* A node's bytes in its first chunk, and in each of the others. */
+/* A node's bytes in a first block of one chunk, and in each chunk of its
+   chain. */
 #define FIRST_ROOM (CHUNK - offsetof(node_t, data))
 #define MORE_ROOM (CHUNK - offsetof(chunk_t, data))
 
@@ -124,7 +140,7 @@ typedef struct {
 /* A worker decides one group at a time: its members' copies live here. */
 static member_t members[RATEL_GROUP_MAX];
 
-/* A refund's copy of a blob longer than one chunk. */
+/* A copy of a chained node's blob, decided alone or refunded. */
 static u_char scratch[RATEL_STATE_MAX];
 
 static node_t *node_of(ngx_queue_t *q)
@@ -134,7 +150,130 @@ static node_t *node_of(ngx_queue_t *q)
 
 /* ----------------------------------------------------------- chunks */
 
-/* Chunks a node needs for `bytes` of key and blob. */
+/*
+ * The chunks are one array, handed out in blocks of contiguous chunks by
+ * a segregated fit with boundary tags: a free block is in the bin of its
+ * size and merges with free neighbours when set free, so that the chunks
+ * of keys dropped together become one block again. A node takes one
+ * block when one of its size is free (its bytes contiguous: decided in
+ * place), else one chunk and a chain of single chunks, which any free
+ * chunk can be: so any `k` free chunks always make a node of k chunks.
+ */
+
+/* A free block's links, in its first chunk. */
+typedef struct {
+    uint32_t next, prev;
+} free_t;
+
+static u_char *chunk_at(ngx_http_ratel_shm_t *sh, uint32_t i)
+{
+    return sh->base + (size_t)i * CHUNK;
+}
+
+static uint32_t chunk_index(ngx_http_ratel_shm_t *sh, const void *p)
+{
+    return (uint32_t)(((const u_char *)p - sh->base) / CHUNK);
+}
+
+static free_t *free_at(ngx_http_ratel_shm_t *sh, uint32_t i)
+{
+    return (free_t *)chunk_at(sh, i);
+}
+
+static ngx_uint_t bin_of(uint32_t size)
+{
+    return 31 - (ngx_uint_t)__builtin_clz(size);
+}
+
+/* A block's first and last chunks tell its size and whether it is free:
+   a block set free reads its neighbours' tags to merge with them. */
+static void block_tag(ngx_http_ratel_shm_t *sh, uint32_t i, uint32_t size,
+                      uint32_t free)
+{
+    sh->tags[i] = sh->tags[i + size - 1] = size << 1 | free;
+}
+
+static void block_link(ngx_http_ratel_shm_t *sh, uint32_t i, uint32_t size)
+{
+    ngx_uint_t b = bin_of(size);
+    free_t *f = free_at(sh, i);
+
+    block_tag(sh, i, size, 1);
+    f->prev = NONE;
+    f->next = sh->bins[b];
+    if (f->next != NONE)
+        free_at(sh, f->next)->prev = i;
+    sh->bins[b] = i;
+    sh->binmap |= (uint64_t)1 << b;
+}
+
+static void block_unlink(ngx_http_ratel_shm_t *sh, uint32_t i, uint32_t size)
+{
+    ngx_uint_t b = bin_of(size);
+    free_t *f = free_at(sh, i);
+
+    if (f->prev != NONE)
+        free_at(sh, f->prev)->next = f->next;
+    else
+        sh->bins[b] = f->next;
+    if (f->next != NONE)
+        free_at(sh, f->next)->prev = f->prev;
+    if (sh->bins[b] == NONE)
+        sh->binmap &= ~((uint64_t)1 << b);
+}
+
+/* Sets the block of `size` chunks at i free, merged with free neighbours. */
+static void chunks_release(ngx_http_ratel_shm_t *sh, uint32_t i, uint32_t size)
+{
+    uint32_t s;
+
+    sh->nfree += size;
+    if (i > 0 && (sh->tags[i - 1] & 1)) {
+        s = sh->tags[i - 1] >> 1;
+        i -= s;
+        block_unlink(sh, i, s);
+        size += s;
+    }
+    if (i + size < sh->nchunks && (sh->tags[i + size] & 1)) {
+        s = sh->tags[i + size] >> 1;
+        block_unlink(sh, i + size, s);
+        size += s;
+    }
+    block_link(sh, i, size);
+}
+
+/*
+ * A block of `k` contiguous chunks, or NONE: the first of the few blocks
+ * of k's bin that fits, else one of the smallest larger bin (any fits),
+ * its rest set free. O(1).
+ */
+static uint32_t chunks_alloc(ngx_http_ratel_shm_t *sh, uint32_t k)
+{
+    ngx_uint_t b = bin_of(k);
+    uint64_t above = sh->binmap & ~(((uint64_t)2 << b) - 1);
+    uint32_t i = sh->bins[b], size;
+
+    for (int tries = 0; i != NONE && tries < FIT_TRIES; tries++) {
+        if (sh->tags[i] >> 1 >= k)
+            break;
+        i = free_at(sh, i)->next;
+    }
+    if (i == NONE || sh->tags[i] >> 1 < k) {
+        if (above == 0)
+            return NONE;
+        i = sh->bins[__builtin_ctzll(above)];
+    }
+    size = sh->tags[i] >> 1;
+    block_unlink(sh, i, size);
+    if (size > k)
+        block_link(sh, i + k, size - k);
+    block_tag(sh, i, k, 0);
+    sh->nfree -= k;
+    return i;
+}
+
+/* Chunks a node needs for `bytes` of key and blob in a chain (a first
+   block of one chunk): the most it can need. */
 static uint32_t chunks_for(size_t bytes)
 {
     if (bytes <= FIRST_ROOM)
@@ -142,34 +281,40 @@ static uint32_t chunks_for(size_t bytes)
     return 1 + (uint32_t)((bytes - FIRST_ROOM + MORE_ROOM - 1) / MORE_ROOM);
 }
 
-/* Bytes of key and blob `chunks` chunks hold. */
-static size_t room_of(uint32_t chunks)
+/* Chunks of a first block that holds `bytes` of key and blob alone. */
+static uint32_t block_for(size_t bytes)
 {
-    return FIRST_ROOM + (size_t)(chunks - 1) * MORE_ROOM;
+    return (uint32_t)((offsetof(node_t, data) + bytes + CHUNK - 1) / CHUNK);
 }
 
-/* Gives a chain of chunks (NULL-ended) back to the free list. */
+/* Bytes of key and blob node e's chunks hold. */
+static size_t room_of(const node_t *e)
+{
+    return (size_t)e->first * CHUNK - offsetof(node_t, data) +
+           (size_t)(e->chunks - e->first) * MORE_ROOM;
+}
+
+/* Sets a chain of single chunks (NULL-ended) free. */
 static void chunks_free(ngx_http_ratel_shm_t *sh, chunk_t *c)
 {
     while (c) {
         chunk_t *next = c->next;
-        c->next = sh->free;
-        sh->free = c;
-        sh->nfree++;
+        chunks_release(sh, chunk_index(sh, c), 1);
         c = next;
     }
 }
 
-/* `n` chunks off the free list, which holds them, chained (NULL-ended). */
+/* A chain of `n` single chunks; the free blocks hold n chunks or more. */
 static chunk_t *chunks_take(ngx_http_ratel_shm_t *sh, uint32_t n)
 {
-    chunk_t *first = sh->free, *last = first;
+    chunk_t *first = NULL, **tail = &first;
 
-    for (uint32_t i = 1; i < n; i++)
-        last = last->next;
-    sh->free = last->next;
-    last->next = NULL;
-    sh->nfree -= n;
+    for (uint32_t k = 0; k < n; k++) {
+        chunk_t *c = (chunk_t *)chunk_at(sh, chunks_alloc(sh, 1));
+        c->next = NULL;
+        *tail = c;
+        tail = &c->next;
+    }
     return first;
 }
 
@@ -206,7 +351,8 @@ static void span_skip(span_t *s, size_t n)
 
 static span_t span_at(const node_t *e, size_t off)
 {
-    span_t s = {(u_char *)e->data, FIRST_ROOM, e->more};
+    span_t s = {(u_char *)e->data,
+                (size_t)e->first * CHUNK - offsetof(node_t, data), e->more};
 
     span_skip(&s, off);
     return s;
@@ -256,28 +402,47 @@ static int key_cmp(const u_char *key, size_t len, const node_t *e)
 {
     span_t k = {(u_char *)key, len, NULL};
 
-    if (e->keylen <= FIRST_ROOM) /* the key is all in its first chunk */
+    if (e->keylen <= FIRST_ROOM) /* the key is all in its first block */
         return ngx_memn2cmp((u_char *)key, (u_char *)e->data, len, e->keylen);
     return span_cmp(k, len, span_at(e, 0), e->keylen);
 }
 
 /*
- * A node of `n` chunks off the free list (which holds them) for `key`,
- * with room for a blob, in neither the tree nor the queue yet.
+ * A node for `key` with room for `bytes` of key and blob, in neither the
+ * tree nor the queue yet: in block i of block_for(bytes) chunks, or when
+ * i is NONE (no such block was free) in a chunk and a chain, which the
+ * free blocks then hold: chunks_for(bytes) chunks or more.
  */
 static node_t *node_new(ngx_http_ratel_shm_t *sh, const u_char *key,
-                        size_t keylen, uint32_t n)
+                        size_t keylen, size_t bytes, uint32_t i)
 {
-    chunk_t *c = chunks_take(sh, n), *more = c->next;
-    node_t *e = (node_t *)c;
+    uint32_t n = block_for(bytes);
+    chunk_t *more = NULL;
+    node_t *e;
 
+    if (i == NONE) {
+        i = chunks_alloc(sh, 1);
+        n = chunks_for(bytes);
+        more = chunks_take(sh, n - 1);
+    }
+    e = (node_t *)chunk_at(sh, i);
     ngx_memzero(e, offsetof(node_t, data));
     e->more = more;
+    e->first = more ? 1 : n;
     e->chunks = n;
     e->keylen = (uint16_t)keylen;
-    e->cap = (uint32_t)(room_of(n) - keylen);
+    e->cap = (uint32_t)(room_of(e) - keylen);
     span_copy(span_at(e, 0), (u_char *)key, keylen, 1);
     return e;
+}
+
+/* Sets node e's chunks free. */
+static void node_release(ngx_http_ratel_shm_t *sh, node_t *e)
+{
+    chunk_t *more = e->more;
+
+    chunks_release(sh, chunk_index(sh, e), e->first);
+    chunks_free(sh, more);
 }
 
 /* Node e's chain grows by `extra`, `n` chunks. */
@@ -292,20 +457,30 @@ static void node_grow(node_t *e, chunk_t *extra, uint32_t n)
     e->cap += (uint32_t)(n * MORE_ROOM);
 }
 
-/* Writes node e's blob (`len` bytes), its surplus chunks set free. */
+/* Chunks of node e's chain its first block leaves to hold `bytes`. */
+static uint32_t chain_for(const node_t *e, size_t bytes)
+{
+    size_t first = (size_t)e->first * CHUNK - offsetof(node_t, data);
+
+    if (bytes <= first)
+        return 0;
+    return (uint32_t)((bytes - first + MORE_ROOM - 1) / MORE_ROOM);
+}
+
+/* Writes node e's blob (`len` bytes), its chain's surplus set free. */
 static void node_store(ngx_http_ratel_shm_t *sh, node_t *e, const u_char *state,
                        size_t len)
 {
-    uint32_t need = chunks_for(e->keylen + len);
+    uint32_t need = chain_for(e, e->keylen + len);
 
-    if (need < e->chunks) {
+    if (need < e->chunks - e->first) {
         chunk_t **keep = &e->more;
-        for (uint32_t i = 1; i < need; i++)
+        for (uint32_t i = 0; i < need; i++)
             keep = &(*keep)->next;
         chunks_free(sh, *keep);
         *keep = NULL;
-        e->chunks = need;
-        e->cap = (uint32_t)(room_of(need) - e->keylen);
+        e->chunks = e->first + need;
+        e->cap = (uint32_t)(room_of(e) - e->keylen);
     }
     span_copy(span_at(e, e->keylen), (u_char *)state, len, 1);
     e->len = (uint32_t)len;
@@ -373,14 +548,11 @@ static void deny_unhint(ngx_http_ratel_zone_t *zone, node_t *e);
 /* Node e leaves the tree and the queue; its chunks are free. */
 static void drop(ngx_http_ratel_zone_t *zone, node_t *e)
 {
-    chunk_t *first = (chunk_t *)e, *more = e->more;
-
     deny_unhint(zone, e);
     ngx_queue_remove(&e->queue);
     ngx_rbtree_delete(&zone->sh->rbtree, &e->node);
     zone->sh->keys--;
-    first->next = more;
-    chunks_free(zone->sh, first);
+    node_release(zone->sh, e);
 }
 
 /* Removes idle keys from the queue's tail (least recently used first). */
@@ -429,36 +601,42 @@ static ngx_int_t chunks_reserve(ngx_http_ratel_zone_t *zone, uint32_t n,
 /* ------------------------------------------------------------ decisions */
 
 /*
- * Room for member `m`'s new blob: its node's chunks, more chunks for it
- * to grow into (m->extra), or a fresh node for a key never seen.
+ * Room for member `m`'s new blob: its node's chunks; a fresh node, for a
+ * key never seen or one that outgrows its node while a block of its new
+ * size is free (its bytes stay contiguous); else more chunks at its
+ * chain's end (m->extra), evicting for them as for a fresh node.
  */
 static ngx_int_t make_room(ngx_http_ratel_zone_t *zone, member_t *m,
                            const ratel_batch_item_t *item, int64_t now_ms)
 {
-    uint32_t need, held;
+    ngx_http_ratel_shm_t *sh = zone->sh;
+    size_t bytes = item->keylen + m->len;
+    node_t *e = m->node;
+    uint32_t i, need;
 
     m->fresh = NULL;
     m->extra = NULL;
     m->nextra = 0;
-    if (m->superseded || m->len == 0)
+    if (m->superseded || m->len == 0 || (e && bytes <= room_of(e)))
         return NGX_OK;
-    need = chunks_for(item->keylen + m->len);
-    held = m->node ? m->node->chunks : 0;
-    if (need <= held)
-        return NGX_OK;
-    if (chunks_reserve(zone, need - held, now_ms) != NGX_OK)
+    if (e == NULL && chunks_reserve(zone, chunks_for(bytes), now_ms) != NGX_OK)
         return NGX_ERROR;
-    if (m->node) {
-        m->nextra = need - held;
-        m->extra = chunks_take(zone->sh, m->nextra);
+    i = chunks_alloc(sh, block_for(bytes));
+    if (e && i == NONE) {
+        need = chain_for(e, bytes) - (e->chunks - e->first);
+        if (chunks_reserve(zone, need, now_ms) != NGX_OK)
+            return NGX_ERROR;
+        m->nextra = need;
+        m->extra = chunks_take(sh, need);
         return NGX_OK;
     }
-    m->fresh = node_new(zone->sh, (u_char *)item->key, item->keylen, need);
+    m->fresh = node_new(sh, (u_char *)item->key, item->keylen, bytes, i);
     m->fresh->pinned = 1;
     return NGX_OK;
 }
 
-/* Writes member `m`'s blob back: in its node, grown, or a fresh one. */
+/* Writes member `m`'s blob back: in its node, grown, or a fresh one in
+   its place. */
 static void write_back(ngx_http_ratel_zone_t *zone, member_t *m,
                        const ratel_batch_item_t *item, int64_t now_ms)
 {
@@ -472,6 +650,8 @@ static void write_back(ngx_http_ratel_zone_t *zone, member_t *m,
         return;
     }
     if (m->fresh) {
+        if (e)
+            drop(zone, e);
         e = m->fresh;
         insert(sh, e, ngx_crc32_short((u_char *)item->key, item->keylen));
         m->node = e;
@@ -538,27 +718,34 @@ static int decide_member(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
 }
 
 /*
- * A group of one on a key the zone holds in one chunk under the policy's
- * rules is decided on its blob where it is (nothing is written unless
- * charged, so no copy is needed): NGX_OK. NGX_DECLINED, with nothing
- * changed, when the group needs the copies: a new key, a node of several
- * chunks, a blob of other rules (the core converts it) or one that must
- * grow beyond its chunk.
+ * A group of one on a key the zone holds under the policy's rules is
+ * decided on its blob without the group's copies (nothing is written
+ * unless charged): where it is when the node is one block, else on one
+ * copy in `scratch`, written back when charged. NGX_OK. NGX_DECLINED,
+ * with nothing changed, when the group's way is needed: a new key, a
+ * blob of other rules (the core converts it) or one that must grow
+ * beyond its node's chunks.
  */
 static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
                               ratel_batch_item_t *item, int64_t now_us)
 {
     uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
     node_t *e = lookup(zone->sh, (u_char *)item->key, item->keylen, hash);
+    u_char *blob;
     size_t len;
     int rc;
 
-    if (e == NULL || e->more != NULL)
+    if (e == NULL)
         return NGX_DECLINED;
     len = e->len;
-    rc = ratel__policy_acquire_in_place(item->policy, e->data + e->keylen, &len,
-                                        e->cap, now_us, &item->request,
-                                        &item->decision);
+    blob = e->data + e->keylen;
+    if (e->more != NULL) {
+        blob = scratch;
+        span_copy(span_at(e, e->keylen), blob, len, 0);
+    }
+    rc =
+        ratel__policy_acquire_in_place(item->policy, blob, &len, e->cap, now_us,
+                                       &item->request, &item->decision);
     if (rc == 1 || rc == RATEL_ENOBUFS)
         return NGX_DECLINED;
     ngx_queue_remove(&e->queue);
@@ -570,6 +757,8 @@ static ngx_int_t decide_alone(ngx_http_ratel_zone_t *zone,
         drop(zone, e);
         return NGX_OK;
     }
+    if (blob == scratch)
+        node_store(zone->sh, e, blob, len);
     e->len = (uint32_t)len;
     e->idle_ms = now_us / 1000 + item->decision.reset_after_ms;
     return NGX_OK;
@@ -584,11 +773,8 @@ static ngx_int_t make_rooms(ngx_http_ratel_zone_t *zone,
             continue;
         for (size_t j = 0; j <= i; j++) {
             member_t *m = &members[j];
-            if (m->fresh) {
-                chunk_t *first = (chunk_t *)m->fresh;
-                first->next = m->fresh->more;
-                chunks_free(zone->sh, first);
-            }
+            if (m->fresh)
+                node_release(zone->sh, m->fresh);
             chunks_free(zone->sh, m->extra);
             m->fresh = NULL;
             m->extra = NULL;
@@ -613,7 +799,8 @@ static void refuse_group(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *items,
 
     for (size_t i = 0; i < n; i++) {
         ratel_decision_t *d = &items[i].decision;
-        bytes += offsetof(node_t, data) + items[i].keylen + members[i].len;
+        if (!members[i].superseded)
+            bytes += chunks_for(items[i].keylen + members[i].len) * CHUNK;
         ngx_memzero(d, sizeof *d);
         d->limit = items[i].policy->rules[0].limit;
         d->retry_after_ms = REFUSE_RETRY_MS;
@@ -654,8 +841,9 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
     } else if (admitted) {
         refuse_group(zone, items, n, log);
     }
+    /* A superseded member's node is a later one's (and may be gone). */
     for (size_t i = 0; i < n; i++)
-        if (members[i].node)
+        if (members[i].node && !members[i].superseded)
             members[i].node->pinned = 0;
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return NGX_OK;
@@ -664,7 +852,7 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
 /*
  * Gives back one admitted item's charge, or with `lease` releases the
  * lease its decision carried (the zone's lock held). Neither lengthens a
- * blob: one in one chunk is changed where it is, a longer one on a copy.
+ * blob: one in one block is changed where it is, a chained one on a copy.
  */
 static void give_back(ngx_http_ratel_zone_t *zone,
                       const ratel_batch_item_t *item, int64_t now_us,
@@ -867,7 +1055,8 @@ static void remember(ngx_http_ratel_zone_t *zone, ratel_batch_item_t *it,
         n = chunks_for(len + sizeof d);
         if (chunks_reserve(zone, n, now_ms) != NGX_OK)
             return; /* no room: Redis is asked next time */
-        e = node_new(zone->sh, key, len, n);
+        e = node_new(zone->sh, key, len, len + sizeof d,
+                     chunks_alloc(zone->sh, block_for(len + sizeof d)));
         insert(zone->sh, e, hash);
         zone->sh->deny_hint[hash & (DENY_HINT_SLOTS - 1)]++;
     } else {
@@ -1012,20 +1201,34 @@ static void assign_slots(ngx_http_ratel_zone_t *zone)
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
-/* Cuts every free page of the zone into chunks, on the free list. */
-static void chunks_cut(ngx_slab_pool_t *pool, ngx_http_ratel_shm_t *sh)
+/*
+ * Makes the zone's chunks: every free page of the zone, one array whose
+ * first chunks hold the tags of the others, one free block. NGX_ERROR
+ * when nothing is left.
+ */
+static ngx_int_t chunks_init(ngx_slab_pool_t *pool, ngx_http_ratel_shm_t *sh)
 {
-    u_char *page;
+    size_t pages, total, tags;
+    u_char *area = NULL;
 
-    while ((page = ngx_slab_alloc(pool, ngx_pagesize)) != NULL) {
-        for (size_t off = 0; off + CHUNK <= ngx_pagesize; off += CHUNK) {
-            chunk_t *c = (chunk_t *)(page + off);
-            c->next = sh->free;
-            sh->free = c;
-            sh->nfree++;
-            sh->nchunks++;
-        }
+    for (pages = pool->pfree; pages > 0; pages--) {
+        area = ngx_slab_alloc(pool, pages * ngx_pagesize);
+        if (area)
+            break;
     }
+    if (area == NULL)
+        return NGX_ERROR;
+    total = pages * (ngx_pagesize / CHUNK);
+    tags = (total * sizeof *sh->tags + CHUNK - 1) / CHUNK;
+    if (total <= tags)
+        return NGX_ERROR;
+    sh->tags = (uint32_t *)area;
+    sh->base = area + tags * CHUNK;
+    sh->nchunks = total - tags;
+    for (ngx_uint_t b = 0; b < BINS; b++)
+        sh->bins[b] = NONE;
+    chunks_release(sh, 0, (uint32_t)sh->nchunks);
+    return NGX_OK;
 }
 
 ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
@@ -1060,7 +1263,8 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
             return NGX_ERROR;
         ngx_sprintf(pool->log_ctx, " in ratel_zone \"%V\"%Z",
                     &shm_zone->shm.name);
-        chunks_cut(pool, sh);
+        if (chunks_init(pool, sh) != NGX_OK)
+            return NGX_ERROR;
     }
     assign_slots(zone);
     return NGX_OK;
