@@ -13,7 +13,11 @@
 #     the next request takes its place (its wait is the freed slot's);
 #   - a dry run delays nothing (DELAYED_DRY_RUN);
 #   - nginx -t refuses a max_wait that is not a number of ms, and one on
-#     a policy whose rules are not all gcra, naming the rule.
+#     a policy whose rules are not all gcra, naming the rule;
+#   - examples/nginx/pace.conf, as docs/nginx.md prints it (ports
+#     changed, the application absent: nginx's 502 is an admitted
+#     request): 8 at once on /api/ give 6 admitted and 2 refused, and
+#     /export's slots are free again after each request.
 #
 # The timings come from one client clock (timed_requests.py): the
 # schedule is the feature, so each delayed request's time is checked
@@ -126,7 +130,26 @@ EOF
         'ratel: policy "mixed": max_wait needs every rule to be gcra; rule 2 ("100/1h") is sliding, in'
 }
 
+check_example() {
+    local dir=$tmp/example eport out specs=() codes=""
+    eport=$(free_port)
+    sed "s/127.0.0.1:8000/127.0.0.1:$eport/; s/127.0.0.1:8081/127.0.0.1:$(free_port)/" \
+        "$root/examples/nginx/pace.conf" >"$tmp/pace.conf"
+    echo "    include $tmp/pace.conf;" | nginx_conf "$dir" 1
+    contains example_nginx_t "$(ngx -t -p "$dir" -c "$dir/nginx.conf" 2>&1)" "test is successful"
+    nginx_start "$dir" "http://127.0.0.1:$eport/export"
+    for _ in $(seq 8); do specs+=("0:5:http://127.0.0.1:$eport/api/x"); done
+    out=$(timed "${specs[@]}")
+    same example_paced "$(awk '{ print $1 }' <<<"$out" | sort | uniq -c | tr -s ' \n' ' ')" " 2 429 6 502 "
+    for _ in 1 2 3 4 5; do
+        codes="$codes$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$eport/export") "
+    done
+    same example_export_released "$codes" "502 502 502 502 502 "
+    nginx_stop "$dir"
+}
+
 check_refusals
+check_example
 site zone ""
 check_schedule zone
 check_abandon zone
