@@ -96,7 +96,8 @@ typedef struct ngx_http_ratel_zone_s {
 } ngx_http_ratel_zone_t;
 
 /* `ratel zone=NAME policy=NAME key=SOURCES|$var [cost=NUMBER|$var]
-   [exempt=VALUE,...] [on_missing=reject|shared|allow] [max_wait=MS];` */
+   [exempt=VALUE,...] [on_missing=reject|shared|allow] [max_wait=MS]
+   [charge_on=STATUS,...];` */
 typedef struct {
     ngx_str_t zone_name, policy_name;
     ngx_http_ratel_zone_t *zone;      /* resolved after the http block */
@@ -110,8 +111,10 @@ typedef struct {
     int needs;           /* RATEL__KEY_NEEDS_*: the body is read first */
     ngx_http_complex_value_t *cost_cv; /* NULL: a fixed cost */
     uint64_t cost;
-    int64_t max_wait_ms; /* max_wait=: a reservation waited for; 0 none */
-    ngx_uint_t count;    /* the policy's index in zone->counts */
+    int64_t max_wait_ms;    /* max_wait=: a reservation waited for; 0 none */
+    ngx_array_t *charge_on; /* ngx_uint_t: charge_on= statuses; NULL: the
+                               line charges when it admits */
+    ngx_uint_t count;       /* the policy's index in zone->counts */
     u_char *file;
     ngx_uint_t line;
 } ngx_http_ratel_limit_t;
@@ -279,6 +282,15 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
  */
 void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
                                  ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us);
+/*
+ * Charges `items` (the lines of an ended request whose status their
+ * charge_on= names; not a group) in Redis by an acquire sent on the loop
+ * and not waited for (the items and keys copied); a Redis that cannot
+ * take it charges nothing, as the failure policy `open`.
+ */
+void ngx_http_ratel_redis_charge(ngx_http_ratel_zone_t *zone,
+                                 const ratel_batch_item_t *items, size_t n,
                                  int64_t now_us);
 /*
  * Releases the lease an admitted item took (its request ended): in Redis

@@ -502,6 +502,36 @@ static char *line_max_wait(ngx_conf_t *cf, ngx_str_t *v,
     return NGX_CONF_OK;
 }
 
+/* charge_on=STATUS[,STATUS...]: the statuses whose answers are charged. */
+static char *line_charge_on(ngx_conf_t *cf, ngx_str_t *v,
+                            ngx_http_ratel_limit_t *l)
+{
+    u_char *p = v->data, *end = v->data + v->len;
+
+    l->charge_on = ngx_array_create(cf->pool, 4, sizeof(ngx_uint_t));
+    if (l->charge_on == NULL)
+        return NGX_CONF_ERROR;
+    while (p <= end) {
+        u_char *comma = ngx_strlchr(p, end, ',');
+        ngx_int_t status = ngx_atoi(p, (comma ? comma : end) - p);
+        ngx_uint_t *slot;
+        if (status < 100 || status > 599) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel: charge_on=%V: expected statuses from "
+                               "100 to 599 separated by commas, e.g. "
+                               "charge_on=401,403",
+                               v);
+            return NGX_CONF_ERROR;
+        }
+        slot = ngx_array_push(l->charge_on);
+        if (slot == NULL)
+            return NGX_CONF_ERROR;
+        *slot = (ngx_uint_t)status;
+        p = (comma ? comma : end) + 1;
+    }
+    return NGX_CONF_OK;
+}
+
 /* One argument of a `ratel` line. */
 static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
 {
@@ -521,11 +551,14 @@ static char *line_arg(ngx_conf_t *cf, ngx_str_t *arg, ngx_http_ratel_limit_t *l)
         return line_missing(cf, &v, l);
     if (arg_value(arg, "max_wait=", &v) == NGX_OK)
         return line_max_wait(cf, &v, l);
+    if (arg_value(arg, "charge_on=", &v) == NGX_OK)
+        return line_charge_on(cf, &v, l);
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "ratel: unknown parameter \"%V\": expected "
                        "zone=NAME policy=NAME key=SOURCES|$var "
                        "[cost=NUMBER|$var] [exempt=VALUE,...] "
-                       "[on_missing=reject|shared|allow] [max_wait=MS]",
+                       "[on_missing=reject|shared|allow] [max_wait=MS] "
+                       "[charge_on=STATUS,...]",
                        arg);
     return NGX_CONF_ERROR;
 }
@@ -645,12 +678,25 @@ static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
     return NGX_OK;
 }
 
-/* max_wait= needs a policy whose every rule reserves (gcra). */
+/*
+ * max_wait= needs a policy whose every rule reserves (gcra). charge_on=
+ * checks before and charges after the request: it takes no lease to
+ * release nor a reservation to wait for.
+ */
 static ngx_int_t check_max_wait(ngx_conf_t *cf, ngx_http_ratel_limit_t *l)
 {
     ratel_options_t o;
     char err[256];
 
+    if (l->charge_on &&
+        (l->max_wait_ms > 0 || ratel_policy_has_leases(&l->policy->policy))) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "ratel: charge_on= charges after the request, so it "
+                      "takes %s, in %s:%ui",
+                      l->max_wait_ms ? "no max_wait=" : "no concurrent rule",
+                      l->file, l->line);
+        return NGX_ERROR;
+    }
     if (l->max_wait_ms == 0)
         return NGX_OK;
     ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD, 0);

@@ -57,7 +57,9 @@ void ngx_http_ratel_give_back(ngx_http_ratel_zone_t *zone,
 {
     for (size_t i = 0; i < n; i++) {
         ratel_batch_item_t *it = &items[i];
-        if (it->rc != 0 || !it->decision.allowed)
+        /* A charge_on= line only checked the limit: nothing to give. */
+        if (it->rc != 0 || !it->decision.allowed ||
+            (it->request.flags & RATEL_PEEK))
             continue;
         if (all && !lease_only(it))
             refund(zone, it, now_us);

@@ -62,6 +62,7 @@ typedef struct {
     unsigned body_read : 1; /* ... and is read */
     unsigned holding : 1;   /* admitted with leases, released at its end */
     unsigned delaying : 1;  /* admitted, waiting for its reservation */
+    unsigned charged : 1;   /* charge_on= lines looked at (log phase) */
     int64_t until_ms;       /* reservations: when the request may go on */
     const char *reason;     /* a key refused: bad-key or missing-key */
     int64_t remaining;      /* -1: no line decided */
@@ -400,6 +401,8 @@ static ngx_int_t add_item(ngx_http_request_t *r, ctx_t *ctx,
     item->policy = &l->policy->policy;
     item->request.cost = 1;
     item->request.max_wait_ms = l->max_wait_ms;
+    /* charge_on=: the limit is checked now, charged in the log phase. */
+    item->request.flags = l->charge_on ? RATEL_PEEK : 0;
     rc = line_cost_of(r, l, &item->request.cost);
     if (rc != NGX_OK)
         return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
@@ -528,7 +531,7 @@ static void uncharge(ratel_batch_item_t *it)
     ratel_decision_t *d = &it->decision;
     uint64_t cost = it->request.cost;
 
-    if (it->rc != 0 || !d->allowed)
+    if (it->rc != 0 || !d->allowed || (it->request.flags & RATEL_PEEK))
         return;
     if (d->remaining < 0 || cost >= (uint64_t)(d->limit - d->remaining)) {
         d->remaining = d->limit;
@@ -883,6 +886,55 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
     return run(r, ctx);
 }
 
+/* ------------------------------------------------------------ log phase */
+
+static ngx_uint_t charged_on(const ngx_http_ratel_limit_t *l, ngx_uint_t status)
+{
+    ngx_uint_t *s = l->charge_on ? l->charge_on->elts : NULL;
+
+    for (ngx_uint_t i = 0; s && i < l->charge_on->nelts; i++)
+        if (s[i] == status)
+            return 1;
+    return 0;
+}
+
+/*
+ * The request ended: the lines with charge_on= (which only checked the
+ * limit before it) charge it when its status is one of theirs, each on
+ * its own (the request was decided already). A zone charges under its
+ * lock; a Redis zone's charge is sent and not waited for. A request the
+ * module refused, or could not decide, is not charged.
+ */
+static ngx_int_t log_handler(ngx_http_request_t *r)
+{
+    ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
+    ngx_uint_t status;
+    int64_t now_us;
+
+    if (ctx == NULL || !ctx->done || ctx->charged ||
+        ctx->outcome == NGX_HTTP_RATEL_REJECTED ||
+        ctx->outcome == NGX_HTTP_RATEL_ERROR ||
+        ctx->outcome == NGX_HTTP_RATEL_INVALID)
+        return NGX_OK;
+    ctx->charged = 1;
+    status = r->err_status ? r->err_status : r->headers_out.status;
+    now_us = ngx_http_ratel_now_us();
+    for (size_t i = 0; i < ctx->nitems; i++) {
+        ratel_batch_item_t it = ctx->items[i];
+        ngx_http_ratel_zone_t *zone = ctx->lines[i]->zone;
+        if (!charged_on(ctx->lines[i], status) || it.rc != 0)
+            continue;
+        it.request.flags &= ~RATEL_PEEK;
+        it.group = 0;
+        if (zone->store.len == 0)
+            (void)ngx_http_ratel_shm_decide(zone, &it, 1, now_us,
+                                            r->connection->log);
+        else
+            ngx_http_ratel_redis_charge(zone, &it, 1, now_us);
+    }
+    return NGX_OK;
+}
+
 /* ------------------------------------------------- fields and variables */
 
 static ngx_str_t policy_name = ngx_string("RateLimit-Policy");
@@ -1009,6 +1061,10 @@ static ngx_int_t postconfiguration(ngx_conf_t *cf)
     if (h == NULL)
         return NGX_ERROR;
     *h = access_handler;
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL)
+        return NGX_ERROR;
+    *h = log_handler;
     next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = header_filter;
     return NGX_OK;

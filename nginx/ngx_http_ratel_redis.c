@@ -459,3 +459,54 @@ void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
     }
     call_started(rz);
 }
+
+/* A charge sent for an ended request: its items and their keys. */
+typedef struct {
+    redis_zone_t *rz;
+    size_t n;
+    ratel_batch_item_t items[RATEL_GROUP_MAX];
+    char keys[1];
+} redis_charge_t;
+
+static void on_charge(void *ud, ratel_batch_item_t *items, size_t n)
+{
+    redis_charge_t *job = ud;
+
+    (void)items;
+    (void)n;
+    call_ended(job->rz);
+    ngx_free(job);
+}
+
+void ngx_http_ratel_redis_charge(ngx_http_ratel_zone_t *zone,
+                                 const ratel_batch_item_t *items, size_t n,
+                                 int64_t now_us)
+{
+    redis_zone_t *rz = zone->redis;
+    redis_charge_t *job;
+    size_t keys = 0;
+    char *k;
+
+    if (!rz || !rz->async || n == 0 || n > RATEL_GROUP_MAX)
+        return;
+    for (size_t i = 0; i < n; i++)
+        keys += items[i].keylen;
+    job = ngx_alloc(offsetof(redis_charge_t, keys) + keys + 1, rz->log);
+    if (!job)
+        return;
+    job->rz = rz;
+    job->n = n;
+    k = job->keys;
+    for (size_t i = 0; i < n; i++) {
+        job->items[i] = items[i];
+        job->items[i].key = k;
+        ngx_memcpy(k, items[i].key, items[i].keylen);
+        k += items[i].keylen;
+    }
+    if (ratel_async_acquire_batch(rz->async, job->items, n, now_us, on_charge,
+                                  job) != 0) {
+        ngx_free(job);
+        return;
+    }
+    call_started(rz);
+}
