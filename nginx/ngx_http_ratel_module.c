@@ -1,11 +1,16 @@
 /*
  * ngx_http_ratel_module.c - ratel inside nginx: the module, the access
- * handler that decides a request's `ratel` lines, the RateLimit fields and
- * the $ratel_* variables. The directives (read in ngx_http_ratel_conf.c):
+ * handler that decides a request's `ratel` lines (their items are made in
+ * ngx_http_ratel_items.c; what an admitted request holds, its leases and
+ * its reservation's wait, is ngx_http_ratel_hold.c's), the log phase that
+ * charges charge_on= lines, the RateLimit fields and the $ratel_*
+ * variables. The directives (read in ngx_http_ratel_conf.c):
  *
  *   ratel_zone   zone=NAME:SIZE [store=URL];        http
  *   ratel_policy NAME RULE...;                      http
- *   ratel        zone=NAME policy=NAME key=STRING [cost=NUMBER|$var];
+ *   ratel        zone=NAME policy=NAME key=SOURCES|$var [cost=NUMBER|$var]
+ *                [exempt=VALUE,...] [on_missing=reject|shared|allow]
+ *                [max_wait=MS] [charge_on=STATUS,...];
  *                                                   http, server, location
  *   ratel_status CODE;  ratel_dry_run on|off;  ratel_headers on|off;
  *   ratel_log_level info|notice|warn|error;         http, server, location
@@ -19,12 +24,10 @@
  * what the earlier zones charged (docs/nginx.md).
  */
 #include "ngx_http_ratel.h"
+#include "ngx_http_ratel_request.h"
 
-#include "app/json.h"
 #include "app/log.h"
 #include "app/ratelimit.h"
-
-#include <cjson/cJSON.h>
 
 const char *const ngx_http_ratel_status_names[] = {
 #define STATUS_NAME(name, status, metric) status,
@@ -37,38 +40,6 @@ const char *const ngx_http_ratel_metric_outcomes[] = {
     NGX_HTTP_RATEL_OUTCOMES(METRIC_NAME)
 #undef METRIC_NAME
 };
-
-/* One zone's lines of this request: items[start .. start + n). */
-typedef struct {
-    ngx_http_ratel_zone_t *zone;
-    size_t start, n;
-} group_t;
-
-/* What the module knows of a request (its main request's). */
-typedef struct {
-    ratel_batch_item_t *items;
-    ngx_http_ratel_limit_t **lines; /* items[i]'s line */
-    group_t *groups;
-    size_t nitems, ngroups, group; /* group: the next one to decide */
-    int64_t now_us;
-    ngx_http_ratel_loc_conf_t *conf;
-    ngx_uint_t outcome;
-    unsigned asked : 1;   /* the current group was handed to its backend */
-    unsigned waiting : 1; /* ... which answers later */
-    unsigned done : 1;    /* decided: the request is not decided again */
-    unsigned refused : 1;
-    unsigned built : 1;     /* items made from the lines */
-    unsigned body : 1;      /* the body was asked for (form:, json:) */
-    unsigned body_read : 1; /* ... and is read */
-    unsigned holding : 1;   /* admitted with leases, released at its end */
-    unsigned delaying : 1;  /* admitted, waiting for its reservation */
-    unsigned charged : 1;   /* charge_on= lines looked at (log phase) */
-    int64_t until_ms;       /* reservations: when the request may go on */
-    const char *reason;     /* a key refused: bad-key or missing-key */
-    int64_t remaining;      /* -1: no line decided */
-    long long retry_s;      /* refused: Retry-After */
-    ngx_str_t policy_field, limit_field;
-} ctx_t;
 
 static ngx_int_t preconfiguration(ngx_conf_t *cf);
 static ngx_int_t postconfiguration(ngx_conf_t *cf);
@@ -116,7 +87,7 @@ static ngx_http_output_header_filter_pt next_header_filter;
  */
 static void ctx_cleanup(void *data)
 {
-    ctx_t *ctx = data;
+    ngx_http_ratel_ctx_t *ctx = data;
     int64_t now_us;
 
     if (!ctx->holding && !ctx->delaying)
@@ -131,9 +102,10 @@ static void ctx_cleanup(void *data)
 }
 
 /* The request's context, also after an internal redirect (realip's way). */
-static ctx_t *ctx_of(ngx_http_request_t *r)
+static ngx_http_ratel_ctx_t *ctx_of(ngx_http_request_t *r)
 {
-    ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_ratel_module);
+    ngx_http_ratel_ctx_t *ctx =
+        ngx_http_get_module_ctx(r, ngx_http_ratel_module);
     ngx_pool_cleanup_t *cln;
 
     if (ctx || !(r->internal || r->filter_finalize))
@@ -148,320 +120,11 @@ static ctx_t *ctx_of(ngx_http_request_t *r)
     return NULL;
 }
 
-/* Every value of header `name` in nginx's request, for key sources. */
-static size_t request_headers(const void *ctx, const char *name,
-                              ratel__key_str_t *out, size_t max)
-{
-    const ngx_http_request_t *r = ctx;
-    const ngx_list_part_t *part = &r->headers_in.headers.part;
-    size_t n = ngx_strlen(name), count = 0;
-
-    for (; part; part = part->next) {
-        const ngx_table_elt_t *h = part->elts;
-        for (ngx_uint_t i = 0; i < part->nelts; i++) {
-            if (h[i].key.len != n ||
-                ngx_strncasecmp(h[i].key.data, (u_char *)name, n) != 0)
-                continue;
-            if (count < max)
-                out[count] = (ratel__key_str_t){(const char *)h[i].value.data,
-                                                h[i].value.len};
-            count++;
-        }
-    }
-    return count;
-}
-
-/* Whether the request's Content-Type is `type`, parameters aside. */
-static ngx_uint_t type_is(ngx_http_request_t *r, const char *type)
-{
-    ngx_table_elt_t *t = r->headers_in.content_type;
-    size_t n = ngx_strlen(type);
-
-    return t && t->value.len >= n &&
-           ngx_strncasecmp(t->value.data, (u_char *)type, n) == 0 &&
-           (t->value.len == n || t->value.data[n] == ';' ||
-            t->value.data[n] == ' ');
-}
-
-/* The request body as read (in one buffer of memory), or empty with
- *whole 0 when it went to a file. */
-static ngx_str_t body_of(ngx_http_request_t *r, ngx_uint_t *whole)
-{
-    ngx_str_t b = ngx_null_string;
-    ngx_chain_t *cl = r->request_body ? r->request_body->bufs : NULL;
-
-    *whole = 1;
-    if (cl == NULL)
-        return b;
-    if (cl->next || cl->buf->in_file || !ngx_buf_in_memory(cl->buf)) {
-        *whole = cl->next == NULL && ngx_buf_size(cl->buf) == 0;
-        return b;
-    }
-    b.data = cl->buf->pos;
-    b.len = cl->buf->last - cl->buf->pos;
-    return b;
-}
-
-/* What the location's lines read of the body (RATEL__KEY_NEEDS_*). */
-static int lines_need(ngx_http_ratel_loc_conf_t *conf)
-{
-    ngx_http_ratel_limit_t **l = conf->limits->elts;
-    int needs = 0;
-
-    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++)
-        needs |= l[i]->needs;
-    return needs;
-}
-
-/*
- * The view key sources read of request `r`: its headers, query (r->args),
- * path (r->uri, as locations match it), host, client address (after
- * realip), and the body the handler read for form: and json: sources.
- * view->json is the caller's to delete.
- */
-static ngx_int_t make_view(ngx_http_request_t *r, ctx_t *ctx,
-                           ratel__key_view_t *v)
-{
-    ngx_connection_t *c = r->connection;
-    ngx_uint_t whole = 1;
-    ngx_str_t body = ngx_null_string;
-    u_char *client = ngx_pnalloc(r->pool, c->addr_text.len + 1);
-
-    if (client == NULL)
-        return NGX_ERROR;
-    ngx_memcpy(client, c->addr_text.data, c->addr_text.len);
-    client[c->addr_text.len] = '\0';
-    ngx_memzero(v, sizeof *v);
-    v->headers = request_headers;
-    v->ctx = r;
-    if (r->args.len > 0 || r->args_start)
-        v->query = (ratel__key_str_t){(const char *)r->args.data, r->args.len};
-    v->path = (ratel__key_str_t){(const char *)r->uri.data, r->uri.len};
-    v->host = (ratel__key_str_t){(const char *)r->headers_in.server.data,
-                                 r->headers_in.server.len};
-    v->client = (const char *)client;
-    if (ctx->body_read)
-        body = body_of(r, &whole);
-    if (type_is(r, "application/x-www-form-urlencoded")) {
-        v->body = RATEL__KEY_BODY_URLENCODED;
-        v->form = (ratel__key_str_t){(const char *)body.data, body.len};
-        v->form_unread = !whole;
-    } else if (type_is(r, "multipart/form-data")) {
-        v->body = RATEL__KEY_BODY_MULTIPART;
-    }
-    if (ctx->body_read && (lines_need(ctx->conf) & RATEL__KEY_NEEDS_JSON) &&
-        (!whole || body.len > 0)) {
-        cJSON *root = NULL;
-        if (!whole ||
-            ratel__json_parse_strict((const char *)body.data, body.len, &root,
-                                     NULL, NULL, 0) != 0 ||
-            !cJSON_IsObject(root))
-            v->json_error = 1;
-        else
-            v->json = root;
-        if (v->json == NULL)
-            cJSON_Delete(root);
-    }
-    return NGX_OK;
-}
-
-/* Whether `value` is one of the line's exempt values. */
-static ngx_uint_t exempt(ngx_http_ratel_limit_t *l, const u_char *value,
-                         size_t n)
-{
-    ngx_str_t *v = l->exempt ? l->exempt->elts : NULL;
-
-    for (ngx_uint_t i = 0; v && i < l->exempt->nelts; i++)
-        if (v[i].len == n && ngx_memcmp(v[i].data, value, n) == 0)
-            return 1;
-    return 0;
-}
-
-/* A line whose key was refused or missing: logged through the budget. */
-static void key_refused(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
-                        const char *reason, const char *why)
-{
-    uint64_t not_logged = 0;
-
-    if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_KEY, &not_logged))
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "ratel: %s: key=%V of the line in %s:%ui: %s "
-                      "(not_logged=%uL)",
-                      reason, &l->key_text, l->file, l->line,
-                      why ? why : "absent or empty", not_logged);
-}
-
-/*
- * The store key of a key=$var line into buf (room for "POLICY:" and
- * RATEL__KEY_MAX bytes): the variable's value escaped as key sources
- * escape theirs, "-" for an empty one under on_missing=shared. Its length;
- * 0 when the value is empty (missing); -1 when too long; -2 when the
- * variable cannot be read.
- */
-static long var_key(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
-                    u_char *buf)
-{
-    ngx_str_t *p = &l->policy->name, value;
-    long n;
-
-    if (ngx_http_complex_value(r, l->key_cv, &value) != NGX_OK)
-        return -2;
-    if (value.len == 0 && l->sources.on_missing != RATEL__KEY_MISSING_SHARED)
-        return 0;
-    if (value.len == 0) {
-        value.data = (u_char *)"-";
-        value.len = 1;
-    }
-    ngx_memcpy(buf, p->data, p->len);
-    buf[p->len] = ':';
-    n = ratel__key_escape((const char *)value.data, value.len,
-                          (char *)buf + p->len + 1, RATEL__KEY_MAX + 1);
-    return n < 0 ? -1 : n + (long)p->len + 1;
-}
-
-/*
- * The store key of line `l` into *key (in r's pool): NGX_OK; NGX_DECLINED
- * when the line does not limit this request (an exempt value, a missing
- * key under on_missing=allow); NGX_ABORT when the key is refused or
- * missing (ctx->reason set: the request is answered 400); NGX_ERROR.
- */
-static ngx_int_t line_key(ngx_http_request_t *r, ctx_t *ctx,
-                          ngx_http_ratel_limit_t *l, const ratel__key_view_t *v,
-                          ngx_str_t *key)
-{
-    ngx_str_t *p = &l->policy->name;
-    const char *why = NULL;
-    size_t cap = p->len + 2 + RATEL__KEY_MAX;
-    long n;
-
-    key->data = ngx_pnalloc(r->pool, cap);
-    if (key->data == NULL)
-        return NGX_ERROR;
-    if (l->key_cv == NULL)
-        n = ratel__key_build(&l->sources, (const char *)p->data, v,
-                             (char *)key->data, cap, &why);
-    else if ((n = var_key(r, l, key->data)) == -2)
-        return NGX_ERROR;
-    else if (n < 0)
-        why = "longer than its limit";
-    if (n > 0) {
-        key->len = (size_t)n;
-        return exempt(l, key->data + p->len + 1, key->len - p->len - 1)
-                   ? NGX_DECLINED
-                   : NGX_OK;
-    }
-    if (n == 0 && l->sources.on_missing == RATEL__KEY_MISSING_ALLOW)
-        return NGX_DECLINED;
-    ctx->reason = n == 0 ? "missing-key" : "bad-key";
-    key_refused(r, l, ctx->reason, why);
-    return NGX_ABORT;
-}
-
-/* The line's cost for this request: its number, or its variable's. */
-static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
-                              uint64_t *cost)
-{
-    uint64_t not_logged = 0;
-    ngx_str_t v;
-    off_t n;
-
-    *cost = l->cost;
-    if (l->cost_cv == NULL)
-        return NGX_OK;
-    if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
-        return NGX_ERROR;
-    n = ngx_atoof(v.data, v.len);
-    if (n >= 1) {
-        *cost = (uint64_t)n;
-        return NGX_OK;
-    }
-    if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_COST, &not_logged))
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratel: cost \"%*s\" of the line in %s:%ui is not a "
-                      "whole number of at least 1 (not_logged=%uL)",
-                      ngx_min(v.len, 64), v.data, l->file, l->line, not_logged);
-    return NGX_DECLINED;
-}
-
-/*
- * Item `ctx->nitems` from line `l`: NGX_OK, NGX_DECLINED when the line
- * does not limit the request, NGX_ABORT for a request that cannot be
- * decided (a key refused or missing: ctx->reason; a cost that is not a
- * number), NGX_ERROR.
- */
-static ngx_int_t add_item(ngx_http_request_t *r, ctx_t *ctx,
-                          ngx_http_ratel_limit_t *l, const ratel__key_view_t *v)
-{
-    ratel_batch_item_t *item = &ctx->items[ctx->nitems];
-    ngx_str_t key;
-    ngx_int_t rc = line_key(r, ctx, l, v, &key);
-
-    if (rc != NGX_OK)
-        return rc;
-    item->policy = &l->policy->policy;
-    item->request.cost = 1;
-    item->request.max_wait_ms = l->max_wait_ms;
-    /* charge_on=: the limit is checked now, charged in the log phase. */
-    item->request.flags = l->charge_on ? RATEL_PEEK : 0;
-    rc = line_cost_of(r, l, &item->request.cost);
-    if (rc != NGX_OK)
-        return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
-    item->key = (const char *)key.data;
-    item->keylen = key.len;
-    ctx->lines[ctx->nitems++] = l;
-    return NGX_OK;
-}
-
-/* The lines of zone `zone` as one group; NGX_ABORT as add_item's. */
-static ngx_int_t add_group(ngx_http_request_t *r, ctx_t *ctx,
-                           ngx_http_ratel_zone_t *zone,
-                           const ratel__key_view_t *v)
-{
-    ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
-    group_t *g = &ctx->groups[ctx->ngroups];
-
-    g->zone = zone;
-    g->start = ctx->nitems;
-    for (ngx_uint_t i = 0; i < ctx->conf->limits->nelts; i++) {
-        ngx_int_t rc =
-            l[i]->zone == zone ? add_item(r, ctx, l[i], v) : NGX_DECLINED;
-        if (rc == NGX_ERROR || rc == NGX_ABORT)
-            return rc;
-    }
-    g->n = ctx->nitems - g->start;
-    /* One member is a group of its own (a batch's group 0). */
-    for (size_t i = g->start; i < ctx->nitems; i++)
-        ctx->items[i].group = g->n > 1 ? 1 : 0;
-    if (g->n > 0)
-        ctx->ngroups++;
-    return NGX_OK;
-}
-
-/* The request's items, zone by zone in the order the zones first appear. */
-static ngx_int_t build(ngx_http_request_t *r, ctx_t *ctx)
-{
-    ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
-    size_t n = ctx->conf->limits->nelts;
-    ratel__key_view_t v;
-    ngx_int_t rc = make_view(r, ctx, &v);
-
-    ctx->built = 1;
-    for (size_t i = 0; rc == NGX_OK && i < n; i++) {
-        size_t j = 0;
-        while (j < i && l[j]->zone != l[i]->zone)
-            j++;
-        if (j < i)
-            continue;
-        rc = add_group(r, ctx, l[i]->zone, &v);
-    }
-    cJSON_Delete((cJSON *)v.json);
-    return rc;
-}
-
 static void resume(void *data);
 
 /* Hands group `g` to its zone's backend: NGX_OK decided, NGX_AGAIN later. */
-static ngx_int_t ask(ngx_http_request_t *r, ctx_t *ctx, group_t *g)
+static ngx_int_t ask(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
+                     ngx_http_ratel_group_t *g)
 {
     ratel_batch_item_t *items = ctx->items + g->start;
     ngx_int_t rc;
@@ -478,7 +141,7 @@ static ngx_int_t ask(ngx_http_request_t *r, ctx_t *ctx, group_t *g)
     return rc == NGX_AGAIN ? NGX_AGAIN : NGX_OK;
 }
 
-static ngx_uint_t admitted(ctx_t *ctx, group_t *g)
+static ngx_uint_t admitted(ngx_http_ratel_ctx_t *ctx, ngx_http_ratel_group_t *g)
 {
     for (size_t i = g->start; i < g->start + g->n; i++)
         if (ctx->items[i].rc != 0 || !ctx->items[i].decision.allowed)
@@ -491,10 +154,10 @@ static ngx_uint_t admitted(ctx_t *ctx, group_t *g)
  * took, in shared memory or in Redis (a refund the request does not wait
  * for).
  */
-static void give_back(ctx_t *ctx)
+static void give_back(ngx_http_ratel_ctx_t *ctx)
 {
     for (size_t i = 0; i < ctx->group; i++) {
-        group_t *g = &ctx->groups[i];
+        ngx_http_ratel_group_t *g = &ctx->groups[i];
         ngx_http_ratel_give_back(g->zone, ctx->items + g->start, g->n,
                                  ctx->now_us, 1);
     }
@@ -505,7 +168,7 @@ static void give_back(ctx_t *ctx)
  * go on. A zone's waits count from the request's clock; Redis's from its
  * own clock as it decided, about when its answer came.
  */
-static void note_wait(ctx_t *ctx, group_t *g)
+static void note_wait(ngx_http_ratel_ctx_t *ctx, ngx_http_ratel_group_t *g)
 {
     int64_t base_ms =
         (g->zone->store.len == 0 ? ctx->now_us : ngx_http_ratel_now_us()) /
@@ -542,7 +205,7 @@ static void uncharge(ratel_batch_item_t *it)
 }
 
 /* Items decided: those of the groups asked so far. */
-static size_t decided_items(ctx_t *ctx)
+static size_t decided_items(ngx_http_ratel_ctx_t *ctx)
 {
     size_t g = ctx->group < ctx->ngroups ? ctx->group + 1 : ctx->ngroups;
 
@@ -550,7 +213,7 @@ static size_t decided_items(ctx_t *ctx)
 }
 
 /* Whether item i's policy came earlier among the first i items. */
-static ngx_uint_t policy_seen(ctx_t *ctx, size_t i)
+static ngx_uint_t policy_seen(ngx_http_ratel_ctx_t *ctx, size_t i)
 {
     for (size_t j = 0; j < i; j++)
         if (ctx->items[j].policy == ctx->items[i].policy)
@@ -575,7 +238,8 @@ static uint32_t rule_of(const ngx_http_ratel_policy_t *pol,
  * as it is; each RateLimit item is written once into room for the longest
  * its policy can give.
  */
-static ngx_int_t make_fields(ngx_http_request_t *r, ctx_t *ctx, size_t n)
+static ngx_int_t make_fields(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
+                             size_t n)
 {
     size_t plen = 0, llen = 0, npolicies = 0;
     ngx_http_ratel_policy_t *one = NULL;
@@ -627,7 +291,7 @@ static ngx_int_t make_fields(ngx_http_request_t *r, ctx_t *ctx, size_t n)
 }
 
 /* One log line per line that refused or could not decide. */
-static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
+static void log_item(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx, size_t i)
 {
     ratel_batch_item_t *it = &ctx->items[i];
     ngx_http_ratel_limit_t *l = ctx->lines[i];
@@ -660,7 +324,7 @@ static void log_item(ngx_http_request_t *r, ctx_t *ctx, size_t i)
  * failed; when refused, the lines whose own policy refused count it
  * (denied, or shadow_denied in a dry run) and the others nothing.
  */
-static void count(ctx_t *ctx, size_t i)
+static void count(ngx_http_ratel_ctx_t *ctx, size_t i)
 {
     ratel_batch_item_t *it = &ctx->items[i];
     ngx_uint_t o = ctx->outcome;
@@ -676,7 +340,7 @@ static void count(ctx_t *ctx, size_t i)
  * An admitted request holds its leases until it ends, and waits for its
  * reservations first (a dry run counts them and goes on at once).
  */
-static ngx_int_t go_on(ngx_http_request_t *r, ctx_t *ctx)
+static ngx_int_t go_on(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx)
 {
     int64_t ms = ctx->until_ms - ngx_http_ratel_now_us() / 1000;
 
@@ -687,7 +351,7 @@ static ngx_int_t go_on(ngx_http_request_t *r, ctx_t *ctx)
 }
 
 /* The request is decided: outcome, variables, fields, counts and log. */
-static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
+static ngx_int_t finish(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx)
 {
     size_t n = decided_items(ctx);
     ngx_uint_t error = 0;
@@ -741,10 +405,10 @@ static ngx_int_t finish(ngx_http_request_t *r, ctx_t *ctx)
 }
 
 /* Decides the groups not decided yet, one zone after the other. */
-static ngx_int_t run(ngx_http_request_t *r, ctx_t *ctx)
+static ngx_int_t run(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx)
 {
     while (ctx->group < ctx->ngroups) {
-        group_t *g = &ctx->groups[ctx->group];
+        ngx_http_ratel_group_t *g = &ctx->groups[ctx->group];
         if (!ctx->asked && ask(r, ctx, g) == NGX_AGAIN) {
             /* The request waits for the backend's answer: resume(). */
             ctx->waiting = 1;
@@ -767,7 +431,7 @@ static void resume(void *data)
 {
     ngx_http_request_t *r = data;
     ngx_connection_t *c = r->connection;
-    ctx_t *ctx = ctx_of(r);
+    ngx_http_ratel_ctx_t *ctx = ctx_of(r);
 
     ctx->waiting = 0;
     r->main->count--;
@@ -776,19 +440,20 @@ static void resume(void *data)
 }
 
 /* The request's context with room for its lines' items, in one piece. */
-static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
+static ngx_http_ratel_ctx_t *new_ctx(ngx_http_request_t *r,
+                                     ngx_http_ratel_loc_conf_t *conf)
 {
     size_t n = conf->limits->nelts;
     ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
-    ctx_t *ctx = ngx_pcalloc(
-        r->pool,
-        sizeof *ctx + n * (sizeof(ratel_batch_item_t) + sizeof(group_t) +
-                           sizeof(ngx_http_ratel_limit_t *)));
+    ngx_http_ratel_ctx_t *ctx = ngx_pcalloc(
+        r->pool, sizeof *ctx + n * (sizeof(ratel_batch_item_t) +
+                                    sizeof(ngx_http_ratel_group_t) +
+                                    sizeof(ngx_http_ratel_limit_t *)));
 
     if (ctx == NULL || cln == NULL)
         return NULL;
     ctx->items = (ratel_batch_item_t *)(ctx + 1);
-    ctx->groups = (group_t *)(ctx->items + n);
+    ctx->groups = (ngx_http_ratel_group_t *)(ctx->items + n);
     ctx->lines = (ngx_http_ratel_limit_t **)(ctx->groups + n);
     cln->handler = ctx_cleanup;
     cln->data = ctx;
@@ -803,7 +468,7 @@ static ctx_t *new_ctx(ngx_http_request_t *r, ngx_http_ratel_loc_conf_t *conf)
 /* The body is read: the request's phases go on from the access handler. */
 static void body_done(ngx_http_request_t *r)
 {
-    ctx_t *ctx = ctx_of(r);
+    ngx_http_ratel_ctx_t *ctx = ctx_of(r);
 
     ctx->body_read = 1;
     r->preserve_body = 1; /* proxy_pass still sends it */
@@ -816,18 +481,18 @@ static void body_done(ngx_http_request_t *r)
 static ngx_uint_t wants_body(ngx_http_request_t *r,
                              ngx_http_ratel_loc_conf_t *conf)
 {
-    int needs = lines_need(conf);
+    int needs = ngx_http_ratel_lines_need(conf);
 
     if (r->headers_in.content_length_n <= 0 && !r->headers_in.chunked)
         return 0;
     return (needs & RATEL__KEY_NEEDS_JSON) ||
            ((needs & RATEL__KEY_NEEDS_FORM) &&
-            type_is(r, "application/x-www-form-urlencoded"));
+            ngx_http_ratel_type_is(r, "application/x-www-form-urlencoded"));
 }
 
 /* A request that cannot be decided: each line counts it; a refused or
    missing key is the client's (400), a bad cost the configuration's. */
-static ngx_int_t undecided(ngx_http_request_t *r, ctx_t *ctx)
+static ngx_int_t undecided(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx)
 {
     ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;
 
@@ -844,7 +509,7 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
 {
     ngx_http_ratel_loc_conf_t *conf =
         ngx_http_get_module_loc_conf(r, ngx_http_ratel_module);
-    ctx_t *ctx = ctx_of(r->main);
+    ngx_http_ratel_ctx_t *ctx = ctx_of(r->main);
     ngx_int_t rc;
 
     if (ctx && ctx->waiting)
@@ -878,7 +543,7 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
         ngx_http_finalize_request(r, NGX_DONE);
         return NGX_DONE;
     }
-    rc = build(r, ctx);
+    rc = ngx_http_ratel_build(r, ctx);
     if (rc == NGX_ERROR)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     if (rc == NGX_ABORT)
@@ -907,7 +572,7 @@ static ngx_uint_t charged_on(const ngx_http_ratel_limit_t *l, ngx_uint_t status)
  */
 static ngx_int_t log_handler(ngx_http_request_t *r)
 {
-    ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
+    ngx_http_ratel_ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
     ngx_uint_t status;
     int64_t now_us;
 
@@ -959,7 +624,7 @@ static ngx_int_t add_header(ngx_http_request_t *r, ngx_str_t *key,
    refusal. */
 static ngx_int_t header_filter(ngx_http_request_t *r)
 {
-    ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
+    ngx_http_ratel_ctx_t *ctx = r == r->main ? ctx_of(r) : NULL;
     ngx_str_t retry, reason;
 
     if (ctx && ctx->done && ctx->reason && !ctx->conf->dry_run) {
@@ -1002,7 +667,7 @@ static ngx_int_t set_number(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 static ngx_int_t variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
                           uintptr_t data)
 {
-    ctx_t *ctx = ctx_of(r->main);
+    ngx_http_ratel_ctx_t *ctx = ctx_of(r->main);
     const char *s;
 
     /* Nothing decided (every key empty): empty, as $limit_req_status. */
