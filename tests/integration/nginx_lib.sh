@@ -133,6 +133,13 @@ nginx_start() {
     return 1
 }
 
+# nginx_workers DIR: the pids of the workers of the nginx whose pid is in
+# DIR/nginx.pid, one a line (the 4th field of a process's stat is its
+# parent; cat, not awk, reads them: a process may end meanwhile).
+nginx_workers() {
+    cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$(cat "$1/nginx.pid")" '$4 == p { print $1 }'
+}
+
 # nginx_stop DIR: a graceful stop (QUIT: under valgrind the process ends
 # as it would in service), insisting after 30 s.
 nginx_stop() {

@@ -170,7 +170,7 @@ check_killed() {
     t0=$(date +%s%N)
     # The workers that hold them, by their ids (kill -9: no cleanup runs).
     # shellcheck disable=SC2046 # one id per word
-    kill -9 $(pgrep -P "$(cat "$dir/nginx.pid")")
+    kill -9 $(nginx_workers "$dir")
     same "${m}_killed_still_held" "$(code "$u/killed?ms=0")" 429
     wait_for 5 admitted "$u/killed?ms=0"
     t1=$(date +%s%N)

@@ -333,12 +333,7 @@ check_refusals() {
         "$(($(line_of 'key=ip;') + 1))"
 }
 
-# worker_pids: the main nginx's workers (the 4th field of a process's
-# stat is its parent).
-worker_pids() {
-    # cat, not awk, reads them: a process may end meanwhile.
-    cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$(cat "$tmp/main/nginx.pid")" '$4 == p { print $1 }'
-}
+worker_pids() { nginx_workers "$tmp/main"; }
 gone() {
     local p
     for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done
