@@ -238,11 +238,28 @@ static ratel_http_str_t route_policy_field(const rateld_pending_t *items,
 }
 
 /*
+ * X-Ratel-Charge-On: the statuses for which the gateway reports the
+ * answer (/v1/report), every charge_on of the request's policies; empty
+ * when none has one.
+ */
+static ratel_http_str_t charge_on(const rateld_pending_t *items, size_t count,
+                                  char *buf, size_t len)
+{
+    ratel__status_set_t all = {{0}};
+
+    for (size_t i = 0; i < count; i++)
+        if (items[i].policy->charges_on)
+            ratel__status_join(&all, &items[i].policy->charge_on);
+    return (ratel_http_str_t){buf, ratel__status_format(&all, buf, len)};
+}
+
+/*
  * auth: all of the route's policies admit, or none is charged (the store
  * decided them as one group, ratel_store_acquire_batch). Allowed:
- * 200. Denied: auth.deny_status (429, or 403 for nginx) with Retry-After,
- * X-Ratel-Reason: rate-limited and the decision as JSON. The RateLimit
- * field names the binding rule over all the policies: denied, the one
+ * 200 (with X-Ratel-Charge-On when a policy is charged only after the
+ * answer, charge_on). Denied: auth.deny_status (429, or 403 for nginx) with
+ * Retry-After, X-Ratel-Reason: rate-limited and the decision as JSON. The
+ * RateLimit field names the binding rule over all the policies: denied, the one
  * whose retry is furthest; allowed, the one closest to exhaustion.
  */
 void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
@@ -283,6 +300,10 @@ void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
             (ratel_http_header_t){{"X-Ratel-Reason", 14}, {"rate-limited", 12}};
     if (!denied) {
         /* The gateway reads only the status and the fields: no body. */
+        char on[RATEL__STATUS_LIST_MAX];
+        ratel_http_str_t v = charge_on(head, count, on, sizeof on);
+        if (v.n)
+            a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Charge-On", 17}, v};
         rateld_respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
         return;
     }
@@ -294,4 +315,54 @@ void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
             d, head->ex, thread, status, a.h, a.n, body,
             rateld_decision_body(body, sizeof body, f->pending[binding].policy,
                                  &f->items[binding].decision, 0, ""));
+}
+
+/* {"charged":N,"limited":M}: the report's policies charged, and those
+   already at their limit (nothing charged). */
+static void report_body(rateld_t *d, ratel_http_exchange_t *ex, unsigned thread,
+                        size_t charged, size_t limited)
+{
+    static const ratel_http_header_t json[] = {RATEL_HTTP_JSON_HEADER};
+    char body[64];
+    int n = snprintf(body, sizeof body, "{\"charged\":%zu,\"limited\":%zu}\n",
+                     charged, limited);
+
+    rateld_respond(d, ex, thread, 200, json, 1, body, (size_t)n);
+}
+
+void rateld_answer_report_none(rateld_t *d, ratel_http_exchange_t *ex,
+                               unsigned thread)
+{
+    report_body(d, ex, thread, 0, 0);
+}
+
+/*
+ * /v1/report: each policy is charged on its own (a failure counts in every
+ * policy that lists its status, whether or not another is at its limit).
+ * Counted as decisions of their policies: allowed when charged, denied
+ * when the limit was reached already.
+ */
+void rateld_answer_report(rateld_t *d, rateld_flight_t *f, unsigned thread,
+                          const rateld_gen_t *gen, size_t first, int64_t now)
+{
+    static const ratel_http_header_t store_error[] = {
+        RATEL_HTTP_JSON_HEADER, {{"X-Ratel-Reason", 14}, {"store-error", 11}}};
+    rateld_pending_t *head = &f->pending[first];
+    size_t charged = 0, limited = 0, failed = 0, i = first;
+
+    do {
+        ratel_batch_item_t *it = &f->items[i];
+        count_auth_item(d, thread, gen, &f->pending[i], it,
+                        now - head->start_us);
+        failed += it->rc != 0;
+        charged += it->rc == 0 && it->decision.allowed;
+        limited += it->rc == 0 && !it->decision.allowed;
+    } while (++i < f->n && f->pending[i].kind == RATELD_KIND_PART);
+    if (failed) {
+        static const char msg[] = "{\"error\":\"the store failed\"}\n";
+        rateld_respond(d, head->ex, thread, 500, store_error, 2, msg,
+                       sizeof msg - 1);
+        return;
+    }
+    report_body(d, head->ex, thread, charged, limited);
 }

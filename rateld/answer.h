@@ -61,6 +61,13 @@ void rateld_answer_acquire(rateld_t *d, rateld_flight_t *f, unsigned thread,
 void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now);
 
+/* /v1/report's answer once decided, and its answer when none of the
+   route's policies charges the status. */
+void rateld_answer_report(rateld_t *d, rateld_flight_t *f, unsigned thread,
+                          const rateld_gen_t *gen, size_t first, int64_t now);
+void rateld_answer_report_none(rateld_t *d, ratel_http_exchange_t *ex,
+                               unsigned thread);
+
 /* The decision API's and the gateways' rateld_abandon_fn: the client of
    head->ex has gone (ratel_http_exchange_abandoned). */
 int rateld_abandon_http(rateld_t *d, rateld_worker_t *w, unsigned thread,

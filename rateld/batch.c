@@ -33,6 +33,7 @@ static rateld_answer_fn *const answer_of[RATELD_KINDS] = {
     [RATELD_KIND_AUTH] = rateld_answer_auth,
     [RATELD_KIND_PART] = NULL,
     [RATELD_KIND_RLS] = rateld_rls_answer,
+    [RATELD_KIND_REPORT] = rateld_answer_report,
 };
 
 /* What tells whether a request's client has gone (and answers it then),
@@ -46,6 +47,7 @@ static const struct {
     [RATELD_KIND_AUTH] = {rateld_abandon_http, RATELD_ENDPOINT_AUTH},
     [RATELD_KIND_PART] = {NULL, RATELD_ENDPOINTS},
     [RATELD_KIND_RLS] = {rateld_rls_abandon, RATELD_ENDPOINT_RLS},
+    [RATELD_KIND_REPORT] = {rateld_abandon_http, RATELD_ENDPOINT_REPORT},
 };
 
 rateld_gen_t *rateld_take_gen(rateld_t *d, rateld_worker_t *w)

@@ -379,11 +379,49 @@ static int reads_json(const rateld_policy_t *p)
     return 0;
 }
 
+/*
+ * charge_on: a status or a list of them (100..599): /v1/auth only checks
+ * the policy's limit, and /v1/report charges it when the answer's status
+ * is one of these (docs/login.md).
+ */
+static int read_charge_on(reader_t *r, const ratel__yaml_node_t *node,
+                          const char *path, rateld_policy_t *p)
+{
+    const ratel__yaml_node_t *const *items = &node;
+    size_t n = 1;
+    char why[160], what[96];
+
+    if (node->type == RATEL__YAML_LIST) {
+        if (ratel__yaml_list(&r->ctx, node, path, 64, "statuses"))
+            return -1;
+        items = (const ratel__yaml_node_t *const *)node->items;
+        n = node->n;
+    }
+    if (n == 0)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: an empty list; name the statuses to "
+                                "charge, e.g. [401, 403]",
+                                path);
+    for (size_t i = 0; i < n; i++) {
+        const ratel__yaml_node_t *it = items[i];
+        if (it->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(it))
+            return ratel__yaml_fail(
+                &r->ctx, it->line, "%s: expected a status such as 401, got %s",
+                path, ratel__yaml_describe(it, what, sizeof what));
+        if (ratel__status_add(&p->charge_on, it->text, it->len, why,
+                              sizeof why))
+            return ratel__yaml_fail(&r->ctx, it->line, "%s: %s", path, why);
+    }
+    p->charges_on = 1;
+    return 0;
+}
+
 static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                        const ratel__yaml_node_t *node, rateld_policy_t *p)
 {
-    static const char *const names[] = {"rules",  "key",       "on_missing",
-                                        "shadow", "overrides", "fold_case"};
+    static const char *const names[] = {"rules",    "key",       "on_missing",
+                                        "shadow",   "overrides", "fold_case",
+                                        "charge_on"};
     static const char *const missing[] = {"reject", "shared", "allow"};
     const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -417,8 +455,10 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
             rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->shadow);
         else if (i == 4)
             rc = read_overrides(r, v[i], field, p);
-        else
+        else if (i == 5)
             rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->key.fold_case);
+        else
+            rc = read_charge_on(r, v[i], field, p);
         if (rc)
             return -1;
         if (i == 2)
@@ -433,6 +473,12 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
     for (size_t i = 0; i < p->noverrides; i++)
         if (normalise_values(r, p, &p->overrides[i], i))
             return -1;
+    if (p->charges_on && ratel_policy_has_leases(&p->policy))
+        return ratel__yaml_fail(&r->ctx, v[6]->line,
+                                "%s.charge_on: a policy charged after the "
+                                "request takes no concurrent rule (there "
+                                "would be no lease to give back)",
+                                path);
     p->uses_json = reads_json(p);
     return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "app/address.h"
 #include "app/keys.h"
+#include "app/status.h"
 #include "rateld/origin.h"
 #include "http/http.h"
 #include "ratel.h"
@@ -54,6 +55,8 @@ typedef struct rateld_policy_s {
     int uses_json;    /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */
     size_t noverrides;
+    int charges_on;                /* charge_on: given */
+    ratel__status_set_t charge_on; /* /v1/auth checks, /v1/report charges */
 } rateld_policy_t;
 
 #define RATELD_ROUTE_HEADERS_MAX 8

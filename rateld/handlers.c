@@ -9,6 +9,9 @@
  *   any      /v1/auth      gateways (docs/gateways.md): the forwarded
  *            /v1/auth/PATH request's route and identity: 200 / 429 (+
  *                          Retry-After) / 400 / 403, never a silent allow
+ *   POST     /v1/report    a gateway: what a request it let through was
+ *                          answered; charges charge_on policies (api or
+ *                          admin token; docs/login.md)
  *   GET      /metrics      Prometheus text
  *   GET      /healthz      the process answers
  *   GET      /readyz       the store answers
@@ -210,14 +213,28 @@ static int set_rules(const rateld_gen_t *gen, rateld_pending_t *p,
     return ov && ov->exempt;
 }
 
+/*
+ * Whether policy `pol` takes part in this request of the route: every one
+ * in a check (/v1/auth, `report` 0); in a report, those whose charge_on
+ * holds the answer's status.
+ */
+static int takes_part(const rateld_policy_t *pol, long report)
+{
+    return report == 0 ||
+           (pol->charges_on && ratel__status_has(&pol->charge_on, report));
+}
+
 /* Queues the route's policies for the flush (those an override exempts
-   left out; 200 at once when that is all of them); 0, or -1 after
-   answering a request whose key cannot be built. */
+   left out; 200 at once when that is all of them): for /v1/auth one
+   all-or-nothing group, a charge_on policy only checked (a peek); for
+   /v1/report (`report`: the answer's status) each charge_on policy that
+   lists the status, charged on its own. 0, or -1 after answering a request
+   whose key cannot be built. */
 static int queue_route(rateld_t *d, rateld_worker_t *w,
                        ratel_http_exchange_t *ex,
                        const ratel_http_request_t *req,
                        const rateld_route_t *route, const rateld_view_t *view,
-                       int64_t start)
+                       int64_t start, long report)
 {
     rateld_gen_t *gen = w->gen;
     int client_error = gen->config->auth.deny_status == 403 ? 403 : 400;
@@ -230,7 +247,10 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         const rateld_policy_t *pol = &gen->config->policies[index];
         rateld_pending_t *p = &slot[k];
         const char *why = NULL;
-        long n = rateld_policy_key(pol, view, p->key, sizeof p->key, &why);
+        long n;
+        if (!takes_part(pol, report))
+            continue;
+        n = rateld_policy_key(pol, view, p->key, sizeof p->key, &why);
         if (n == 0 && pol->key.on_missing == RATEL__KEY_MISSING_ALLOW) {
             /* on_missing: allow (docs/keys.md warns): not limited. */
             rateld_metrics_count(d->metrics, req->thread, gen->metric[index],
@@ -260,14 +280,18 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
             continue;
         }
         p->request = (ratel_request_t)RATEL_REQUEST_INIT;
+        if (pol->charges_on && !report)
+            p->request.flags |= RATEL_PEEK;
         p->start_us = start;
         k++;
     }
-    if (k == 0) {
+    if (k == 0 && report)
+        rateld_answer_report_none(d, ex, req->thread);
+    else if (k == 0)
         rateld_respond(d, ex, req->thread, 200, NULL, 0, NULL, 0);
-        return 0;
-    }
-    rateld_queue(w, slot, k, k, RATELD_KIND_AUTH, ex);
+    else
+        rateld_queue(w, slot, k, report ? 0 : k,
+                     report ? RATELD_KIND_REPORT : RATELD_KIND_AUTH, ex);
     return 0;
 }
 
@@ -337,17 +361,23 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
         cJSON_Delete(root);
 }
 
-/* Gateway auth: the forwarded request's route and identity. */
-static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
-                     const ratel_http_request_t *req, int64_t start)
+/*
+ * The route of a gateway's request and the view its key sources read
+ * (the original request's path, query, host, client; its JSON body parsed
+ * when a policy of the route reads it: the caller deletes view->json).
+ * NULL after answering a request rateld will not decide.
+ */
+static const rateld_route_t *gateway_route(rateld_t *d, rateld_worker_t *w,
+                                           ratel_http_exchange_t *ex,
+                                           const ratel_http_request_t *req,
+                                           rateld_view_t *view, char *client,
+                                           char *host, size_t hostlen)
 {
-    rateld_gen_t *gen = rateld_take_gen(d, w);
-    const rateld_config_t *c = gen->config;
+    const rateld_config_t *c = w->gen->config;
     const rateld_route_t *route;
-    char client[RATEL__ADDR_MAX], host[256], why[160];
+    char why[160];
     const char *twice;
     rateld_route_query_t q;
-    rateld_view_t view;
     rateld_origin_t o;
     rateld_origin_result_t read = rateld_origin_read(
         &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
@@ -364,7 +394,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
         undecided(
             d, w, ex, req, reason[read], theirs && !nginx_mode(w) ? 400 : 403,
             "cannot tell which request to decide: %s (docs/gateways.md)", why);
-        return;
+        return NULL;
     }
     if (rateld_config_route_header_twice(c, req, &twice)) {
         undecided(d, w, ex, req, RATELD_UNDECIDED_AMBIGUOUS,
@@ -372,7 +402,7 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                   "cannot tell which request to decide: %s, which routes "
                   "match on, given more than once (docs/gateways.md)",
                   twice);
-        return;
+        return NULL;
     }
     q = (rateld_route_query_t){o.method, o.path, o.host, req};
     if (!(route = rateld_config_route(c, &q))) {
@@ -381,16 +411,31 @@ static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                   "no route matches %.*s %.*s",
                   (int)(o.method.n > 16 ? 16 : o.method.n), o.method.p,
                   (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
-        return;
+        return NULL;
     }
-    ratel__client_address(&c->trusted, req, client, sizeof client);
-    rateld_view_init(&view, req);
-    view.path = rateld_str(o.path);
-    view.query = rateld_str(o.query);
-    view.host = rateld_str(host_of(o.host, host, sizeof host));
-    view.client = client;
-    view_json(c, route, req, &view);
-    queue_route(d, w, ex, req, route, &view, start);
+    ratel__client_address(&c->trusted, req, client, RATEL__ADDR_MAX);
+    rateld_view_init(view, req);
+    view->path = rateld_str(o.path);
+    view->query = rateld_str(o.query);
+    view->host = rateld_str(host_of(o.host, host, hostlen));
+    view->client = client;
+    view_json(c, route, req, view);
+    return route;
+}
+
+/* Gateway auth: the forwarded request's route and identity. */
+static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
+                     const ratel_http_request_t *req, int64_t start)
+{
+    char client[RATEL__ADDR_MAX], host[256];
+    const rateld_route_t *route;
+    rateld_view_t view;
+
+    rateld_take_gen(d, w);
+    route = gateway_route(d, w, ex, req, &view, client, host, sizeof host);
+    if (!route)
+        return;
+    queue_route(d, w, ex, req, route, &view, start, 0);
     cJSON_Delete((cJSON *)view.json);
 }
 
@@ -610,6 +655,68 @@ static void change_api(rateld_t *d, rateld_worker_t *w,
         change_answer(c, rc, 0, NULL);
 }
 
+/*
+ * The status a reported request was answered with: its one
+ * X-Ratel-Response-Status header (100..599); -1 with why.
+ */
+static long report_status(const ratel_http_request_t *req, char *why,
+                          size_t whylen)
+{
+    static const char name[] = "X-Ratel-Response-Status";
+    const ratel_http_str_t *h = NULL;
+    ratel__status_set_t one = {{0}};
+    char msg[120];
+    long status = 0;
+
+    if (ratel_http_header_count(req, name, &h) != 1) {
+        snprintf(why, whylen,
+                 "/v1/report needs one %s header: the status the reported "
+                 "request was answered with (docs/login.md)",
+                 name);
+        return -1;
+    }
+    if (ratel__status_add(&one, h->p, h->n, msg, sizeof msg)) {
+        snprintf(why, whylen, "%s: %s", name, msg);
+        return -1;
+    }
+    for (size_t i = 0; i < h->n; i++)
+        status = status * 10 + (h->p[i] - '0');
+    return status;
+}
+
+/*
+ * /v1/report: a gateway says what a request it let through was answered,
+ * with the original-request headers of its /v1/auth and the status in
+ * X-Ratel-Response-Status; each charge_on policy of the route that lists
+ * the status is charged (docs/login.md). It takes the token refund takes:
+ * a forged report would spend someone else's failures.
+ */
+static void report_api(rateld_t *d, rateld_worker_t *w,
+                       ratel_http_exchange_t *ex,
+                       const ratel_http_request_t *req, int64_t start)
+{
+    rateld_gen_t *gen = rateld_take_gen(d, w);
+    const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
+    char client[RATEL__ADDR_MAX], host[256], why[200];
+    const rateld_route_t *route;
+    rateld_view_t view;
+    long status;
+
+    if ((tokens[0][0] || tokens[1][0]) &&
+        require_token(d, ex, req, tokens, 2, "report",
+                      "the api_token or the admin_token"))
+        return;
+    if ((status = report_status(req, why, sizeof why)) < 0) {
+        rateld_respond_error(d, ex, req->thread, 400, "%s", why);
+        return;
+    }
+    route = gateway_route(d, w, ex, req, &view, client, host, sizeof host);
+    if (!route)
+        return;
+    queue_route(d, w, ex, req, route, &view, start, status);
+    cJSON_Delete((cJSON *)view.json);
+}
+
 /* A reset on its way to the store: what its answer needs. */
 typedef struct reset_s {
     rateld_t *d;
@@ -811,6 +918,7 @@ static const endpoint_t endpoints[] = {
     /* Any method: a gateway's auth request keeps the client's; Envoy
        appends the original path. Its headers are a browser's by design. */
     {"/v1/auth", 1, 0, 1, auth_api},
+    {"/v1/report", 0, METHOD_POST, 0, report_api},
     {"/v1/refund", 0, METHOD_POST, 0, refund_api},
     {"/v1/release", 0, METHOD_POST, 0, release_api},
     {"/v1/reset", 0, METHOD_POST, 0, reset_api},

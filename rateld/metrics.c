@@ -62,7 +62,7 @@ const char *rateld_undecided_name(rateld_undecided_t reason)
 }
 
 static const char *const endpoint_name[RATELD_ENDPOINTS] = {"acquire", "auth",
-                                                            "rls"};
+                                                            "rls", "report"};
 
 typedef struct thread_counters_s {
     counter_t http[STATUS_CLASSES];

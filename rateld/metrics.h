@@ -47,6 +47,7 @@ typedef enum rateld_endpoint_e {
     RATELD_ENDPOINT_ACQUIRE = 0, /* /v1/acquire */
     RATELD_ENDPOINT_AUTH,        /* /v1/auth */
     RATELD_ENDPOINT_RLS,         /* Envoy's rate limit service (gRPC) */
+    RATELD_ENDPOINT_REPORT,      /* /v1/report */
     RATELD_ENDPOINTS
 } rateld_endpoint_t;
 

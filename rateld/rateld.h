@@ -41,6 +41,7 @@ enum {
     RATELD_KIND_AUTH,    /* /v1/auth: a route's policies, first item */
     RATELD_KIND_PART,    /* a later item of an auth or RLS request */
     RATELD_KIND_RLS,     /* an RLS call (rls.c), first item */
+    RATELD_KIND_REPORT,  /* /v1/report: charge_on policies, first item */
     RATELD_KINDS
 };
 
