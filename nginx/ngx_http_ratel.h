@@ -37,7 +37,7 @@
 /*
  * A request's outcome, as $ratel_status names it (limit_req's words) and
  * as the metrics count it (rateld's words: allowed, denied,
- * shadow_denied, error; invalid: a key refused or missing, answered 400
+ * shadow_denied, error; invalid: a key or cost refused, answered 400
  * with X-Ratel-Reason; delayed: admitted after waiting for its
  * reservation, max_wait=; shadow_delayed: a dry run's, not delayed).
  */

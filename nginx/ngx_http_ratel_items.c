@@ -221,37 +221,52 @@ static ngx_int_t line_key(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
     return NGX_ABORT;
 }
 
-/* The line's cost for this request: its number, or its variable's. */
-static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_limit_t *l,
-                              uint64_t *cost)
+/*
+ * The line's cost for this request: its number, or its variable's, read
+ * as every front end reads a cost (ratel_options_read: a whole number
+ * from 1 to RATEL_LIMIT_MAX) and checked against the policy
+ * (ratel_options_check: a cost above a rule's capacity is never
+ * admitted). NGX_OK; NGX_ABORT for a cost refused (ctx->reason
+ * "bad-cost": the request is answered 400, its line logged through the
+ * budget); NGX_ERROR.
+ */
+static ngx_int_t line_cost_of(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
+                              ngx_http_ratel_limit_t *l, uint64_t *cost)
 {
     uint64_t not_logged = 0;
+    ratel_options_t o;
+    ratel_request_t req;
+    char err[256];
     ngx_str_t v;
-    off_t n;
 
     *cost = l->cost;
     if (l->cost_cv == NULL)
         return NGX_OK;
     if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
         return NGX_ERROR;
-    n = ngx_atoof(v.data, v.len);
-    if (n >= 1) {
-        *cost = (uint64_t)n;
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD,
+                       ~(1u << RATEL_OPTION_COST));
+    if (ratel_options_read(&o, "cost", 4, (const char *)v.data, v.len, err,
+                           sizeof err) == 0 &&
+        ratel_options_check(&o, &l->policy->policy, err, sizeof err) == 0) {
+        ratel_options_request(&o, &req);
+        *cost = req.cost;
         return NGX_OK;
     }
+    ctx->reason = "bad-cost";
     if (ngx_http_ratel_log_take(NGX_HTTP_RATEL_LOG_COST, &not_logged))
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratel: cost \"%*s\" of the line in %s:%ui is not a "
-                      "whole number of at least 1 (not_logged=%uL)",
-                      ngx_min(v.len, 64), v.data, l->file, l->line, not_logged);
-    return NGX_DECLINED;
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "ratel: bad-cost: cost=%V of the line in %s:%ui: %s "
+                      "(not_logged=%uL)",
+                      &l->cost_cv->value, l->file, l->line, err, not_logged);
+    return NGX_ABORT;
 }
 
 /*
  * Item `ctx->nitems` from line `l`: NGX_OK, NGX_DECLINED when the line
  * does not limit the request, NGX_ABORT for a request that cannot be
- * decided (a key refused or missing: ctx->reason; a cost that is not a
- * number), NGX_ERROR.
+ * decided (a key refused or missing, a cost refused: ctx->reason),
+ * NGX_ERROR.
  */
 static ngx_int_t add_item(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
                           ngx_http_ratel_limit_t *l, const ratel__key_view_t *v)
@@ -267,9 +282,9 @@ static ngx_int_t add_item(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
     item->request.max_wait_ms = l->max_wait_ms;
     /* charge_on=: the limit is checked now, charged in the log phase. */
     item->request.flags = l->charge_on ? RATEL_PEEK : 0;
-    rc = line_cost_of(r, l, &item->request.cost);
+    rc = line_cost_of(r, ctx, l, &item->request.cost);
     if (rc != NGX_OK)
-        return rc == NGX_ERROR ? NGX_ERROR : NGX_ABORT;
+        return rc;
     item->key = (const char *)key.data;
     item->keylen = key.len;
     ctx->lines[ctx->nitems++] = l;

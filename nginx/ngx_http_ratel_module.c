@@ -491,7 +491,8 @@ static ngx_uint_t wants_body(ngx_http_request_t *r,
 }
 
 /* A request that cannot be decided: each line counts it; a refused or
-   missing key is the client's (400), a bad cost the configuration's. */
+   missing key and a refused cost are the client's (400, X-Ratel-Reason
+   says which). */
 static ngx_int_t undecided(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx)
 {
     ngx_http_ratel_limit_t **l = ctx->conf->limits->elts;

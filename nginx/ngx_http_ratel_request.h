@@ -34,7 +34,7 @@ typedef struct {
     unsigned delaying : 1;  /* admitted, waiting for its reservation */
     unsigned charged : 1;   /* charge_on= lines looked at (log phase) */
     int64_t until_ms;       /* reservations: when the request may go on */
-    const char *reason;     /* a key refused: bad-key or missing-key */
+    const char *reason;     /* refused: bad-key, missing-key, bad-cost */
     int64_t remaining;      /* -1: no line decided */
     long long retry_s;      /* refused: Retry-After */
     ngx_str_t policy_field, limit_field;
@@ -43,8 +43,8 @@ typedef struct {
 /*
  * The request's items from its location's lines, zone by zone in the
  * order the zones first appear: NGX_OK; NGX_ABORT for a request that
- * cannot be decided (a key refused or missing: ctx->reason; a cost that
- * is not a number); NGX_ERROR.
+ * cannot be decided (a key refused or missing, a cost refused:
+ * ctx->reason); NGX_ERROR.
  */
 ngx_int_t ngx_http_ratel_build(ngx_http_request_t *r,
                                ngx_http_ratel_ctx_t *ctx);

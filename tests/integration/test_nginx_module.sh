@@ -73,6 +73,7 @@ main_conf() {
     ratel_policy kept 3/1m;
     ratel_policy flood 1/1h;
     ratel_policy costly 5/1m;
+    ratel_policy capped 5/1m;
     ratel_policy outer 1/1m;
     ratel_policy inner 3/1m;
     ratel_policy src 1/1m;
@@ -95,6 +96,7 @@ main_conf() {
             try_files /index.html =404;
         }
         location /cost { ratel zone=api policy=costly key=global cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
+        location /capped { ratel zone=api policy=capped key=global cost=\$arg_n; try_files /index.html =404; }
         location /outer {
             ratel zone=api policy=outer key=global;
             location /outer/inherits { try_files /index.html =404; }
@@ -211,8 +213,9 @@ check_cost_status_inherit() {
     get "/cost?c=3"
     same ratel_status_code "$code $(header Retry-After)" "503 60"
     get "/cost?c=many"
-    same cost_not_a_number "$code" 500
-    same cost_not_a_number_logged "$(grep -c 'ratel: cost "many" of the line in .* is not a whole number of at least 1' "$tmp/main/logs/error.log")" 1
+    same cost_not_a_number "$code $(header X-Ratel-Reason)" "400 bad-cost"
+    # shellcheck disable=SC2016 # nginx's variable, as the log line names it
+    same cost_not_a_number_logged "$(grep -c 'ratel: bad-cost: cost=$arg_c of the line in .*: cost must be an integer from 1 to 1000000000, not "many"' "$tmp/main/logs/error.log")" 1
     get /outer/inherits
     same inherits_outer "$code $(header RateLimit)" '200 "outer-0";r=0;t=60'
     get /outer/inherits
@@ -220,6 +223,36 @@ check_cost_status_inherit() {
     # Lines of its own replace the outer ones: outer's refusal is not here.
     get /outer/own
     same own_lines_replace "$code $(header RateLimit)" '200 "inner-0";r=2;t=60'
+}
+
+# --- a cost variable no rule can ever admit (above 5/1m's 5), or no
+# whole number: refused 400 bad-cost (never admitted: 429 would be
+# retried for ever), charged nothing, its log lines through the budget.
+check_bad_cost() {
+    local log=$tmp/main/logs/error.log before codes="" n
+    at "2026-03-01 12:00:11" # a new window of the log budget (10 s)
+    before=$(grep -c 'ratel: bad-cost' "$log")
+    get "/capped?n=6"
+    same bad_cost_above_limit "$code $(header X-Ratel-Reason) $(header Retry-After)" "400 bad-cost "
+    # shellcheck disable=SC2016 # nginx's variable, as the log line names it
+    contains bad_cost_above_limit_logged "$(grep 'ratel: bad-cost' "$log" | tail -1)" \
+        'cost=$arg_n of the line in '"$tmp/main/nginx.conf"':'
+    contains bad_cost_above_limit_why "$(grep 'ratel: bad-cost' "$log" | tail -1)" \
+        'cost 6 is more than rule 1 ("5/1m") can ever admit (5) (not_logged=0)'
+    for n in 0 -1 abc 1.5 99999999999999999999 1000000001 ""; do
+        get "/capped?n=$n"
+        codes="$codes$code $(header X-Ratel-Reason) $(header RateLimit),"
+    done
+    same bad_cost_each "$codes" "$(printf '400 bad-cost ,%.0s' $(seq 7))"
+    # 200 more, on one connection: at most one line per worker in 10 s.
+    # shellcheck disable=SC2046 # one URL per word
+    n=$(curl -s -o /dev/null -w '%{http_code}\n' $(printf "http://127.0.0.1:$port/capped?n=6 %.0s" $(seq 200)) | grep -c '^400$')
+    same bad_cost_200_refused "$n" 200
+    n=$(($(grep -c 'ratel: bad-cost' "$log") - before))
+    [ "$n" -ge 1 ] && [ "$n" -le 2 ] && ok bad_cost_log_budget || fail bad_cost_log_budget "$n lines for 208 requests"
+    get "/capped?n=5"
+    same bad_cost_charged_nothing "$code $(header RateLimit)" '200 "capped-0";r=0;t=60'
+    same bad_cost_metric "$(metric 'ratel_decisions_total{zone="api",policy="capped",outcome="invalid"}')" 208
 }
 
 # --- dry run: refusals pass, said so, charge nothing.
@@ -251,7 +284,7 @@ check_variables() {
     same log_sms_passed "$(awk 'index($2, "/sms") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 PASSED 0 0"
     same log_dry "$(awk 'index($2, "/dry") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 2p)" "200 REJECTED_DRY_RUN 0 60"
     same log_empty_key "$(awk 'index($2, "/empty") == 1 { print $3, $4, $5, $6 }' "$log" | sed -n 1p)" "200 - - -"
-    same log_error "$(awk 'index($2, "/cost?c=many") == 1 { print $3, $4 }' "$log")" "500 ERROR"
+    same log_bad_cost "$(awk 'index($2, "/cost?c=many") == 1 { print $3, $4 }' "$log")" "400 INVALID"
     same log_group "$(awk 'index($2, "/pair") == 1 { print $3, $4, $5 }' "$log" | sed -n 1p)" "200 PASSED 0"
 }
 
@@ -261,7 +294,7 @@ check_metrics() {
     same metrics_denied "$(metric 'ratel_decisions_total{zone="api",policy="ping",outcome="denied"}')" 5
     same metrics_shadow "$(metric 'ratel_decisions_total{zone="api",policy="dry",outcome="shadow_denied"}')" 2
     same metrics_group_denied "$(metric 'ratel_decisions_total{zone="api",policy="pair_user",outcome="denied"}')/$(metric 'ratel_decisions_total{zone="api",policy="pair_all",outcome="denied"}')" 1/0
-    same metrics_error "$(metric 'ratel_decisions_total{zone="api",policy="costly",outcome="error"}')" 1
+    same metrics_invalid "$(metric 'ratel_decisions_total{zone="api",policy="costly",outcome="invalid"}')" 1
     same metrics_other_zone "$(metric 'ratel_decisions_total{zone="other",policy="zone_b",outcome="denied"}')" 1
     same metrics_max_bytes "$(metric 'ratel_store_max_bytes{zone="api"}')" 1048576
     local keys
@@ -555,7 +588,7 @@ CONF
     get "/pair?u=a&cost=1"
     get "/pair?u=a&cost=1"
     get "/pair?u=b&cost=x"
-    same valgrind_bad_cost "$code" 500
+    same valgrind_bad_cost "$code" 400
     get "/metrics"
     same valgrind_metrics "$code" 200
     nginx_stop "$dir"
@@ -570,6 +603,7 @@ check_two_workers
 check_sms
 check_groups
 check_cost_status_inherit
+check_bad_cost
 check_dry_run
 check_empty_key
 check_variables
