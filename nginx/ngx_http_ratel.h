@@ -187,7 +187,13 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
                                     ratel_batch_item_t *items, size_t n,
                                     int64_t now_us, ngx_log_t *log);
 
-/* Gives back what an admitted group took (a later zone refused). */
+/*
+ * Gives back what an admitted group took (a later zone refused). An item
+ * holding a lease frees that lease, not the key's newest (a refund gives
+ * back a concurrent rule's newest permits: the lease is renewed first,
+ * under the same lock, to be the newest); one that expired meanwhile is
+ * given nothing back.
+ */
 void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *items, size_t n,
                                int64_t now_us);
@@ -276,9 +282,10 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
                                       void *data);
 /*
  * Gives back what an admitted group took (a later zone refused): Redis's
- * charges by a refund sent on the loop (not waited for), the `local`
- * decisions' in the zone's memory; what `open` let through was charged
- * nowhere.
+ * charges by a refund sent on the loop (not waited for; an item holding a
+ * lease by its renewal, the refund, then its release, so that the refund
+ * frees that lease and not the key's newest), the `local` decisions' in
+ * the zone's memory; what `open` let through was charged nowhere.
  */
 void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
                                  ratel_batch_item_t *items, size_t n,
@@ -308,7 +315,8 @@ void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
  * store: with `all` 0 (the request ended) each lease is released; with
  * `all` 1 (the request never ran: a later zone refused it, its client
  * left while it waited) every charge is given back too, a lease by its
- * release when it is the policy's whole charge, else by a refund.
+ * release when it is the policy's whole charge, else by a refund that
+ * frees this lease with the other rules' charge (the stores' refunds).
  */
 void ngx_http_ratel_give_back(ngx_http_ratel_zone_t *zone,
                               ratel_batch_item_t *items, size_t n,

@@ -69,10 +69,15 @@ struct redis_job_s {
 /* Spare jobs a worker keeps for its next calls, at most. */
 #define REDIS_SPARE_MAX 64
 
-/* A refund or a release sent on a request's behalf: it owns a copy of
-   its key. */
+/*
+ * A refund or a release sent on a request's behalf (not waited for): a
+ * copy of its item, which owns a copy of its key, and the step it is at.
+ */
 typedef struct {
     redis_zone_t *rz;
+    ratel_batch_item_t it;
+    int64_t now_us;
+    ngx_uint_t step; /* STEP_* */
     char key[1];
 } redis_refund_t;
 
@@ -367,20 +372,70 @@ ngx_int_t ngx_http_ratel_redis_decide(ngx_http_ratel_zone_t *zone,
     return NGX_AGAIN;
 }
 
+/*
+ * The steps of a give-back in Redis. A refund gives back a concurrent
+ * rule's newest permits, which need not be the item's lease: an item
+ * holding one has it renewed first (the newest then), is refunded only
+ * when it was still held, and releases it after (should another
+ * request's acquire have come between the two, the refund freed that
+ * one's permits: this lease is freed too, never left held).
+ */
+#define STEP_RENEW 0
+#define STEP_REFUND 1
+#define STEP_RELEASE 2
+#define STEP_DONE 3
+
+static void give_step(redis_refund_t *job, ngx_uint_t step);
+
 static void on_refund(void *ud, int rc, const ratel_decision_t *decision)
 {
     redis_refund_t *job = ud;
 
-    (void)rc;
     (void)decision;
     call_ended(job->rz);
-    ngx_free(job);
+    give_step(job, rc == 0 && job->it.decision.lease != 0 ? STEP_RELEASE
+                                                          : STEP_DONE);
 }
 
-/* Sends Redis a refund of what `it` was charged (its key copied: the
-   request does not wait for the answer). */
-static void refund_in_redis(redis_zone_t *rz, ratel_batch_item_t *it,
-                            int64_t now_us)
+static void on_release(void *ud, int rc, int held,
+                       const ratel_decision_t *decision)
+{
+    redis_refund_t *job = ud;
+
+    (void)decision;
+    call_ended(job->rz);
+    give_step(job, job->step == STEP_RENEW && rc == 0 && held ? STEP_REFUND
+                                                              : STEP_DONE);
+}
+
+/* Sends step `step` of `job` (the job is freed when none is left, or
+   when the store does not take it: a worker exiting). */
+static void give_step(redis_refund_t *job, ngx_uint_t step)
+{
+    redis_zone_t *rz = job->rz;
+    ratel_batch_item_t *it = &job->it;
+    int rc = -1;
+
+    job->step = step;
+    if (rz->async && !rz->exiting && step == STEP_REFUND)
+        rc = ratel_async_refund(rz->async, it->key, it->keylen, it->policy,
+                                job->now_us, it->request.cost, on_refund, job);
+    else if (rz->async && !rz->exiting && step != STEP_DONE)
+        rc = ratel_async_release(rz->async, it->key, it->keylen, it->policy,
+                                 job->now_us, it->decision.lease,
+                                 step == STEP_RENEW ? RATEL_RENEW : 0,
+                                 on_release, job);
+    if (rc != 0) {
+        ngx_free(job);
+        return;
+    }
+    call_started(rz);
+}
+
+/* Gives back in Redis what `it` took, from step `step` (its key copied:
+   the request does not wait for the answer). */
+static void give_in_redis(redis_zone_t *rz, const ratel_batch_item_t *it,
+                          int64_t now_us, ngx_uint_t step)
 {
     redis_refund_t *job;
 
@@ -388,13 +443,11 @@ static void refund_in_redis(redis_zone_t *rz, ratel_batch_item_t *it,
     if (!job)
         return;
     job->rz = rz;
+    job->it = *it;
+    job->it.key = job->key;
+    job->now_us = now_us;
     ngx_memcpy(job->key, it->key, it->keylen);
-    if (ratel_async_refund(rz->async, job->key, it->keylen, it->policy, now_us,
-                           it->request.cost, on_refund, job) != 0) {
-        ngx_free(job);
-        return;
-    }
-    call_started(rz);
+    give_step(job, step);
 }
 
 void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
@@ -410,7 +463,8 @@ void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
         if (it->rc != 0 || !it->decision.allowed)
             continue;
         if (it->decision.source == RATEL_SOURCE_STORE) {
-            refund_in_redis(rz, it, now_us);
+            give_in_redis(rz, it, now_us,
+                          it->decision.lease ? STEP_RENEW : STEP_REFUND);
             /* Another worker may have cached a denial the refund ends. */
             if (rz->deny_cache)
                 ngx_http_ratel_shm_forget(zone, it);
@@ -420,24 +474,11 @@ void ngx_http_ratel_redis_refund(ngx_http_ratel_zone_t *zone,
     }
 }
 
-static void on_release(void *ud, int rc, int held,
-                       const ratel_decision_t *decision)
-{
-    redis_refund_t *job = ud;
-
-    (void)rc;
-    (void)held;
-    (void)decision;
-    call_ended(job->rz);
-    ngx_free(job);
-}
-
 void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
                                   const ratel_batch_item_t *item,
                                   int64_t now_us)
 {
     redis_zone_t *rz = zone->redis;
-    redis_refund_t *job;
 
     if (item->decision.source == RATEL_SOURCE_LOCAL) {
         ngx_http_ratel_shm_release(zone, item, now_us);
@@ -445,19 +486,7 @@ void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
     }
     if (!rz || !rz->async || item->decision.source != RATEL_SOURCE_STORE)
         return;
-    /* The key is copied: the request's pool goes before the answer. */
-    job = ngx_alloc(offsetof(redis_refund_t, key) + item->keylen, rz->log);
-    if (!job)
-        return;
-    job->rz = rz;
-    ngx_memcpy(job->key, item->key, item->keylen);
-    if (ratel_async_release(rz->async, job->key, item->keylen, item->policy,
-                            now_us, item->decision.lease, 0, on_release,
-                            job) != 0) {
-        ngx_free(job);
-        return;
-    }
-    call_started(rz);
+    give_in_redis(rz, item, now_us, STEP_RELEASE);
 }
 
 /* A charge sent for an ended request: its items and their keys. */

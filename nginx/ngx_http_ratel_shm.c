@@ -849,24 +849,30 @@ ngx_int_t ngx_http_ratel_shm_decide(ngx_http_ratel_zone_t *zone,
     return NGX_OK;
 }
 
+/* What give_back() does to an item's key. */
+#define GIVE_REFUND 0  /* gives its cost back to every rule */
+#define GIVE_RELEASE 1 /* releases the lease its decision carried */
+#define GIVE_RENEW 2   /* moves that lease to now + PERIOD: the newest */
+
 /*
- * Gives back one admitted item's charge, or with `lease` releases the
- * lease its decision carried (the zone's lock held). Neither lengthens a
- * blob: one in one block is changed where it is, a chained one on a copy.
+ * Gives back one admitted item's charge, releases or renews its lease, as
+ * `op` says (the zone's lock held). None lengthens a blob: one in one
+ * block is changed where it is, a chained one on a copy. Whether the
+ * lease was held (a release, a renewal); 0 for a refund.
  */
-static void give_back(ngx_http_ratel_zone_t *zone,
-                      const ratel_batch_item_t *item, int64_t now_us,
-                      ngx_uint_t lease)
+static int give_back(ngx_http_ratel_zone_t *zone,
+                     const ratel_batch_item_t *item, int64_t now_us,
+                     ngx_uint_t op)
 {
     uint32_t hash = ngx_crc32_short((u_char *)item->key, item->keylen);
     node_t *e = lookup(zone->sh, (u_char *)item->key, item->keylen, hash);
     u_char *blob = scratch;
     size_t len, cap = sizeof scratch;
     ratel_decision_t d;
-    int rc, held;
+    int rc, held = 0;
 
     if (e == NULL || item->rc != 0)
-        return;
+        return 0;
     len = e->len;
     if (e->more == NULL) {
         blob = e->data + e->keylen;
@@ -874,31 +880,43 @@ static void give_back(ngx_http_ratel_zone_t *zone,
     } else {
         span_copy(span_at(e, e->keylen), blob, len, 0);
     }
-    if (lease)
-        rc = ratel_policy_release(item->policy, blob, &len, cap, now_us,
-                                  item->decision.lease, 0, &held, &d);
-    else
+    if (op == GIVE_REFUND)
         rc = ratel_policy_refund(item->policy, blob, &len, cap, now_us,
                                  item->request.cost, &d);
+    else
+        rc = ratel_policy_release(
+            item->policy, blob, &len, cap, now_us, item->decision.lease,
+            op == GIVE_RENEW ? RATEL_RENEW : 0, &held, &d);
     if (rc != 0)
-        return;
+        return 0;
     if (len == 0) {
         drop(zone, e);
-        return;
+        return held;
     }
     if (blob == scratch)
         node_store(zone->sh, e, blob, len);
     e->len = (uint32_t)len;
     e->idle_ms = now_us / 1000 + d.reset_after_ms;
+    return held;
 }
 
+/*
+ * A refund gives back a concurrent rule's newest permits, which need not
+ * be this item's lease (another request may have taken one since): an
+ * item holding a lease has it renewed first, which makes it the newest,
+ * so that the refund that follows under the same lock frees this lease
+ * and no other. A lease no longer held (it expired) is given nothing
+ * back: its slot went with it, and a refund would free another's.
+ */
 void ngx_http_ratel_shm_refund(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *items, size_t n,
                                int64_t now_us)
 {
     ngx_shmtx_lock(&zone->shpool->mutex);
     for (size_t i = 0; i < n; i++)
-        give_back(zone, &items[i], now_us, 0);
+        if (items[i].decision.lease == 0 ||
+            give_back(zone, &items[i], now_us, GIVE_RENEW))
+            (void)give_back(zone, &items[i], now_us, GIVE_REFUND);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
@@ -908,7 +926,7 @@ void ngx_http_ratel_shm_release(ngx_http_ratel_zone_t *zone,
     if (item->decision.lease == 0)
         return;
     ngx_shmtx_lock(&zone->shpool->mutex);
-    give_back(zone, item, now_us, 1);
+    (void)give_back(zone, item, now_us, GIVE_RELEASE);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 

@@ -14,6 +14,12 @@
 #   - an internal redirect (try_files) and a subrequest (auth_request),
 #     to locations with the same line, charge and release the request
 #     once;
+#   - a request given back (it never ran) under a policy with a concurrent
+#     rule and a rate rule (`3/30s:concurrent 1000/1m`) frees its own
+#     lease, not the newest: it holds a lease while another line delays
+#     it (max_wait=), two later requests take theirs, its client leaves;
+#     once those two end, 3 requests in flight are admitted again (the
+#     refund freed the newest lease and left this one held for 30 s);
 #   - a worker killed with `kill -9` holding both slots of `2/2s:concurrent`
 #     frees them by the rule's PERIOD: refused at once, admitted within it.
 #
@@ -93,10 +99,14 @@ site() {
     ratel_zone zone=c:1m $2;
     ratel_policy inflight 3/30s:concurrent;
     ratel_policy short 2/2s:concurrent;
+    ratel_zone zone=p:1m;
+    ratel_policy mixed 3/30s:concurrent 1000/1m;
+    ratel_policy pace 1/10s:gcra;
     upstream app { server 127.0.0.1:$bport; }
     server {
         listen 127.0.0.1:$port reuseport;
         location = /ready { return 204; }
+        location = /metrics { ratel_metrics; }
         location /slow { ratel zone=c policy=inflight key=global; proxy_pass http://app/; }
         # An internal redirect after the decision (try_files) to a
         # location with the same line, and a subrequest to one: neither
@@ -110,6 +120,12 @@ site() {
         }
         location = /check { internal; ratel zone=c policy=inflight key=global; proxy_pass http://app/; }
         location /killed { ratel zone=c policy=short key=global; proxy_pass http://app/; }
+        # A lease in zone c, then a wait for ?p='s reservation in zone p.
+        location /mixed {
+            ratel zone=c policy=mixed key=global;
+            ratel zone=p policy=pace key=\$arg_p max_wait=10000;
+            proxy_pass http://app/;
+        }
     }
 EOF
     nginx_start "$dir" "http://127.0.0.1:$port/ready"
@@ -159,6 +175,39 @@ check_in_flight() {
         "200 200 200 200"
 }
 
+delayed_count() {
+    curl -s "http://127.0.0.1:$port/metrics" |
+        awk 'index($0, "ratel_decisions_total{zone=\"p\",policy=\"pace\",outcome=\"delayed\"}") == 1 { print $NF }'
+}
+delayed_at_least() { [ "$(delayed_count)" -ge "$1" ] 2>/dev/null; }
+aborted_mixed() { awk '$2 ~ /^\/mixed\?p=x/ && $3 == 499' "$dir/logs/access.log" | wc -l; }
+
+# A request that holds a lease of `mixed` and waits for its reservation
+# gives back all it took when its client leaves: its own lease, though
+# two requests took theirs after it.
+check_own_lease() {
+    local m=$2 u=http://127.0.0.1:$port n d r3
+    same "${m}_mixed_first" "$(code "$u/mixed?p=x&ms=0")" 200
+    d=$(delayed_count)
+    curl -s -o /dev/null -m 20 "$u/mixed?p=x&ms=0" &
+    r3=$!
+    wait_for 10 delayed_at_least $((${d:-0} + 1))
+    n=$(started)
+    in_flight a "$u/mixed?p=y&ms=3000"
+    in_flight b "$u/mixed?p=z&ms=3000"
+    wait_for 10 started_at_least $((n + 2))
+    same "${m}_mixed_full" "$(code "$u/mixed?p=w&ms=0")" 429
+    kill "$r3"
+    wait "$r3" 2>/dev/null
+    wait_for 10 test "$(aborted_mixed)" -ge 1
+    same "${m}_mixed_abort_logged" "$(aborted_mixed)" 1
+    same "${m}_mixed_others_end" "$(done_code a) $(done_code b)" "200 200"
+    in_flight a "$u/mixed?p=a1&ms=1500"
+    in_flight b "$u/mixed?p=a2&ms=1500"
+    in_flight c "$u/mixed?p=a3&ms=1500"
+    same "${m}_mixed_own_lease_freed" "$(done_code a) $(done_code b) $(done_code c)" "200 200 200"
+}
+
 # A worker killed with both slots of 2/2s:concurrent taken: they are
 # freed by the period (the core's lease expiry), not by the request's end.
 check_killed() {
@@ -183,12 +232,14 @@ check_killed() {
 backend_start
 site zone ""
 check_in_flight zone zone
+check_own_lease zone zone
 check_killed zone zone
 nginx_stop "$dir"
 
 rport=$(redis_start)
 site redis "store=redis://127.0.0.1:$rport"
 check_in_flight redis redis
+check_own_lease redis redis
 check_killed redis redis
 nginx_stop "$dir"
 
