@@ -107,6 +107,8 @@ wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
     wrapped_suite "rateld on Redis" RATELD_WRAP "$here/integration/test_rateld_redis.sh"
 [ -x "$build/rateld" ] &&
     wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"
+[ -x "$build/rateld" ] && command -v haproxy >/dev/null &&
+    wrapped_suite "rateld counting failed logins (charge_on, /v1/report)" RATELD_WRAP "$here/integration/test_login.sh"
 [ -x "$build/captchad" ] &&
     wrapped_suite captchad CAPTCHAD_WRAP "$here/integration/test_captcha.sh"
 [ -x "$build/rateld" ] && [ -x "$build/captchad" ] &&
@@ -118,7 +120,7 @@ wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
 # or a definite leak in the module's frames fails it (nginx's own leaks
 # at exit are not the module's).
 if [ -f "$build/nginx/ngx_http_ratel_module.so" ]; then
-    for suite in test_nginx_module test_nginx_redis; do
+    for suite in test_nginx_module test_nginx_redis test_nginx_concurrent test_nginx_charge_on; do
         shell_suite "nginx module ($suite)" '^(ok|FAIL) ' "$here/integration/$suite.sh" RATEL_NGINX_VALGRIND=1
     done
 else

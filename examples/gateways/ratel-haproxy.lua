@@ -38,7 +38,7 @@ local skip = {
     ["x-forwarded-for"] = true, ["x-forwarded-host"] = true,
     ["x-original-uri"] = true, ["x-original-method"] = true,
     ["x-original-host"] = true, ["x-forwarded-uri"] = true,
-    ["x-forwarded-method"] = true,
+    ["x-forwarded-method"] = true, ["x-ratel-response-status"] = true,
 }
 
 -- rateld's answer headers the client should see.
@@ -73,11 +73,26 @@ local function unreachable(txn, mode)
     txn:done(reply)
 end
 
+-- The original request as rateld reads it: header lines (without the
+-- request line) and the body, for json: key sources when HAProxy
+-- buffered it (option http-buffer-request).
+local function original(txn)
+    local lines = {}
+    for name, values in pairs(request_headers(txn)) do
+        for _, v in ipairs(values) do
+            lines[#lines + 1] = name .. ": " .. v:gsub("[\r\n]", " ")
+        end
+    end
+    return { lines = lines, body = txn.sf:req_body() or "" }
+end
+
 -- One HTTP/1.1 exchange with rateld on a socket of HAProxy's own
 -- (core.tcp), so that the whole exchange is bounded by `ms`: connect,
--- send, and read until rateld closes. Returns status, headers (lower-case
--- names), body; nil when rateld cannot be reached or is too slow.
-local function ask(addr, ms, txn)
+-- send `first` (the request line), the extra lines and the original
+-- request, and read until rateld closes. Returns status, headers
+-- (lower-case names), body; nil when rateld cannot be reached or is too
+-- slow.
+local function ask(addr, ms, first, extra, req)
     local host, port = addr:match("^(.*):(%d+)$")
     local s = core.tcp()
     s:settimeout(ms / 1000)
@@ -85,18 +100,11 @@ local function ask(addr, ms, txn)
         s:close()
         return nil
     end
-    local lines = { "GET /v1/auth HTTP/1.1", "Host: " .. addr,
-                    "Connection: close" }
-    for name, values in pairs(request_headers(txn)) do
-        for _, v in ipairs(values) do
-            lines[#lines + 1] = name .. ": " .. v:gsub("[\r\n]", " ")
-        end
-    end
-    -- The body, for json: key sources, when HAProxy buffered it
-    -- (option http-buffer-request).
-    local body = txn.sf:req_body() or ""
-    lines[#lines + 1] = "Content-Length: " .. #body
-    if not s:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. body) then
+    local lines = { first, "Host: " .. addr, "Connection: close" }
+    for _, l in ipairs(extra) do lines[#lines + 1] = l end
+    for _, l in ipairs(req.lines) do lines[#lines + 1] = l end
+    lines[#lines + 1] = "Content-Length: " .. #req.body
+    if not s:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. req.body) then
         s:close()
         return nil
     end
@@ -118,11 +126,19 @@ local function ask(addr, ms, txn)
 end
 
 core.register_action("ratel_auth", { "http-req" }, function(txn, addr, ms, mode)
-    local status, headers, body = ask(addr, tonumber(ms) or 500, txn)
+    local req = original(txn)
+    local status, headers, body = ask(addr, tonumber(ms) or 500,
+                                      "GET /v1/auth HTTP/1.1", {}, req)
     if not status or status >= 500 then
         return unreachable(txn, mode)
     end
     if status >= 200 and status < 300 then
+        -- A charge_on policy (docs/login.md): kept for ratel_report,
+        -- which charges it if the answer's status is one of these.
+        if headers["x-ratel-charge-on"] then
+            req.charge_on = "," .. headers["x-ratel-charge-on"] .. ","
+            txn:set_priv(req)
+        end
         return
     end
     local reply = txn:reply({ status = status, body = body })
@@ -133,3 +149,30 @@ core.register_action("ratel_auth", { "http-req" }, function(txn, addr, ms, mode)
     end
     txn:done(reply)
 end, 3)
+
+-- http-response lua.ratel_report ADDR MS: when rateld said the request's
+-- policies count only some answers (X-Ratel-Charge-On, e.g. failed
+-- logins: 401,403) and this answer's status is one of them, tell rateld
+-- (POST /v1/report with the original request and the status) before the
+-- answer goes on, with rateld's api_token from the environment variable
+-- RATEL_API_TOKEN when it is set (HAProxy's `setenv`, or the service's
+-- environment: the secret stays out of haproxy.cfg). The answer waits
+-- for rateld at most MS; a report rateld does not take is lost (the
+-- failure is not counted), never the answer.
+local token = os.getenv("RATEL_API_TOKEN")
+
+core.register_action("ratel_report", { "http-res" }, function(txn, addr, ms)
+    local req = txn:get_priv()
+    local status = txn.sf:status()
+    if type(req) ~= "table" or not req.charge_on or not status or
+        not req.charge_on:find("," .. status .. ",", 1, true) then
+        return
+    end
+    -- The token before the client's own Authorization, if any: rateld
+    -- reads the first.
+    local extra = { "X-Ratel-Response-Status: " .. status }
+    if token and token ~= "" then
+        table.insert(extra, 1, "Authorization: Bearer " .. token)
+    end
+    ask(addr, tonumber(ms) or 500, "POST /v1/report HTTP/1.1", extra, req)
+end, 2)

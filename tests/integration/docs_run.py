@@ -148,6 +148,13 @@ PAGES = {
     },
     # No server: its 127.0.0.1:8080 is what --check-config prints.
     "docs/envoy.md": {},
+    # Starts rateld on the login recipe (a copy: its port).
+    "docs/login.md": {
+        "starts": ["rateld"],
+        "rateld_config": "examples/login.yaml",
+        "subs": [(r"examples/login\.yaml", "{tmp}/login.yaml")],
+        "vary": [r"_ms\":([1-9]\d*)"],
+    },
     "docs/rateld.md": {
         "servers": ["rateld"],
         # --check-config of the copy the harness runs (its port, its tokens).
