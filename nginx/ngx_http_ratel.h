@@ -18,6 +18,7 @@
 #include <ngx_http.h>
 
 #include "app/keys.h"
+#include "app/status.h"
 #include "ratel.h"
 
 /* Longest policy and zone names ([A-Za-z0-9_.-], as rateld's). */
@@ -111,10 +112,10 @@ typedef struct {
     int needs;           /* RATEL__KEY_NEEDS_*: the body is read first */
     ngx_http_complex_value_t *cost_cv; /* NULL: a fixed cost */
     uint64_t cost;
-    int64_t max_wait_ms;    /* max_wait=: a reservation waited for; 0 none */
-    ngx_array_t *charge_on; /* ngx_uint_t: charge_on= statuses; NULL: the
-                               line charges when it admits */
-    ngx_uint_t count;       /* the policy's index in zone->counts */
+    int64_t max_wait_ms; /* max_wait=: a reservation waited for; 0 none */
+    ratel__status_set_t *charge_on; /* charge_on= statuses; NULL: the
+                                       line charges when it admits */
+    ngx_uint_t count;               /* the policy's index in zone->counts */
     u_char *file;
     ngx_uint_t line;
 } ngx_http_ratel_limit_t;

@@ -502,32 +502,23 @@ static char *line_max_wait(ngx_conf_t *cf, ngx_str_t *v,
     return NGX_CONF_OK;
 }
 
-/* charge_on=STATUS[,STATUS...]: the statuses whose answers are charged. */
+/* charge_on=STATUS[,STATUS...]: the statuses whose answers are charged,
+   read as rateld reads its policies' charge_on (server/app/status.h). */
 static char *line_charge_on(ngx_conf_t *cf, ngx_str_t *v,
                             ngx_http_ratel_limit_t *l)
 {
-    u_char *p = v->data, *end = v->data + v->len;
+    char why[160];
 
-    l->charge_on = ngx_array_create(cf->pool, 4, sizeof(ngx_uint_t));
+    l->charge_on = ngx_pcalloc(cf->pool, sizeof *l->charge_on);
     if (l->charge_on == NULL)
         return NGX_CONF_ERROR;
-    while (p <= end) {
-        u_char *comma = ngx_strlchr(p, end, ',');
-        ngx_int_t status = ngx_atoi(p, (comma ? comma : end) - p);
-        ngx_uint_t *slot;
-        if (status < 100 || status > 599) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "ratel: charge_on=%V: expected statuses from "
-                               "100 to 599 separated by commas, e.g. "
-                               "charge_on=401,403",
-                               v);
-            return NGX_CONF_ERROR;
-        }
-        slot = ngx_array_push(l->charge_on);
-        if (slot == NULL)
-            return NGX_CONF_ERROR;
-        *slot = (ngx_uint_t)status;
-        p = (comma ? comma : end) + 1;
+    if (ratel__status_add_list(l->charge_on, (const char *)v->data, v->len, why,
+                               sizeof why) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratel: charge_on=%V: %s; separate statuses by "
+                           "commas, e.g. charge_on=401,403",
+                           v, why);
+        return NGX_CONF_ERROR;
     }
     return NGX_CONF_OK;
 }

@@ -556,12 +556,7 @@ static ngx_int_t access_handler(ngx_http_request_t *r)
 
 static ngx_uint_t charged_on(const ngx_http_ratel_limit_t *l, ngx_uint_t status)
 {
-    ngx_uint_t *s = l->charge_on ? l->charge_on->elts : NULL;
-
-    for (ngx_uint_t i = 0; s && i < l->charge_on->nelts; i++)
-        if (s[i] == status)
-            return 1;
-    return 0;
+    return l->charge_on && ratel__status_has(l->charge_on, (long)status);
 }
 
 /*

@@ -654,7 +654,9 @@ long ratel__key_build(const ratel__key_t *key, const char *policy,
         return -1;
     w.buf = buf;
     w.n = 0;
-    w.cap = len - 1 < RATEL__KEY_MAX ? len - 1 : RATEL__KEY_MAX;
+    /* The limit is the value's: "POLICY:" comes on top. */
+    w.cap =
+        len - 1 < prefix + RATEL__KEY_MAX ? len - 1 : prefix + RATEL__KEY_MAX;
     w.overflow = 0;
     buf[0] = '\0';
     put(&w, policy, prefix - 1);

@@ -35,7 +35,7 @@ struct cJSON;
 
 #define RATEL__KEY_PARTS_MAX 8   /* sources of one key */
 #define RATEL__KEY_NAME_MAX 128  /* header, parameter, cookie, field names */
-#define RATEL__KEY_MAX 1024      /* longest key built ("POLICY:" + value) */
+#define RATEL__KEY_MAX 1024      /* longest value of a key (after "POLICY:") */
 #define RATEL__KEY_TEXT_MAX 2048 /* longest key source text */
 
 /* Where one part of a key comes from. */
@@ -178,9 +178,9 @@ int ratel__key_transform(const ratel__key_part_t *part, char *buf, size_t len,
  * '|' and '\\' inside a value escaped with '\\' so that different parts
  * never give the same key. Returns the key's length (NUL-terminated in
  * buf); 0 when a part is missing and on_missing is reject or allow; -1
- * when a part is refused or the key would be longer than len - 1 or
- * RATEL__KEY_MAX (reason in *why). With on_missing shared, a missing
- * part reads "-".
+ * when a part is refused, the value (all after "POLICY:") would be longer
+ * than RATEL__KEY_MAX or the key than len - 1 (reason in *why). With on_missing
+ * shared, a missing part reads "-".
  */
 long ratel__key_build(const ratel__key_t *key, const char *policy,
                       const ratel__key_view_t *v, char *buf, size_t len,

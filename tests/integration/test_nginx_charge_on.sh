@@ -110,7 +110,7 @@ check_refusals() {
     server { listen 127.0.0.1:$(free_port); location / { ratel zone=z policy=p key=ip charge_on=401,4O3; } }
 EOF
     out=$(ngx -t -p "$bad" -c "$bad/nginx.conf" 2>&1)
-    contains refuse_charge_on_status "$out" 'ratel: charge_on=401,4O3: expected statuses from 100 to 599 separated by commas'
+    contains refuse_charge_on_status "$out" 'ratel: charge_on=401,4O3: "4O3" is not a status: expected a number from 100 to 599'
     nginx_conf "$bad" 1 <<EOF
     ratel_zone zone=z:1m;
     ratel_policy c 3/1m:concurrent;

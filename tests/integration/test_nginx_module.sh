@@ -98,6 +98,7 @@ main_conf() {
         }
         location /cost { ratel zone=api policy=costly key=global cost=\$arg_c; ratel_status 503; try_files /index.html =404; }
         location /long { ratel zone=api policy=a_policy_name_of_forty_bytes_0123456789 key=\$arg_k; try_files /index.html =404; }
+        location /long-source { ratel zone=api policy=a_policy_name_of_forty_bytes_0123456789 key=query:k; try_files /index.html =404; }
         location /capped { ratel zone=api policy=capped key=global cost=\$arg_n; try_files /index.html =404; }
         location /outer {
             ratel zone=api policy=outer key=global;
@@ -257,18 +258,24 @@ check_bad_cost() {
     same bad_cost_metric "$(metric 'ratel_decisions_total{zone="api",policy="capped",outcome="invalid"}')" 208
 }
 
-# --- a key=\$var value of 1,024 bytes is taken whole, one more refused:
-# the limit counts the value, not "POLICY:" (40 + 1 bytes here).
+# --- a key value of 1,024 bytes is taken whole, one more refused, by
+# key=\$var and by a key source alike: the limit counts the value, not
+# "POLICY:" (40 + 1 bytes here).
 check_key_length() {
-    local k1024 k1025
+    local k1024 k1025 loc
     k1024=$(printf 'k%.0s' $(seq 1024))
     k1025=${k1024}k
+    for loc in long long-source; do
+        get "/$loc?k=$k1025"
+        same "${loc}_key_1025_refused" "$code $(header X-Ratel-Reason)" "400 bad-key"
+    done
     get "/long?k=$k1024"
     same key_1024_admitted "$code" 200
     get "/long?k=$k1024"
     same key_1024_counted "$code" 429
-    get "/long?k=$k1025"
-    same key_1025_refused "$code $(header X-Ratel-Reason)" "400 bad-key"
+    # The source builds the very key the variable did: counted already.
+    get "/long-source?k=$k1024"
+    same key_source_1024_same_key "$code" 429
 }
 
 # --- dry run: refusals pass, said so, charge nothing.

@@ -255,7 +255,36 @@ TEST(keys_missing)
     CHECK(strcmp(buf, "p:-|203.0.113.9") == 0);
 }
 
+/* The limit is the value's: 1,024 bytes after "POLICY:", whatever the
+   policy's name. */
+TEST(keys_limit_counts_the_value_alone)
+{
+    static const char policy[] = "a-policy-name-of-forty-bytes-0123456789";
+    ratel__key_t key;
+    ratel__key_view_t v;
+    request_t r = {NULL, NULL, 0};
+    char query[RATEL__KEY_MAX + 16], buf[RATEL__KEY_MAX + 64], err[128];
+    const char *why = NULL;
+
+    memset(&key, 0, sizeof key);
+    CHECK_EQ(ratel__key_parse("query:u", 7, &key, err, sizeof err), 0);
+    memcpy(query, "u=", 2);
+    memset(query + 2, 'x', RATEL__KEY_MAX + 1);
+    query[2 + RATEL__KEY_MAX] = '\0';
+    r.query = query;
+    v = view_of(&r);
+    CHECK_EQ(ratel__key_build(&key, policy, &v, buf, sizeof buf, &why),
+             (long)(sizeof policy + RATEL__KEY_MAX));
+    query[2 + RATEL__KEY_MAX] = 'x';
+    query[3 + RATEL__KEY_MAX] = '\0';
+    v = view_of(&r);
+    CHECK_EQ(ratel__key_build(&key, policy, &v, buf, sizeof buf, &why), -1);
+    CHECK(why != NULL);
+}
+
 RATEL_SUITE(keys) = {
+    {"keys_limit_counts_the_value_alone",
+     test_keys_limit_counts_the_value_alone},
     {"keys_grammar_round_trip", test_keys_grammar_round_trip},
     {"keys_grammar_errors_say_what", test_keys_grammar_errors_say_what},
     {"keys_spellings_reach_the_number_or_are_refused",
