@@ -254,13 +254,43 @@ static ratel_http_str_t charge_on(const rateld_pending_t *items, size_t count,
 }
 
 /*
+ * An admitted auth request: 200 with the fields, X-Ratel-Charge-On (a
+ * charge_on policy) and X-Ratel-Wait-Ms (a max_wait policy reserved: the
+ * gateway holds the request that long); no body, the gateway reads only
+ * the status and the fields.
+ */
+static void auth_allowed(rateld_t *d, rateld_flight_t *f, unsigned thread,
+                         size_t first, rateld_answer_t *a)
+{
+    const rateld_pending_t *head = &f->pending[first];
+    size_t count = (size_t)head->count;
+    char on[RATEL__STATUS_LIST_MAX], wait[24];
+    ratel_http_str_t v = charge_on(head, count, on, sizeof on);
+    int64_t wait_ms = 0;
+
+    if (v.n)
+        a->h[a->n++] = (ratel_http_header_t){{"X-Ratel-Charge-On", 17}, v};
+    for (size_t i = first; i < first + count; i++)
+        if (f->items[i].decision.wait_ms > wait_ms)
+            wait_ms = f->items[i].decision.wait_ms;
+    if (wait_ms > 0)
+        a->h[a->n++] = (ratel_http_header_t){
+            {"X-Ratel-Wait-Ms", 15},
+            {wait,
+             (size_t)snprintf(wait, sizeof wait, "%lld", (long long)wait_ms)}};
+    rateld_respond(d, head->ex, thread, 200, a->h + 1, a->n - 1, NULL, 0);
+}
+
+/*
  * auth: all of the route's policies admit, or none is charged (the store
  * decided them as one group, ratel_store_acquire_batch). Allowed:
  * 200 (with X-Ratel-Charge-On when a policy is charged only after the
- * answer, charge_on). Denied: auth.deny_status (429, or 403 for nginx) with
- * Retry-After, X-Ratel-Reason: rate-limited and the decision as JSON. The
- * RateLimit field names the binding rule over all the policies: denied, the one
- * whose retry is furthest; allowed, the one closest to exhaustion.
+ * answer, charge_on; X-Ratel-Wait-Ms when a policy with max_wait reserved:
+ * the gateway holds the request that long). Denied: auth.deny_status (429, or
+ * 403 for nginx) with Retry-After, X-Ratel-Reason: rate-limited and the
+ * decision as JSON. The RateLimit field names the binding rule over all the
+ * policies: denied, the one whose retry is furthest; allowed, the one closest
+ * to exhaustion.
  */
 void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
                         const rateld_gen_t *gen, size_t first, int64_t now)
@@ -299,12 +329,7 @@ void rateld_answer_auth(rateld_t *d, rateld_flight_t *f, unsigned thread,
         a.h[a.n++] =
             (ratel_http_header_t){{"X-Ratel-Reason", 14}, {"rate-limited", 12}};
     if (!denied) {
-        /* The gateway reads only the status and the fields: no body. */
-        char on[RATEL__STATUS_LIST_MAX];
-        ratel_http_str_t v = charge_on(head, count, on, sizeof on);
-        if (v.n)
-            a.h[a.n++] = (ratel_http_header_t){{"X-Ratel-Charge-On", 17}, v};
-        rateld_respond(d, head->ex, thread, 200, a.h + 1, a.n - 1, NULL, 0);
+        auth_allowed(d, f, thread, first, &a);
         return;
     }
     status = gen->config->auth.deny_status;

@@ -416,12 +416,56 @@ static int read_charge_on(reader_t *r, const ratel__yaml_node_t *node,
     return 0;
 }
 
+/* max_wait: the option every ratel front end reads (RATEL_OPTION_MAP's
+   max_wait: its range and its message). */
+static int read_max_wait(reader_t *r, const ratel__yaml_node_t *node,
+                         const char *path, rateld_policy_t *p)
+{
+    ratel_options_t o;
+    char err[256], what[96];
+
+    if (node->type != RATEL__YAML_SCALAR || ratel__yaml_is_null(node))
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s: expected milliseconds such as 500, got %s",
+                                path,
+                                ratel__yaml_describe(node, what, sizeof what));
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD, 0);
+    if (ratel_options_read(&o, "max_wait", 8, node->text, node->len, err,
+                           sizeof err) != 0)
+        return ratel__yaml_fail(&r->ctx, node->line, "%s: %s", path, err);
+    p->max_wait_ms = o.value[RATEL_OPTION_MAXWAIT];
+    return 0;
+}
+
+/* A max_wait needs rules that reserve (gcra), and is not for a policy
+   charged after the answer (nothing to wait for). */
+static int check_max_wait(reader_t *r, const ratel__yaml_node_t *node,
+                          const char *path, const rateld_policy_t *p)
+{
+    ratel_options_t o;
+    char err[256];
+
+    if (p->max_wait_ms == 0)
+        return 0;
+    if (p->charges_on)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s.max_wait: a policy charged after the "
+                                "answer (charge_on) has nothing to wait for",
+                                path);
+    ratel_options_init(&o, RATEL_OP_ACQUIRE, RATEL_SPELL_FIELD, 0);
+    o.value[RATEL_OPTION_MAXWAIT] = p->max_wait_ms;
+    if (ratel_options_check(&o, &p->policy, err, sizeof err) != 0)
+        return ratel__yaml_fail(&r->ctx, node->line, "%s.max_wait: %s", path,
+                                err);
+    return 0;
+}
+
 static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                        const ratel__yaml_node_t *node, rateld_policy_t *p)
 {
-    static const char *const names[] = {"rules",    "key",       "on_missing",
-                                        "shadow",   "overrides", "fold_case",
-                                        "charge_on"};
+    static const char *const names[] = {"rules",     "key",       "on_missing",
+                                        "shadow",    "overrides", "fold_case",
+                                        "charge_on", "max_wait"};
     static const char *const missing[] = {"reject", "shared", "allow"};
     const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -457,8 +501,10 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
             rc = read_overrides(r, v[i], field, p);
         else if (i == 5)
             rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->key.fold_case);
-        else
+        else if (i == 6)
             rc = read_charge_on(r, v[i], field, p);
+        else
+            rc = read_max_wait(r, v[i], field, p);
         if (rc)
             return -1;
         if (i == 2)
@@ -479,6 +525,8 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                                 "request takes no concurrent rule (there "
                                 "would be no lease to give back)",
                                 path);
+    if (v[7] && check_max_wait(r, v[7], path, p))
+        return -1;
     p->uses_json = reads_json(p);
     return 0;
 }

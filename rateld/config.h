@@ -55,6 +55,7 @@ typedef struct rateld_policy_s {
     int uses_json;    /* a key part or an override reads json: */
     rateld_override_t *overrides; /* first match wins */
     size_t noverrides;
+    int64_t max_wait_ms;           /* /v1/auth reserves: the gateway waits */
     int charges_on;                /* charge_on: given */
     ratel__status_set_t charge_on; /* /v1/auth checks, /v1/report charges */
 } rateld_policy_t;

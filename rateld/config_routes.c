@@ -43,6 +43,13 @@ static int read_route_policies(reader_t *r, const ratel__yaml_node_t *node,
                 &r->ctx, it->line, "%s: no policy named %s; defined: %s", item,
                 ratel__yaml_describe(it, what, sizeof what), names);
         }
+        if (p->max_wait_ms && strcmp(c->auth.gateway.name, "haproxy") != 0)
+            return ratel__yaml_fail(
+                &r->ctx, it->line,
+                "%s: policy %s has max_wait, and only a gateway that waits "
+                "when told to can honour it: set auth.gateway: haproxy (nginx: "
+                "the module's max_wait=; docs/gateways.md)",
+                item, p->name);
         route->policies[i] = (size_t)(p - c->policies);
         for (size_t j = 0; j < i; j++)
             if (route->policies[j] == route->policies[i])

@@ -282,6 +282,9 @@ static int queue_route(rateld_t *d, rateld_worker_t *w,
         p->request = (ratel_request_t)RATEL_REQUEST_INIT;
         if (pol->charges_on && !report)
             p->request.flags |= RATEL_PEEK;
+        if (!report && p->rules == &pol->policy) /* an override's may not
+                                                    reserve */
+            p->request.max_wait_ms = pol->max_wait_ms;
         p->start_us = start;
         k++;
     }

@@ -133,6 +133,12 @@ core.register_action("ratel_auth", { "http-req" }, function(txn, addr, ms, mode)
         return unreachable(txn, mode)
     end
     if status >= 200 and status < 300 then
+        -- A policy with max_wait reserved the request's turn: hold it
+        -- until then (core.msleep yields: HAProxy goes on serving).
+        local wait = tonumber(headers["x-ratel-wait-ms"] or "")
+        if wait and wait > 0 then
+            core.msleep(math.floor(wait))
+        end
         -- A charge_on policy (docs/login.md): kept for ratel_report,
         -- which charges it if the answer's status is one of these.
         if headers["x-ratel-charge-on"] then
