@@ -74,13 +74,34 @@ start_rateld() {
     wait_http "http://127.0.0.1:$rport/healthz"
 }
 
-stop_rateld() {
+# stop_process NAME: the process recorded in $tmp/pids/NAME continued (a
+# test may have stopped it), terminated, and killed after 5 s.
+stop_process() {
     local pid
-    pid=$(cat "$tmp/pids/rateld")
+    pid=$(cat "$tmp/pids/$1")
     kill -CONT "$pid" 2>/dev/null
     kill "$pid" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
     kill -9 "$pid" 2>/dev/null
+}
+stop_rateld() { stop_process rateld; }
+
+# require_haproxy: HAProxy and rateld are there, or one FAIL and exit.
+require_haproxy() {
+    if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
+        echo "FAIL haproxy or $build/rateld missing (scripts/setup.sh, make)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+}
+
+# start_site: the site's files ($tmp/www) over HTTP on $aport, the
+# application behind the gateway.
+start_site() {
+    (cd "$tmp/www" && exec python3 -m http.server "$aport" --bind 127.0.0.1) \
+        >"$tmp/app.log" 2>&1 &
+    echo $! >"$tmp/pids/app"
+    wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
 }
 
 # check_demo NAME: the ping demo through the gateway on $gport.

@@ -170,6 +170,13 @@ same() {
     fi
 }
 
+# config_refused NAME YAML WANT: rateld --check-config refuses the
+# configuration YAML with a message holding WANT.
+config_refused() {
+    printf '%s' "$2" >"$tmp/refused.yaml"
+    contains "$1" "$("$build/rateld" --check-config "$tmp/refused.yaml" 2>&1)" "$3"
+}
+
 # contains NAME TEXT SUBSTRING
 contains() {
     if [[ $2 == *"$3"* ]]; then ok "$1"; else fail "$1" "[${2:0:300}] lacks [$3]"; fi

@@ -13,16 +13,7 @@
 # within the snippet's 500 ms.
 . "$(dirname "$0")/gateway_lib.sh"
 
-if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
-    echo "FAIL haproxy or $build/rateld missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-
-# The application behind HAProxy: the site's files over HTTP.
-(cd "$tmp/www" && exec python3 -m http.server "$aport" --bind 127.0.0.1) \
-    >"$tmp/app.log" 2>&1 &
-echo $! >"$tmp/pids/app"
+require_haproxy
 
 # start_haproxy MODE: the page's haproxy.cfg, with `closed` or `open`.
 start_haproxy() {
@@ -42,15 +33,8 @@ start_haproxy() {
     wait_http "http://127.0.0.1:$gport/"
 }
 
-stop_haproxy() {
-    local pid
-    pid=$(cat "$tmp/pids/haproxy")
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
-}
-
-wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
+# The application behind HAProxy: the site's files over HTTP.
+start_site
 start_rateld 429 haproxy || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy closed || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
 check_demo haproxy
@@ -73,7 +57,7 @@ check_hostile_limited haproxy-default
 check_spellings_allow haproxy-allow 429 haproxy
 check_down haproxy_closed 503 503
 
-stop_haproxy
+stop_process haproxy
 start_rateld 429 haproxy || fail rateld_restart "$(tail -3 "$tmp/rateld.log")"
 start_haproxy open || fail haproxy_open_start "$(cat "$tmp/haproxy/out.log")"
 same haproxy_open_running "$(code "http://127.0.0.1:$gport/api/ping")" 200

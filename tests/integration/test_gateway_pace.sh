@@ -8,16 +8,8 @@
 # once; rateld refuses the policy on a route for any other gateway.
 . "$(dirname "$0")/gateway_lib.sh"
 
-if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
-    echo "FAIL haproxy or $build/rateld missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-
-(cd "$tmp/www" && exec python3 -m http.server "$aport" --bind 127.0.0.1) \
-    >"$tmp/app.log" 2>&1 &
-echo $! >"$tmp/pids/app"
-wait_http "http://127.0.0.1:$aport/" || fail app_start "$(cat "$tmp/app.log")"
+require_haproxy
+start_site
 
 snippet rateld-pace >"$tmp/pace.yaml"
 read -r -a wrap <<<"${RATELD_WRAP:-}"
@@ -53,11 +45,9 @@ contains wait_field "$(curl -s -D - -o /dev/null -H 'X-Original-Method: GET' \
 
 # Only HAProxy waits: any other gateway, and a rule that cannot reserve,
 # is refused when the configuration is read.
-sed 's/gateway: haproxy/gateway: nginx/' "$tmp/pace.yaml" >"$tmp/bad.yaml"
-contains other_gateway "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" \
+config_refused other_gateway "$(sed 's/gateway: haproxy/gateway: nginx/' "$tmp/pace.yaml")" \
     "policy pace has max_wait, and only a gateway that waits when told to can honour it"
-sed 's/10\/1s:gcra,burst=1/10\/1s/' "$tmp/pace.yaml" >"$tmp/bad.yaml"
-contains not_gcra "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" \
+config_refused not_gcra "$(sed 's/10\/1s:gcra,burst=1/10\/1s/' "$tmp/pace.yaml")" \
     'max_wait needs every rule to be gcra; rule 1 ("10/1s") is sliding'
 
 server_stop rateld

@@ -20,11 +20,7 @@
 . "$(dirname "$0")/gateway_lib.sh"
 docs=$root/docs/login.md
 
-if ! command -v haproxy >/dev/null || [ ! -x "$build/rateld" ]; then
-    echo "FAIL haproxy or $build/rateld missing (scripts/setup.sh, make)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_haproxy
 token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 # The login application: POST /login with user=NAME&password=P answers 200
@@ -79,15 +75,6 @@ start_haproxy() {
     RATEL_API_TOKEN=${1:-} haproxy -db -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/out.log" 2>&1 &
     echo $! >"$tmp/pids/haproxy"
     wait_http "http://127.0.0.1:$gport/"
-}
-
-stop_pid() {
-    local pid
-    pid=$(cat "$tmp/pids/$1")
-    kill -CONT "$pid" 2>/dev/null
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
 }
 
 # login USER PASSWORD [FROM [CURL ARGS]]: the status of one login from
@@ -159,12 +146,12 @@ if [ "$ms" -lt 2500 ]; then ok "stopped_rateld_bounded_${ms}ms"; else fail stopp
 
 # With api_token set: HAProxy without the token charges nothing (rateld
 # refuses the report; the answer goes out), with it the failures count.
-stop_pid haproxy
+stop_process haproxy
 stop_login_rateld first
 start_login_rateld "$token" || fail rateld_token_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy || fail haproxy_notoken_start "$(cat "$tmp/haproxy/out.log")"
 same report_without_token "$(logins erin wrong wrong wrong wrong wrong)" "401 401 401 401 401"
-stop_pid haproxy
+stop_process haproxy
 start_haproxy "$token" || fail haproxy_token_start "$(cat "$tmp/haproxy/out.log")"
 same report_with_token "$(logins erin wrong wrong wrong wrong)" "401 401 401 429"
 
@@ -187,13 +174,12 @@ contains report_untrusted "$(report --interface 127.0.0.2 "${auth_h[@]}" -H 'X-R
 contains report_unlisted "$(report "${auth_h[@]}" -H 'X-Ratel-Response-Status: 500')" '{"charged":0,"limited":0} 200'
 contains report_listed "$(report "${auth_h[@]}" -H 'X-Ratel-Response-Status: 403')" '{"charged":2,"limited":0} 200'
 # A policy with charge_on and a concurrent rule is refused at load.
-printf 'policies:\n  p:\n    rules: ["1/1m:concurrent"]\n    charge_on: [401]\n' >"$tmp/bad.yaml"
-contains check_concurrent "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" "takes no concurrent rule"
-printf 'policies:\n  p:\n    rules: 1/1m\n    charge_on: [401, 4x1]\n' >"$tmp/bad.yaml"
-contains check_status "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" 'charge_on: "4x1" is not a status'
-printf 'policies:\n  p:\n    rules: 1/1m\n    charge_on: []\n' >"$tmp/bad.yaml"
-contains check_empty "$("$build/rateld" --check-config "$tmp/bad.yaml" 2>&1)" "an empty list"
+config_refused check_concurrent $'policies:\n  p:\n    rules: ["1/1m:concurrent"]\n    charge_on: [401]\n' \
+    "takes no concurrent rule"
+config_refused check_status $'policies:\n  p:\n    rules: 1/1m\n    charge_on: [401, 4x1]\n' \
+    'charge_on: "4x1" is not a status'
+config_refused check_empty $'policies:\n  p:\n    rules: 1/1m\n    charge_on: []\n' "an empty list"
 
-stop_pid haproxy
+stop_process haproxy
 stop_login_rateld second
 finish
