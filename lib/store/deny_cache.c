@@ -29,6 +29,7 @@
 #include "store/deny_cache.h"
 #include "store/keyhash.h"
 #include "store/option.h"
+#include "store/spin.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -105,22 +106,10 @@ struct ratel_deny_cache_s {
 
 /* -------------------------------------------------------------- locking */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Spin briefly, then yield: a preempted writer gets the CPU back. */
 static inline void backoff(unsigned spins)
 {
-    if (spins < 100)
-        cpu_relax();
-    else
-        sched_yield();
+    ratel__spin_backoff(spins);
 }
 
 /*

@@ -8,6 +8,7 @@
 #define RATEL_STORE_MEMORY_PRIVATE_H
 
 #include "store/snapshot.h"
+#include "store/spin.h"
 #include "store/store.h"
 
 #include <sched.h>
@@ -55,25 +56,13 @@ typedef struct shard_lock_s {
     _Atomic int held;
 } shard_lock_t;
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static inline void shard_lock(shard_lock_t *l)
 {
     for (unsigned spins = 0;; spins++) {
         if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
             !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
             return;
-        if (spins < 100)
-            cpu_relax();
-        else
-            sched_yield();
+        ratel__spin_backoff(spins);
     }
 }
 
