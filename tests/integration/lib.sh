@@ -170,6 +170,16 @@ same() {
     fi
 }
 
+# app_start [PORT]: tests/integration/app_backend.py, the application
+# behind the gateways, on PORT (a free one) in $bport; waits until it
+# answers.
+app_start() {
+    bport=${1:-$(free_port)}
+    python3 "$lib_here/app_backend.py" "$bport" >>"$tmp/app_backend.log" 2>&1 &
+    echo $! >"$tmp/pids/app_backend"
+    wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$bport/started"
+}
+
 # config_refused NAME YAML WANT: rateld --check-config refuses the
 # configuration YAML with a message holding WANT.
 config_refused() {

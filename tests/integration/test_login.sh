@@ -16,39 +16,16 @@
 #   - a stopped rateld delays a failed answer by at most the report's
 #     timeout, and its answer is not lost;
 #   - /v1/report by hand: a missing, malformed or repeated status, GET, a
-#     browser, a peer not trusted, a wrong token.
+#     browser, a peer not trusted, a bad token.
 . "$(dirname "$0")/gateway_lib.sh"
 docs=$root/docs/login.md
 
 require_haproxy
 token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
-# The login application: POST /login with user=NAME&password=P answers 200
-# for "right", else 401; a user named slow* is answered after 0.5 s.
-cat >"$tmp/app.py" <<'PY'
-import sys, time, urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class H(BaseHTTPRequestHandler):
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        form = urllib.parse.parse_qs(self.rfile.read(n).decode())
-        user = form.get("user", [""])[0]
-        if user.startswith("slow"):
-            time.sleep(0.5)
-        ok = form.get("password", [""])[0] == "right"
-        body = b"welcome\n" if ok else b"wrong password\n"
-        self.send_response(200 if ok else 401)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
-python3 "$tmp/app.py" "$aport" >"$tmp/app.log" 2>&1 &
-echo $! >"$tmp/pids/app"
+# The login application (app_backend.py): 200 for pw=good, else 401; a
+# user named slow* is answered after 0.5 s.
+app_start "$aport"
 
 # start_login_rateld [TOKEN]: examples/login.yaml on $rport (RATELD_WRAP
 # prefixing rateld: valgrind, tests/valgrind.sh).
@@ -80,9 +57,10 @@ start_haproxy() {
 # login USER PASSWORD [FROM [CURL ARGS]]: the status of one login from
 # client address FROM (127.0.0.2).
 login() {
-    local from=${3:-$client}
+    local from=${3:-$client} slow=""
+    [[ $1 == slow* ]] && slow="&ms=500"
     curl -s -o /dev/null -w '%{http_code}' --interface "$from" "${@:4}" \
-        -d "user=$1&password=$2" "http://127.0.0.1:$gport/login"
+        -d "user=$1&pw=$2$slow" "http://127.0.0.1:$gport/login"
 }
 logins() { # USER PASSWORD... : the statuses, space-separated
     local user=$1 pw out=""
@@ -91,14 +69,13 @@ logins() { # USER PASSWORD... : the statuses, space-separated
     echo "${out% }"
 }
 
-wait_http "http://127.0.0.1:$aport/" || true
 start_login_rateld || fail rateld_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy || fail haproxy_start "$(cat "$tmp/haproxy/out.log")"
 
-same page_sequence "$(logins alice right wrong right wrong wrong wrong right)" \
+same page_sequence "$(logins alice good bad good bad bad bad good)" \
     "200 401 200 401 401 429 429"
-same fold_case "$(login ALICE right)" 429
-curl -s -D "$tmp/h" -o /dev/null --interface "$client" -d 'user=alice&password=right' \
+same fold_case "$(login ALICE good)" 429
+curl -s -D "$tmp/h" -o /dev/null --interface "$client" -d 'user=alice&pw=good' \
     "http://127.0.0.1:$gport/login"
 ra=$(header Retry-After "$tmp/h")
 if [[ $ra =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && [ "$ra" -le 60 ]; then ok retry_after; else fail retry_after "[$ra]"; fi
@@ -106,29 +83,29 @@ same ratelimit "$(header RateLimit "$tmp/h")" "\"login-user-0\";r=0;t=$ra"
 same reason "$(header X-Ratel-Reason "$tmp/h")" rate-limited
 
 # Successes are never charged, whatever the client says about them.
-same successes "$(logins bob right right right right right right right right right right)" \
+same successes "$(logins bob good good good good good good good good good good)" \
     "200 200 200 200 200 200 200 200 200 200"
-same client_status_header "$(for _ in 1 2 3 4; do login bob right "$client" -H 'X-Ratel-Response-Status: 401'; echo -n ' '; done)" \
+same client_status_header "$(for _ in 1 2 3 4; do login bob good "$client" -H 'X-Ratel-Response-Status: 401'; echo -n ' '; done)" \
     "200 200 200 200 "
-same after_successes "$(logins bob wrong wrong wrong wrong)" "401 401 401 429"
+same after_successes "$(logins bob bad bad bad bad)" "401 401 401 429"
 
 # Five failures in flight at once (0.5 s each): each is checked before any
 # is charged, so all five get through (bound 3 + 5 - 1 = 7); then refused.
 racers=()
 for i in 1 2 3 4 5; do
-    login slowcarol wrong >"$tmp/race.$i" &
+    login slowcarol bad >"$tmp/race.$i" &
     racers+=($!)
 done
 wait "${racers[@]}"
 race=$(cat "$tmp"/race.* | tr -d '\n')
 same race_all_through "$race" "401401401401401"
-same race_then_refused "$(login slowcarol right)" 429
+same race_then_refused "$(login slowcarol good)" 429
 
 # The address's own policy (20 failures an hour) across users, from
 # 127.0.0.4: 20 users failing once each, then the address is refused.
-for i in $(seq 20); do login "user$i" wrong 127.0.0.4 >/dev/null; done
-same per_address "$(login user21 right 127.0.0.4)" 429
-same other_address "$(login user21 right 127.0.0.5)" 200
+for i in $(seq 20); do login "user$i" bad 127.0.0.4 >/dev/null; done
+same per_address "$(login user21 good 127.0.0.4)" 429
+same other_address "$(login user21 good 127.0.0.5)" 200
 
 # A stopped rateld: the failed answer waits at most the report's 500 ms
 # (the check passed before rateld stopped) and is not lost.
@@ -136,7 +113,7 @@ rpid=$(cat "$tmp/pids/rateld")
 ( sleep 0.2; kill -STOP "$rpid" ) &
 stopper=$!
 t0=$(date +%s%N)
-st=$(login slowdan wrong)
+st=$(login slowdan bad)
 t1=$(date +%s%N)
 wait "$stopper"
 kill -CONT "$rpid"
@@ -150,15 +127,15 @@ stop_process haproxy
 stop_login_rateld first
 start_login_rateld "$token" || fail rateld_token_start "$(tail -3 "$tmp/rateld.log")"
 start_haproxy || fail haproxy_notoken_start "$(cat "$tmp/haproxy/out.log")"
-same report_without_token "$(logins erin wrong wrong wrong wrong wrong)" "401 401 401 401 401"
+same report_without_token "$(logins erin bad bad bad bad bad)" "401 401 401 401 401"
 stop_process haproxy
 start_haproxy "$token" || fail haproxy_token_start "$(cat "$tmp/haproxy/out.log")"
-same report_with_token "$(logins erin wrong wrong wrong wrong)" "401 401 401 429"
+same report_with_token "$(logins erin bad bad bad bad)" "401 401 401 429"
 
 # /v1/report by hand, from HAProxy's address (trusted) unless said.
 report() { # STATUS-HEADER-ARGS...: the answer's status and body
     curl -s -w ' %{http_code}' -H 'X-Original-Method: POST' -H 'X-Original-URI: /login' \
-        -d 'user=frank&password=x' "$@" "http://127.0.0.1:$rport/v1/report" | tr -d '\n'
+        -d 'user=frank&pw=x' "$@" "http://127.0.0.1:$rport/v1/report" | tr -d '\n'
 }
 auth_h=(-H "Authorization: Bearer $token")
 contains report_no_status "$(report "${auth_h[@]}")" "needs one X-Ratel-Response-Status header"

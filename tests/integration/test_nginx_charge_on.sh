@@ -28,29 +28,6 @@
 
 nginx_require "$nginx_so"
 
-backend_start() {
-    bport=$(free_port)
-    python3 -c '
-import http.server, sys, time, urllib.parse
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", 0))
-        self.answer(urllib.parse.parse_qs(self.rfile.read(n).decode()))
-    def do_GET(self):
-        self.answer(urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query))
-    def answer(self, q):
-        time.sleep(int(q.get("ms", ["0"])[0]) / 1000)
-        ok = q.get("pw", [""])[0] == "good"
-        self.send_response(200 if ok else 401)
-        self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer.daemon_threads = True
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-' "$bport" &
-    echo $! >"$tmp/pids/backend"
-    wait_for 10 curl -s -o /dev/null "http://127.0.0.1:$bport/"
-}
-
 code() { curl -s -o /dev/null -m 10 -w '%{http_code}' "$@"; }
 # logins USER PW N [LOCATION]: N logins one after the other (to
 # /login, or LOCATION), their statuses.
@@ -159,7 +136,7 @@ EOF
     nginx_valgrind_clean "$vglog"
 }
 
-backend_start
+app_start
 nginx_valgrind_only valgrind_run
 check_refusals
 check_example

@@ -37,40 +37,8 @@
 
 nginx_require "$nginx_so"
 
-# The application: GET /?ms=N answers 200 after N ms; /started says how
-# many requests it has begun.
-backend_start() {
-    bport=$(free_port)
-    python3 -c '
-import http.server, sys, threading, time, urllib.parse
-started = 0
-lock = threading.Lock()
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        global started
-        u = urllib.parse.urlparse(self.path)
-        if u.path == "/started":
-            self.answer(str(started).encode())
-            return
-        with lock:
-            started += 1
-        ms = int(urllib.parse.parse_qs(u.query).get("ms", ["0"])[0])
-        time.sleep(ms / 1000)
-        self.answer(b"done")
-    def answer(self, body):
-        try:
-            self.send_response(200); self.send_header("Content-Length", str(len(body)))
-            self.end_headers(); self.wfile.write(body)
-        except OSError:
-            pass
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer.daemon_threads = True
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-' "$bport" &
-    echo $! >"$tmp/pids/backend"
-    wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$bport/started"
-}
-
+# The application (app_backend.py): GET /?ms=N answers 200 after N ms;
+# /started says how many requests it has begun.
 started() { curl -s "http://127.0.0.1:$bport/started"; }
 # started_at_least N: the application has begun N requests.
 started_at_least() { [ "$(started)" -ge "$1" ]; }
@@ -282,7 +250,7 @@ EOF
     nginx_valgrind_clean "$dir/valgrind.log"
 }
 
-backend_start
+app_start
 nginx_valgrind_only valgrind_run
 site zone ""
 check_in_flight zone zone

@@ -123,26 +123,9 @@ main_conf() {
 CONF
 }
 
-# The application behind /src/: answers 200 with the length of the body
-# it received (nginx read the body for form: and json:, and still sends it).
-backend_start() {
-    bport=$(free_port)
-    python3 -c '
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self): self.answer(b"")
-    def do_POST(self):
-        self.answer(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-    def answer(self, body):
-        out = b"got %d" % len(body)
-        self.send_response(200); self.send_header("Content-Length", str(len(out)))
-        self.end_headers(); self.wfile.write(out)
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-' "$bport" &
-    echo $! >"$tmp/pids/backend"
-    for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$bport/" && return; sleep 0.1; done
-}
+# The application behind /src/ (app_backend.py) answers 200 "got N", N
+# the bytes of the body it received (nginx read the body for form: and
+# json:, and still sends it).
 
 # --- two workers, one zone: exactly 20 of 25 new connections admitted.
 check_two_workers() {
@@ -619,7 +602,7 @@ CONF
     nginx_valgrind_clean "$vglog"
 }
 
-backend_start
+app_start
 nginx_valgrind_only valgrind_run
 main_conf
 start_nginx "$tmp/main" || { finish; exit; }
