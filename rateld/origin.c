@@ -143,7 +143,7 @@ static void split_uri(ratel_http_str_t uri, rateld_origin_t *o)
    path_prefix form. */
 static int path_form(const ratel_http_request_t *req)
 {
-    return req->path.n > 9 && memcmp(req->path.p, "/v1/auth/", 9) == 0;
+    return req->path.n >= 9 && memcmp(req->path.p, "/v1/auth/", 9) == 0;
 }
 
 /* Envoy's form: /v1/auth + the original path, the request's own method

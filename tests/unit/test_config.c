@@ -493,7 +493,7 @@ static const bad_case_t bad_cases[] = {
     {"policies:\n  p: 1/1s\n", 2,
      "policies.p: expected a mapping of fields "
      "(rules, key, on_missing, shadow, "
-     "overrides, fold_case)"},
+     "overrides, fold_case, charge_on, max_wait)"},
     {"policies:\n  p:\n    key: ip\n", 3, "policies.p.rules: required"},
     {"policies:\n  sms:\n    rules: [1/60s, 10/1x]\n", 3,
      "policies.sms.rules[1]: rule \"10/1x\": "},

@@ -330,6 +330,7 @@ TEST(metrics_exact_text_small_case)
         "ratel_abandoned_total{endpoint=\"acquire\"} 0\n"
         "ratel_abandoned_total{endpoint=\"auth\"} 2\n"
         "ratel_abandoned_total{endpoint=\"rls\"} 1\n"
+        "ratel_abandoned_total{endpoint=\"report\"} 0\n"
         "# HELP ratel_store_keys Keys the store holds.\n"
         "# TYPE ratel_store_keys gauge\n"
         "ratel_store_keys 3\n"

@@ -625,15 +625,16 @@ TEST(request_key_too_long_never_overflows)
     CHECK(small[1] == 'Z');
     CHECK_EQ(rateld_policy_key(&p, &v, small, 0, NULL), -1);
 
-    /* RATELD_KEY_MAX bounds the key whatever the buffer: "h:" + value. */
+    /* RATELD_KEY_MAX bounds the value whatever the buffer: "h:" + up to
+       RATELD_KEY_MAX bytes. */
     p = make_policy("h", RATEL__KEY_MISSING_REJECT);
     add_part(&p, RATEL__KEY_HEADER, "X-Long");
-    memset(value, 'v', RATELD_KEY_MAX - 2);
-    value[RATELD_KEY_MAX - 2] = '\0';
+    memset(value, 'v', RATELD_KEY_MAX);
+    value[RATELD_KEY_MAX] = '\0';
     add_header(&req, "X-Long", value);
-    CHECK_EQ(key_of(&p, &v, big, sizeof big), RATELD_KEY_MAX);
-    value[RATELD_KEY_MAX - 2] = 'v';
-    value[RATELD_KEY_MAX - 1] = '\0';
+    CHECK_EQ(key_of(&p, &v, big, sizeof big), RATELD_KEY_MAX + 2);
+    value[RATELD_KEY_MAX] = 'v';
+    value[RATELD_KEY_MAX + 1] = '\0';
     req.headers[0].value.n = strlen(value);
     CHECK_EQ(rateld_policy_key(&p, &v, big, sizeof big, NULL), -1);
     /* Escapes count: a value that fits only unescaped is too long. */
