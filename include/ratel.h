@@ -546,6 +546,47 @@ RATEL_API int ratel_policy_release(const ratel_policy_t *policy, uint8_t *state,
  */
 RATEL_API int ratel_policy_has_leases(const ratel_policy_t *policy);
 
+/* --------------------------------------------------------------- slices */
+
+/* The longest a slice may live: 1 hour. */
+#define RATEL_SLICE_TTL_MAX_US ((int64_t)3600 * 1000000)
+
+/*
+ * Hot keys: a host takes a slice of a policy's permits in one call and
+ * spends them without asking again until the slice ends (docs/leases.md).
+ *
+ * Charges every rule with the most permits that all of them admit now, up
+ * to `want` (and a rule's capacity), as that many requests at once would
+ * be: `*granted` (0: nothing charged; `decision` then says when one
+ * permit fits, as a denied acquire would). `*expires_us` is when the
+ * slice ends: now + ttl_us, or sooner, the end of the current window of a
+ * fixed or approx rule (its permits count in that window only), so that
+ * a slice spent before it ends never exceeds such a rule. State handling
+ * as ratel_policy_acquire. Errors: RATEL_EINVAL (want 0, ttl_us outside
+ * 1..RATEL_SLICE_TTL_MAX_US, a concurrent rule: its permits are leases a
+ * request holds, not a rate to slice), RATEL_ECORRUPT, RATEL_EVERSION,
+ * RATEL_ENOBUFS.
+ */
+RATEL_API int ratel_policy_slice(const ratel_policy_t *policy, uint8_t *state,
+                                 size_t *state_len, size_t state_cap,
+                                 int64_t now_us, uint64_t want, int64_t ttl_us,
+                                 uint64_t *granted, int64_t *expires_us,
+                                 ratel_decision_t *decision);
+
+/*
+ * Gives the `unspent` permits of a slice ending at `expires_us` back
+ * (ratel_policy_refund) while it is alive: `*returned` is `unspent`. From
+ * its end on nothing is given back (`*returned` 0): its permits were
+ * spent, or are stranded, never counted twice. `decision` reports the key
+ * after it as a peek would. Errors as ratel_policy_slice.
+ */
+RATEL_API int ratel_policy_slice_return(const ratel_policy_t *policy,
+                                        uint8_t *state, size_t *state_len,
+                                        size_t state_cap, int64_t now_us,
+                                        uint64_t unspent, int64_t expires_us,
+                                        uint64_t *returned,
+                                        ratel_decision_t *decision);
+
 /* ---------------------------------------------------------------- state */
 
 /* What one rule of a stored key looks like at some instant. */
