@@ -364,26 +364,34 @@ static void view_json(const rateld_config_t *c, const rateld_route_t *route,
         cJSON_Delete(root);
 }
 
+/* What a gateway's request is read into: the view points into it, so it
+   lives as long as the view (the caller's). */
+typedef struct gateway_read_s {
+    rateld_origin_t origin; /* may hold the path's normal form */
+    char client[RATEL__ADDR_MAX], host[256];
+} gateway_read_t;
+
 /*
  * The route of a gateway's request and the view its key sources read
- * (the original request's path, query, host, client; its JSON body parsed
- * when a policy of the route reads it: the caller deletes view->json).
- * NULL after answering a request rateld will not decide.
+ * (the original request's path, query, host, client, read into `g`; its
+ * JSON body parsed when a policy of the route reads it: the caller
+ * deletes view->json). NULL after answering a request rateld will not
+ * decide.
  */
 static const rateld_route_t *gateway_route(rateld_t *d, rateld_worker_t *w,
                                            ratel_http_exchange_t *ex,
                                            const ratel_http_request_t *req,
-                                           rateld_view_t *view, char *client,
-                                           char *host, size_t hostlen)
+                                           rateld_view_t *view,
+                                           gateway_read_t *g)
 {
     const rateld_config_t *c = w->gen->config;
     const rateld_route_t *route;
+    rateld_origin_t *o = &g->origin;
     char why[160];
     const char *twice;
     rateld_route_query_t q;
-    rateld_origin_t o;
     rateld_origin_result_t read = rateld_origin_read(
-        &c->auth.gateway, &c->trusted, req, &o, why, sizeof why);
+        &c->auth.gateway, &c->trusted, req, o, why, sizeof why);
 
     if (read != RATELD_ORIGIN_OK) {
         /* Ambiguity, a bad path, method or host are the client's doing:
@@ -407,21 +415,21 @@ static const rateld_route_t *gateway_route(rateld_t *d, rateld_worker_t *w,
                   twice);
         return NULL;
     }
-    q = (rateld_route_query_t){o.method, o.path, o.host, req};
+    q = (rateld_route_query_t){o->method, o->path, o->host, req};
     if (!(route = rateld_config_route(c, &q))) {
         undecided(d, w, ex, req, RATELD_UNDECIDED_UNMATCHED,
                   c->auth.unmatched == RATELD_UNMATCHED_ALLOW ? 200 : 403,
                   "no route matches %.*s %.*s",
-                  (int)(o.method.n > 16 ? 16 : o.method.n), o.method.p,
-                  (int)(o.path.n > 200 ? 200 : o.path.n), o.path.p);
+                  (int)(o->method.n > 16 ? 16 : o->method.n), o->method.p,
+                  (int)(o->path.n > 200 ? 200 : o->path.n), o->path.p);
         return NULL;
     }
-    ratel__client_address(&c->trusted, req, client, RATEL__ADDR_MAX);
+    ratel__client_address(&c->trusted, req, g->client, sizeof g->client);
     rateld_view_init(view, req);
-    view->path = rateld_str(o.path);
-    view->query = rateld_str(o.query);
-    view->host = rateld_str(host_of(o.host, host, hostlen));
-    view->client = client;
+    view->path = rateld_str(o->path);
+    view->query = rateld_str(o->query);
+    view->host = rateld_str(host_of(o->host, g->host, sizeof g->host));
+    view->client = g->client;
     view_json(c, route, req, view);
     return route;
 }
@@ -430,12 +438,12 @@ static const rateld_route_t *gateway_route(rateld_t *d, rateld_worker_t *w,
 static void auth_api(rateld_t *d, rateld_worker_t *w, ratel_http_exchange_t *ex,
                      const ratel_http_request_t *req, int64_t start)
 {
-    char client[RATEL__ADDR_MAX], host[256];
     const rateld_route_t *route;
     rateld_view_t view;
+    gateway_read_t g;
 
     rateld_take_gen(d, w);
-    route = gateway_route(d, w, ex, req, &view, client, host, sizeof host);
+    route = gateway_route(d, w, ex, req, &view, &g);
     if (!route)
         return;
     queue_route(d, w, ex, req, route, &view, start, 0);
@@ -700,9 +708,10 @@ static void report_api(rateld_t *d, rateld_worker_t *w,
 {
     rateld_gen_t *gen = rateld_take_gen(d, w);
     const char *tokens[2] = {gen->config->api_token, gen->config->admin_token};
-    char client[RATEL__ADDR_MAX], host[256], why[200];
+    char why[200];
     const rateld_route_t *route;
     rateld_view_t view;
+    gateway_read_t g;
     long status;
 
     if ((tokens[0][0] || tokens[1][0]) &&
@@ -713,7 +722,7 @@ static void report_api(rateld_t *d, rateld_worker_t *w,
         rateld_respond_error(d, ex, req->thread, 400, "%s", why);
         return;
     }
-    route = gateway_route(d, w, ex, req, &view, client, host, sizeof host);
+    route = gateway_route(d, w, ex, req, &view, &g);
     if (!route)
         return;
     queue_route(d, w, ex, req, route, &view, start, status);
