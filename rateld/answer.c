@@ -246,11 +246,16 @@ static ratel_http_str_t charge_on(const rateld_pending_t *items, size_t count,
                                   char *buf, size_t len)
 {
     ratel__status_set_t all = {{0}};
+    int any = 0;
 
     for (size_t i = 0; i < count; i++)
-        if (items[i].policy->charges_on)
+        if (items[i].policy->charges_on) {
             ratel__status_join(&all, &items[i].policy->charge_on);
-    return (ratel_http_str_t){buf, ratel__status_format(&all, buf, len)};
+            any = 1;
+        }
+    /* The usual route has none: nothing to write, no list walked. */
+    return (ratel_http_str_t){buf,
+                              any ? ratel__status_format(&all, buf, len) : 0};
 }
 
 /*

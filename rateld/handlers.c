@@ -675,9 +675,8 @@ static long report_status(const ratel_http_request_t *req, char *why,
 {
     static const char name[] = "X-Ratel-Response-Status";
     const ratel_http_str_t *h = NULL;
-    ratel__status_set_t one = {{0}};
     char msg[120];
-    long status = 0;
+    long status;
 
     if (ratel_http_header_count(req, name, &h) != 1) {
         snprintf(why, whylen,
@@ -686,12 +685,8 @@ static long report_status(const ratel_http_request_t *req, char *why,
                  name);
         return -1;
     }
-    if (ratel__status_add(&one, h->p, h->n, msg, sizeof msg)) {
+    if ((status = ratel__status_read(h->p, h->n, msg, sizeof msg)) < 0)
         snprintf(why, whylen, "%s: %s", name, msg);
-        return -1;
-    }
-    for (size_t i = 0; i < h->n; i++)
-        status = status * 10 + (h->p[i] - '0');
     return status;
 }
 

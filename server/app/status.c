@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int ratel__status_add(ratel__status_set_t *set, const char *text, size_t n,
-                      char *why, size_t whylen)
+long ratel__status_read(const char *text, size_t n, char *why, size_t whylen)
 {
     long v = 0;
 
@@ -26,6 +25,16 @@ int ratel__status_add(ratel__status_set_t *set, const char *text, size_t n,
                  RATEL__STATUS_MAX);
         return -1;
     }
+    return v;
+}
+
+int ratel__status_add(ratel__status_set_t *set, const char *text, size_t n,
+                      char *why, size_t whylen)
+{
+    long v = ratel__status_read(text, n, why, whylen);
+
+    if (v < 0)
+        return -1;
     v -= RATEL__STATUS_MIN;
     set->bits[v / 64] |= (uint64_t)1 << (v % 64);
     return 0;
@@ -54,14 +63,6 @@ int ratel__status_has(const ratel__status_set_t *set, long status)
     if (status < RATEL__STATUS_MIN || status > RATEL__STATUS_MAX)
         return 0;
     return (int)((set->bits[v / 64] >> (v % 64)) & 1);
-}
-
-int ratel__status_empty(const ratel__status_set_t *set)
-{
-    for (size_t i = 0; i < sizeof set->bits / sizeof set->bits[0]; i++)
-        if (set->bits[i])
-            return 0;
-    return 1;
 }
 
 void ratel__status_join(ratel__status_set_t *set,

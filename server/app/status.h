@@ -23,6 +23,13 @@ typedef struct ratel__status_set_s {
 } ratel__status_set_t;
 
 /*
+ * The status written in the `n` bytes at `text` (three digits, 100 to
+ * 599), or -1 with why ("\"4O1\" is not a status: expected a number from
+ * 100 to 599, e.g. 401").
+ */
+long ratel__status_read(const char *text, size_t n, char *why, size_t whylen);
+
+/*
  * Adds the status written in the `n` bytes at `text` (three digits, 100
  * to 599) to `set`: 0, or -1 with why ("charge_on: \"4O1\" is not a
  * status: expected a number from 100 to 599, e.g. 401").
@@ -37,9 +44,6 @@ int ratel__status_add_list(ratel__status_set_t *set, const char *text, size_t n,
 
 /* Whether `status` is in `set` (0 for any number outside 100..599). */
 int ratel__status_has(const ratel__status_set_t *set, long status);
-
-/* Whether `set` holds no status. */
-int ratel__status_empty(const ratel__status_set_t *set);
 
 /* Adds every status of `from` to `set`. */
 void ratel__status_join(ratel__status_set_t *set,
