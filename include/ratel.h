@@ -305,18 +305,29 @@ typedef struct ratel_request_s {
 #define RATEL_OP_REFUND 0x02u
 #define RATEL_OP_RELEASE 0x04u
 #define RATEL_OP_INFO 0x08u
-/* The operations that take rules after their options (INFO does not). */
+#define RATEL_OP_SLICE 0x10u
+#define RATEL_OP_UNSLICE 0x20u
+/* The operations that take rules after their options (INFO does not), and
+   which rateld's endpoints serve. */
 #define RATEL_OP_RULES (RATEL_OP_ACQUIRE | RATEL_OP_REFUND | RATEL_OP_RELEASE)
+/* A hot key's slices (docs/leases.md): the commands' operations only; they
+   take rules after their options too. */
+#define RATEL_OP_SLICES (RATEL_OP_SLICE | RATEL_OP_UNSLICE)
 
 /* How an option is given (RATEL_OPTION_MAP's `kind`). */
-#define RATEL_ARG_FLAG 0  /* its word alone: PEEK */
-#define RATEL_ARG_VALUE 1 /* its word, then an integer: COST 3 */
-#define RATEL_ARG_FIRST 2 /* the first argument, an integer, no word */
+#define RATEL_ARG_FLAG 0   /* its word alone: PEEK */
+#define RATEL_ARG_VALUE 1  /* its word, then an integer: COST 3 */
+#define RATEL_ARG_FIRST 2  /* the first argument, an integer, no word */
+#define RATEL_ARG_NEEDED 3 /* as VALUE, and the operation needs it: TTL 250 */
 
 /* The latest AT: the last millisecond before RATEL_TIME_MAX_US. */
 #define RATEL_AT_MAX_MS 9007199254740
 /* Lease ids run from 1 to this. */
 #define RATEL_LEASE_MAX 4294967295u
+/* The longest a slice may live: 1 hour. */
+#define RATEL_SLICE_TTL_MAX_MS 3600000
+/* Slice holders' ids run from 1 to this (2^53 - 1: exact in Lua). */
+#define RATEL_HOLDER_MAX 9007199254740991
 
 /*
  * The options of a request, each once: XX(NAME, name, kind, min, max, ops,
@@ -339,11 +350,22 @@ typedef struct ratel_request_s {
     XX(MAXWAIT, max_wait, RATEL_ARG_VALUE, 0, RATEL_PERIOD_MAX_MS,             \
        RATEL_OP_ACQUIRE, "ms", "")                                             \
     XX(RENEW, renew, RATEL_ARG_FLAG, 0, 1, RATEL_OP_RELEASE, "", "")           \
-    XX(AT, at, RATEL_ARG_VALUE, 0, RATEL_AT_MAX_MS,                            \
-       RATEL_OP_ACQUIRE | RATEL_OP_REFUND | RATEL_OP_RELEASE | RATEL_OP_INFO,  \
-       "unix_ms", "")                                                          \
     XX(LEASE, lease, RATEL_ARG_FIRST, 1, RATEL_LEASE_MAX, RATEL_OP_RELEASE,    \
-       "id", " (the lease an ACQUIRE returned)")
+       "id", " (the lease an ACQUIRE returned)")                               \
+    XX(WANT, want, RATEL_ARG_FIRST, 1, RATEL_LIMIT_MAX, RATEL_OP_SLICE, "n",   \
+       " (the permits the slice asks for)")                                    \
+    XX(TTL, ttl, RATEL_ARG_NEEDED, 1, RATEL_SLICE_TTL_MAX_MS, RATEL_OP_SLICE,  \
+       "ms", " (the lifetime of the slice in ms)")                             \
+    XX(HOLDER, holder, RATEL_ARG_VALUE, 1, RATEL_HOLDER_MAX, RATEL_OP_SLICE,   \
+       "id", " (the host asking for its fair share)")                          \
+    XX(UNSPENT, unspent, RATEL_ARG_FIRST, 1, RATEL_LIMIT_MAX,                  \
+       RATEL_OP_UNSLICE, "n", " (the permits of the slice not spent)")         \
+    XX(UNTIL, until, RATEL_ARG_NEEDED, 1, RATEL_AT_MAX_MS, RATEL_OP_UNSLICE,   \
+       "unix_ms", " (the expires_at_ms SLICE answered)")                       \
+    XX(AT, at, RATEL_ARG_VALUE, 0, RATEL_AT_MAX_MS,                            \
+       RATEL_OP_ACQUIRE | RATEL_OP_REFUND | RATEL_OP_RELEASE | RATEL_OP_INFO | \
+           RATEL_OP_SLICES,                                                    \
+       "unix_ms", "")
 
 /* Each option's index: RATEL_OPTION_COST, ...; RATEL_OPTIONS of them. */
 enum {
@@ -416,11 +438,12 @@ RATEL_API int ratel_policy_check_request(const ratel_policy_t *policy,
 /*
  * The request options of one call as they are read, plain data. value[i]
  * is option i's (RATEL_OPTION_COST, ...): until it is read, its minimum
- * for an option with a value (COST 1, MAXWAIT 0, AT 0), else 0 (flags,
- * LEASE); a flag read is 1 (0 when given as false). `given` and `takes`
- * hold the bit 1u << RATEL_OPTION_x of each option read and of each the
- * call may have; `first` is the option the call takes before any word
- * (RATEL_ARG_FIRST: RELEASE's LEASE), or -1.
+ * for an option with a value (COST 1, MAXWAIT 0, AT 0, HOLDER 1), else 0
+ * (flags, LEASE, WANT, UNSPENT, and the needed TTL and UNTIL); a flag read
+ * is 1 (0 when given as false). `given` and `takes` hold the bit
+ * 1u << RATEL_OPTION_x of each option read and of each the call may have;
+ * `first` is the option the call takes before any word (RATEL_ARG_FIRST:
+ * RELEASE's LEASE, SLICE's WANT, UNSLICE's UNSPENT), or -1.
  */
 typedef struct ratel_options_s {
     int64_t value[RATEL_OPTIONS];
@@ -477,11 +500,15 @@ RATEL_API void ratel_options_request(const ratel_options_t *o,
                                      ratel_request_t *request);
 
 /*
- * ratel_policy_check_request() of the options' request under `policy`,
- * for an ACQUIRE (other operations: 0), with its one message in err: the
- * option as o->spell names it, the rule by number and text, and what the
- * rule admits ("COST 11 is more than rule 1 ("10/1s") can ever admit
- * (10)"). Returns 0 or that function's code.
+ * The options of a call checked as a whole and against `policy`, with one
+ * message in err naming the option as o->spell spells it. First an option
+ * the operation needs (RATEL_ARG_NEEDED) that was not read ("TTL is
+ * needed: an integer from 1 to 3600000 (the lifetime of the slice in ms)");
+ * then a slice of a policy with a concurrent rule (RATEL_EINVAL, naming
+ * the rule); then, for an ACQUIRE, ratel_policy_check_request() of the
+ * options' request, naming the rule by number and text and what it admits
+ * ("COST 11 is more than rule 1 ("10/1s") can ever admit (10)"). Returns
+ * 0, RATEL_EINVAL or that function's code.
  */
 RATEL_API int ratel_options_check(const ratel_options_t *o,
                                   const ratel_policy_t *policy, char *err,
@@ -548,8 +575,8 @@ RATEL_API int ratel_policy_has_leases(const ratel_policy_t *policy);
 
 /* --------------------------------------------------------------- slices */
 
-/* The longest a slice may live: 1 hour. */
-#define RATEL_SLICE_TTL_MAX_US ((int64_t)3600 * 1000000)
+/* The longest a slice may live (RATEL_SLICE_TTL_MAX_MS: 1 hour). */
+#define RATEL_SLICE_TTL_MAX_US ((int64_t)RATEL_SLICE_TTL_MAX_MS * 1000)
 
 /*
  * Hot keys: a host takes a slice of a policy's permits in one call and
@@ -572,6 +599,64 @@ RATEL_API int ratel_policy_slice(const ratel_policy_t *policy, uint8_t *state,
                                  int64_t now_us, uint64_t want, int64_t ttl_us,
                                  uint64_t *granted, int64_t *expires_us,
                                  ratel_decision_t *decision);
+
+/*
+ * ratel_policy_slice() for one of several holders that share the key
+ * fairly: `total` (>= want; at most RATEL_DEMAND_HOLDERS x
+ * RATEL_LIMIT_MAX) is the sum of the wants the holders that asked
+ * recently have, this one's included (ratel_slice_demand_note()). It
+ * finds `avail`, the most all rules admit now up to `total` (and a rule's
+ * capacity), and charges ratel_slice_share(want, total, avail): `want`
+ * when every holder's want fits, else this holder's part of what is left.
+ * With total == want it is ratel_policy_slice(). Errors as that function,
+ * and RATEL_EINVAL for total < want.
+ */
+RATEL_API int ratel_policy_slice_shared(const ratel_policy_t *policy,
+                                        uint8_t *state, size_t *state_len,
+                                        size_t state_cap, int64_t now_us,
+                                        uint64_t want, uint64_t total,
+                                        int64_t ttl_us, uint64_t *granted,
+                                        int64_t *expires_us,
+                                        ratel_decision_t *decision);
+
+/*
+ * A holder's fair share of `avail` permits when the holders that asked
+ * recently want `total` in all and this one `want` (1 <= want <= total):
+ * `want` when avail >= total, else max(1, floor(avail x want / total)),
+ * never more than avail (0 when avail is 0). Pure arithmetic.
+ */
+RATEL_API uint64_t ratel_slice_share(uint64_t want, uint64_t total,
+                                     uint64_t avail);
+
+/* A demand record holds at most this many holders; its bytes are at most
+   RATEL_DEMAND_MAX (docs/state-format.md, "Demand records"). */
+#define RATEL_DEMAND_HOLDERS 16
+#define RATEL_DEMAND_ENTRY_SIZE 20
+#define RATEL_DEMAND_MAX (4 + RATEL_DEMAND_HOLDERS * RATEL_DEMAND_ENTRY_SIZE)
+
+/*
+ * Notes in a demand record - the holders that asked a key for slices
+ * recently, kept beside it (docs/state-format.md) - that `holder`
+ * (1..RATEL_HOLDER_MAX) wants `want` permits (1..RATEL_LIMIT_MAX) at
+ * now_ms, for slices of ttl_ms (1..RATEL_SLICE_TTL_MAX_MS).
+ *
+ * `record` holds `*len` bytes (0: none yet) in a buffer of `cap` bytes
+ * (RATEL_DEMAND_MAX always suffices). Entries asked at or before
+ * now_ms - 2 x ttl_ms are dropped; the holder's own entry, if any, is
+ * removed and its new one appended (the entries run from the longest
+ * asked to the latest); past RATEL_DEMAND_HOLDERS the first is dropped.
+ * On return *len is the new length and *total the sum of the live
+ * entries' wants, this one's included. The record expires, as a key, at
+ * now_ms + 2 x ttl_ms. Pure: no clock, no allocation.
+ *
+ * Errors: RATEL_EINVAL (an argument out of its range), RATEL_ECORRUPT
+ * (bytes that are no demand record), RATEL_EVERSION (a newer version),
+ * RATEL_ENOBUFS (cap too small).
+ */
+RATEL_API int ratel_slice_demand_note(uint8_t *record, size_t *len, size_t cap,
+                                      int64_t now_ms, int64_t ttl_ms,
+                                      uint64_t holder, uint64_t want,
+                                      uint64_t *total);
 
 /*
  * Gives the `unspent` permits of a slice ending at `expires_us` back
