@@ -1,7 +1,7 @@
 -- commands.lua - the calls: arguments as module/args.c parses them, and
--- ACQUIRE, PEEK, REFUND, RELEASE, RESET and INFO as module/ratel.c runs
--- them. Each
--- command takes the key and the arguments after the operation, args[first..].
+-- ACQUIRE, PEEK, REFUND, RELEASE, RESET, INFO, SLICE and UNSLICE as
+-- module/ratel.c runs them. Each command takes the key (SLICE also its
+-- demand key) and the arguments after the operation, args[first..].
 
 -- quote() of module/args.c: 40 bytes at most, unprintable bytes, quotes
 -- and backslashes as \xNN.
@@ -15,8 +15,9 @@ local function quote_arg(a)
     return q
 end
 
--- request_option(), OPTIONS and OPTION_LISTS (the request options: ranges,
--- which operation takes which) come before lua/internal.lua:
+-- request_option(), OPTIONS, OPTION_LISTS, OPTION_FIRST and OPTION_NEEDED
+-- (the request options: ranges, which operation takes which, the one it
+-- takes first, the ones it needs) come before lua/internal.lua:
 -- scripts/lua-build.sh makes them from include/ratel.h's RATEL_OPTION_MAP.
 
 local function parse_int(a, min, max)
@@ -65,6 +66,34 @@ local function options_check(policy, cost, max_wait)
     fail(fmt('MAXWAIT needs every rule to be %s; rule %d ("%s") is %s',
         (algo_list('reserves', '', ' or ')), i, format_rule(r),
         ALGO_NAMES[r.algo]))
+end
+
+-- missing() and unsliceable() of ratel_options_check(): an option the
+-- operation needs that was not given (`seen`: the bits of those given),
+-- and a slice of a policy with a concurrent rule.
+local function options_needed(op, seen)
+    local word = OPTION_NEEDED[op]
+    if word then
+        local bit, _, min, max, note = request_option(word)
+        if floor(seen / bit) % 2 == 0 then
+            fail(fmt('%s is needed: an integer from %d to %d%s', word, min,
+                max, note))
+        end
+    end
+end
+
+local function unsliceable(op, policy)
+    if op ~= 'SLICE' and op ~= 'UNSLICE' then
+        return
+    end
+    for i = 1, #policy do
+        local r = policy[i]
+        if ALGO_FACTS[r.algo].leases then
+            fail(fmt('a slice cannot be taken of rule %d ("%s"): a %s ' ..
+                "rule's permits are leases a request holds and gives back, " ..
+                'not a rate to slice', i, format_rule(r), ALGO_NAMES[r.algo]))
+        end
+    end
 end
 
 -- The rules args[i..argc], checked as ratel_policy_init() checks them.
@@ -127,20 +156,22 @@ local function parse_policy(args, i, argc)
 end
 
 -- ratel__cmd_parse() with ratel_options_read() of lib/core/options.c:
--- RELEASE's lease, options (any order, case-insensitive, once each, as
--- request_option() says) until the first argument starting with a digit,
--- then the rules. Returns the policy, cost, peek, max wait, AT (nil
--- when not given), the lease and renew.
+-- the first argument (RELEASE's lease, SLICE's want, UNSLICE's unspent),
+-- options (any order, case-insensitive, once each, as request_option()
+-- says) until the first argument starting with a digit, then the rules.
+-- Returns the policy, cost, peek, max wait, AT (nil when not given), the
+-- first argument, renew, TTL, HOLDER (nil when not given) and UNTIL.
 local function parse_args(op, args, first)
     local argc = #args
     if argc - first + 1 > 2 * MAX_RULES + 16 then
         fail('at most 8 rules')
     end
     local allowed, seen = OPTIONS[op], 0
-    local cost, peek, max_wait, at, lease, renew = 1, op == 'PEEK', 0, nil,
+    local cost, peek, max_wait, at, lead, renew = 1, op == 'PEEK', 0, nil,
         nil, false
-    if op == 'RELEASE' then
-        lease = option_value('LEASE', args[first])
+    local ttl, holder, until_ms
+    if OPTION_FIRST[op] then
+        lead = option_value(OPTION_FIRST[op], args[first])
         first = first + 1
     end
     local i = first
@@ -172,6 +203,12 @@ local function parse_args(op, args, first)
                 cost = v
             elseif opt == 'MAXWAIT' then
                 max_wait = v
+            elseif opt == 'TTL' then
+                ttl = v
+            elseif opt == 'HOLDER' then
+                holder = v
+            elseif opt == 'UNTIL' then
+                until_ms = v
             else
                 at = v
             end
@@ -189,10 +226,13 @@ local function parse_args(op, args, first)
         fail('RELEASE needs a policy with a concurrent rule (e.g. ' ..
             '10/30s:concurrent)')
     end
+    options_needed(op, seen)
+    unsliceable(op, policy)
     if op == 'ACQUIRE' or op == 'PEEK' then
         options_check(policy, cost, max_wait)
     end
-    return policy, cost, peek, max_wait, at, lease, renew
+    return policy, cost, peek, max_wait, at, lead, renew, ttl, holder,
+        until_ms
 end
 
 -- ------------------------------------------------------------- commands
@@ -346,6 +386,63 @@ local function release(op, key, args, first)
     return d
 end
 
+-- The demand key's bytes, false for no key; WRONGTYPE for other types.
+local function read_demand(key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+        raise(v)
+    end
+    return v
+end
+
+-- SLICE, as slice_command() of module/ratel.c: with HOLDER and a demand
+-- key other than the key, the holder's want noted beside the key and the
+-- slice its fair share; the key written only when something is granted,
+-- the demand record always (expiring at 2 x TTL).
+local function slice(op, key, args, first, demand_key)
+    local policy, _, _, _, at, want, _, ttl, holder = parse_args(op, args,
+        first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    local now_ms = floor(now_us / 1000)
+    local total, demand = want, nil
+    if holder and demand_key ~= key then
+        demand, total = demand_note(read_demand(demand_key), now_ms, ttl,
+            holder, want)
+    end
+    local recs = records_of(policy, old, now_us)
+    local granted, expires_us, d = policy_slice(policy, recs, now_us, want,
+        total, ttl * 1000)
+    if granted > 0 then
+        write_key(key, old, serialize(recs), now_us, d[5])
+    end
+    if demand then
+        redis.call('SET', demand_key, demand, 'PXAT',
+            fmt('%d', now_ms + 2 * ttl))
+    end
+    local expires_ms = floor(expires_us / 1000)
+    return { granted, expires_ms, granted > 0 and expires_ms - now_ms or 0,
+        d[2], d[3], d[4], d[5], d[6] }
+end
+
+-- UNSLICE, as unslice_command() of module/ratel.c: the unspent permits
+-- given back (REFUND's change) while the slice lives, nothing from its
+-- end on.
+local function unslice(op, key, args, first)
+    local policy, _, _, _, at, unspent, _, _, _, until_ms = parse_args(op,
+        args, first)
+    local old = read_key(key)
+    local now_us = now_of(at)
+    local recs = records_of(policy, old, now_us)
+    local returned, d = unspent, nil
+    if policy_slice_return(recs, now_us, unspent, until_ms * 1000) then
+        d = change_key(policy, key, old, recs, now_us)
+    else
+        returned, d = 0, peek_report(policy, recs, now_us)
+    end
+    return { returned, d[2], d[3], d[4], d[5], d[6] }
+end
+
 -- Deletes the key's state: 1, or 0 when there was none. A key that holds
 -- anything else is refused as ACQUIRE refuses it, and kept.
 local function reset(op, key, args, first)
@@ -397,11 +494,13 @@ local function info(op, key, args, first)
     return out
 end
 
--- Each operation: its function and the fewest arguments after the key
--- (the module's arity).
+-- Each operation: its function, the fewest arguments after the keys
+-- (the module's arity) and its keys.
 local COMMANDS = {
-    ACQUIRE = { acquire, 1 }, PEEK = { acquire, 1 }, REFUND = { refund, 1 },
-    RELEASE = { release, 1 }, RESET = { reset, 0 }, INFO = { info, 0 },
+    ACQUIRE = { acquire, 1, 1 }, PEEK = { acquire, 1, 1 },
+    REFUND = { refund, 1, 1 }, RELEASE = { release, 1, 1 },
+    RESET = { reset, 0, 1 }, INFO = { info, 0, 1 },
+    SLICE = { slice, 2, 2 }, UNSLICE = { unslice, 2, 1 },
 }
 
 -- Runs the operation named `name` (any case) on keys[1] with
@@ -414,15 +513,16 @@ local function run(name, keys, args, first, now_us)
     local command = COMMANDS[op]
     if not command then
         return { err = 'ERR ratel: unknown operation "' .. quote_arg(name) ..
-            '"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET or INFO' }
+            '"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET, INFO, SLICE or ' ..
+            'UNSLICE' }
     end
-    if #keys ~= 1 or #args - first + 1 < command[2] then
+    if #keys ~= command[3] or #args - first + 1 < command[2] then
         return { err = "ERR wrong number of arguments for 'ratel." ..
             string.lower(op) .. "' command" }
     end
     take_failure()
     records_reuse()
-    local ok, result = pcall(command[1], op, keys[1], args, first)
+    local ok, result = pcall(command[1], op, keys[1], args, first, keys[2])
     if ok then
         return result
     end

@@ -5,8 +5,8 @@ same arguments, same replies, same stored bytes (docs/state-format.md),
 same expiry.
 
 The files of lua/ mirror the C core one for one (internal, error,
-calendar, rule, state, sliding, window, gcra, concurrent, policy; commands
-mirrors
+calendar, rule, state, sliding, window, gcra, concurrent, policy, slice;
+commands mirrors
 module/args.c and module/ratel.c), and scripts/lua-build.sh joins them,
 in that order, into one chunk with two entry points:
 
@@ -47,6 +47,10 @@ local DEPTH_MAX_MS = 3650 * 86400000
 local SCALE = 65536
 local TWO32 = 4294967296
 local STORED_MS_MAX = 2 ^ 44
+-- RATEL_AT_MAX_MS, RATEL_HOLDER_MAX and RATEL_DEMAND_HOLDERS.
+local AT_MAX_MS = 9007199254740
+local HOLDER_MAX = 9007199254740991
+local DEMAND_HOLDERS = 16
 -- ALGO_SLIDING .. ALGO_CONCURRENT, ALGO_NAMES and ALGO_FACTS come before
 -- this file: scripts/lua-build.sh makes them from include/ratel.h.
 -- INFO's "used" is an int64 in the core; a Lua number is sent as a C

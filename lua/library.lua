@@ -5,6 +5,8 @@
 --     FCALL ratel_refund 1 KEY [COST n] [AT unix_ms] rule...
 --     FCALL ratel_release 1 KEY LEASE [RENEW] [AT unix_ms] rule...
 --     FCALL ratel_reset 1 KEY
+--     FCALL ratel_slice 2 KEY DEMAND_KEY WANT TTL ms [HOLDER id] [AT unix_ms] rule...
+--     FCALL ratel_unslice 1 KEY UNSPENT UNTIL ms [AT unix_ms] rule...
 --     FCALL_RO ratel_peek 1 KEY [COST n] [MAXWAIT ms] [AT unix_ms] rule...
 --     FCALL_RO ratel_info 1 KEY [AT unix_ms]
 --     FCALL_RO ratel_version 0
@@ -47,6 +49,8 @@ redis.register_function({
 register('ratel_refund', 'REFUND', {})
 register('ratel_release', 'RELEASE', {})
 register('ratel_reset', 'RESET', {})
+register('ratel_slice', 'SLICE', {})
+register('ratel_unslice', 'UNSLICE', {})
 register('ratel_peek', 'PEEK', { 'no-writes' })
 register('ratel_info', 'INFO', { 'no-writes' })
 redis.register_function({

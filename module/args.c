@@ -29,6 +29,8 @@ static const unsigned op_of[] = {
     [RATEL_CMD_REFUND] = RATEL_OP_REFUND,
     [RATEL_CMD_INFO] = RATEL_OP_INFO,
     [RATEL_CMD_RELEASE] = RATEL_OP_RELEASE,
+    [RATEL_CMD_SLICE] = RATEL_OP_SLICE,
+    [RATEL_CMD_UNSLICE] = RATEL_OP_UNSLICE,
 };
 
 /* Parses and checks the rules argv[0..argc). */
@@ -168,9 +170,10 @@ static int parse_rules_cached(int argc, const char *const *argv,
 
 /*
  * The options, by the one reader of them (ratel_options_read): the leading
- * one (RELEASE's lease), then words until the first argument that starts
- * with a digit, a word with a value taking the next argument. Returns the
- * index of the first argument after them, or an error with its message
+ * one (RELEASE's lease, SLICE's want, UNSLICE's unspent), then words until the
+ * first argument that starts with a digit, a word with a value taking the next
+ * argument. Returns the index of the first argument after them, or an error
+ * with its message
  * ("ratel: " and the reader's sentence).
  */
 static int read_options(ratel_options_t *o, int argc, const char *const *argv,
@@ -189,7 +192,8 @@ static int read_options(ratel_options_t *o, int argc, const char *const *argv,
         const char *value = NULL;
         size_t len = 0;
         if (ratel_option_find(RATEL_SPELL_WORD, argv[i], lens[i], &kind) >= 0 &&
-            kind == RATEL_ARG_VALUE && i + 1 < argc) {
+            (kind == RATEL_ARG_VALUE || kind == RATEL_ARG_NEEDED) &&
+            i + 1 < argc) {
             value = argv[i + 1];
             len = lens[i + 1];
         }
@@ -218,6 +222,13 @@ int ratel__cmd_parse(ratel_cmd_t cmd, int argc, const char *const *argv,
     out->lease_flags = o.value[RATEL_OPTION_RENEW] ? RATEL_RENEW : 0;
     out->has_at = (o.given >> RATEL_OPTION_AT) & 1u;
     out->at_ms = o.value[RATEL_OPTION_AT];
+    out->want = (uint64_t)o.value[RATEL_OPTION_WANT];
+    out->ttl_ms = o.value[RATEL_OPTION_TTL];
+    out->holder = (o.given >> RATEL_OPTION_HOLDER) & 1u
+                      ? (uint64_t)o.value[RATEL_OPTION_HOLDER]
+                      : 0;
+    out->unspent = (uint64_t)o.value[RATEL_OPTION_UNSPENT];
+    out->until_ms = o.value[RATEL_OPTION_UNTIL];
     if (cmd == RATEL_CMD_INFO) {
         if (i == argc)
             return 0;

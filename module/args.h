@@ -15,7 +15,9 @@ typedef enum ratel_cmd_e {
     RATEL_CMD_ACQUIRE, /* [COST n] [PEEK] [MAXWAIT ms] [AT ms] rule... */
     RATEL_CMD_REFUND,  /* [COST n] [AT ms] rule... */
     RATEL_CMD_INFO,    /* [AT ms] */
-    RATEL_CMD_RELEASE  /* LEASE [RENEW] [AT ms] rule... */
+    RATEL_CMD_RELEASE, /* LEASE [RENEW] [AT ms] rule... */
+    RATEL_CMD_SLICE,   /* WANT TTL ms [HOLDER id] [AT ms] rule... */
+    RATEL_CMD_UNSLICE  /* UNSPENT UNTIL ms [AT ms] rule... */
 } ratel_cmd_t;
 
 typedef struct ratel_cmd_args_s {
@@ -25,6 +27,11 @@ typedef struct ratel_cmd_args_s {
     unsigned lease_flags;    /* RELEASE: RATEL_RENEW */
     int has_at;              /* AT given */
     int64_t at_ms;           /* its value */
+    uint64_t want;           /* SLICE: permits asked, 1..RATEL_LIMIT_MAX */
+    int64_t ttl_ms;          /* SLICE: the slice's lifetime */
+    uint64_t holder;         /* SLICE: HOLDER, 0 when not given */
+    uint64_t unspent;        /* UNSLICE: permits to give back */
+    int64_t until_ms;        /* UNSLICE: the slice's expires_at_ms */
 } ratel_cmd_args_t;
 
 /* Largest AT accepted: RATEL_TIME_MAX_US in milliseconds, exclusive. */

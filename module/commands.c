@@ -4,12 +4,15 @@
  * rules written with categories and %R~ / %W~ key patterns treat them as
  * they treat the built-in commands, and COMMAND DOCS describes them.
  *
- * - Key spec: one key, argv[1]. ACQUIRE, REFUND and RELEASE read the key
- *   and answer what it holds (ACCESS) and rewrite it (RW, UPDATE): the
- *   caller needs read and write permission on it. RESET deletes it (RM,
- *   DELETE): write permission, as for DEL. INFO only reads (RO, ACCESS).
- * - Categories: ACQUIRE, REFUND, RELEASE @write; RESET @write @dangerous
- *   (it forgets a client's history: an operator's act, as FLUSHDB is);
+ * - Key spec: one key, argv[1]. ACQUIRE, REFUND, RELEASE and UNSLICE read
+ *   the key and answer what it holds (ACCESS) and rewrite it (RW, UPDATE):
+ *   the caller needs read and write permission on it. SLICE has two keys,
+ *   argv[1] and its demand key argv[2], both so (one key spec each); in a
+ *   cluster both must hash to one slot, or Redis answers CROSSSLOT. RESET
+ * deletes it (RM, DELETE): write permission, as for DEL. INFO only reads (RO,
+ * ACCESS).
+ * - Categories: ACQUIRE, REFUND, RELEASE, SLICE, UNSLICE @write; RESET @write
+ * @dangerous (it forgets a client's history: an operator's act, as FLUSHDB is);
  *   INFO @read; all of them @fast. A server with
  *   RedisModule_SetCommandACLCategories (Redis 7.2 and later) attaches them
  *   itself. Redis 7.0 cannot: it leaves module commands out of every
@@ -95,6 +98,49 @@ static RedisModuleCommandArg release_args[] = {
     RULES_ARG,
     {0}};
 
+static RedisModuleCommandArg slice_args[] = {
+    KEY_ARG,
+    {.name = "demand-key",
+     .type = REDISMODULE_ARG_TYPE_KEY,
+     .key_spec_index = 1,
+     .summary = "where the holders' recent wants are kept, in the key's "
+                "slot; the key itself for no fair share"},
+    {.name = "want",
+     .type = REDISMODULE_ARG_TYPE_INTEGER,
+     .key_spec_index = -1,
+     .summary = "permits the slice asks for, 1 to 1000000000"},
+    {.name = "ttl",
+     .type = REDISMODULE_ARG_TYPE_INTEGER,
+     .key_spec_index = -1,
+     .token = "TTL",
+     .summary = "the slice's lifetime in ms, 1 to 3600000 (required)"},
+    {.name = "holder",
+     .type = REDISMODULE_ARG_TYPE_INTEGER,
+     .key_spec_index = -1,
+     .token = "HOLDER",
+     .summary = "the host asking, 1 to 9007199254740991: shares what is "
+                "left fairly with the other holders",
+     .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    AT_ARG,
+    RULES_ARG,
+    {0}};
+
+static RedisModuleCommandArg unslice_args[] = {
+    KEY_ARG,
+    {.name = "unspent",
+     .type = REDISMODULE_ARG_TYPE_INTEGER,
+     .key_spec_index = -1,
+     .summary = "permits of the slice not spent, 1 to 1000000000"},
+    {.name = "until",
+     .type = REDISMODULE_ARG_TYPE_UNIX_TIME,
+     .key_spec_index = -1,
+     .token = "UNTIL",
+     .summary = "the expires_at_ms SLICE answered: nothing is given back "
+                "from then on (required)"},
+    AT_ARG,
+    RULES_ARG,
+    {0}};
+
 static RedisModuleCommandArg reset_args[] = {KEY_ARG, {0}};
 
 static RedisModuleCommandArg info_args[] = {KEY_ARG, AT_ARG, {0}};
@@ -108,30 +154,38 @@ typedef struct command_s {
     const char *name;
     const char *flags;      /* RedisModule_CreateCommand's */
     const char *categories; /* ACL categories */
-    uint64_t key_flags;     /* REDISMODULE_CMD_KEY_* of argv[1] */
+    uint64_t key_flags;     /* REDISMODULE_CMD_KEY_* of argv[1] (and argv[2]) */
     const char *summary;
     const char *complexity;
     RedisModuleCommandArg *args;
+    int keys; /* argv[1 .. keys]: 1, or 2 for SLICE */
 } command_t;
 
 static const command_t commands[] = {
     {"ratel.acquire", "write deny-oom fast", "write fast", KEY_CHANGED,
      "Decides one request under a policy's rules and charges it when "
      "admitted",
-     "O(N) where N is the number of rules", acquire_args},
+     "O(N) where N is the number of rules", acquire_args, 1},
     {"ratel.refund", "write deny-oom fast", "write fast", KEY_CHANGED,
      "Gives permits back to every rule of a policy",
-     "O(N) where N is the number of rules", refund_args},
+     "O(N) where N is the number of rules", refund_args, 1},
     {"ratel.release", "write deny-oom fast", "write fast", KEY_CHANGED,
      "Gives back (or renews) a lease of a policy's concurrent rule",
-     "O(N) where N is the number of rules", release_args},
+     "O(N) where N is the number of rules", release_args, 1},
     {"ratel.reset", "write fast", "write fast dangerous",
      REDISMODULE_CMD_KEY_RM | REDISMODULE_CMD_KEY_DELETE,
-     "Forgets a key's ratel state", "O(1)", reset_args},
+     "Forgets a key's ratel state", "O(1)", reset_args, 1},
     {"ratel.info", "readonly fast", "read fast",
      REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
      "Shows a key's rules and state, read-only",
-     "O(N) where N is the number of rules", info_args},
+     "O(N) where N is the number of rules", info_args, 1},
+    {"ratel.slice", "write deny-oom fast", "write fast", KEY_CHANGED,
+     "Takes a slice of a policy's permits for a host to spend locally, "
+     "shared fairly among the holders that asked recently",
+     "O(N) where N is the number of rules", slice_args, 2},
+    {"ratel.unslice", "write deny-oom fast", "write fast", KEY_CHANGED,
+     "Gives back the unspent permits of a slice while it lives",
+     "O(N) where N is the number of rules", unslice_args, 1},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -167,13 +221,16 @@ static RedisModuleCmdFunc handler_of(const char *name,
 /* Key spec and documentation. Redis copies both. */
 static int set_info(RedisModuleCommand *cmd, const command_t *c)
 {
-    RedisModuleCommandKeySpec specs[2] = {
-        {.flags = c->key_flags,
-         .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-         .bs.index.pos = 1,
-         .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-         .fk.range = {.lastkey = 0, .keystep = 1, .limit = 0}},
-        {0}};
+    /* One spec per key, so that each key argument names its own. */
+    RedisModuleCommandKeySpec specs[3] = {{0}};
+
+    for (int k = 0; k < c->keys; k++)
+        specs[k] = (RedisModuleCommandKeySpec){
+            .flags = c->key_flags,
+            .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+            .bs.index.pos = 1 + k,
+            .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+            .fk.range = {.lastkey = 0, .keystep = 1, .limit = 0}};
     RedisModuleCommandInfo info = {
         .version = REDISMODULE_COMMAND_INFO_VERSION,
         .summary = c->summary,
@@ -191,10 +248,10 @@ static int create(RedisModuleCtx *ctx, const command_t *c,
 {
     RedisModuleCommand *cmd;
 
-    /* One key, the first argument: cluster routing sees it at once; the
-       key spec below says what the command does with it. */
-    if (!fn || RedisModule_CreateCommand(ctx, c->name, fn, c->flags, 1, 1, 1) !=
-                   REDISMODULE_OK)
+    /* The keys, from the first argument: cluster routing sees them at
+       once; the key specs below say what the command does with them. */
+    if (!fn || RedisModule_CreateCommand(ctx, c->name, fn, c->flags, 1, c->keys,
+                                         1) != REDISMODULE_OK)
         return REDISMODULE_ERR;
     cmd = RedisModule_GetCommand(ctx, c->name);
     if (!cmd || set_info(cmd, c) != REDISMODULE_OK) {

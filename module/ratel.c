@@ -47,23 +47,24 @@ static int64_t now_of(const ratel_cmd_args_t *a)
     return a->has_at ? a->at_ms * 1000 : wall_clock_us();
 }
 
-/* Parses argv[2..] for `cmd`, replying with the error when it fails. */
+/* Parses argv[keys + 1..] (after the command's `keys` keys) for `cmd`,
+   replying with the error when it fails. */
 static int parse_or_reply(RedisModuleCtx *ctx, ratel_cmd_t cmd,
-                          RedisModuleString **argv, int argc,
+                          RedisModuleString **argv, int argc, int keys,
                           ratel_cmd_args_t *a)
 {
     const char *args[2 * RATEL_MAX_RULES + 16];
     size_t lens[2 * RATEL_MAX_RULES + 16];
     char err[600], reply[620];
-    int n = argc - 2;
+    int n = argc - 1 - keys;
 
     /* More arguments than any valid call has: let the parser see enough
        of them to name the problem. */
     if (n > (int)(sizeof args / sizeof args[0]))
         n = (int)(sizeof args / sizeof args[0]);
     for (int i = 0; i < n; i++)
-        args[i] = RedisModule_StringPtrLen(argv[i + 2], &lens[i]);
-    if (argc - 2 > n) {
+        args[i] = RedisModule_StringPtrLen(argv[i + 1 + keys], &lens[i]);
+    if (argc - 1 - keys > n) {
         RedisModule_ReplyWithError(ctx, "ERR ratel: at most 8 rules");
         return REDISMODULE_ERR;
     }
@@ -184,7 +185,7 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
 
     if (argc < 3)
         return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, &a) !=
+    if (parse_or_reply(ctx, RATEL_CMD_ACQUIRE, argv, argc, 1, &a) !=
         REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
@@ -232,7 +233,7 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
 
     if (argc < 3)
         return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, cmd, argv, argc, &a) != REDISMODULE_OK)
+    if (parse_or_reply(ctx, cmd, argv, argc, 1, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
                    buf, &old_len, &value) != REDISMODULE_OK)
@@ -252,6 +253,178 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
     return reply_decision(ctx, &d, cmd == RATEL_CMD_RELEASE, held);
+}
+
+/* A demand record as RATEL.SLICE rewrites it: the key open (NULL: no
+   fair share in this call) and its new bytes. */
+typedef struct demand_s {
+    RedisModuleKey *key;
+    uint8_t rec[RATEL_DEMAND_MAX];
+    size_t len;
+} demand_t;
+
+/*
+ * The holders' demand beside the key (argv[2]) for RATEL.SLICE with
+ * HOLDER: the record with this holder's want noted, in *dm (written by
+ * the caller once the slice is taken), and the sum of the live wants in
+ * *total. Without HOLDER, or with the key itself as the demand key,
+ * nothing is read (dm->key NULL) and *total is the want. REDISMODULE_ERR
+ * after replying with the error.
+ */
+static int note_demand_or_reply(RedisModuleCtx *ctx, RedisModuleString **argv,
+                                const ratel_cmd_args_t *a, int64_t now_us,
+                                demand_t *dm, uint64_t *total)
+{
+    RedisModuleKey *key;
+    uint8_t *rec = dm->rec;
+    size_t len, klen, dlen;
+    const char *k = RedisModule_StringPtrLen(argv[1], &klen),
+               *dk = RedisModule_StringPtrLen(argv[2], &dlen);
+    int rc;
+
+    *total = a->want;
+    dm->key = NULL;
+    if (a->holder == 0 || (klen == dlen && memcmp(k, dk, klen) == 0))
+        return REDISMODULE_OK;
+    key =
+        RedisModule_OpenKey(ctx, argv[2], REDISMODULE_READ | REDISMODULE_WRITE);
+    len = 0;
+    if (RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_STRING) {
+        const char *p = RedisModule_StringDMA(key, &len, REDISMODULE_READ);
+        /* No record is empty or longer: "RD" refused below. */
+        if (len == 0 || len > RATEL_DEMAND_MAX)
+            p = "", len = 1;
+        memcpy(rec, p, len);
+    } else if (RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY) {
+        RedisModule_CloseKey(key);
+        RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return REDISMODULE_ERR;
+    }
+    rc = ratel_slice_demand_note(rec, &len, sizeof dm->rec, now_us / 1000,
+                                 a->ttl_ms, a->holder, a->want, total);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        RedisModule_ReplyWithError(
+            ctx, rc == RATEL_EVERSION
+                     ? "ERR ratel: demand key holds a demand record of an "
+                       "unknown version"
+                     : "ERR ratel: demand key holds a value that is not a "
+                       "ratel demand record");
+        return REDISMODULE_ERR;
+    }
+    dm->key = key;
+    dm->len = len;
+    return REDISMODULE_OK;
+}
+
+/*
+ * RATEL.SLICE key demand-key WANT TTL ms [HOLDER id] [AT ms] rule...
+ * [granted, expires_at_ms, lifetime_ms, limit, remaining, retry_after_ms,
+ * reset_after_ms, rule]; the key written only when something is granted.
+ */
+static int slice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                         int argc)
+{
+    static uint8_t buf[RATEL_STATE_MAX];
+    static demand_t dm;
+    ratel_cmd_args_t a;
+    ratel_decision_t d;
+    RedisModuleKey *key;
+    size_t len;
+    uint64_t granted, total;
+    int64_t now, expires_us, expires_ms;
+    int rc;
+
+    if (argc < 5)
+        return RedisModule_WrongArity(ctx);
+    if (parse_or_reply(ctx, RATEL_CMD_SLICE, argv, argc, 2, &a) !=
+        REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
+                   buf, &len, NULL) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    now = now_of(&a);
+    if (note_demand_or_reply(ctx, argv, &a, now, &dm, &total) !=
+        REDISMODULE_OK) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    rc = ratel_policy_slice_shared(&a.policy, buf, &len, sizeof buf, now,
+                                   a.want, total, a.ttl_ms * 1000, &granted,
+                                   &expires_us, &d);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        RedisModule_CloseKey(dm.key); /* NULL-safe */
+        return reply_core_error(ctx, rc);
+    }
+    /* Both keys' bytes, each with its expiry: the demand noted even when
+       nothing is granted (a starved holder still wants its share). */
+    if (granted > 0)
+        ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+    RedisModule_CloseKey(key);
+    if (dm.key) {
+        ratel__effects_write(ctx, dm.key, argv[2], dm.rec, dm.len,
+                             now / 1000 + 2 * a.ttl_ms);
+        RedisModule_CloseKey(dm.key);
+    }
+    expires_ms = expires_us / 1000;
+    RedisModule_ReplyWithArray(ctx, 8);
+    RedisModule_ReplyWithLongLong(ctx, (long long)granted);
+    RedisModule_ReplyWithLongLong(ctx, expires_ms);
+    RedisModule_ReplyWithLongLong(ctx,
+                                  granted > 0 ? expires_ms - now / 1000 : 0);
+    RedisModule_ReplyWithLongLong(ctx, d.limit);
+    RedisModule_ReplyWithLongLong(ctx, d.remaining);
+    RedisModule_ReplyWithLongLong(ctx, d.retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d.reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d.rule);
+    return REDISMODULE_OK;
+}
+
+/*
+ * RATEL.UNSLICE key UNSPENT UNTIL ms [AT ms] rule...
+ * [returned, limit, remaining, retry_after_ms, reset_after_ms, rule].
+ */
+static int unslice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                           int argc)
+{
+    static uint8_t buf[RATEL_STATE_MAX];
+    ratel_cmd_args_t a;
+    ratel_decision_t d;
+    RedisModuleKey *key;
+    const char *value;
+    size_t old_len, len;
+    uint64_t returned;
+    int64_t now;
+    int rc;
+
+    if (argc < 4)
+        return RedisModule_WrongArity(ctx);
+    if (parse_or_reply(ctx, RATEL_CMD_UNSLICE, argv, argc, 1, &a) !=
+        REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
+                   buf, &old_len, &value) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    now = now_of(&a);
+    len = old_len;
+    rc = ratel_policy_slice_return(&a.policy, buf, &len, sizeof buf, now,
+                                   a.unspent, a.until_ms * 1000, &returned, &d);
+    if (rc != 0) {
+        RedisModule_CloseKey(key);
+        return reply_core_error(ctx, rc);
+    }
+    if (returned > 0 && state_changed(buf, len, value, old_len))
+        ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
+    RedisModule_CloseKey(key);
+    RedisModule_ReplyWithArray(ctx, 6);
+    RedisModule_ReplyWithLongLong(ctx, (long long)returned);
+    RedisModule_ReplyWithLongLong(ctx, d.limit);
+    RedisModule_ReplyWithLongLong(ctx, d.remaining);
+    RedisModule_ReplyWithLongLong(ctx, d.retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d.reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, d.rule);
+    return REDISMODULE_OK;
 }
 
 static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
@@ -310,7 +483,8 @@ static int info_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 
     if (argc < 2)
         return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, RATEL_CMD_INFO, argv, argc, &a) != REDISMODULE_OK)
+    if (parse_or_reply(ctx, RATEL_CMD_INFO, argv, argc, 1, &a) !=
+        REDISMODULE_OK)
         return REDISMODULE_OK;
     if (open_state(ctx, argv[1], REDISMODULE_READ, &key, buf, &len, NULL) !=
         REDISMODULE_OK)
@@ -371,7 +545,8 @@ static void info_section(RedisModuleInfoCtx *ctx, int for_crash_report)
 static const ratel_handler_t handlers[] = {
     {"ratel.acquire", acquire_command}, {"ratel.refund", refund_command},
     {"ratel.release", release_command}, {"ratel.reset", reset_command},
-    {"ratel.info", info_command},
+    {"ratel.info", info_command},       {"ratel.slice", slice_command},
+    {"ratel.unslice", unslice_command},
 };
 
 /* The module's only exported symbol. */

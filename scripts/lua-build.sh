@@ -21,7 +21,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 # the core. Between the two parts of the frame come the algorithms' files
 # (algo_files, below, once the map is read).
 before="internal error calendar rule state"
-after="policy commands"
+after="policy slice commands"
 entry_points="many library eval"
 
 # The algorithms' constants, generated from RATEL_ALGO_MAP and
@@ -81,6 +81,10 @@ EOF_MAP
 #                       table of tables: EVAL makes these on every call)
 #   local OPTIONS       by operation: the sum of the bits of its options
 #   local OPTION_LISTS  by operation: "COST n, PEEK, ..., then the rules"
+#   local OPTION_FIRST  by operation: the word of the option it takes
+#                       first, by place (RATEL_ARG_FIRST), if any
+#   local OPTION_NEEDED by operation: the word of the option it needs
+#                       (RATEL_ARG_NEEDED), if any
 #
 # The script's PEEK operation is ACQUIRE PEEK: ACQUIRE's options but PEEK.
 # A range is a number or a macro #defined as one in include/ratel.h.
@@ -95,11 +99,15 @@ number() {
     esac
 }
 option_constants() {
-    rules=$(sed -n 's/^#define RATEL_OP_RULES (\(.*\))$/\1/p' "$header" | tr -d ' ')
+    rules=$(sed -n 's/^#define RATEL_OP_\(RULES\|SLICES\) (\(.*\))$/\2/p' "$header" |
+        tr -d ' ' | paste -sd'|' -)
     ops=$(sed -n 's/^#define RATEL_OP_\([A-Z]*\) 0x.*/\1/p' "$header")
-    bit=1 table=''
+    bit=1 table='' firsts='' needs=''
     for op in $ops PEEK; do eval "sum_$op=0 list_$op="; done
+    # A family of operations (RATEL_OP_SLICES) stands for its members.
+    families=$(sed -n 's/^#define \(RATEL_OP_[A-Z]*\) (\(.*\))$/s@\1@\2@g;/p' "$header" | tr -d ' ')
     while IFS=, read -r word name kind min max takes value note; do
+        takes=$(echo "$takes" | sed "$families")
         kind=$(echo "${kind#RATEL_ARG_}" | tr '[:upper:]' '[:lower:]')
         table="$table    if word == '$word' then
         return $bit, '$kind', $(number "$min"), $(number "$max"), '$(echo "$note" | tr -d '"')'
@@ -107,7 +115,8 @@ option_constants() {
 "
         for op in $ops; do
             case "|$takes|" in *"|RATEL_OP_$op|"*) ;; *) continue ;; esac
-            [ "$kind" != first ] || continue
+            [ "$kind" != first ] || { firsts="$firsts $op = '$word',"; continue; }
+            [ "$kind" != needed ] || needs="$needs $op = '$word',"
             v=$(echo "$value" | tr -d '"')
             item="$word${v:+ $v}"
             eval "sum_$op=\$((sum_$op + bit)); list_$op=\"\${list_$op:+\$list_$op, }$item\""
@@ -125,6 +134,8 @@ EOF_MAP
     echo 'local OPTIONS = {'
     for op in $ops PEEK; do eval "echo \"    $op = \$sum_$op,\""; done
     echo '}'
+    echo "local OPTION_FIRST = {$firsts }"
+    echo "local OPTION_NEEDED = {$needs }"
     echo 'local OPTION_LISTS = {'
     for op in $ops PEEK; do
         eval "list=\$list_$op"

@@ -135,7 +135,8 @@ int ratel_options_list(const ratel_options_t *o, char *buf, size_t len)
                      options[i].value[0] ? " " : "", options[i].value);
         n += m > 0 ? m : 0;
     }
-    if (o->spell == RATEL_SPELL_WORD && (o->op & RATEL_OP_RULES)) {
+    if (o->spell == RATEL_SPELL_WORD &&
+        (o->op & (RATEL_OP_RULES | RATEL_OP_SLICES))) {
         m = snprintf(buf + ((size_t)n < len ? n : 0),
                      (size_t)n < len ? len - (size_t)n : 0, "%s",
                      n ? ", then the rules" : "the rules");
@@ -293,6 +294,50 @@ static void reserving(char *buf, size_t size)
                                   ratel_algo_name((ratel_algo_t)a));
 }
 
+/*
+ * The first option the call needs (RATEL_ARG_NEEDED) that was not read,
+ * with its message ("TTL is needed: an integer from 1 to 3600000 (the
+ * slice's lifetime in ms)"); 0 when none is missing.
+ */
+static int missing(const ratel_options_t *o, char *err, size_t errlen)
+{
+    char name[NAME_MAX_];
+
+    for (int i = 0; i < RATEL_OPTIONS; i++)
+        if (options[i].kind == RATEL_ARG_NEEDED && (o->takes & (1u << i)) &&
+            !(o->given & (1u << i))) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "%s is needed: an integer from %lld to %lld%s",
+                         spelled(i, o->spell, name), (long long)options[i].min,
+                         (long long)options[i].max, options[i].note);
+            return RATEL_EINVAL;
+        }
+    return 0;
+}
+
+/* A slice of a policy with a concurrent rule, refused with its reason. */
+static int unsliceable(const ratel_options_t *o, const ratel_policy_t *policy,
+                       char *err, size_t errlen)
+{
+    char text[64];
+
+    if (!(o->op & RATEL_OP_SLICES) || !ratel_policy_has_leases(policy))
+        return 0;
+    for (uint32_t i = 0; i < policy->nrules; i++)
+        if (ratel__facts(policy->rules[i].algo) & RATEL_ALGO_LEASES) {
+            ratel_rule_format(&policy->rules[i], text, sizeof text);
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "a slice cannot be taken of rule %u (\"%s\"): a "
+                         "%s rule's permits are leases a request holds and "
+                         "gives back, not a rate to slice",
+                         i + 1, text, ratel_algo_name(policy->rules[i].algo));
+            break;
+        }
+    return RATEL_EINVAL;
+}
+
 int ratel_options_check(const ratel_options_t *o, const ratel_policy_t *policy,
                         char *err, size_t errlen)
 {
@@ -301,6 +346,9 @@ int ratel_options_check(const ratel_options_t *o, const ratel_policy_t *policy,
     char name[NAME_MAX_], text[64], algos[96];
     int rc;
 
+    if ((rc = missing(o, err, errlen)) != 0 ||
+        (rc = unsliceable(o, policy, err, errlen)) != 0)
+        return rc;
     if (!(o->op & RATEL_OP_ACQUIRE))
         return 0;
     ratel_options_request(o, &req);

@@ -575,7 +575,7 @@ static int change_key(const ratel_policy_t *policy, uint8_t *state,
     uint8_t scratch[RATEL__STATE_MAX];
     ratel__record_t rec[RATEL_MAX_RULES];
     ratel__status_t st[RATEL_MAX_RULES] = {{0, 0, 0}};
-    ratel_request_t peek = {1, 0, RATEL_PEEK};
+    ratel_request_t peek = {.cost = 1, .flags = RATEL_PEEK};
     const uint8_t *fresh = NULL;
     plan_t plan;
     uint32_t n = 0, empty = 1;
