@@ -107,6 +107,8 @@ typedef struct rateld_envoy_s {
     char algorithm[16];         /* for limits that do not say; "sliding" */
     int unknown_domain_allow;   /* unknown_domain: allow (else error) */
     int response_headers;       /* RateLimit fields in the answers; default 1 */
+    int merge_domain_config;    /* a domain's files merged (ERL's
+                                   MERGE_DOMAIN_CONFIG); default 0: refused */
     ratel_grpc_limits_t limits; /* 0 = grpc.h default */
     int line;
 } rateld_envoy_t;

@@ -38,6 +38,8 @@ static const ratel__option_t envoy_options[] = {
      domain_words, domain_values, NULL},
     {"response_headers", RATEL__OPTION_BOOL, 0, 0, 0, ENVOY(response_headers),
      NULL, NULL, NULL},
+    {"merge_domain_config", RATEL__OPTION_BOOL, 0, 0, 0,
+     ENVOY(merge_domain_config), NULL, NULL, NULL},
     {"max_message_bytes", RATEL__OPTION_SIZE, 64, 16777216, 1,
      ENVOY(limits.max_message_bytes), NULL, NULL, NULL},
     {"max_streams", RATEL__OPTION_UINT, 1, 100000, 1, ENVOY(limits.max_streams),
@@ -76,5 +78,7 @@ int rateld__load_erl(rateld_config_t *c, const char *path, char *err,
         snprintf(full, sizeof full, "%.*s/%s", (int)(slash - path), path, dir);
     else
         snprintf(full, sizeof full, "%s", dir);
-    return rateld_erl_load_dir(full, c->envoy.algorithm, &c->erl, err, errlen);
+    return rateld_erl_load_dir(full, c->envoy.algorithm,
+                               c->envoy.merge_domain_config, &c->erl, err,
+                               errlen);
 }

@@ -33,9 +33,19 @@
  *   - an ERL key in the wrong place (shadow_mode inside rate_limit, name
  *     beside key, ...), which ERL silently ignores;
  *   - unit: year with algorithm sliding or gcra (no period that long);
- *   - a domain in two files (ERL's MERGE_DOMAIN_CONFIG is not offered);
+ *   - a domain in two files, unless merging is on (below);
  *   - requests_per_unit above ratel's 1,000,000,000, control characters
  *     in strings (the shared YAML reader's rule), and the bounds below.
+ *
+ * A domain in several files is ERL's MERGE_DOMAIN_CONFIG (off by default
+ * there and here; rateld_erl_merge_domains, rateld's `envoy:
+ * {merge_domain_config: true}`): the files' top-level descriptor lists are
+ * joined, in load order, and nothing deeper is merged: a top-level key and
+ * value in two files is refused (ERL's "duplicate descriptor composite
+ * key"), the message naming both files, even when their nested
+ * descriptors differ. Each descriptor keeps its own rate_limit and flags
+ * (shadow_mode and the others); `replaces` works across the files, as
+ * ERL's names are the domain's.
  *
  * Key and value are matched as a pair; ERL joins them into one "key_value"
  * string, so that its key "a_b" collides with key "a" value "b" - rateld
@@ -157,6 +167,13 @@ rateld_erl_t *rateld_erl_new(const char *algorithm);
 int rateld_erl_algorithm_ok(const char *algorithm);
 
 /*
+ * Whether a file whose domain an earlier file named is merged into it
+ * (`merge` nonzero: ERL's MERGE_DOMAIN_CONFIG, see above) or refused (0,
+ * the default). Applies to the files added after the call.
+ */
+void rateld_erl_merge_domains(rateld_erl_t *erl, int merge);
+
+/*
  * Adds one file's `len` bytes of YAML, named `name` in messages and in
  * the limits' `file` (copied; NULL: "config"). Returns 0, or -1 with
  * "NAME:LINE: field: reason" in err (NUL-terminated, cut to errlen); on
@@ -181,10 +198,11 @@ int rateld_erl_finish(rateld_erl_t *erl, char *err, size_t errlen);
  * to files followed and to directories not. Files are read in byte order
  * of their paths. An empty directory loads no domain (ERL starts too;
  * every request is then for an unknown domain). `algorithm` as for
- * rateld_erl_new. Returns 0 with a finished set in *out, or -1 with *out
- * NULL and "FILE:LINE: field: reason" (or "DIR: reason") in err.
+ * rateld_erl_new, `merge` as for rateld_erl_merge_domains. Returns 0 with
+ * a finished set in *out, or -1 with *out NULL and "FILE:LINE: field:
+ * reason" (or "DIR: reason") in err.
  */
-int rateld_erl_load_dir(const char *dir, const char *algorithm,
+int rateld_erl_load_dir(const char *dir, const char *algorithm, int merge,
                         rateld_erl_t **out, char *err, size_t errlen);
 
 void rateld_erl_free(rateld_erl_t *erl);

@@ -127,7 +127,7 @@ static int paths_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int rateld_erl_load_dir(const char *dir, const char *algorithm,
+int rateld_erl_load_dir(const char *dir, const char *algorithm, int merge,
                         rateld_erl_t **out, char *err, size_t errlen)
 {
     file_list_t list = {NULL, 0, 0};
@@ -151,6 +151,7 @@ int rateld_erl_load_dir(const char *dir, const char *algorithm,
         snprintf(err, errlen, "%s: out of memory", dir);
         return -1;
     }
+    rateld_erl_merge_domains(erl, merge);
     if (walk(dir, dir, 0, &list, err, errlen) == 0) {
         if (list.n > 1)
             qsort(list.paths, list.n, sizeof *list.paths, paths_cmp);

@@ -165,6 +165,7 @@ typedef struct reader_s {
     ratel__yaml_ctx_t ctx;
     const char *file;   /* the name, owned by the set once it is added */
     const char *domain; /* owned by the domain being built */
+    erl_domain_t *into; /* the domain this file merges into, or NULL */
     size_t depth;       /* descriptor levels open */
     rateld_erl_level_t levels[RATELD_ERL_DEPTH_MAX];
     size_t pathlen[RATELD_ERL_DEPTH_MAX + 1]; /* key_path at each depth */
@@ -819,7 +820,7 @@ static int read_file(reader_t *r, const ratel__yaml_node_t *root,
                      erl_domain_t *dom)
 {
     const ratel__yaml_node_t *v[COUNT(top_fields)];
-    const erl_domain_t *other;
+    erl_domain_t *other;
     char name[RATELD_ERL_KEY_MAX + 1], q[96];
 
     if (!root || ratel__yaml_is_null(root))
@@ -843,14 +844,15 @@ static int read_file(reader_t *r, const ratel__yaml_node_t *root,
                                 "its domain (envoyproxy/ratelimit: config "
                                 "file cannot have empty domain)");
     other = rateld_erl__find_domain(r->erl, name, strlen(name), NULL);
-    if (other) {
+    if (other && !r->erl->merge) {
         ratel__yaml_quote(name, strlen(name), q, sizeof q);
         return ratel__yaml_fail(
             &r->ctx, v[0]->line,
             "domain: \"%s\" is also the domain of %s (line %d); "
             "envoyproxy/ratelimit refuses a domain in two files unless "
-            "MERGE_DOMAIN_CONFIG is set, which rateld does not offer: put its "
-            "descriptors in one file",
+            "MERGE_DOMAIN_CONFIG is set: put its descriptors in one file, or "
+            "merge the files with envoy: {merge_domain_config: true} in "
+            "rateld's configuration",
             q, other->file, other->line);
     }
     dom->name = strdup(name);
@@ -860,8 +862,124 @@ static int read_file(reader_t *r, const ratel__yaml_node_t *root,
     dom->line = v[0]->line;
     dom->root.limit = -1;
     dom->root.line = root->line;
-    r->domain = dom->name;
+    r->into = other;
+    r->domain = other ? other->name : dom->name;
     return v[1] ? read_list(r, v[1], "descriptors", &dom->root) : 0;
+}
+
+/* ------------------------------------------------- merged domains */
+
+/* The file that gave the domain's top-level descriptor `node`. */
+static const char *part_file(const erl_domain_t *dom, const erl_node_t *node)
+{
+    for (size_t k = dom->nparts; k > 0; k--)
+        if (dom->parts[k - 1].first <= node->order)
+            return dom->parts[k - 1].file;
+    return dom->file;
+}
+
+/* The top-level descriptor of `dom` with node's key and value, or NULL. */
+static const erl_node_t *top_level(const erl_domain_t *dom,
+                                   const erl_node_t *node)
+{
+    size_t lo = 0, hi = dom->root.nchildren;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const erl_node_t *c = &dom->root.children[mid];
+        int cmp = rateld_erl__node_cmp(c, node->key, node->keylen, node->value,
+                                       node->valuelen);
+        if (cmp == 0)
+            return c;
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/*
+ * Refuses a top-level descriptor of the file being read (`add`) that an
+ * earlier file of the domain has too: ERL merges the top-level lists only,
+ * and refuses the same key and value in two of them (its "duplicate
+ * descriptor composite key"), whatever their limits, flags or nested
+ * descriptors.
+ */
+static int merge_conflict(reader_t *r, const erl_domain_t *into,
+                          const erl_node_t *add)
+{
+    const erl_node_t *had = top_level(into, add);
+    char kq[96], vq[96], dq[96];
+
+    if (!had)
+        return 0;
+    ratel__yaml_quote(add->key, add->keylen, kq, sizeof kq);
+    ratel__yaml_quote(add->value ? add->value : "", add->valuelen, vq,
+                      sizeof vq);
+    ratel__yaml_quote(into->name, into->len, dq, sizeof dq);
+    return ratel__yaml_fail(
+        &r->ctx, add->line,
+        "descriptors[%zu]: key \"%s\"%s%s%s is also a top-level descriptor "
+        "of domain \"%s\" in %s (line %d); merge_domain_config joins the "
+        "files' top-level descriptors and never two with the same key and "
+        "value (envoyproxy/ratelimit: duplicate descriptor composite key): "
+        "keep it, with its nested descriptors, in one of the files",
+        add->order, kq, add->value ? " value \"" : " without value",
+        add->value ? vq : "", add->value ? "\"" : "", dq, part_file(into, had),
+        had->line);
+}
+
+/*
+ * Merges the file just read (its descriptors in `add`, indexed on their
+ * own) into `into`, the domain of earlier files, as ERL's
+ * MERGE_DOMAIN_CONFIG does: the top-level lists are joined, the file's
+ * after the earlier ones (wildcards are tried in that order), and nested
+ * descriptors stay under their own top-level one. 0 with `add` emptied,
+ * or -1 with the message in ctx and `into` unchanged.
+ */
+static int merge_domain(reader_t *r, erl_domain_t *into, erl_domain_t *add)
+{
+    erl_node_t *old = &into->root, joined;
+    size_t n = old->nchildren, m = add->root.nchildren;
+    erl_part_t *parts;
+
+    for (size_t i = 0; i < m; i++)
+        if (merge_conflict(r, into, &add->root.children[i]))
+            return -1;
+    parts = realloc(into->parts, (into->nparts + 2) * sizeof *parts);
+    if (!parts)
+        return ratel__yaml_fail(&r->ctx, add->line, "out of memory");
+    into->parts = parts;
+    if (into->nparts == 0)
+        parts[into->nparts++] = (erl_part_t){into->file, 0};
+    memset(&joined, 0, sizeof joined);
+    joined.limit = -1;
+    joined.line = old->line;
+    joined.nchildren = n + m;
+    if (m > 0) {
+        joined.children = malloc((n + m) * sizeof *joined.children);
+        if (!joined.children)
+            return ratel__yaml_fail(&r->ctx, add->line, "out of memory");
+        memcpy(joined.children, old->children, n * sizeof *old->children);
+        for (size_t i = 0; i < m; i++) {
+            joined.children[n + i] = add->root.children[i];
+            joined.children[n + i].order += n;
+        }
+        if (rateld_erl__index_level(&r->ctx, &joined, "descriptors")) {
+            free(joined.children);
+            return -1;
+        }
+        free(old->children);
+        free(old->wild);
+        *old = joined;
+    }
+    parts[into->nparts++] = (erl_part_t){r->file, n};
+    free(add->root.children);
+    free(add->root.wild);
+    free(add->name);
+    memset(add, 0, sizeof *add);
+    return 0;
 }
 
 /* Room for one more file and domain, so that adding them cannot fail. */
@@ -884,6 +1002,19 @@ static int reserve(rateld_erl_t *erl)
         erl->capdomains = cap;
     }
     return 0;
+}
+
+/* Undoes a file refused: its limits, descriptors, domain and name. */
+static void rollback(rateld_erl_t *erl, size_t nlimits, size_t nnodes,
+                     erl_domain_t *dom, const char *file)
+{
+    for (size_t i = nlimits; i < erl->nlimits; i++)
+        limit_clear(&erl->limits[i]);
+    erl->nlimits = nlimits;
+    erl->nnodes = nnodes;
+    node_free(&dom->root);
+    free(dom->name);
+    free((char *)file);
 }
 
 int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
@@ -915,17 +1046,17 @@ int rateld_erl_parse(rateld_erl_t *erl, const char *text, size_t len,
         rc = read_file(&r, root, &dom);
     ratel__yaml_free(root);
     if (rc) {
-        for (size_t i = nlimits; i < erl->nlimits; i++)
-            limit_clear(&erl->limits[i]);
-        erl->nlimits = nlimits;
-        erl->nnodes = nnodes;
-        node_free(&dom.root);
-        free(dom.name);
-        free((char *)r.file);
+        rollback(erl, nlimits, nnodes, &dom, r.file);
         return -1;
     }
-    dom.file = r.file;
+    if (r.into && merge_domain(&r, r.into, &dom)) {
+        rollback(erl, nlimits, nnodes, &dom, r.file);
+        return -1;
+    }
     erl->files[erl->nfiles++] = (char *)r.file;
+    if (r.into)
+        return 0;
+    dom.file = r.file;
     rateld_erl__find_domain(erl, dom.name, dom.len, &at);
     memmove(&erl->domains[at + 1], &erl->domains[at],
             (erl->ndomains - at) * sizeof dom);
@@ -953,6 +1084,11 @@ rateld_erl_t *rateld_erl_new(const char *algorithm)
     return erl;
 }
 
+void rateld_erl_merge_domains(rateld_erl_t *erl, int merge)
+{
+    erl->merge = merge != 0;
+}
+
 int rateld_erl_finish(rateld_erl_t *erl, char *err, size_t errlen)
 {
     if (erl->finished) {
@@ -971,6 +1107,7 @@ void rateld_erl_free(rateld_erl_t *erl)
     for (size_t i = 0; i < erl->ndomains; i++) {
         node_free(&erl->domains[i].root);
         free(erl->domains[i].name);
+        free(erl->domains[i].parts);
     }
     for (size_t i = 0; i < erl->nlimits; i++)
         limit_clear(&erl->limits[i]);

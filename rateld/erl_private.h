@@ -28,12 +28,24 @@ typedef struct erl_node_s {
     int line;
 } erl_node_t;
 
+/*
+ * One file of a domain merged from several (envoy: {merge_domain_config:
+ * true}): the domain's top-level descriptors number on from file to file
+ * (erl_node_t.order), and this file's start at `first`.
+ */
+typedef struct erl_part_s {
+    const char *file; /* owned by rateld_erl_t.files */
+    size_t first;
+} erl_part_t;
+
 typedef struct erl_domain_s {
     char *name;
     size_t len;
-    erl_node_t root; /* its children are the file's descriptors */
-    const char *file;
+    erl_node_t root;  /* its children are the file's descriptors */
+    const char *file; /* the first file naming the domain */
     int line;
+    erl_part_t *parts; /* in load order; NULL while one file names it */
+    size_t nparts;
 } erl_domain_t;
 
 struct rateld_erl_s {
@@ -45,6 +57,8 @@ struct rateld_erl_s {
     char **files; /* the names of the files added, owned */
     size_t nfiles, capfiles;
     size_t nnodes; /* descriptors, all files */
+    int merge;     /* a domain's later files merge into it (ERL's
+                      MERGE_DOMAIN_CONFIG), else they are refused */
     int finished;
 };
 

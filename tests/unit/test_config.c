@@ -877,7 +877,8 @@ TEST(config_envoy_section)
     CHECK(strcmp(c->envoy.algorithm, "sliding") == 0);
     CHECK_EQ(c->envoy.unknown_domain_allow, 0);
     CHECK_EQ(c->envoy.response_headers, 1);
-    CHECK_EQ(c->envoy.limits.max_streams, 0); /* grpc.h's default */
+    CHECK_EQ(c->envoy.merge_domain_config, 0); /* off, as in ERL */
+    CHECK_EQ(c->envoy.limits.max_streams, 0);  /* grpc.h's default */
     CHECK_EQ(c->npolicies, 0);
     CHECK(c->erl == NULL); /* parse only: the directory is not read */
     rateld_config_free(c);
@@ -885,9 +886,11 @@ TEST(config_envoy_section)
                    "  algorithm: fixed\n  unknown_domain: allow\n"
                    "  response_headers: false\n  max_message_bytes: 4KiB\n"
                    "  max_streams: 7\n  max_header_list_bytes: 2KiB\n"
-                   "  idle_timeout_ms: 1000\n  max_resets_per_second: 5\n");
+                   "  idle_timeout_ms: 1000\n  max_resets_per_second: 5\n"
+                   "  merge_domain_config: true\n");
     REQUIRE(c);
     CHECK(strcmp(c->envoy.algorithm, "fixed") == 0);
+    CHECK_EQ(c->envoy.merge_domain_config, 1);
     CHECK_EQ(c->envoy.unknown_domain_allow, 1);
     CHECK_EQ(c->envoy.response_headers, 0);
     CHECK_EQ(c->envoy.limits.max_message_bytes, 4096);

@@ -4,6 +4,7 @@
  * validation error with its line and message, ratel's extension fields,
  * the bounds, and a configuration directory on disk.
  */
+#include "erl_helpers.h"
 #include "rateld/erl.h"
 #include "test.h"
 
@@ -63,24 +64,6 @@ static const char *refuse(const char *text, char *err, size_t errlen)
 {
     return refuse_with("sliding", text, err, errlen);
 }
-
-/* The limit for a descriptor given as key, value, key, value, ..., NULL. */
-static const rateld_erl_limit_t *
-match(const rateld_erl_t *erl, const char *domain, const char *const *kv)
-{
-    rateld_erl_entry_t e[16];
-    size_t n = 0;
-
-    for (; kv[2 * n] && n < COUNT(e); n++) {
-        e[n].key = kv[2 * n];
-        e[n].keylen = strlen(kv[2 * n]);
-        e[n].value = kv[2 * n + 1];
-        e[n].valuelen = strlen(kv[2 * n + 1]);
-    }
-    return rateld_erl_match(erl, domain, strlen(domain), e, n);
-}
-
-#define D(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* A rule's limit, period and algorithm. */
 static int rule_is(const ratel_rule_t *r, uint32_t limit, uint32_t period_ms,
@@ -826,8 +809,10 @@ TEST(erl_several_files)
              -1);
     CHECK(strcmp(err, "a2.yaml:1: domain: \"a\" is also the domain of a.yaml "
                       "(line 1); envoyproxy/ratelimit refuses a domain in two "
-                      "files unless MERGE_DOMAIN_CONFIG is set, which rateld "
-                      "does not offer: put its descriptors in one file") == 0);
+                      "files unless MERGE_DOMAIN_CONFIG is set: put its "
+                      "descriptors in one file, or merge the files with "
+                      "envoy: {merge_domain_config: true} in rateld's "
+                      "configuration") == 0);
     CHECK_EQ(rateld_erl_finish(erl, err, sizeof err), 0);
     CHECK_EQ(rateld_erl_parse(erl, b, strlen(b), "b2.yaml", err, sizeof err),
              -1);
@@ -910,20 +895,6 @@ TEST(erl_bounds)
     free(big);
 }
 
-/* Writes `text` to dir/name. */
-static int put_file(const char *dir, const char *name, const char *text)
-{
-    char path[512];
-    FILE *f;
-
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fputs(text, f);
-    return fclose(f);
-}
-
 /* Removes the test's directory (the files it made, then the folders). */
 static void remove_tree(const char *dir)
 {
@@ -948,7 +919,7 @@ TEST(erl_load_dir)
 
     REQUIRE(mkdtemp(dir) != NULL);
     /* Empty: loads, with no domain (ERL starts too). */
-    CHECK_EQ(rateld_erl_load_dir(dir, "sliding", &erl, err, sizeof err), 0);
+    CHECK_EQ(rateld_erl_load_dir(dir, "sliding", 0, &erl, err, sizeof err), 0);
     REQUIRE(erl != NULL);
     CHECK_EQ(rateld_erl_domain_count(erl), 0);
     rateld_erl_free(erl);
@@ -967,7 +938,7 @@ TEST(erl_load_dir)
     CHECK_EQ(put_file(dir, "README.md", "not yaml: [\n"), 0);
     CHECK_EQ(put_file(dir, ".hidden.yaml", "not: [valid\n"), 0);
     CHECK_EQ(put_file(dir, "..data/b.yaml", "domain: b\n"), 0);
-    CHECK_EQ(rateld_erl_load_dir(dir, "fixed", &erl, err, sizeof err), 0);
+    CHECK_EQ(rateld_erl_load_dir(dir, "fixed", 0, &erl, err, sizeof err), 0);
     REQUIRE(erl != NULL);
     CHECK_EQ(rateld_erl_domain_count(erl), 2);
     l = match(erl, "a", D("k", "v"));
@@ -980,18 +951,18 @@ TEST(erl_load_dir)
     rateld_erl_free(erl);
     /* A second file of domain b, named in the message. */
     CHECK_EQ(put_file(dir, "c.yaml", "domain: b\n"), 0);
-    CHECK_EQ(rateld_erl_load_dir(dir, NULL, &erl, err, sizeof err), -1);
+    CHECK_EQ(rateld_erl_load_dir(dir, NULL, 0, &erl, err, sizeof err), -1);
     CHECK(erl == NULL);
     snprintf(path, sizeof path,
              "%s/c.yaml:1: domain: \"b\" is also the "
              "domain of %s/b.yaml (line 1)",
              dir, dir);
     CHECK(strncmp(err, path, strlen(path)) == 0);
-    CHECK_EQ(rateld_erl_load_dir(dir, "lru", &erl, err, sizeof err), -1);
+    CHECK_EQ(rateld_erl_load_dir(dir, "lru", 0, &erl, err, sizeof err), -1);
     CHECK(strcmp(err, "algorithm: \"lru\" is not one of sliding, fixed, "
                       "approx, gcra") == 0);
     snprintf(path, sizeof path, "%s/missing", dir);
-    CHECK_EQ(rateld_erl_load_dir(path, NULL, &erl, err, sizeof err), -1);
+    CHECK_EQ(rateld_erl_load_dir(path, NULL, 0, &erl, err, sizeof err), -1);
     CHECK(strstr(err, "missing: No such file or directory") != NULL);
     remove_tree(dir);
 }
