@@ -19,6 +19,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int slice_at(test_key_t *k, int64_t t_ms, uint64_t want, int64_t ttl_ms,
                     uint64_t *granted, int64_t *expires_us, ratel_decision_t *d)
@@ -101,6 +102,132 @@ TEST(slice_windows_and_refusals)
     CHECK_EQ(slice_at(&k, 1000, 5, 0, &g, &end, &d), RATEL_EINVAL);
     CHECK_EQ(slice_at(&k, 1000, 5, 3600001, &g, &end, &d), RATEL_EINVAL);
     CHECK_EQ(k.len, 0);
+}
+
+/* The fair share: what is left split by the holders' wants. */
+TEST(slice_share_arithmetic)
+{
+    CHECK_EQ(ratel_slice_share(100, 400, 400), 100); /* all fit */
+    CHECK_EQ(ratel_slice_share(100, 400, 1000), 100);
+    CHECK_EQ(ratel_slice_share(100, 400, 40), 10); /* 1 : 3 */
+    CHECK_EQ(ratel_slice_share(300, 400, 40), 30);
+    CHECK_EQ(ratel_slice_share(1, 400, 40), 1); /* never 0 while one fits */
+    CHECK_EQ(ratel_slice_share(100, 400, 0), 0);
+    /* The largest product (10^18) stays exact. */
+    CHECK_EQ(ratel_slice_share(1000000000, 16000000000ull, 999999999),
+             62499999);
+}
+
+TEST(slice_shared_by_hand)
+{
+    static const char *const rules[] = {"1000/1h:fixed", NULL};
+    test_key_t k;
+    ratel_decision_t d;
+    uint64_t g;
+    int64_t end, t = 3600000;
+
+    REQUIRE(test_key_init(&k, rules) == 0);
+    CHECK_EQ(slice_at(&k, t, 960, 1000, &g, &end, &d), 0);
+    CHECK_EQ(g, 960);
+    /* 40 left; holders want 100 and 300: 10 and (given back) 30. */
+    CHECK_EQ(ratel_policy_slice_shared(&k.policy, k.buf, &k.len, sizeof k.buf,
+                                       (t + 1) * 1000, 100, 400, 1000000, &g,
+                                       &end, &d),
+             0);
+    CHECK_EQ(g, 10);
+    CHECK_EQ(d.remaining, 30);
+    CHECK_EQ(end, (t + 1001) * 1000);
+    CHECK_EQ(ratel_policy_slice_shared(&k.policy, k.buf, &k.len, sizeof k.buf,
+                                       (t + 2) * 1000, 300, 400, 1000000, &g,
+                                       &end, &d),
+             0);
+    CHECK_EQ(g, 22); /* floor(30 x 300 / 400) */
+    /* total below want: refused. */
+    CHECK_EQ(ratel_policy_slice_shared(&k.policy, k.buf, &k.len, sizeof k.buf,
+                                       (t + 2) * 1000, 300, 299, 1000000, &g,
+                                       &end, &d),
+             RATEL_EINVAL);
+}
+
+/* Reads entry i of a demand record: holder, time of ask, want. */
+static void demand_entry(const uint8_t *rec, int i, uint64_t *holder,
+                         int64_t *at_ms, uint32_t *want)
+{
+    const uint8_t *p = rec + 4 + 20 * i;
+    *holder = *at_ms = *want = 0;
+    for (int b = 7; b >= 0; b--) {
+        *holder = *holder << 8 | p[b];
+        *at_ms = (int64_t)((uint64_t)*at_ms << 8 | p[8 + b]);
+    }
+    for (int b = 3; b >= 0; b--)
+        *want = *want << 8 | p[16 + b];
+}
+
+TEST(slice_demand_record)
+{
+    uint8_t rec[RATEL_DEMAND_MAX];
+    size_t len = 0;
+    uint64_t total, holder;
+    int64_t at;
+    uint32_t want;
+
+    CHECK_EQ(ratel_slice_demand_note(rec, &len, sizeof rec, 1000, 250, 7, 100,
+                                     &total),
+             0);
+    CHECK_EQ(len, 24);
+    CHECK_EQ(memcmp(rec, "RD\x01\x01", 4), 0);
+    CHECK_EQ(total, 100);
+    CHECK_EQ(ratel_slice_demand_note(rec, &len, sizeof rec, 1100, 250, 9, 300,
+                                     &total),
+             0);
+    CHECK_EQ(total, 400);
+    /* Holder 7 again: its entry moves last with its new want. */
+    CHECK_EQ(ratel_slice_demand_note(rec, &len, sizeof rec, 1200, 250, 7, 50,
+                                     &total),
+             0);
+    CHECK_EQ(total, 350);
+    CHECK_EQ(len, 44);
+    demand_entry(rec, 0, &holder, &at, &want);
+    CHECK_EQ(holder, 9);
+    CHECK_EQ(at, 1100);
+    CHECK_EQ(want, 300);
+    demand_entry(rec, 1, &holder, &at, &want);
+    CHECK_EQ(holder, 7);
+    CHECK_EQ(at, 1200);
+    /* 2 x TTL after its ask, holder 9 is gone. */
+    CHECK_EQ(ratel_slice_demand_note(rec, &len, sizeof rec, 1600, 250, 7, 50,
+                                     &total),
+             0);
+    CHECK_EQ(total, 50);
+    CHECK_EQ(len, 24);
+    /* At most 16 holders: the longest asked goes first. */
+    for (uint64_t h = 100; h < 120; h++)
+        CHECK_EQ(ratel_slice_demand_note(rec, &len, sizeof rec, 1700, 250, h, 1,
+                                         &total),
+                 0);
+    CHECK_EQ(len, RATEL_DEMAND_MAX);
+    CHECK_EQ(total, 16);
+    demand_entry(rec, 0, &holder, &at, &want);
+    CHECK_EQ(holder, 104);
+    /* Refused: no record's bytes, a newer version, arguments out of range. */
+    rec[2] = 2;
+    CHECK_EQ(
+        ratel_slice_demand_note(rec, &len, sizeof rec, 1700, 250, 1, 1, &total),
+        RATEL_EVERSION);
+    rec[2] = 1;
+    rec[3] = 15;
+    CHECK_EQ(
+        ratel_slice_demand_note(rec, &len, sizeof rec, 1700, 250, 1, 1, &total),
+        RATEL_ECORRUPT);
+    len = 0;
+    CHECK_EQ(
+        ratel_slice_demand_note(rec, &len, sizeof rec, 1700, 250, 0, 1, &total),
+        RATEL_EINVAL);
+    CHECK_EQ(
+        ratel_slice_demand_note(rec, &len, sizeof rec, 1700, 0, 1, 1, &total),
+        RATEL_EINVAL);
+    CHECK_EQ(ratel_slice_demand_note(rec, &len, 10, 1700, 250, 1, 1, &total),
+             RATEL_ENOBUFS);
 }
 
 /* ------------------------------------------------------------ simulator */
@@ -326,6 +453,9 @@ TEST(slice_simulator_every_window)
 RATEL_SUITE(slice) = {
     {"slice_by_hand", test_slice_by_hand},
     {"slice_windows_and_refusals", test_slice_windows_and_refusals},
+    {"slice_share_arithmetic", test_slice_share_arithmetic},
+    {"slice_shared_by_hand", test_slice_shared_by_hand},
+    {"slice_demand_record", test_slice_demand_record},
     {"slice_simulator_every_window", test_slice_simulator_every_window},
     {0},
 };
