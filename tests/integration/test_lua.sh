@@ -44,6 +44,19 @@ ev() {
 }
 hex() { rcli "$port" --raw GET "$1" | head -c -1 | od -An -tx1 | tr -d ' \n'; }
 
+# sl KEY DEMAND ARGS... and us KEY ARGS...: SLICE's and UNSLICE's replies
+# through $via, for the cases of slice_cases.sh.
+sl() {
+    local key=$1 demand=$2; shift 2
+    if [ "$via" = eval ]; then
+        rcli "$port" EVALSHA "$sha" 2 "$key" "$demand" SLICE "$@" 2>&1 | joined
+    else
+        rcli "$port" FCALL ratel_slice 2 "$key" "$demand" "$@" 2>&1 | joined
+    fi
+}
+us() { ev "$1" UNSLICE "${@:2}"; }
+. "$here/slice_cases.sh"
+
 # The cases, run once through each artefact on an empty database.
 cases() {
 # Traces start far in the future so no key expires while the test runs.
@@ -347,13 +360,16 @@ same "$via: valid foreign lease record" "$(ev ok-conc ACQUIRE AT $t $c)" "0 2 0 
 for via in eval lib; do
     rcli "$port" FLUSHALL >/dev/null
     cases
+    slice_cases
 done
+same "slice with one key" "$(rcli "$port" FCALL ratel_slice 1 k 5 TTL 9 1/1s 2>&1)" \
+    "ERR wrong number of arguments for 'ratel.slice' command"
 
 # ------------------------------------------------- one artefact only
 
 via='eval'
 same "unknown operation" "$(ev e FLUSH)" \
-    "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET or INFO"
+    "$E unknown operation \"FLUSH\"; use ACQUIRE, PEEK, REFUND, RELEASE, RESET, INFO, SLICE or UNSLICE"
 same "no key" "$(rcli "$port" EVALSHA "$sha" 0 ACQUIRE 1/1s 2>&1)" \
     "ERR wrong number of arguments for 'ratel.acquire' command"
 same "PEEK as an operation, read-only" \

@@ -202,6 +202,16 @@ same errors_wrote_nothing "$(rcli "$port" EXISTS e)" "0"
 contains err_rule_nul "$(printf 'RATEL.ACQUIRE e "1/1s\\x00"\n' | rcli "$port" 2>&1 | head -1)" \
     'ERR ratel: rule "1/1s\x00": unexpected "\x00"'
 
+# --------------------------------------------------------------- slices
+via=module
+sl() { rcli "$port" RATEL.SLICE "$@" 2>&1 | tr '\n' ' ' | sed 's/ *$//'; }
+us() { rcli "$port" RATEL.UNSLICE "$@" 2>&1 | tr '\n' ' ' | sed 's/ *$//'; }
+. "$(dirname "$0")/slice_cases.sh"
+slice_cases
+same slice_arity "$(rcli "$port" RATEL.SLICE k k 5 2>&1)" \
+    "ERR wrong number of arguments for 'ratel.slice' command"
+same slice_getkeys "$(rcli "$port" COMMAND GETKEYS RATEL.SLICE '{u}k' '{u}d' 5 TTL 9 1/1s | tr '\n' ' ')" "{u}k {u}d "
+
 # ------------------------------------------------------- foreign values
 # Every command refuses a key that is not ratel state - RESET included -
 # and leaves it as it was; an empty string is foreign too (a ratel key
@@ -283,6 +293,10 @@ traffic() {
     rcli "$1" RATEL.RELEASE "$3:5" 2 RENEW AT $(($2 + 40)) 2/1m:concurrent 5/1h | tr '\n' ' '
     acq "$1" "$3:6" AT "$2" 1/1m:concurrent
     rcli "$1" RATEL.RELEASE "$3:6" 1 AT $(($2 + 50)) 1/1m:concurrent | tr '\n' ' '
+    # Slices: both keys written (the holder's demand beside the key, for
+    # two hours), then some given back.
+    rcli "$1" RATEL.SLICE "$3:7" "$3:8" 3 TTL 3600000 HOLDER 9 AT "$2" 5/1m | tr '\n' ' '
+    rcli "$1" RATEL.UNSLICE "$3:7" 1 UNTIL $(($2 + 500)) AT $(($2 + 60)) 5/1m | tr '\n' ' '
 }
 state_of() { # PORT [PREFIX]: every PREFIX:* key's bytes and expiry, sorted
     local k
@@ -310,6 +324,7 @@ contains aof_holds_set_pxat "$aof" $'SET\n$5\nrep:0\n'
 contains aof_holds_expiry "$aof" $'PXAT\n$13\n'"$(rcli "$primary" PEXPIRETIME rep:0)"
 contains aof_holds_del "$aof" $'DEL\n$5\nrep:4'
 contains aof_holds_lease_del "$aof" $'DEL\n$5\nrep:6'
+contains aof_holds_demand_set "$aof" $'SET\n$5\nrep:8\n'
 same aof_holds_no_ratel_command "$(grep -ci 'ratel\.' <<<"$aof")" "0"
 
 # The same traffic where nobody listens: the same replies, bytes and
@@ -445,6 +460,9 @@ if [ "${#ports[@]}" = 3 ]; then
     # 300 keys spread over the three masters: each holds some.
     same cluster_keys_on_every_master "$(echo "$nodes" | awk '{print ($1 > 0 && $2 > 0 && $3 > 0)}')" "1"
     contains cluster_crossslot_single_key "$(redis-cli -p "${ports[0]}" COMMAND GETKEYS RATEL.ACQUIRE k1 1/1s)" "k1"
+    # A slice's demand key in another slot: Redis refuses both keys.
+    contains cluster_slice_crossslot "$(redis-cli -c -p "${ports[0]}" RATEL.SLICE user:1 user:2 5 TTL 250 1/1s 2>&1)" "CROSSSLOT"
+    same cluster_slice_one_slot "$(redis-cli -c -p "${ports[0]}" RATEL.SLICE '{user:1}' '{user:1}:demand' 5 TTL 250 HOLDER 1 AT "$T" 10/1m | head -1)" "5"
 else
     fail cluster_create "$(tail -5 "$tmp/cluster.err")"
 fi
