@@ -75,7 +75,7 @@ done
 # The library's registered functions: each one in the page's table.
 registered=$(rcli "$port" FUNCTION LIST LIBRARYNAME ratel | awk '/^name$/ { getline; print }' | sort)
 same registered_functions "$(echo "$registered" | tr '\n' ' ')" \
-    "ratel_acquire ratel_acquire_many ratel_info ratel_peek ratel_refund ratel_release ratel_reset ratel_version "
+    "ratel_acquire ratel_acquire_many ratel_info ratel_peek ratel_refund ratel_release ratel_reset ratel_slice ratel_unslice ratel_version "
 table=$(sed -n '/^## ACL: keeping resets/,/^## /p' "$page" | grep '^| `ratel_')
 for f in $registered; do
     contains "page_table_names_$f" "$table" "\`$f\`"

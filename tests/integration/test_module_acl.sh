@@ -51,6 +51,10 @@ same info_refund "$(flags ratel.refund)" "write denyoom module fast | RW access 
 same info_release "$(flags ratel.release)" "write denyoom module fast | RW access update "
 same info_reset "$(flags ratel.reset)" "write module fast | RM delete "
 same info_info "$(flags ratel.info)" "readonly module fast | RO access "
+# A slice's two keys: each its own key spec, read and written.
+same info_slice "$(flags ratel.slice)" "write denyoom module fast | RW access update RW access update "
+same info_unslice "$(flags ratel.unslice)" "write denyoom module fast | RW access update "
+same info_slice_keys "$(rcli "$port" COMMAND GETKEYS ratel.slice rl:k rl:k:d 5 TTL 9 1/1s | tr '\n' ' ')" "rl:k rl:k:d "
 same info_key_at_argv1 "$(rcli "$port" COMMAND GETKEYS ratel.acquire rl:k COST 2 AT 5 1/1s 2/1m)" "rl:k"
 same info_arity_unchanged "$(rcli "$port" COMMAND INFO ratel.reset | sed -n 2p)" "-1"
 if [ "$native" = 1 ]; then
@@ -92,6 +96,8 @@ denied_cmd nowrite_acquire_peek "$(as nowrite RATEL.ACQUIRE rl:a PEEK 1/1s)" rat
 denied_cmd nowrite_refund "$(as nowrite RATEL.REFUND rl:a 1/1s)" ratel.refund
 denied_cmd nowrite_release "$(as nowrite RATEL.RELEASE rl:held 1 5/1m 1/1m:concurrent)" ratel.release
 denied_cmd nowrite_reset "$(as nowrite RATEL.RESET rl:held)" ratel.reset
+denied_cmd nowrite_slice "$(as nowrite RATEL.SLICE rl:a rl:a 5 TTL 9 1/1s)" ratel.slice
+denied_cmd nowrite_unslice "$(as nowrite RATEL.UNSLICE rl:a 5 UNTIL 9 1/1s)" ratel.unslice
 same nowrite_info "$(as nowrite RATEL.INFO rl:missing)" ""
 same nowrite_wrote_nothing "$(rcli "$port" EXISTS rl:a) $(rcli "$port" EXISTS rl:held)" "0 1"
 # -@dangerous: RESET refused, the rest allowed.
@@ -142,6 +148,9 @@ allowed sel_read_a "$(as sel RATEL.INFO a:1)"
 denied_key sel_write_a "$(as sel RATEL.ACQUIRE a:1 1/1s)"
 same sel_write_b "$(as sel RATEL.ACQUIRE b:1 AT "$T" 1/1s)" "1 1 0 0 1000 0 0"
 denied_key sel_info_b "$(as sel RATEL.INFO b:1)"
+# A slice needs permission on both keys: its demand key too.
+denied_key sel_slice_demand_elsewhere "$(as sel RATEL.SLICE b:2 a:2 5 TTL 9 HOLDER 1 1/1s)"
+contains sel_slice_both_keys "$(as sel RATEL.SLICE b:2 b:2d 5 TTL 9 HOLDER 1 AT "$T" 10/1m)" "5 "
 allowed sel_quoted_read_c "$(as sel RATEL.INFO c:1)"
 denied_key sel_quoted_write_c_read_only "$(as sel RATEL.ACQUIRE c:1 1/1s)"
 contains sel_rewritten_inside "$(rcli "$port" ACL GETUSER sel | tr '\n' ' ')" \
@@ -209,7 +218,7 @@ else
     # ... and the log names the user and the commands, once the server runs.
     alog=$tmp/redis-$aport/log
     warned() { grep -q "user '$1' $2, which its rules' categories" "$alog"; }
-    if wait_for 10 warned byhand "may run ratel.acquire ratel.refund ratel.release ratel.reset"; then
+    if wait_for 10 warned byhand "may run ratel.acquire ratel.refund ratel.release ratel.reset ratel.slice ratel.unslice"; then
         ok aclfile_by_hand_warned
     else
         fail aclfile_by_hand_warned "$(grep ratel "$alog" | tail -3)"
