@@ -15,6 +15,7 @@
 #include "rateld/config.h"
 #include "rateld/config_private.h"
 #include "rateld/erl.h"
+#include "rateld/rlqs.h"
 #include "rateld/request.h"
 #include "ratel_internal.h"
 
@@ -654,6 +655,7 @@ enum {
     T_ROUTES,
     T_AUTH,
     T_ENVOY,
+    T_RLQS,
     T_COUNT
 };
 static const ratel__option_t top_sections[T_COUNT] = {
@@ -663,7 +665,8 @@ static const ratel__option_t top_sections[T_COUNT] = {
     {.name = "policies"},
     {.name = "routes"},
     {.name = "auth"},
-    {.name = "envoy"}};
+    {.name = "envoy"},
+    {.name = "rlqs"}};
 
 static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
 {
@@ -686,7 +689,7 @@ static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
         return read_auth(r, node);
     case T_ENVOY:
         return rateld__read_envoy(r, node);
-    default: /* T_ROUTES: after the policies they name (read_top) */
+    default: /* T_ROUTES, T_RLQS: after the policies they name (read_top) */
         return 0;
     }
 }
@@ -714,6 +717,8 @@ static int read_top(reader_t *r, const ratel__yaml_node_t *root)
                                 "policies: required (or an envoy: section); "
                                 "define at least one policy (docs/config.md)");
     if (sections[T_ROUTES] && rateld__read_routes(r, sections[T_ROUTES]))
+        return -1;
+    if (sections[T_RLQS] && rateld__read_rlqs(r, sections[T_RLQS]))
         return -1;
     return 0;
 }
@@ -812,5 +817,6 @@ void rateld_config_free(rateld_config_t *config)
     free(config->policies);
     free(config->routes);
     rateld_erl_free(config->erl);
+    rateld_rlqs_config_free(config->rlqs);
     free(config);
 }

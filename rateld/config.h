@@ -114,6 +114,7 @@ typedef struct rateld_envoy_s {
 } rateld_envoy_t;
 
 struct rateld_erl_s;
+struct rateld_rlqs_config_s;
 
 typedef enum rateld_store_kind_e {
     RATELD_STORE_MEMORY = 0,
@@ -144,6 +145,8 @@ typedef struct rateld_config_s {
     /* envoy.config_dir's files, loaded by rateld_config_load (NULL when
        there is no envoy section, or from rateld_config_parse). */
     struct rateld_erl_s *erl;
+    /* The rlqs: section (rlqs.h); NULL when there is none. */
+    struct rateld_rlqs_config_s *rlqs;
 } rateld_config_t;
 
 /*

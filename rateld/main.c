@@ -16,6 +16,7 @@
 #include "rateld/health.h"
 #include "rateld/erl.h"
 #include "rateld/rateld.h"
+#include "rateld/rlqs.h"
 #include "ratel_internal.h"
 
 #include <errno.h>
@@ -202,9 +203,15 @@ static int daemon_listen(rateld_t *d, rateld_config_t *config, const char *path)
         o.grpc_listen = g->config->envoy.listen;
         o.grpc_handler = rateld_grpc_handle;
         o.grpc_limits = g->config->envoy.limits;
+        o.grpc_streams = &rateld_rlqs_method;
+        o.ngrpc_streams = 1;
     }
     if (ratel_http_server_new(&d->http, &o, err, sizeof err) != 0) {
         ratel__log("error", "cannot listen", "reason=\"%s\"", err);
+        return -1;
+    }
+    if (rateld_rlqs_start(d) != 0) {
+        ratel__log("error", "cannot start", "reason=\"out of memory\"");
         return -1;
     }
     /* Each worker calls the store on its own loop, never waiting. */
@@ -238,7 +245,9 @@ static void daemon_free(rateld_t *d)
     atomic_store(&d->stopping, 1);
     for (unsigned t = 0; d->workers && t < d->threads; t++)
         ratel_async_free(d->workers[t].async);
+    rateld_rlqs_stop(d);
     ratel_http_server_free(d->http);
+    rateld_rlqs_free(d);
     rateld_gen_free(g);
     while ((r = d->retired)) {
         d->retired = r->next_retired;

@@ -49,6 +49,7 @@ typedef struct policy_counters_s {
     counter_t decisions[RATELD_OUTCOMES][SOURCES];
     counter_t buckets[BUCKETS]; /* not cumulative: one bucket per request */
     counter_t latency_us;       /* sum */
+    counter_t rlqs_reports, rlqs_actions[RATELD_RLQS_ACTIONS];
 } policy_counters_t;
 
 static const char *const undecided_name[RATELD_UNDECIDED_REASONS] = {
@@ -70,6 +71,7 @@ typedef struct thread_counters_s {
     counter_t refused[RATEL_HTTP_REFUSALS];
     counter_t grpc[GRPC_CODES];
     counter_t undecided[RATELD_UNDECIDED_REASONS];
+    counter_t rlqs_opened, rlqs_closed, rlqs_unmatched;
     policy_counters_t policies[RATELD_METRICS_POLICIES];
 } thread_counters_t;
 
@@ -229,6 +231,41 @@ void rateld_metrics_refused(rateld_metrics_t *m, unsigned thread, int limit)
     if (!m || thread >= m->threads || limit < 0 || limit >= RATEL_HTTP_REFUSALS)
         return;
     bump(&m->counters[thread]->refused[limit], 1);
+}
+
+void rateld_metrics_rlqs_stream(rateld_metrics_t *m, unsigned thread,
+                                int opened)
+{
+    if (!m || thread >= m->threads)
+        return;
+    bump(opened ? &m->counters[thread]->rlqs_opened
+                : &m->counters[thread]->rlqs_closed,
+         1);
+}
+
+void rateld_metrics_rlqs_report(rateld_metrics_t *m, unsigned thread,
+                                int policy)
+{
+    if (!m || thread >= m->threads || policy < 0 ||
+        policy >= RATELD_METRICS_POLICIES)
+        return;
+    bump(&m->counters[thread]->policies[policy].rlqs_reports, 1);
+}
+
+void rateld_metrics_rlqs_action(rateld_metrics_t *m, unsigned thread,
+                                int policy, rateld_rlqs_action_t action)
+{
+    if (!m || thread >= m->threads || policy < 0 ||
+        policy >= RATELD_METRICS_POLICIES || (unsigned)action >= RATELD_RLQS_ACTIONS)
+        return;
+    bump(&m->counters[thread]->policies[policy].rlqs_actions[action], 1);
+}
+
+void rateld_metrics_rlqs_unmatched(rateld_metrics_t *m, unsigned thread)
+{
+    if (!m || thread >= m->threads)
+        return;
+    bump(&m->counters[thread]->rlqs_unmatched, 1);
 }
 
 void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code)
@@ -508,6 +545,62 @@ static void render_store(text_t *t, const ratel_store_stats_t *st)
                "1 while Redis is considered down.", st->breaker_open);
 }
 
+/* A counter of every thread's block, summed. */
+static uint64_t sum_threads(rateld_metrics_t *m, size_t offset)
+{
+    uint64_t v = 0;
+
+    for (unsigned th = 0; th < m->threads; th++)
+        v += get((counter_t *)((char *)m->counters[th] + offset));
+    return v;
+}
+
+/* Envoy's RLQS streams: open now, and per policy the reports received
+   and the actions sent (the policies that have any). */
+static void render_rlqs(text_t *t, rateld_metrics_t *m, size_t n)
+{
+    static const char *const action_name[RATELD_RLQS_ACTIONS] = {
+        "assigned", "abandoned", "expired"};
+    uint64_t opened = sum_threads(m, offsetof(thread_counters_t, rlqs_opened));
+    uint64_t closed = sum_threads(m, offsetof(thread_counters_t, rlqs_closed));
+
+    render_one(t, "ratel_rlqs_streams", "gauge",
+               "Envoy rate limit quota (RLQS) streams open.", opened - closed);
+    render_one(t, "ratel_rlqs_unmatched_total", "counter",
+               "RLQS bucket_ids no rlqs bucket matched.",
+               sum_threads(m, offsetof(thread_counters_t, rlqs_unmatched)));
+    emit_header(t, "ratel_rlqs_reports_total", "counter",
+                "RLQS usage reports received, by policy.");
+    for (size_t i = 0; i < n; i++) {
+        size_t off = offsetof(thread_counters_t, policies) +
+                     i * sizeof(policy_counters_t);
+        uint64_t v = sum_threads(m, off + offsetof(policy_counters_t,
+                                                   rlqs_reports));
+        if (!v)
+            continue;
+        emit(t, "ratel_rlqs_reports_total{policy=\"");
+        emit_label_value(t, m->names[i]);
+        emit(t, "\"} %llu\n", (unsigned long long)v);
+    }
+    emit_header(t, "ratel_rlqs_actions_total", "counter",
+                "RLQS bucket actions sent, by policy and action.");
+    for (size_t i = 0; i < n; i++) {
+        for (int a = 0; a < RATELD_RLQS_ACTIONS; a++) {
+            size_t off = offsetof(thread_counters_t, policies) +
+                         i * sizeof(policy_counters_t) +
+                         offsetof(policy_counters_t, rlqs_actions) +
+                         (size_t)a * sizeof(counter_t);
+            uint64_t v = sum_threads(m, off);
+            if (!v)
+                continue;
+            emit(t, "ratel_rlqs_actions_total{policy=\"");
+            emit_label_value(t, m->names[i]);
+            emit(t, "\",action=\"%s\"} %llu\n", action_name[a],
+                 (unsigned long long)v);
+        }
+    }
+}
+
 char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
                             const ratel_store_health_t *health,
                             uint64_t reloads, uint64_t reload_failures,
@@ -532,6 +625,7 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     free(sums);
     render_http(&t, m);
     render_grpc(&t, m);
+    render_rlqs(&t, m, n);
     render_undecided(&t, m);
     render_abandoned(&t, m);
     if (st)

@@ -87,6 +87,29 @@ void rateld_metrics_abandoned(rateld_metrics_t *m, unsigned thread,
    `thread`. */
 void rateld_metrics_grpc(rateld_metrics_t *m, unsigned thread, int code);
 
+/* What an RLQS stream was sent for a bucket (rlqs.c). */
+typedef enum rateld_rlqs_action_e {
+    RATELD_RLQS_ASSIGNED = 0, /* a token bucket (or DENY_ALL) with a TTL */
+    RATELD_RLQS_ABANDONED,    /* AbandonAction: a reload dropped it */
+    RATELD_RLQS_EXPIRED,      /* TTL 0: rateld stops */
+    RATELD_RLQS_ACTIONS
+} rateld_rlqs_action_t;
+
+/* An RLQS stream opened (opened 1) or closed (0) on worker `thread`. */
+void rateld_metrics_rlqs_stream(rateld_metrics_t *m, unsigned thread,
+                                int opened);
+
+/* A usage report of a bucket of policy index `policy`. */
+void rateld_metrics_rlqs_report(rateld_metrics_t *m, unsigned thread,
+                                int policy);
+
+/* An action sent for a bucket of policy index `policy`. */
+void rateld_metrics_rlqs_action(rateld_metrics_t *m, unsigned thread,
+                                int policy, rateld_rlqs_action_t action);
+
+/* A bucket_id no rlqs bucket matched (answered per rlqs.unmatched). */
+void rateld_metrics_rlqs_unmatched(rateld_metrics_t *m, unsigned thread);
+
 /* Counts an HTTP response by status class on worker `thread`. */
 void rateld_metrics_http(rateld_metrics_t *m, unsigned thread, int status);
 

@@ -143,6 +143,7 @@ struct rateld_s {
     unsigned threads;
 
     _Atomic int stopping; /* the server has stopped: answer nothing more */
+    struct rateld_rlqs_s *rlqs; /* Envoy's RLQS streams (rlqs.h) */
     _Atomic uint64_t reloads, reload_failures;
     const char *config_path;
 };

@@ -73,6 +73,8 @@ struct ratel__http_ctx_s {
        and the buffer every h2c connection of the thread reads into. */
     ratel_grpc_handler_fn grpc_handler;
     ratel_grpc_limits_t grpc_limits;
+    const ratel_grpc_stream_method_t *grpc_streams; /* n of them */
+    size_t ngrpc_streams;
     char scratch[16384];
     ratel_grpc_call_t *free_calls; /* h2.c's pool */
     unsigned nfree_calls;

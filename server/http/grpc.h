@@ -22,6 +22,15 @@
  * valid when the client resets the stream or goes away; answering it
  * then only frees it.
  *
+ * Streams. A method listed in a ratel_grpc_stream_method_t table (the
+ * server's grpc_streams) is served as a stream both ways: its call opens
+ * when its headers arrive, each whole message the client sends is handed
+ * over as it arrives, and the server sends messages whenever it likes
+ * (ratel_grpc_send) until it ends the call (ratel_grpc_finish). When the
+ * client ends its side, the call is finished with OK. Messages are
+ * checked as unary ones are (size, compression flag); a bad one finishes
+ * the call with its status.
+ *
  * Limits (ratel_grpc_limits_t) bound what one client can make the server
  * hold: the size of a message, streams open at once, the header list, the
  * idle time; and what it can make the server do: streams reset per
@@ -75,6 +84,27 @@ typedef struct ratel_grpc_request_s {
 typedef void (*ratel_grpc_handler_fn)(void *ud, ratel_grpc_call_t *call,
                                       const ratel_grpc_request_t *req);
 
+/*
+ * A streaming method: its path and what happens to its calls, each
+ * called on the call's worker thread with the server's `ud`. `state` is
+ * what open returned for the call.
+ */
+typedef struct ratel_grpc_stream_method_s {
+    const char *path; /* "/package.Service/Method" */
+    /* The call's headers arrived: its state, or NULL to refuse it (after
+       ratel_grpc_finish with the reason; UNAVAILABLE if not). */
+    void *(*open)(void *ud, ratel_grpc_call_t *call,
+                  const ratel_grpc_request_t *req);
+    /* One whole message (req's message fields are not used). */
+    void (*message)(void *ud, void *state, const uint8_t *msg, size_t len);
+    /* The server is stopping: say what must be said, then finish. */
+    void (*drain)(void *ud, void *state);
+    /* The call is over (finished and closed, reset by the client, or its
+       connection gone): neither it nor `state` is used again. Exactly
+       once per call open returned a state for. */
+    void (*closed)(void *ud, void *state);
+} ratel_grpc_stream_method_t;
+
 typedef struct ratel_grpc_limits_s {
     size_t max_message_bytes;       /* a request message; 0: 64 KiB (then
                                        RESOURCE_EXHAUSTED) */
@@ -107,6 +137,23 @@ int ratel_grpc_call_abandoned(ratel_grpc_call_t *call);
  */
 void ratel_grpc_respond(ratel_grpc_call_t *call, int status,
                         const uint8_t *message, size_t len, const char *text);
+
+/*
+ * Queues one message on the streaming call `call` (len bytes, copied),
+ * sent after the ones before it. Returns 0, or -1 when the call is
+ * finished or more than 1 MiB waits unsent (a client that does not read:
+ * the call is then reset). Call on its worker thread, not from `closed`.
+ */
+int ratel_grpc_send(ratel_grpc_call_t *call, const uint8_t *message,
+                    size_t len);
+
+/*
+ * Ends the streaming call `call` from the server's side once what was
+ * queued has left: trailers with `status` and `text` (may be NULL). The
+ * call stays valid until `closed`; later sends are refused. Call on its
+ * worker thread, not from `closed`; a second finish does nothing.
+ */
+void ratel_grpc_finish(ratel_grpc_call_t *call, int status, const char *text);
 
 #ifdef __cplusplus
 }

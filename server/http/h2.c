@@ -14,10 +14,18 @@
  * the limits on CONTINUATION frames, queued acknowledgements and stream
  * resets; this file enforces gRPC's framing and our own limits.
  *
+ * Streams (a method of ctx->grpc_streams) open when their headers
+ * arrive; the bytes of their DATA frames are cut into messages as they
+ * come, and the answer is one response whose DATA are the messages the
+ * handler queues (a data provider that defers while nothing is queued)
+ * and whose trailers carry the status it finishes with.
+ *
  * Lifetime. A connection is reference-counted like conn.c's: one
  * reference for its owner (the socket), one per call the handler holds.
  * When the socket goes, the session is deleted at once and the calls
- * still held are marked gone; answering them then only frees them.
+ * still held are marked gone; answering them then only frees them. An
+ * open stream is held until its stream closes: then its method hears
+ * `closed` and the call is freed.
  */
 #include "http/conn_private.h"
 #include "http/grpc.h"
@@ -40,6 +48,8 @@
    connection). Past it: GOAWAY(ENHANCE_YOUR_CALM). */
 #define CONTROL_BURST 100
 #define CONTROL_RATE 10
+/* A stream's messages not yet taken by nghttp2, at most (then reset). */
+#define STREAM_OUT_MAX (1 << 20)
 
 typedef struct ratel__h2_conn_s h2_conn_t;
 
@@ -50,6 +60,12 @@ struct ratel_grpc_call_s {
     unsigned char dispatched, answered, gone, failed;
     unsigned char grpc_type, post;
     size_t header_bytes;
+    /* A stream: its method and state once open; the response's headers
+       submitted, trailers owed, data deferred, the client's side ended. */
+    const ratel_grpc_stream_method_t *method;
+    void *state;
+    unsigned char headers_sent, finishing, deferred, client_done;
+    size_t resp_cap; /* a stream's queue (resp) */
     uint8_t *body; /* framed request bytes: body_inline, or malloc'd */
     size_t body_len, body_cap;
     uint8_t *resp; /* framed answer: resp_inline, or malloc'd */
@@ -147,11 +163,18 @@ void ratel__h2_ctx_destroy(ratel__http_ctx_t *ctx)
     ctx->nfree_calls = 0;
 }
 
-/* The stream is closed: the call goes unless the handler holds it. */
+/* The stream is closed: the call goes unless the handler holds it (an
+   open stream's method hears it is over, and lets go of it). */
 static void call_stream_closed(h2_conn_t *c, ratel_grpc_call_t *call)
 {
     call_unlink(c, call);
     call->stream_id = -1;
+    if (call->state) {
+        call->method->closed(c->ctx->ud, call->state);
+        call_free(call);
+        conn_unref(c);
+        return;
+    }
     if (call->dispatched && !call->answered) {
         call->gone = 1; /* freed when answered */
         return;
@@ -216,6 +239,18 @@ static ssize_t read_answer(nghttp2_session *session, int32_t stream_id,
     return (ssize_t)n;
 }
 
+/* grpc-status and, when there is one, grpc-message: 1 or 2 fields. */
+static size_t status_fields(ratel_grpc_call_t *call, nghttp2_nv *nv)
+{
+    snprintf(call->status_text, sizeof call->status_text, "%d", call->status);
+    nv[0] = (nghttp2_nv)NV("grpc-status", call->status_text,
+                           strlen(call->status_text));
+    if (!call->text[0])
+        return 1;
+    nv[1] = (nghttp2_nv)NV("grpc-message", call->text, strlen(call->text));
+    return 2;
+}
+
 /* Submits the answer of a call whose stream is open. */
 static void submit_answer(h2_conn_t *c, ratel_grpc_call_t *call,
                           int http_status)
@@ -235,13 +270,7 @@ static void submit_answer(h2_conn_t *c, ratel_grpc_call_t *call,
         rc = nghttp2_submit_response(c->session, call->stream_id, nv, n, &dp);
     } else {
         /* Trailers-only: the status in the one HEADERS frame. */
-        snprintf(call->status_text, sizeof call->status_text, "%d",
-                 call->status);
-        nv[n++] = (nghttp2_nv)NV("grpc-status", call->status_text,
-                                 strlen(call->status_text));
-        if (call->text[0])
-            nv[n++] =
-                (nghttp2_nv)NV("grpc-message", call->text, strlen(call->text));
+        n += status_fields(call, nv + n);
         rc = nghttp2_submit_response(c->session, call->stream_id, nv, n, NULL);
     }
     /* A client still sending (an oversized message) may go on: what it
@@ -300,6 +329,224 @@ void ratel_grpc_respond(ratel_grpc_call_t *call, int status,
     submit_answer(c, call, 200);
     ratel__http_wake_user(c->ctx, c->user);
     conn_unref(c);
+}
+
+/* ----------------------------------------------------------- streams */
+
+/* A stream's response data: the queued messages, then (once finishing)
+   the trailers; nothing queued yet: deferred until a send resumes it. */
+static ssize_t read_stream(nghttp2_session *session, int32_t stream_id,
+                           uint8_t *buf, size_t length, uint32_t *flags,
+                           nghttp2_data_source *source, void *user_data)
+{
+    ratel_grpc_call_t *call = source->ptr;
+    size_t n = call->resp_len - call->resp_off;
+
+    (void)user_data;
+    if (n == 0 && !call->finishing) {
+        call->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    if (n > length)
+        n = length;
+    if (n)
+        memcpy(buf, call->resp + call->resp_off, n);
+    call->resp_off += n;
+    if (call->resp_off == call->resp_len) {
+        call->resp_off = call->resp_len = 0;
+        if (call->finishing) {
+            nghttp2_nv trailers[2];
+            size_t nt = status_fields(call, trailers);
+            *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+            if (nghttp2_submit_trailer(session, stream_id, trailers, nt) != 0)
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
+    }
+    return (ssize_t)n;
+}
+
+/* The response's headers (with its data to come) on the first message;
+   a stream finished before any gets a trailers-only response. */
+static void stream_kick(h2_conn_t *c, ratel_grpc_call_t *call)
+{
+    static const char ct[] = "application/grpc";
+    nghttp2_nv nv[4] = {NV(":status", "200", 3),
+                        NV("content-type", ct, sizeof ct - 1)};
+    int rc = 0;
+
+    if (!call->headers_sent && call->finishing && call->resp_len == 0) {
+        rc = nghttp2_submit_response(c->session, call->stream_id, nv,
+                                     2 + status_fields(call, nv + 2), NULL);
+    } else if (!call->headers_sent) {
+        nghttp2_data_provider dp = {.source.ptr = call,
+                                    .read_callback = read_stream};
+        rc = nghttp2_submit_response(c->session, call->stream_id, nv, 2, &dp);
+    } else if (call->deferred) {
+        rc = nghttp2_session_resume_data(c->session, call->stream_id);
+    }
+    call->headers_sent = 1;
+    call->deferred = 0;
+    if (rc != 0)
+        c->abort = 1;
+    ratel__http_wake_user(c->ctx, c->user);
+}
+
+int ratel_grpc_send(ratel_grpc_call_t *call, const uint8_t *message,
+                    size_t len)
+{
+    h2_conn_t *c = call->conn;
+    size_t need = call->resp_len + GRPC_FRAME_HEADER + len;
+
+    if (call->finishing || call->stream_id < 0 || c->dead)
+        return -1;
+    if (need > STREAM_OUT_MAX) {
+        /* The client does not read: end it (closed follows). */
+        call->finishing = 1;
+        nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE,
+                                  call->stream_id, NGHTTP2_CANCEL);
+        ratel__http_wake_user(c->ctx, c->user);
+        return -1;
+    }
+    if (need > call->resp_cap) {
+        size_t cap = call->resp_cap ? call->resp_cap : 256;
+        uint8_t *p;
+        while (cap < need)
+            cap *= 2;
+        p = call->resp == call->resp_inline ? NULL : call->resp;
+        p = realloc(p, cap);
+        if (!p)
+            return -1;
+        if (call->resp == call->resp_inline)
+            memcpy(p, call->resp_inline, call->resp_len);
+        call->resp = p;
+        call->resp_cap = cap;
+    }
+    call->resp[call->resp_len] = 0; /* not compressed */
+    call->resp[call->resp_len + 1] = (uint8_t)(len >> 24);
+    call->resp[call->resp_len + 2] = (uint8_t)(len >> 16);
+    call->resp[call->resp_len + 3] = (uint8_t)(len >> 8);
+    call->resp[call->resp_len + 4] = (uint8_t)len;
+    if (len)
+        memcpy(call->resp + call->resp_len + GRPC_FRAME_HEADER, message, len);
+    call->resp_len = need;
+    stream_kick(c, call);
+    return 0;
+}
+
+void ratel_grpc_finish(ratel_grpc_call_t *call, int status, const char *text)
+{
+    h2_conn_t *c = call->conn;
+
+    if (call->finishing || call->stream_id < 0 || c->dead)
+        return;
+    call->finishing = 1;
+    set_status(call, status, text);
+    stream_kick(c, call);
+}
+
+/* The stream's headers are in: open it with its method, or refuse it. */
+static void stream_open(h2_conn_t *c, ratel_grpc_call_t *call,
+                        const ratel_grpc_stream_method_t *m)
+{
+    if (!call->post || !call->grpc_type) {
+        refuse_call(c, call, call->post ? 415 : 405,
+                    call->post ? RATEL_GRPC_UNKNOWN : RATEL_GRPC_UNIMPLEMENTED,
+                    call->post ? "content-type must be application/grpc"
+                               : "gRPC calls are POST requests");
+        return;
+    }
+    call->method = m;
+    call->req.path = call->path;
+    call->req.peer = c->peer;
+    call->req.peer_len = c->peer_len;
+    call->req.thread = c->ctx->thread;
+    call->state = m->open(c->ctx->ud, call, &call->req);
+    if (!call->state) {
+        ratel_grpc_finish(call, RATEL_GRPC_UNAVAILABLE, "refused");
+        call->answered = 1; /* freed when its stream closes */
+        return;
+    }
+    call->dispatched = 1;
+    c->refs++;
+}
+
+/* A stream's bytes: each whole message to its method as it completes. */
+static void stream_data(h2_conn_t *c, ratel_grpc_call_t *call,
+                        const uint8_t *data, size_t len)
+{
+    size_t max = c->ctx->grpc_limits.max_message_bytes, off = 0;
+
+    if (call->finishing)
+        return; /* dropped: the call is ending */
+    if (len > call->body_cap - call->body_len) {
+        size_t cap = call->body_cap * 2;
+        uint8_t *b;
+        while (cap < call->body_len + len)
+            cap *= 2;
+        b = call->body == call->body_inline ? malloc(cap)
+                                            : realloc(call->body, cap);
+        if (!b) {
+            ratel_grpc_finish(call, RATEL_GRPC_RESOURCE_EXHAUSTED,
+                              "out of memory");
+            return;
+        }
+        if (call->body == call->body_inline)
+            memcpy(b, call->body_inline, call->body_len);
+        call->body = b;
+        call->body_cap = cap;
+    }
+    memcpy(call->body + call->body_len, data, len);
+    call->body_len += len;
+    while (!call->finishing && call->body_len - off >= GRPC_FRAME_HEADER) {
+        const uint8_t *b = call->body + off;
+        size_t n = (size_t)b[1] << 24 | (size_t)b[2] << 16 |
+                   (size_t)b[3] << 8 | b[4];
+        if (b[0] != 0) {
+            ratel_grpc_finish(call,
+                              b[0] == 1 ? RATEL_GRPC_UNIMPLEMENTED
+                                        : RATEL_GRPC_INTERNAL,
+                              b[0] == 1 ? "compressed messages are not "
+                                          "supported"
+                                        : "bad gRPC message flag");
+        } else if (n > max) {
+            char text[96];
+            snprintf(text, sizeof text,
+                     "a message is larger than %zu bytes", max);
+            ratel_grpc_finish(call, RATEL_GRPC_RESOURCE_EXHAUSTED, text);
+        } else if (call->body_len - off - GRPC_FRAME_HEADER >= n) {
+            off += GRPC_FRAME_HEADER + n;
+            call->method->message(c->ctx->ud, call->state,
+                                  b + GRPC_FRAME_HEADER, n);
+            continue;
+        }
+        break;
+    }
+    if (call->finishing)
+        off = call->body_len;
+    memmove(call->body, call->body + off, call->body_len - off);
+    call->body_len -= off;
+}
+
+/* The client ended its side: the call ends with OK, or INTERNAL when a
+   message was cut short. */
+static void stream_client_done(ratel_grpc_call_t *call)
+{
+    call->client_done = 1;
+    if (call->body_len)
+        ratel_grpc_finish(call, RATEL_GRPC_INTERNAL,
+                          "the stream ended inside a message");
+    else
+        ratel_grpc_finish(call, RATEL_GRPC_OK, NULL);
+}
+
+/* The method serving `path` as a stream, or NULL (a unary call). */
+static const ratel_grpc_stream_method_t *
+stream_method(const ratel__http_ctx_t *ctx, const char *path)
+{
+    for (size_t i = 0; i < ctx->ngrpc_streams; i++)
+        if (strcmp(ctx->grpc_streams[i].path, path) == 0)
+            return &ctx->grpc_streams[i];
+    return NULL;
 }
 
 /* ------------------------------------------------- nghttp2 callbacks */
@@ -382,6 +629,10 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags,
     (void)flags;
     if (!call || call->failed)
         return 0;
+    if (call->method) {
+        stream_data(c, call, data, len);
+        return 0;
+    }
     if (len > max - call->body_len) {
         char text[96];
         snprintf(text, sizeof text,
@@ -498,12 +749,43 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame,
         return NGHTTP2_ERR_CALLBACK_FAILURE; /* read nothing more */
     }
 
-    if ((frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) ||
+    if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS &&
+        frame->headers.cat == NGHTTP2_HCAT_REQUEST && !call->failed) {
+        const ratel_grpc_stream_method_t *m = stream_method(c->ctx, call->path);
+        if (m)
+            stream_open(c, call, m);
+    }
+    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if (call->method) {
+        if (call->state && !call->client_done)
+            stream_client_done(call);
+    } else if (!call->dispatched && !call->answered) {
+        complete_call(c, call);
+    }
+    return 0;
+}
+
+/* A stream's trailers left while its client still sends: RST_STREAM
+   NO_ERROR asks it to stop (RFC 9113 8.1), and closes the stream. */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame,
+                         void *user_data)
+{
+    ratel_grpc_call_t *call;
+
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (call && !call->dispatched && !call->answered)
-        complete_call(c, call);
+    if (call && call->method && !call->client_done)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE,
+                                  frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -536,6 +818,7 @@ static nghttp2_session_callbacks *make_callbacks(void)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb,
                                                               on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     return cb;
 }
@@ -747,10 +1030,12 @@ static int h2_tick(void *conn, int64_t now_ms)
 }
 
 /* The server stops: GOAWAY naming the last stream we took; the streams
-   before it are answered, then the connection closes. */
+   before it are answered (an open stream's method says its last and
+   finishes it), then the connection closes. */
 static int h2_drain(void *conn, int64_t now_ms)
 {
     h2_conn_t *c = conn;
+    ratel_grpc_call_t *call, *next;
 
     c->now_ms = now_ms;
     if (!c->draining) {
@@ -759,6 +1044,11 @@ static int h2_drain(void *conn, int64_t now_ms)
             c->session, NGHTTP2_FLAG_NONE,
             nghttp2_session_get_last_proc_stream_id(c->session),
             NGHTTP2_NO_ERROR, NULL, 0);
+        for (call = c->calls; call; call = next) {
+            next = call->next;
+            if (call->state && !call->finishing)
+                call->method->drain(c->ctx->ud, call->state);
+        }
     }
     return 0;
 }

@@ -175,6 +175,10 @@ typedef struct ratel_http_options_s {
     const char *grpc_listen;
     ratel_grpc_handler_fn grpc_handler;
     ratel_grpc_limits_t grpc_limits;
+    /* Streaming methods (grpc.h), n of them; the others are unary calls
+       for grpc_handler. */
+    const ratel_grpc_stream_method_t *grpc_streams;
+    size_t ngrpc_streams;
 } ratel_http_options_t;
 
 /*

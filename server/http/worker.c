@@ -578,6 +578,8 @@ int ratel__http_worker_init(worker_t *w, ratel_http_server_t *server,
     }
     ratel__http_ctx_init(&w->ctx, &o->limits, o->handler, o->ud, index);
     w->ctx.grpc_handler = o->grpc_handler;
+    w->ctx.grpc_streams = o->grpc_streams;
+    w->ctx.ngrpc_streams = o->ngrpc_streams;
     ratel__grpc_limits_fill(&w->ctx.grpc_limits, &o->grpc_limits);
     w->ctx.dispatched = on_dispatched;
     w->ctx.wake = on_wake;

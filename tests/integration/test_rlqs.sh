@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# rateld as Envoy's Rate Limit Quota Service (RLQS): three Envoys of our
+# own (rlqs_client.py: python3-grpcio, stubs generated from proto/ at run
+# time) on one bucket, each spending only what it is assigned, against a
+# real rateld: the assigned rates sum to at most the policy's rate at
+# every instant, follow the reported usage (a share moves only once the
+# old assignment expired), a reload that drops the bucket abandons it,
+# malformed messages get a gRPC error, and SIGTERM expires every
+# assignment (TTL 0) before rateld exits 0. The configuration errors of
+# rlqs: are checked by --check-config. RATELD_WRAP (e.g. valgrind)
+# prefixes rateld.
+. "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3 # Debian's: python3-grpcio and python3-grpc-tools
+rateld=$build/rateld
+read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
+require_built rateld
+up() { curl -s -o /dev/null "http://127.0.0.1:$1/healthz"; }
+
+h=$(free_port)
+g=$(free_port)
+mkdir -p "$tmp/erl"
+# config NAME BUCKETS: a rateld file with the rlqs buckets BUCKETS.
+config() {
+    cat >"$tmp/$1.yaml" <<YAML
+listen: 127.0.0.1:$h
+policies:
+  api:
+    rules: [60/1s, 500000/1h]
+  conns:
+    rules: [5/30s:concurrent]
+envoy:
+  listen: 127.0.0.1:$g
+  config_dir: erl
+rlqs:
+  ttl_ms: 2000
+  grace_ms: 200
+  unmatched: deny
+  buckets: $2
+YAML
+}
+config rateld "[{match: {name: api}, key: [tenant], policy: api}]"
+config nobucket "[{match: {name: other}, key: [tenant], policy: api}]"
+
+# --check-config: the section's mistakes, named.
+config bad_policy "[{match: {name: api}, policy: nosuch}]"
+contains check_unknown_policy "$("$rateld" --check-config "$tmp/bad_policy.yaml" 2>&1)" 'rlqs.buckets[0].policy: no policy "nosuch"'
+config bad_concurrent "[{match: {name: api}, policy: conns}]"
+contains check_concurrent "$("$rateld" --check-config "$tmp/bad_concurrent.yaml" 2>&1)" 'policy "conns" has only concurrent rules'
+config bad_empty "[{policy: api}]"
+contains check_no_match "$("$rateld" --check-config "$tmp/bad_empty.yaml" 2>&1)" 'rlqs.buckets[0]: needs match: or key:'
+contains check_ok "$("$rateld" --check-config "$tmp/rateld.yaml" 2>&1)" "rateld.yaml: ok"
+
+"${rateld_wrap[@]}" "$rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
+pid=$!
+echo "$pid" >"$tmp/pids/rateld"
+if wait_for 30 up "$h"; then
+    out=$("$py" "$lib_here/rlqs_client.py" three "127.0.0.1:$g" "$pid" \
+        "$tmp/rateld.yaml" "$tmp/nobucket.yaml" 2>&1)
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL|#) '
+    p=$(grep -c '^ok ' <<<"$out")
+    f=$(grep -c '^FAIL ' <<<"$out")
+    passed=$((passed + p))
+    failed=$((failed + f))
+    [ "$p" -gt 0 ] || fail rlqs_client "$(tail -20 <<<"$out")"
+    # rateld exits 0 after the client's SIGTERM (under valgrind: 99 on an
+    # error or a leak).
+    rc=124
+    for _ in $(seq 600); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            rc=$?
+            break
+        fi
+        sleep 0.05
+    done
+    rm -f "$tmp/pids/rateld"
+    same rlqs_exit "$rc" 0
+    contains rlqs_log_reloaded "$(cat "$tmp/rateld.log")" "configuration reloaded"
+else
+    fail rlqs_start "$(tail -20 "$tmp/rateld.log")"
+fi
+finish
