@@ -8,6 +8,9 @@
 #     duration_until_reset; gRPC health; an unknown domain
 #   all-or-nothing across descriptors, hits_addend (request and descriptor)
 #   reload: a good file is taken, a bad one refused with FILE:LINE
+#   merge_domain_config: a domain in two files refused by --check-config
+#     without it, accepted with it; decisions from both files' descriptors;
+#     a top-level descriptor in two files refused (check and reload)
 #   Redis: two rateld share one limit; a killed redis-server answers per
 #     the store's failure policy (closed, open)
 #   hostile HTTP/2 (h2_hostile.py); every rateld exits 0 on SIGTERM
@@ -253,6 +256,52 @@ wait_for 10 grep -q 'reload refused' "$tmp/app.log" || fail reload_refused "$(ca
 contains reload_names_file "$(grep -a 'reload' "$tmp/app.log" | tail -1)" "app.yaml:4"
 contains reload_kept "$(rls "$g2" app bulk=b3)" "OK [OK 1000/HOUR remaining=999 "
 stop app
+
+# ---- merge_domain_config: one domain in two files (ERL's
+# MERGE_DOMAIN_CONFIG), refused unless it is on; decisions use both files.
+# The configuration and files are docs/envoy.md's snippets, as printed but
+# for the ports and the directory; docs/config.md's is checked too.
+h6=$(free_port)
+g6=$(free_port)
+# doc_block PAGE NAME: the fenced block after "<!-- snippet: NAME -->".
+doc_block() { sed -n "/^<!-- snippet: $2 -->\$/,/^\`\`\`\$/p" "$root/docs/$1" | sed '1,/^```/d;$d'; }
+mkdir -p "$tmp/merge"
+doc_block envoy.md envoy-merge-a >"$tmp/merge/a.yaml"
+doc_block envoy.md envoy-merge-b >"$tmp/merge/b.yaml"
+doc_block envoy.md envoy-merge | sed -e "s/:8080\$/:$h6/; s/:8081\$/:$g6/; s/config_dir: ratelimit/config_dir: merge/" >"$tmp/merge_on.yaml"
+grep -v merge_domain_config "$tmp/merge_on.yaml" >"$tmp/merge_off.yaml"
+contains merge_doc_setting "$(cat "$tmp/merge_on.yaml")" "merge_domain_config: true"
+out=$("$rateld" --check-config "$tmp/merge_off.yaml" 2>&1)
+same merge_off_refused "$?" 1
+contains merge_off_names_both "$out" "merge/b.yaml:1: domain: \"shop\" is also the domain of $tmp/merge/a.yaml (line 1)"
+contains merge_off_says_how "$out" "envoy: {merge_domain_config: true}"
+contains merge_on_accepted "$("$rateld" --check-config "$tmp/merge_on.yaml" 2>&1)" "merge_on.yaml: ok: "
+doc_block config.md config-envoy-merge | sed -e "s/:8081\$/:$g6/; s/config_dir: ratelimit/config_dir: merge/" >"$tmp/merge_config_md.yaml"
+contains merge_config_md_on "$("$rateld" --check-config "$tmp/merge_config_md.yaml" 2>&1)" "merge_config_md.yaml: ok: "
+sed -i '$d' "$tmp/merge_config_md.yaml"
+contains merge_config_md_off "$("$rateld" --check-config "$tmp/merge_config_md.yaml" 2>&1)" "is also the domain of"
+start merge "$tmp/merge_on.yaml" "$h6"
+out=$(rls "$g6" shop user=ann --times 4)
+same merge_first_file_3 "$(grep -c '^OK \[OK 3/MINUTE' <<<"$out")" 3
+same merge_first_file_4th "$(tail -1 <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+out=$(rls "$g6" shop tenant=acme,user=bob --times 3)
+same merge_second_nested_2 "$(grep -c '^OK \[OK 2/MINUTE' <<<"$out")" 2
+same merge_second_nested_3rd "$(tail -1 <<<"$out" | cut -d' ' -f1)" OVER_LIMIT
+contains merge_wildcard_file_order "$(rls "$g6" shop path=/api/x)" "OK [OK 50/MINUTE remaining=49 "
+# b.yaml's shadow_mode: over its limit, still OK (and counted as such).
+out=$(rls "$g6" shop path=/web --times 2)
+same merge_second_shadow "$(grep -c '^OK \[OK 1/MINUTE' <<<"$out")" 2
+contains merge_second_shadow_over "$(tail -1 <<<"$out")" "remaining=0 "
+contains merge_second_shadow_counted "$(curl -s "http://127.0.0.1:$h6/metrics")" 'ratel_decisions_total{policy="envoy:shop:path_/*",outcome="shadow_denied",source="store"} 1'
+# The same top-level descriptor in a third file: refused, naming both.
+printf 'domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 9}\n' >"$tmp/merge/c.yaml"
+out=$("$rateld" --check-config "$tmp/merge_on.yaml" 2>&1)
+contains merge_conflict_refused "$out" "merge/c.yaml:3: descriptors[0]: key \"user\" without value is also a top-level descriptor of domain \"shop\" in $tmp/merge/a.yaml (line 3)"
+kill -HUP "$(cat "$tmp/pids/rateld-merge")"
+wait_for 10 grep -q 'reload refused' "$tmp/merge.log" || fail merge_reload_refused "$(cat "$tmp/merge.log")"
+contains merge_reload_names_file "$(grep -a 'reload' "$tmp/merge.log" | tail -1)" "c.yaml:3"
+contains merge_reload_kept "$(rls "$g6" shop tenant=acme,user=eve)" "OK [OK 2/MINUTE remaining=1 "
+stop merge
 
 # ---- the Redis store: two rateld, one limit; failure policies
 if command -v redis-server >/dev/null; then
