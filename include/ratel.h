@@ -287,15 +287,23 @@ RATEL_API size_t ratel_policy_state_max(const ratel_policy_t *policy);
 /* Request flags. */
 #define RATEL_PEEK 1u /* decide, charge nothing, leave the state as it is */
 
+typedef struct ratel_lease_s ratel_lease_t;
+
 typedef struct ratel_request_s {
     uint64_t cost;       /* permits, >= 1 */
     int64_t max_wait_ms; /* > 0: reserve (every rule RATEL_ALGO_RESERVES) */
     unsigned flags;      /* RATEL_PEEK */
+    /* Not NULL: on a Redis store, the request may be answered from a
+       slice of its key's permits this host holds (docs/leases.md), taken
+       and spent under these settings. Ignored by the memory store, for a
+       PEEK, a max wait or a policy with a concurrent rule. The caller's;
+       it must stay valid until the store is freed. */
+    ratel_lease_t *lease;
 } ratel_request_t;
 
 #define RATEL_REQUEST_INIT                                                     \
     {                                                                          \
-        1, 0, 0                                                                \
+        1, 0, 0, NULL                                                          \
     }
 
 /* ------------------------------------------------------ request options */
@@ -382,10 +390,12 @@ typedef enum ratel_source_e {
     RATEL_SOURCE_CACHE = 1,  /* the Redis store's local deny cache */
     RATEL_SOURCE_OPEN = 2,   /* Redis failed; failure policy `open` allowed */
     RATEL_SOURCE_CLOSED = 3, /* Redis failed; failure policy `closed` denied */
-    RATEL_SOURCE_LOCAL = 4   /* Redis failed; the embedded fallback decided */
+    RATEL_SOURCE_LOCAL = 4,  /* Redis failed; the embedded fallback decided */
+    RATEL_SOURCE_LEASE = 5   /* a slice of the key's permits this host holds */
 } ratel_source_t;
 
-/* "store", "cache", "open", "closed", "local" ("unknown" otherwise). */
+/* "store", "cache", "open", "closed", "local", "lease" ("unknown"
+   otherwise). */
 RATEL_API const char *ratel_source_name(int source);
 
 typedef struct ratel_decision_s {
@@ -1085,6 +1095,61 @@ RATEL_API int ratel_store_watch_health(ratel_store_t *store,
 
 /* Frees the store and everything it holds. NULL is a no-op. */
 RATEL_API void ratel_store_free(ratel_store_t *store);
+
+/* ------------------------------------------------------ leased keys */
+
+/*
+ * How a host takes and spends slices of a hot key's permits on a Redis
+ * store (docs/leases.md): settings in, counters out. A request whose
+ * `lease` points here may be answered from the slice its key holds,
+ * without a round trip; the store takes the next slice ahead of need
+ * (RATEL.SLICE), sized by the key's local rate, and gives unspent permits
+ * back (RATEL.UNSLICE) when a slice ends and when the store is freed.
+ * Zero settings take the defaults. Requests of a group (several policies
+ * all-or-nothing), PEEKs and reservations are decided by the store, as
+ * are requests while no slice is held (exact, one round trip each).
+ *
+ * The counters are the store's to write (atomically); read them with
+ * __atomic_load_n. One
+ * ratel_lease_t per policy gives per-policy counts; it must stay valid
+ * until the store is freed (slices in flight refer to it).
+ */
+struct ratel_lease_s {
+    /* Settings (0: the default): */
+    int64_t ttl_ms;     /* a slice's lifetime, 1..3,600,000; 250 */
+    uint64_t max_slice; /* the most permits one slice asks for; 50 */
+    uint64_t min_slice; /* the fewest it asks for (<= max_slice); 1 */
+    int64_t margin_ms;  /* local spending stops this long before the
+                           slice's end (clock rate error); 1 + ttl/100 */
+    uint64_t hosts;     /* hosts sharing the key, for the bound; 1 */
+    /* Counters (the store's): */
+    uint64_t calls;    /* RATEL.SLICE calls made */
+    uint64_t leased;   /* permits those calls granted */
+    uint64_t spent;    /* permits admitted from slices */
+    uint64_t returned; /* permits given back (RATEL.UNSLICE) */
+    uint64_t stranded; /* permits of slices that ended unspent and
+                          could not be given back */
+    uint64_t local;    /* decisions answered from slices (admitted or
+                          denied until the store's retry time) */
+    uint64_t remote;   /* decisions of leased requests the store made */
+};
+
+/* The defaults of a ratel_lease_t's zero settings. */
+#define RATEL_LEASE_TTL_MS 250
+#define RATEL_LEASE_MAX_SLICE 50
+
+/*
+ * The most a leased policy can admit over its limit in any window of one
+ * of its rules (docs/leases.md derives it), for `lease` with `hosts`
+ * hosts: out[i] for rule i (0 for fixed and approx windows: a slice never
+ * outlives its window). Writes a line such as "overshoot at most 200 over
+ * 10000/1s in any window, with up to 4 hosts" into text (len bytes).
+ * Returns 0, or RATEL_EINVAL for settings out of range (with why in text).
+ */
+RATEL_API int ratel_lease_bound(const ratel_policy_t *policy,
+                                const ratel_lease_t *lease,
+                                uint64_t out[RATEL_MAX_RULES], char *text,
+                                size_t len);
 
 /* ------------------------------------------------- asynchronous calls */
 

@@ -33,8 +33,8 @@ const char *ratel_err_name(int err)
 
 const char *ratel_source_name(int source)
 {
-    static const char *const names[] = {"store", "cache", "open", "closed",
-                                        "local"};
+    static const char *const names[] = {"store",  "cache", "open",
+                                        "closed", "local", "lease"};
     if (source < 0 || source >= (int)(sizeof names / sizeof names[0]))
         return "unknown";
     return names[source];

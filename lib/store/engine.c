@@ -429,7 +429,7 @@ void ratel__engine_submit(ratel__engine_t *e, ratel__rop_t *rop)
    core, and PING (ratel_store_ping() checks that the core can run). */
 static int needs_code(const ratel__rop_t *rop)
 {
-    return rop->kind <= RATEL__ROP_RELEASE || rop->kind == RATEL__ROP_PING;
+    return rop->kind <= RATEL__ROP_UNSLICE || rop->kind == RATEL__ROP_PING;
 }
 
 /* The ready connection with the fewest replies outstanding. */

@@ -68,6 +68,8 @@ typedef enum ratel__rop_kind_e {
     RATEL__ROP_REFUND,
     RATEL__ROP_RESET,
     RATEL__ROP_RELEASE,
+    RATEL__ROP_SLICE,   /* RATEL.SLICE: a slice of a hot key (lease.h) */
+    RATEL__ROP_UNSLICE, /* RATEL.UNSLICE: its unspent permits back */
     RATEL__ROP_GET,
     RATEL__ROP_PING,
     RATEL__ROP_LIBRARY, /* the library on one node, loaded if needed */
@@ -152,10 +154,16 @@ struct ratel__rop_s {
     ratel_request_t request;      /* ACQUIRE; REFUND uses its cost */
     uint32_t lease;               /* RELEASE */
     unsigned lease_flags;         /* RELEASE: RATEL_RENEW */
-    int64_t at_ms;                /* >= 0: sent as AT */
-    int64_t now_us;               /* the caller's time (the breaker's) */
-    ratel__node_t *target;        /* PING, LIBRARY: this node; else routed */
-    int argc;                     /* COMMAND: its words, the caller's */
+    const char *demand;           /* SLICE: the holders' demand key */
+    size_t demandlen;
+    uint64_t want;         /* SLICE: WANT; UNSLICE: UNSPENT */
+    int64_t ttl_ms;        /* SLICE */
+    uint64_t holder;       /* SLICE: HOLDER (0: none) */
+    int64_t until_ms;      /* UNSLICE */
+    int64_t at_ms;         /* >= 0: sent as AT */
+    int64_t now_us;        /* the caller's time (the breaker's) */
+    ratel__node_t *target; /* PING, LIBRARY: this node; else routed */
+    int argc;              /* COMMAND: its words, the caller's */
     const char *const *argv;
     const size_t *argvlen;
     int force; /* try even when the node's breaker is open
@@ -183,6 +191,9 @@ struct ratel__rop_s {
     int64_t deadline_us;
     int attempts, asking, where;
 };
+
+/* The Redis Cluster slot of a key (of its first non-empty {hash tag}). */
+unsigned ratel__key_slot(const char *key, size_t len);
 
 /*
  * A new engine on `transport` (tud its instance) for the store's `shared`

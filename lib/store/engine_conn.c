@@ -84,7 +84,8 @@ static int writes(const conn_t *c, const ratel__rop_t *rop)
     return (rop->kind == RATEL__ROP_ACQUIRE &&
             !(rop->request.flags & RATEL_PEEK)) ||
            rop->kind == RATEL__ROP_REFUND || rop->kind == RATEL__ROP_RESET ||
-           rop->kind == RATEL__ROP_RELEASE || rop->kind == RATEL__ROP_COMMAND ||
+           rop->kind == RATEL__ROP_RELEASE || rop->kind == RATEL__ROP_SLICE ||
+           rop->kind == RATEL__ROP_UNSLICE || rop->kind == RATEL__ROP_COMMAND ||
            /* The health check: a primary without the replicas is down. */
            rop->kind == RATEL__ROP_PING;
 }

@@ -144,6 +144,15 @@ static int option_value(const ratel__rop_t *rop, int opt, long long *v)
         return (*v = rop->at_ms) >= 0;
     case RATEL_OPTION_LEASE:
         return (*v = rop->lease), 1;
+    case RATEL_OPTION_WANT:
+    case RATEL_OPTION_UNSPENT:
+        return (*v = (long long)rop->want), 1;
+    case RATEL_OPTION_TTL:
+        return (*v = rop->ttl_ms), 1;
+    case RATEL_OPTION_HOLDER:
+        return (*v = (long long)rop->holder) > 0;
+    case RATEL_OPTION_UNTIL:
+        return (*v = rop->until_ms), 1;
     }
     return 0;
 }
@@ -153,10 +162,14 @@ static int option_value(const ratel__rop_t *rop, int opt, long long *v)
 static void options(argv_t *a, const ratel__rop_t *rop,
                     char num[RATEL_OPTIONS][24], rule_texts_t *rules)
 {
-    unsigned op = rop->kind == RATEL__ROP_ACQUIRE   ? RATEL_OP_ACQUIRE
-                  : rop->kind == RATEL__ROP_REFUND  ? RATEL_OP_REFUND
-                  : rop->kind == RATEL__ROP_RELEASE ? RATEL_OP_RELEASE
-                                                    : 0;
+    static const unsigned ops[] = {
+        [RATEL__ROP_ACQUIRE] = RATEL_OP_ACQUIRE,
+        [RATEL__ROP_REFUND] = RATEL_OP_REFUND,
+        [RATEL__ROP_RELEASE] = RATEL_OP_RELEASE,
+        [RATEL__ROP_SLICE] = RATEL_OP_SLICE,
+        [RATEL__ROP_UNSLICE] = RATEL_OP_UNSLICE,
+    };
+    unsigned op = ops[rop->kind];
 
     /* The first argument (RELEASE's lease) comes before any word. */
     for (int pass = 0; pass < 2; pass++)
@@ -179,11 +192,14 @@ static void options(argv_t *a, const ratel__rop_t *rop,
 int ratel__encode_rop(conn_t *c, const ratel__rop_t *rop)
 {
     static const char *const module_cmd[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
-                                             "RATEL.RESET", "RATEL.RELEASE"};
+                                             "RATEL.RESET",   "RATEL.RELEASE",
+                                             "RATEL.SLICE",   "RATEL.UNSLICE"};
     static const char *const function[] = {"ratel_acquire", "ratel_refund",
-                                           "ratel_reset", "ratel_release"};
+                                           "ratel_reset",   "ratel_release",
+                                           "ratel_slice",   "ratel_unslice"};
     static const char *const lua_op[] = {"ACQUIRE", "REFUND", "RESET",
-                                         "RELEASE"};
+                                         "RELEASE", "SLICE",  "UNSLICE"};
+    int slice = rop->kind == RATEL__ROP_SLICE;
     static const char *const plain[] = {
         [RATEL__ROP_GET] = "GET",         [RATEL__ROP_PING] = "PING",
         [RATEL__ROP_SLOTS] = "CLUSTER",   [RATEL__ROP_ROLE] = "ROLE",
@@ -201,7 +217,7 @@ int ratel__encode_rop(conn_t *c, const ratel__rop_t *rop)
             ARG(rop->argv[i], rop->argvlen[i]);
         return ratel__encode_argv(c, a);
     }
-    if (rop->kind > RATEL__ROP_RELEASE) {
+    if (rop->kind > RATEL__ROP_UNSLICE) {
         ARGZ(plain[rop->kind]);
         if (rop->kind == RATEL__ROP_GET)
             ARG(rop->key, rop->keylen);
@@ -213,17 +229,22 @@ int ratel__encode_rop(conn_t *c, const ratel__rop_t *rop)
         }
         return ratel__encode_argv(c, a);
     }
+    /* SLICE has two keys: the key, then its holders' demand. */
     if (mode == RATEL__MODE_MODULE) {
         ARGZ(module_cmd[rop->kind]);
         ARG(rop->key, rop->keylen);
+        if (slice)
+            ARG(rop->demand, rop->demandlen);
     } else {
         ARGZ(lua ? "EVALSHA" : "FCALL");
         if (lua)
             ARG(c->e->sh->script_sha, 40);
         else
             ARGZ(function[rop->kind]);
-        ARGZ("1");
+        ARGZ(slice ? "2" : "1");
         ARG(rop->key, rop->keylen);
+        if (slice)
+            ARG(rop->demand, rop->demandlen);
         if (lua)
             ARGZ(lua_op[rop->kind]);
     }

@@ -55,7 +55,7 @@ static void crc16_init(void)
 }
 
 /* The cluster slot of a key: of its first non-empty {hash tag}, if any. */
-static unsigned key_slot(const char *key, size_t len)
+unsigned ratel__key_slot(const char *key, size_t len)
 {
     uint16_t crc = 0;
     size_t start = 0, end = len;
@@ -198,7 +198,7 @@ static void release_parked(ratel__engine_t *e)
             e->parked_tail = NULL;
         rop->qprev = rop->qnext = NULL;
         rop->where = WHERE_NONE;
-        idx = e->slots[key_slot(rop->key, rop->keylen)];
+        idx = e->slots[ratel__key_slot(rop->key, rop->keylen)];
         if (e->freeing || (!idx && !any_node(e)))
             ratel__engine_finish(e, rop, RATEL_EIO, NULL);
         else
@@ -337,7 +337,7 @@ ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop)
 
     if (!e->sh->url.cluster)
         return e->have_primary ? e->nodes[e->primary] : NULL;
-    idx = e->slots[key_slot(rop->key, rop->keylen)];
+    idx = e->slots[ratel__key_slot(rop->key, rop->keylen)];
     node = idx ? e->nodes[idx - 1] : NULL;
     if (node && !node_failing(node))
         return node;
@@ -354,8 +354,8 @@ ratel__node_t *ratel__route_rop(ratel__engine_t *e, ratel__rop_t *rop)
 int ratel__route_same_slot(const ratel__engine_t *e, const ratel__rop_t *a,
                            const ratel__rop_t *b)
 {
-    return !e->sh->url.cluster ||
-           key_slot(a->key, a->keylen) == key_slot(b->key, b->keylen);
+    return !e->sh->url.cluster || ratel__key_slot(a->key, a->keylen) ==
+                                      ratel__key_slot(b->key, b->keylen);
 }
 
 /* --------------------------------------------------------- failover */
@@ -542,7 +542,7 @@ int ratel__route_retry(ratel__engine_t *e, ratel__rop_t *rop, redisReply *r)
         again = node;
     } else if (ratel__reply_starts(r, "ERR unknown command") &&
                node->mode != RATEL__MODE_LUA &&
-               rop->kind <= RATEL__ROP_RELEASE) {
+               rop->kind <= RATEL__ROP_UNSLICE) {
         node->mode = RATEL__MODE_UNKNOWN;
         node->code_loaded = 0;
         again = node;

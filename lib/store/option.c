@@ -475,3 +475,29 @@ const ratel__option_t ratel__redis_url_options[] = {
 
 const size_t ratel__redis_url_noptions =
     sizeof ratel__redis_url_options / sizeof ratel__redis_url_options[0];
+
+/* ------------------------------------------------------ leased keys */
+
+#define LEASE(f) offsetof(ratel_lease_t, f), sizeof(((ratel_lease_t *)0)->f)
+
+/*
+ * A leased policy's settings (ratel_lease_t, docs/leases.md), 0 or absent
+ * for the default. ttl_ms 1..3600000 (250): a longer lifetime is fewer
+ * calls and a larger bound (gcra's burst + rate x ttl), and the permits
+ * an idle host strands live longer; max_slice 1..1000000000 (50): the
+ * calls a key makes at a rate r are at least r / max_slice a second,
+ * the bound 2 x hosts x max_slice; hosts 1..100000 (1): how many hosts
+ * share the key, for the printed bound only.
+ */
+const ratel__option_t ratel__lease_options[] = {
+    {"ttl_ms", RATEL__OPTION_MSEC, 1, 3600000, 1, LEASE(ttl_ms), NULL, NULL,
+     NULL},
+    {"max_slice", RATEL__OPTION_UINT, 1, RATEL_LIMIT_MAX, 1, LEASE(max_slice),
+     NULL, NULL, NULL},
+    {"min_slice", RATEL__OPTION_UINT, 1, RATEL_LIMIT_MAX, 1, LEASE(min_slice),
+     NULL, NULL, NULL},
+    {"hosts", RATEL__OPTION_UINT, 1, 100000, 1, LEASE(hosts), NULL, NULL, NULL},
+};
+
+const size_t ratel__lease_noptions =
+    sizeof ratel__lease_options / sizeof ratel__lease_options[0];

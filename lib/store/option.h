@@ -100,6 +100,11 @@ typedef struct ratel__memory_settings_s {
 extern const ratel__option_t ratel__memory_options[];
 extern const size_t ratel__memory_noptions;
 
+/* A leased policy's settings, in the fields of ratel_lease_t (ttl_ms,
+   max_slice, min_slice, hosts): rateld's and the nginx module's lease. */
+extern const ratel__option_t ratel__lease_options[];
+extern const size_t ratel__lease_noptions;
+
 /* The defaults: max_bytes 64 MiB, no snapshot. */
 void ratel__memory_settings_init(ratel__memory_settings_t *s);
 

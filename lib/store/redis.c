@@ -379,12 +379,14 @@ void ratel__redis_free(ratel_store_t *store)
 
     if (s->poll)
         ratel__poll_lock(s->poll);
+    ratel__redis_lease_close(s);
     ratel__engine_free(s->engine);
     if (s->poll) {
         ratel__poll_unlock(s->poll);
         ratel__poll_free(s->poll);
     }
     ratel__deny_cache_free(s->cache);
+    ratel__lease_table_free(s->leases);
     ratel_store_free(s->local);
     if (s->sh.tls)
         SSL_CTX_free(s->sh.tls);

@@ -12,6 +12,8 @@
  *   embedded memory store. The decision's `source` says which.
  * - Deny cache. A denial until T answers this key locally until T
  *   (deny_cache.h); a refund, release or reset here forgets it.
+ * - Leased keys. A request with `lease` set is answered from its key's
+ *   slice when one is held (redis_lease.c), before the deny cache.
  * - Groups. A batch's group is all-or-nothing: when a member is denied or
  *   fails, the others' charges are given back (REFUND) before the batch
  *   is told; another client may see the charge in between
@@ -351,13 +353,16 @@ int ratel__redis_batch_start(redis_batch_t *b)
         it->rc = ratel_policy_check_request(it->policy, &it->request, NULL);
         if (it->rc != 0)
             continue;
-        if (s->cache) {
+        if (s->cache || it->request.lease)
             b->fps[i] = ratel__policy_fingerprint(it->policy);
-            if (ratel__deny_cache_get(s->cache, it->key, it->keylen, b->fps[i],
-                                      &it->request, b->now_us, &it->decision)) {
-                count(&s->cache_hits);
-                continue;
-            }
+        if (it->request.lease &&
+            ratel__redis_lease_take(s, b->e, it, b->fps[i], b->now_us))
+            continue;
+        if (s->cache &&
+            ratel__deny_cache_get(s->cache, it->key, it->keylen, b->fps[i],
+                                  &it->request, b->now_us, &it->decision)) {
+            count(&s->cache_hits);
+            continue;
         }
         rop->kind = RATEL__ROP_ACQUIRE;
         rop->key = it->key;

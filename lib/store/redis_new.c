@@ -6,6 +6,7 @@
  * wrong address, password, a server that is not Redis or a missing module
  * at once.
  */
+#include "store/keyhash.h"
 #include "store/option.h"
 #include "store/redis_private.h"
 #include "store/redis_url.h"
@@ -19,6 +20,7 @@
 #define REDIS_DEFAULT_TIMEOUT_MS 250
 #define REDIS_DEFAULT_POOL 4
 #define REDIS_DEFAULT_DENY_CACHE 16384 /* x 288 bytes: 4.5 MiB */
+#define REDIS_DEFAULT_LEASE_KEYS 4096  /* x 704 bytes, touched when used */
 #define REDIS_DEFAULT_DENY_MAX_MS 10000
 #define REDIS_DEFAULT_BREAKER_MS 1000
 
@@ -178,7 +180,7 @@ static int configure_tls(redis_store_t *s, const ratel_redis_options_t *o,
     return 0;
 }
 
-/* The deny cache and the `local` fallback store. */
+/* The deny cache, the leased keys and the `local` fallback store. */
 static int configure_local(redis_store_t *s, const ratel_redis_options_t *o,
                            char *errbuf, size_t errlen)
 {
@@ -188,6 +190,7 @@ static int configure_local(redis_store_t *s, const ratel_redis_options_t *o,
                                               : REDIS_DEFAULT_DENY_CACHE;
     int64_t deny_ms = o->deny_cache_max_ms > 0 ? o->deny_cache_max_ms
                                                : REDIS_DEFAULT_DENY_MAX_MS;
+    uint64_t seed[3];
     int rc;
 
     if (entries > 0) {
@@ -199,6 +202,16 @@ static int configure_local(redis_store_t *s, const ratel_redis_options_t *o,
             return rc;
         }
     }
+    /* Leased keys: a table that costs nothing until a request is leased
+       (calloc's pages are touched as keys arrive). */
+    rc = ratel__lease_table_new(&s->leases, REDIS_DEFAULT_LEASE_KEYS);
+    if (rc != 0) {
+        ratel__msg(errbuf, errlen, "redis store: leased keys: %s",
+                   ratel_strerror(rc));
+        return rc;
+    }
+    ratel__keyhash_seed(seed, s);
+    s->holder = (seed[0] & RATEL_HOLDER_MAX) | 1;
     if (s->on_failure == RATEL_FAILURE_LOCAL) {
         rc = ratel_store_memory_new(&s->local, &o->local);
         if (rc != 0) {

@@ -17,6 +17,7 @@
 #include "store/deny_cache.h"
 #include "store/engine.h"
 #include "store/health.h"
+#include "store/lease.h"
 #include "store/store.h"
 #include "store/transport_poll.h"
 
@@ -28,6 +29,8 @@ typedef struct redis_store_s {
     ratel_failure_t on_failure;
     int client_time;
     ratel_deny_cache_t *cache;
+    ratel__lease_table_t *leases; /* the slices of leased keys (lease.h) */
+    uint64_t holder; /* this store's HOLDER in RATEL.SLICE: random */
     ratel_store_t *local;
     pthread_mutex_t err_lock;
     char errstr[300];
@@ -93,6 +96,18 @@ int ratel__redis_call_start(ratel__engine_t *e, redis_call_t *call);
  */
 int ratel__redis_batch_start(redis_batch_t *b);
 void ratel__redis_batch_end(redis_batch_t *b);
+
+/*
+ * A leased request (`request.lease` set): answered from its key's slice,
+ * 1 (its decision set), or left to the batch, 0. Either way it may send
+ * the table's fetch or give-back on `e` (redis_lease.c).
+ */
+int ratel__redis_lease_take(redis_store_t *s, ratel__engine_t *e,
+                            ratel_batch_item_t *it, uint64_t fp,
+                            int64_t now_us);
+/* Gives every slice held back and waits for the answers (the poll lock
+   held): when the store is freed. */
+void ratel__redis_lease_close(redis_store_t *s);
 
 /* The Functions library and the EVAL script (build/gen/lua_script.c). */
 extern const char ratel__lua_library[];

@@ -455,7 +455,7 @@ static void check_retry(const ratel_policy_t *policy, const buf_t *after,
 {
     const buf_t *cur = after; /* the blob as the denial left it */
     int64_t later = now + d->retry_after_ms * 1000;
-    ratel_request_t req = {cost, 0, RATEL_PEEK};
+    ratel_request_t req = {cost, 0, RATEL_PEEK, NULL};
     ratel_decision_t again;
     size_t cap = ratel_policy_state_max(policy), len = cur->len;
     uint8_t *b;
@@ -515,7 +515,7 @@ static void do_acquire(const ratel_policy_t *policy, buf_t *cur, int64_t now,
                        uint64_t cost, unsigned flags, int64_t max_wait_ms,
                        int tight, int recheck)
 {
-    ratel_request_t req = {cost, max_wait_ms, flags};
+    ratel_request_t req = {cost, max_wait_ms, flags, NULL};
     ratel_decision_t d, peek;
     size_t smax = ratel_policy_state_max(policy);
     size_t cap = cur->len > smax ? cur->len : smax, len = cur->len;
@@ -538,7 +538,7 @@ static void do_acquire(const ratel_policy_t *policy, buf_t *cur, int64_t now,
 
     /* The same request as a peek first: it must decide the same. */
     if (recheck && !(flags & RATEL_PEEK) && !bad_cost && !bad_wait && v == 0) {
-        ratel_request_t preq = {cost, max_wait_ms, flags | RATEL_PEEK};
+        ratel_request_t preq = {cost, max_wait_ms, flags | RATEL_PEEK, NULL};
         size_t plen = cur->len;
         uint8_t *pb = malloc(cap > 0 ? cap : 1);
         ASSERT(pb);

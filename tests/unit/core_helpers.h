@@ -38,7 +38,7 @@ static inline int test_acquire_us(test_key_t *k, int64_t now_us, uint64_t cost,
                                   int64_t max_wait_ms, unsigned flags,
                                   ratel_decision_t *d)
 {
-    ratel_request_t req = {cost, max_wait_ms, flags};
+    ratel_request_t req = {cost, max_wait_ms, flags, NULL};
     return ratel_policy_acquire(&k->policy, k->buf, &k->len, sizeof k->buf,
                                 now_us, &req, d);
 }

@@ -217,7 +217,7 @@ TEST(algorithms_argument_errors)
     static const char *const gcra[] = {"5/1s:gcra,burst=7", NULL};
     test_key_t k;
     ratel_decision_t d;
-    ratel_request_t q = {1, 0, 0};
+    ratel_request_t q = {1, 0, 0, NULL};
     REQUIRE(test_key_init(&k, sliding) == 0);
     CHECK_EQ(test_acquire_us(&k, 0, 6, 0, 0, &d), RATEL_ECOST);
     CHECK_EQ(test_acquire_us(&k, 0, 0, 0, 0, &d), RATEL_EINVAL);

@@ -135,7 +135,7 @@ TEST(concurrent_rule_errors)
     ratel_policy_t p;
     char err[256];
     static const char *const two[] = {"2/1s:concurrent", "5/1m:concurrent"};
-    ratel_request_t wait = {1, 100, 0};
+    ratel_request_t wait = {1, 100, 0, NULL};
 
     CHECK_EQ(ratel_rule_parse("256/1s:concurrent", 17, &r, err, sizeof err), 0);
     CHECK_EQ(ratel_rule_parse("257/1s:concurrent", 17, &r, err, sizeof err),

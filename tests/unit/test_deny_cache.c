@@ -54,7 +54,7 @@ static void put_req(ratel_deny_cache_t *c, const char *key, size_t keylen,
                     uint64_t fp, uint64_t cost, int64_t max_wait_ms,
                     const ratel_decision_t *d, int64_t now_us)
 {
-    ratel_request_t r = {cost, max_wait_ms, 0};
+    ratel_request_t r = {cost, max_wait_ms, 0, NULL};
     ratel__deny_cache_put(c, key, keylen, fp, &r, d, now_us);
 }
 
@@ -70,7 +70,7 @@ static int get_req(ratel_deny_cache_t *c, const char *key, size_t keylen,
                    uint64_t fp, uint64_t cost, int64_t max_wait_ms,
                    int64_t now_us, ratel_decision_t *d)
 {
-    ratel_request_t r = {cost, max_wait_ms, 0};
+    ratel_request_t r = {cost, max_wait_ms, 0, NULL};
     return ratel__deny_cache_get(c, key, keylen, fp, &r, now_us, d);
 }
 
@@ -206,7 +206,7 @@ TEST(deny_cache_cost_and_max_wait_rules)
 
     /* A peek is answered like any request. */
     {
-        ratel_request_t peek = {5, 0, RATEL_PEEK};
+        ratel_request_t peek = {5, 0, RATEL_PEEK, NULL};
         CHECK(ratel__deny_cache_get(c, k, n, FP_A, &peek, T0 + 2, &d));
     }
     ratel__deny_cache_free(c);
@@ -532,7 +532,7 @@ static void *mt_worker(void *p)
         unsigned op = (unsigned)(r % 10);
         char key[16];
         int len = snprintf(key, sizeof key, "key-%d", id);
-        ratel_request_t req = {cost, wait, 0};
+        ratel_request_t req = {cost, wait, 0, NULL};
         ratel_decision_t d;
 
         if (op < 4) {

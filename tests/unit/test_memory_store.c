@@ -220,7 +220,7 @@ TEST(memory_store_unknown_keys_cost_nothing)
 {
     ratel_policy_t p;
     ratel_store_t *s = new_store(0, 0);
-    ratel_request_t peek = {1, 0, RATEL_PEEK};
+    ratel_request_t peek = {1, 0, RATEL_PEEK, NULL};
     ratel_decision_t d;
     ratel_store_stats_t st;
     size_t n = 7;
@@ -250,7 +250,7 @@ TEST(memory_store_expiry_at_reset_time)
 {
     ratel_policy_t p;
     ratel_store_t *s = new_store(0, 1);
-    ratel_request_t acq = RATEL_REQUEST_INIT, peek = {1, 0, RATEL_PEEK};
+    ratel_request_t acq = RATEL_REQUEST_INIT, peek = {1, 0, RATEL_PEEK, NULL};
     ratel_decision_t d;
     ratel_store_stats_t st;
     char key[16];
@@ -808,7 +808,7 @@ TEST(memory_store_growth_under_pressure)
 TEST(memory_store_bad_arguments)
 {
     ratel_policy_t p, empty;
-    ratel_request_t req = RATEL_REQUEST_INIT, zero = {0, 0, 0};
+    ratel_request_t req = RATEL_REQUEST_INIT, zero = {0, 0, 0, NULL};
     ratel_decision_t d;
     ratel_rule_status_t rs[1];
     ratel_store_stats_t st;
