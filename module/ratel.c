@@ -255,6 +255,28 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     return reply_decision(ctx, &d, cmd == RATEL_CMD_RELEASE, held);
 }
 
+/* SLICE's and UNSLICE's replies: the first `lead` of (a, b, c) - granted,
+   expires_at_ms, lifetime_ms; or returned - then limit, remaining,
+   retry_after_ms, reset_after_ms and rule. */
+static int reply_slice(RedisModuleCtx *ctx, int lead, long long a, long long b,
+                       long long c, const ratel_decision_t *d)
+{
+    const long long v[] = {a,
+                           b,
+                           c,
+                           d->limit,
+                           d->remaining,
+                           d->retry_after_ms,
+                           d->reset_after_ms,
+                           d->rule};
+
+    RedisModule_ReplyWithArray(ctx, lead + 5);
+    for (int i = 0; i < 8; i++)
+        if (i < lead || i >= 3)
+            RedisModule_ReplyWithLongLong(ctx, v[i]);
+    return REDISMODULE_OK;
+}
+
 /* A demand record as RATEL.SLICE rewrites it: the key open (NULL: no
    fair share in this call) and its new bytes. */
 typedef struct demand_s {
@@ -368,17 +390,8 @@ static int slice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
         RedisModule_CloseKey(dm.key);
     }
     expires_ms = expires_us / 1000;
-    RedisModule_ReplyWithArray(ctx, 8);
-    RedisModule_ReplyWithLongLong(ctx, (long long)granted);
-    RedisModule_ReplyWithLongLong(ctx, expires_ms);
-    RedisModule_ReplyWithLongLong(ctx,
-                                  granted > 0 ? expires_ms - now / 1000 : 0);
-    RedisModule_ReplyWithLongLong(ctx, d.limit);
-    RedisModule_ReplyWithLongLong(ctx, d.remaining);
-    RedisModule_ReplyWithLongLong(ctx, d.retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, d.reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, d.rule);
-    return REDISMODULE_OK;
+    return reply_slice(ctx, 3, (long long)granted, expires_ms,
+                       granted > 0 ? expires_ms - now / 1000 : 0, &d);
 }
 
 /*
@@ -417,14 +430,7 @@ static int unslice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     if (returned > 0 && state_changed(buf, len, value, old_len))
         ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
-    RedisModule_ReplyWithArray(ctx, 6);
-    RedisModule_ReplyWithLongLong(ctx, (long long)returned);
-    RedisModule_ReplyWithLongLong(ctx, d.limit);
-    RedisModule_ReplyWithLongLong(ctx, d.remaining);
-    RedisModule_ReplyWithLongLong(ctx, d.retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, d.reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, d.rule);
-    return REDISMODULE_OK;
+    return reply_slice(ctx, 1, (long long)returned, 0, 0, &d);
 }
 
 static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # $port and $via: the caller's
 # slice_cases.sh - the slice commands' cases by hand (docs/commands.md,
 # RATEL.SLICE and RATEL.UNSLICE), sourced by test_module.sh and
 # test_lua.sh, which run them through each backend. The caller defines:
