@@ -39,8 +39,16 @@ rlqs:
   buckets: $2
 YAML
 }
-config rateld "[{match: {name: api}, key: [tenant], policy: api}]"
-config nobucket "[{match: {name: other}, key: [tenant], policy: api}]"
+# The rateld file docs/envoy.md prints (<!-- snippet: rlqs-rateld -->), as
+# printed but for its ports and the (empty) ERL directory; and the same
+# without the bucket, for the reload.
+awk '/<!-- snippet: rlqs-rateld -->/ { f = 1; next } f && /^```/ { if (p) exit; p = 1; next } p' \
+    "$root/docs/envoy.md" >"$tmp/snippet.yaml"
+sed -e "s/^listen: 127.0.0.1:8080/listen: 127.0.0.1:$h/" \
+    -e "s/^  listen: 127.0.0.1:8081/  listen: 127.0.0.1:$g/" \
+    -e "s/config_dir: ratelimit/config_dir: erl/" "$tmp/snippet.yaml" >"$tmp/rateld.yaml"
+sed -e "s/match: {name: api}/match: {name: other}/" "$tmp/rateld.yaml" >"$tmp/nobucket.yaml"
+same doc_snippet_moved "$(grep -c "127.0.0.1:$h\|127.0.0.1:$g\|config_dir: erl\|name: api" "$tmp/rateld.yaml")" 4
 
 # --check-config: the section's mistakes, named.
 config bad_policy "[{match: {name: api}, policy: nosuch}]"
