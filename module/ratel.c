@@ -113,6 +113,28 @@ static int reply_decision(RedisModuleCtx *ctx, const ratel_decision_t *d,
     return REDISMODULE_OK;
 }
 
+/* SLICE's and UNSLICE's replies: the first `lead` of (a, b, c) - granted,
+   expires_at_ms, lifetime_ms; or returned - then limit, remaining,
+   retry_after_ms, reset_after_ms and rule. */
+static int reply_slice(RedisModuleCtx *ctx, int lead, long long a, long long b,
+                       long long c, const ratel_decision_t *d)
+{
+    const long long v[] = {a,
+                           b,
+                           c,
+                           d->limit,
+                           d->remaining,
+                           d->retry_after_ms,
+                           d->reset_after_ms,
+                           d->rule};
+
+    RedisModule_ReplyWithArray(ctx, lead + 5);
+    for (int i = 0; i < 8; i++)
+        if (i < lead || i >= 3)
+            RedisModule_ReplyWithLongLong(ctx, v[i]);
+    return REDISMODULE_OK;
+}
+
 /*
  * Opens `name` in `mode` into *key (NULL for a missing key opened to read)
  * and copies its bytes to buf (*len of them); *value (if not NULL) points
@@ -216,8 +238,10 @@ static int acquire_command(RedisModuleCtx *ctx, RedisModuleString **argv,
 /*
  * RATEL.REFUND key [COST n] [AT ms] rule [rule ...]
  * RATEL.RELEASE key LEASE [RENEW] [AT ms] rule [rule ...]
- * Both change the key and answer it as a peek sees it; RELEASE adds
- * whether the lease was held.
+ * RATEL.UNSLICE key UNSPENT UNTIL ms [AT ms] rule [rule ...]
+ * All change the key and answer it as a peek sees it; RELEASE adds
+ * whether the lease was held, UNSLICE leads with the permits returned
+ * ([returned, limit, remaining, retry_after_ms, reset_after_ms, rule]).
  */
 static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                           int argc, ratel_cmd_t cmd)
@@ -229,9 +253,10 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     const char *value;
     size_t old_len, len;
     int64_t now;
+    uint64_t returned = 0;
     int rc, held = 0;
 
-    if (argc < 3)
+    if (argc < (cmd == RATEL_CMD_UNSLICE ? 4 : 3))
         return RedisModule_WrongArity(ctx);
     if (parse_or_reply(ctx, cmd, argv, argc, 1, &a) != REDISMODULE_OK)
         return REDISMODULE_OK;
@@ -243,6 +268,10 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     rc = cmd == RATEL_CMD_RELEASE
              ? ratel_policy_release(&a.policy, buf, &len, sizeof buf, now,
                                     a.lease, a.lease_flags, &held, &d)
+         : cmd == RATEL_CMD_UNSLICE
+             ? ratel_policy_slice_return(&a.policy, buf, &len, sizeof buf, now,
+                                         a.unspent, a.until_ms * 1000,
+                                         &returned, &d)
              : ratel_policy_refund(&a.policy, buf, &len, sizeof buf, now,
                                    a.request.cost, &d);
     if (rc != 0) {
@@ -252,29 +281,9 @@ static int change_command(RedisModuleCtx *ctx, RedisModuleString **argv,
     if (state_changed(buf, len, value, old_len))
         ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
     RedisModule_CloseKey(key);
+    if (cmd == RATEL_CMD_UNSLICE)
+        return reply_slice(ctx, 1, (long long)returned, 0, 0, &d);
     return reply_decision(ctx, &d, cmd == RATEL_CMD_RELEASE, held);
-}
-
-/* SLICE's and UNSLICE's replies: the first `lead` of (a, b, c) - granted,
-   expires_at_ms, lifetime_ms; or returned - then limit, remaining,
-   retry_after_ms, reset_after_ms and rule. */
-static int reply_slice(RedisModuleCtx *ctx, int lead, long long a, long long b,
-                       long long c, const ratel_decision_t *d)
-{
-    const long long v[] = {a,
-                           b,
-                           c,
-                           d->limit,
-                           d->remaining,
-                           d->retry_after_ms,
-                           d->reset_after_ms,
-                           d->rule};
-
-    RedisModule_ReplyWithArray(ctx, lead + 5);
-    for (int i = 0; i < 8; i++)
-        if (i < lead || i >= 3)
-            RedisModule_ReplyWithLongLong(ctx, v[i]);
-    return REDISMODULE_OK;
 }
 
 /* A demand record as RATEL.SLICE rewrites it: the key open (NULL: no
@@ -394,45 +403,6 @@ static int slice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                        granted > 0 ? expires_ms - now / 1000 : 0, &d);
 }
 
-/*
- * RATEL.UNSLICE key UNSPENT UNTIL ms [AT ms] rule...
- * [returned, limit, remaining, retry_after_ms, reset_after_ms, rule].
- */
-static int unslice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
-                           int argc)
-{
-    static uint8_t buf[RATEL_STATE_MAX];
-    ratel_cmd_args_t a;
-    ratel_decision_t d;
-    RedisModuleKey *key;
-    const char *value;
-    size_t old_len, len;
-    uint64_t returned;
-    int64_t now;
-    int rc;
-
-    if (argc < 4)
-        return RedisModule_WrongArity(ctx);
-    if (parse_or_reply(ctx, RATEL_CMD_UNSLICE, argv, argc, 1, &a) !=
-        REDISMODULE_OK)
-        return REDISMODULE_OK;
-    if (open_state(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key,
-                   buf, &old_len, &value) != REDISMODULE_OK)
-        return REDISMODULE_OK;
-    now = now_of(&a);
-    len = old_len;
-    rc = ratel_policy_slice_return(&a.policy, buf, &len, sizeof buf, now,
-                                   a.unspent, a.until_ms * 1000, &returned, &d);
-    if (rc != 0) {
-        RedisModule_CloseKey(key);
-        return reply_core_error(ctx, rc);
-    }
-    if (returned > 0 && state_changed(buf, len, value, old_len))
-        ratel__effects_write(ctx, key, argv[1], buf, len, expiry_ms(now, &d));
-    RedisModule_CloseKey(key);
-    return reply_slice(ctx, 1, (long long)returned, 0, 0, &d);
-}
-
 static int refund_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                           int argc)
 {
@@ -443,6 +413,12 @@ static int release_command(RedisModuleCtx *ctx, RedisModuleString **argv,
                            int argc)
 {
     return change_command(ctx, argv, argc, RATEL_CMD_RELEASE);
+}
+
+static int unslice_command(RedisModuleCtx *ctx, RedisModuleString **argv,
+                           int argc)
+{
+    return change_command(ctx, argv, argc, RATEL_CMD_UNSLICE);
 }
 
 /* RATEL.RESET key: deletes ratel state, and refuses what ACQUIRE and INFO
