@@ -17,12 +17,17 @@
  *           bit 5     the socket takes part of the output at a time
  *           bits 6-7  piece sizes: 1..16 / 1..256 / all at once / 9
  *
+ * Streams: "/fuzz.Stream/Echo" is a streaming method whose every message
+ * is echoed (ratel_grpc_send) and whose fourth ends it
+ * (ratel_grpc_finish); a drain finishes it too.
+ *
  * Invariants (a violation aborts): a call's path is NUL-terminated and its
  * message lies within what the client sent in size; every call the handler
  * got is answered exactly once; a decoded request has a domain and 1..64
  * descriptors of 1..32 entries with keys; the output is a sequence of
- * well-formed HTTP/2 frame headers; memory is freed (AddressSanitizer and
- * valgrind watch).
+ * well-formed HTTP/2 frame headers; every stream opened is closed exactly
+ * once, its messages within the size limit; memory is freed (AddressSanitizer
+ * and valgrind watch).
  */
 #include "rateld/rateld.h"
 #include "http/conn.h"
@@ -58,7 +63,63 @@ static struct {
     size_t skip;
     uint8_t hdr[9];
     size_t nhdr;
+    unsigned opened, closed;
+    size_t max_message;
 } fz;
+
+/* The streaming method: a count of messages per stream as its state. */
+static void *stream_open(void *ud, ratel_grpc_call_t *call,
+                         const ratel_grpc_request_t *req)
+{
+    unsigned *n = malloc(sizeof *n + sizeof call);
+
+    (void)ud;
+    ASSERT(req->path && req->path[req->path_len] == '\0');
+    if (!n)
+        return NULL;
+    *n = 0;
+    memcpy(n + 1, &call, sizeof call);
+    fz.opened++;
+    return n;
+}
+
+static ratel_grpc_call_t *stream_call(unsigned *n)
+{
+    ratel_grpc_call_t *call;
+
+    memcpy(&call, n + 1, sizeof call);
+    return call;
+}
+
+static void stream_message(void *ud, void *state, const uint8_t *msg,
+                           size_t len)
+{
+    unsigned *n = state;
+
+    (void)ud;
+    ASSERT(len <= fz.max_message);
+    ratel_grpc_send(stream_call(n), msg, len < 32 ? len : 32);
+    if (++*n == 4)
+        ratel_grpc_finish(stream_call(n), RATEL_GRPC_OK, NULL);
+}
+
+static void stream_drain(void *ud, void *state)
+{
+    (void)ud;
+    ratel_grpc_finish(stream_call(state), RATEL_GRPC_UNAVAILABLE, "draining");
+}
+
+static void stream_closed(void *ud, void *state)
+{
+    (void)ud;
+    fz.closed++;
+    free(state);
+}
+
+static const ratel_grpc_stream_method_t streams[] = {
+    {"/fuzz.Stream/Echo", stream_open, stream_message, stream_drain,
+     stream_closed},
+};
 
 static void answer(ratel_grpc_call_t *call, const ratel_grpc_request_t *req)
 {
@@ -197,7 +258,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ASSERT(ctx);
     ratel__http_ctx_init(ctx, NULL, NULL, NULL, 0);
     ctx->grpc_handler = handler;
+    ctx->grpc_streams = streams;
+    ctx->ngrpc_streams = 1;
     ratel__grpc_limits_fill(&ctx->grpc_limits, fz.mode & 16 ? &tiny : NULL);
+    fz.max_message = ctx->grpc_limits.max_message_bytes;
     c = proto->conn_new(ctx, NULL, 0, 0);
     ASSERT(c);
     if (!(fz.mode & 1))
@@ -225,6 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto->close(c);
     }
     ASSERT(fz.answered == fz.dispatched);
+    ASSERT(fz.opened == fz.closed);
     ratel__h2_ctx_destroy(ctx);
     ratel__http_ctx_destroy(ctx);
     rateld_rls_pool_drain(&fz.pool);

@@ -89,6 +89,21 @@ def main():
     c.update_settings({4: 1 << 20})
     call(c, frame(rls(key=b"", value=b"")))
     write("control_frames", 64, c)
+    # Streams (fuzz_grpc's /fuzz.Stream/Echo): messages in one DATA frame
+    # and across several, a message cut short, a stream the drain ends.
+    stream = "/fuzz.Stream/Echo"
+    c = client()
+    call(c, b"".join(frame(b"m%d" % i) for i in range(5)), path=stream)
+    write("stream_five", 0, c)
+    c = client()
+    sid = call(c, frame(b"first")[:3], path=stream, end=False)
+    c.send_data(sid, frame(b"first")[3:] + frame(b"x" * 100)[:7])
+    c.send_data(sid, b"", end_stream=True)
+    write("stream_split_cut", 16, c)
+    c = client()
+    call(c, frame(b"open"), path=stream, end=False)
+    call(c, frame(rls()))
+    write("stream_drain", 8, c)
 
 
 if __name__ == "__main__":
