@@ -1,7 +1,8 @@
 /*
  * erl_private.h - what the files of rateld's envoyproxy/ratelimit support
  * share (erl.h is the interface): the loaded set, read by erl_load.c (one
- * file) and erl_dir.c (a directory of them), searched by erl_match.c.
+ * file) and erl_dir.c (a directory of them), a domain's later files merged
+ * into it by erl_merge.c, searched by erl_match.c.
  */
 #ifndef RATELD_ERL_PRIVATE_H
 #define RATELD_ERL_PRIVATE_H
@@ -87,5 +88,18 @@ int rateld_erl__index_level(ratel__yaml_ctx_t *ctx, erl_node_t *parent,
    would be inserted). */
 erl_domain_t *rateld_erl__find_domain(const rateld_erl_t *erl, const char *name,
                                       size_t len, size_t *at);
+
+/*
+ * Merges a file just read (`file`, its domain's descriptors in `add`,
+ * indexed on their own) into `into`, the same domain from earlier files,
+ * as ERL's MERGE_DOMAIN_CONFIG does (erl_merge.c): the top-level lists
+ * joined, the file's after the earlier ones (wildcards are tried in that
+ * order), nested descriptors left under their own top-level one, and a
+ * top-level key and value already in `into` refused, naming both files.
+ * 0 with `add` emptied (its descriptors now `into`'s), or -1 with the
+ * message in ctx and `into` as before.
+ */
+int rateld_erl__merge_domain(ratel__yaml_ctx_t *ctx, const char *file,
+                             erl_domain_t *into, erl_domain_t *add);
 
 #endif /* RATELD_ERL_PRIVATE_H */

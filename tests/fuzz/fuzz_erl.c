@@ -162,6 +162,32 @@ static void check_message(const char *err, size_t cap)
     ASSERT(line >= 1 && p[0] == ':' && p[1] == ' ' && p[2] != '\0');
 }
 
+/*
+ * A file that loads, added twice to a set that merges domains: the second
+ * copy is refused for its first top-level descriptor (a conflict, the set
+ * unchanged), or, with none, merges and adds nothing.
+ */
+static void check_merge_twice(const uint8_t *data, size_t size, size_t count)
+{
+    rateld_erl_t *erl = rateld_erl_new(NULL);
+    char err[1024];
+    int rc;
+
+    ASSERT(erl != NULL);
+    rateld_erl_merge_domains(erl, 1);
+    ASSERT(rateld_erl_parse(erl, (const char *)data, size, NAME, err,
+                            sizeof err) == 0);
+    rc = rateld_erl_parse(erl, (const char *)data, size, NAME, err, sizeof err);
+    ASSERT(rc == 0 || rc == -1);
+    if (rc == -1) {
+        check_message(err, sizeof err);
+        ASSERT(strstr(err, "is also a top-level descriptor of domain") != NULL);
+    }
+    ASSERT(rateld_erl_count(erl) == count);
+    ASSERT(rateld_erl_domain_count(erl) == 1);
+    rateld_erl_free(erl);
+}
+
 static void check_file(const uint8_t *data, size_t size, choices_t *c)
 {
     rateld_erl_t *erl = rateld_erl_new(NULL), *erl2 = rateld_erl_new("fixed");
@@ -185,6 +211,7 @@ static void check_file(const uint8_t *data, size_t size, choices_t *c)
             check_limit(erl, i);
         if (rateld_erl_count(erl) > 0)
             check_matches(erl, c, rateld_erl_limit(erl, 0)->domain);
+        check_merge_twice(data, size, rateld_erl_count(erl));
         rateld_erl_free(erl);
         rateld_erl_free(erl2);
         return;
