@@ -66,7 +66,7 @@ struct ratel_grpc_call_s {
     void *state;
     unsigned char headers_sent, finishing, deferred, client_done;
     size_t resp_cap; /* a stream's queue (resp) */
-    uint8_t *body; /* framed request bytes: body_inline, or malloc'd */
+    uint8_t *body;   /* framed request bytes: body_inline, or malloc'd */
     size_t body_len, body_cap;
     uint8_t *resp; /* framed answer: resp_inline, or malloc'd */
     size_t resp_len, resp_off;
@@ -218,27 +218,6 @@ static void percent_encode(const char *in, char *out, size_t len)
             NGHTTP2_NV_FLAG_NO_COPY_NAME                                       \
     }
 
-static ssize_t read_answer(nghttp2_session *session, int32_t stream_id,
-                           uint8_t *buf, size_t length, uint32_t *flags,
-                           nghttp2_data_source *source, void *user_data)
-{
-    ratel_grpc_call_t *call = source->ptr;
-    size_t n = call->resp_len - call->resp_off;
-
-    (void)user_data;
-    if (n > length)
-        n = length;
-    memcpy(buf, call->resp + call->resp_off, n);
-    call->resp_off += n;
-    if (call->resp_off == call->resp_len) {
-        nghttp2_nv trailers[] = {NV("grpc-status", "0", 1)};
-        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        if (nghttp2_submit_trailer(session, stream_id, trailers, 1) != 0)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    }
-    return (ssize_t)n;
-}
-
 /* grpc-status and, when there is one, grpc-message: 1 or 2 fields. */
 static size_t status_fields(ratel_grpc_call_t *call, nghttp2_nv *nv)
 {
@@ -250,6 +229,10 @@ static size_t status_fields(ratel_grpc_call_t *call, nghttp2_nv *nv)
     nv[1] = (nghttp2_nv)NV("grpc-message", call->text, strlen(call->text));
     return 2;
 }
+
+static ssize_t read_stream(nghttp2_session *session, int32_t stream_id,
+                           uint8_t *buf, size_t length, uint32_t *flags,
+                           nghttp2_data_source *source, void *user_data);
 
 /* Submits the answer of a call whose stream is open. */
 static void submit_answer(h2_conn_t *c, ratel_grpc_call_t *call,
@@ -265,8 +248,10 @@ static void submit_answer(h2_conn_t *c, ratel_grpc_call_t *call,
     nv[n++] = (nghttp2_nv)NV(":status", hs, strlen(hs));
     nv[n++] = (nghttp2_nv)NV("content-type", ct, sizeof ct - 1);
     if (call->status == RATEL_GRPC_OK && http_status == 200) {
+        /* The answer is a stream finished at once (read_stream). */
         nghttp2_data_provider dp = {.source.ptr = call,
-                                    .read_callback = read_answer};
+                                    .read_callback = read_stream};
+        call->finishing = 1;
         rc = nghttp2_submit_response(c->session, call->stream_id, nv, n, &dp);
     } else {
         /* Trailers-only: the status in the one HEADERS frame. */
@@ -333,6 +318,32 @@ void ratel_grpc_respond(ratel_grpc_call_t *call, int status,
 
 /* ----------------------------------------------------------- streams */
 
+/* Appends a request's bytes to call->body, growing it (doubling, at most
+   to `limit` bytes when that holds them); -1 out of memory. */
+static int body_append(ratel_grpc_call_t *call, const uint8_t *data, size_t len,
+                       size_t limit)
+{
+    if (call->body_len + len > call->body_cap) {
+        size_t cap = call->body_cap * 2;
+        uint8_t *b;
+        while (cap < call->body_len + len)
+            cap *= 2;
+        if (cap > limit && limit >= call->body_len + len)
+            cap = limit;
+        b = call->body == call->body_inline ? malloc(cap)
+                                            : realloc(call->body, cap);
+        if (!b)
+            return -1;
+        if (call->body == call->body_inline)
+            memcpy(b, call->body_inline, call->body_len);
+        call->body = b;
+        call->body_cap = cap;
+    }
+    memcpy(call->body + call->body_len, data, len);
+    call->body_len += len;
+    return 0;
+}
+
 /* A stream's response data: the queued messages, then (once finishing)
    the trailers; nothing queued yet: deferred until a send resumes it. */
 static ssize_t read_stream(nghttp2_session *session, int32_t stream_id,
@@ -391,8 +402,7 @@ static void stream_kick(h2_conn_t *c, ratel_grpc_call_t *call)
     ratel__http_wake_user(c->ctx, c->user);
 }
 
-int ratel_grpc_send(ratel_grpc_call_t *call, const uint8_t *message,
-                    size_t len)
+int ratel_grpc_send(ratel_grpc_call_t *call, const uint8_t *message, size_t len)
 {
     h2_conn_t *c = call->conn;
     size_t need = call->resp_len + GRPC_FRAME_HEADER + len;
@@ -478,29 +488,14 @@ static void stream_data(h2_conn_t *c, ratel_grpc_call_t *call,
 
     if (call->finishing)
         return; /* dropped: the call is ending */
-    if (len > call->body_cap - call->body_len) {
-        size_t cap = call->body_cap * 2;
-        uint8_t *b;
-        while (cap < call->body_len + len)
-            cap *= 2;
-        b = call->body == call->body_inline ? malloc(cap)
-                                            : realloc(call->body, cap);
-        if (!b) {
-            ratel_grpc_finish(call, RATEL_GRPC_RESOURCE_EXHAUSTED,
-                              "out of memory");
-            return;
-        }
-        if (call->body == call->body_inline)
-            memcpy(b, call->body_inline, call->body_len);
-        call->body = b;
-        call->body_cap = cap;
+    if (body_append(call, data, len, SIZE_MAX) != 0) {
+        ratel_grpc_finish(call, RATEL_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
     }
-    memcpy(call->body + call->body_len, data, len);
-    call->body_len += len;
     while (!call->finishing && call->body_len - off >= GRPC_FRAME_HEADER) {
         const uint8_t *b = call->body + off;
-        size_t n = (size_t)b[1] << 24 | (size_t)b[2] << 16 |
-                   (size_t)b[3] << 8 | b[4];
+        size_t n =
+            (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | b[4];
         if (b[0] != 0) {
             ratel_grpc_finish(call,
                               b[0] == 1 ? RATEL_GRPC_UNIMPLEMENTED
@@ -510,8 +505,8 @@ static void stream_data(h2_conn_t *c, ratel_grpc_call_t *call,
                                         : "bad gRPC message flag");
         } else if (n > max) {
             char text[96];
-            snprintf(text, sizeof text,
-                     "a message is larger than %zu bytes", max);
+            snprintf(text, sizeof text, "a message is larger than %zu bytes",
+                     max);
             ratel_grpc_finish(call, RATEL_GRPC_RESOURCE_EXHAUSTED, text);
         } else if (call->body_len - off - GRPC_FRAME_HEADER >= n) {
             off += GRPC_FRAME_HEADER + n;
@@ -641,27 +636,9 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags,
         refuse_call(c, call, 200, RATEL_GRPC_RESOURCE_EXHAUSTED, text);
         return 0;
     }
-    if (call->body_len + len > call->body_cap) {
-        size_t cap = call->body_cap * 2;
-        uint8_t *b;
-        while (cap < call->body_len + len)
-            cap *= 2;
-        if (cap > max)
-            cap = max;
-        b = call->body == call->body_inline ? malloc(cap)
-                                            : realloc(call->body, cap);
-        if (b && call->body == call->body_inline)
-            memcpy(b, call->body_inline, call->body_len);
-        if (!b) {
-            refuse_call(c, call, 200, RATEL_GRPC_RESOURCE_EXHAUSTED,
-                        "out of memory");
-            return 0;
-        }
-        call->body = b;
-        call->body_cap = cap;
-    }
-    memcpy(call->body + call->body_len, data, len);
-    call->body_len += len;
+    if (body_append(call, data, len, max) != 0)
+        refuse_call(c, call, 200, RATEL_GRPC_RESOURCE_EXHAUSTED,
+                    "out of memory");
     return 0;
 }
 

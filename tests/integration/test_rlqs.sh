@@ -15,7 +15,6 @@ py=/usr/bin/python3 # Debian's: python3-grpcio and python3-grpc-tools
 rateld=$build/rateld
 read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
 require_built rateld
-up() { curl -s -o /dev/null "http://127.0.0.1:$1/healthz"; }
 
 h=$(free_port)
 g=$(free_port)
@@ -59,10 +58,8 @@ config bad_empty "[{policy: api}]"
 contains check_no_match "$("$rateld" --check-config "$tmp/bad_empty.yaml" 2>&1)" 'rlqs.buckets[0]: needs match: or key:'
 contains check_ok "$("$rateld" --check-config "$tmp/rateld.yaml" 2>&1)" "rateld.yaml: ok"
 
-"${rateld_wrap[@]}" "$rateld" --config "$tmp/rateld.yaml" >"$tmp/rateld.log" 2>&1 &
-pid=$!
-echo "$pid" >"$tmp/pids/rateld"
-if wait_for 30 up "$h"; then
+if server_start rateld "$h" "${rateld_wrap[@]}" "$rateld" --config "$tmp/rateld.yaml"; then
+    pid=$server_pid
     out=$("$py" "$lib_here/rlqs_client.py" three "127.0.0.1:$g" "$pid" \
         "$tmp/rateld.yaml" "$tmp/nobucket.yaml" 2>&1)
     printf '%s\n' "$out" | grep -E '^(ok|FAIL|#) '
@@ -73,19 +70,10 @@ if wait_for 30 up "$h"; then
     [ "$p" -gt 0 ] || fail rlqs_client "$(tail -20 <<<"$out")"
     # rateld exits 0 after the client's SIGTERM (under valgrind: 99 on an
     # error or a leak).
-    rc=124
-    for _ in $(seq 600); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid"
-            rc=$?
-            break
-        fi
-        sleep 0.05
-    done
-    rm -f "$tmp/pids/rateld"
-    same rlqs_exit "$rc" 0
+    server_stop rateld
+    same rlqs_exit "$stopped" 0
     contains rlqs_log_reloaded "$(cat "$tmp/rateld.log")" "configuration reloaded"
 else
-    fail rlqs_start "$(tail -20 "$tmp/rateld.log")"
+    fail rlqs_start "rateld did not start"
 fi
 finish
