@@ -21,8 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const unmatched_words[] = {"deny", "allow", "abandon",
-                                              NULL};
+static const char *const unmatched_words[] = {"deny", "allow", "abandon", NULL};
 static const int unmatched_values[] = {RATELD_RLQS_UNMATCHED_DENY,
                                        RATELD_RLQS_UNMATCHED_ALLOW,
                                        RATELD_RLQS_UNMATCHED_ABANDON};
@@ -72,8 +71,8 @@ static const ratel_rule_t *tightest_rate(const ratel_policy_t *p,
         if (!(ratel_algo_facts(rule->algo) & RATEL_ALGO_RATE))
             continue;
         /* limit / us < best->limit / best_us, without division */
-        if (!best || (__int128)rule->limit * best_us <
-                         (__int128)best->limit * us) {
+        if (!best ||
+            (__int128)rule->limit * best_us < (__int128)best->limit * us) {
             best = rule;
             best_us = us;
         }
@@ -82,8 +81,7 @@ static const ratel_rule_t *tightest_rate(const ratel_policy_t *p,
     return best;
 }
 
-static int read_policy_name(bucket_reader_t *br,
-                            const ratel__yaml_node_t *node)
+static int read_policy_name(bucket_reader_t *br, const ratel__yaml_node_t *node)
 {
     reader_t *r = br->r;
     const rateld_config_t *c = r->config;

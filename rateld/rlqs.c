@@ -59,10 +59,10 @@ typedef struct stream_s stream_t;
 typedef struct sub_s {
     rateld_share_t share; /* under the lock */
     bucket_t *bucket;
-    struct sub_s *next;    /* the stream's subscriptions */
-    bucket_id_t *id;       /* as reported (protobuf-c's, malloc'd) */
-    char *canonical;       /* its pairs sorted, to find it again */
-    int in_stream;         /* still the stream's (else only the bucket's) */
+    struct sub_s *next; /* the stream's subscriptions */
+    bucket_id_t *id;    /* as reported (protobuf-c's, malloc'd) */
+    char *canonical;    /* its pairs sorted, to find it again */
+    int in_stream;      /* still the stream's (else only the bucket's) */
 } sub_t;
 
 /* A policy and key: the streams sharing its rate. */
@@ -343,9 +343,9 @@ static void assign(action_t *act, const rateld_share_grant_t *g,
         st->strategy_case =
             ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_BLANKET_RULE;
         st->blanket_rule =
-            blanket >= 0 ? (Envoy__Type__V3__RateLimitStrategy__BlanketRule)
-                               blanket
-                         : ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL;
+            blanket >= 0
+                ? (Envoy__Type__V3__RateLimitStrategy__BlanketRule)blanket
+                : ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL;
         return;
     }
     envoy__type__v3__token_bucket__init(&slot->bucket);
@@ -355,7 +355,8 @@ static void assign(action_t *act, const rateld_share_grant_t *g,
     slot->bucket.max_tokens = g->burst;
     slot->bucket.tokens_per_fill = &slot->per_fill;
     slot->bucket.fill_interval = &slot->fill;
-    st->strategy_case = ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_TOKEN_BUCKET;
+    st->strategy_case =
+        ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_TOKEN_BUCKET;
     st->token_bucket = &slot->bucket;
 }
 
@@ -374,7 +375,8 @@ static void abandon(action_t *act)
    is sent) and empties it. */
 static void answer_send(stream_t *s, answer_t *a)
 {
-    response_t resp = ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__INIT;
+    response_t resp =
+        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__INIT;
     action_t **list;
     uint8_t *buf;
     size_t len;
@@ -507,8 +509,7 @@ static void unsubscribe(stream_t *s, sub_t *sub)
 
 /* Decides sub's share now (forced: even unchanged) and adds what is due
    to the answer. */
-static void decide(stream_t *s, sub_t *sub, answer_t *a, int64_t now,
-                   int force)
+static void decide(stream_t *s, sub_t *sub, answer_t *a, int64_t now, int force)
 {
     struct rateld_rlqs_s *q = s->d->rlqs;
     bucket_t *b = sub->bucket;
@@ -569,11 +570,12 @@ static void unmatched(stream_t *s, const rateld_config_t *c,
     if (rc->unmatched == RATELD_RLQS_UNMATCHED_ABANDON)
         abandon(act);
     else
-        assign(act, &none, 0,
-               rc->unmatched == RATELD_RLQS_UNMATCHED_ALLOW
-                   ? ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__ALLOW_ALL
-                   : ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL,
-               (int64_t)rc->ttl_ms * 1000);
+        assign(
+            act, &none, 0,
+            rc->unmatched == RATELD_RLQS_UNMATCHED_ALLOW
+                ? ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__ALLOW_ALL
+                : ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL,
+            (int64_t)rc->ttl_ms * 1000);
 }
 
 /* One usage of a report: its subscription (made on the first), its
@@ -623,8 +625,9 @@ static void on_message(void *ud, void *state, const uint8_t *msg, size_t len)
     stream_t *s = state;
     budget_t budget = {0};
     ProtobufCAllocator alloc = {budget_alloc, budget_free, &budget};
-    reports_t *q = envoy__service__rate_limit_quota__v3__rate_limit_quota_usage_reports__unpack(
-        &alloc, len, msg);
+    reports_t *q =
+        envoy__service__rate_limit_quota__v3__rate_limit_quota_usage_reports__unpack(
+            &alloc, len, msg);
     const char *why = q ? reports_invalid(s, q) : NULL;
     answer_t a = {0};
     int64_t now = now_us();
@@ -847,8 +850,8 @@ int rateld_rlqs_start(rateld_t *d)
         rlqs_worker_t *rw = &q->workers[t];
         rw->d = d;
         rw->thread = t;
-        rw->tick = event_new(ratel_http_server_base(d->http, t), -1,
-                             EV_PERSIST, on_tick, rw);
+        rw->tick = event_new(ratel_http_server_base(d->http, t), -1, EV_PERSIST,
+                             on_tick, rw);
         if (!rw->tick || event_add(rw->tick, &tick) != 0)
             return -1;
     }

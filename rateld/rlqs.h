@@ -20,7 +20,7 @@ struct reader_s;
 struct rateld_config_s;
 struct rateld_s;
 
-#define RATELD_RLQS_PAIRS_MAX 8   /* match: and key: entries of a bucket */
+#define RATELD_RLQS_PAIRS_MAX 8 /* match: and key: entries of a bucket */
 #define RATELD_RLQS_BUCKETS_MAX 1024
 #define RATELD_RLQS_NAME_MAX 64   /* a bucket_id key */
 #define RATELD_RLQS_VALUE_MAX 256 /* a bucket_id value */
@@ -48,8 +48,8 @@ typedef struct rateld_rlqs_bucket_s {
 
 /* The rlqs: section. */
 typedef struct rateld_rlqs_config_s {
-    uint32_t ttl_ms;   /* assignment_time_to_live; default 10,000 */
-    uint32_t grace_ms; /* held past the ttl; default 1,000 */
+    uint32_t ttl_ms;        /* assignment_time_to_live; default 10,000 */
+    uint32_t grace_ms;      /* held past the ttl; default 1,000 */
     uint32_t floor_percent; /* split evenly; default 25 */
     int unmatched;          /* rateld_rlqs_unmatched_t */
     rateld_rlqs_bucket_t *buckets;
@@ -64,7 +64,8 @@ typedef struct rateld_rlqs_pair_s {
 
 /* Reads the rlqs: section (after the policies it names); 0 or -1 with
    "FILE:LINE: rlqs...: reason" (config_rlqs.c). */
-int rateld__read_rlqs(struct reader_s *r, const struct ratel__yaml_node_s *node);
+int rateld__read_rlqs(struct reader_s *r,
+                      const struct ratel__yaml_node_s *node);
 
 void rateld_rlqs_config_free(rateld_rlqs_config_t *rc);
 
@@ -76,10 +77,10 @@ void rateld_rlqs_config_free(rateld_rlqs_config_t *rc);
  * values, each as LEN:BYTES) goes into key (cap bytes). NULL when none
  * matches or the identity does not fit.
  */
-const rateld_rlqs_bucket_t *
-rateld_rlqs_match(const struct rateld_config_s *c, const char *domain,
-                  const rateld_rlqs_pair_t *pairs, size_t n, char *key,
-                  size_t cap);
+const rateld_rlqs_bucket_t *rateld_rlqs_match(const struct rateld_config_s *c,
+                                              const char *domain,
+                                              const rateld_rlqs_pair_t *pairs,
+                                              size_t n, char *key, size_t cap);
 
 /* The streaming method for the gRPC listener's table (rlqs.c). */
 extern const ratel_grpc_stream_method_t rateld_rlqs_method;

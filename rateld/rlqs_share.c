@@ -93,8 +93,9 @@ uint32_t rateld_share_burst(const rateld_share_rule_t *rule, uint32_t rate)
 }
 
 /* Whether `grant` is worth sending instead of the live assignment. */
-static int worth_sending(const rateld_share_t *s, const rateld_share_rule_t *rule,
-                         uint32_t grant, int64_t now_us)
+static int worth_sending(const rateld_share_t *s,
+                         const rateld_share_rule_t *rule, uint32_t grant,
+                         int64_t now_us)
 {
     uint32_t diff;
 
