@@ -659,14 +659,9 @@ enum {
     T_COUNT
 };
 static const ratel__option_t top_sections[T_COUNT] = {
-    {.name = "trusted_proxies"},
-    {.name = "limits"},
-    {.name = "store"},
-    {.name = "policies"},
-    {.name = "routes"},
-    {.name = "auth"},
-    {.name = "envoy"},
-    {.name = "rlqs"}};
+    {.name = "trusted_proxies"}, {.name = "limits"}, {.name = "store"},
+    {.name = "policies"},        {.name = "routes"}, {.name = "auth"},
+    {.name = "envoy"},           {.name = "rlqs"}};
 
 static int read_section(void *ud, size_t i, const ratel__yaml_node_t *node)
 {

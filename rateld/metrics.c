@@ -256,7 +256,8 @@ void rateld_metrics_rlqs_action(rateld_metrics_t *m, unsigned thread,
                                 int policy, rateld_rlqs_action_t action)
 {
     if (!m || thread >= m->threads || policy < 0 ||
-        policy >= RATELD_METRICS_POLICIES || (unsigned)action >= RATELD_RLQS_ACTIONS)
+        policy >= RATELD_METRICS_POLICIES ||
+        (unsigned)action >= RATELD_RLQS_ACTIONS)
         return;
     bump(&m->counters[thread]->policies[policy].rlqs_actions[action], 1);
 }
@@ -574,8 +575,8 @@ static void render_rlqs(text_t *t, rateld_metrics_t *m, size_t n)
     for (size_t i = 0; i < n; i++) {
         size_t off = offsetof(thread_counters_t, policies) +
                      i * sizeof(policy_counters_t);
-        uint64_t v = sum_threads(m, off + offsetof(policy_counters_t,
-                                                   rlqs_reports));
+        uint64_t v =
+            sum_threads(m, off + offsetof(policy_counters_t, rlqs_reports));
         if (!v)
             continue;
         emit(t, "ratel_rlqs_reports_total{policy=\"");
