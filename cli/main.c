@@ -7,6 +7,7 @@
  * can tell a typo from a failure.
  */
 #include "cli.h"
+#include "ratel_internal.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -101,7 +102,7 @@ static void main_usage(FILE *out)
 static void explain_usage(FILE *out)
 {
     fprintf(out,
-            "usage: ratel explain [--help] RULE...\n"
+            "usage: ratel explain [--help] [--lease SETTINGS] RULE...\n"
             "\n"
             "Parses each RULE and prints one line per rule: its canonical "
             "form, a colon\n"
@@ -113,6 +114,12 @@ static void explain_usage(FILE *out)
             "\n"
             "Options:\n"
             "  -h, --help    print this help and exit\n"
+            "  --lease SETTINGS\n"
+            "                the rules as one policy leased with SETTINGS "
+            "(ttl_ms=N,\n"
+            "                max_slice=N,min_slice=N,hosts=N; "
+            "docs/leases.md): print its\n"
+            "                overshoot bound\n"
             "\n"
             "%s"
             "\n"
@@ -200,21 +207,85 @@ void *cli_check_alloc(void *p)
  * Explains each rule on the command line. A malformed rule gets the
  * core's message, which quotes the rule and says what is accepted.
  */
+/*
+ * --lease SETTINGS: "ttl_ms=250,max_slice=50,hosts=4" (the lease: fields
+ * of rateld's and the nginx module's configuration, ratel__lease_options)
+ * into *lease. 0, or -1 after saying what is wrong.
+ */
+static int read_lease(const char *text, ratel_lease_t *lease)
+{
+    char why[200];
+
+    memset(lease, 0, sizeof *lease);
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, ","), name = strcspn(p, "=");
+        const ratel__option_t *o =
+            name < len ? ratel__option_find(ratel__lease_options,
+                                            ratel__lease_noptions, p, name)
+                       : NULL;
+        if (!o) {
+            ratel__option_names(ratel__lease_options, ratel__lease_noptions,
+                                why, sizeof why);
+            cli_error("explain",
+                      "--lease: \"%.*s\" is not NAME=VALUE of a lease "
+                      "setting (%s)",
+                      (int)len, p, why);
+            return -1;
+        }
+        if (ratel__option_set(o, p + name + 1, len - name - 1, lease, why,
+                              sizeof why) != 0) {
+            cli_error("explain", "--lease: %s: %s", o->name, why);
+            return -1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* The overshoot bound of the rules as one leased policy (--lease). */
+static int explain_lease(char **rules, int n, const ratel_lease_t *lease)
+{
+    ratel_rule_t parsed[RATEL_MAX_RULES];
+    ratel_policy_t policy;
+    char err[512];
+
+    if (n > RATEL_MAX_RULES) {
+        cli_error("explain", "--lease: a policy has at most %d rules",
+                  RATEL_MAX_RULES);
+        return CLI_EXIT_USAGE;
+    }
+    for (int i = 0; i < n; i++)
+        if (ratel_rule_parse(rules[i], strlen(rules[i]), &parsed[i], NULL, 0))
+            return CLI_EXIT_USAGE; /* said above */
+    if (ratel_policy_init(&policy, parsed, (size_t)n, err, sizeof err) != 0 ||
+        ratel_lease_bound(&policy, lease, NULL, err, sizeof err) != 0) {
+        cli_error("explain", "--lease: %s", err);
+        return CLI_EXIT_USAGE;
+    }
+    printf("lease: %s\n", err);
+    return CLI_EXIT_OK;
+}
+
 static int cli_explain(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    int opt, status = CLI_EXIT_OK, nopts = 1;
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"lease", required_argument, NULL, 'l'},
+        {NULL, 0, NULL, 0}};
+    int opt, status = CLI_EXIT_OK, nopts = 1, leased = 0;
+    ratel_lease_t lease;
 
     /*
      * A rule such as "-1/1s" looks like an option; it is bad, but as a
      * rule, and deserves the rule's message. So options end at the first
-     * word that is not one, "--", or a '-' followed by a digit.
+     * word that is not one (or --lease's value), "--", or a '-' followed
+     * by a digit.
      */
     while (nopts < argc && argv[nopts][0] == '-' && argv[nopts][1] != '\0' &&
            strcmp(argv[nopts], "--") != 0 &&
            !(argv[nopts][1] >= '0' && argv[nopts][1] <= '9'))
-        nopts++;
+        nopts +=
+            strcmp(argv[nopts], "--lease") == 0 && nopts + 1 < argc ? 2 : 1;
     optind = 0;
     opterr = 0;
     while ((opt = getopt_long(nopts, argv, "+:h", longopts, NULL)) != -1) {
@@ -222,6 +293,11 @@ static int cli_explain(int argc, char **argv)
         case 'h':
             explain_usage(stdout);
             return CLI_EXIT_OK;
+        case 'l':
+            if (read_lease(optarg, &lease) != 0)
+                return CLI_EXIT_USAGE;
+            leased = 1;
+            break;
         default:
             return cli_bad_option("explain", opt, argv, longopts);
         }
@@ -246,6 +322,8 @@ static int cli_explain(int argc, char **argv)
         ratel_rule_explain(&rule, sentence, sizeof sentence);
         printf("%s: %s\n", canon, sentence);
     }
+    if (leased && status == CLI_EXIT_OK)
+        status = explain_lease(argv + optind, argc - optind, &lease);
     return status;
 }
 

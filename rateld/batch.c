@@ -111,6 +111,10 @@ static rateld_flight_t *take_off(rateld_t *d, rateld_worker_t *w,
             .policy = p->rules,
             .request = p->request,
             .group = p->count > 1 ? (uint32_t)p->first + 1 : 0};
+        /* A leased policy's own rules (an override's too) may be spent
+           from a slice this rateld holds. */
+        if (p->policy && w->gen->lease)
+            f->items[i].request.lease = w->gen->lease[p->policy_index];
     }
     atomic_fetch_add(&f->gen->flights, 1);
     w->flights++;

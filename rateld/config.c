@@ -461,12 +461,54 @@ static int check_max_wait(reader_t *r, const ratel__yaml_node_t *node,
     return 0;
 }
 
+/* lease: a mapping of libratel's lease settings (ratel__lease_options:
+   ttl_ms, max_slice, min_slice, hosts), all optional. */
+static int read_lease(reader_t *r, const ratel__yaml_node_t *node,
+                      const char *field, rateld_policy_t *p)
+{
+    memset(&p->lease, 0, sizeof p->lease);
+    if (ratel__yaml_options(&r->ctx, node, field, ratel__lease_options,
+                            ratel__lease_noptions, &p->lease, NULL))
+        return -1;
+    p->leased = 1;
+    return 0;
+}
+
+/* A leased policy: rules a slice can be taken of, settings that agree,
+   and requests the store decides one by one otherwise refused. */
+static int check_lease(reader_t *r, const ratel__yaml_node_t *node,
+                       const char *path, rateld_policy_t *p)
+{
+    char why[300];
+
+    if (p->max_wait_ms > 0)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s.lease: a policy that reserves (max_wait) "
+                                "is decided by the store, request by request; "
+                                "remove lease or max_wait",
+                                path);
+    if (p->lease.min_slice && p->lease.max_slice &&
+        p->lease.min_slice > p->lease.max_slice)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s.lease.min_slice: %llu is more than "
+                                "max_slice (%llu)",
+                                path, (unsigned long long)p->lease.min_slice,
+                                (unsigned long long)p->lease.max_slice);
+    if (ratel_lease_bound(&p->policy, &p->lease, NULL, why, sizeof why) != 0)
+        return ratel__yaml_fail(&r->ctx, node->line,
+                                "%s.lease: %s (its permits are leases a "
+                                "request holds and gives back, not a rate "
+                                "to slice)",
+                                path, why);
+    return 0;
+}
+
 static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                        const ratel__yaml_node_t *node, rateld_policy_t *p)
 {
     static const char *const names[] = {"rules",     "key",       "on_missing",
                                         "shadow",    "overrides", "fold_case",
-                                        "charge_on", "max_wait"};
+                                        "charge_on", "max_wait",  "lease"};
     static const char *const missing[] = {"reject", "shared", "allow"};
     const ratel__yaml_node_t *v[COUNT(names)];
     size_t order[COUNT(names)], n;
@@ -504,8 +546,10 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
             rc = ratel__yaml_bool(&r->ctx, v[i], field, &p->key.fold_case);
         else if (i == 6)
             rc = read_charge_on(r, v[i], field, p);
-        else
+        else if (i == 7)
             rc = read_max_wait(r, v[i], field, p);
+        else
+            rc = read_lease(r, v[i], field, p);
         if (rc)
             return -1;
         if (i == 2)
@@ -527,6 +571,8 @@ static int read_policy(reader_t *r, const ratel__yaml_node_t *key,
                                 "would be no lease to give back)",
                                 path);
     if (v[7] && check_max_wait(r, v[7], path, p))
+        return -1;
+    if (v[8] && check_lease(r, v[8], path, p))
         return -1;
     p->uses_json = reads_json(p);
     return 0;

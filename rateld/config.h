@@ -58,6 +58,8 @@ typedef struct rateld_policy_s {
     int64_t max_wait_ms;           /* /v1/auth reserves: the gateway waits */
     int charges_on;                /* charge_on: given */
     ratel__status_set_t charge_on; /* /v1/auth checks, /v1/report charges */
+    int leased;                    /* lease: given (a Redis store) */
+    ratel_lease_t lease;           /* its settings (counters unused here) */
 } rateld_policy_t;
 
 #define RATELD_ROUTE_HEADERS_MAX 8

@@ -123,6 +123,26 @@ static int holds_secret(const rateld_config_t *c)
             ratel__url_mask(c->redis_url, NULL, 0));
 }
 
+/* Each leased policy on a line of its own: its overshoot bound in words
+   and numbers (docs/leases.md), or why the lease does nothing. */
+static void print_leases(const rateld_config_t *c)
+{
+    char text[600];
+
+    for (size_t i = 0; i < c->npolicies; i++) {
+        const rateld_policy_t *p = &c->policies[i];
+        if (!p->leased)
+            continue;
+        if (c->store == RATELD_STORE_MEMORY)
+            printf("%s: lease does nothing: the memory store decides every "
+                   "request itself (no overshoot)\n",
+                   p->name);
+        else if (ratel_lease_bound(&p->policy, &p->lease, NULL, text,
+                                   sizeof text) == 0)
+            printf("%s: %s\n", p->name, text);
+    }
+}
+
 /*
  * --check-config: what start checks before it serves, but binding. The
  * loader checks every section (the store made as start makes it:
@@ -152,6 +172,7 @@ static int check_config(const char *path)
            "thread%s\n",
            path, c->npolicies, c->nroutes, store, c->listen, c->threads,
            c->threads == 1 ? "" : "s");
+    print_leases(c);
     rateld_config_free(c);
     return 0;
 }

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SOURCES 5        /* RATEL_SOURCE_STORE .. RATEL_SOURCE_LOCAL */
+#define SOURCES 6        /* RATEL_SOURCE_STORE .. RATEL_SOURCE_LEASE */
 #define STATUS_CLASSES 5 /* 1xx .. 5xx */
 #define GRPC_CODES 17    /* gRPC status codes 0 .. 16 */
 #define CACHE_LINE 64
@@ -82,6 +82,10 @@ struct rateld_metrics_s {
     pthread_mutex_t lock;         /* registration */
     _Atomic size_t npolicies;
     char *names[RATELD_METRICS_POLICIES];
+    /* A leased policy's settings and the store's counters of it: they
+       outlive reloads (and the store's slices in flight). */
+    ratel_lease_t leases[RATELD_METRICS_POLICIES];
+    _Atomic int leased[RATELD_METRICS_POLICIES];
 };
 
 /* Only thread `thread` writes the counter: no read-modify-write needed. */
@@ -169,6 +173,25 @@ int rateld_metrics_policy(rateld_metrics_t *m, const char *name)
     }
     pthread_mutex_unlock(&m->lock);
     return index;
+}
+
+ratel_lease_t *rateld_metrics_lease(rateld_metrics_t *m, int policy,
+                                    const ratel_lease_t *settings)
+{
+    ratel_lease_t *l;
+
+    if (!m || policy < 0 || policy >= RATELD_METRICS_POLICIES)
+        return NULL;
+    l = &m->leases[policy];
+    /* Settings only: the counters go on. Word-sized stores, read by the
+       store as they come. */
+    __atomic_store_n(&l->ttl_ms, settings->ttl_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->max_slice, settings->max_slice, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->min_slice, settings->min_slice, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->margin_ms, settings->margin_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->hosts, settings->hosts, __ATOMIC_RELAXED);
+    atomic_store_explicit(&m->leased[policy], 1, memory_order_release);
+    return l;
 }
 
 /* The bucket of a latency: the first whose bound is >= it (`le`). */
@@ -506,6 +529,51 @@ static void render_abandoned(text_t *t, rateld_metrics_t *m)
     }
 }
 
+/* The leased policies' counters (ratel_lease_t): none until a policy is
+   leased. */
+static void render_leases(text_t *t, rateld_metrics_t *m, size_t n)
+{
+    static const struct {
+        const char *what;
+        size_t offset;
+    } permits[] = {{"leased", offsetof(ratel_lease_t, leased)},
+                   {"spent", offsetof(ratel_lease_t, spent)},
+                   {"returned", offsetof(ratel_lease_t, returned)},
+                   {"stranded", offsetof(ratel_lease_t, stranded)}};
+
+    size_t leased = 0;
+
+    for (size_t i = 0; i < n; i++)
+        leased += atomic_load_explicit(&m->leased[i], memory_order_acquire);
+    if (leased == 0)
+        return;
+    emit_header(t, "ratel_lease_calls_total", "counter",
+                "Slices a leased policy's keys asked the store for.");
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&m->leased[i], memory_order_acquire)) {
+            emit(t, "ratel_lease_calls_total{policy=\"");
+            emit_label_value(t, m->names[i]);
+            emit(t, "\"} %llu\n",
+                 (unsigned long long)__atomic_load_n(&m->leases[i].calls,
+                                                     __ATOMIC_RELAXED));
+        }
+    emit_header(t, "ratel_lease_permits_total", "counter",
+                "A leased policy's permits: leased (granted by the store), "
+                "spent (admitted here), returned, stranded (ended unspent).");
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0;
+             k < sizeof permits / sizeof permits[0] &&
+             atomic_load_explicit(&m->leased[i], memory_order_acquire);
+             k++) {
+            const uint64_t *c = (const uint64_t *)((const char *)&m->leases[i] +
+                                                   permits[k].offset);
+            emit(t, "ratel_lease_permits_total{policy=\"");
+            emit_label_value(t, m->names[i]);
+            emit(t, "\",what=\"%s\"} %llu\n", permits[k].what,
+                 (unsigned long long)__atomic_load_n(c, __ATOMIC_RELAXED));
+        }
+}
+
 static void render_one(text_t *t, const char *name, const char *type,
                        const char *help, uint64_t v)
 {
@@ -624,6 +692,7 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
     render_decisions(&t, m, n, sums);
     render_latency(&t, m, n, sums);
     free(sums);
+    render_leases(&t, m, n);
     render_http(&t, m);
     render_grpc(&t, m);
     render_rlqs(&t, m, n);

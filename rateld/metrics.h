@@ -65,6 +65,15 @@ void rateld_metrics_free(rateld_metrics_t *m);
 int rateld_metrics_policy(rateld_metrics_t *m, const char *name);
 
 /*
+ * The ratel_lease_t of registered policy `policy` with `settings`' settings
+ * (its counters go on across reloads): what a leased policy's requests
+ * point at. It lives until the metrics are freed, after the store. NULL
+ * for a bad index.
+ */
+ratel_lease_t *rateld_metrics_lease(rateld_metrics_t *m, int policy,
+                                    const ratel_lease_t *settings);
+
+/*
  * Counts one decision of policy index `policy` on worker `thread`: its
  * outcome, the path that decided it (ratel_source_t) and how long the
  * request took in microseconds (a histogram with buckets from 50 us to

@@ -60,6 +60,7 @@ typedef struct rateld_rls_pool_s {
 typedef struct rateld_gen_s {
     rateld_config_t *config;
     int *metric;              /* metrics index per policy */
+    ratel_lease_t **lease;    /* per policy: its lease (NULL: not leased) */
     int *erl_metric;          /* metrics index per Envoy limit (erl.h index) */
     char **policy_field;      /* RateLimit-Policy value per policy */
     uint64_t epoch;           /* when it was published */

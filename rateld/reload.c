@@ -25,7 +25,8 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
     g->metric = calloc(config->npolicies + 1, sizeof *g->metric);
     g->erl_metric = calloc(nerl + 1, sizeof *g->erl_metric);
     g->policy_field = calloc(config->npolicies + 1, sizeof *g->policy_field);
-    if (!g->metric || !g->policy_field || !g->erl_metric) {
+    g->lease = calloc(config->npolicies + 1, sizeof *g->lease);
+    if (!g->metric || !g->policy_field || !g->erl_metric || !g->lease) {
         rateld_gen_free(g);
         return NULL;
     }
@@ -33,6 +34,9 @@ rateld_gen_t *rateld_gen_new(rateld_t *d, rateld_config_t *config)
         const rateld_policy_t *p = &config->policies[i];
         size_t n = ratel__header_policy(p->name, &p->policy, NULL, 0);
         g->metric[i] = rateld_metrics_policy(d->metrics, p->name);
+        if (p->leased)
+            g->lease[i] =
+                rateld_metrics_lease(d->metrics, g->metric[i], &p->lease);
         g->policy_field[i] = malloc(n + 1);
         if (!g->policy_field[i]) {
             rateld_gen_free(g);
@@ -58,6 +62,7 @@ void rateld_gen_free(rateld_gen_t *g)
             free(g->policy_field[i]);
     free(g->policy_field);
     free(g->metric);
+    free(g->lease);
     free(g->erl_metric);
     rateld_config_free(g->config);
     free(g);

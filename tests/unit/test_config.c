@@ -493,8 +493,22 @@ static const bad_case_t bad_cases[] = {
     {"policies:\n  p: 1/1s\n", 2,
      "policies.p: expected a mapping of fields "
      "(rules, key, on_missing, shadow, "
-     "overrides, fold_case, charge_on, max_wait)"},
+     "overrides, fold_case, charge_on, max_wait, lease)"},
     {"policies:\n  p:\n    key: ip\n", 3, "policies.p.rules: required"},
+    {"policies:\n  p:\n    rules: 10/1s\n    lease: {ttl_ms: 3600001}\n", 4,
+     "policies.p.lease.ttl_ms: 3600001 is out of range"},
+    {"policies:\n  p:\n    rules: 10/1s\n    lease: {size: 5}\n", 4,
+     "policies.p.lease.size: unknown field; accepted: ttl_ms, max_slice, "
+     "min_slice, hosts"},
+    {"policies:\n  p:\n    rules: 10/1s\n"
+     "    lease: {min_slice: 9, max_slice: 3}\n",
+     4, "policies.p.lease.min_slice: 9 is more than max_slice (3)"},
+    {"policies:\n  p:\n    rules: [10/1s, 5/30s:concurrent]\n"
+     "    lease: {}\n",
+     4, "policies.p.lease: a policy with a concurrent rule cannot be leased"},
+    {"policies:\n  p:\n    rules: 10/1s:gcra\n    max_wait: 100\n"
+     "    lease: {}\n",
+     5, "policies.p.lease: a policy that reserves (max_wait)"},
     {"policies:\n  sms:\n    rules: [1/60s, 10/1x]\n", 3,
      "policies.sms.rules[1]: rule \"10/1x\": "},
     {"policies:\n  p:\n    rules: 10/1x\n", 3,
