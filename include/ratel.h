@@ -1105,9 +1105,10 @@ RATEL_API void ratel_store_free(ratel_store_t *store);
  * without a round trip; the store takes the next slice ahead of need
  * (RATEL.SLICE), sized by the key's local rate, and gives unspent permits
  * back (RATEL.UNSLICE) when a slice ends and when the store is freed.
- * Zero settings take the defaults. Requests of a group (several policies
- * all-or-nothing), PEEKs and reservations are decided by the store, as
- * are requests while no slice is held (exact, one round trip each).
+ * Zero settings take the defaults. PEEKs and reservations are decided by
+ * the store, as are requests while no slice is held (exact, one round
+ * trip each); in a group (several policies all-or-nothing) a leased
+ * member refused by another gets its permit back into its slice.
  *
  * The counters are the store's to write (atomically); read them with
  * __atomic_load_n. One

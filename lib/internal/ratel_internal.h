@@ -29,6 +29,10 @@
  *   lib/store/deny_cache.h ratel__policy_fingerprint, which tells a
  *                          denial of one policy's rules from another's:
  *                          the nginx module's deny cache in its zone
+ *   lib/store/lease.h      the table of leased keys' slices in the
+ *                          caller's memory, a Redis store spending from
+ *                          it, and its slices given back: the nginx
+ *                          module's zone, shared by its workers
  *   lib/core/algo_list.h   the algorithms named from the facts of the map,
  *                          for messages and defaults: rateld's Envoy
  *                          settings
@@ -47,6 +51,7 @@
 #include "../store/async.h"
 #include "../store/command.h"
 #include "../store/deny_cache.h"
+#include "../store/lease.h"
 #include "../store/option.h"
 #include "../store/redis.h"
 #include "../store/redis_url.h"

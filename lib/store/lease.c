@@ -20,6 +20,7 @@
 #include "store/engine.h"
 #include "store/keyhash.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,8 @@ typedef struct entry_s {
     ratel_lease_t *lease;
     slot_t slot[2]; /* slot[0] ends first; both empty, or slot[0] held */
     int fetching;
+    int64_t fetch_until_us; /* a fetch not answered by then is lost (its
+                               process ended): the key fetches again */
     int64_t retry_us;      /* no fetch before this: the store was down,
                               or had nothing left until then */
     ratel_decision_t last; /* the store's last answer to a fetch */
@@ -52,33 +55,72 @@ typedef struct entry_s {
     int64_t rtt_us;        /* the fetches' round trip, smoothed */
 } entry_t;
 
+/* One block of memory, the caller's or the heap's: no pointer inside, so
+   processes that map it at the same address share it. */
 struct ratel__lease_table_s {
     pthread_mutex_t locks[LEASE_LOCKS];
-    entry_t *entries;
     uint64_t set_mask;
     uint64_t seed[3];
+    uint64_t holder;
+    int heap; /* ratel__lease_table_new()'s: freed with the table */
+    entry_t entries[];
 };
 
-int ratel__lease_table_new(ratel__lease_table_t **out, size_t entries)
+static size_t table_bytes(size_t sets)
 {
-    ratel__lease_table_t *t = calloc(1, sizeof *t);
+    return offsetof(ratel__lease_table_t, entries) +
+           sets * LEASE_WAYS * sizeof(entry_t);
+}
+
+size_t ratel__lease_table_size(size_t entries)
+{
+    size_t sets = 1;
+
+    while (sets * LEASE_WAYS < entries)
+        sets *= 2;
+    return table_bytes(sets);
+}
+
+int ratel__lease_table_init(ratel__lease_table_t **out, void *mem, size_t size,
+                            unsigned flags)
+{
+    ratel__lease_table_t *t = mem;
+    pthread_mutexattr_t attr;
     size_t sets = 1;
 
     *out = NULL;
-    if (!t)
-        return RATEL_ENOMEM;
-    while (sets * LEASE_WAYS < entries)
+    if (!mem || size < table_bytes(1))
+        return RATEL_EINVAL;
+    while (table_bytes(sets * 2) <= size)
         sets *= 2;
-    t->entries = calloc(sets * LEASE_WAYS, sizeof *t->entries);
-    if (!t->entries) {
-        free(t);
-        return RATEL_ENOMEM;
-    }
+    if (!(flags & RATEL__LEASE_ZEROED))
+        memset(mem, 0, table_bytes(sets));
     t->set_mask = sets - 1;
+    pthread_mutexattr_init(&attr);
+    if (flags & RATEL__LEASE_SHARED) {
+        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    }
     for (int i = 0; i < LEASE_LOCKS; i++)
-        pthread_mutex_init(&t->locks[i], NULL);
+        pthread_mutex_init(&t->locks[i], &attr);
+    pthread_mutexattr_destroy(&attr);
     ratel__keyhash_seed(t->seed, t);
+    t->holder = (t->seed[0] & RATEL_HOLDER_MAX) | 1;
     *out = t;
+    return 0;
+}
+
+int ratel__lease_table_new(ratel__lease_table_t **out, size_t entries)
+{
+    size_t size = ratel__lease_table_size(entries);
+    /* calloc's pages are touched as keys arrive. */
+    void *mem = calloc(1, size);
+
+    *out = NULL;
+    if (!mem)
+        return RATEL_ENOMEM;
+    (void)ratel__lease_table_init(out, mem, size, RATEL__LEASE_ZEROED);
+    (*out)->heap = 1;
     return 0;
 }
 
@@ -86,10 +128,24 @@ void ratel__lease_table_free(ratel__lease_table_t *t)
 {
     if (!t)
         return;
+    if (!t->heap)
+        return;
     for (int i = 0; i < LEASE_LOCKS; i++)
         pthread_mutex_destroy(&t->locks[i]);
-    free(t->entries);
     free(t);
+}
+
+uint64_t ratel__lease_holder(const ratel__lease_table_t *t)
+{
+    return t->holder;
+}
+
+/* Takes `lock`; one a dead process held (a shared table's) is taken as it
+   was left: an entry it was changing may be off by that change. */
+static void lock_take(pthread_mutex_t *lock)
+{
+    if (pthread_mutex_lock(lock) == EOWNERDEAD)
+        pthread_mutex_consistent(lock);
 }
 
 /* The settings of `lease`, defaults for zeros, in microseconds. */
@@ -127,7 +183,7 @@ static entry_t *set_lock(ratel__lease_table_t *t, const char *key,
     uint64_t set = key_hash(t->seed, key, keylen) & t->set_mask;
 
     *lock = &t->locks[set % LEASE_LOCKS];
-    pthread_mutex_lock(*lock);
+    lock_take(*lock);
     return &t->entries[set * LEASE_WAYS];
 }
 
@@ -143,8 +199,10 @@ static entry_t *find(entry_t *set, const char *key, size_t keylen, uint64_t fp)
 /* Whether an entry holds nothing the store must hear of. */
 static int idle(const entry_t *e, int64_t now_us)
 {
-    return e->fp == 0 || (e->slot[0].n == 0 && e->slot[1].n == 0 &&
-                          !e->fetching && e->retry_us <= now_us);
+    return e->fp == 0 ||
+           (e->slot[0].n == 0 && e->slot[1].n == 0 &&
+            (!e->fetching || e->fetch_until_us <= now_us) &&
+            e->retry_us <= now_us);
 }
 
 /* A free or idle entry of the set for key, made new; NULL: none. */
@@ -222,13 +280,15 @@ static void fetch(entry_t *e, const settings_t *s, uint64_t rate, uint64_t cost,
 {
     uint64_t want;
 
-    if (!need || e->fetching || e->slot[1].n > 0 || now_us < e->retry_us)
+    if (!need || (e->fetching && now_us < e->fetch_until_us) ||
+        e->slot[1].n > 0 || now_us < e->retry_us)
         return;
     want = rate * (uint64_t)(s->ttl_us / 4) / 1000000;
     want = want < s->min_slice ? s->min_slice : want;
     want = want > s->max_slice ? s->max_slice : want;
     want = want < cost ? cost : want;
     e->fetching = 1;
+    e->fetch_until_us = now_us + s->ttl_us;
     todo->fetch = want;
     todo->ttl_ms = s->ttl_us / 1000;
 }
@@ -265,6 +325,10 @@ int ratel__lease_take(ratel__lease_table_t *t, const char *key, size_t keylen,
         ratel__lease_count(&lease->remote, 1);
         return 0;
     }
+    if (e->slot[0].n >= cost) {
+        todo->taken_end_us = e->slot[0].end_us;
+        todo->taken_until_ms = e->slot[0].until_ms;
+    }
     for (uint64_t left = cost; left > 0;) {
         uint64_t k = e->slot[0].n < left ? e->slot[0].n : left;
         e->slot[0].n -= k;
@@ -285,6 +349,23 @@ int ratel__lease_take(ratel__lease_table_t *t, const char *key, size_t keylen,
     pthread_mutex_unlock(lock);
     ratel__lease_count(&lease->local, 1);
     ratel__lease_count(&lease->spent, cost);
+    return 1;
+}
+
+/* Places `slot` among e's slots, kept in the order they end; 0 when both
+   are taken. */
+static int place(entry_t *e, const slot_t *slot)
+{
+    if (e->slot[1].n > 0)
+        return 0;
+    if (e->slot[0].n == 0) {
+        e->slot[0] = *slot;
+    } else if (slot->end_us < e->slot[0].end_us) {
+        e->slot[1] = e->slot[0];
+        e->slot[0] = *slot;
+    } else {
+        e->slot[1] = *slot;
+    }
     return 1;
 }
 
@@ -318,20 +399,37 @@ uint64_t ratel__lease_fill(ratel__lease_table_t *t, const char *key,
         pthread_mutex_unlock(lock);
         return 0;
     }
-    if (slot.end_us <= now_us || e->slot[1].n > 0) {
+    if (slot.end_us <= now_us || !place(e, &slot)) {
         pthread_mutex_unlock(lock);
         return granted;
     }
-    if (e->slot[0].n == 0) {
-        e->slot[0] = slot;
-    } else if (slot.end_us < e->slot[0].end_us) {
-        e->slot[1] = e->slot[0];
-        e->slot[0] = slot;
-    } else {
-        e->slot[1] = slot;
-    }
     pthread_mutex_unlock(lock);
     return 0;
+}
+
+void ratel__lease_put_back(ratel__lease_table_t *t, const char *key,
+                           size_t keylen, uint64_t fp, ratel_lease_t *lease,
+                           uint64_t cost, int64_t end_us, int64_t until_ms,
+                           int64_t now_us)
+{
+    slot_t back = {cost, end_us, until_ms};
+    pthread_mutex_t *lock;
+    entry_t *e = find(set_lock(t, key, keylen, &lock), key, keylen, fp);
+    int kept = 0;
+
+    if (e && end_us > now_us) {
+        for (int k = 0; k < 2 && !kept; k++)
+            if (e->slot[k].n > 0 && e->slot[k].end_us == end_us) {
+                e->slot[k].n += cost;
+                kept = 1;
+            }
+        kept = kept || place(e, &back);
+    }
+    pthread_mutex_unlock(lock);
+    /* Not spent after all: back in the slice, or stranded. */
+    __atomic_fetch_sub(&lease->spent, cost, __ATOMIC_RELAXED);
+    if (!kept)
+        ratel__lease_count(&lease->stranded, cost);
 }
 
 void ratel__lease_unfetched(ratel__lease_table_t *t, const char *key,
@@ -347,15 +445,19 @@ void ratel__lease_unfetched(ratel__lease_table_t *t, const char *key,
     pthread_mutex_unlock(lock);
 }
 
-void ratel__lease_drain(ratel__lease_table_t *t, ratel__lease_visit_fn fn,
-                        void *ud)
+void ratel__lease_drain(ratel__lease_table_t *t, ratel__lease_keep_fn keep,
+                        ratel__lease_visit_fn fn, void *ud)
 {
     for (uint64_t i = 0; i < (t->set_mask + 1) * LEASE_WAYS; i++) {
         entry_t *e = &t->entries[i];
         pthread_mutex_t *lock = &t->locks[(i / LEASE_WAYS) % LEASE_LOCKS];
         entry_t copy;
-        pthread_mutex_lock(lock);
+        lock_take(lock);
         copy = *e;
+        if (copy.fp && keep && keep(ud, copy.key, copy.keylen, copy.fp)) {
+            pthread_mutex_unlock(lock);
+            continue;
+        }
         memset(e, 0, sizeof *e);
         pthread_mutex_unlock(lock);
         for (int k = 0; k < 2 && copy.fp; k++)

@@ -246,6 +246,10 @@ static size_t give_back_groups(redis_batch_t *b)
             if (it->rc != 0 || !it->decision.allowed ||
                 (it->request.flags & RATEL_PEEK))
                 continue;
+            if (it->decision.source == RATEL_SOURCE_LEASE) {
+                ratel__redis_lease_put_back(b->s, it, &b->more[j], b->now_us);
+                continue;
+            }
             if (b->s->cache)
                 ratel__deny_cache_forget(b->s->cache, it->key, it->keylen);
             if (b->s->local) {
@@ -283,7 +287,8 @@ static int batch_decide(redis_batch_t *b)
         ratel__rop_t *rop = &b->rops[i];
         grouped |= b->items[i].group != 0;
         if (rop->key)
-            b->items[i].rc = finish_acquire(b->s, rop, b->fps[i], &b->items[i]);
+            b->items[i].rc =
+                finish_acquire(b->s, rop, b->more[i].fp, &b->items[i]);
     }
     b->giving_back = 1;
     return grouped && give_back_groups(b) > 0;
@@ -329,14 +334,14 @@ int ratel__redis_batch_start(redis_batch_t *b)
     b->giving_back = 0;
     if (b->n == 1) {
         memset(&b->one_rop, 0, sizeof b->one_rop);
-        b->one_fp = 0;
+        memset(&b->one_more, 0, sizeof b->one_more);
         b->rops = &b->one_rop;
-        b->fps = &b->one_fp;
+        b->more = &b->one_more;
     } else {
         b->rops = calloc(b->n ? b->n : 1, sizeof *b->rops);
-        b->fps = calloc(b->n ? b->n : 1, sizeof *b->fps);
+        b->more = calloc(b->n ? b->n : 1, sizeof *b->more);
     }
-    if (!b->rops || !b->fps) {
+    if (!b->rops || !b->more) {
         ratel__redis_batch_end(b);
         return RATEL_ENOMEM;
     }
@@ -354,12 +359,12 @@ int ratel__redis_batch_start(redis_batch_t *b)
         if (it->rc != 0)
             continue;
         if (s->cache || it->request.lease)
-            b->fps[i] = ratel__policy_fingerprint(it->policy);
+            b->more[i].fp = ratel__policy_fingerprint(it->policy);
         if (it->request.lease &&
-            ratel__redis_lease_take(s, b->e, it, b->fps[i], b->now_us))
+            ratel__redis_lease_take(s, b->e, it, &b->more[i], b->now_us))
             continue;
         if (s->cache &&
-            ratel__deny_cache_get(s->cache, it->key, it->keylen, b->fps[i],
+            ratel__deny_cache_get(s->cache, it->key, it->keylen, b->more[i].fp,
                                   &it->request, b->now_us, &it->decision)) {
             count(&s->cache_hits);
             continue;
@@ -391,10 +396,10 @@ void ratel__redis_batch_end(redis_batch_t *b)
 {
     if (b->rops != &b->one_rop) {
         free(b->rops);
-        free(b->fps);
+        free(b->more);
     }
     b->rops = NULL;
-    b->fps = NULL;
+    b->more = NULL;
 }
 
 /* ---------------------------------------------------- other writes */

@@ -18,11 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The give-backs of a closing store, waited for. */
+/* The give-backs of a closing store, waited for; the keys its caller
+   keeps (ratel__redis_store_give_back). */
 typedef struct closing_s {
     redis_store_t *s;
     size_t pending;
     int done;
+    ratel__lease_keep_fn keep;
+    void *keep_ud;
 } closing_t;
 
 /* A slice asked for or given back, alive until Redis answered. */
@@ -178,18 +181,22 @@ static void answered(ratel__rop_t *rop)
 }
 
 int ratel__redis_lease_take(redis_store_t *s, ratel__engine_t *e,
-                            ratel_batch_item_t *it, uint64_t fp, int64_t now_us)
+                            ratel_batch_item_t *it, redis_item_t *more,
+                            int64_t now_us)
 {
+    uint64_t fp = more->fp;
     ratel__lease_todo_t todo;
     lease_call_t *call;
     int local;
 
-    if (!s->leases || it->group != 0 || it->request.max_wait_ms > 0 ||
+    if (!s->leases || it->request.max_wait_ms > 0 ||
         (it->request.flags & RATEL_PEEK) || ratel_policy_has_leases(it->policy))
         return 0;
     local = ratel__lease_take(s->leases, it->key, it->keylen, it->policy, fp,
                               it->request.lease, now_us, it->request.cost,
                               &it->decision, &todo);
+    more->lease_end_us = todo.taken_end_us;
+    more->lease_until_ms = todo.taken_until_ms;
     if (todo.unspent > 0)
         give_back(s, e, it->key, it->keylen, it->policy, it->request.lease,
                   todo.unspent, todo.until_ms, now_us, NULL);
@@ -212,6 +219,14 @@ int ratel__redis_lease_take(redis_store_t *s, ratel__engine_t *e,
     return local;
 }
 
+void ratel__redis_lease_put_back(redis_store_t *s, const ratel_batch_item_t *it,
+                                 const redis_item_t *more, int64_t now_us)
+{
+    ratel__lease_put_back(s->leases, it->key, it->keylen, more->fp,
+                          it->request.lease, it->request.cost,
+                          more->lease_end_us, more->lease_until_ms, now_us);
+}
+
 /* ratel__lease_drain()'s visitor at close: each slice given back. */
 static void close_one(void *ud, const char *key, size_t keylen,
                       const ratel_policy_t *policy, ratel_lease_t *lease,
@@ -223,14 +238,57 @@ static void close_one(void *ud, const char *key, size_t keylen,
               latest(c->s, 0), c);
 }
 
-void ratel__redis_lease_close(redis_store_t *s)
+static int close_keeps(void *ud, const char *key, size_t keylen, uint64_t fp)
 {
-    closing_t c = {s, 0, 0};
+    closing_t *c = ud;
+
+    return c->keep(c->keep_ud, key, keylen, fp);
+}
+
+/* Gives back the slices `keep` does not keep, and waits (the poll lock
+   held). */
+static void give_all_back(redis_store_t *s, ratel__lease_keep_fn keep,
+                          void *ud)
+{
+    closing_t c = {s, 0, 0, keep, ud};
 
     if (!s->leases || !s->engine)
         return;
-    ratel__lease_drain(s->leases, close_one, &c);
+    ratel__lease_drain(s->leases, keep ? close_keeps : NULL, close_one, &c);
     /* Each answer (or its deadline) counts one down. */
     if (c.pending > 0)
         ratel__poll_wait(s->poll, &c.done);
+}
+
+void ratel__redis_lease_close(redis_store_t *s)
+{
+    if (!s->leases_external)
+        give_all_back(s, NULL, NULL);
+}
+
+int ratel__redis_store_set_leases(ratel_store_t *store,
+                                  ratel__lease_table_t *t)
+{
+    redis_store_t *s = (redis_store_t *)store;
+
+    if (!store || store->ops != &ratel__redis_ops || !t)
+        return RATEL_EINVAL;
+    if (!s->leases_external)
+        ratel__lease_table_free(s->leases);
+    s->leases = t;
+    s->leases_external = 1;
+    s->holder = ratel__lease_holder(t);
+    return 0;
+}
+
+void ratel__redis_store_give_back(ratel_store_t *store,
+                                  ratel__lease_keep_fn keep, void *ud)
+{
+    redis_store_t *s = (redis_store_t *)store;
+
+    if (!store || store->ops != &ratel__redis_ops || !s->poll)
+        return;
+    ratel__poll_lock(s->poll);
+    give_all_back(s, keep, ud);
+    ratel__poll_unlock(s->poll);
 }

@@ -30,6 +30,8 @@ typedef struct redis_store_s {
     int client_time;
     ratel_deny_cache_t *cache;
     ratel__lease_table_t *leases; /* the slices of leased keys (lease.h) */
+    int leases_external; /* the caller's (ratel__redis_store_set_leases):
+                            not given back when the store is freed */
     uint64_t holder; /* this store's HOLDER in RATEL.SLICE: random */
     ratel_store_t *local;
     pthread_mutex_t err_lock;
@@ -64,6 +66,13 @@ typedef struct redis_call_s {
     void *ud;
 } redis_call_t;
 
+/* What a batch keeps of each item besides its rop. */
+typedef struct redis_item_s {
+    uint64_t fp;            /* the policy's fingerprint (cache, leases) */
+    int64_t lease_end_us;   /* answered from a slice: the slice (to put */
+    int64_t lease_until_ms; /* the permits back if its group is refused) */
+} redis_item_t;
+
 /* A batch of acquires and where it stands. */
 typedef struct redis_batch_s {
     redis_store_t *s;
@@ -72,9 +81,9 @@ typedef struct redis_batch_s {
     size_t n;
     int64_t now_us;
     ratel__rop_t *rops;
-    uint64_t *fps;
+    redis_item_t *more;
     ratel__rop_t one_rop; /* a batch of one needs no allocation */
-    uint64_t one_fp;
+    redis_item_t one_more;
     size_t pending;
     int giving_back;
     redis_cb fn;
@@ -103,8 +112,11 @@ void ratel__redis_batch_end(redis_batch_t *b);
  * the table's fetch or give-back on `e` (redis_lease.c).
  */
 int ratel__redis_lease_take(redis_store_t *s, ratel__engine_t *e,
-                            ratel_batch_item_t *it, uint64_t fp,
+                            ratel_batch_item_t *it, redis_item_t *more,
                             int64_t now_us);
+/* A member of a refused group answered from a slice: its permits back. */
+void ratel__redis_lease_put_back(redis_store_t *s, const ratel_batch_item_t *it,
+                                 const redis_item_t *more, int64_t now_us);
 /* Gives every slice held back and waits for the answers (the poll lock
    held): when the store is freed. */
 void ratel__redis_lease_close(redis_store_t *s);

@@ -403,6 +403,47 @@ TEST(lease_take_fill_spend)
     ratel__lease_table_free(t);
 }
 
+/* A group refused by another member: the permit a take answered goes back
+   into its slice while the slice lives, else it is stranded. */
+TEST(lease_put_back)
+{
+    static const char *const rules[] = {"100/1s", NULL};
+    ratel_lease_t lease = {.ttl_ms = 100, .max_slice = 10};
+    ratel_decision_t d, reply = {.allowed = 1, .limit = 100, .remaining = 90};
+    ratel__lease_table_t *t;
+    ratel__lease_todo_t todo;
+    test_key_t k;
+    uint64_t fp;
+
+    REQUIRE(test_key_init(&k, rules) == 0);
+    fp = ratel__policy_fingerprint(&k.policy);
+    REQUIRE(ratel__lease_table_new(&t, 16) == 0);
+    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1000000, 1, &d,
+                               &todo),
+             0);
+    CHECK_EQ(ratel__lease_fill(t, "k", 1, fp, &lease, 1000000, 1001000, 3, 100,
+                               7100, &reply),
+             0);
+    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1002000, 2, &d,
+                               &todo),
+             1);
+    CHECK_EQ(todo.taken_end_us, 1000000 + 100000 - 2000);
+    CHECK_EQ(todo.taken_until_ms, 7100);
+    ratel__lease_put_back(t, "k", 1, fp, &lease, 2, todo.taken_end_us,
+                          todo.taken_until_ms, 1003000);
+    CHECK_EQ(__atomic_load_n(&lease.spent, __ATOMIC_RELAXED), 0);
+    /* All three are there again: the slot was emptied and is made anew. */
+    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1004000, 3, &d,
+                               &todo),
+             1);
+    /* After the slice's end, a put-back strands. */
+    ratel__lease_put_back(t, "k", 1, fp, &lease, 3, todo.taken_end_us,
+                          todo.taken_until_ms, 1099000);
+    CHECK_EQ(__atomic_load_n(&lease.stranded, __ATOMIC_RELAXED), 3);
+    CHECK_EQ(__atomic_load_n(&lease.spent, __ATOMIC_RELAXED), 0);
+    ratel__lease_table_free(t);
+}
+
 TEST(lease_bound_text)
 {
     static const char *const rules[] = {"10000/1s", "100000/1d:fixed", NULL};
@@ -426,6 +467,7 @@ TEST(lease_bound_text)
 
 RATEL_SUITE(lease) = {
     {"lease_take_fill_spend", test_lease_take_fill_spend},
+    {"lease_put_back", test_lease_put_back},
     {"lease_bound_text", test_lease_bound_text},
     {"lease_simulator_every_window", test_lease_simulator_every_window},
     {0},
