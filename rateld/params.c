@@ -29,8 +29,12 @@ static const char *const option_name[RATEL_OPTIONS] = {
 };
 
 /* AT sets a decision's clock: rateld's clock is its own, never a
-   caller's, so no endpoint takes it. */
-#define REFUSED (1u << RATEL_OPTION_AT)
+   caller's, so no endpoint takes it; nor the slice commands' options
+   (WANT, TTL, ...: no endpoint of rateld takes a slice), which are then
+   names like any other a request may carry. */
+#define SLICE_ONLY_(NAME, name, kind, min, max, ops, value, note)              \
+    | (((ops) & ~RATEL_OP_SLICES) ? 0u : 1u << RATEL_OPTION_##NAME)
+#define REFUSED ((1u << RATEL_OPTION_AT) RATEL_OPTION_MAP(SLICE_ONLY_))
 
 /* The endpoint of each operation, for "lease belongs to /v1/release". */
 static const struct {

@@ -190,6 +190,10 @@ contains max_wait_not_gcra_says "$(curl -s "$base/v1/acquire?policy=ping&key=w&m
 contains max_wait_range "$(curl -s "$base/v1/acquire?policy=g&key=w&max_wait=2592000001")" 'max_wait must be an integer from 0 to 2592000000, not \"2592000001\"'
 contains max_wait_json_range "$(curl -s -X POST -d '{"policy":"g","key":"w","max_wait":-1}' "$base/v1/acquire")" 'max_wait must be an integer from 0 to 2592000000, not \"-1\"'
 contains max_wait_not_refund "$(curl -s -X POST -H "Authorization: Bearer $api_token" -d '{"policy":"g","key":"w","max_wait":10}' "$base/v1/refund")" 'max_wait belongs to /v1/acquire'
+# The slice commands' options (want, ttl, ...) are no endpoint's: in the
+# query a name like any other, in a JSON body an unknown field (as at).
+same slice_option_query_ignored "$(code "$base/v1/acquire?policy=ping&key=s1&ttl=5&want=3")" 200
+contains slice_option_json_unknown "$(curl -s -X POST -d '{"policy":"ping","key":"s1","want":3}' "$base/v1/acquire")" 'field \"want\" is unknown'
 
 # --- refund gives a permit back: POST only, with the api_token (or the
 # admin token) once either is configured
