@@ -107,6 +107,8 @@ wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
     wrapped_suite "rateld on Redis" RATELD_WRAP "$here/integration/test_rateld_redis.sh"
 [ -x "$build/rateld" ] &&
     wrapped_suite "rateld as Envoy's rate limit service" RATELD_WRAP "$here/integration/test_envoy.sh"
+[ -x "$build/rateld" ] &&
+    wrapped_suite "rateld's leased policies in a gateway route" RATELD_WRAP "$here/integration/test_lease_route.sh"
 [ -x "$build/rateld" ] && command -v haproxy >/dev/null &&
     wrapped_suite "rateld counting failed logins (charge_on, /v1/report)" RATELD_WRAP "$here/integration/test_login.sh"
 [ -x "$build/captchad" ] &&

@@ -102,7 +102,8 @@ check_three() { # MODE KEY
     admitted=$(awk '$4 == 1' "$tmp/load.$2" | wc -l)
     lease=$(awk '$3 == "lease" && $4 == 1' "$tmp/load.$2" | wc -l)
     echo "# $1: $total decisions, $admitted admitted ($lease from slices), limit 600 + bound 120"
-    [ "$total" -ge 1500 ] && ok "${1}_load" || fail "${1}_load" "only $total decisions"
+    # Past limit + bound (under valgrind too, which slows rateld).
+    [ "$total" -ge 900 ] && ok "${1}_load" || fail "${1}_load" "only $total decisions"
     [ "$admitted" -le 720 ] && ok "${1}_within_bound" ||
         fail "${1}_within_bound" "$admitted admitted > 600 + 120"
     [ "$admitted" -ge 500 ] && ok "${1}_reaches_limit" ||
