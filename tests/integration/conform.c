@@ -18,8 +18,11 @@
  * in traces that cross month ends, leap days and year ends; concurrent rules,
  * at most one per policy, alone or with rate rules), costs, PEEK, MAXWAIT on
  * all-gcra policies, REFUND, RELEASE and RENEW of the leases handed out (and of
- * unknown ids, and of ids the arguments refuse), RESET, INFO, rule changes on a
- * live key (conversion), malformed rules and options, and corrupted blobs.
+ * unknown ids, and of ids the arguments refuse), RESET, INFO, SLICE (with and
+ * without HOLDER, the key's own demand key or one beside it in its slot,
+ * "{key}:d") and UNSLICE of the slices granted (before and after their
+ * UNTIL, and of made-up ones), rule changes on a live key (conversion),
+ * malformed rules and options, and corrupted blobs.
  * Every operation runs through each backend:
  *
  *   core    ratel_policy_acquire/refund/ratel_state_inspect in this process
@@ -30,7 +33,8 @@
  *   module  RATEL.* on key "mod:..." (when the server has the module).
  *
  * After each operation the replies (types included), the stored bytes (GET)
- * and the expiries (PEXPIRETIME) must be equal. A last key, "mix:...",
+ * and the expiries (PEXPIRETIME), of the key and of its demand key, must be
+ * equal. A last key, "mix:...",
  * takes each operation from a randomly chosen backend - the core working on
  * the bytes it GETs and SETting its result back - so every backend keeps
  * reading what another one wrote.
@@ -38,8 +42,9 @@
  * Traces are anchored a year past the server's clock, so no key expires
  * while a trace runs and expiry needs no simulation. The first mismatch of
  * a trace prints the trace up to it (seed and number to rerun it with -s
- * and -t); the last line is "N passed, N failed" counting traces, and the
- * exit status is non-zero when any failed.
+ * and -t); a line "# N operations, ..." counts what ran (SLICE and
+ * UNSLICE apart), the last line is "N passed, N failed" counting traces,
+ * and the exit status is non-zero when any failed.
  */
 #include "ratel.h"
 
@@ -266,9 +271,17 @@ static int64_t server_ms(void)
 
 /* ------------------------------------------------------------ the ops */
 
-enum { OP_ACQUIRE, OP_REFUND, OP_INFO, OP_RESET, OP_RELEASE };
-static const char *const op_names[] = {"ACQUIRE", "REFUND", "INFO", "RESET",
-                                       "RELEASE"};
+enum {
+    OP_ACQUIRE,
+    OP_REFUND,
+    OP_INFO,
+    OP_RESET,
+    OP_RELEASE,
+    OP_SLICE,
+    OP_UNSLICE
+};
+static const char *const op_names[] = {"ACQUIRE", "REFUND", "INFO",   "RESET",
+                                       "RELEASE", "SLICE",  "UNSLICE"};
 
 /*
  * One operation: the words after the key, as the script and the module
@@ -286,6 +299,11 @@ typedef struct op_s {
     int64_t max_wait_ms;
     uint32_t lease; /* RELEASE */
     unsigned lease_flags;
+    uint64_t want;          /* SLICE's WANT, UNSLICE's UNSPENT */
+    int64_t ttl_ms;         /* SLICE */
+    uint64_t holder;        /* SLICE: 0 for none */
+    int64_t until_ms;       /* UNSLICE */
+    int demand_self;        /* SLICE: the key is its own demand key */
     int first_rule, nrules; /* rules are argv[first_rule ..] */
     char error[300];
 } op_t;
@@ -578,6 +596,9 @@ typedef struct core_key_s {
     uint8_t blob[RATEL_STATE_MAX];
     size_t len;
     long long pxat;
+    uint8_t demand[RATEL_DEMAND_MAX]; /* the demand key beside it */
+    size_t demand_len;
+    long long demand_pxat;
 } core_key_t;
 
 /* What a backend answered, and what its key holds afterwards. */
@@ -587,6 +608,9 @@ typedef struct outcome_s {
     size_t len;
     int exists;
     long long pxat;
+    uint8_t demand[RATEL_DEMAND_MAX + 64]; /* the demand key's */
+    size_t demand_len;
+    long long demand_pxat;
 } outcome_t;
 
 static void core_error(buf_t *reply, int rc)
@@ -602,14 +626,53 @@ static void core_error(buf_t *reply, int rc)
                    ratel_err_name(rc));
 }
 
+/*
+ * SLICE's and UNSLICE's options read as every front end reads them (the
+ * one reader, ratel_options_read): the first by place, then words up to
+ * the first argument that starts with a digit. 1 with the error replied.
+ */
+static int slice_options(const op_t *op, ratel_options_t *o, buf_t *reply)
+{
+    char msg[400];
+    int i = 1, kind;
+
+    ratel_options_init(o,
+                       op->kind == OP_SLICE ? RATEL_OP_SLICE : RATEL_OP_UNSLICE,
+                       RATEL_SPELL_WORD, 0);
+    if (ratel_options_read(o, NULL, 0, op->argv[0], op->lens[0], msg,
+                           sizeof msg) != 0) {
+        buf_printf(reply, "-ERR ratel: %s", msg);
+        return 1;
+    }
+    for (; i < op->argc && op->lens[i] > 0 &&
+           (op->argv[i][0] < '0' || op->argv[i][0] > '9');
+         i++) {
+        int valued = ratel_option_find(RATEL_SPELL_WORD, op->argv[i],
+                                       op->lens[i], &kind) >= 0 &&
+                     (kind == RATEL_ARG_VALUE || kind == RATEL_ARG_NEEDED) &&
+                     i + 1 < op->argc;
+        if (ratel_options_read(
+                o, op->argv[i], op->lens[i], valued ? op->argv[i + 1] : NULL,
+                valued ? op->lens[i + 1] : 0, msg, sizeof msg) != 0) {
+            buf_printf(reply, "-ERR ratel: %s", msg);
+            return 1;
+        }
+        i += valued;
+    }
+    return 0;
+}
+
 /* The arguments' errors, as docs/commands.md words them. 0 if none. */
 static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
 {
     const char *texts[MAX_ARGS];
     char msg[400];
     ratel_options_t o;
+    int slicing = op->kind == OP_SLICE || op->kind == OP_UNSLICE;
 
-    if (op->error[0]) {
+    if (slicing && slice_options(op, &o, reply))
+        return 1;
+    if (!slicing && op->error[0]) {
         buf_printf(reply, "-%s", op->error);
         return 1;
     }
@@ -631,6 +694,10 @@ static int args_error(const op_t *op, ratel_policy_t *policy, buf_t *reply)
     if (op->kind == OP_RELEASE && !ratel_policy_has_leases(policy)) {
         buf_printf(reply, "-ERR ratel: RELEASE needs a policy with a "
                           "concurrent rule (e.g. 10/30s:concurrent)");
+        return 1;
+    }
+    if (slicing && ratel_options_check(&o, policy, msg, sizeof msg) != 0) {
+        buf_printf(reply, "-ERR ratel: %s", msg);
         return 1;
     }
     if (op->kind != OP_ACQUIRE)
@@ -694,6 +761,67 @@ static void info_text(buf_t *reply, const core_key_t *k, int64_t now_us)
     buf_add(reply, "]", 1);
 }
 
+/* The slice the last core_run() granted (0: none), and its end. */
+static uint64_t core_granted;
+static int64_t core_expires_ms;
+
+/*
+ * SLICE on the core's key and its demand record, as docs/commands.md
+ * prescribes: with HOLDER and a demand key of its own, the want noted in
+ * the record and the grant shared by it; the key written when something
+ * is granted (expiring as after an ACQUIRE), the record whenever it was
+ * noted (expiring 2 x TTL after now).
+ */
+static void core_slice(const op_t *op, const ratel_policy_t *policy,
+                       core_key_t *k, buf_t *reply)
+{
+    static uint8_t buf[RATEL_STATE_MAX];
+    uint8_t rec[RATEL_DEMAND_MAX];
+    size_t len = k->len, rlen = k->demand_len;
+    uint64_t total = op->want, granted;
+    int64_t now_us = op->at_ms * 1000, expires_us, expires_ms;
+    int noted = op->holder != 0 && !op->demand_self, rc;
+    ratel_decision_t d;
+
+    memcpy(buf, k->blob, len);
+    memcpy(rec, k->demand, rlen);
+    if (noted && (rc = ratel_slice_demand_note(
+                      rec, &rlen, sizeof rec, op->at_ms, op->ttl_ms, op->holder,
+                      op->want, &total)) != 0) {
+        buf_printf(reply, "-ERR ratel: demand key holds %s",
+                   rc == RATEL_EVERSION
+                       ? "a demand record of an unknown version"
+                       : "a value that is not a ratel demand record");
+        return;
+    }
+    rc = ratel_policy_slice_shared(policy, buf, &len, sizeof buf, now_us,
+                                   op->want, total, op->ttl_ms * 1000, &granted,
+                                   &expires_us, &d);
+    if (rc != 0) {
+        core_error(reply, rc);
+        return;
+    }
+    if (granted > 0) {
+        memcpy(k->blob, buf, len);
+        k->len = len;
+        k->pxat = (now_us + 999) / 1000 + d.reset_after_ms;
+    }
+    if (noted) {
+        memcpy(k->demand, rec, rlen);
+        k->demand_len = rlen;
+        k->demand_pxat = op->at_ms + 2 * op->ttl_ms;
+    }
+    expires_ms = expires_us / 1000;
+    core_granted = granted;
+    core_expires_ms = expires_ms;
+    buf_printf(reply, "[%llu %lld %lld %lld %lld %lld %lld %d]",
+               (unsigned long long)granted, (long long)expires_ms,
+               (long long)(granted ? expires_ms - op->at_ms : 0),
+               (long long)d.limit, (long long)d.remaining,
+               (long long)d.retry_after_ms, (long long)d.reset_after_ms,
+               d.rule);
+}
+
 /* The lease the last core_run() took (0: none). */
 static uint32_t core_lease;
 
@@ -709,6 +837,7 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     ratel_request_t req = RATEL_REQUEST_INIT;
     int64_t now_us = op->at_ms * 1000;
     size_t len;
+    uint64_t returned = 0;
     int rc, held = 0;
 
     if (op->kind == OP_RESET) {
@@ -731,6 +860,10 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     }
     if (args_error(op, &policy, reply))
         return;
+    if (op->kind == OP_SLICE) {
+        core_slice(op, &policy, k, reply);
+        return;
+    }
     memcpy(buf, k->blob, k->len);
     len = k->len;
     if (op->kind == OP_ACQUIRE) {
@@ -742,6 +875,10 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     } else if (op->kind == OP_RELEASE) {
         rc = ratel_policy_release(&policy, buf, &len, sizeof buf, now_us,
                                   op->lease, op->lease_flags, &held, &d);
+    } else if (op->kind == OP_UNSLICE) {
+        rc = ratel_policy_slice_return(&policy, buf, &len, sizeof buf, now_us,
+                                       op->want, op->until_ms * 1000, &returned,
+                                       &d);
     } else {
         rc = ratel_policy_refund(&policy, buf, &len, sizeof buf, now_us,
                                  op->cost, &d);
@@ -751,7 +888,12 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
         return;
     }
     core_lease = op->kind == OP_ACQUIRE ? d.lease : 0;
-    if (op->kind == OP_RELEASE)
+    if (op->kind == OP_UNSLICE)
+        buf_printf(reply, "[%llu %lld %lld %lld %lld %d]",
+                   (unsigned long long)returned, (long long)d.limit,
+                   (long long)d.remaining, (long long)d.retry_after_ms,
+                   (long long)d.reset_after_ms, d.rule);
+    else if (op->kind == OP_RELEASE)
         decision_text(reply, &d, 1, held);
     else
         decision_text(reply, &d,
@@ -765,20 +907,32 @@ static void core_run(const op_t *op, core_key_t *k, buf_t *reply)
     }
 }
 
-/* Fills `out` from the replies of GET and PEXPIRETIME of a key. */
-static void take_back(redisReply *get, redisReply *ttl, outcome_t *out)
+/* A key's bytes (at most cap), *len and *pxat from the replies of GET
+   and PEXPIRETIME; whether it exists (-1: another type, never expected). */
+static int take_back(redisReply *get, redisReply *ttl, uint8_t *bytes,
+                     size_t cap, size_t *len, long long *pxat)
 {
-    out->exists = get->type == REDIS_REPLY_STRING;
-    out->len = 0;
+    int exists = get->type == REDIS_REPLY_STRING;
+
+    *len = 0;
     if (get->type == REDIS_REPLY_STRING) {
-        out->len = get->len < sizeof out->bytes ? get->len : sizeof out->bytes;
-        memcpy(out->bytes, get->str, out->len);
+        *len = get->len < cap ? get->len : cap;
+        memcpy(bytes, get->str, *len);
     } else if (get->type != REDIS_REPLY_NIL) {
-        out->exists = -1; /* another type: never expected */
+        exists = -1;
     }
-    out->pxat = ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -99;
+    *pxat = ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -99;
     freeReplyObject(get);
     freeReplyObject(ttl);
+    return exists;
+}
+
+/* The demand key beside `key` (its name in braces: the same cluster
+   slot), into name. */
+static const char *demand_of(const char *key, char *name, size_t size)
+{
+    snprintf(name, size, "%s:d", key);
+    return name;
 }
 
 static redisReply *next_reply(void)
@@ -790,27 +944,39 @@ static redisReply *next_reply(void)
 }
 
 /*
- * Sends a command (argc > 0) and then GET and PEXPIRETIME of `key`, in one
- * round trip; the command's reply goes to `reply` as text, the key's state
- * to `out`. Returns the command's reply unless `reply` is given.
+ * Sends a command (argc > 0) and then GET and PEXPIRETIME of `key` and of
+ * its demand key, in one round trip; the command's reply goes to `reply`
+ * as text, the keys' state to `out`. Returns the command's reply unless
+ * `reply` is given.
  */
 static redisReply *with_read_back(int argc, const char **argv,
                                   const size_t *lens, const char *key,
                                   buf_t *reply, outcome_t *out)
 {
-    const char *get[2] = {"GET", key}, *ttl[2] = {"PEXPIRETIME", key};
-    size_t klens[2] = {3, strlen(key)}, tlens[2] = {11, strlen(key)};
+    char demand[128];
+    const char *names[2] = {key, demand_of(key, demand, sizeof demand)};
     redisReply *r = NULL, *g, *t;
 
     if (argc > 0)
         redisAppendCommandArgv(redis, argc, argv, lens);
-    redisAppendCommandArgv(redis, 2, get, klens);
-    redisAppendCommandArgv(redis, 2, ttl, tlens);
+    for (int i = 0; i < 2; i++) {
+        const char *get[2] = {"GET", names[i]},
+                   *ttl[2] = {"PEXPIRETIME", names[i]};
+        size_t klens[2] = {3, strlen(names[i])},
+               tlens[2] = {11, strlen(names[i])};
+        redisAppendCommandArgv(redis, 2, get, klens);
+        redisAppendCommandArgv(redis, 2, ttl, tlens);
+    }
     if (argc > 0)
         r = next_reply();
     g = next_reply();
     t = next_reply();
-    take_back(g, t, out);
+    out->exists =
+        take_back(g, t, out->bytes, sizeof out->bytes, &out->len, &out->pxat);
+    g = next_reply();
+    t = next_reply();
+    take_back(g, t, out->demand, sizeof out->demand, &out->demand_len,
+              &out->demand_pxat);
     if (r && reply) {
         reply_text(reply, r);
         freeReplyObject(r);
@@ -842,20 +1008,41 @@ static void write_raw(const char *key, const uint8_t *p, size_t len,
     freeReplyObject(r);
 }
 
+/* The keys of a call from argv[argc] on: how many (when `counted`: the
+   scripts), then the key and, for SLICE, its demand key (the key itself
+   for no fair share). Returns the new argc. */
+static int keys_words(const op_t *op, int counted, const char *key,
+                      char *demand, size_t size, const char **argv,
+                      size_t *lens, int argc)
+{
+    int two = op->kind == OP_SLICE;
+
+    if (counted)
+        argv[argc] = two ? "2" : "1", lens[argc++] = 1;
+    argv[argc] = key, lens[argc++] = strlen(key);
+    if (two) {
+        argv[argc] = op->demand_self ? key : demand_of(key, demand, size);
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+    }
+    return argc;
+}
+
 /* The op through the script (EVALSHA sha 1 key OP args), and the key's
    state after it. */
 static void eval_run(const op_t *op, const char *key, buf_t *reply,
                      outcome_t *out)
 {
-    const char *argv[MAX_ARGS + 5];
-    size_t lens[MAX_ARGS + 5];
+    const char *argv[MAX_ARGS + 6];
+    size_t lens[MAX_ARGS + 6];
     redisReply *r;
     int argc = 0;
 
+    char demand[128];
+
     argv[argc] = "EVALSHA", lens[argc++] = 7;
     argv[argc] = lua_sha, lens[argc++] = 40;
-    argv[argc] = "1", lens[argc++] = 1;
-    argv[argc] = key, lens[argc++] = strlen(key);
+    argc = keys_words(op, 1, key, demand, sizeof demand, argv, lens, argc);
     argv[argc] = op_names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
     for (int i = 0; i < op->argc; i++)
         argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
@@ -873,17 +1060,17 @@ static void eval_run(const op_t *op, const char *key, buf_t *reply,
 static void lib_run(const op_t *op, const char *key, buf_t *reply,
                     outcome_t *out)
 {
-    static const char *const names[] = {"ratel_acquire", "ratel_refund",
-                                        "ratel_info", "ratel_reset",
-                                        "ratel_release"};
-    const char *argv[MAX_ARGS + 4];
-    size_t lens[MAX_ARGS + 4];
+    static const char *const names[] = {
+        "ratel_acquire", "ratel_refund", "ratel_info",   "ratel_reset",
+        "ratel_release", "ratel_slice",  "ratel_unslice"};
+    const char *argv[MAX_ARGS + 5];
+    size_t lens[MAX_ARGS + 5];
+    char demand[128];
     int argc = 0;
 
     argv[argc] = "FCALL", lens[argc++] = 5;
     argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
-    argv[argc] = "1", lens[argc++] = 1;
-    argv[argc] = key, lens[argc++] = strlen(key);
+    argc = keys_words(op, 1, key, demand, sizeof demand, argv, lens, argc);
     for (int i = 0; i < op->argc; i++)
         argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
     with_read_back(argc, argv, lens, key, reply, out);
@@ -893,15 +1080,16 @@ static void lib_run(const op_t *op, const char *key, buf_t *reply,
 static void module_run(const op_t *op, const char *key, buf_t *reply,
                        outcome_t *out)
 {
-    static const char *const names[] = {"RATEL.ACQUIRE", "RATEL.REFUND",
-                                        "RATEL.INFO", "RATEL.RESET",
-                                        "RATEL.RELEASE"};
-    const char *argv[MAX_ARGS + 2];
-    size_t lens[MAX_ARGS + 2];
+    static const char *const names[] = {
+        "RATEL.ACQUIRE", "RATEL.REFUND", "RATEL.INFO",   "RATEL.RESET",
+        "RATEL.RELEASE", "RATEL.SLICE",  "RATEL.UNSLICE"};
+    const char *argv[MAX_ARGS + 3];
+    size_t lens[MAX_ARGS + 3];
+    char demand[128];
     int argc = 0;
 
     argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
-    argv[argc] = key, lens[argc++] = strlen(key);
+    argc = keys_words(op, 0, key, demand, sizeof demand, argv, lens, argc);
     for (int i = 0; i < op->argc; i++)
         argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
     with_read_back(argc, argv, lens, key, reply, out);
@@ -915,11 +1103,20 @@ static void core_on_key_run(const op_t *op, const char *key, buf_t *reply)
     size_t old_len;
     long long old_pxat;
 
+    char demand[128];
+
     read_back(key, &cur);
     memcpy(k.blob, cur.bytes, cur.len);
     k.len = old_len = cur.len;
     k.pxat = old_pxat = cur.pxat;
+    memcpy(k.demand, cur.demand, cur.demand_len);
+    k.demand_len = cur.demand_len;
+    k.demand_pxat = cur.demand_pxat;
     core_run(op, &k, reply);
+    if (k.demand_pxat != cur.demand_pxat || k.demand_len != cur.demand_len ||
+        memcmp(k.demand, cur.demand, k.demand_len) != 0)
+        write_raw(demand_of(key, demand, sizeof demand), k.demand, k.demand_len,
+                  k.demand_pxat);
     if (op->kind == OP_RESET) {
         if (cur.exists && k.len == 0) /* refused state is kept */
             write_raw(key, NULL, 0, 0);
@@ -944,6 +1141,15 @@ typedef void backend_run_t(const op_t *, const char *, buf_t *, outcome_t *);
 static backend_run_t *const runners[NBACKENDS] = {
     [B_EVAL] = eval_run, [B_LIB] = lib_run, [B_MODULE] = module_run};
 
+/* A slice the core granted: UNSLICE gives (some of) it back. */
+typedef struct slice_s {
+    uint64_t granted;
+    int64_t expires_ms;
+} slice_t;
+
+/* Operations run, and how many were slices given and taken back. */
+static long ops_run, ops_slice, ops_unslice, ops_unslice_late;
+
 typedef struct trace_s {
     uint64_t seed;
     long number;
@@ -955,6 +1161,8 @@ typedef struct trace_s {
     int small_steps, dense, busy;
     uint32_t leases[8]; /* the last leases the core handed out */
     int nleases;
+    slice_t slices[8];    /* the last slices the core granted */
+    int nslices, slicing; /* slicing: percent of ops that slice */
     buf_t log;
     outcome_t out[NBACKENDS];
 } trace_t;
@@ -1094,6 +1302,101 @@ static void gen_release(trace_t *tr, op_t *op, const gen_policy_t *p)
                  bad);
 }
 
+/* The options of a SLICE or UNSLICE, each as words[i] and its value (NULL:
+   left out, for the error), given in a random order. */
+static void shuffled_options(op_t *op, const char *const *words,
+                             const char *const *values, int n)
+{
+    int start = (int)between(0, n - 1);
+
+    for (int i = 0; i < n; i++) {
+        int j = (start + i) % n;
+        if (!values[j])
+            continue;
+        op_word(op, "%s", words[j]);
+        if (chance(20)) /* the words' case does not matter */
+            for (char *c = op->argv[op->argc - 1]; *c; c++)
+                *c = (char)(*c - 'A' + 'a');
+        op_word(op, "%s", values[j]);
+    }
+}
+
+/*
+ * SLICE's words: WANT (mostly a few, up to what a rule can ever admit,
+ * now and then 1e9, 0 for the error), then TTL, HOLDER and AT in any
+ * order (TTL left out or out of range, HOLDER 0 or 2^53 for the errors),
+ * then the rules. A quarter of them name the key as its own demand key;
+ * a quarter give no HOLDER (no fair share either way).
+ */
+static void gen_slice(trace_t *tr, op_t *op, const gen_policy_t *p)
+{
+    static const int64_t ttls[] = {1, 5, 100, 250, 1000, 60000, 3600000};
+    const char *words[3] = {"TTL", "HOLDER", "AT"};
+    char ttl[24], holder[24], at[24];
+    const char *values[3] = {ttl, holder, at};
+    uint64_t cap = capacity_of(p);
+    int w = (int)between(0, 99);
+
+    op->want = w < 55   ? (uint64_t)between(1, 20)
+               : w < 85 ? (uint64_t)between(1, (int64_t)cap)
+               : w < 98 ? (uint64_t)between(1, 1000000000)
+                        : 0;
+    op_word(op, "%llu", (unsigned long long)op->want);
+    op->ttl_ms = chance(60) ? ttls[between(0, 6)] : between(1, 3600000);
+    if (chance(1))
+        op->ttl_ms = chance(50) ? 0 : 3600001;
+    snprintf(ttl, sizeof ttl, "%lld", (long long)op->ttl_ms);
+    if (chance(1))
+        values[0] = NULL;
+    op->demand_self = chance(25);
+    w = (int)between(0, 99);
+    op->holder = w < 25   ? 0
+                 : w < 88 ? (uint64_t)between(1, 4)
+                 : w < 98 ? (uint64_t)between(1, 9007199254740991LL)
+                 : w < 99 ? 0
+                          : 9007199254740992ull;
+    snprintf(holder, sizeof holder, "%llu", (unsigned long long)op->holder);
+    if (w < 25)
+        values[1] = NULL;
+    snprintf(at, sizeof at, "%lld", (long long)op->at_ms);
+    shuffled_options(op, words, values, 3);
+    add_rules(op, p);
+    (void)tr;
+}
+
+/*
+ * UNSLICE's words: the unspent permits of a slice the core granted (or a
+ * made-up one; 0 for the error), UNTIL its end (mostly; sometimes any
+ * instant near now, or left out for the error) and AT, then the rules.
+ * The trace's clock moves on, so some come before their slice's end and
+ * some after.
+ */
+static void gen_unslice(trace_t *tr, op_t *op, const gen_policy_t *p)
+{
+    const char *words[2] = {"UNTIL", "AT"};
+    char until[24], at[24];
+    const char *values[2] = {until, at};
+    int n = tr->nslices < 8 ? tr->nslices : 8;
+    slice_t sl = {(uint64_t)between(1, 20), tr->t_ms + between(0, 1000)};
+
+    if (n > 0 && chance(85))
+        sl = tr->slices[between(0, n - 1)];
+    op->want = chance(80) ? (uint64_t)between(1, (int64_t)sl.granted)
+                          : (uint64_t)between(1, 1000);
+    if (chance(1))
+        op->want = 0;
+    op_word(op, "%llu", (unsigned long long)op->want);
+    op->until_ms = chance(85) ? sl.expires_ms : tr->t_ms + between(-1000, 1000);
+    if (op->until_ms < 1)
+        op->until_ms = 1;
+    snprintf(until, sizeof until, "%lld", (long long)op->until_ms);
+    if (chance(1))
+        values[0] = NULL;
+    snprintf(at, sizeof at, "%lld", (long long)op->at_ms);
+    shuffled_options(op, words, values, 2);
+    add_rules(op, p);
+}
+
 /* The next operation of the trace. */
 static void gen_op(trace_t *tr, op_t *op)
 {
@@ -1120,6 +1423,18 @@ static void gen_op(trace_t *tr, op_t *op)
         op->kind = OP_RELEASE;
     if (op->kind == OP_RELEASE) {
         gen_release(tr, op, p);
+        return;
+    }
+    /* Slices of the key and give-backs, interleaved with the rest (under
+       a concurrent rule now and then, for the error). */
+    if (chance(has_concurrent(p->rules, p->n) ? 2 : tr->slicing))
+        op->kind = tr->nslices > 0 && chance(40) ? OP_UNSLICE : OP_SLICE;
+    if (op->kind == OP_SLICE) {
+        gen_slice(tr, op, p);
+        return;
+    }
+    if (op->kind == OP_UNSLICE) {
+        gen_unslice(tr, op, p);
         return;
     }
     if (op->kind == OP_RESET)
@@ -1234,6 +1549,17 @@ static int compare(trace_t *tr, buf_t *why)
                        backend_names[b], o->pxat, ref->pxat);
             ok = 0;
         }
+        if (o->demand_len != ref->demand_len ||
+            memcmp(o->demand, ref->demand, o->demand_len) != 0 ||
+            o->demand_pxat != ref->demand_pxat) {
+            buf_printf(why, "  demand key differs: %s: \"", backend_names[b]);
+            buf_bytes(why, o->demand, o->demand_len);
+            buf_printf(why, "\" PXAT %lld\n                      core: \"",
+                       o->demand_pxat);
+            buf_bytes(why, ref->demand, ref->demand_len);
+            buf_printf(why, "\" PXAT %lld\n", ref->demand_pxat);
+            ok = 0;
+        }
     }
     return ok;
 }
@@ -1247,13 +1573,25 @@ static int run_op(trace_t *tr, const op_t *op)
     for (int b = 0; b < NBACKENDS; b++)
         buf_reset(&tr->out[b].reply);
     core_lease = 0;
+    core_granted = 0;
     core_run(op, &tr->core, &tr->out[B_CORE].reply);
     if (core_lease)
         tr->leases[tr->nleases++ % 8] = core_lease;
+    if (core_granted)
+        tr->slices[tr->nslices++ % 8] =
+            (slice_t){core_granted, core_expires_ms};
     memcpy(tr->out[B_CORE].bytes, tr->core.blob, tr->core.len);
     tr->out[B_CORE].len = tr->core.len;
     tr->out[B_CORE].exists = tr->core.len > 0;
     tr->out[B_CORE].pxat = tr->core.pxat;
+    memcpy(tr->out[B_CORE].demand, tr->core.demand, tr->core.demand_len);
+    tr->out[B_CORE].demand_len = tr->core.demand_len;
+    tr->out[B_CORE].demand_pxat =
+        tr->core.demand_len ? tr->core.demand_pxat : -2;
+    ops_run++;
+    ops_slice += op->kind == OP_SLICE;
+    ops_unslice += op->kind == OP_UNSLICE;
+    ops_unslice_late += op->kind == OP_UNSLICE && op->at_ms >= op->until_ms;
     for (int b = B_EVAL; b < B_MIX; b++)
         if (use[b])
             runners[b](op, tr->key[b], &tr->out[b].reply, &tr->out[b]);
@@ -1415,15 +1753,21 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
     tr.seed = seed;
     tr.number = number;
     for (int b = 0; b < NBACKENDS; b++) {
-        snprintf(tr.key[b], sizeof tr.key[b], "%sconform:%llu:%ld",
+        char demand[128];
+        snprintf(tr.key[b], sizeof tr.key[b], "{%sconform:%llu:%ld}",
                  key_prefix[b], (unsigned long long)seed, number);
         if (b > 0) {
-            redisReply *r = command1("DEL", tr.key[b]);
-            freeReplyObject(r);
+            freeReplyObject(command1("DEL", tr.key[b]));
+            freeReplyObject(
+                command1("DEL", demand_of(tr.key[b], demand, sizeof demand)));
         }
     }
     tr.core.len = 0;
     tr.core.pxat = -2;
+    tr.core.demand_len = 0;
+    tr.core.demand_pxat = -2;
+    tr.nslices = 0;
+    tr.slicing = chance(50) ? 25 : 4;
     tr.all_gcra = chance(25);
     tr.npolicies = (int)between(1, 3);
     gen_policy(&tr.policies[0], tr.all_gcra);
@@ -1490,8 +1834,10 @@ static int run_trace(uint64_t seed, long number, int64_t anchor_ms)
         }
     }
     for (int b = 1; b < NBACKENDS; b++) {
-        redisReply *r = command1("DEL", tr.key[b]);
-        freeReplyObject(r);
+        char demand[128];
+        freeReplyObject(command1("DEL", tr.key[b]));
+        freeReplyObject(
+            command1("DEL", demand_of(tr.key[b], demand, sizeof demand)));
     }
     return ok;
 }
@@ -1587,6 +1933,9 @@ int main(int argc, char **argv)
             failed++;
     }
     redisFree(redis);
+    printf("# %ld operations, %ld of them SLICE and %ld UNSLICE (%ld at or "
+           "after UNTIL)\n",
+           ops_run, ops_slice, ops_unslice, ops_unslice_late);
     printf("%ld passed, %ld failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -529,6 +529,7 @@ if [ -x "$conform" ]; then
     out=$("$conform" -p "$port" -n "${CONFORM_TRACES:-300}" \
         -s "${CONFORM_SEED:-1}" --lua "$lua" 2>&1)
     last=$(printf '%s\n' "$out" | tail -1)
+    printf '%s\n' "$out" | grep '^# ' # how many operations, SLICE and UNSLICE
     case $last in
     *" passed, 0 failed") ok "conform core, eval, lib ($last)" ;;
     *) printf '%s\n' "$out" | tail -40; fail "conform core, eval, lib" "$last" ;;

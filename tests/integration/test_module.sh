@@ -400,6 +400,7 @@ same rdb_restart_still_denies "$(acq "$rdb" snap AT $((T + 3)) 3/1m | cut -d' ' 
 out=$("$build/conform" -p "$port" -n "${CONFORM_TRACES:-200}" -s "${CONFORM_SEED:-1}" \
     --backends core,eval,lib,module --lua "$build/lua" 2>&1)
 line=$(printf '%s\n' "$out" | tail -1)
+printf '%s\n' "$out" | grep '^# ' # how many operations, SLICE and UNSLICE
 if [[ $line == *" passed, 0 failed" ]]; then
     ok "conform_core_module_lib_eval ($line)"
 else
