@@ -74,6 +74,8 @@ typedef struct {
     size_t limit_max;      /* its longest RateLimit item */
     ngx_str_t *rule_texts; /* each rule as the log names it */
     uint64_t fingerprint;  /* ratel__policy_fingerprint: the deny cache's */
+    ngx_uint_t leased;     /* lease=: its settings in `lease` */
+    ratel_lease_t lease;   /* settings only (a zone keeps the counters) */
 } ngx_http_ratel_policy_t;
 
 /* The `ratel_policy` of an item's policy (every item's is one). */
@@ -88,11 +90,14 @@ typedef struct ngx_http_ratel_zone_s {
     ngx_shm_zone_t *shm_zone;
     ngx_http_ratel_shm_t *sh; /* set when the zone's memory is ready */
     ngx_slab_pool_t *shpool;
-    ngx_str_t store;    /* store=URL; empty: shared memory only */
-    void *redis;        /* the Redis mode's own data for this zone */
-    ngx_array_t counts; /* ngx_str_t: the policies its lines use */
-    ngx_uint_t *slots;  /* counts[i]'s slot in the shared table */
-    u_char *file;       /* where it was declared (messages) */
+    ngx_str_t store;            /* store=URL; empty: shared memory only */
+    void *redis;                /* the Redis mode's own data for this zone */
+    ngx_array_t counts;         /* ngx_str_t: the policies its lines use */
+    ngx_array_t count_policies; /* ngx_http_ratel_policy_t *: the same */
+    ngx_uint_t *slots;          /* counts[i]'s slot in the shared table */
+    ngx_uint_t generation;      /* the configuration that made or took the
+                                   zone last, when this one did (leases) */
+    u_char *file;               /* where it was declared (messages) */
     ngx_uint_t line;
 } ngx_http_ratel_zone_t;
 
@@ -227,6 +232,33 @@ void ngx_http_ratel_shm_remember(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_shm_forget(ngx_http_ratel_zone_t *zone,
                                ratel_batch_item_t *item);
 
+/*
+ * A Redis zone's leased keys (docs/nginx.md, "Leased policies"): their
+ * slices live in the zone, in a table every worker's store spends from
+ * (NULL: a zone without store=). ngx_http_ratel_shm_lease() is the
+ * ratel_lease_t (settings and counters, in the zone) a request of the
+ * zone's counted policy `count` takes: NULL when the policy is not leased.
+ */
+void *ngx_http_ratel_shm_leases(ngx_http_ratel_zone_t *zone);
+ratel_lease_t *ngx_http_ratel_shm_lease(ngx_http_ratel_zone_t *zone,
+                                        ngx_uint_t count);
+/*
+ * A worker exits: whether the slices of `key` (under the policy of
+ * fingerprint fp) stay in the zone for the workers of a newer
+ * configuration (which took the zone and leases that policy) or go back
+ * to Redis. Read once, before the worker gives back: *keep_all when no
+ * newer configuration took the zone.
+ */
+typedef struct {
+    ngx_uint_t n, gone;
+    uint64_t fps[NGX_HTTP_RATEL_COUNTERS_MAX];
+    u_char names[NGX_HTTP_RATEL_COUNTERS_MAX][NGX_HTTP_RATEL_NAME_MAX + 2];
+} ngx_http_ratel_kept_t;
+void ngx_http_ratel_shm_kept(ngx_http_ratel_zone_t *zone,
+                             ngx_http_ratel_kept_t *kept);
+int ngx_http_ratel_shm_keeps(void *kept, const char *key, size_t keylen,
+                             uint64_t fp);
+
 /* Counts the lines of a Redis zone's group that Redis did not decide
    (the deny cache, or the failure policy: their decision's source). */
 void ngx_http_ratel_shm_count_sources(ngx_http_ratel_zone_t *zone,
@@ -253,10 +285,17 @@ typedef struct {
 
 typedef void (*ngx_http_ratel_count_fn)(void *data, const u_char *policy,
                                         const uint64_t *outcomes);
+/* A leased policy's counters (a copy), for the metrics. */
+typedef void (*ngx_http_ratel_lease_fn)(void *data, const u_char *policy,
+                                        const ratel_lease_t *lease);
 
 void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
                              ngx_http_ratel_shm_stats_t *stats,
                              ngx_http_ratel_count_fn fn, void *data);
+/* The zone's leased policies' counters (those of the latest
+   configuration). */
+void ngx_http_ratel_shm_read_leases(ngx_http_ratel_zone_t *zone,
+                                    ngx_http_ratel_lease_fn fn, void *data);
 
 /* ----------------------------------------------------------- Redis mode */
 
@@ -308,6 +347,21 @@ void ngx_http_ratel_redis_charge(ngx_http_ratel_zone_t *zone,
 void ngx_http_ratel_redis_release(ngx_http_ratel_zone_t *zone,
                                   const ratel_batch_item_t *item,
                                   int64_t now_us);
+
+/* ------------------------------------------------------ leased policies */
+
+/* `lease=SETTINGS` of a `ratel_policy` (ngx_http_ratel_lease.c): read with
+   libratel's lease options, checked as rateld checks `lease:`. */
+char *ngx_http_ratel_lease_conf(ngx_conf_t *cf, ngx_http_ratel_policy_t *p,
+                                ngx_str_t *value);
+/* A `ratel` line of a leased policy: no max_wait=. */
+ngx_int_t ngx_http_ratel_lease_line(ngx_conf_t *cf, ngx_http_ratel_limit_t *l);
+/* The bound of each leased policy of a Redis zone, logged (notice). */
+void ngx_http_ratel_lease_notice(ngx_http_ratel_zone_t *zone, ngx_log_t *log);
+/* A worker exits: the zone's slices that no newer configuration spends
+   go back to Redis on `store`, waited for. */
+void ngx_http_ratel_lease_give_back(ngx_http_ratel_zone_t *zone,
+                                    ratel_store_t *store);
 
 /* ------------------------------------- what an admitted request holds */
 

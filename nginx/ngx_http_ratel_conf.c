@@ -236,7 +236,10 @@ static char *zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->line = cf->conf_file->line;
     zone->shm_zone->init = ngx_http_ratel_shm_init;
     zone->shm_zone->data = zone;
-    if (ngx_array_init(&zone->counts, cf->pool, 4, sizeof(ngx_str_t)) != NGX_OK)
+    if (ngx_array_init(&zone->counts, cf->pool, 4, sizeof(ngx_str_t)) !=
+            NGX_OK ||
+        ngx_array_init(&zone->count_policies, cf->pool, 4,
+                       sizeof(ngx_http_ratel_policy_t *)) != NGX_OK)
         return NGX_CONF_ERROR;
     if (store.len > 0) {
         zone->store = store;
@@ -307,11 +310,11 @@ static char *policy_texts(ngx_conf_t *cf, ngx_http_ratel_policy_t *p)
 static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratel_main_conf_t *m = conf;
-    ngx_str_t *args = cf->args->elts;
+    ngx_str_t *args = cf->args->elts, lease = ngx_null_string;
     const char *texts[RATEL_MAX_RULES + 1];
     char err[512];
     ngx_http_ratel_policy_t *p;
-    ngx_uint_t n = cf->args->nelts - 1;
+    ngx_uint_t n = 0;
 
     (void)cmd;
     if (check_name(cf, "ratel_policy", &args[1]) != NGX_OK)
@@ -321,24 +324,31 @@ static char *policy_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                            "ratel_policy \"%V\" is declared twice", &args[1]);
         return NGX_CONF_ERROR;
     }
-    if (n - 1 > RATEL_MAX_RULES) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ratel_policy \"%V\" has %ui rules: at most %d",
-                           &args[1], n - 1, RATEL_MAX_RULES);
-        return NGX_CONF_ERROR;
+    /* The rules, and lease=SETTINGS anywhere among them. nginx ends every
+       argument with a NUL. */
+    for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
+        if (arg_value(&args[i], "lease=", &lease) == NGX_OK)
+            continue;
+        if (n == RATEL_MAX_RULES) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ratel_policy \"%V\" has more than %d rules",
+                               &args[1], RATEL_MAX_RULES);
+            return NGX_CONF_ERROR;
+        }
+        texts[n++] = (const char *)args[i].data;
     }
     p = ngx_array_push(&m->policies);
     if (p == NULL)
         return NGX_CONF_ERROR;
+    ngx_memzero(p, sizeof *p);
     p->name = args[1];
-    /* nginx ends every argument with a NUL. */
-    for (ngx_uint_t i = 2; i <= n; i++)
-        texts[i - 2] = (const char *)args[i].data;
-    if (ratel_policy_parse(&p->policy, texts, n - 1, err, sizeof err) != 0) {
+    if (ratel_policy_parse(&p->policy, texts, n, err, sizeof err) != 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratel_policy \"%V\": %s",
                            &args[1], err);
         return NGX_CONF_ERROR;
     }
+    if (lease.data && ngx_http_ratel_lease_conf(cf, p, &lease) != NGX_CONF_OK)
+        return NGX_CONF_ERROR;
     return policy_texts(cf, p);
 }
 
@@ -655,6 +665,7 @@ static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
                              ngx_http_ratel_limit_t *l)
 {
     ngx_str_t *names = zone->counts.elts, *name;
+    ngx_http_ratel_policy_t **policy;
 
     for (ngx_uint_t i = 0; i < zone->counts.nelts; i++)
         if (names[i].data == l->policy->name.data) {
@@ -662,9 +673,11 @@ static ngx_int_t count_index(ngx_http_ratel_zone_t *zone,
             return NGX_OK;
         }
     name = ngx_array_push(&zone->counts);
-    if (name == NULL)
+    policy = ngx_array_push(&zone->count_policies);
+    if (name == NULL || policy == NULL)
         return NGX_ERROR;
     *name = l->policy->name;
+    *policy = l->policy;
     l->count = zone->counts.nelts - 1;
     return NGX_OK;
 }
@@ -736,7 +749,8 @@ static ngx_int_t resolve(ngx_conf_t *cf, ngx_http_ratel_main_conf_t *m,
                       l->cost, text, &l->policy->name, l->file, l->line);
         return NGX_ERROR;
     }
-    if (check_max_wait(cf, l) != NGX_OK)
+    if (check_max_wait(cf, l) != NGX_OK ||
+        ngx_http_ratel_lease_line(cf, l) != NGX_OK)
         return NGX_ERROR;
     return count_index(l->zone, l);
 }

@@ -282,6 +282,11 @@ static ngx_int_t add_item(ngx_http_request_t *r, ngx_http_ratel_ctx_t *ctx,
     item->request.max_wait_ms = l->max_wait_ms;
     /* charge_on=: the limit is checked now, charged in the log phase. */
     item->request.flags = l->charge_on ? RATEL_PEEK : 0;
+    /* A leased policy in a Redis zone: from the zone's slices when it can
+       (the store ignores it for a PEEK and a group). */
+    item->request.lease = l->zone->store.len > 0
+                              ? ngx_http_ratel_shm_lease(l->zone, l->count)
+                              : NULL;
     rc = line_cost_of(r, ctx, l, &item->request.cost);
     if (rc != NGX_OK)
         return rc;

@@ -19,6 +19,10 @@
  *                                               local)
  *   ratel_store_cache_hits_total{zone}          denials the zone's deny
  *                                               cache answered
+ *   ratel_lease_calls_total{zone,policy}        a leased policy's slices
+ *                                               asked of Redis
+ *   ratel_lease_permits_total{zone,policy,what} its permits: leased,
+ *                                               spent, returned, stranded
  */
 #include "ngx_http_ratel.h"
 
@@ -77,6 +81,68 @@ static const struct {
      offsetof(ngx_http_ratel_shm_stats_t, cache_hits)},
 };
 
+/* The permits of a leased policy, by what became of them (rateld's). */
+static const struct {
+    const char *what;
+    size_t offset;
+} lease_permits[] = {{"leased", offsetof(ratel_lease_t, leased)},
+                     {"spent", offsetof(ratel_lease_t, spent)},
+                     {"returned", offsetof(ratel_lease_t, returned)},
+                     {"stranded", offsetof(ratel_lease_t, stranded)}};
+
+static void lease_calls(void *data, const u_char *policy,
+                        const ratel_lease_t *lease)
+{
+    text_t *t = data;
+
+    t->p = ngx_slprintf(t->p, t->end,
+                        "ratel_lease_calls_total{zone=\"%V\",policy=\"%s\"} "
+                        "%uL\n",
+                        t->zone, policy,
+                        __atomic_load_n(&lease->calls, __ATOMIC_RELAXED));
+}
+
+static void lease_permits_of(void *data, const u_char *policy,
+                             const ratel_lease_t *lease)
+{
+    text_t *t = data;
+
+    for (size_t k = 0; k < sizeof lease_permits / sizeof lease_permits[0];
+         k++) {
+        const uint64_t *c =
+            (const uint64_t *)((const u_char *)lease + lease_permits[k].offset);
+        t->p = ngx_slprintf(t->p, t->end,
+                            "ratel_lease_permits_total{zone=\"%V\",policy="
+                            "\"%s\",what=\"%s\"} %uL\n",
+                            t->zone, policy, lease_permits[k].what,
+                            __atomic_load_n(c, __ATOMIC_RELAXED));
+    }
+}
+
+/* The leased policies' series, those of the Redis zones with a table. */
+static void render_leases(ngx_http_ratel_main_conf_t *m, text_t *t)
+{
+    ngx_http_ratel_zone_t **z = m->zones.elts;
+
+    t->p = ngx_slprintf(t->p, t->end,
+                        "# HELP ratel_lease_calls_total Slices a leased "
+                        "policy's keys asked Redis for.\n"
+                        "# TYPE ratel_lease_calls_total counter\n");
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+        t->zone = &z[i]->name;
+        ngx_http_ratel_shm_read_leases(z[i], lease_calls, t);
+    }
+    t->p = ngx_slprintf(t->p, t->end,
+                        "# HELP ratel_lease_permits_total A leased policy's "
+                        "permits: leased (granted by Redis), spent (admitted "
+                        "here), returned, stranded (ended unspent).\n"
+                        "# TYPE ratel_lease_permits_total counter\n");
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+        t->zone = &z[i]->name;
+        ngx_http_ratel_shm_read_leases(z[i], lease_permits_of, t);
+    }
+}
+
 static u_char *render(ngx_http_ratel_main_conf_t *m, u_char *p, u_char *end,
                       ngx_http_ratel_shm_stats_t *stats)
 {
@@ -105,6 +171,7 @@ static u_char *render(ngx_http_ratel_main_conf_t *m, u_char *p, u_char *end,
                                store_metrics[k].label, v);
         }
     }
+    render_leases(m, &t);
     return t.p;
 }
 
@@ -123,10 +190,10 @@ ngx_int_t ngx_http_ratel_metrics_handler(ngx_http_request_t *r)
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK)
         return rc;
-    size = 4096 +
-           m->zones.nelts *
-               (METRIC_LINE_MAX *
-                (NGX_HTTP_RATEL_COUNTERS_MAX * NGX_HTTP_RATEL_NOUTCOMES + 16));
+    size = 4096 + m->zones.nelts *
+                      (METRIC_LINE_MAX * (NGX_HTTP_RATEL_COUNTERS_MAX *
+                                              (NGX_HTTP_RATEL_NOUTCOMES + 5) +
+                                          16));
     stats = ngx_pcalloc(r->pool, (m->zones.nelts + 1) * sizeof *stats);
     b = ngx_create_temp_buf(r->pool, size);
     if (stats == NULL || b == NULL)

@@ -23,7 +23,14 @@
  * Graceful shutdown. A worker told to quit waits for its timers that are
  * not cancelable: while calls are in flight a guard timer of that kind is
  * armed, so the requests waiting on Redis are answered (by Redis or, at
- * their deadline, by the failure policy) before the worker exits.
+ * their deadline, by the failure policy) before the worker exits. Then it
+ * gives back the zone's slices of leased keys that no newer configuration
+ * spends (ngx_http_ratel_lease.c), waiting for Redis's answers (at most
+ * the URL's timeout_ms).
+ *
+ * Leased policies: each worker's store spends from the zone's table of
+ * slices (ngx_http_ratel_shm.c), so that the workers of one nginx spend
+ * the same slices and fetch them as one holder.
  */
 #include "ngx_http_ratel.h"
 #include "ngx_http_ratel_transport.h"
@@ -224,6 +231,12 @@ ngx_int_t ngx_http_ratel_redis_init_worker(ngx_cycle_t *cycle,
         return NGX_ERROR;
     }
     ratel_store_watch_health(rz->store, on_health, rz);
+    /* Leased keys: the zone's slices, every worker's (one holder). */
+    if (ngx_http_ratel_shm_leases(zone))
+        (void)ratel__redis_store_set_leases(rz->store,
+                                            ngx_http_ratel_shm_leases(zone));
+    if (ngx_worker == 0)
+        ngx_http_ratel_lease_notice(zone, cycle->log);
     ngx_http_ratel_transport_loop(&loop, cycle->log);
     if (ratel__async_new_on(&rz->async, rz->store, &loop, err, sizeof err) !=
         0) {
@@ -251,6 +264,7 @@ void ngx_http_ratel_redis_exit_worker(ngx_http_ratel_zone_t *zone)
         ngx_free(job);
     }
     rz->nspare = 0;
+    ngx_http_ratel_lease_give_back(zone, rz->store);
     ratel_store_free(rz->store);
     rz->store = NULL;
     if (rz->guard.timer_set) {

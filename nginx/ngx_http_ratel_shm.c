@@ -49,8 +49,10 @@
  * core writes it only when charging), else on one copy.
  *
  * A Redis zone (store=URL) keeps here what every worker shares of it: its
- * deny cache, and the keys its `local` failure policy decides while Redis
- * cannot (the same group decision as a zone's own).
+ * deny cache, the keys its `local` failure policy decides while Redis
+ * cannot (the same group decision as a zone's own), and the slices of its
+ * leased keys: a table of an eighth of the zone (lease.h), taken before
+ * the chunks, that every worker's store spends from.
  */
 #include "ngx_http_ratel.h"
 
@@ -83,6 +85,11 @@ struct chunk_s {
 typedef struct {
     u_char name[NGX_HTTP_RATEL_NAME_MAX + 1];
     ngx_atomic_t outcomes[NGX_HTTP_RATEL_NOUTCOMES];
+    /* Leased in the latest configuration (lease_fp its rules'
+       fingerprint, 0: not leased): the settings it wrote, the counters
+       every worker's store adds to, kept across reloads. */
+    uint64_t lease_fp;
+    ratel_lease_t lease;
 } counter_t;
 
 struct ngx_http_ratel_shm_s {
@@ -101,6 +108,10 @@ struct ngx_http_ratel_shm_s {
     uint32_t deny_hint[DENY_HINT_SLOTS];
     ngx_uint_t ncounters;
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
+    /* A Redis zone's leased keys (lease.h), every worker's; the latest
+       configuration that made or took the zone. */
+    ratel__lease_table_t *leases;
+    ngx_uint_t generation;
 };
 
 /* A node: its first chunk. */
@@ -1194,16 +1205,118 @@ void ngx_http_ratel_shm_read(ngx_http_ratel_zone_t *zone,
     ngx_shmtx_unlock(&pool->mutex);
 }
 
+/* ------------------------------------------------------- leased keys */
+
+void *ngx_http_ratel_shm_leases(ngx_http_ratel_zone_t *zone)
+{
+    return zone->sh ? zone->sh->leases : NULL;
+}
+
+ratel_lease_t *ngx_http_ratel_shm_lease(ngx_http_ratel_zone_t *zone,
+                                        ngx_uint_t count)
+{
+    ngx_http_ratel_policy_t **p = zone->count_policies.elts;
+    ngx_uint_t slot = zone->slots[count];
+
+    if (zone->sh->leases == NULL || slot >= NGX_HTTP_RATEL_COUNTERS_MAX ||
+        !p[count]->leased)
+        return NULL;
+    return &zone->sh->counters[slot].lease;
+}
+
+void ngx_http_ratel_shm_kept(ngx_http_ratel_zone_t *zone,
+                             ngx_http_ratel_kept_t *kept)
+{
+    ngx_http_ratel_shm_t *sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    kept->gone = zone->generation == sh->generation;
+    kept->n = 0;
+    for (ngx_uint_t i = 0; i < sh->ncounters; i++)
+        if (sh->counters[i].lease_fp) {
+            kept->fps[kept->n] = sh->counters[i].lease_fp;
+            ngx_sprintf(kept->names[kept->n], "%s:%Z", sh->counters[i].name);
+            kept->n++;
+        }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+int ngx_http_ratel_shm_keeps(void *data, const char *key, size_t keylen,
+                             uint64_t fp)
+{
+    ngx_http_ratel_kept_t *kept = data;
+
+    for (ngx_uint_t i = 0; i < kept->n && !kept->gone; i++) {
+        size_t n = ngx_strlen(kept->names[i]);
+        if (kept->fps[i] == fp && keylen > n &&
+            ngx_memcmp(key, kept->names[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+void ngx_http_ratel_shm_read_leases(ngx_http_ratel_zone_t *zone,
+                                    ngx_http_ratel_lease_fn fn, void *data)
+{
+    ngx_http_ratel_shm_t *sh = zone->sh;
+
+    if (sh->leases == NULL)
+        return;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    for (ngx_uint_t i = 0; i < sh->ncounters; i++)
+        if (sh->counters[i].lease_fp)
+            fn(data, sh->counters[i].name, &sh->counters[i].lease);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+/* Slot `c` as the configuration leases `p` (the counters kept). */
+static void lease_settings(counter_t *c, ngx_http_ratel_zone_t *zone,
+                           const ngx_http_ratel_policy_t *p)
+{
+    c->lease_fp = p->leased && zone->store.len > 0 ? p->fingerprint : 0;
+    c->lease.ttl_ms = p->lease.ttl_ms;
+    c->lease.max_slice = p->lease.max_slice;
+    c->lease.min_slice = p->lease.min_slice;
+    c->lease.margin_ms = p->lease.margin_ms;
+    c->lease.hosts = p->lease.hosts;
+}
+
+/*
+ * The table of a Redis zone's leased keys: an eighth of the zone (at
+ * least one set of 8 keys: a 64k zone's), taken before the chunks so
+ * that it is there whichever policies a later configuration leases.
+ * NGX_ERROR when the zone has no room for it.
+ */
+static ngx_int_t leases_init(ngx_slab_pool_t *pool, ngx_http_ratel_shm_t *sh,
+                             size_t size)
+{
+    size_t bytes = ngx_max(size / 8, ratel__lease_table_size(8));
+    void *mem = ngx_slab_alloc(pool, bytes);
+
+    if (mem == NULL || ratel__lease_table_init(&sh->leases, mem, bytes,
+                                               RATEL__LEASE_SHARED) != 0)
+        return NGX_ERROR;
+    return NGX_OK;
+}
+
+/* ----------------------------------------------------------- slots */
+
 /*
  * Gives each policy the zone's lines use its slot in the shared table of
- * counters, keeping the slot (and its counts) of a name already there.
+ * counters, keeping the slot (and its counts) of a name already there,
+ * with the policy's lease settings; the configuration is the zone's
+ * latest.
  */
 static void assign_slots(ngx_http_ratel_zone_t *zone)
 {
     ngx_http_ratel_shm_t *sh = zone->sh;
     ngx_str_t *names = zone->counts.elts;
+    ngx_http_ratel_policy_t **policies = zone->count_policies.elts;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+    zone->generation = ++sh->generation;
+    for (ngx_uint_t s = 0; s < sh->ncounters; s++)
+        sh->counters[s].lease_fp = 0;
     for (ngx_uint_t i = 0; i < zone->counts.nelts; i++) {
         ngx_uint_t s;
         for (s = 0; s < sh->ncounters; s++)
@@ -1215,6 +1328,8 @@ static void assign_slots(ngx_http_ratel_zone_t *zone)
             sh->ncounters++;
         }
         zone->slots[i] = s;
+        if (s < NGX_HTTP_RATEL_COUNTERS_MAX)
+            lease_settings(&sh->counters[s], zone, policies[i]);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
@@ -1281,6 +1396,9 @@ ngx_int_t ngx_http_ratel_shm_init(ngx_shm_zone_t *shm_zone, void *data)
             return NGX_ERROR;
         ngx_sprintf(pool->log_ctx, " in ratel_zone \"%V\"%Z",
                     &shm_zone->shm.name);
+        if (zone->store.len > 0 &&
+            leases_init(pool, sh, shm_zone->shm.size) != NGX_OK)
+            return NGX_ERROR;
         if (chunks_init(pool, sh) != NGX_OK)
             return NGX_ERROR;
     }

@@ -46,13 +46,13 @@ typedef struct entry_s {
     int fetching;
     int64_t fetch_until_us; /* a fetch not answered by then is lost (its
                                process ended): the key fetches again */
-    int64_t retry_us;      /* no fetch before this: the store was down,
-                              or had nothing left until then */
-    ratel_decision_t last; /* the store's last answer to a fetch */
-    int64_t rate_start_us; /* the current step's start */
-    uint64_t rate_count;   /* permits asked for in it */
-    uint64_t rate;         /* permits a second, from the last steps */
-    int64_t rtt_us;        /* the fetches' round trip, smoothed */
+    int64_t retry_us;       /* no fetch before this: the store was down,
+                               or had nothing left until then */
+    ratel_decision_t last;  /* the store's last answer to a fetch */
+    int64_t rate_start_us;  /* the current step's start */
+    uint64_t rate_count;    /* permits asked for in it */
+    uint64_t rate;          /* permits a second, from the last steps */
+    int64_t rtt_us;         /* the fetches' round trip, smoothed */
 } entry_t;
 
 /* One block of memory, the caller's or the heap's: no pointer inside, so
@@ -199,10 +199,9 @@ static entry_t *find(entry_t *set, const char *key, size_t keylen, uint64_t fp)
 /* Whether an entry holds nothing the store must hear of. */
 static int idle(const entry_t *e, int64_t now_us)
 {
-    return e->fp == 0 ||
-           (e->slot[0].n == 0 && e->slot[1].n == 0 &&
-            (!e->fetching || e->fetch_until_us <= now_us) &&
-            e->retry_us <= now_us);
+    return e->fp == 0 || (e->slot[0].n == 0 && e->slot[1].n == 0 &&
+                          (!e->fetching || e->fetch_until_us <= now_us) &&
+                          e->retry_us <= now_us);
 }
 
 /* A free or idle entry of the set for key, made new; NULL: none. */

@@ -46,11 +46,11 @@ int ratel__lease_table_new(ratel__lease_table_t **out, size_t entries);
    memory (ratel__lease_table_init) is left as it is, the caller's. */
 void ratel__lease_table_free(ratel__lease_table_t *t);
 
-/* Flags of ratel__lease_table_init(). */
-#define RATEL__LEASE_SHARED 1u /* locks shared by processes (robust: a
-                                  process that dies holding one does not
-                                  stop the others) */
-#define RATEL__LEASE_ZEROED 2u /* `mem` is zeroed already */
+/* Flags of ratel__lease_table_init(): SHARED, locks shared by processes
+   (robust: a process that dies holding one does not stop the others);
+   ZEROED, `mem` is zeroed already. */
+#define RATEL__LEASE_SHARED 1u
+#define RATEL__LEASE_ZEROED 2u
 
 /* The bytes a table of at least `entries` keys takes. */
 size_t ratel__lease_table_size(size_t entries);

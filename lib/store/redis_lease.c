@@ -247,8 +247,7 @@ static int close_keeps(void *ud, const char *key, size_t keylen, uint64_t fp)
 
 /* Gives back the slices `keep` does not keep, and waits (the poll lock
    held). */
-static void give_all_back(redis_store_t *s, ratel__lease_keep_fn keep,
-                          void *ud)
+static void give_all_back(redis_store_t *s, ratel__lease_keep_fn keep, void *ud)
 {
     closing_t c = {s, 0, 0, keep, ud};
 
@@ -266,8 +265,7 @@ void ratel__redis_lease_close(redis_store_t *s)
         give_all_back(s, NULL, NULL);
 }
 
-int ratel__redis_store_set_leases(ratel_store_t *store,
-                                  ratel__lease_table_t *t)
+int ratel__redis_store_set_leases(ratel_store_t *store, ratel__lease_table_t *t)
 {
     redis_store_t *s = (redis_store_t *)store;
 

@@ -32,7 +32,7 @@ typedef struct redis_store_s {
     ratel__lease_table_t *leases; /* the slices of leased keys (lease.h) */
     int leases_external; /* the caller's (ratel__redis_store_set_leases):
                             not given back when the store is freed */
-    uint64_t holder; /* this store's HOLDER in RATEL.SLICE: random */
+    uint64_t holder;     /* this store's HOLDER in RATEL.SLICE: random */
     ratel_store_t *local;
     pthread_mutex_t err_lock;
     char errstr[300];
