@@ -122,7 +122,7 @@ wrapped_suite() { shell_suite "$1" '^FAIL ' "$3" "$2=${vg[*]}"; }
 # or a definite leak in the module's frames fails it (nginx's own leaks
 # at exit are not the module's).
 if [ -f "$build/nginx/ngx_http_ratel_module.so" ]; then
-    for suite in test_nginx_module test_nginx_redis test_nginx_concurrent test_nginx_charge_on; do
+    for suite in test_nginx_module test_nginx_redis test_nginx_concurrent test_nginx_charge_on test_nginx_lease; do
         shell_suite "nginx module ($suite)" '^(ok|FAIL) ' "$here/integration/$suite.sh" RATEL_NGINX_VALGRIND=1
     done
 else

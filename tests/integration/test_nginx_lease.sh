@@ -16,6 +16,10 @@
 #     policy gives them back;
 #   - `nginx -s quit` gives back what the zone held: RATEL.INFO's used
 #     drops by exactly what the metrics said was held.
+#
+# RATEL_NGINX_VALGRIND=1 (tests/valgrind.sh): only one nginx process
+# (master_process off) under valgrind, spending slices and giving them
+# back at its quit, whose errors and leaks in the module's frames fail it.
 # Under `make asan` nginx runs with the sanitizers' runtime preloaded
 # (nginx_lib.sh) and any report fails the suite.
 . "$(dirname "$0")/lib.sh"
@@ -26,13 +30,14 @@ nginx_require "$nginx_so"
 rport=$(redis_start) || { fail redis "did not start"; finish; exit 1; }
 url="redis://127.0.0.1:$rport"
 
-# site NAME PORT POLICIES: an nginx of two workers on PORT with a Redis
-# zone `z`, POLICIES, /metrics and /l/POLICY?k=KEY limited by POLICY.
+# site NAME PORT POLICIES [WORKERS [TOP]]: an nginx of WORKERS (2)
+# workers on PORT with a Redis zone `z`, POLICIES, /metrics and
+# /l/api?k=KEY and /l/cold?k=KEY limited by those policies.
 site() {
     local dir=$tmp/$1
     mkdir -p "$dir/html/l"
     echo ok >"$dir/html/free"
-    nginx_conf "$dir" 2 <<EOF
+    nginx_conf "$dir" "${4:-2}" "${5:-}" <<EOF
     ratel_zone zone=z:1m store=$url;
     $3
     server {
@@ -45,7 +50,7 @@ site() {
     }
 EOF
 }
-start() { nginx_start "$tmp/$1" "http://127.0.0.1:$2/free"; }
+start() { nginx_start "$tmp/$1" "http://127.0.0.1:$2/free" "${@:3}"; }
 # metric PORT NAME_AND_LABELS: a counter of the nginx on PORT.
 metric() {
     curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m { print $2 }'
@@ -71,6 +76,25 @@ drive() {
     for i in $(seq "$2"); do printf 'url = "%s"\noutput = /dev/null\n' "$1"; done >"$3.cfg"
     curl -s -K "$3.cfg" -w '%{http_code}\n' >"$3"
 }
+
+# ------------------------------------------------------------ valgrind
+valgrind_run() {
+    local pv vglog=$tmp/vg/valgrind.log held_v before after
+    pv=$(free_port)
+    site vg "$pv" 'ratel_policy api 600/1m lease=ttl_ms=60000,min_slice=10,max_slice=10;
+    ratel_policy cold 600/1m;' 1 "master_process off;"
+    start vg "$pv" "${nginx_valgrind[@]}" --log-file="$vglog" || return
+    drive "http://127.0.0.1:$pv/l/api?k=vg" 25 "$tmp/vg.codes"
+    same vg_admitted "$(grep -c '^200$' "$tmp/vg.codes")" 25
+    held_v=$(held "$pv" api)
+    before=$(used api:vg)
+    nginx_stop "$tmp/vg"
+    after=$(used api:vg)
+    [ "$held_v" -gt 0 ] && ok vg_held || fail vg_held "nothing held"
+    same vg_gives_back "$((before - after))" "$held_v"
+    nginx_valgrind_clean "$vglog"
+}
+nginx_valgrind_only valgrind_run
 
 # --------------------------------------------------- nginx -t refuses
 # refused NAME POLICY_LINE WANT [LOCATION_LINE]: nginx -t says WANT and
