@@ -271,6 +271,10 @@ $(BUILD)/test_redis_store: tests/integration/test_redis_store.c tests/integratio
 $(BUILD)/test_redis_reach: tests/integration/test_redis_reach.c tests/integration/store_test.h $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
 	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
+# The lease simulator: hosts with slices of one key on a real redis-server.
+$(BUILD)/lease_sim: tests/integration/lease_sim.c tests/integration/store_test.h $(TEST_SERVERS) tests/integration/servers.h $(BUILD)/libratel.a
+	$(CC) $(INC_integration) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
 # The harness's own test (starts, kills and restarts servers; a cluster,
 # TLS, Sentinel).
 $(BUILD)/servers_selftest: tests/integration/servers_selftest.c $(TEST_SERVERS) tests/integration/servers.h
@@ -308,7 +312,7 @@ $(BUILD)/bench_http: bench/bench_http.c $(BUILD)/libratel_http.a
 
 BENCH_BINS := $(patsubst bench/bench_%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 
-test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/cluster_sync $(BUILD)/test_redis_store $(BUILD)/test_redis_reach $(BUILD)/servers_selftest
+test: all $(BENCH_BINS) $(BUILD)/test_unit $(FUZZ_BINS) $(BUILD)/conform $(BUILD)/lease_sim $(BUILD)/cluster_sync $(BUILD)/test_redis_store $(BUILD)/test_redis_reach $(BUILD)/servers_selftest
 	BUILD=$(BUILD) tests/run.sh
 
 asan:
