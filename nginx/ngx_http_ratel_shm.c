@@ -85,12 +85,15 @@ struct chunk_s {
 typedef struct {
     u_char name[NGX_HTTP_RATEL_NAME_MAX + 1];
     ngx_atomic_t outcomes[NGX_HTTP_RATEL_NOUTCOMES];
-    /* Leased in the latest configuration (lease_fp its rules'
-       fingerprint, 0: not leased): the settings it wrote, the counters
-       every worker's store adds to, kept across reloads. */
-    uint64_t lease_fp;
-    ratel_lease_t lease;
 } counter_t;
+
+/* A counted policy of a Redis zone as the latest configuration leases it
+   (fp its rules' fingerprint, 0: not leased): the settings it wrote, the
+   counters every worker's store adds to, kept across reloads. */
+typedef struct {
+    uint64_t fp;
+    ratel_lease_t lease;
+} leased_t;
 
 struct ngx_http_ratel_shm_s {
     ngx_rbtree_t rbtree;
@@ -108,9 +111,11 @@ struct ngx_http_ratel_shm_s {
     uint32_t deny_hint[DENY_HINT_SLOTS];
     ngx_uint_t ncounters;
     counter_t counters[NGX_HTTP_RATEL_COUNTERS_MAX];
-    /* A Redis zone's leased keys (lease.h), every worker's; the latest
-       configuration that made or took the zone. */
+    /* A Redis zone's leased keys (lease.h), every worker's, and its
+       counted policies' leases (by their counters' slots); NULL in a zone
+       without store=. The latest configuration that made or took it. */
     ratel__lease_table_t *leases;
+    leased_t *leased;
     ngx_uint_t generation;
 };
 
@@ -1221,7 +1226,7 @@ ratel_lease_t *ngx_http_ratel_shm_lease(ngx_http_ratel_zone_t *zone,
     if (zone->sh->leases == NULL || slot >= NGX_HTTP_RATEL_COUNTERS_MAX ||
         !p[count]->leased)
         return NULL;
-    return &zone->sh->counters[slot].lease;
+    return &zone->sh->leased[slot].lease;
 }
 
 void ngx_http_ratel_shm_kept(ngx_http_ratel_zone_t *zone,
@@ -1232,9 +1237,9 @@ void ngx_http_ratel_shm_kept(ngx_http_ratel_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
     kept->gone = zone->generation == sh->generation;
     kept->n = 0;
-    for (ngx_uint_t i = 0; i < sh->ncounters; i++)
-        if (sh->counters[i].lease_fp) {
-            kept->fps[kept->n] = sh->counters[i].lease_fp;
+    for (ngx_uint_t i = 0; i < sh->ncounters && sh->leased; i++)
+        if (sh->leased[i].fp) {
+            kept->fps[kept->n] = sh->leased[i].fp;
             ngx_sprintf(kept->names[kept->n], "%s:%Z", sh->counters[i].name);
             kept->n++;
         }
@@ -1264,21 +1269,20 @@ void ngx_http_ratel_shm_read_leases(ngx_http_ratel_zone_t *zone,
         return;
     ngx_shmtx_lock(&zone->shpool->mutex);
     for (ngx_uint_t i = 0; i < sh->ncounters; i++)
-        if (sh->counters[i].lease_fp)
-            fn(data, sh->counters[i].name, &sh->counters[i].lease);
+        if (sh->leased[i].fp)
+            fn(data, sh->counters[i].name, &sh->leased[i].lease);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
-/* Slot `c` as the configuration leases `p` (the counters kept). */
-static void lease_settings(counter_t *c, ngx_http_ratel_zone_t *zone,
-                           const ngx_http_ratel_policy_t *p)
+/* Slot `l` as the configuration leases `p` (the counters kept). */
+static void lease_settings(leased_t *l, const ngx_http_ratel_policy_t *p)
 {
-    c->lease_fp = p->leased && zone->store.len > 0 ? p->fingerprint : 0;
-    c->lease.ttl_ms = p->lease.ttl_ms;
-    c->lease.max_slice = p->lease.max_slice;
-    c->lease.min_slice = p->lease.min_slice;
-    c->lease.margin_ms = p->lease.margin_ms;
-    c->lease.hosts = p->lease.hosts;
+    l->fp = p->leased ? p->fingerprint : 0;
+    l->lease.ttl_ms = p->lease.ttl_ms;
+    l->lease.max_slice = p->lease.max_slice;
+    l->lease.min_slice = p->lease.min_slice;
+    l->lease.margin_ms = p->lease.margin_ms;
+    l->lease.hosts = p->lease.hosts;
 }
 
 /*
@@ -1293,8 +1297,11 @@ static ngx_int_t leases_init(ngx_slab_pool_t *pool, ngx_http_ratel_shm_t *sh,
     size_t bytes = ngx_max(size / 8, ratel__lease_table_size(8));
     void *mem = ngx_slab_alloc(pool, bytes);
 
-    if (mem == NULL || ratel__lease_table_init(&sh->leases, mem, bytes,
-                                               RATEL__LEASE_SHARED) != 0)
+    sh->leased =
+        ngx_slab_calloc(pool, NGX_HTTP_RATEL_COUNTERS_MAX * sizeof *sh->leased);
+    if (mem == NULL || sh->leased == NULL ||
+        ratel__lease_table_init(&sh->leases, mem, bytes, RATEL__LEASE_SHARED) !=
+            0)
         return NGX_ERROR;
     return NGX_OK;
 }
@@ -1315,8 +1322,8 @@ static void assign_slots(ngx_http_ratel_zone_t *zone)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
     zone->generation = ++sh->generation;
-    for (ngx_uint_t s = 0; s < sh->ncounters; s++)
-        sh->counters[s].lease_fp = 0;
+    for (ngx_uint_t s = 0; s < sh->ncounters && sh->leased; s++)
+        sh->leased[s].fp = 0;
     for (ngx_uint_t i = 0; i < zone->counts.nelts; i++) {
         ngx_uint_t s;
         for (s = 0; s < sh->ncounters; s++)
@@ -1328,8 +1335,8 @@ static void assign_slots(ngx_http_ratel_zone_t *zone)
             sh->ncounters++;
         }
         zone->slots[i] = s;
-        if (s < NGX_HTTP_RATEL_COUNTERS_MAX)
-            lease_settings(&sh->counters[s], zone, policies[i]);
+        if (s < NGX_HTTP_RATEL_COUNTERS_MAX && sh->leased)
+            lease_settings(&sh->leased[s], policies[i]);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
