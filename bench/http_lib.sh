@@ -1,7 +1,7 @@
-# bench/http_lib.sh - what the HTTP benchmarks (rateld.sh, gateway.sh)
-# share: paths, a temporary folder and the processes to stop on exit, a
-# free port, waiting for a server, the machine header. Sourced; the
-# caller sets `secs` itself.
+# bench/http_lib.sh - what the HTTP benchmarks (rateld.sh, gateway.sh,
+# redis_engine.sh, nginx.sh, lease.sh) share: paths, a temporary folder
+# and the processes to stop on exit, a free port, waiting for a server,
+# the machine header, a median. Sourced; the caller sets `secs` itself.
 # shellcheck shell=bash
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +25,16 @@ free_port() {
 wait_http() {
     for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
     return 1
+}
+# median: the median of the numbers on stdin, one a line (0 for none).
+median() {
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) print 0
+        else if (NR % 2) print v[(NR + 1) / 2]
+        else {
+            m = sprintf("%.4f", (v[NR / 2] + v[NR / 2 + 1]) / 2)
+            sub(/0+$/, "", m); sub(/\.$/, "", m); print m
+        } }'
 }
 machine_header() {
     echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"

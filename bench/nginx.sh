@@ -74,13 +74,6 @@ done
 [ -e "$timed" ] || die "$timed is missing"
 [[ $delay_n =~ ^[1-9][0-9]?$ ]] || die "DELAY_N must be 1 to 99, not $delay_n"
 
-median() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        if (NR == 0) print 0
-        else if (NR % 2) print v[(NR + 1) / 2]
-        else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
 # Redis and rateld for (d), when redis-server, the Redis module and rateld
 # are there.
 redis=0

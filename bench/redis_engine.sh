@@ -38,13 +38,6 @@ for f in bench_redis_async rateld ratel.so; do
     [ -e "$build/$f" ] || die "$build/$f is missing (make bench builds it)"
 done
 
-median() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        if (NR == 0) print 0
-        else if (NR % 2) print v[(NR + 1) / 2]
-        else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
 # redis_up PORT ARGS...: a private redis-server with the module, stopped
 # on exit; waits until it answers (TLS: ARGS carry --tls-port).
 redis_up() {

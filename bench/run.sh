@@ -136,3 +136,12 @@ if [ "${NGINX:-1}" != 0 ] && [ -e "$build/nginx/ngx_http_ratel_module.so" ]; the
     echo
     BUILD="$build" "$here/nginx.sh"
 fi
+
+# Leasing (issue 34): rateld on one hot key, embedded against Redis with
+# and without leased slices (module and Functions library), decisions per
+# Redis call, and the lease table of 100 hosts at 1,000,000 decisions a
+# second (build/bench_lease), in one run (bench/lease.sh). LEASE=0 skips it.
+if [ "${LEASE:-1}" != 0 ] && [ -x "$build/rateld" ]; then
+    echo
+    BUILD="$build" "$here/lease.sh"
+fi
