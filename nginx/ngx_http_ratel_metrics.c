@@ -119,27 +119,41 @@ static void lease_permits_of(void *data, const u_char *policy,
     }
 }
 
-/* The leased policies' series, those of the Redis zones with a table. */
+static void lease_count(void *data, const u_char *policy,
+                        const ratel_lease_t *lease)
+{
+    (void)policy;
+    (void)lease;
+    (*(ngx_uint_t *)data)++;
+}
+
+/* The leased policies' series (none until a policy is leased, as
+   rateld's). */
 static void render_leases(ngx_http_ratel_main_conf_t *m, text_t *t)
 {
+    static const struct {
+        const char *help;
+        ngx_http_ratel_lease_fn fn;
+    } series[] = {
+        {"# HELP ratel_lease_calls_total Slices a leased policy's keys asked "
+         "Redis for.\n# TYPE ratel_lease_calls_total counter\n",
+         lease_calls},
+        {"# HELP ratel_lease_permits_total A leased policy's permits: leased "
+         "(granted by Redis), spent (admitted here), returned, stranded "
+         "(ended unspent).\n# TYPE ratel_lease_permits_total counter\n",
+         lease_permits_of},
+    };
     ngx_http_ratel_zone_t **z = m->zones.elts;
+    ngx_uint_t leased = 0;
 
-    t->p = ngx_slprintf(t->p, t->end,
-                        "# HELP ratel_lease_calls_total Slices a leased "
-                        "policy's keys asked Redis for.\n"
-                        "# TYPE ratel_lease_calls_total counter\n");
-    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
-        t->zone = &z[i]->name;
-        ngx_http_ratel_shm_read_leases(z[i], lease_calls, t);
-    }
-    t->p = ngx_slprintf(t->p, t->end,
-                        "# HELP ratel_lease_permits_total A leased policy's "
-                        "permits: leased (granted by Redis), spent (admitted "
-                        "here), returned, stranded (ended unspent).\n"
-                        "# TYPE ratel_lease_permits_total counter\n");
-    for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
-        t->zone = &z[i]->name;
-        ngx_http_ratel_shm_read_leases(z[i], lease_permits_of, t);
+    for (ngx_uint_t i = 0; i < m->zones.nelts; i++)
+        ngx_http_ratel_shm_read_leases(z[i], lease_count, &leased);
+    for (size_t k = 0; leased && k < sizeof series / sizeof series[0]; k++) {
+        t->p = ngx_slprintf(t->p, t->end, "%s", series[k].help);
+        for (ngx_uint_t i = 0; i < m->zones.nelts; i++) {
+            t->zone = &z[i]->name;
+            ngx_http_ratel_shm_read_leases(z[i], series[k].fn, t);
+        }
     }
 }
 
