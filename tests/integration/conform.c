@@ -1056,6 +1056,26 @@ static void eval_run(const op_t *op, const char *key, buf_t *reply,
     freeReplyObject(r);
 }
 
+/* The op as `lead` (nlead words) and its keys (`counted`: how many, first)
+   and arguments, and the key after it. */
+static void words_run(const char *const *lead, int nlead, int counted,
+                      const op_t *op, const char *key, buf_t *reply,
+                      outcome_t *out)
+{
+    const char *argv[MAX_ARGS + 6];
+    size_t lens[MAX_ARGS + 6];
+    char demand[128];
+    int argc = 0;
+
+    for (; argc < nlead; argc++)
+        argv[argc] = lead[argc], lens[argc] = strlen(lead[argc]);
+    argc =
+        keys_words(op, counted, key, demand, sizeof demand, argv, lens, argc);
+    for (int i = 0; i < op->argc; i++)
+        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
+    with_read_back(argc, argv, lens, key, reply, out);
+}
+
 /* The op through the library (FCALL ratel_op 1 key args). */
 static void lib_run(const op_t *op, const char *key, buf_t *reply,
                     outcome_t *out)
@@ -1063,17 +1083,9 @@ static void lib_run(const op_t *op, const char *key, buf_t *reply,
     static const char *const names[] = {
         "ratel_acquire", "ratel_refund", "ratel_info",   "ratel_reset",
         "ratel_release", "ratel_slice",  "ratel_unslice"};
-    const char *argv[MAX_ARGS + 5];
-    size_t lens[MAX_ARGS + 5];
-    char demand[128];
-    int argc = 0;
+    const char *lead[2] = {"FCALL", names[op->kind]};
 
-    argv[argc] = "FCALL", lens[argc++] = 5;
-    argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
-    argc = keys_words(op, 1, key, demand, sizeof demand, argv, lens, argc);
-    for (int i = 0; i < op->argc; i++)
-        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
-    with_read_back(argc, argv, lens, key, reply, out);
+    words_run(lead, 2, 1, op, key, reply, out);
 }
 
 /* The op through the module (RATEL.OP key args), and the key after it. */
@@ -1083,16 +1095,8 @@ static void module_run(const op_t *op, const char *key, buf_t *reply,
     static const char *const names[] = {
         "RATEL.ACQUIRE", "RATEL.REFUND", "RATEL.INFO",   "RATEL.RESET",
         "RATEL.RELEASE", "RATEL.SLICE",  "RATEL.UNSLICE"};
-    const char *argv[MAX_ARGS + 3];
-    size_t lens[MAX_ARGS + 3];
-    char demand[128];
-    int argc = 0;
 
-    argv[argc] = names[op->kind], lens[argc] = strlen(argv[argc]), argc++;
-    argc = keys_words(op, 0, key, demand, sizeof demand, argv, lens, argc);
-    for (int i = 0; i < op->argc; i++)
-        argv[argc] = op->argv[i], lens[argc++] = op->lens[i];
-    with_read_back(argc, argv, lens, key, reply, out);
+    words_run(&names[op->kind], 1, 0, op, key, reply, out);
 }
 
 /* The core on the bytes a server key holds, its result written back. */

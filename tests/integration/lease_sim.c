@@ -126,18 +126,6 @@ static int load(sim_t *s, int h, int64_t t, schedule_t schedule)
     return base;
 }
 
-/* The server's count of calls of `command` (INFO commandstats). */
-static long long calls_of(int port, const char *command)
-{
-    char out[16384], field[64];
-    const char *at;
-
-    test_redis_cmd(port, out, sizeof out, "INFO commandstats");
-    snprintf(field, sizeof field, "cmdstat_%s:calls=", command);
-    at = strstr(out, field);
-    return at ? strtoll(at + strlen(field), NULL, 10) : 0;
-}
-
 /* The most admitted in any window of `len` ms sliding by 1 ms, or (aligned)
    in the windows [i*len, (i+1)*len) of the clock `per_ms` counts by. */
 static int64_t worst(const int32_t *per_ms, int64_t len, int aligned)

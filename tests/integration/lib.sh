@@ -112,11 +112,12 @@ server_start() {
     return 1
 }
 
-# rateld_redis NAME URL ON_FAILURE POLICY RULE: rateld (RATELD_WRAP
+# rateld_redis NAME URL ON_FAILURE POLICY RULE [LEASE]: rateld (RATELD_WRAP
 # prefixing it) on the Redis store at URL with one policy POLICY of RULE,
-# keyed by the decision API's key, started with server_start; its port in
-# $tmp/NAME.port, its log in $tmp/NAME.log. One failure when it does not
-# start.
+# keyed by the decision API's key, leased with LEASE (a YAML flow mapping,
+# e.g. "{ttl_ms: 1000, max_slice: 20}") when given, started with
+# server_start; its port in $tmp/NAME.port, its log in $tmp/NAME.log. One
+# failure when it does not start.
 rateld_redis() {
     local port wrap
     port=$(free_port)
@@ -130,6 +131,7 @@ policies:
   $4:
     rules: [$5]
 EOF
+    [ -n "${6:-}" ] && echo "    lease: $6" >>"$tmp/$1.yaml"
     echo "$port" >"$tmp/$1.port"
     read -r -a wrap <<<"${RATELD_WRAP:-}"
     server_start "$1" "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/$1.yaml" ||

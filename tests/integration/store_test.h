@@ -102,6 +102,18 @@ static inline int acquire(ratel_store_t *s, const char *key,
     return ratel_store_acquire(s, key, strlen(key), p, now, &req, d);
 }
 
+/* How many times the server on `port` ran COMMAND (INFO commandstats). */
+static inline long long calls_of(int port, const char *command)
+{
+    char out[16384], field[64];
+    const char *at;
+
+    test_redis_cmd(port, out, sizeof out, "INFO commandstats");
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", command);
+    at = strstr(out, field);
+    return at ? atoll(at + strlen(field)) : 0;
+}
+
 typedef struct store_test_s {
     const char *name;
     void (*fn)(void);

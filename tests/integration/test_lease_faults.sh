@@ -27,31 +27,13 @@
 . "$(dirname "$0")/lib.sh"
 
 require_built rateld
-read -r -a wrap <<<"${RATELD_WRAP:-}"
 
 now_ms() { date +%s%3N; }
 
 # rateld_lease NAME URL ON_FAILURE RULE LEASE: rateld on the Redis store at
-# URL, one policy "api" of RULE leased with LEASE (a YAML flow mapping);
-# its port in $tmp/NAME.port.
-rateld_lease() {
-    local port
-    port=$(free_port)
-    echo "$port" >"$tmp/$1.port"
-    cat >"$tmp/$1.yaml" <<EOF
-listen: 127.0.0.1:$port
-store:
-  type: redis
-  url: $2
-  on_failure: $3
-policies:
-  api:
-    rules: [$4]
-    lease: $5
-EOF
-    server_start "$1" "$port" "${wrap[@]}" "$build/rateld" --config "$tmp/$1.yaml" ||
-        fail "${1}_start" "rateld did not start"
-}
+# URL, one policy "api" of RULE leased with LEASE; its port in
+# $tmp/NAME.port.
+rateld_lease() { rateld_redis "$1" "$2" "$3" api "$4" "$5"; }
 
 # load_start NAME KEY RATE: acquire_load.py on rateld NAME, answers to
 # $tmp/NAME.load; load_stop NAME ends it.

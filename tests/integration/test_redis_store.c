@@ -169,8 +169,6 @@ static void test_bad_targets(void)
     }
 }
 
-static long long calls_of(int port, const char *command);
-
 /* Store `s` with one mode, its own key prefix, decisions compared. */
 typedef struct agree_store_s {
     ratel_store_t *s;
@@ -309,18 +307,6 @@ static void test_modes_agree(void)
     "#!lua name=ratel\n"                                                       \
     "redis.register_function{function_name='ratel_version', "                  \
     "callback=function() return '0.0.1-other' end, flags={'no-writes'}}"
-
-/* How many times the server on `port` ran COMMAND (INFO commandstats). */
-static long long calls_of(int port, const char *command)
-{
-    char out[8192], field[64];
-    const char *at;
-
-    test_redis_cmd(port, out, sizeof out, "INFO commandstats");
-    snprintf(field, sizeof field, "cmdstat_%s:calls=", command);
-    at = strstr(out, field);
-    return at ? atoll(at + strlen(field)) : 0;
-}
 
 /* Whether the server on `port` holds this build's library. */
 static int has_our_library(int port)
