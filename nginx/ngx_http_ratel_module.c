@@ -7,7 +7,7 @@
  * variables. The directives (read in ngx_http_ratel_conf.c):
  *
  *   ratel_zone   zone=NAME:SIZE [store=URL];        http
- *   ratel_policy NAME RULE...;                      http
+ *   ratel_policy NAME RULE... [lease=SETTINGS];     http
  *   ratel        zone=NAME policy=NAME key=SOURCES|$var [cost=NUMBER|$var]
  *                [exempt=VALUE,...] [on_missing=reject|shared|allow]
  *                [max_wait=MS] [charge_on=STATUS,...];
