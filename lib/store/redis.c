@@ -85,6 +85,11 @@ static int redis_acquire_batch(ratel_store_t *store, ratel_batch_item_t *items,
     rc = ratel__redis_batch_start(&b);
     if (rc == 0)
         sync_wait(s, &done);
+    else if (rc == 1 &&
+             atomic_load_explicit(&s->lease_calls, memory_order_relaxed))
+        /* Answered from slices: the next slice's call still leaves, and
+           its answer is read, though nobody waits for Redis. */
+        ratel__poll_pump(s->poll);
     ratel__poll_unlock(s->poll);
     ratel__redis_batch_end(&b);
     return rc < 0 ? rc : 0;

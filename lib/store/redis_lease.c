@@ -122,6 +122,7 @@ static void give_back(redis_store_t *s, ratel__engine_t *e, const char *key,
     call->closing = closing;
     if (closing)
         closing->pending++;
+    atomic_fetch_add_explicit(&s->lease_calls, 1, memory_order_relaxed);
     ratel__engine_submit(e, &call->rop);
 }
 
@@ -171,6 +172,7 @@ static void answered(ratel__rop_t *rop)
 {
     lease_call_t *call = rop->ud;
 
+    atomic_fetch_sub_explicit(&call->s->lease_calls, 1, memory_order_relaxed);
     if (rop->kind == RATEL__ROP_SLICE)
         fetched(call);
     else
@@ -215,6 +217,7 @@ int ratel__redis_lease_take(redis_store_t *s, ratel__engine_t *e,
     call->rop.demand = call->demand;
     call->rop.demandlen = ratel__lease_demand_key(
         it->key, it->keylen, call->demand, sizeof call->demand);
+    atomic_fetch_add_explicit(&s->lease_calls, 1, memory_order_relaxed);
     ratel__engine_submit(e, &call->rop);
     return local;
 }

@@ -30,6 +30,7 @@ typedef struct redis_store_s {
     int client_time;
     ratel_deny_cache_t *cache;
     ratel__lease_table_t *leases; /* the slices of leased keys (lease.h) */
+    _Atomic size_t lease_calls;   /* slice calls in flight (redis_lease.c) */
     int leases_external; /* the caller's (ratel__redis_store_set_leases):
                             not given back when the store is freed */
     uint64_t holder;     /* this store's HOLDER in RATEL.SLICE: random */

@@ -628,9 +628,11 @@ static size_t build_poll_set(ratel__poll_t *p, int *now)
     return n;
 }
 
-static void wait_io(ratel__poll_t *p)
+/* Waits for the sockets (at most until the timer; not at all with
+   `nowait`) and serves what is ready. */
+static void wait_io(ratel__poll_t *p, int nowait)
 {
-    int now = 0;
+    int now = nowait;
     size_t n = build_poll_set(p, &now);
     int timeout = now ? 0 : poll_timeout(p), r;
 
@@ -731,7 +733,7 @@ static void turn(ratel__poll_t *p, const int *done)
     flush(p);
     write_all(p);
     if (!*done)
-        wait_io(p);
+        wait_io(p, 0);
     bury(p);
     wake_done(p);
 }
@@ -755,6 +757,24 @@ void ratel__poll_wait(ratel__poll_t *p, const int *done)
         wake_done(p);
         wake_driver(p);
     }
+}
+
+void ratel__poll_pump(ratel__poll_t *p)
+{
+    if (p->driving)
+        return; /* the driver serves it */
+    p->driving = 1;
+    report_failed(p);
+    fire_timer(p);
+    flush(p);
+    write_all(p);
+    wait_io(p, 1);
+    flush(p);
+    write_all(p);
+    bury(p);
+    p->driving = 0;
+    wake_done(p);
+    wake_driver(p);
 }
 
 /* ------------------------------------------------------------ transport */

@@ -77,6 +77,15 @@ void ratel__poll_unlock(ratel__poll_t *p);
  */
 void ratel__poll_wait(ratel__poll_t *p, const int *done);
 
+/*
+ * With the lock held, one turn of the loop that does not wait: what is
+ * queued is written, what has arrived is read and told. Returns at once
+ * when another thread drives (it serves both). For the commands no caller
+ * waits for (a leased key's next slice), so that a call answered without
+ * Redis still moves them.
+ */
+void ratel__poll_pump(ratel__poll_t *p);
+
 #ifdef __cplusplus
 }
 #endif
