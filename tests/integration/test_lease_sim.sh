@@ -13,7 +13,7 @@ build=${BUILD:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 # fetch_ahead is left out: it issues its requests back to back (their
 # time injected), so how many find the next slice's answer already read
-# depends on the machine's load, not on ratel (4 to 33 exact calls for
-# about 70 slices in our runs; one per slice before ratel__poll_pump).
+# depends on the machine's load, not on ratel (4 to 64 exact calls for
+# about 70 slices in our runs, up to one per slice on a loaded machine).
 [ $# -gt 0 ] || set -- module library
 exec "$build/lease_sim" "${RATEL_MODULE:-$build/ratel.so}" "$@"
