@@ -738,6 +738,18 @@ static void turn(ratel__poll_t *p, const int *done)
     wake_done(p);
 }
 
+/* The driver leaves: what the last callbacks queued leaves now, not when
+   the next caller drives; waiters are woken. */
+static void stop_driving(ratel__poll_t *p)
+{
+    flush(p);
+    write_all(p);
+    bury(p);
+    p->driving = 0;
+    wake_done(p);
+    wake_driver(p);
+}
+
 void ratel__poll_wait(ratel__poll_t *p, const int *done)
 {
     while (!*done) {
@@ -748,14 +760,7 @@ void ratel__poll_wait(ratel__poll_t *p, const int *done)
         p->driving = 1;
         while (!*done)
             turn(p, done);
-        /* What the last callbacks queued leaves now, not when the next
-           caller drives. */
-        flush(p);
-        write_all(p);
-        bury(p);
-        p->driving = 0;
-        wake_done(p);
-        wake_driver(p);
+        stop_driving(p);
     }
 }
 
@@ -769,12 +774,7 @@ void ratel__poll_pump(ratel__poll_t *p)
     flush(p);
     write_all(p);
     wait_io(p, 1);
-    flush(p);
-    write_all(p);
-    bury(p);
-    p->driving = 0;
-    wake_done(p);
-    wake_driver(p);
+    stop_driving(p);
 }
 
 /* ------------------------------------------------------------ transport */

@@ -335,113 +335,114 @@ TEST(lease_simulator_every_window)
     }
 }
 
+/* A table, a 100/1s policy and its key "k" holding one slice of
+   `granted` permits fetched at 1.0 s (answered at 1.001 s, lifetime
+   100 ms, ending at 7100 on the store's clock). */
+typedef struct by_hand_s {
+    ratel__lease_table_t *t;
+    test_key_t k;
+    uint64_t fp;
+    ratel_lease_t lease;
+    ratel_decision_t d, reply;
+    ratel__lease_todo_t todo;
+} by_hand_t;
+
+static void by_hand(by_hand_t *h, uint64_t granted)
+{
+    static const char *const rules[] = {"100/1s", NULL};
+
+    h->lease = (ratel_lease_t){.ttl_ms = 100, .max_slice = 10};
+    h->reply = (ratel_decision_t){.allowed = 1, .limit = 100, .remaining = 80};
+    REQUIRE(test_key_init(&h->k, rules) == 0);
+    h->fp = ratel__policy_fingerprint(&h->k.policy);
+    REQUIRE(ratel__lease_table_new(&h->t, 16) == 0);
+    CHECK_EQ(ratel__lease_take(h->t, "k", 1, &h->k.policy, h->fp, &h->lease,
+                               1000000, 1, &h->d, &h->todo),
+             0);
+    CHECK_EQ(h->todo.fetch, 1); /* no rate known yet: the minimum */
+    CHECK_EQ(h->todo.ttl_ms, 100);
+    /* A second take while the fetch is out asks for nothing more. */
+    CHECK_EQ(ratel__lease_take(h->t, "k", 1, &h->k.policy, h->fp, &h->lease,
+                               1000100, 1, &h->d, &h->todo),
+             0);
+    CHECK_EQ(h->todo.fetch, 0);
+    CHECK_EQ(ratel__lease_fill(h->t, "k", 1, h->fp, &h->lease, 1000000, 1001000,
+                               granted, 100, 7100, &h->reply),
+             0);
+}
+
 /* By hand: a take with nothing held asks for a slice; the slice answers
    the next requests locally until it ends, less the margin. */
 TEST(lease_take_fill_spend)
 {
-    static const char *const rules[] = {"100/1s", NULL};
-    ratel_lease_t lease = {.ttl_ms = 100, .max_slice = 10};
-    ratel__lease_table_t *t;
-    ratel__lease_todo_t todo;
-    ratel_decision_t d, reply = {.allowed = 1, .limit = 100, .remaining = 80};
-    test_key_t k;
-    uint64_t fp;
+    by_hand_t h;
 
-    REQUIRE(test_key_init(&k, rules) == 0);
-    fp = ratel__policy_fingerprint(&k.policy);
-    REQUIRE(ratel__lease_table_new(&t, 16) == 0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1000000, 1, &d,
-                               &todo),
-             0);
-    CHECK_EQ(todo.fetch, 1); /* no rate known yet: the minimum */
-    CHECK_EQ(todo.ttl_ms, 100);
-    /* A second take while the fetch is out asks for nothing more. */
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1000100, 1, &d,
-                               &todo),
-             0);
-    CHECK_EQ(todo.fetch, 0);
-    /* 10 granted for 100 ms, sent at 1.0 s, answered at 1.002 s: spent
-       until 1.0 + 0.1 - 0.002 (margin 1 + 100/100 ms). */
-    CHECK_EQ(ratel__lease_fill(t, "k", 1, fp, &lease, 1000000, 1002000, 10, 100,
-                               5100, &reply),
-             0);
+    /* 10 granted for 100 ms, sent at 1.0 s: spent until 1.0 + 0.1 - 0.002
+       (margin 1 + 100/100 ms). */
+    by_hand(&h, 10);
     for (int i = 0; i < 10; i++) {
-        CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease,
-                                   1003000 + i, 1, &d, &todo),
+        CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                                   1003000 + i, 1, &h.d, &h.todo),
                  1);
-        CHECK_EQ(d.allowed, 1);
-        CHECK_EQ(d.source, RATEL_SOURCE_LEASE);
+        CHECK_EQ(h.d.allowed, 1);
+        CHECK_EQ(h.d.source, RATEL_SOURCE_LEASE);
     }
-    CHECK_EQ(__atomic_load_n(&lease.spent, __ATOMIC_RELAXED), 10);
-    CHECK_EQ(__atomic_load_n(&lease.calls, __ATOMIC_RELAXED), 1);
+    CHECK_EQ(__atomic_load_n(&h.lease.spent, __ATOMIC_RELAXED), 10);
+    CHECK_EQ(__atomic_load_n(&h.lease.calls, __ATOMIC_RELAXED), 1);
     /* Another slice, then its end: the unspent permits go back. */
-    ratel__lease_unfetched(t, "k", 1, fp, 0);
-    CHECK_EQ(ratel__lease_fill(t, "k", 1, fp, &lease, 1010000, 1011000, 5, 100,
-                               5200, &reply),
+    ratel__lease_unfetched(h.t, "k", 1, h.fp, 0);
+    CHECK_EQ(ratel__lease_fill(h.t, "k", 1, h.fp, &h.lease, 1010000, 1011000, 5,
+                               100, 5200, &h.reply),
              0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1200000, 1, &d,
-                               &todo),
+    CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                               1200000, 1, &h.d, &h.todo),
              0);
-    CHECK_EQ(todo.unspent, 5);
-    CHECK_EQ(todo.until_ms, 5200);
+    CHECK_EQ(h.todo.unspent, 5);
+    CHECK_EQ(h.todo.until_ms, 5200);
     /* Nothing granted: the key goes to the store, no fetch before the
        store's retry time. */
-    reply.allowed = 0;
-    reply.retry_after_ms = 50;
-    ratel__lease_unfetched(t, "k", 1, fp, 0);
-    CHECK_EQ(ratel__lease_fill(t, "k", 1, fp, &lease, 1200000, 1201000, 0, 0, 0,
-                               &reply),
+    h.reply.allowed = 0;
+    h.reply.retry_after_ms = 50;
+    ratel__lease_unfetched(h.t, "k", 1, h.fp, 0);
+    CHECK_EQ(ratel__lease_fill(h.t, "k", 1, h.fp, &h.lease, 1200000, 1201000, 0,
+                               0, 0, &h.reply),
              0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1202000, 1, &d,
-                               &todo),
+    CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                               1202000, 1, &h.d, &h.todo),
              0);
-    CHECK_EQ(todo.fetch, 0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1251000, 1, &d,
-                               &todo),
+    CHECK_EQ(h.todo.fetch, 0);
+    CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                               1251000, 1, &h.d, &h.todo),
              0);
-    CHECK(todo.fetch > 0);
-    ratel__lease_table_free(t);
+    CHECK(h.todo.fetch > 0);
+    ratel__lease_table_free(h.t);
 }
 
 /* A group refused by another member: the permit a take answered goes back
    into its slice while the slice lives, else it is stranded. */
 TEST(lease_put_back)
 {
-    static const char *const rules[] = {"100/1s", NULL};
-    ratel_lease_t lease = {.ttl_ms = 100, .max_slice = 10};
-    ratel_decision_t d, reply = {.allowed = 1, .limit = 100, .remaining = 90};
-    ratel__lease_table_t *t;
-    ratel__lease_todo_t todo;
-    test_key_t k;
-    uint64_t fp;
+    by_hand_t h;
 
-    REQUIRE(test_key_init(&k, rules) == 0);
-    fp = ratel__policy_fingerprint(&k.policy);
-    REQUIRE(ratel__lease_table_new(&t, 16) == 0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1000000, 1, &d,
-                               &todo),
-             0);
-    CHECK_EQ(ratel__lease_fill(t, "k", 1, fp, &lease, 1000000, 1001000, 3, 100,
-                               7100, &reply),
-             0);
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1002000, 2, &d,
-                               &todo),
+    by_hand(&h, 3);
+    CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                               1002000, 2, &h.d, &h.todo),
              1);
-    CHECK_EQ(todo.taken_end_us, 1000000 + 100000 - 2000);
-    CHECK_EQ(todo.taken_until_ms, 7100);
-    ratel__lease_put_back(t, "k", 1, fp, &lease, 2, todo.taken_end_us,
-                          todo.taken_until_ms, 1003000);
-    CHECK_EQ(__atomic_load_n(&lease.spent, __ATOMIC_RELAXED), 0);
+    CHECK_EQ(h.todo.taken_end_us, 1000000 + 100000 - 2000);
+    CHECK_EQ(h.todo.taken_until_ms, 7100);
+    ratel__lease_put_back(h.t, "k", 1, h.fp, &h.lease, 2, h.todo.taken_end_us,
+                          h.todo.taken_until_ms, 1003000);
+    CHECK_EQ(__atomic_load_n(&h.lease.spent, __ATOMIC_RELAXED), 0);
     /* All three are there again: the slot was emptied and is made anew. */
-    CHECK_EQ(ratel__lease_take(t, "k", 1, &k.policy, fp, &lease, 1004000, 3, &d,
-                               &todo),
+    CHECK_EQ(ratel__lease_take(h.t, "k", 1, &h.k.policy, h.fp, &h.lease,
+                               1004000, 3, &h.d, &h.todo),
              1);
     /* After the slice's end, a put-back strands. */
-    ratel__lease_put_back(t, "k", 1, fp, &lease, 3, todo.taken_end_us,
-                          todo.taken_until_ms, 1099000);
-    CHECK_EQ(__atomic_load_n(&lease.stranded, __ATOMIC_RELAXED), 3);
-    CHECK_EQ(__atomic_load_n(&lease.spent, __ATOMIC_RELAXED), 0);
-    ratel__lease_table_free(t);
+    ratel__lease_put_back(h.t, "k", 1, h.fp, &h.lease, 3, h.todo.taken_end_us,
+                          h.todo.taken_until_ms, 1099000);
+    CHECK_EQ(__atomic_load_n(&h.lease.stranded, __ATOMIC_RELAXED), 3);
+    CHECK_EQ(__atomic_load_n(&h.lease.spent, __ATOMIC_RELAXED), 0);
+    ratel__lease_table_free(h.t);
 }
 
 TEST(lease_bound_text)
