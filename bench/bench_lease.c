@@ -120,6 +120,16 @@ static void send_msg(sim_t *s, int64_t t, const msg_t *msg)
     b->v[b->n++] = *msg;
 }
 
+/* Host h gives back `unspent` permits of the slice ending at until_ms. */
+static void send_unslice(sim_t *s, int64_t t, int h, uint64_t unspent,
+                         int64_t until_ms)
+{
+    msg_t m = {.kind = MSG_UNSLICE, .host = h, .n = unspent};
+
+    m.until_ms = until_ms;
+    send_msg(s, t, &m);
+}
+
 /* The store at true time t: one command. */
 static void store_msg(sim_t *s, int64_t t, const msg_t *m)
 {
@@ -174,11 +184,7 @@ static void host_grant(sim_t *s, int64_t t, const msg_t *m)
         host_us(s, m->host, t), m->n, m->life_ms, m->until_ms, &m->d);
 
     if (unkept)
-        send_msg(s, t,
-                 &(msg_t){.kind = MSG_UNSLICE,
-                          .host = m->host,
-                          .n = unkept,
-                          .until_ms = m->until_ms});
+        send_unslice(s, t, m->host, unkept, m->until_ms);
 }
 
 /* One request at host h at true time t. */
@@ -193,11 +199,7 @@ static void host_request(sim_t *s, int h, int64_t t)
     s->decisions++;
     s->steady_decisions += t >= WARM_MS;
     if (todo.unspent)
-        send_msg(s, t,
-                 &(msg_t){.kind = MSG_UNSLICE,
-                          .host = h,
-                          .n = todo.unspent,
-                          .until_ms = todo.until_ms});
+        send_unslice(s, t, h, todo.unspent, todo.until_ms);
     if (todo.fetch)
         send_msg(s, t,
                  &(msg_t){.kind = MSG_SLICE,

@@ -1,7 +1,8 @@
 # bench/http_lib.sh - what the HTTP benchmarks (rateld.sh, gateway.sh,
 # redis_engine.sh, nginx.sh, lease.sh) share: paths, a temporary folder
 # and the processes to stop on exit, a free port, waiting for a server,
-# the machine header, a median. Sourced; the caller sets `secs` itself.
+# the machine header, a median, dying with a reason, a private
+# redis-server with the module. Sourced; the caller sets `secs` itself.
 # shellcheck shell=bash
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,30 @@ free_port() {
 }
 wait_http() {
     for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
+    return 1
+}
+# die MESSAGE: the benchmark cannot measure: says why, exits 1.
+die() { echo "bench/$(basename "$0"): $*" >&2; exit 1; }
+# need TOOL...: each one on PATH, or die.
+need() {
+    local t
+    for t; do command -v "$t" >/dev/null || die "$t is missing (scripts/setup.sh)"; done
+}
+# redis_start: a private redis-server with the Redis module on a free
+# port ($rport, pid $redis_pid), stopped on exit; 1 when it does not
+# answer (its log: $tmp/redis.log).
+redis_start() {
+    local _
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+        --loadmodule "$build/ratel.so" --daemonize no >"$tmp/redis.log" 2>&1 </dev/null &
+    pids+=($!)
+    # shellcheck disable=SC2034 # read by the benchmarks that source this file
+    redis_pid=$!
+    for _ in $(seq 100); do
+        redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG && return 0
+        sleep 0.1
+    done
     return 1
 }
 # median: the median of the numbers on stdin, one a line (0 for none).

@@ -44,26 +44,12 @@ read -r -a case_list <<<"$cases"
 results=$tmp/results
 : >"$results"
 
-die() { echo "bench/lease.sh: $*" >&2; exit 1; }
-for tool in redis-server redis-cli wrk curl python3; do
-    command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh)"
-done
+need redis-server redis-cli wrk curl python3
 for f in rateld ratel.so bench_lease; do
     [ -e "$build/$f" ] || die "$build/$f is missing (make bench builds it)"
 done
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$tmp" --loadmodule "$build/ratel.so" --daemonize no \
-    >"$tmp/redis.log" 2>&1 </dev/null &
-pids+=($!)
-redis_pid=$!
-for _ in $(seq 100); do
-    redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG && break
-    sleep 0.1
-done
-redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG ||
-    die "redis-server did not start: $(tail -3 "$tmp/redis.log")"
+redis_start || die "redis-server did not start: $(tail -3 "$tmp/redis.log")"
 
 # store_of CASE: the store section of a case; lease_of CASE: its lease.
 store_of() {

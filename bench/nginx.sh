@@ -66,10 +66,7 @@ delay_n=${DELAY_N:-10}
 module=$build/nginx/ngx_http_ratel_module.so
 timed=$top/tests/integration/timed_requests.py
 
-die() { echo "bench/nginx.sh: $*" >&2; exit 1; }
-for tool in nginx wrk curl python3; do
-    command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh)"
-done
+need nginx wrk curl python3
 [ -e "$module" ] || die "$module is missing (make builds it)"
 [ -e "$timed" ] || die "$timed is missing"
 [[ $delay_n =~ ^[1-9][0-9]?$ ]] || die "DELAY_N must be 1 to 99, not $delay_n"
@@ -78,16 +75,7 @@ done
 # are there.
 redis=0
 if command -v redis-server >/dev/null && [ -e "$build/ratel.so" ] && [ -x "$build/rateld" ]; then
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-        --loadmodule "$build/ratel.so" --daemonize no >"$tmp/redis.log" 2>&1 </dev/null &
-    pids+=($!)
-    redis_pid=$!
-    for _ in $(seq 100); do
-        redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG && break
-        sleep 0.1
-    done
-    redis-cli -p "$rport" PING 2>/dev/null | grep -q PONG || die "redis-server did not start: $(tail -3 "$tmp/redis.log")"
+    redis_start || die "redis-server did not start: $(tail -3 "$tmp/redis.log")"
     store_url="redis://127.0.0.1:$rport?mode=module"
     # rateld on that Redis, one worker thread, the auth endpoint answering
     # 403 as docs/gateways.md's snippet expects.

@@ -30,10 +30,7 @@ wrk_secs=${WRK_SECONDS:-5}
 results=$tmp/results
 : >"$results"
 
-die() { echo "bench/redis_engine.sh: $*" >&2; exit 1; }
-for tool in redis-server redis-cli wrk curl python3; do
-    command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh)"
-done
+need redis-server redis-cli wrk curl python3
 for f in bench_redis_async rateld ratel.so; do
     [ -e "$build/$f" ] || die "$build/$f is missing (make bench builds it)"
 done
