@@ -51,6 +51,16 @@ redis_start() {
     done
     return 1
 }
+# worker_of MASTER: the pid of an nginx master's (one) worker, from /proc
+# (the command's name ends with ") ", the parent's pid follows the state).
+worker_of() {
+    local f
+    for f in /proc/[0-9]*/stat; do
+        sed 's/.*) //' "$f" 2>/dev/null | awk -v p="$1" -v f="$f" '$2 == p { split(f, a, "/"); print a[3] }'
+    done | head -1
+}
+# cpu_ticks PID: its CPU time so far (user + system), in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # median: the median of the numbers on stdin, one a line (0 for none).
 median() {
     sort -g | awk '{ v[NR] = $1 } END {

@@ -114,8 +114,8 @@ EOF
     pids+=($!)
     wait_http "http://127.0.0.1:$nport/ngx_zone?key=probe" ||
         die "nginx did not start: $(cat "$d/logs/stderr" "$d/logs/error.log" 2>/dev/null)"
-    # its one worker, for its CPU time (a child of the master)
-    nworker=$(pgrep -P "${pids[-1]}" | head -1)
+    # its one worker, for its CPU time
+    nworker=$(worker_of "${pids[-1]}")
     for c in ngx_zone ngx_redis ngx_lease; do
         port[$c]=$nport
         pid[$c]=$nworker
@@ -138,8 +138,6 @@ counters() {
         /^ratel_decisions_total\{policy="hot",outcome="allowed",source="store"\}/ { store = $2 }
         END { printf "%d %d %d\n", calls, lease, store }'
 }
-# cpu PID: the process's CPU time so far (user + system), in clock ticks.
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 tick=$(getconf CLK_TCK)
 # redis_calls: every call of the ratel commands and FCALL since the
 # last CONFIG RESETSTAT.
@@ -161,11 +159,11 @@ run() {
     local c=$1 out reqs bad before after calls cpu0 rcpu0 cpu1 rcpu1
     read -r -a before <<<"$(counters "$c")"
     redis-cli -p "$rport" CONFIG RESETSTAT >/dev/null
-    cpu0=$(cpu "${pid[$c]}")
-    rcpu0=$(cpu "$redis_pid")
+    cpu0=$(cpu_ticks "${pid[$c]}")
+    rcpu0=$(cpu_ticks "$redis_pid")
     out=$(wrk -t1 -c50 -d"${secs}s" "$(url "$c")" 2>&1)
-    cpu1=$(cpu "${pid[$c]}")
-    rcpu1=$(cpu "$redis_pid")
+    cpu1=$(cpu_ticks "${pid[$c]}")
+    rcpu1=$(cpu_ticks "$redis_pid")
     calls=$(redis_calls)
     read -r -a after <<<"$(counters "$c")"
     reqs=$(awk '/requests in/ { print $1 }' <<<"$out")

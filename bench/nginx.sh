@@ -189,16 +189,6 @@ pids+=($!)
 nginx_pid=$!
 wait_http "http://127.0.0.1:$port/limit_req/allowed" || die "nginx did not start: $(cat "$d/logs/stderr")"
 
-# worker_of MASTER: the pid of an nginx master's (one) worker, from /proc
-# (the command's name ends with ") ", the parent's pid follows the state).
-worker_of() {
-    local f
-    for f in /proc/[0-9]*/stat; do
-        sed 's/.*) //' "$f" 2>/dev/null | awk -v p="$1" -v f="$f" '$2 == p { split(f, a, "/"); print a[3] }'
-    done | head -1
-}
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-
 # wait_log CASE KEY N: (f)'s access log has N lines of KEY (nginx writes
 # a request's line when it is done with it, maybe after the client read
 # the answer).
