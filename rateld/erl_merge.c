@@ -95,7 +95,8 @@ int rateld_erl__merge_domain(ratel__yaml_ctx_t *ctx, const char *file,
         joined.children = malloc((n + m) * sizeof *joined.children);
         if (!joined.children)
             return ratel__yaml_fail(ctx, add->line, "out of memory");
-        memcpy(joined.children, old->children, n * sizeof *old->children);
+        if (n > 0) /* a first file with no descriptors has none */
+            memcpy(joined.children, old->children, n * sizeof *old->children);
         for (size_t i = 0; i < m; i++) {
             joined.children[n + i] = add->root.children[i];
             joined.children[n + i].order += n;
