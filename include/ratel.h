@@ -1043,7 +1043,9 @@ RATEL_API int ratel_store_ping(ratel_store_t *store, char *errbuf,
  * a program that needs a right answer while idle (a readiness probe) pings
  * now and then from a thread of its own (rateld pings once a second). A
  * new store counts as up until a failure is seen. A memory store is
- * always up and never changes.
+ * always up; one with a snapshot (ratel_store_memory_open()) has a
+ * `warning` from a snapshot write that fails (its reason) until one
+ * succeeds, and tells its watcher when the warning begins and ends.
  */
 typedef struct ratel_store_health_s {
     int up;                 /* 1: the store decides with its own state */

@@ -74,6 +74,10 @@ void rateld_health_warn_look(rateld_health_log_t *log,
         return;
     line->what = began ? RATELD_HEALTH_WARN : RATELD_HEALTH_WARN_OVER;
     line->changes = 1;
+    if (began)
+        log->warning_us = now_us;
+    else
+        line->down_ms = (now_us - log->warning_us) / 1000;
     log->warnings_seen = h->warnings;
     log->warning_logged = began;
 }
@@ -141,7 +145,8 @@ static void write_line(rateld_health_t *w, const rateld_health_line_t *line,
         ratel__log("warn", "store warning", "store=%s cause=\"%s\"", w->name,
                    cause);
     } else if (line->what == RATELD_HEALTH_WARN_OVER) {
-        ratel__log("info", "store warning over", "store=%s", w->name);
+        ratel__log("info", "store warning over", "store=%s warned_ms=%lld",
+                   w->name, (long long)line->down_ms);
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct rateld_health_log_s {
     uint64_t unlogged;      /* changes no line has reported yet */
     uint64_t warnings_seen; /* the store's `warnings` at the last line */
     int warning_logged;     /* a warning line is the last said of them */
+    int64_t warning_us;     /* when the logged warning began (now_us) */
     ratel_policy_t budget;
     uint8_t state[256]; /* the budget's state blob */
     size_t state_len;
@@ -56,7 +57,8 @@ enum {
 typedef struct rateld_health_line_s {
     int what;         /* RATELD_HEALTH_NONE, _DOWN or _UP */
     uint64_t changes; /* changes this line stands for (1 normally) */
-    int64_t down_ms;  /* _UP: how long the outage lasted */
+    int64_t down_ms;  /* _UP: how long the outage lasted; _WARN_OVER: how
+                         long since the warning's line */
     int64_t retry_us; /* _NONE with a change unreported: look again at
                          this time (the caller's clock); else 0 */
 } rateld_health_line_t;

@@ -318,9 +318,9 @@ int main(int argc, char **argv)
     }
     if (daemon_listen(&d, config, path) != 0)
         goto out;
-    /* Only a Redis store changes health (a memory store is always up). */
-    if (strcmp(d.store_name, "memory") != 0)
-        watch = rateld_health_start(d.store, d.store_name);
+    /* A Redis store changes health; a memory store warns while its
+       snapshot cannot be written. */
+    watch = rateld_health_start(d.store, d.store_name);
     signals.http = d.http;
     signals.reload = reload;
     signals.ud = &d;

@@ -612,6 +612,20 @@ static void render_store(text_t *t, const ratel_store_stats_t *st)
                "Pipelines written to Redis and read back.", st->round_trips);
     render_one(t, "ratel_store_breaker_open", "gauge",
                "1 while Redis is considered down.", st->breaker_open);
+    if (st->max_bytes == 0)
+        return; /* a Redis store: no snapshot */
+    render_one(t, "ratel_store_snapshot_writes_total", "counter",
+               "Snapshots of the memory store written (store.snapshot).",
+               st->snapshot_writes);
+    render_one(t, "ratel_store_snapshot_errors_total", "counter",
+               "Snapshot writes that failed (the previous file kept).",
+               st->snapshot_errors);
+    render_one(t, "ratel_store_snapshot_bytes", "gauge",
+               "Size of the last snapshot written.", st->snapshot_bytes);
+    emit_header(t, "ratel_store_snapshot_write_seconds", "gauge",
+                "How long writing the last snapshot took.");
+    emit(t, "ratel_store_snapshot_write_seconds %.6f\n",
+         (double)st->snapshot_write_us / 1e6);
 }
 
 /* A counter of every thread's block, summed. */
@@ -707,6 +721,10 @@ char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,
         render_one(&t, "ratel_store_health_changes_total", "counter",
                    "Times the store went down or came back up.",
                    health->transitions);
+        render_one(&t, "ratel_store_warning", "gauge",
+                   "1 while something fails without stopping decisions "
+                   "(a Sentinel, a snapshot write).",
+                   (uint64_t)(health->warning[0] != '\0'));
     }
     render_one(&t, "ratel_config_reloads_total", "counter",
                "Configuration reloads that took effect.", reloads);

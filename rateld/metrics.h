@@ -129,8 +129,9 @@ void rateld_metrics_refused(rateld_metrics_t *m, unsigned thread, int limit);
 /*
  * The Prometheus text exposition (version 0.0.4) of every counter, plus
  * the store's stats (keys, bytes, evictions, expirations, errors,
- * fallbacks, cache hits, breaker state), its health (up, state changes;
- * left out when NULL) and `reloads` / `reload_failures`,
+ * fallbacks, cache hits, breaker state; a memory store's snapshots), its
+ * health (up, state changes, warning; left out when NULL) and `reloads` /
+ * `reload_failures`,
  * into a malloc'd string (*len its length). NULL when out of memory.
  */
 char *rateld_metrics_render(rateld_metrics_t *m, const ratel_store_stats_t *st,

@@ -807,6 +807,25 @@ static void memory_errstr(ratel_store_t *store, char *buf, size_t len)
         buf[0] = '\0';
 }
 
+/* Up, always; with a snapshot, a warning while its writes fail. */
+static void memory_health(ratel_store_t *store, ratel_store_health_t *out)
+{
+    memory_store_t *m = (memory_store_t *)store;
+
+    if (m->snap)
+        ratel__snapshotter_health(m->snap, out);
+    out->up = 1;
+}
+
+static void memory_watch_health(ratel_store_t *store, ratel_store_health_fn fn,
+                                void *ud)
+{
+    memory_store_t *m = (memory_store_t *)store;
+
+    if (m->snap)
+        ratel__snapshotter_watch(m->snap, fn, ud);
+}
+
 /* Frees the first `nshards` shards' contents, then the store itself. */
 static void memory_destroy(memory_store_t *m, uint32_t nshards)
 {
@@ -841,6 +860,8 @@ static const ratel_store_ops_t memory_ops = {
     .acquire_group = memory_acquire_group,
     .stats = memory_stats,
     .errstr = memory_errstr,
+    .health = memory_health,
+    .watch_health = memory_watch_health,
     .free = memory_free,
 };
 

@@ -13,6 +13,7 @@
  * which the nginx module and ratel.pc's users would all have to carry.
  */
 #include "store/snapshot.h"
+#include "store/health.h"
 
 #include "ratel.h"
 
@@ -545,6 +546,10 @@ struct ratel__snapshotter_s {
     char *path;
     ratel__snapshot_stats_t stats; /* under write_lock */
     char errstr[600];              /* under write_lock */
+    /* The store's health: a warning while writes fail (the store still
+       decides; a crash would lose more than an interval). */
+    ratel_health_t health;
+    int warning; /* the health's flag for this source */
 };
 
 static uint64_t monotonic_ns(void)
@@ -596,15 +601,19 @@ int ratel__snapshotter_write(ratel__snapshotter_t *s, int force, char *why,
                              size_t whylen)
 {
     char ignored[600];
-    int rc = 0;
+    int rc = 0, tell = 0;
 
     if (!why || whylen == 0)
         why = ignored, whylen = sizeof ignored;
     why[0] = '\0';
     pthread_mutex_lock(&s->write_lock);
-    if (force || s->failed || atomic_load(&s->changed))
+    if (force || s->failed || atomic_load(&s->changed)) {
         rc = write_once(s, why, whylen);
+        tell = ratel__health_warn(&s->health, &s->warning, rc != 0, why);
+    }
     pthread_mutex_unlock(&s->write_lock);
+    if (tell)
+        ratel__health_notify(&s->health);
     return rc;
 }
 
@@ -659,6 +668,7 @@ int ratel__snapshotter_start(ratel__snapshotter_t **out, const char *path,
     s->interval_ms = interval_ms;
     s->collect = collect;
     s->store = store;
+    ratel__health_init(&s->health);
     pthread_mutex_init(&s->write_lock, NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&attr);
@@ -669,6 +679,7 @@ int ratel__snapshotter_start(ratel__snapshotter_t **out, const char *path,
         pthread_cond_destroy(&s->cond);
         pthread_mutex_destroy(&s->lock);
         pthread_mutex_destroy(&s->write_lock);
+        ratel__health_destroy(&s->health);
         free(s->path);
         free(s);
         return RATEL_EIO;
@@ -682,6 +693,18 @@ void ratel__snapshotter_errstr(ratel__snapshotter_t *s, char *buf, size_t len)
     pthread_mutex_lock(&s->write_lock);
     snprintf(buf, len, "%s", s->errstr);
     pthread_mutex_unlock(&s->write_lock);
+}
+
+void ratel__snapshotter_health(ratel__snapshotter_t *s,
+                               ratel_store_health_t *out)
+{
+    ratel__health_get(&s->health, out);
+}
+
+void ratel__snapshotter_watch(ratel__snapshotter_t *s, ratel_store_health_fn fn,
+                              void *ud)
+{
+    ratel__health_watch(&s->health, fn, ud);
 }
 
 void ratel__snapshotter_stats(ratel__snapshotter_t *s,
@@ -705,6 +728,7 @@ void ratel__snapshotter_stop(ratel__snapshotter_t *s)
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->write_lock);
+    ratel__health_destroy(&s->health);
     free(s->path);
     free(s);
 }

@@ -20,6 +20,8 @@
 #ifndef RATEL_STORE_SNAPSHOT_H
 #define RATEL_STORE_SNAPSHOT_H
 
+#include "ratel.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -149,6 +151,16 @@ void ratel__snapshotter_errstr(ratel__snapshotter_t *s, char *buf, size_t len);
 
 void ratel__snapshotter_stats(ratel__snapshotter_t *s,
                               ratel__snapshot_stats_t *out);
+
+/*
+ * The store's health as the snapshotter sees it: always up, with a
+ * warning (the last failure's reason) from a write that fails until one
+ * succeeds; watchers are told when the warning begins and ends.
+ */
+void ratel__snapshotter_health(ratel__snapshotter_t *s,
+                               ratel_store_health_t *out);
+void ratel__snapshotter_watch(ratel__snapshotter_t *s, ratel_store_health_fn fn,
+                              void *ud);
 
 /*
  * Stops the thread and writes a last snapshot when the store changed

@@ -78,6 +78,45 @@ sed "s|^  snapshot: .*|  snapshot: $tmp/nowhere/rateld.state|" "$dir/rateld.yaml
 out=$(cd "$dir" && "$build/rateld" --check-config elsewhere.yaml 2>&1)
 contains check_config_checks_directory "$out" "store.snapshot: snapshot $tmp/nowhere/rateld.state: its directory $tmp/nowhere: does not exist"
 
+# A snapshot that cannot be written (its directory moved away, as a disk
+# gone or full would do): rateld goes on deciding, logs one warning with
+# the file and the reason, /readyz stays ready and says so, /metrics
+# counts the failed writes; the directory back, the next write succeeds
+# and one line ends the warning.
+mkdir -p "$dir/state"
+sed "s|^  snapshot: .*|  snapshot: state/rateld.state|" "$dir/rateld.yaml" >"$dir/moving.yaml"
+from=$(($(wc -l <"$tmp/rateld.log") + 1))
+start_in "$dir" rateld "$port" "${wrap[@]}" "$build/rateld" --config moving.yaml || { finish; exit 1; }
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
+lines() { tail -n "+$from" "$tmp/rateld.log" | grep -c "msg=\"$1\""; }
+same snapshot_no_warning_at_start "$(metric ratel_store_warning)" 0
+mv "$dir/state" "$dir/state.gone"
+same decides_while_unwritable "$(sms 13800138002)" 200
+wait_for 10 bash -c "[ \"\$(curl -s http://127.0.0.1:$port/metrics | awk '\$1 == \"ratel_store_snapshot_errors_total\" { print \$2 }')\" -ge 2 ]"
+same still_decides_while_unwritable "$(sms 13800138002)" 429
+same warning_metric "$(metric ratel_store_warning)" 1
+ready=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/readyz")
+contains ready_while_unwritable "$ready" ' 200'
+contains ready_says_why "$ready" '"warning":"snapshot state/rateld.state: cannot create'
+wait_for 5 bash -c "tail -n +$from '$tmp/rateld.log' | grep -q 'msg=\"store warning\"'"
+warn=$(tail -n "+$from" "$tmp/rateld.log" | grep 'msg="store warning"')
+echo "# snapshot directory gone: $warn"
+contains warning_names_file_and_reason "$warn" 'cause="snapshot state/rateld.state: cannot create state/rateld.state.tmp-'
+contains warning_says_errno "$warn" 'No such file or directory'
+mv "$dir/state.gone" "$dir/state"
+wait_for 10 bash -c "tail -n +$from '$tmp/rateld.log' | grep -q 'msg=\"store warning over\"'"
+echo "# directory back: $(tail -n "+$from" "$tmp/rateld.log" | grep 'msg="store warning over"')"
+same warning_metric_cleared "$(metric ratel_store_warning)" 0
+same one_warning_line "$(lines 'store warning')" 1
+same one_warning_over_line "$(lines 'store warning over')" 1
+errors=$(metric ratel_store_snapshot_errors_total)
+echo "# failed snapshot writes while the directory was gone: $errors"
+server_stop rateld TERM
+same unwritable_term_exit "$stopped" 0
+start_in "$dir" rateld "$port" "${wrap[@]}" "$build/rateld" --config moving.yaml || { finish; exit 1; }
+same limited_after_recovered_writes "$(sms 13800138002)" 429
+server_stop rateld TERM
+
 # captchad: its send limit (send_phone 1/60s) across a restart.
 cport=$(free_port)
 cdir=$tmp/captchad

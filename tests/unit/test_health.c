@@ -311,6 +311,7 @@ TEST(health_log_warning_lines)
     h.warning[0] = '\0';
     rateld_health_warn_look(&log, &h, T0 + 3 * MS, &line);
     CHECK_EQ(line.what, RATELD_HEALTH_WARN_OVER);
+    CHECK_EQ(line.down_ms, 2); /* since the warning's line */
     rateld_health_warn_look(&log, &h, T0 + 4 * MS, &line);
     CHECK_EQ(line.what, RATELD_HEALTH_NONE);
 }

@@ -340,19 +340,26 @@ static int leftovers(void)
     return system(cmd) == 0;
 }
 
+static void count_notify(void *ud)
+{
+    (*(int *)ud)++;
+}
+
 TEST(snapshot_failed_write_keeps_the_old_one)
 {
     uint8_t before[65536], after[65536];
     size_t n, m;
     ratel_store_t *s = NULL;
     struct rlimit old, small;
+    ratel_store_health_t h;
     char why[600] = "";
-    int rc;
+    int rc, told = 0;
 
     fresh();
     write_store(5);
     n = file_read(path, before, sizeof before);
     REQUIRE(open_store(&s, 0, why, sizeof why) == 0);
+    REQUIRE(ratel_store_watch_health(s, count_notify, &told) == 0);
     for (int i = 0; i < 200; i++) {
         char key[32];
         snprintf(key, sizeof key, "k%d", i);
@@ -373,12 +380,30 @@ TEST(snapshot_failed_write_keeps_the_old_one)
     CHECK_EQ(m, n);
     CHECK(memcmp(before, after, n) == 0);
     CHECK(!leftovers());
-    /* The failure is the store's error until a write succeeds. */
+    /* The failure is the store's error, and its health's warning (the
+       store still up), until a write succeeds; the watcher is told when
+       the warning begins and when it ends. */
     ratel_store_errstr(s, why, sizeof why);
     CHECK(strstr(why, "File too large") != NULL);
+    CHECK_EQ(ratel_store_health(s, &h), 0);
+    CHECK_EQ(h.up, 1);
+    CHECK_EQ(h.transitions, 0);
+    CHECK_EQ(h.warnings, 1);
+    CHECK(strstr(h.warning, "File too large") != NULL);
+    CHECK(strstr(h.warning, path) != NULL);
+    CHECK_EQ(told, 1);
     CHECK_EQ(ratel_store_memory_snapshot(s, why, sizeof why), 0);
     ratel_store_errstr(s, why, sizeof why);
     CHECK_EQ(why[0], '\0');
+    CHECK_EQ(ratel_store_health(s, &h), 0);
+    CHECK_EQ(h.up, 1);
+    CHECK_EQ(h.warnings, 1);
+    CHECK_EQ(h.warning[0], '\0');
+    CHECK_EQ(told, 2);
+    /* A write with nothing new to write tells nothing. */
+    CHECK_EQ(ratel_store_memory_snapshot(s, why, sizeof why), 0);
+    CHECK_EQ(told, 2);
+    ratel_store_watch_health(s, NULL, NULL);
     ratel_store_free(s);
     REQUIRE(open_store(&s, 0, why, sizeof why) == 0);
     CHECK_EQ(keys_of(s), 205);
