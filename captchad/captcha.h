@@ -23,6 +23,7 @@
 #include "app/address.h"
 #include "app/log.h"
 #include "app/phone.h"
+#include "app/watch.h"
 #include "http/http.h"
 #include "ratel.h"
 #include "ratel_internal.h"
@@ -300,6 +301,7 @@ enum { RECOVER_RESENT, RECOVER_FAILED, RECOVER_ACTIONS };
 struct captcha_s {
     captcha_config_t *config;
     ratel_store_t *store;
+    ratel__watch_t *watch; /* logs the store's outages and warnings */
     captcha_codes_t *codes;
     captcha_notices_t *notices;
     captcha_sender_t *sender;

@@ -151,6 +151,10 @@ static int run(captcha_t *app, const char *path)
     app->log_budgets = calloc(c->threads, sizeof *app->log_budgets);
     if (!app->log_budgets || open_stores(app) != 0)
         return 1;
+    /* Redis outages, and a memory store's snapshot that cannot be
+       written, are logged once when they begin and once when they end. */
+    app->watch =
+        ratel__watch_start(app->store, c->store_redis ? "redis" : "memory");
     if (captcha_notices_open(&app->notices, c->sqlite_path, err, sizeof err) !=
         0) {
         ratel__log("error", "cannot open the notice database", "reason=\"%s\"",
@@ -247,6 +251,8 @@ int main(int argc, char **argv)
     ratel_http_server_free(app.http);
     captcha_notices_close(app.notices);
     captcha_codes_free(app.codes);
+    /* Nothing else uses the store: stop watching it before it goes. */
+    ratel__watch_stop(app.watch);
     ratel__store_close(app.store);
     ratel__log("info", "captchad stopped", "status=%d", rc);
     captcha_config_free(app.config);

@@ -13,7 +13,7 @@
 #include "app/options.h"
 #include "app/program.h"
 #include "app/ratelimit.h"
-#include "rateld/health.h"
+#include "app/watch.h"
 #include "rateld/erl.h"
 #include "rateld/rateld.h"
 #include "rateld/rlqs.h"
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
     rateld_t d;
     char err[800];
     ratel__signals_t signals = {.name = "rateld", .drain_ms = DRAIN_MS};
-    rateld_health_t *watch = NULL;
+    ratel__watch_t *watch = NULL;
     int rc = ratel__program_args(&program, argc, argv, &path);
 
     if (rc >= 0)
@@ -320,7 +320,7 @@ int main(int argc, char **argv)
         goto out;
     /* A Redis store changes health; a memory store warns while its
        snapshot cannot be written. */
-    watch = rateld_health_start(d.store, d.store_name);
+    watch = ratel__watch_start(d.store, d.store_name);
     signals.http = d.http;
     signals.reload = reload;
     signals.ud = &d;
@@ -336,7 +336,7 @@ int main(int argc, char **argv)
     ratel__log("info", "rateld stopped", "status=%d", rc);
 out:
     /* No worker uses the store any more: stop watching it before it goes. */
-    rateld_health_stop(watch);
+    ratel__watch_stop(watch);
     daemon_free(&d);
     return rc;
 }

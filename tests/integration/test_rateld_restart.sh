@@ -7,7 +7,10 @@
 # snapshot's file has been rewritten (its interval passed), SIGKILL and a
 # new start keep that one limited too. captchad on captchad/captchad.yaml
 # keeps its send limit across a restart the same way. A corrupt snapshot
-# stops rateld from starting, naming the file and the problem.
+# stops rateld from starting, naming the file and the problem. A snapshot
+# that cannot be written (its directory moved away) is one warning line
+# in rateld and captchad (and /readyz's warning, rateld's metrics), one
+# more when writes succeed again.
 . "$(dirname "$0")/lib.sh"
 require_built rateld captchad
 # RATELD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes rateld and
@@ -137,4 +140,23 @@ got=$(send)
 echo "# captchad send to 13900000001 after SIGTERM and a new start: $got"
 same captchad_limited_after_restart "$got" 429
 server_stop captchad TERM
+
+# captchad watches its store too: the snapshot's directory gone, one
+# warning line naming the file; back, one line ending it.
+mkdir -p "$cdir/state"
+sed "s|^  snapshot: .*|  snapshot: state/captchad.state|" "$cdir/captchad.yaml" >"$cdir/moving.yaml"
+from=$(($(wc -l <"$tmp/captchad.log") + 1))
+start_in "$cdir" captchad "$cport" "${wrap[@]}" "$build/captchad" --config moving.yaml || { finish; exit 1; }
+mv "$cdir/state" "$cdir/state.gone"
+same captchad_sends_while_unwritable "$(send)" 202
+wait_for 10 bash -c "tail -n +$from '$tmp/captchad.log' | grep -q 'msg=\"store warning\"'"
+warn=$(tail -n "+$from" "$tmp/captchad.log" | grep 'msg="store warning"')
+echo "# captchad, snapshot directory gone: $warn"
+contains captchad_warning_names_file "$warn" 'store=memory cause="snapshot state/captchad.state: cannot create'
+mv "$cdir/state.gone" "$cdir/state"
+wait_for 10 bash -c "tail -n +$from '$tmp/captchad.log' | grep -q 'msg=\"store warning over\"'"
+same captchad_one_warning_line "$(tail -n "+$from" "$tmp/captchad.log" | grep -c 'msg="store warning"')" 1
+same captchad_one_warning_over_line "$(tail -n "+$from" "$tmp/captchad.log" | grep -c 'msg="store warning over"')" 1
+server_stop captchad TERM
+same captchad_unwritable_term_exit "$stopped" 0
 finish

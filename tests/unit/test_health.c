@@ -1,6 +1,6 @@
 /*
  * test_health.c - a store's health (lib/store/health.c, ratel_store_health)
- * and rateld's budgeted log of its changes (rateld/health.c).
+ * and the daemons' budgeted log of its changes (server/app/watch.c).
  *
  * The health must follow its sources exactly: down while any source is,
  * up only when the last one recovers, counting every change once, with
@@ -12,7 +12,7 @@
  */
 #include "test.h"
 
-#include "rateld/health.h"
+#include "app/watch.h"
 #include "ratel.h"
 #include "store/health.h"
 
@@ -169,70 +169,70 @@ static ratel_store_health_t after(uint64_t transitions, int64_t outage_ms)
 
 TEST(health_log_one_line_per_change)
 {
-    rateld_health_log_t log;
-    rateld_health_line_t line;
+    ratel__watch_log_t log;
+    ratel__watch_line_t line;
     ratel_store_health_t h = after(0, 0);
 
-    REQUIRE(rateld_health_log_init(&log, NULL) == 0);
-    rateld_health_log_look(&log, &h, T0, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    REQUIRE(ratel__watch_log_init(&log, NULL) == 0);
+    ratel__watch_log_look(&log, &h, T0, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
     CHECK_EQ(line.retry_us, 0);
 
     h = after(1, 0);
-    rateld_health_log_look(&log, &h, T0 + 1 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_DOWN);
+    ratel__watch_log_look(&log, &h, T0 + 1 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_DOWN);
     CHECK_EQ(line.changes, 1);
     /* Looking again without a change writes nothing. */
-    rateld_health_log_look(&log, &h, T0 + 2 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_log_look(&log, &h, T0 + 2 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
 
     h = after(2, 3100);
-    rateld_health_log_look(&log, &h, T0 + 3 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_UP);
+    ratel__watch_log_look(&log, &h, T0 + 3 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_UP);
     CHECK_EQ(line.changes, 1);
     CHECK_EQ(line.down_ms, 3100);
-    rateld_health_log_look(&log, &h, T0 + 4 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_log_look(&log, &h, T0 + 4 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
 }
 
 TEST(health_log_folds_changes_between_looks)
 {
-    rateld_health_log_t log;
-    rateld_health_line_t line;
+    ratel__watch_log_t log;
+    ratel__watch_line_t line;
     ratel_store_health_t h = after(3, 0); /* down, up, down */
 
-    REQUIRE(rateld_health_log_init(&log, NULL) == 0);
-    rateld_health_log_look(&log, &h, T0, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_DOWN);
+    REQUIRE(ratel__watch_log_init(&log, NULL) == 0);
+    ratel__watch_log_look(&log, &h, T0, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_DOWN);
     CHECK_EQ(line.changes, 3);
     /* Up and down again: the state the log gave, but a change it missed
        is still reported. */
     h = after(5, 20);
-    rateld_health_log_look(&log, &h, T0 + 1 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_DOWN);
+    ratel__watch_log_look(&log, &h, T0 + 1 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_DOWN);
     CHECK_EQ(line.changes, 2);
     h = after(6, 30);
-    rateld_health_log_look(&log, &h, T0 + 2 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_UP);
+    ratel__watch_log_look(&log, &h, T0 + 2 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_UP);
     CHECK_EQ(line.changes, 1);
     CHECK_EQ(line.down_ms, 30);
 }
 
 TEST(health_log_budget_holds_a_flapping_store)
 {
-    rateld_health_log_t log;
-    rateld_health_line_t line;
+    ratel__watch_log_t log;
+    ratel__watch_line_t line;
     ratel_store_health_t h;
     int lines = 0;
     uint64_t t = 0;
     int64_t now = T0, retry = 0;
 
     /* "1/1m:gcra,burst=10": a change every 100 ms for 10 s. */
-    REQUIRE(rateld_health_log_init(&log, NULL) == 0);
+    REQUIRE(ratel__watch_log_init(&log, NULL) == 0);
     for (int i = 0; i < 100; i++, now += 100 * MS) {
         h = after(++t, 50);
-        rateld_health_log_look(&log, &h, now, &line);
-        if (line.what != RATELD_HEALTH_NONE) {
+        ratel__watch_log_look(&log, &h, now, &line);
+        if (line.what != RATEL__WATCH_NONE) {
             lines++;
             CHECK_EQ(line.changes, 1);
             CHECK_EQ(line.retry_us, 0);
@@ -244,23 +244,23 @@ TEST(health_log_budget_holds_a_flapping_store)
     CHECK_EQ(lines, 10);
     /* It settles (up, at t = 100). Before the budget is back: nothing. */
     h = after(t, 50);
-    rateld_health_log_look(&log, &h, retry - 1, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_log_look(&log, &h, retry - 1, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
     CHECK(line.retry_us >= retry);
     /* When it is: one line for the state now and the 90 unwritten. */
-    rateld_health_log_look(&log, &h, line.retry_us, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_UP);
+    ratel__watch_log_look(&log, &h, line.retry_us, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_UP);
     CHECK_EQ(line.changes, 90);
-    rateld_health_log_look(&log, &h, now + 120000 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_log_look(&log, &h, now + 120000 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
     CHECK_EQ(line.retry_us, 0);
 }
 
 TEST(health_log_rule_checked)
 {
-    rateld_health_log_t log;
-    CHECK_EQ(rateld_health_log_init(&log, "1/1m:gcra,burst=2"), 0);
-    CHECK_EQ(rateld_health_log_init(&log, "often"), RATEL_ERULE);
+    ratel__watch_log_t log;
+    CHECK_EQ(ratel__watch_log_init(&log, "1/1m:gcra,burst=2"), 0);
+    CHECK_EQ(ratel__watch_log_init(&log, "often"), RATEL_ERULE);
 }
 
 TEST(health_warning_is_no_outage)
@@ -295,25 +295,25 @@ TEST(health_warning_is_no_outage)
 
 TEST(health_log_warning_lines)
 {
-    rateld_health_log_t log;
-    rateld_health_line_t line;
+    ratel__watch_log_t log;
+    ratel__watch_line_t line;
     ratel_store_health_t h = after(0, 0);
 
-    REQUIRE(rateld_health_log_init(&log, NULL) == 0);
-    rateld_health_warn_look(&log, &h, T0, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    REQUIRE(ratel__watch_log_init(&log, NULL) == 0);
+    ratel__watch_warn_look(&log, &h, T0, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
     h.warnings = 1;
     snprintf(h.warning, sizeof h.warning, "Sentinel a:1: no reply");
-    rateld_health_warn_look(&log, &h, T0 + 1 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_WARN);
-    rateld_health_warn_look(&log, &h, T0 + 2 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_warn_look(&log, &h, T0 + 1 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_WARN);
+    ratel__watch_warn_look(&log, &h, T0 + 2 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
     h.warning[0] = '\0';
-    rateld_health_warn_look(&log, &h, T0 + 3 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_WARN_OVER);
+    ratel__watch_warn_look(&log, &h, T0 + 3 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_WARN_OVER);
     CHECK_EQ(line.down_ms, 2); /* since the warning's line */
-    rateld_health_warn_look(&log, &h, T0 + 4 * MS, &line);
-    CHECK_EQ(line.what, RATELD_HEALTH_NONE);
+    ratel__watch_warn_look(&log, &h, T0 + 4 * MS, &line);
+    CHECK_EQ(line.what, RATEL__WATCH_NONE);
 }
 
 RATEL_SUITE(health) = {

@@ -224,8 +224,13 @@ TEST(metrics_exact_text_small_case)
     st.cache_hits = 8;
     st.round_trips = 9;
     st.breaker_open = 1;
+    st.snapshot_writes = 10;
+    st.snapshot_errors = 11;
+    st.snapshot_bytes = 12;
+    st.snapshot_write_us = 1500;
     memset(&health, 0, sizeof health);
     health.transitions = 3; /* down, up, down */
+    snprintf(health.warning, sizeof health.warning, "snapshot x: full");
     char *text = rateld_metrics_render(m, &st, &health, 2, 1, &len);
     REQUIRE(text != NULL);
     static const char want[] =
@@ -384,6 +389,21 @@ TEST(metrics_exact_text_small_case)
         "# HELP ratel_store_breaker_open 1 while Redis is considered down.\n"
         "# TYPE ratel_store_breaker_open gauge\n"
         "ratel_store_breaker_open 1\n"
+        "# HELP ratel_store_snapshot_writes_total Snapshots of the memory "
+        "store written (store.snapshot).\n"
+        "# TYPE ratel_store_snapshot_writes_total counter\n"
+        "ratel_store_snapshot_writes_total 10\n"
+        "# HELP ratel_store_snapshot_errors_total Snapshot writes that failed "
+        "(the previous file kept).\n"
+        "# TYPE ratel_store_snapshot_errors_total counter\n"
+        "ratel_store_snapshot_errors_total 11\n"
+        "# HELP ratel_store_snapshot_bytes Size of the last snapshot written.\n"
+        "# TYPE ratel_store_snapshot_bytes gauge\n"
+        "ratel_store_snapshot_bytes 12\n"
+        "# HELP ratel_store_snapshot_write_seconds How long writing the last "
+        "snapshot took.\n"
+        "# TYPE ratel_store_snapshot_write_seconds gauge\n"
+        "ratel_store_snapshot_write_seconds 0.001500\n"
         "# HELP ratel_store_up 1 while the store answers (from its health, as "
         "/readyz).\n"
         "# TYPE ratel_store_up gauge\n"
@@ -392,6 +412,10 @@ TEST(metrics_exact_text_small_case)
         "came back up.\n"
         "# TYPE ratel_store_health_changes_total counter\n"
         "ratel_store_health_changes_total 3\n"
+        "# HELP ratel_store_warning 1 while something fails without stopping "
+        "decisions (a Sentinel, a snapshot write).\n"
+        "# TYPE ratel_store_warning gauge\n"
+        "ratel_store_warning 1\n"
         "# HELP ratel_config_reloads_total Configuration reloads that took "
         "effect.\n"
         "# TYPE ratel_config_reloads_total counter\n"

@@ -1,10 +1,10 @@
 /*
- * health.h - rateld's watch over its store's health: a thread that keeps
- * the health right while no request comes (a PING every second), and the
- * log lines that report outages and recoveries, one per change, within a
- * budget.
+ * watch.h - a daemon's watch over its store's health (rateld and
+ * captchad): a thread that keeps the health right while no request comes
+ * (a PING every second), and the log lines that report outages,
+ * recoveries and warnings, one per change, within a budget.
  *
- * Why a thread of rateld's and not of the store's: libratel starts no
+ * Why a thread of the daemon's and not of the store's: libratel starts no
  * thread behind its user's back (the caller owns every thread, as with
  * hiredis and libuv), and only a program knows whether it needs an answer
  * while idle. The store learns from its requests at no cost (each failed
@@ -14,26 +14,26 @@
  * only: the workers read the state (ratel_store_health()) and never wait.
  *
  * Log budget. A flapping Redis must not flood the log, so lines are paid
- * for from a GCRA bucket of RATELD_HEALTH_LOG_RULE (ratel's own core):
+ * for from a GCRA bucket of RATEL__WATCH_LOG_RULE (ratel's own core):
  * bursts of 10 lines, then one a minute. A change that finds the bucket
  * empty is not lost: the next line that may be written (the thread wakes
  * for it) reports the state at that time and `changes=N`, the number of
  * changes it stands for.
  */
-#ifndef RATELD_HEALTH_H
-#define RATELD_HEALTH_H
+#ifndef RATEL_APP_WATCH_H
+#define RATEL_APP_WATCH_H
 
 #include "ratel.h"
 
 #include <stdint.h>
 
 /* What lines may be written about the store's health. */
-#define RATELD_HEALTH_LOG_RULE "1/1m:gcra,burst=10"
+#define RATEL__WATCH_LOG_RULE "1/1m:gcra,burst=10"
 /* How often the thread PINGs the store, in milliseconds. */
-#define RATELD_HEALTH_INTERVAL_MS 1000
+#define RATEL__WATCH_INTERVAL_MS 1000
 
 /* What the log has said so far. Plain data, no I/O, time injected. */
-typedef struct rateld_health_log_s {
+typedef struct ratel__watch_log_s {
     int logged_up;          /* the state the last line gave (1 before any) */
     uint64_t seen;          /* the store's `transitions` at the last look */
     uint64_t unlogged;      /* changes no line has reported yet */
@@ -43,32 +43,32 @@ typedef struct rateld_health_log_s {
     ratel_policy_t budget;
     uint8_t state[256]; /* the budget's state blob */
     size_t state_len;
-} rateld_health_log_t;
+} ratel__watch_log_t;
 
 enum {
-    RATELD_HEALTH_NONE,
-    RATELD_HEALTH_DOWN,
-    RATELD_HEALTH_UP,
-    RATELD_HEALTH_WARN,     /* a warning began (h->warning says what) */
-    RATELD_HEALTH_WARN_OVER /* the warnings ended */
+    RATEL__WATCH_NONE,
+    RATEL__WATCH_DOWN,
+    RATEL__WATCH_UP,
+    RATEL__WATCH_WARN,     /* a warning began (h->warning says what) */
+    RATEL__WATCH_WARN_OVER /* the warnings ended */
 };
 
 /* The line a look asks for. */
-typedef struct rateld_health_line_s {
-    int what;         /* RATELD_HEALTH_NONE, _DOWN or _UP */
+typedef struct ratel__watch_line_s {
+    int what;         /* RATEL__WATCH_NONE, _DOWN or _UP */
     uint64_t changes; /* changes this line stands for (1 normally) */
     int64_t down_ms;  /* _UP: how long the outage lasted; _WARN_OVER: how
                          long since the warning's line */
     int64_t retry_us; /* _NONE with a change unreported: look again at
                          this time (the caller's clock); else 0 */
-} rateld_health_line_t;
+} ratel__watch_line_t;
 
 /*
  * Starts a log that has said nothing, with `rule` as its budget (NULL:
- * RATELD_HEALTH_LOG_RULE). Returns 0, or a RATEL_E* code for a rule that
+ * RATEL__WATCH_LOG_RULE). Returns 0, or a RATEL_E* code for a rule that
  * does not parse or whose state would not fit.
  */
-int rateld_health_log_init(rateld_health_log_t *log, const char *rule);
+int ratel__watch_log_init(ratel__watch_log_t *log, const char *rule);
 
 /*
  * Looks at the store's health `h` at `now_us` (microseconds, the caller's
@@ -77,36 +77,36 @@ int rateld_health_log_init(rateld_health_log_t *log, const char *rule);
  * budget allows one, else nothing (with when to look again if a change
  * waits for budget).
  */
-void rateld_health_log_look(rateld_health_log_t *log,
-                            const ratel_store_health_t *h, int64_t now_us,
-                            rateld_health_line_t *line);
+void ratel__watch_log_look(ratel__watch_log_t *log,
+                           const ratel_store_health_t *h, int64_t now_us,
+                           ratel__watch_line_t *line);
 
 /*
  * The same for the store's warnings (what fails without stopping
- * decisions, e.g. one Sentinel of three): a RATELD_HEALTH_WARN line when
- * one began since the last, RATELD_HEALTH_WARN_OVER when they ended, paid
+ * decisions, e.g. one Sentinel of three): a RATEL__WATCH_WARN line when
+ * one began since the last, RATEL__WATCH_WARN_OVER when they ended, paid
  * from the same budget.
  */
-void rateld_health_warn_look(rateld_health_log_t *log,
-                             const ratel_store_health_t *h, int64_t now_us,
-                             rateld_health_line_t *line);
+void ratel__watch_warn_look(ratel__watch_log_t *log,
+                            const ratel_store_health_t *h, int64_t now_us,
+                            ratel__watch_line_t *line);
 
-typedef struct rateld_health_s rateld_health_t;
+typedef struct ratel__watch_s ratel__watch_t;
 
 /*
  * Starts the thread that watches `store` (named `name` in the log, e.g.
  * "redis"; both must outlive it): it registers itself with
- * ratel_store_watch_health(), PINGs every RATELD_HEALTH_INTERVAL_MS and
+ * ratel_store_watch_health(), PINGs every RATEL__WATCH_INTERVAL_MS and
  * logs changes with ratel__log(). Returns it, or NULL (logged) when the
- * thread could not start: rateld then runs without it.
+ * thread could not start: the daemon then runs without it.
  */
-rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name);
+ratel__watch_t *ratel__watch_start(ratel_store_t *store, const char *name);
 
 /*
  * Stops the thread, waiting for a PING in flight (the store's timeouts at
  * most), unregisters it from the store and frees it. Call it only when no
  * other thread uses the store any more. NULL is a no-op.
  */
-void rateld_health_stop(rateld_health_t *watch);
+void ratel__watch_stop(ratel__watch_t *watch);
 
-#endif /* RATELD_HEALTH_H */
+#endif /* RATEL_APP_WATCH_H */

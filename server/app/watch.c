@@ -1,9 +1,9 @@
 /*
- * health.c - the thread that watches the store's health and the budgeted
- * log of its changes (health.h says why it is built this way).
+ * watch.c - the thread that watches the store's health and the budgeted
+ * log of its changes (watch.h says why it is built this way).
  */
-#include "rateld/health.h"
-#include "rateld/rateld.h"
+#include "app/watch.h"
+#include "app/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -13,9 +13,9 @@
 
 /* ------------------------------------------------------------ the log */
 
-int rateld_health_log_init(rateld_health_log_t *log, const char *rule)
+int ratel__watch_log_init(ratel__watch_log_t *log, const char *rule)
 {
-    const char *texts[1] = {rule ? rule : RATELD_HEALTH_LOG_RULE};
+    const char *texts[1] = {rule ? rule : RATEL__WATCH_LOG_RULE};
     int rc;
 
     memset(log, 0, sizeof *log);
@@ -30,8 +30,8 @@ int rateld_health_log_init(rateld_health_log_t *log, const char *rule)
 
 /* Pays for one line from the budget: 1, or 0 with line->retry_us set
    (out of budget, or a clock out of range: try again later). */
-static int budget_take(rateld_health_log_t *log, int64_t now_us,
-                       rateld_health_line_t *line)
+static int budget_take(ratel__watch_log_t *log, int64_t now_us,
+                       ratel__watch_line_t *line)
 {
     ratel_request_t one = RATEL_REQUEST_INIT;
     ratel_decision_t d;
@@ -45,9 +45,9 @@ static int budget_take(rateld_health_log_t *log, int64_t now_us,
     return 0;
 }
 
-void rateld_health_log_look(rateld_health_log_t *log,
-                            const ratel_store_health_t *h, int64_t now_us,
-                            rateld_health_line_t *line)
+void ratel__watch_log_look(ratel__watch_log_t *log,
+                           const ratel_store_health_t *h, int64_t now_us,
+                           ratel__watch_line_t *line)
 {
     memset(line, 0, sizeof *line);
     if (h->transitions > log->seen)
@@ -55,16 +55,16 @@ void rateld_health_log_look(rateld_health_log_t *log,
     log->seen = h->transitions;
     if (log->unlogged == 0 || !budget_take(log, now_us, line))
         return;
-    line->what = h->up ? RATELD_HEALTH_UP : RATELD_HEALTH_DOWN;
+    line->what = h->up ? RATEL__WATCH_UP : RATEL__WATCH_DOWN;
     line->changes = log->unlogged;
     line->down_ms = h->up ? h->last_outage_ms : 0;
     log->logged_up = h->up;
     log->unlogged = 0;
 }
 
-void rateld_health_warn_look(rateld_health_log_t *log,
-                             const ratel_store_health_t *h, int64_t now_us,
-                             rateld_health_line_t *line)
+void ratel__watch_warn_look(ratel__watch_log_t *log,
+                            const ratel_store_health_t *h, int64_t now_us,
+                            ratel__watch_line_t *line)
 {
     int began = h->warning[0] && h->warnings != log->warnings_seen,
         over = !h->warning[0] && log->warning_logged;
@@ -72,7 +72,7 @@ void rateld_health_warn_look(rateld_health_log_t *log,
     memset(line, 0, sizeof *line);
     if ((!began && !over) || !budget_take(log, now_us, line))
         return;
-    line->what = began ? RATELD_HEALTH_WARN : RATELD_HEALTH_WARN_OVER;
+    line->what = began ? RATEL__WATCH_WARN : RATEL__WATCH_WARN_OVER;
     line->changes = 1;
     if (began)
         log->warning_us = now_us;
@@ -84,14 +84,14 @@ void rateld_health_warn_look(rateld_health_log_t *log,
 
 /* --------------------------------------------------------- the thread */
 
-struct rateld_health_s {
+struct ratel__watch_s {
     ratel_store_t *store;
     const char *name;
     pthread_t tid;
     pthread_mutex_t lock;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC */
     int stop, poked;
-    rateld_health_log_t log;
+    ratel__watch_log_t log;
 };
 
 static int64_t mono_ms(void)
@@ -105,7 +105,7 @@ static int64_t mono_ms(void)
    writing; a worker that noticed the change only takes a lock). */
 static void poke(void *ud)
 {
-    rateld_health_t *w = ud;
+    ratel__watch_t *w = ud;
 
     pthread_mutex_lock(&w->lock);
     w->poked = 1;
@@ -125,7 +125,7 @@ static void clean(const char *in, char *out, size_t len)
     out[i] = '\0';
 }
 
-static void write_line(rateld_health_t *w, const rateld_health_line_t *line,
+static void write_line(ratel__watch_t *w, const ratel__watch_line_t *line,
                        const ratel_store_health_t *h)
 {
     char cause[sizeof h->cause], changes[48] = "";
@@ -133,25 +133,25 @@ static void write_line(rateld_health_t *w, const rateld_health_line_t *line,
     if (line->changes > 1)
         snprintf(changes, sizeof changes, " changes=%llu",
                  (unsigned long long)line->changes);
-    if (line->what == RATELD_HEALTH_DOWN) {
+    if (line->what == RATEL__WATCH_DOWN) {
         clean(h->cause, cause, sizeof cause);
         ratel__log("warn", "store down", "store=%s cause=\"%s\"%s", w->name,
                    cause, changes);
-    } else if (line->what == RATELD_HEALTH_UP) {
+    } else if (line->what == RATEL__WATCH_UP) {
         ratel__log("info", "store up", "store=%s down_ms=%lld%s", w->name,
                    (long long)line->down_ms, changes);
-    } else if (line->what == RATELD_HEALTH_WARN) {
+    } else if (line->what == RATEL__WATCH_WARN) {
         clean(h->warning, cause, sizeof cause);
         ratel__log("warn", "store warning", "store=%s cause=\"%s\"", w->name,
                    cause);
-    } else if (line->what == RATELD_HEALTH_WARN_OVER) {
+    } else if (line->what == RATEL__WATCH_WARN_OVER) {
         ratel__log("info", "store warning over", "store=%s warned_ms=%lld",
                    w->name, (long long)line->down_ms);
     }
 }
 
 /* Sleeps until poked, stopped or `deadline` (monotonic ms); 0 on stop. */
-static int wait_until(rateld_health_t *w, int64_t deadline)
+static int wait_until(ratel__watch_t *w, int64_t deadline)
 {
     int go;
 
@@ -174,27 +174,27 @@ static int wait_until(rateld_health_t *w, int64_t deadline)
  */
 static void *watch_main(void *arg)
 {
-    rateld_health_t *w = arg;
-    int64_t next_ping = mono_ms() + RATELD_HEALTH_INTERVAL_MS;
+    ratel__watch_t *w = arg;
+    int64_t next_ping = mono_ms() + RATEL__WATCH_INTERVAL_MS;
     int64_t deadline = 0; /* look at once: the state may be down already */
 
     while (wait_until(w, deadline)) {
         ratel_store_health_t h;
-        rateld_health_line_t line;
+        ratel__watch_line_t line;
         int64_t now_us;
 
         if (mono_ms() >= next_ping) {
             ratel_store_ping(w->store, NULL, 0);
-            next_ping = mono_ms() + RATELD_HEALTH_INTERVAL_MS;
+            next_ping = mono_ms() + RATEL__WATCH_INTERVAL_MS;
         }
         ratel_store_health(w->store, &h);
         now_us = ratel_clock_now_us();
         deadline = next_ping;
         for (int warn = 0; warn < 2; warn++) {
             if (warn)
-                rateld_health_warn_look(&w->log, &h, now_us, &line);
+                ratel__watch_warn_look(&w->log, &h, now_us, &line);
             else
-                rateld_health_log_look(&w->log, &h, now_us, &line);
+                ratel__watch_log_look(&w->log, &h, now_us, &line);
             write_line(w, &line, &h);
             if (line.retry_us > now_us &&
                 mono_ms() + (line.retry_us - now_us) / 1000 < deadline)
@@ -204,12 +204,12 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name)
+ratel__watch_t *ratel__watch_start(ratel_store_t *store, const char *name)
 {
-    rateld_health_t *w = calloc(1, sizeof *w);
+    ratel__watch_t *w = calloc(1, sizeof *w);
     pthread_condattr_t attr;
 
-    if (!w || rateld_health_log_init(&w->log, NULL) != 0) {
+    if (!w || ratel__watch_log_init(&w->log, NULL) != 0) {
         ratel__log("error", "cannot watch the store's health",
                    "reason=\"out of memory\"");
         free(w);
@@ -235,7 +235,7 @@ rateld_health_t *rateld_health_start(ratel_store_t *store, const char *name)
     return w;
 }
 
-void rateld_health_stop(rateld_health_t *w)
+void ratel__watch_stop(ratel__watch_t *w)
 {
     if (!w)
         return;
