@@ -2,9 +2,10 @@
 # captchad never waits for Redis: with the server SIGSTOPped while clients
 # keep asking /captcha/send on captchad's one worker, /healthz and
 # /metrics answer at once (a generous ceiling of 100 ms each, not a
-# benchmark), every send is answered at its own deadline (timeout_ms 300)
-# and after SIGCONT sends are decided by Redis again (202, the code in
-# Redis). Twice: failure policy `closed` (429 from the per-IP policy) and
+# benchmark), the hang is one outage in captchad's log (one store down
+# line, one store up), every send is answered at its own deadline
+# (timeout_ms 300) and after SIGCONT sends are decided by Redis again
+# (202, the code in Redis). Twice: failure policy `closed` (429 from the per-IP policy) and
 # `local` (the embedded store admits; the code store, in the same hung
 # Redis, cannot take the code: 503, the permits given back). The slowest
 # /healthz or /metrics seen is printed.
@@ -90,6 +91,12 @@ EOF
         fail "${policy}_clients_saw_policy" "no client send was decided by the failure policy"
     server_stop "captchad-$policy"
     same "${policy}_exit_status" "$stopped" 0
+    # The hang is one outage in captchad's log: a line when it began, one
+    # when it ended.
+    log=$(cat "$tmp/captchad-$policy.log")
+    same "${policy}_one_store_down_line" "$(grep -c 'msg="store down" store=redis' <<<"$log")" 1
+    same "${policy}_one_store_up_line" "$(grep -c 'msg="store up" store=redis' <<<"$log")" 1
+    echo "# $policy: $(grep -o 'msg="store up".*' <<<"$log")"
 }
 
 hang closed 429 13700000001
