@@ -39,7 +39,6 @@
 #define SLOTS 4096             /* the buckets' hash table */
 #define STREAM_SUBS_MAX 4096   /* bucket_ids one stream may subscribe to */
 #define DECODE_BYTES (4 << 20) /* one decoded message, at most */
-#define RLQS_SERVICE "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
 typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports
     reports_t;
@@ -746,21 +745,27 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ----------------------------------------------------------- streams */
 
-static void *on_open(void *ud, ratel_grpc_call_t *call,
-                     const ratel_grpc_request_t *req)
+int rateld_rlqs_on(rateld_t *d, unsigned thread)
 {
-    rateld_t *d = ud;
-    rateld_worker_t *w = &d->workers[req->thread];
+    rateld_worker_t *w = &d->workers[thread];
     int took = w->gen == NULL;
     int on = d->rlqs && rateld_take_gen(d, w)->config->rlqs;
-    rlqs_worker_t *rw;
-    stream_t *s;
 
     if (took) {
         w->gen = NULL;
         atomic_store(&w->active, 0);
     }
-    if (!on) {
+    return on;
+}
+
+static void *on_open(void *ud, ratel_grpc_call_t *call,
+                     const ratel_grpc_request_t *req)
+{
+    rateld_t *d = ud;
+    rlqs_worker_t *rw;
+    stream_t *s;
+
+    if (!rateld_rlqs_on(d, req->thread)) {
         rateld_metrics_grpc(d->metrics, req->thread, RATEL_GRPC_UNIMPLEMENTED);
         ratel_grpc_finish(call, RATEL_GRPC_UNIMPLEMENTED,
                           "the rate limit quota service is not configured "
@@ -827,7 +832,7 @@ static void on_closed(void *ud, void *state)
 }
 
 const ratel_grpc_stream_method_t rateld_rlqs_method = {
-    .path = "/" RLQS_SERVICE "/StreamRateLimitQuotas",
+    .path = "/" RATELD_RLQS_SERVICE "/StreamRateLimitQuotas",
     .open = on_open,
     .message = on_message,
     .drain = on_drain,

@@ -85,6 +85,14 @@ const rateld_rlqs_bucket_t *rateld_rlqs_match(const struct rateld_config_s *c,
 /* The streaming method for the gRPC listener's table (rlqs.c). */
 extern const ratel_grpc_stream_method_t rateld_rlqs_method;
 
+/* The service's name, as gRPC health checks ask for it. */
+#define RATELD_RLQS_SERVICE                                                    \
+    "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+/* Whether the configuration worker `thread` runs with has an rlqs:
+   section (the service is served), from a gRPC call's handler. */
+int rateld_rlqs_on(struct rateld_s *d, unsigned thread);
+
 /*
  * The server's state (rlqs.c): every bucket, and a timer on each worker's
  * loop that re-assigns its streams' buckets (and abandons the buckets a

@@ -17,6 +17,7 @@
 #include "app/ratelimit.h"
 #include "rateld/erl.h"
 #include "rateld/rateld.h"
+#include "rateld/rlqs.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 
@@ -595,7 +596,9 @@ static void should_rate_limit(rateld_t *d, ratel_grpc_call_t *call,
 }
 
 /* grpc.health.v1.Health/Check: SERVING while the store is ready (as
-   /readyz), for "" and the rate limit service; NOT_FOUND for others. */
+   /readyz), for "" and the rate limit service; for the rate limit quota
+   service (which assigns without the store) SERVING while an rlqs:
+   section configures it; NOT_FOUND for others. */
 static void health_check(rateld_t *d, ratel_grpc_call_t *call,
                          const ratel_grpc_request_t *req)
 {
@@ -605,23 +608,28 @@ static void health_check(rateld_t *d, ratel_grpc_call_t *call,
     Grpc__Health__V1__HealthCheckResponse resp =
         GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     ratel_store_health_t h;
+    int rlqs, known;
 
     if (!q) {
         answer_status(d, req->thread, call, RATEL_GRPC_INTERNAL,
                       "cannot decode the HealthCheckRequest");
         return;
     }
-    if (q->service[0] &&
-        strcmp(q->service, "envoy.service.ratelimit.v3.RateLimitService")) {
-        grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+    rlqs = strcmp(q->service, RATELD_RLQS_SERVICE) == 0;
+    known = !q->service[0] || rlqs ||
+            !strcmp(q->service, "envoy.service.ratelimit.v3.RateLimitService");
+    grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+    if (!known || (rlqs && !rateld_rlqs_on(d, req->thread))) {
         answer_status(d, req->thread, call, RATEL_GRPC_NOT_FOUND,
-                      "unknown service; served: \"\" and "
-                      "envoy.service.ratelimit.v3.RateLimitService");
+                      rlqs ? "the rate limit quota service is not configured "
+                             "(rlqs: in rateld's configuration)"
+                           : "unknown service; served: \"\", "
+                             "envoy.service.ratelimit.v3.RateLimitService "
+                             "and, with rlqs:, " RATELD_RLQS_SERVICE);
         return;
     }
-    grpc__health__v1__health_check_request__free_unpacked(q, NULL);
     resp.status =
-        ratel_store_health(d->store, &h) == 0 && h.up
+        rlqs || (ratel_store_health(d->store, &h) == 0 && h.up)
             ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     rateld_metrics_grpc(d->metrics, req->thread, RATEL_GRPC_OK);

@@ -64,6 +64,8 @@ same example_other_ip "$(rls "$g1" ratel remote_address=10.0.0.9 | cut -c1-3)" "
 same health_serving "$(health "$g1")" SERVING
 same health_rls "$(health "$g1" envoy.service.ratelimit.v3.RateLimitService)" SERVING
 contains health_unknown "$(health "$g1" no.such.Service)" "ERROR NOT_FOUND"
+contains health_rlqs_not_configured "$(health "$g1" envoy.service.rate_limit_quota.v3.RateLimitQuotaService)" \
+    "ERROR NOT_FOUND the rate limit quota service is not configured"
 contains unknown_domain "$(rls "$g1" nosuch remote_address=1.2.3.4)" "ERROR FAILED_PRECONDITION unknown domain"
 contains unmatched_key "$(rls "$g1" ratel other_key=1)" "OK [OK]"
 contains no_descriptors "$(rls "$g1" ratel)" "ERROR INVALID_ARGUMENT"

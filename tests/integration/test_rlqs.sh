@@ -60,6 +60,9 @@ contains check_ok "$("$rateld" --check-config "$tmp/rateld.yaml" 2>&1)" "rateld.
 
 if server_start rateld "$h" "${rateld_wrap[@]}" "$rateld" --config "$tmp/rateld.yaml"; then
     pid=$server_pid
+    # gRPC health: the quota service is served while rlqs: configures it.
+    same health_rlqs_serving "$("$py" "$lib_here/rls_client.py" health "127.0.0.1:$g" \
+        envoy.service.rate_limit_quota.v3.RateLimitQuotaService)" SERVING
     out=$("$py" "$lib_here/rlqs_client.py" three "127.0.0.1:$g" "$pid" \
         "$tmp/rateld.yaml" "$tmp/nobucket.yaml" 2>&1)
     printf '%s\n' "$out" | grep -E '^(ok|FAIL|#) '
