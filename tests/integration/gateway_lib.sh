@@ -24,11 +24,7 @@ client=127.0.0.2
 # snippet NAME: the fenced block after "<!-- snippet: NAME -->", with the
 # page's ports and paths replaced by this test's.
 snippet() {
-    awk -v want="<!-- snippet: $1 -->" '
-        $0 == want { found = 1; next }
-        found == 1 && /^```/ { found = 2; next }
-        found == 2 && /^```/ { exit }
-        found == 2 { print }' "$docs" |
+    doc_snippet "$docs" "$1" |
         sed -e "s/8080/$rport/g; s/8000/$gport/g; s/8081/$fport/g" \
             -e "s/8082/$aport/g; s/2019/$cport/g; s#/srv/www#$tmp/www#g" \
             -e "s#/usr/local/share/ratel/examples/gateways/#$root/examples/gateways/#g"

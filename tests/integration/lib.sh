@@ -189,6 +189,26 @@ config_refused() {
     contains "$1" "$("$build/rateld" --check-config "$tmp/refused.yaml" 2>&1)" "$3"
 }
 
+# doc_snippet FILE NAME: the fenced block after "<!-- snippet: NAME -->"
+# in FILE (a page's block another test runs as printed).
+doc_snippet() {
+    awk -v want="<!-- snippet: $2 -->" '
+        $0 == want { found = 1; next }
+        found == 1 && /^```/ { found = 2; next }
+        found == 2 && /^```/ { exit }
+        found == 2 { print }' "$1"
+}
+
+# doc_snippet_output FILE NAME: the ```text block after that snippet (what
+# the page shows it printing).
+doc_snippet_output() {
+    awk -v want="<!-- snippet: $2 -->" '
+        $0 == want { s = 1 }
+        s && /^```text/ { t = 1; next }
+        t && /^```/ { exit }
+        t { print }' "$1"
+}
+
 # contains NAME TEXT SUBSTRING
 contains() {
     if [[ $2 == *"$3"* ]]; then ok "$1"; else fail "$1" "[${2:0:300}] lacks [$3]"; fi

@@ -266,7 +266,7 @@ stop app
 h6=$(free_port)
 g6=$(free_port)
 # doc_block PAGE NAME: the fenced block after "<!-- snippet: NAME -->".
-doc_block() { sed -n "/^<!-- snippet: $2 -->\$/,/^\`\`\`\$/p" "$root/docs/$1" | sed '1,/^```/d;$d'; }
+doc_block() { doc_snippet "$root/docs/$1" "$2"; }
 mkdir -p "$tmp/merge"
 doc_block envoy.md envoy-merge-a >"$tmp/merge/a.yaml"
 doc_block envoy.md envoy-merge-b >"$tmp/merge/b.yaml"

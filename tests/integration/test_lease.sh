@@ -19,20 +19,10 @@ rport=$(redis_start) || { fail redis "did not start"; finish; exit 1; }
 
 # The snippet NAME of docs/deployment.md, its ports replaced.
 snippet() {
-    awk -v want="<!-- snippet: $1 -->" '
-        $0 == want { found = 1; next }
-        found == 1 && /^```/ { found = 2; next }
-        found == 2 && /^```/ { exit }
-        found == 2 { print }' "$docs" |
-        sed -e "s/8080/$2/g; s/6379/$rport/g"
+    doc_snippet "$docs" "$1" | sed -e "s/8080/$2/g; s/6379/$rport/g"
 }
 # The text block after the snippet: what --check-config prints.
-shown_bound() {
-    awk '/<!-- snippet: rateld-lease -->/ { s = 1 }
-         s && /^```text/ { t = 1; next }
-         t && /^```/ { exit }
-         t { print }' "$docs"
-}
+shown_bound() { doc_snippet_output "$docs" rateld-lease; }
 
 # metric PORT NAME_AND_LABELS: a counter's value on rateld's /metrics.
 metric() {

@@ -143,10 +143,7 @@ snippet_run() {
     port=$(free_port)
     mkdir -p "$dir/html"
     echo ok >"$dir/html/index.html"
-    awk '$0 == "<!-- snippet: nginx-lease -->" { s = 1; next }
-         s == 1 && /^```/ { s = 2; next }
-         s == 2 && /^```/ { exit }
-         s == 2 { print }' "$root/docs/nginx.md" |
+    doc_snippet "$root/docs/nginx.md" nginx-lease |
         sed -e "s/127.0.0.1:8000/127.0.0.1:$port/; s/6379/$rport/; s|proxy_pass http://127.0.0.1:8081;|root $dir/html; try_files /index.html =404;|" |
         nginx_conf "$dir" 2
     contains snippet_found "$(cat "$dir/nginx.conf")" 'lease='
@@ -157,11 +154,8 @@ snippet_run() {
     same snippet_answers "$(sort -u "$tmp/page.codes" | tr '\n' ' ')" "200 "
     grep -h 'is leased' "$dir/logs/error.log" | sed 's/^.*ratel_zone/# ratel_zone/'
     # The page shows the line the log says, in the text block after it.
-    contains snippet_bound "$(cat "$dir/logs/error.log")" "$(awk '
-        $0 == "<!-- snippet: nginx-lease -->" { s = 1 }
-        s && /^```text/ { t = 1; next }
-        t && /^```/ { exit }
-        t { print }' "$root/docs/nginx.md")"
+    contains snippet_bound "$(cat "$dir/logs/error.log")" \
+        "$(doc_snippet_output "$root/docs/nginx.md" nginx-lease)"
     echo "# the snippet: Redis decided $acquires of 200 requests"
     [ "$acquires" -le 100 ] && ok snippet_from_slices ||
         fail snippet_from_slices "Redis decided $acquires of 200"

@@ -41,8 +41,7 @@ YAML
 # The rateld file docs/envoy.md prints (<!-- snippet: rlqs-rateld -->), as
 # printed but for its ports and the (empty) ERL directory; and the same
 # without the bucket, for the reload.
-awk '/<!-- snippet: rlqs-rateld -->/ { f = 1; next } f && /^```/ { if (p) exit; p = 1; next } p' \
-    "$root/docs/envoy.md" >"$tmp/snippet.yaml"
+doc_snippet "$root/docs/envoy.md" rlqs-rateld >"$tmp/snippet.yaml"
 sed -e "s/^listen: 127.0.0.1:8080/listen: 127.0.0.1:$h/" \
     -e "s/^  listen: 127.0.0.1:8081/  listen: 127.0.0.1:$g/" \
     -e "s/config_dir: ratelimit/config_dir: erl/" "$tmp/snippet.yaml" >"$tmp/rateld.yaml"
