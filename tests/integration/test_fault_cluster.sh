@@ -10,13 +10,16 @@
 #   promoted its replica, the first decision from Redis for a key of its
 #   slots comes within 2 s (printed); later ones all come from Redis;
 #   /readyz is ready and stays so; the health changed twice (one outage,
-#   down then up). A fresh CLI and the synchronous API (cluster_sync.c,
-#   running through the kill) decide from Redis too. A second rateld
+#   down then up). A fresh CLI, the synchronous API (cluster_sync.c,
+#   running through the kill) and the nginx module's Redis mode (its
+#   engine on nginx's loop, asked for the dead master's keys) decide from
+#   Redis too, within 2 s of the promotion. A second rateld
 #   without traffic goes down and up once, from its health check alone.
 #
 # FAULT_KEEP=DIR keeps the answers' logs (load.log, sync.log: UNIX_MS KEY
 # SOURCE), rateld's log and the kill's and promotion's instants (times).
 . "$(dirname "$0")/lib.sh"
+. "$lib_here/nginx_lib.sh"
 require_built rateld ratel cluster_sync
 # RATELD_WRAP (e.g. "valgrind -q --error-exitcode=99") prefixes rateld.
 read -r -a rateld_wrap <<<"${RATELD_WRAP:-}"
@@ -145,6 +148,39 @@ same graceful_by_policy "$by_policy" 0
 same graceful_health_changes "$(metric ratel_store_health_changes_total)" "$changes_before"
 
 # ------------------------------------------------------- kill -9
+# The nginx module's Redis mode on the same cluster (its engine on the
+# worker's loop, on_failure closed: a 200 is Redis's decision), asked
+# for the dead master's keys one after another.
+ngx_log=$tmp/ngx.log
+: >"$ngx_log"
+nport=$(free_port)
+nginx_conf "$tmp/ngx" 1 <<EOF
+    ratel_zone zone=c:1m store=redis+cluster://$seeds?on_failure=closed&timeout_ms=250;
+    ratel_policy fault 1000000/1m;
+    server {
+        listen 127.0.0.1:$nport;
+        location = /a { ratel zone=c policy=fault key=\$arg_k; empty_gif; }
+    }
+EOF
+ngx_load() {
+    local i=0 k c
+    while :; do
+        k=${victim_keys[i % ${#victim_keys[@]}]}
+        i=$((i + 1))
+        c=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$nport/a?k=$k")
+        if [ "$c" = 200 ]; then c=store; else c="closed$c"; fi
+        echo "$(now_ms) fault:$k $c" >>"$ngx_log"
+        sleep 0.02
+    done
+}
+ngx_on=0
+if nginx_start "$tmp/ngx" "http://127.0.0.1:$nport/a?k=warm"; then
+    ngx_on=1
+    ngx_load &
+    echo $! >"$tmp/pids/ngx_load"
+    wait_for 10 has_first_store "$(now_ms)" "fault:($dead)" "$ngx_log" ||
+        fail ngx_start_store "no decision from Redis through nginx"
+fi
 sync_log=$tmp/sync.log
 "$build/cluster_sync" "redis+cluster://$seeds?on_failure=local" 60 30 "${victim_keys[@]/#/fault:}" \
     >"$sync_log" 2>"$tmp/sync.err" &
@@ -176,13 +212,29 @@ if [ -n "$first" ]; then
 else
     fail sync_store_within_2s "none within 10 s of the promotion"
 fi
-echo "# decisions by the failure policy from the kill to the promotion: $(count "$t_kill" "$t_promo" '.*' 'local|error') (rateld), $(count "$t_kill" "$t_promo" '.*' 'local|error' "$sync_log") (synchronous API)"
+if [ "$ngx_on" = 1 ]; then
+    outage=$(first_failure "$t_kill" "fault:($dead)" "$ngx_log")
+    wait_for 10 has_first_store "${outage:-$t_kill}" "fault:($dead)" "$ngx_log"
+    first=$(first_store "${outage:-$t_kill}" "fault:($dead)" "$ngx_log")
+    if [ -n "$first" ]; then
+        echo "# first decision from Redis for the dead master's keys: $((first - t_promo)) ms after the promotion (nginx module)"
+        [ $((first - t_promo)) -le 2000 ] && ok ngx_store_within_2s ||
+            fail ngx_store_within_2s "$((first - t_promo)) ms after the promotion"
+    else
+        fail ngx_store_within_2s "none within 10 s of the promotion"
+    fi
+fi
+echo "# decisions by the failure policy from the kill to the promotion: $(count "$t_kill" "$t_promo" '.*' 'local|error') (rateld), $(count "$t_kill" "$t_promo" '.*' 'local|error' "$sync_log") (synchronous API), $(count "$t_kill" "$t_promo" '.*' 'closed.*' "$ngx_log") (nginx module)"
 
 # Every engine has the new map 2 s after the promotion: Redis decides all.
 sleep 3
 t_late=$(now_ms)
 same after_all_store "$(count "$((t_promo + 2000))" "$t_late" '.*' 'local|error')" 0
 same sync_after_all_store "$(count "$((t_promo + 2000))" "$t_late" '.*' 'local|error' "$sync_log")" 0
+if [ "$ngx_on" = 1 ]; then
+    same ngx_after_all_store "$(count "$((t_promo + 2000))" "$t_late" '.*' 'closed.*' "$ngx_log")" 0
+    same ngx_after_some_store "$(($(count "$((t_promo + 2000))" "$t_late" '.*' 'store' "$ngx_log") > 0))" 1
+fi
 wait_for 5 ready || fail ready "/readyz: $(curl -s "$base/readyz")"
 codes=""
 for _ in $(seq 8); do
@@ -210,8 +262,12 @@ cli=$("$build/ratel" acquire --store "redis+cluster://$seeds" --rule 1000000/1m 
 same cli_store "$(echo "$cli" | cut -f7)" store
 
 kill "$(cat "$tmp/pids/load")" "$(cat "$tmp/pids/sync")" 2>/dev/null
+if [ "$ngx_on" = 1 ]; then
+    kill "$(cat "$tmp/pids/ngx_load")" 2>/dev/null
+    nginx_stop "$tmp/ngx"
+fi
 if [ -n "${FAULT_KEEP:-}" ]; then
-    cp "$load_log" "$sync_log" "$tmp/rateld.log" "$FAULT_KEEP/"
+    cp "$load_log" "$sync_log" "$ngx_log" "$tmp/rateld.log" "$FAULT_KEEP/"
     echo "t_kill=$t_kill t_promo=$t_promo" >"$FAULT_KEEP/times"
 fi
 server_stop rateld
