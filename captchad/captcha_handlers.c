@@ -8,6 +8,7 @@
  *   GET  /notices               ?telephone= (admin token): notice rows
  *   GET  /metrics               Prometheus text
  *   GET  /healthz               the process answers
+ *   GET  /readyz                the store decides (rateld's /readyz)
  *
  * A worker never waits for the ratel store: a request that needs it is a
  * flow (below) answered from the store's callback on the worker's loop,
@@ -886,6 +887,22 @@ static int admin_ok(const captcha_t *app, const ratel_http_request_t *req)
     return diff == 0;
 }
 
+/* /readyz: 200 while the rate-limit store is up, else 503 with the
+   cause, as rateld's (the store's health as last seen, never waiting). */
+static void handle_ready(captcha_t *app, ratel_http_exchange_t *ex)
+{
+    int ready = 0;
+    char *body = ratel__ready_body(
+        app->store, app->config->store_redis ? "redis" : "memory", &ready);
+
+    if (!body) {
+        respond_error(ex, 500, "out of memory");
+        return;
+    }
+    respond_json(ex, ready ? 200 : 503, body, strlen(body));
+    free(body);
+}
+
 static void handle_notices(captcha_t *app, ratel_http_exchange_t *ex,
                            const ratel_http_request_t *req)
 {
@@ -950,12 +967,14 @@ void captcha_handle(void *ud, ratel_http_exchange_t *ex,
         captcha_metrics(app, ex);
     else if (str_is(req->path, "/healthz") && get)
         respond_json(ex, 200, "{\"ok\":true}\n", 12);
+    else if (str_is(req->path, "/readyz") && get)
+        handle_ready(app, ex);
     else if (str_is(req->path, "/captcha/send") ||
              str_is(req->path, "/captcha/verify") ||
              str_is(req->path, "/login/fail") ||
              str_is(req->path, "/login/needs-captcha") ||
              str_is(req->path, "/notices") || str_is(req->path, "/metrics") ||
-             str_is(req->path, "/healthz"))
+             str_is(req->path, "/healthz") || str_is(req->path, "/readyz"))
         respond_error(ex, 405, "method not allowed");
     else
         respond_error(ex, 404, "not found");

@@ -21,6 +21,7 @@
  * it, rateld_flush() decides the batch and answer.c answers.
  */
 #include "app/json.h"
+#include "app/watch.h"
 #include "rateld/answer.h"
 #include "rateld/params.h"
 #include "rateld/rateld.h"
@@ -816,50 +817,27 @@ static void metrics_api(rateld_t *d, rateld_worker_t *w,
     free(body);
 }
 
-/*
- * /readyz: 200 while the store is up, else 503 with the cause, from the
- * store's health as last seen (ratel_store_health(): no I/O, so a hung
- * Redis never holds up this worker). The health thread (health.c) keeps
- * it right while no request comes. Body: {"ready":..., "store":...,
- * "since_ms": ms in this state (0: never changed)} and, when down,
- * "cause" and "error"; "warning" while something fails without stopping
- * decisions (one Sentinel of three that does not answer).
- */
+/* /readyz: 200 while the store is up, else 503 with the cause
+   (ratel__ready_body: the store's health as last seen, never waiting; the
+   watch thread keeps it right while no request comes). */
 static void ready_api(rateld_t *d, rateld_worker_t *w,
                       ratel_http_exchange_t *ex,
                       const ratel_http_request_t *req, int64_t start)
 {
-    unsigned thread = req->thread;
     static const ratel_http_header_t json_type[] = {
         {{"Content-Type", 12}, {"application/json", 16}}};
-    ratel_store_health_t h;
-    cJSON *o = cJSON_CreateObject();
-    char *body = NULL, error[400];
-    int64_t age = 0;
+    int ready = 0;
+    char *body = ratel__ready_body(d->store, d->store_name, &ready);
 
     (void)w;
     (void)start;
-    if (ratel_store_health(d->store, &h) != 0)
-        snprintf(h.cause, sizeof h.cause, "no store");
-    if (h.since_us > 0 && ratel_clock_now_us() > h.since_us)
-        age = (ratel_clock_now_us() - h.since_us) / 1000;
-    snprintf(error, sizeof error, "store %s not ready: %s", d->store_name,
-             h.cause);
-    if (o && cJSON_AddBoolToObject(o, "ready", h.up) &&
-        cJSON_AddStringToObject(o, "store", d->store_name) &&
-        cJSON_AddNumberToObject(o, "since_ms", (double)age) &&
-        (h.up || (cJSON_AddStringToObject(o, "cause", h.cause) &&
-                  cJSON_AddStringToObject(o, "error", error))) &&
-        (!h.warning[0] || cJSON_AddStringToObject(o, "warning", h.warning)))
-        body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
     if (!body) {
-        rateld_respond(d, ex, thread, 500, NULL, 0, "out of memory\n", 14);
+        rateld_respond(d, ex, req->thread, 500, NULL, 0, "out of memory\n", 14);
         return;
     }
-    rateld_respond(d, ex, thread, h.up ? 200 : 503, json_type, 1, body,
+    rateld_respond(d, ex, req->thread, ready ? 200 : 503, json_type, 1, body,
                    strlen(body));
-    cJSON_free(body);
+    free(body);
 }
 
 /* ----------------------------------------------------------- endpoints */

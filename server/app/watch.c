@@ -5,6 +5,7 @@
 #include "app/watch.h"
 #include "app/log.h"
 
+#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,4 +249,33 @@ void ratel__watch_stop(ratel__watch_t *w)
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->lock);
     free(w);
+}
+
+char *ratel__ready_body(ratel_store_t *store, const char *name, int *ready)
+{
+    ratel_store_health_t h;
+    cJSON *o = cJSON_CreateObject();
+    char *json = NULL, *body = NULL, error[400];
+    int64_t age = 0, now = ratel_clock_now_us();
+
+    if (ratel_store_health(store, &h) != 0)
+        snprintf(h.cause, sizeof h.cause, "no store");
+    if (h.since_us > 0 && now > h.since_us)
+        age = (now - h.since_us) / 1000;
+    snprintf(error, sizeof error, "store %s not ready: %s", name, h.cause);
+    if (o && cJSON_AddBoolToObject(o, "ready", h.up) &&
+        cJSON_AddStringToObject(o, "store", name) &&
+        cJSON_AddNumberToObject(o, "since_ms", (double)age) &&
+        (h.up || (cJSON_AddStringToObject(o, "cause", h.cause) &&
+                  cJSON_AddStringToObject(o, "error", error))) &&
+        (!h.warning[0] || cJSON_AddStringToObject(o, "warning", h.warning)))
+        json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    /* cJSON's allocator may not be malloc: the caller frees with free(). */
+    if (json) {
+        body = strdup(json);
+        cJSON_free(json);
+    }
+    *ready = h.up;
+    return body;
 }

@@ -109,4 +109,14 @@ ratel__watch_t *ratel__watch_start(ratel_store_t *store, const char *name);
  */
 void ratel__watch_stop(ratel__watch_t *watch);
 
+/*
+ * The body of a daemon's /readyz (docs/rateld.md, Readiness), from the
+ * store's health as last seen (no I/O: a hung Redis never holds it up):
+ * {"ready":..., "store":NAME, "since_ms": ms in this state (0: never
+ * changed)} and, when down, "cause" and "error"; "warning" while
+ * something fails without stopping decisions. A malloc'd string (free
+ * it with free()), *ready set; NULL when out of memory.
+ */
+char *ratel__ready_body(ratel_store_t *store, const char *name, int *ready);
+
 #endif /* RATEL_APP_WATCH_H */

@@ -3,11 +3,12 @@
 # keep asking /captcha/send on captchad's one worker, /healthz and
 # /metrics answer at once (a generous ceiling of 100 ms each, not a
 # benchmark), the hang is one outage in captchad's log (one store down
-# line, one store up), every send is answered at its own deadline
-# (timeout_ms 300) and after SIGCONT sends are decided by Redis again
-# (202, the code in Redis). Twice: failure policy `closed` (429 from the per-IP policy) and
-# `local` (the embedded store admits; the code store, in the same hung
-# Redis, cannot take the code: 503, the permits given back). The slowest
+# line, one store up) and /readyz is 503 with the cause until it ends,
+# every send is answered at its own deadline (timeout_ms 300) and after
+# SIGCONT sends are decided by Redis again (202, the code in Redis).
+# Twice: failure policy `closed` (429 from the per-IP policy) and `local`
+# (the embedded store admits; the code store, in the same hung Redis,
+# cannot take the code: 503, the permits given back). The slowest
 # /healthz or /metrics seen is printed.
 . "$(dirname "$0")/lib.sh"
 
@@ -74,9 +75,15 @@ EOF
     awk -v t="$t" 'BEGIN { exit !(t < 1.0) }' && ok "${policy}_hang_send_deadline" ||
         fail "${policy}_hang_send_deadline" "took ${t}s (timeout_ms is 300)"
 
+    # /readyz says the store is down, and why, while Redis hangs.
+    not_ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$h/readyz")" = 503 ]; }
+    wait_for 5 not_ready && ok "${policy}_not_ready" || fail "${policy}_not_ready" "$(curl -s "$h/readyz")"
+    contains "${policy}_not_ready_cause" "$(curl -s -m 2 "$h/readyz")" '"error":"store redis not ready: '
     kill -CONT "$rpid"
     back() { [ "$(send "$back_phone" 10.9.0.3 | cut -d' ' -f1)" = 202 ]; }
     wait_for 15 back && ok "${policy}_back_to_redis" || fail "${policy}_back_to_redis" "no send admitted by Redis after SIGCONT"
+    ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$h/readyz")" = 200 ]; }
+    wait_for 5 ready && ok "${policy}_ready_again" || fail "${policy}_ready_again" "$(curl -s "$h/readyz")"
     # Codes are keyed by the number's E.164 form.
     same "${policy}_code_in_redis" "$(redis-cli -p "$rport" EXISTS "captcha:code:{+86$back_phone}")" 1
     touch "$tmp/stop"

@@ -153,6 +153,9 @@ wait_for 10 bash -c "tail -n +$from '$tmp/captchad.log' | grep -q 'msg=\"store w
 warn=$(tail -n "+$from" "$tmp/captchad.log" | grep 'msg="store warning"')
 echo "# captchad, snapshot directory gone: $warn"
 contains captchad_warning_names_file "$warn" 'store=memory cause="snapshot state/captchad.state: cannot create'
+ready=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$cport/readyz")
+contains captchad_ready_while_unwritable "$ready" ' 200'
+contains captchad_ready_says_why "$ready" '"warning":"snapshot state/captchad.state: cannot create'
 mv "$cdir/state.gone" "$cdir/state"
 wait_for 10 bash -c "tail -n +$from '$tmp/captchad.log' | grep -q 'msg=\"store warning over\"'"
 same captchad_one_warning_line "$(tail -n "+$from" "$tmp/captchad.log" | grep -c 'msg="store warning"')" 1
