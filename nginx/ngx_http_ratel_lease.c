@@ -107,16 +107,27 @@ ngx_int_t ngx_http_ratel_lease_line(ngx_conf_t *cf, ngx_http_ratel_limit_t *l)
 void ngx_http_ratel_lease_notice(ngx_http_ratel_zone_t *zone, ngx_log_t *log)
 {
     ngx_http_ratel_policy_t **p = zone->count_policies.elts;
+    int table = ngx_http_ratel_shm_leases(zone) != NULL;
     char bound[512];
 
-    if (ngx_http_ratel_shm_leases(zone) == NULL)
-        return;
-    for (ngx_uint_t i = 0; i < zone->count_policies.nelts; i++)
-        if (p[i]->leased && ratel_lease_bound(&p[i]->policy, &p[i]->lease, NULL,
-                                              bound, sizeof bound) == 0)
+    for (ngx_uint_t i = 0; i < zone->count_policies.nelts; i++) {
+        if (!p[i]->leased)
+            continue;
+        if (!table) {
+            /* A reload kept the memory of a zone made without store=. */
+            ngx_log_error(NGX_LOG_WARN, log, 0,
+                          "ratel_zone \"%V\": policy \"%V\" is not leased: "
+                          "the zone was made without store= and has no room "
+                          "for slices, so Redis decides its requests one by "
+                          "one until the zone is made again (another name or "
+                          "size, or a restart of nginx)",
+                          &zone->name, &p[i]->name);
+        } else if (ratel_lease_bound(&p[i]->policy, &p[i]->lease, NULL, bound,
+                                     sizeof bound) == 0)
             ngx_log_error(NGX_LOG_NOTICE, log, 0,
                           "ratel_zone \"%V\": policy \"%V\" is leased: %s",
                           &zone->name, &p[i]->name, bound);
+    }
 }
 
 void ngx_http_ratel_lease_give_back(ngx_http_ratel_zone_t *zone,

@@ -20,6 +20,9 @@
 # RATEL_NGINX_VALGRIND=1 (tests/valgrind.sh): only one nginx process
 # (master_process off) under valgrind, spending slices and giving them
 # back at its quit, whose errors and leaks in the module's frames fail it.
+#   - a reload that leases a policy of a zone first made without store=
+#     (its memory kept, with no slice table) says so in the log and
+#     leaves the policy exact, decided by Redis request by request.
 # Under `make asan` nginx runs with the sanitizers' runtime preloaded
 # (nginx_lib.sh) and any report fails the suite.
 . "$(dirname "$0")/lib.sh"
@@ -256,5 +259,43 @@ echo "# quit: nginx a held $held_a unspent permits; used $before -> $after"
 [ "$held_a" -gt 0 ] && ok quit_held || fail quit_held "nothing held to give back"
 same quit_gives_back "$((before - after))" "$held_a"
 nginx_stop "$tmp/b"
+
+# ------------------------------- a zone made without a store, then leased
+# A reload keeps the memory of a zone of the same name and size, laid out
+# without a slice table: the policy is decided by Redis, exactly, one
+# request at a time, and the log says why.
+pc=$(free_port)
+mkdir -p "$tmp/c/html"
+echo ok >"$tmp/c/html/free"
+conf_c() { # ZONE_ARGS POLICY_ARGS
+    nginx_conf "$tmp/c" 1 <<EOF
+    ratel_zone zone=y:1m$1;
+    ratel_policy hot 600/1m$2;
+    server {
+        listen 127.0.0.1:$pc;
+        root $tmp/c/html;
+        location = /free { }
+        location = /h { ratel zone=y policy=hot key=\$arg_k; try_files /free =404; }
+    }
+EOF
+}
+conf_c "" ""
+if start c "$pc"; then
+    old_worker=$(nginx_workers "$tmp/c")
+    conf_c " store=$url" " lease=ttl_ms=60000,max_slice=100"
+    ngx -s reload -p "$tmp/c" -c "$tmp/c/nginx.conf" 2>/dev/null
+    # The old worker serves no more once it is gone.
+    wait_for 10 bash -c "! kill -0 $old_worker 2>/dev/null" ||
+        fail unleasable_reloaded "the old worker $old_worker still runs"
+    wait_for 10 grep -q 'policy "hot" is not leased' "$tmp/c/logs/error.log" &&
+        ok unleasable_zone_says_so ||
+        fail unleasable_zone_says_so "$(tail -3 "$tmp/c/logs/error.log" | tr '\n' ' ')"
+    grep -o 'policy "hot" is not leased.*' "$tmp/c/logs/error.log" | head -1 | sed 's/^/# /'
+    acquires=$(calls ratel.acquire)
+    drive "http://127.0.0.1:$pc/h?k=c" 5 "$tmp/c.codes"
+    same unleasable_admitted "$(grep -c '^200$' "$tmp/c.codes")" 5
+    same unleasable_by_redis "$(($(calls ratel.acquire) - acquires)) $(used hot:c)" "5 5"
+    nginx_stop "$tmp/c"
+fi
 nginx_sanitizers_quiet
 finish
