@@ -192,38 +192,23 @@ kill -9 "$(cat "$tmp/redis-$victim/pid")"
 wait_for 20 is_master "$heir" || fail promoted "$heir is not master 20 s after the kill"
 t_promo=$(now_ms)
 echo "# kill -9 of $victim: its replica $heir promoted $((t_promo - t_kill)) ms later"
-outage=$(first_failure "$t_kill" "$dead")
-wait_for 10 has_first_store "${outage:-$t_kill}" "$dead"
-first=$(first_store "${outage:-$t_kill}" "$dead")
-if [ -n "$first" ]; then
-    echo "# first decision from Redis for the dead master's keys: $((first - t_promo)) ms after the promotion (rateld)"
-    [ $((first - t_promo)) -le 2000 ] && ok store_within_2s ||
-        fail store_within_2s "$((first - t_promo)) ms after the promotion"
-else
-    fail store_within_2s "none within 10 s of the promotion"
-fi
-outage=$(first_failure "$t_kill" "fault:($dead)" "$sync_log")
-wait_for 10 has_first_store "${outage:-$t_kill}" "fault:($dead)" "$sync_log"
-first=$(first_store "${outage:-$t_kill}" "fault:($dead)" "$sync_log")
-if [ -n "$first" ]; then
-    echo "# first decision from Redis for the dead master's keys: $((first - t_promo)) ms after the promotion (synchronous API)"
-    [ $((first - t_promo)) -le 2000 ] && ok sync_store_within_2s ||
-        fail sync_store_within_2s "$((first - t_promo)) ms after the promotion"
-else
-    fail sync_store_within_2s "none within 10 s of the promotion"
-fi
-if [ "$ngx_on" = 1 ]; then
-    outage=$(first_failure "$t_kill" "fault:($dead)" "$ngx_log")
-    wait_for 10 has_first_store "${outage:-$t_kill}" "fault:($dead)" "$ngx_log"
-    first=$(first_store "${outage:-$t_kill}" "fault:($dead)" "$ngx_log")
-    if [ -n "$first" ]; then
-        echo "# first decision from Redis for the dead master's keys: $((first - t_promo)) ms after the promotion (nginx module)"
-        [ $((first - t_promo)) -le 2000 ] && ok ngx_store_within_2s ||
-            fail ngx_store_within_2s "$((first - t_promo)) ms after the promotion"
-    else
-        fail ngx_store_within_2s "none within 10 s of the promotion"
+# back_within_2s NAME WHO KEYS [FILE]: the first decision from Redis for
+# KEYS after that client's outage began came within 2 s of the promotion.
+back_within_2s() {
+    local outage first
+    outage=$(first_failure "$t_kill" "$3" "${4:-$load_log}")
+    wait_for 10 has_first_store "${outage:-$t_kill}" "$3" "${4:-$load_log}"
+    first=$(first_store "${outage:-$t_kill}" "$3" "${4:-$load_log}")
+    if [ -z "$first" ]; then
+        fail "$1" "none within 10 s of the promotion"
+        return
     fi
-fi
+    echo "# first decision from Redis for the dead master's keys: $((first - t_promo)) ms after the promotion ($2)"
+    [ $((first - t_promo)) -le 2000 ] && ok "$1" || fail "$1" "$((first - t_promo)) ms after the promotion"
+}
+back_within_2s store_within_2s rateld "$dead"
+back_within_2s sync_store_within_2s "synchronous API" "fault:($dead)" "$sync_log"
+[ "$ngx_on" = 1 ] && back_within_2s ngx_store_within_2s "nginx module" "fault:($dead)" "$ngx_log"
 echo "# decisions by the failure policy from the kill to the promotion: $(count "$t_kill" "$t_promo" '.*' 'local|error') (rateld), $(count "$t_kill" "$t_promo" '.*' 'local|error' "$sync_log") (synchronous API), $(count "$t_kill" "$t_promo" '.*' 'closed.*' "$ngx_log") (nginx module)"
 
 # Every engine has the new map 2 s after the promotion: Redis decides all.
